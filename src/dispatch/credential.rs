@@ -1,0 +1,436 @@
+//! `ScopedCredential`: the only credential a sandbox may ever see (ADR-0018 rows 2, 3 and 7).
+//!
+//! The value lives in memory only and is zeroized on drop. It has no `Display` or `Serialize`, and its
+//! `Debug` withholds it. It leaves this type in exactly two ways, each named: into a sandbox's
+//! environment ([`ScopedCredential::as_environment`]) and into the sanitizer so every sink masks it
+//! ([`ScopedCredential::mask_in`]).
+//! `revoke()` is idempotent and never fails the caller: the short TTL is the primary defence.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use zeroize::Zeroizing;
+
+use crate::dispatch::sanitize::{KnownValue, SanitizeError, SanitizerHandle};
+
+/// The one environment key a credential is injected under.
+pub const CREDENTIAL_ENV: &str = "STET_GIT_CREDENTIAL";
+
+/// Everything that can go wrong minting or revoking. Messages never contain a credential value.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialError {
+    #[error("the system random number generator failed: {0}")]
+    Random(String),
+    #[error("credential TTL of {0:?} is out of range (1 s to 24 h)")]
+    Ttl(Duration),
+    #[error("credential provider {provider} refused: {detail}")]
+    Provider {
+        provider: &'static str,
+        detail: String,
+    },
+    #[error("the credential could not be registered with the sanitizer: {0}")]
+    Mask(#[from] SanitizeError),
+}
+
+pub type Result<T> = std::result::Result<T, CredentialError>;
+
+/// A secret string: zeroized on drop, withheld from `Debug`, no `Display`, no `Serialize`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretValue(Zeroizing<String>);
+
+impl SecretValue {
+    pub fn new(value: String) -> SecretValue {
+        SecretValue(Zeroizing::new(value))
+    }
+
+    /// The value itself. Call sites are the audit trail: keep them few and host-side.
+    pub fn expose_secret(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SecretValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretValue(<withheld>)")
+    }
+}
+
+/// A provider's public handle on a credential: safe to log and to journal.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct CredentialId(String);
+
+impl CredentialId {
+    pub fn new(id: String) -> CredentialId {
+        CredentialId(id)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CredentialId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What a provider hands back from a mint.
+#[derive(Debug)]
+pub struct Minted {
+    pub id: CredentialId,
+    pub value: SecretValue,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// How a revocation went, as far as the provider could tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Revocation {
+    Revoked,
+    /// The provider no longer knew it (expired, or revoked before): the goal is met.
+    AlreadyGone,
+}
+
+/// The logged outcome of [`ScopedCredential::revoke`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RevokeOutcome {
+    Revoked,
+    AlreadyRevoked,
+    /// The provider failed; the credential still expires at its TTL. The text is credential-free.
+    Failed(String),
+}
+
+/// Mints and revokes short-lived, repository-scoped credentials (one implementation per forge).
+#[async_trait]
+pub trait CredentialProvider: Send + Sync + fmt::Debug {
+    /// A short name for logs and errors (`local`, `github`).
+    fn name(&self) -> &'static str;
+    async fn mint(&self, repository: &str, branch: &str, ttl: Duration) -> Result<Minted>;
+    /// Must treat an unknown or expired id as [`Revocation::AlreadyGone`].
+    async fn revoke(&self, id: &CredentialId) -> Result<Revocation>;
+}
+
+/// A short-lived, repository-scoped credential.
+pub struct ScopedCredential {
+    id: CredentialId,
+    repository: String,
+    branch: String,
+    expires_at: DateTime<Utc>,
+    value: SecretValue,
+    provider: Arc<dyn CredentialProvider>,
+    revoked: AtomicBool,
+}
+
+impl fmt::Debug for ScopedCredential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScopedCredential")
+            .field("id", &self.id)
+            .field("provider", &self.provider.name())
+            .field("repository", &self.repository)
+            .field("branch", &self.branch)
+            .field("expires_at", &self.expires_at)
+            .field("value", &"<withheld>")
+            .finish()
+    }
+}
+
+impl ScopedCredential {
+    /// Asks `provider` for a credential scoped to `repository` (and `branch` where the forge can).
+    pub async fn mint(
+        provider: Arc<dyn CredentialProvider>,
+        repository: &str,
+        branch: &str,
+        ttl: Duration,
+    ) -> Result<ScopedCredential> {
+        if ttl < Duration::from_secs(1) || ttl > Duration::from_secs(24 * 3600) {
+            return Err(CredentialError::Ttl(ttl));
+        }
+        let minted = provider.mint(repository, branch, ttl).await?;
+        tracing::info!(credential = %minted.id, provider = provider.name(), repository, branch, "credential minted");
+        Ok(ScopedCredential {
+            id: minted.id,
+            repository: repository.to_owned(),
+            branch: branch.to_owned(),
+            expires_at: minted.expires_at,
+            value: minted.value,
+            provider,
+            revoked: AtomicBool::new(false),
+        })
+    }
+
+    pub fn id(&self) -> &CredentialId {
+        &self.id
+    }
+
+    pub fn repository(&self) -> &str {
+        &self.repository
+    }
+
+    pub fn branch(&self) -> &str {
+        &self.branch
+    }
+
+    pub fn expires_at(&self) -> DateTime<Utc> {
+        self.expires_at
+    }
+
+    /// The credential's sanctioned way into a sandbox: one environment entry, never argv.
+    pub fn as_environment(&self) -> BTreeMap<String, SecretValue> {
+        BTreeMap::from([(CREDENTIAL_ENV.to_owned(), self.value.clone())])
+    }
+
+    /// Teaches the sanitizer this value, so every sink masks it (and its encodings).
+    pub fn mask_in(&self, sanitizer: &SanitizerHandle) -> Result<()> {
+        let known = KnownValue::new("scoped-credential", self.value.expose_secret())?;
+        sanitizer.register(known)?;
+        Ok(())
+    }
+
+    /// Revokes at the provider. Idempotent: after one success, later calls do nothing. Never fails
+    /// the caller: a provider error is logged and returned as [`RevokeOutcome::Failed`].
+    pub async fn revoke(&self) -> RevokeOutcome {
+        if self.revoked.load(Ordering::SeqCst) {
+            return RevokeOutcome::AlreadyRevoked;
+        }
+        let outcome = match self.provider.revoke(&self.id).await {
+            Ok(Revocation::Revoked) => RevokeOutcome::Revoked,
+            Ok(Revocation::AlreadyGone) => RevokeOutcome::AlreadyRevoked,
+            Err(err) => RevokeOutcome::Failed(err.to_string()),
+        };
+        match &outcome {
+            RevokeOutcome::Failed(detail) => {
+                tracing::warn!(credential = %self.id, provider = self.provider.name(), %detail, "credential revoke failed; it expires at its TTL");
+            }
+            done => {
+                self.revoked.store(true, Ordering::SeqCst);
+                tracing::info!(credential = %self.id, provider = self.provider.name(), outcome = ?done, "credential revoked");
+            }
+        }
+        outcome
+    }
+}
+
+/// Random URL-safe characters from the operating system's generator.
+pub fn random_token(len: usize) -> Result<String> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut bytes = Zeroizing::new(vec![0u8; len]);
+    getrandom::fill(&mut bytes).map_err(|err| CredentialError::Random(err.to_string()))?;
+    // 62 does not divide 256; the bias (under 1%) does not matter for a 40-character secret.
+    Ok(bytes
+        .iter()
+        .map(|b| char::from(ALPHABET[usize::from(*b) % ALPHABET.len()]))
+        .collect())
+}
+
+/// One credential the local provider handed out.
+struct LocalGrant {
+    value: SecretValue,
+    repository: String,
+    expires_at: DateTime<Utc>,
+}
+
+/// The credential provider of the local forge: mints random tokens and answers whether a presented
+/// token is live for a repository (the local git server asks it on every push).
+#[derive(Default)]
+pub struct LocalCredentialProvider {
+    grants: Mutex<HashMap<CredentialId, LocalGrant>>,
+}
+
+impl fmt::Debug for LocalCredentialProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let live = self.grants.lock().map(|g| g.len()).unwrap_or_default();
+        f.debug_struct("LocalCredentialProvider")
+            .field("live", &live)
+            .finish()
+    }
+}
+
+impl LocalCredentialProvider {
+    fn grants(&self) -> std::sync::MutexGuard<'_, HashMap<CredentialId, LocalGrant>> {
+        match self.grants.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Whether `presented` is an unexpired, unrevoked credential for `repository`.
+    pub fn authorizes(&self, repository: &str, presented: &str) -> bool {
+        let now = Utc::now();
+        self.grants().values().any(|grant| {
+            grant.repository == repository
+                && grant.expires_at > now
+                && constant_time_eq(grant.value.expose_secret().as_bytes(), presented.as_bytes())
+        })
+    }
+
+    /// How many credentials are live right now.
+    pub fn live_count(&self) -> usize {
+        let now = Utc::now();
+        self.grants()
+            .values()
+            .filter(|grant| grant.expires_at > now)
+            .count()
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[async_trait]
+impl CredentialProvider for LocalCredentialProvider {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    async fn mint(&self, repository: &str, _branch: &str, ttl: Duration) -> Result<Minted> {
+        let id = CredentialId::new(format!("local-{}", uuid::Uuid::new_v4()));
+        let value = SecretValue::new(format!("stet_{}", random_token(40)?));
+        let ttl = chrono::Duration::from_std(ttl).map_err(|_| CredentialError::Ttl(ttl))?;
+        let expires_at = Utc::now() + ttl;
+        self.grants().insert(
+            id.clone(),
+            LocalGrant {
+                value: value.clone(),
+                repository: repository.to_owned(),
+                expires_at,
+            },
+        );
+        Ok(Minted {
+            id,
+            value,
+            expires_at,
+        })
+    }
+
+    async fn revoke(&self, id: &CredentialId) -> Result<Revocation> {
+        Ok(match self.grants().remove(id) {
+            Some(_) => Revocation::Revoked,
+            None => Revocation::AlreadyGone,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::dispatch::sanitize::TokenSanitizer;
+
+    const TTL: Duration = Duration::from_secs(600);
+
+    async fn minted() -> (Arc<LocalCredentialProvider>, ScopedCredential) {
+        let provider = Arc::new(LocalCredentialProvider::default());
+        let credential = ScopedCredential::mint(provider.clone(), "demo/app", "stet/x", TTL)
+            .await
+            .unwrap();
+        (provider, credential)
+    }
+
+    #[tokio::test]
+    async fn the_value_never_shows_in_debug_and_leaves_only_through_the_environment() {
+        let (_, credential) = minted().await;
+        let value = credential.as_environment()[CREDENTIAL_ENV]
+            .expose_secret()
+            .to_owned();
+        assert!(value.starts_with("stet_") && value.len() == 45);
+        assert!(!format!("{credential:?}").contains(&value));
+        assert!(!format!("{:?}", credential.as_environment()).contains(&value));
+        let env = credential.as_environment();
+        assert_eq!(env.len(), 1);
+        assert_eq!(env[CREDENTIAL_ENV].expose_secret(), value);
+    }
+
+    #[tokio::test]
+    async fn revoke_is_idempotent_and_the_provider_stops_authorizing() {
+        let (provider, credential) = minted().await;
+        let value = credential.as_environment()[CREDENTIAL_ENV]
+            .expose_secret()
+            .to_owned();
+        assert!(provider.authorizes("demo/app", &value));
+        assert!(
+            !provider.authorizes("other/repo", &value),
+            "scoped to one repository"
+        );
+        assert!(!provider.authorizes("demo/app", "stet_wrong"));
+        assert_eq!(credential.revoke().await, RevokeOutcome::Revoked);
+        assert_eq!(credential.revoke().await, RevokeOutcome::AlreadyRevoked);
+        assert!(!provider.authorizes("demo/app", &value));
+        assert_eq!(provider.live_count(), 0);
+    }
+
+    #[derive(Debug)]
+    struct BrokenProvider;
+
+    #[async_trait]
+    impl CredentialProvider for BrokenProvider {
+        fn name(&self) -> &'static str {
+            "broken"
+        }
+        async fn mint(&self, _: &str, _: &str, ttl: Duration) -> Result<Minted> {
+            Ok(Minted {
+                id: CredentialId::new("b-1".into()),
+                value: SecretValue::new("broken-secret-value".into()),
+                expires_at: Utc::now() + chrono::Duration::from_std(ttl).unwrap(),
+            })
+        }
+        async fn revoke(&self, _: &CredentialId) -> Result<Revocation> {
+            Err(CredentialError::Provider {
+                provider: "broken",
+                detail: "503 from the forge".into(),
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failing_revoke_is_reported_not_raised_and_can_be_retried() {
+        let credential = ScopedCredential::mint(Arc::new(BrokenProvider), "o/r", "b", TTL)
+            .await
+            .unwrap();
+        let first = credential.revoke().await;
+        assert!(matches!(&first, RevokeOutcome::Failed(detail) if detail.contains("503")));
+        assert!(!format!("{first:?}").contains("broken-secret-value"));
+        assert!(matches!(
+            credential.revoke().await,
+            RevokeOutcome::Failed(_)
+        ));
+    }
+
+    #[tokio::test]
+    async fn ttl_out_of_range_is_refused() {
+        let provider = Arc::new(LocalCredentialProvider::default());
+        let err = ScopedCredential::mint(provider, "o/r", "b", Duration::ZERO)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CredentialError::Ttl(_)));
+    }
+
+    #[tokio::test]
+    async fn masking_teaches_the_sanitizer_the_value() {
+        let (_, credential) = minted().await;
+        let value = credential.as_environment()[CREDENTIAL_ENV]
+            .expose_secret()
+            .to_owned();
+        let handle = SanitizerHandle::new(TokenSanitizer::new().unwrap());
+        credential.mask_in(&handle).unwrap();
+        let text = handle
+            .current()
+            .sanitize(&format!("env STET_GIT_CREDENTIAL={value}"));
+        assert_eq!(
+            text.as_str(),
+            "env STET_GIT_CREDENTIAL=[REDACTED:scoped-credential]"
+        );
+    }
+
+    #[test]
+    fn random_tokens_differ() {
+        assert_ne!(random_token(40).unwrap(), random_token(40).unwrap());
+    }
+}

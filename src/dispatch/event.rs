@@ -1,0 +1,300 @@
+//! `Event`: what the engine tells its consumers (the TUI and `--headless`), one type for both.
+//!
+//! Its serde form is the headless JSON Lines schema, versioned by `v` and documented in
+//! `docs/events.md`. Every free-text payload is a [`SanitizedText`], so an event is redacted when it is
+//! created and no consumer can print an unredacted one.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::dispatch::branch::CommitSha;
+use crate::dispatch::sanitize::SanitizedText;
+use crate::dispatch::state::Phase;
+
+/// The schema version in every event's `v` field. Bumped on any incompatible change.
+pub const EVENT_SCHEMA_VERSION: u32 = 1;
+
+const DISPATCH_ID_PREFIX: &str = "stet-dispatch-";
+
+/// Errors reading event data back.
+#[derive(Debug, thiserror::Error)]
+pub enum EventError {
+    #[error("{0:?} is not a dispatch id (expected stet-dispatch-<uuid>)")]
+    DispatchId(String),
+}
+
+pub type Result<T> = std::result::Result<T, EventError>;
+
+/// `stet-dispatch-<uuid>`: names the dispatch's container, workspace, credential and run record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DispatchId(uuid::Uuid);
+
+impl DispatchId {
+    pub fn new() -> DispatchId {
+        DispatchId(uuid::Uuid::new_v4())
+    }
+}
+
+impl Default for DispatchId {
+    fn default() -> Self {
+        DispatchId::new()
+    }
+}
+
+impl fmt::Display for DispatchId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{DISPATCH_ID_PREFIX}{}", self.0)
+    }
+}
+
+impl FromStr for DispatchId {
+    type Err = EventError;
+
+    fn from_str(s: &str) -> Result<DispatchId> {
+        s.strip_prefix(DISPATCH_ID_PREFIX)
+            .and_then(|rest| uuid::Uuid::parse_str(rest).ok())
+            .filter(|uuid| s.ends_with(&uuid.hyphenated().to_string()))
+            .map(DispatchId)
+            .ok_or_else(|| EventError::DispatchId(s.to_owned()))
+    }
+}
+
+impl Serialize for DispatchId {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for DispatchId {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// One thing that happened to one dispatch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub v: u32,
+    pub ts: DateTime<Utc>,
+    pub dispatch: DispatchId,
+    /// The brief's id (its file stem).
+    pub brief: String,
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+impl Event {
+    /// An event stamped now, in the current schema version.
+    pub fn new(dispatch: DispatchId, brief: &str, kind: EventKind) -> Event {
+        Event {
+            v: EVENT_SCHEMA_VERSION,
+            ts: Utc::now(),
+            dispatch,
+            brief: brief.to_owned(),
+            kind,
+        }
+    }
+
+    /// The event as one JSON Lines record (no trailing newline).
+    pub fn to_json_line(&self) -> std::result::Result<String, serde_json::Error> {
+        serde_json::to_string(self)
+    }
+}
+
+/// What happened. The `kind` field of the JSON form names the variant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EventKind {
+    /// The dispatch moved to another phase; `reason` explains failures.
+    Phase {
+        from: Phase,
+        to: Phase,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<SanitizedText>,
+    },
+    /// One normalized item of the agent's transcript.
+    Transcript(TranscriptItem),
+    /// Model usage: this request's share and the dispatch's running total.
+    Usage(Usage),
+    /// Progress of pulling the sandbox image.
+    ImagePull {
+        image: SanitizedText,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        layer: Option<SanitizedText>,
+        status: SanitizedText,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        current_bytes: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        total_bytes: Option<u64>,
+    },
+    /// Something a person should know that did not stop the dispatch (e.g. a teardown step failed).
+    Warning { message: SanitizedText },
+    /// stet pushed the result commit to the forge.
+    Pushed {
+        branch: SanitizedText,
+        sha: CommitSha,
+        remote: SanitizedText,
+    },
+    /// stet opened or updated the pull request.
+    PullRequest {
+        action: PullRequestAction,
+        number: u64,
+        url: SanitizedText,
+    },
+    /// The dispatch ended; `outcome` is its terminal phase and `exit_code` the headless exit code.
+    Finished {
+        outcome: Phase,
+        exit_code: u8,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<SanitizedText>,
+    },
+}
+
+impl EventKind {
+    /// The `kind` tag of this variant, as it appears in JSON.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::Phase { .. } => "phase",
+            EventKind::Transcript(_) => "transcript",
+            EventKind::Usage(_) => "usage",
+            EventKind::ImagePull { .. } => "image_pull",
+            EventKind::Warning { .. } => "warning",
+            EventKind::Pushed { .. } => "pushed",
+            EventKind::PullRequest { .. } => "pull_request",
+            EventKind::Finished { .. } => "finished",
+        }
+    }
+}
+
+/// Whether a pull request was created or an existing one received the new head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PullRequestAction {
+    Opened,
+    Updated,
+}
+
+/// One transcript line, normalized across harnesses.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TranscriptItem {
+    pub item: ItemKind,
+    pub text: SanitizedText,
+}
+
+/// What a transcript item is, for styling and filtering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemKind {
+    /// The agent talking to the person.
+    Message,
+    /// The agent's reasoning.
+    Thought,
+    /// A command or tool call the agent issued.
+    Command,
+    /// What a command or tool returned.
+    Output,
+    /// An error the agent or its harness reported.
+    Error,
+    /// The agent declared the task finished.
+    Finish,
+    /// Anything the harness could not classify (shown, never dropped).
+    Other,
+}
+
+/// Model usage of one request, and the running total of the dispatch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    pub model: SanitizedText,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub cached_tokens: u64,
+    /// This request's cost; `None` when neither the endpoint nor the price table knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    pub total_cost_usd: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::dispatch::sanitize::TokenSanitizer;
+
+    #[test]
+    fn dispatch_ids_round_trip_and_reject_lookalikes() {
+        let id = DispatchId::new();
+        let text = id.to_string();
+        assert!(text.starts_with("stet-dispatch-"));
+        assert_eq!(text.parse::<DispatchId>().unwrap(), id);
+        for bad in [
+            "stet-dispatch-",
+            "dispatch-1",
+            "stet-dispatch-not-a-uuid",
+            &text.to_uppercase(),
+            &format!("{text}x"),
+            &text.replace('-', ""),
+        ] {
+            assert!(bad.parse::<DispatchId>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_event_serialises_flat_with_its_kind_tag() {
+        let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
+        let event = Event::new(
+            DispatchId::new(),
+            "fix-login",
+            EventKind::Transcript(TranscriptItem {
+                item: ItemKind::Command,
+                text: sanitizer.sanitize("ls -la"),
+            }),
+        );
+        let json: serde_json::Value = serde_json::from_str(&event.to_json_line().unwrap()).unwrap();
+        assert_eq!(json["v"], 1);
+        assert_eq!(json["kind"], "transcript");
+        assert_eq!(json["item"], "command");
+        assert_eq!(json["text"], "ls -la");
+        assert_eq!(json["brief"], "fix-login");
+        let back: Event = serde_json::from_value(json).unwrap();
+        assert_eq!(back, event);
+    }
+
+    /// The examples in docs/events.md parse, and every kind has one.
+    #[test]
+    fn the_documented_examples_cover_every_kind_and_parse() {
+        let doc = include_str!("../../docs/events.md");
+        let mut kinds = BTreeSet::new();
+        for line in doc.lines().filter(|l| l.starts_with("{\"v\":")) {
+            let event: Event = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
+            assert_eq!(event.v, EVENT_SCHEMA_VERSION);
+            let again = event.to_json_line().unwrap();
+            assert_eq!(again, line, "the documented line is the exact serde form");
+            kinds.insert(event.kind.name());
+        }
+        let all: BTreeSet<&str> = [
+            "phase",
+            "transcript",
+            "usage",
+            "image_pull",
+            "warning",
+            "pushed",
+            "pull_request",
+            "finished",
+        ]
+        .into();
+        assert_eq!(kinds, all);
+    }
+}

@@ -1,0 +1,8 @@
+//! The dispatch engine: one run of one brief, and the security seams every run passes through.
+
+pub mod branch;
+pub mod credential;
+pub mod error;
+pub mod event;
+pub mod sanitize;
+pub mod state;

@@ -1,0 +1,624 @@
+//! `TokenSanitizer`: the one seam every byte passes before it reaches a sink (ADR-0018 row 2, DESIGN §5
+//! row 12) — terminal, headless stdout, run record, log files, PR body, commit message, error text.
+//!
+//! It masks secrets by shape (token prefixes, auth headers, URL userinfo, PEM private keys, …) and by
+//! known value (the exact credentials stet holds, in their common encodings). It works on streams:
+//! [`Redactor`] keeps a bounded carry buffer so a secret split across reads is still caught, and feeding
+//! a stream in any pieces gives exactly the output of feeding it whole.
+
+mod known;
+mod rules;
+
+use std::sync::{Arc, RwLock};
+
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, Input, MatchKind};
+use serde::{Deserialize, Serialize};
+
+pub use known::{KnownValue, MAX_KNOWN_VALUE_LEN, MIN_KNOWN_VALUE_LEN};
+use rules::{Action, LOOKBACK, MAX_LEAD, RuleBook, WINDOW};
+
+/// Everything that can go wrong building a sanitizer.
+#[derive(Debug, thiserror::Error)]
+pub enum SanitizeError {
+    #[error("built-in sanitizer rule {kind:?} does not compile: {source}")]
+    Rule {
+        kind: &'static str,
+        source: Box<regex::Error>,
+    },
+    #[error("the sanitizer's trigger automaton could not be built: {0}")]
+    Automaton(#[from] aho_corasick::BuildError),
+    #[error(
+        "known value {label:?} is {len} bytes long; values to mask must be {MIN_KNOWN_VALUE_LEN} to {MAX_KNOWN_VALUE_LEN} bytes"
+    )]
+    KnownValueLength { label: String, len: usize },
+    #[error("known-value label {0:?} must be 1-40 characters of lowercase letters, digits and '-'")]
+    KnownValueLabel(String),
+}
+
+pub type Result<T> = std::result::Result<T, SanitizeError>;
+
+/// A PEM block with no END line within this many bytes is withheld up to here, then output resumes.
+pub const PRIVATE_KEY_CAP: usize = 64 * 1024;
+
+const PRIVATE_KEY_END: &[u8] = b"-----END ";
+
+/// What a trigger hit stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Meaning {
+    /// A spelling of a known value; the index of its label.
+    Known(usize),
+    /// A shape-rule trigger; its index in the rule book.
+    Trigger(usize),
+}
+
+/// One trigger literal found in the buffer.
+#[derive(Debug, Clone, Copy)]
+struct Hit {
+    start: usize,
+    end: usize,
+    meaning: Meaning,
+}
+
+/// One way of finding trigger literals.
+#[derive(Debug)]
+enum Scanner {
+    /// Many literals at once (SIMD Teddy while there are at most 64); `meanings[pattern id]`.
+    Automaton {
+        automaton: AhoCorasick,
+        meanings: Vec<Meaning>,
+    },
+    /// One frequent literal, which memmem finds again cheaply after each hit.
+    Literal {
+        finder: Box<memchr::memmem::Finder<'static>>,
+        meaning: Meaning,
+    },
+}
+
+impl Scanner {
+    fn find(&self, haystack: &[u8], from: usize) -> Option<Hit> {
+        match self {
+            Scanner::Automaton {
+                automaton,
+                meanings,
+            } => automaton
+                .find(Input::new(haystack).span(from..haystack.len()))
+                .map(|found| Hit {
+                    start: found.start(),
+                    end: found.end(),
+                    meaning: meanings[found.pattern().as_usize()],
+                }),
+            Scanner::Literal { finder, meaning } => {
+                finder.find(&haystack[from..]).map(|offset| Hit {
+                    start: from + offset,
+                    end: from + offset + finder.needle().len(),
+                    meaning: *meaning,
+                })
+            }
+        }
+    }
+}
+
+/// A scanner's next hit at or after `from`, valid until the buffer changes.
+#[derive(Debug, Clone, Copy)]
+struct Lookahead {
+    from: usize,
+    hit: Option<Hit>,
+}
+
+/// The compiled, immutable redaction engine. Cheap to share behind an `Arc`; see [`SanitizerHandle`]
+/// for a sanitizer that learns known values over time.
+#[derive(Debug)]
+pub struct TokenSanitizer {
+    book: RuleBook,
+    /// In priority order: at one position, an earlier scanner's hit wins (known values first).
+    scanners: Vec<Scanner>,
+    known_labels: Vec<Arc<str>>,
+    known_values: Vec<KnownValue>,
+    longest_trigger: usize,
+    private_key_end: regex::bytes::Regex,
+}
+
+impl TokenSanitizer {
+    /// A sanitizer with the shape rules only.
+    pub fn new() -> Result<TokenSanitizer> {
+        TokenSanitizer::with_known_values(Vec::new())
+    }
+
+    /// A sanitizer with the shape rules and these exact values.
+    pub fn with_known_values(known_values: Vec<KnownValue>) -> Result<TokenSanitizer> {
+        let book = RuleBook::builtin()?;
+        let mut scanners = Vec::new();
+        let mut longest_trigger = 1;
+
+        let mut spellings = Vec::new();
+        let mut known_labels = Vec::new();
+        let mut known_meanings = Vec::new();
+        for value in &known_values {
+            known_labels.push(Arc::<str>::from(value.label()));
+            for spelling in value.spellings() {
+                longest_trigger = longest_trigger.max(spelling.len());
+                known_meanings.push(Meaning::Known(known_labels.len() - 1));
+                spellings.push(spelling);
+            }
+        }
+        if !spellings.is_empty() {
+            scanners.push(Scanner::Automaton {
+                automaton: AhoCorasickBuilder::new()
+                    .match_kind(MatchKind::LeftmostFirst)
+                    .build(spellings.iter().map(|s| s.as_bytes()))?,
+                meanings: known_meanings,
+            });
+        }
+
+        let mut shared_literals = Vec::new();
+        let mut shared_meanings = Vec::new();
+        for (index, trigger) in book.triggers.iter().enumerate() {
+            longest_trigger = longest_trigger.max(trigger.literal.len());
+            if trigger.frequent {
+                scanners.push(Scanner::Literal {
+                    finder: Box::new(memchr::memmem::Finder::new(trigger.literal.as_bytes()).into_owned()),
+                    meaning: Meaning::Trigger(index),
+                });
+            } else {
+                shared_literals.push(trigger.literal);
+                shared_meanings.push(Meaning::Trigger(index));
+            }
+        }
+        scanners.push(Scanner::Automaton {
+            automaton: AhoCorasickBuilder::new()
+                .match_kind(MatchKind::LeftmostFirst)
+                .build(&shared_literals)?,
+            meanings: shared_meanings,
+        });
+
+        let private_key_end =
+            regex::bytes::Regex::new(r"^-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
+                .map_err(|source| SanitizeError::Rule {
+                    kind: "private-key",
+                    source: Box::new(source),
+                })?;
+        Ok(TokenSanitizer {
+            book,
+            scanners,
+            known_labels,
+            known_values,
+            longest_trigger,
+            private_key_end,
+        })
+    }
+
+    /// The same rules plus one more known value.
+    pub fn with_known_value(&self, value: KnownValue) -> Result<TokenSanitizer> {
+        let mut known = self.known_values.clone();
+        known.push(value);
+        TokenSanitizer::with_known_values(known)
+    }
+
+    /// Redacts a whole input at once (the same engine as streaming, fed in one piece).
+    pub fn redact(self: &Arc<Self>, input: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(input.len());
+        let mut redactor = Redactor::new(Arc::clone(self));
+        redactor.push(input, &mut out);
+        redactor.finish(&mut out);
+        out
+    }
+
+    /// Redacts a string, producing text that can be shown anywhere.
+    pub fn sanitize(self: &Arc<Self>, input: &str) -> SanitizedText {
+        let out = self.redact(input.as_bytes());
+        SanitizedText(match String::from_utf8(out) {
+            Ok(text) => text,
+            Err(err) => String::from_utf8_lossy(err.as_bytes()).into_owned(),
+        })
+    }
+}
+
+/// Text that has passed through the sanitizer. Event and error payloads hold this type, so anything
+/// shown to a person was redacted when it was created.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(transparent)]
+pub struct SanitizedText(String);
+
+impl SanitizedText {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl std::fmt::Display for SanitizedText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A sanitizer shared by every sink of the process, which learns the values stet handles as it
+/// mints or reads them (credentials, tokens, keys).
+#[derive(Debug, Clone)]
+pub struct SanitizerHandle {
+    current: Arc<RwLock<Arc<TokenSanitizer>>>,
+}
+
+impl SanitizerHandle {
+    pub fn new(sanitizer: TokenSanitizer) -> SanitizerHandle {
+        SanitizerHandle {
+            current: Arc::new(RwLock::new(Arc::new(sanitizer))),
+        }
+    }
+
+    /// The sanitizer as it is now; streams started from it keep the values it knew.
+    pub fn current(&self) -> Arc<TokenSanitizer> {
+        match self.current.read() {
+            Ok(guard) => Arc::clone(&guard),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    /// Adds a value to mask from now on, in every sink that asks for [`SanitizerHandle::current`].
+    pub fn register(&self, value: KnownValue) -> Result<()> {
+        let mut guard = match self.current.write() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let next = guard.with_known_value(value)?;
+        *guard = Arc::new(next);
+        Ok(())
+    }
+}
+
+/// What the redactor is in the middle of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Scanning,
+    /// Inside a PEM private-key block: bytes are withheld until its END line.
+    WithholdingPrivateKey {
+        withheld: usize,
+    },
+    /// A token ran past the look-ahead window: its remaining token bytes are dropped.
+    SwallowingToken,
+}
+
+/// A streaming redactor over one stream. Holds back at most a look-ahead window plus context.
+#[derive(Debug)]
+pub struct Redactor {
+    sanitizer: Arc<TokenSanitizer>,
+    /// Unsent input, preceded by up to [`LOOKBACK`] bytes already sent (context for rules).
+    buffer: Vec<u8>,
+    /// Start of the unsent part of `buffer`.
+    sent: usize,
+    /// Where the next trigger search starts (`>= sent`).
+    scan: usize,
+    /// End of the last masked or withheld span: no rule may start before it.
+    barrier: usize,
+    mode: Mode,
+    /// How many secrets were masked so far.
+    masked: u64,
+    /// Each scanner's next hit, cached while the buffer is unchanged.
+    lookaheads: Vec<Option<Lookahead>>,
+}
+
+/// What the scanner decided at one trigger.
+enum Verdict {
+    /// Not a secret: search again from the next byte.
+    Clean,
+    /// Mask `start..end`, then continue in `mode`.
+    Mask {
+        start: usize,
+        end: usize,
+        kind: Arc<str>,
+        then: Mode,
+    },
+    /// A private-key block opens here; the marker comes once it closes.
+    OpenPrivateKey { start: usize, end: usize },
+}
+
+impl Redactor {
+    pub fn new(sanitizer: Arc<TokenSanitizer>) -> Redactor {
+        Redactor {
+            lookaheads: vec![None; sanitizer.scanners.len()],
+            sanitizer,
+            buffer: Vec::new(),
+            sent: 0,
+            scan: 0,
+            barrier: 0,
+            mode: Mode::Scanning,
+            masked: 0,
+        }
+    }
+
+    /// How many secrets this redactor has masked.
+    pub fn masked(&self) -> u64 {
+        self.masked
+    }
+
+    fn mark(&mut self, out: &mut Vec<u8>, kind: &str) {
+        out.extend_from_slice(b"[REDACTED:");
+        out.extend_from_slice(kind.as_bytes());
+        out.push(b']');
+        self.masked += 1;
+    }
+
+    /// Feeds the next piece of the stream; appends whatever can already be decided to `out`.
+    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        self.buffer.extend_from_slice(chunk);
+        self.forget_lookahead();
+        self.process(out, false);
+        self.compact();
+    }
+
+    /// Ends the stream: decides everything still held back and appends it to `out`.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        self.process(out, true);
+        self.buffer.clear();
+        self.sent = 0;
+        self.scan = 0;
+        self.barrier = 0;
+        self.mode = Mode::Scanning;
+        self.forget_lookahead();
+    }
+
+    fn forget_lookahead(&mut self) {
+        self.lookaheads.fill(None);
+    }
+
+    fn process(&mut self, out: &mut Vec<u8>, at_end: bool) {
+        loop {
+            let more = match self.mode {
+                Mode::Scanning => self.scan_step(out, at_end),
+                Mode::WithholdingPrivateKey { withheld } => {
+                    self.withhold_step(out, at_end, withheld)
+                }
+                Mode::SwallowingToken => self.swallow_step(at_end),
+            };
+            if !more {
+                return;
+            }
+        }
+    }
+
+    /// The earliest trigger at or after `scan`; at one position the earlier scanner wins.
+    fn next_hit(&mut self) -> Option<Hit> {
+        let mut best: Option<Hit> = None;
+        for (scanner, cache) in self
+            .sanitizer
+            .scanners
+            .iter()
+            .zip(self.lookaheads.iter_mut())
+        {
+            let hit = lookahead(cache, scanner, &self.buffer, self.scan);
+            if let Some(hit) = hit
+                && best.is_none_or(|b| hit.start < b.start)
+            {
+                best = Some(hit);
+            }
+        }
+        best
+    }
+
+    /// Sends everything before `until` (if not sent yet).
+    fn send_until(&mut self, out: &mut Vec<u8>, until: usize) {
+        if until > self.sent {
+            out.extend_from_slice(&self.buffer[self.sent..until]);
+            self.sent = until;
+        }
+    }
+
+    /// One trigger search and decision; returns whether to keep going.
+    fn scan_step(&mut self, out: &mut Vec<u8>, at_end: bool) -> bool {
+        let len = self.buffer.len();
+        let hit = self.next_hit();
+        if at_end && hit.is_none() {
+            self.send_until(out, len);
+            self.scan = len;
+            return false;
+        }
+        // A trigger may still be arriving at the end of the buffer; a rule may start before it.
+        let incomplete_from = len.saturating_sub(self.sanitizer.longest_trigger - 1);
+        let Some(hit) = hit.filter(|h| at_end || h.start + WINDOW <= len) else {
+            // Not enough look-ahead to decide: send only what no later decision can mask.
+            let resume = hit
+                .map_or(incomplete_from, |h| h.start.min(incomplete_from))
+                .max(self.scan);
+            self.scan = resume;
+            self.send_until(out, resume.saturating_sub(MAX_LEAD));
+            return false;
+        };
+        match self.judge(hit, at_end) {
+            Verdict::Clean => {
+                self.scan = hit.start + 1;
+            }
+            Verdict::Mask {
+                start,
+                end,
+                kind,
+                then,
+            } => {
+                self.send_until(out, start);
+                self.mark(out, &kind);
+                self.sent = end;
+                self.scan = end;
+                self.barrier = end;
+                self.mode = then;
+            }
+            Verdict::OpenPrivateKey { start, end } => {
+                self.send_until(out, start);
+                self.sent = end;
+                self.scan = end;
+                self.barrier = end;
+                self.mode = Mode::WithholdingPrivateKey { withheld: 0 };
+            }
+        }
+        true
+    }
+
+    /// Decides what the trigger `hit` is.
+    fn judge(&self, hit: Hit, at_end: bool) -> Verdict {
+        let sanitizer = &self.sanitizer;
+        let rule_ids = match hit.meaning {
+            Meaning::Known(label) => {
+                return Verdict::Mask {
+                    start: hit.start,
+                    end: hit.end,
+                    kind: Arc::clone(&sanitizer.known_labels[label]),
+                    then: Mode::Scanning,
+                };
+            }
+            Meaning::Trigger(index) => &sanitizer.book.triggers[index].rules,
+        };
+        for &id in rule_ids {
+            let rule = &sanitizer.book.rules[id];
+            let Some(start) = hit
+                .start
+                .checked_sub(rule.lead)
+                .filter(|s| *s >= self.barrier)
+            else {
+                continue;
+            };
+            let window = &self.buffer[start..(hit.start + WINDOW).min(self.buffer.len())];
+            if !(rule.quick)(window) || !rules::context_allows(rule.before, &self.buffer, start) {
+                continue;
+            }
+            // The lazy DFA decides quickly; captures run only on the matched span, and only for
+            // rules that mask a group (none of those ends in a look-around assertion).
+            let Some(whole) = rule.pattern.find(window) else {
+                continue;
+            };
+            let secret = if rule.masks_group {
+                let Some(captures) = rule.pattern.captures(&window[..whole.end()]) else {
+                    continue;
+                };
+                captures.iter().skip(1).flatten().next().unwrap_or(whole)
+            } else {
+                whole
+            };
+            if !(rule.accept)(secret.as_bytes()) {
+                continue;
+            }
+            return match rule.action {
+                Action::Mask => Verdict::Mask {
+                    start: start + secret.start(),
+                    end: start + secret.end(),
+                    kind: Arc::clone(&rule.label),
+                    // A match that reaches the window's end may continue past it.
+                    then: if start + secret.end() == hit.start + WINDOW && !at_end {
+                        Mode::SwallowingToken
+                    } else {
+                        Mode::Scanning
+                    },
+                },
+                Action::OpenPrivateKey => Verdict::OpenPrivateKey {
+                    start,
+                    end: start + whole.end(),
+                },
+            };
+        }
+        Verdict::Clean
+    }
+
+    /// Inside a private-key block: look for its END line, withholding everything before it.
+    fn withhold_step(&mut self, out: &mut Vec<u8>, at_end: bool, withheld: usize) -> bool {
+        let len = self.buffer.len();
+        let budget = PRIVATE_KEY_CAP - withheld;
+        let search_end = len.min(self.sent + budget);
+        let pending = &self.buffer[self.sent..search_end];
+        let mut from = 0;
+        while let Some(offset) = memchr::memmem::find(&pending[from..], PRIVATE_KEY_END) {
+            let at = from + offset;
+            let end_line = &self.buffer[self.sent + at..len];
+            if let Some(found_end) = self
+                .sanitizer
+                .private_key_end
+                .find(end_line)
+                .map(|m| m.end())
+            {
+                self.mark(out, "private-key");
+                self.sent += at + found_end;
+                self.scan = self.sent;
+                self.barrier = self.sent;
+                self.mode = Mode::Scanning;
+                return true;
+            }
+            if !at_end && end_line.len() < 128 && !end_line.contains(&b'\n') {
+                // The END line may still be arriving.
+                self.advance_withheld(at, withheld);
+                return false;
+            }
+            from = at + 1;
+        }
+        if withheld + pending.len() >= PRIVATE_KEY_CAP || at_end {
+            // No END within the cap (or before the stream ended): fail closed, nothing withheld is sent.
+            self.mark(out, "private-key-unterminated");
+            self.sent = search_end;
+            self.scan = search_end;
+            self.barrier = search_end;
+            self.mode = Mode::Scanning;
+            return !at_end || self.sent < len;
+        }
+        // Keep what could be the start of a split END marker.
+        let keep = PRIVATE_KEY_END.len() - 1;
+        self.advance_withheld(pending.len().saturating_sub(keep), withheld);
+        false
+    }
+
+    fn advance_withheld(&mut self, by: usize, withheld: usize) {
+        self.sent += by;
+        self.scan = self.sent;
+        self.barrier = self.sent;
+        self.mode = Mode::WithholdingPrivateKey {
+            withheld: withheld + by,
+        };
+    }
+
+    /// Drops token bytes after a token longer than the window.
+    fn swallow_step(&mut self, at_end: bool) -> bool {
+        let rest = &self.buffer[self.sent..];
+        let run = rest
+            .iter()
+            .take_while(|b| rules::is_token_byte(**b))
+            .count();
+        self.sent += run;
+        self.scan = self.sent;
+        self.barrier = self.sent;
+        if run < rest.len() || at_end {
+            self.mode = Mode::Scanning;
+            return run < rest.len();
+        }
+        false
+    }
+
+    /// Drops sent bytes from the buffer, keeping [`LOOKBACK`] bytes of context.
+    fn compact(&mut self) {
+        if self.sent > 2 * LOOKBACK && self.sent > self.buffer.len() / 2 {
+            let drop = self.sent - LOOKBACK;
+            self.buffer.drain(..drop);
+            self.sent -= drop;
+            self.scan -= drop;
+            self.barrier = self.barrier.saturating_sub(drop);
+            self.forget_lookahead();
+        }
+    }
+}
+
+/// The cached next hit of one scanner at or after `scan`, searching again only when needed.
+fn lookahead(
+    cache: &mut Option<Lookahead>,
+    scanner: &Scanner,
+    haystack: &[u8],
+    scan: usize,
+) -> Option<Hit> {
+    if let Some(cached) = cache {
+        let still_valid = cached.from <= scan && cached.hit.is_none_or(|hit| hit.start >= scan);
+        if still_valid {
+            return cached.hit;
+        }
+    }
+    let hit = scanner.find(haystack, scan);
+    *cache = Some(Lookahead { from: scan, hit });
+    hit
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,550 @@
+//! The shape rules: which literal triggers a look, and what must follow it to count as a secret.
+//!
+//! Every rule starts at a literal trigger (found by one SIMD-accelerated Aho-Corasick scan over the
+//! stream) and is confirmed by a regex anchored at the rule's start, inside a bounded window. A trigger
+//! may sit a few bytes into its rule (`assword` finds `password` and `Password`), so that keywords are
+//! found case-insensitively with case-sensitive literals. Context checks look back at most
+//! [`LOOKBACK`] bytes, so a streaming redactor that keeps that much context decides exactly as a pass
+//! over the whole input would.
+
+use std::sync::Arc;
+
+use regex::bytes::Regex;
+
+use super::{Result, SanitizeError};
+
+/// How many bytes before a rule's start any rule may look at (boundaries, ANSI codes, the line).
+pub const LOOKBACK: usize = 256;
+
+/// How many bytes from a trigger a rule may look at; also the longest secret redacted in one piece.
+/// A match that reaches this far is continued by swallowing token characters (see [`is_token_byte`]).
+pub const WINDOW: usize = 8192;
+
+/// The most a rule may start before its trigger literal.
+pub const MAX_LEAD: usize = 8;
+
+/// What a confirmed match does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Replace the match (or its first capture group that took part) with a marker.
+    Mask,
+    /// The match opens a PEM private-key block: withhold everything up to its END line.
+    OpenPrivateKey,
+}
+
+/// What must be true before a rule's start for the rule to apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Before {
+    /// Nothing: the rule may start anywhere (`DB_PASSWORD=`, `https://`).
+    Anything,
+    /// A token boundary: start of stream, a non-word byte, or the end of an ANSI colour sequence.
+    TokenBoundary,
+    /// A `://` preceded by a scheme character.
+    Scheme,
+    /// Only blanks since the start of the line, or a `machine`/`login` keyword earlier on it (`.netrc`).
+    NetrcLine,
+}
+
+/// One way a trigger can turn out to be a secret.
+#[derive(Debug)]
+pub struct Rule {
+    /// The name shown in the marker: `[REDACTED:<kind>]`.
+    pub label: Arc<str>,
+    pub before: Before,
+    /// How many bytes before its trigger literal the rule starts.
+    pub lead: usize,
+    /// A cheap test on the bytes from the rule's start that rejects most non-secrets before the regex.
+    pub quick: fn(&[u8]) -> bool,
+    /// Anchored at the rule's start; if it has capture groups, only the first that took part is masked.
+    pub pattern: Regex,
+    /// Whether the pattern has capture groups (so the match is not masked whole).
+    pub masks_group: bool,
+    pub action: Action,
+    /// An extra test on the masked bytes, for shapes a regex states badly.
+    pub accept: fn(&[u8]) -> bool,
+}
+
+/// One literal that starts a look, and the rules tried at it in order (the first that matches wins).
+#[derive(Debug)]
+pub struct Trigger {
+    pub literal: &'static str,
+    pub rules: Vec<usize>,
+    /// Common in ordinary text (`://`): found by its own memmem scan, which restarts cheaply after a
+    /// hit, instead of by the shared SIMD automaton, which does not.
+    pub frequent: bool,
+}
+
+/// Literals that occur every few lines of ordinary logs.
+const FREQUENT: &[&str] = &["://"];
+
+/// The compiled rule book.
+#[derive(Debug)]
+pub struct RuleBook {
+    pub rules: Vec<Rule>,
+    pub triggers: Vec<Trigger>,
+}
+
+fn always(_: &[u8]) -> bool {
+    true
+}
+
+/// `sk-` keys: long enough to be random, and either very long or carrying a digit, so hyphenated
+/// prose such as `sk-learn-compatible-...` is left alone.
+fn openai_like(secret: &[u8]) -> bool {
+    secret.len() >= 35 || secret.iter().any(u8::is_ascii_digit)
+}
+
+/// A bare userinfo (no password) is only a secret when it looks like a token, not a login name.
+fn url_userinfo(secret: &[u8]) -> bool {
+    secret.contains(&b':') || secret.len() >= 20
+}
+
+/// Most URLs have no userinfo: the first byte that cannot be in one is not `@`.
+fn has_userinfo(from_scheme: &[u8]) -> bool {
+    from_scheme
+        .iter()
+        .skip(3)
+        .take(LOOKBACK)
+        .find(|b| !(b.is_ascii_alphanumeric() || b"._~%!$&*+=:-".contains(b)))
+        == Some(&b'@')
+}
+
+/// A `curl`/`wget` command passes `-u` or `--user` before its line ends (continuations included).
+fn same_command_has_user_flag(from_command: &[u8]) -> bool {
+    let mut end = from_command.len();
+    let mut from = 0;
+    while let Some(newline) = memchr::memchr(b'\n', &from_command[from..]) {
+        let at = from + newline;
+        let continued =
+            from_command[..at].ends_with(b"\\") || from_command[..at].ends_with(b"\\\r");
+        if !continued {
+            end = at;
+            break;
+        }
+        from = at + 1;
+    }
+    let command = &from_command[..end];
+    memchr::memmem::find(command, b" -u").is_some()
+        || memchr::memmem::find(command, b"\t-u").is_some()
+        || memchr::memmem::find(command, b"--user").is_some()
+}
+
+/// A token prefix is followed by at least a few token bytes.
+fn token_follows(from_start: &[u8]) -> bool {
+    from_start
+        .iter()
+        .take_while(|b| is_token_byte(**b))
+        .take(12)
+        .count()
+        >= 12
+}
+
+struct RuleSpec {
+    kind: &'static str,
+    triggers: &'static [&'static str],
+    lead: usize,
+    before: Before,
+    quick: fn(&[u8]) -> bool,
+    pattern: &'static str,
+    action: Action,
+    accept: fn(&[u8]) -> bool,
+}
+
+/// A token: a prefix at a token boundary, then random characters.
+const fn token(
+    kind: &'static str,
+    triggers: &'static [&'static str],
+    pattern: &'static str,
+) -> RuleSpec {
+    RuleSpec {
+        kind,
+        triggers,
+        lead: 0,
+        before: Before::TokenBoundary,
+        quick: token_follows,
+        pattern,
+        action: Action::Mask,
+        accept: always,
+    }
+}
+
+/// A value after a keyword, found by a case fragment of the keyword that starts `lead` bytes in.
+const fn keyword(
+    kind: &'static str,
+    triggers: &'static [&'static str],
+    lead: usize,
+    pattern: &'static str,
+) -> RuleSpec {
+    RuleSpec {
+        kind,
+        triggers,
+        lead,
+        before: Before::Anything,
+        quick: always,
+        pattern,
+        action: Action::Mask,
+        accept: always,
+    }
+}
+
+/// A value after `name: `, `name=`, `"name": "`, as in headers, env dumps, JSON and config files.
+macro_rules! assigned {
+    ($names:literal, $value:literal) => {
+        concat!(
+            r#"^(?i:"#,
+            $names,
+            r#")["']?[ \t]*[:=][ \t]*["']?(?P<secret>"#,
+            $value,
+            ")"
+        )
+    };
+}
+
+fn specs() -> Vec<RuleSpec> {
+    vec![
+        token(
+            "github-token",
+            &["ghp_", "gho_", "ghu_", "ghs_", "ghr_"],
+            r"^gh[pousr]_(?:[0-9]{1,20}_[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*|[A-Za-z0-9]{30,})",
+        ),
+        token(
+            "github-token",
+            &["github_pat_"],
+            r"^github_pat_[A-Za-z0-9_]{40,}",
+        ),
+        token("anthropic-key", &["sk-"], r"^sk-ant-[A-Za-z0-9_-]{20,}"),
+        RuleSpec {
+            accept: openai_like,
+            ..token(
+                "openai-key",
+                &["sk-"],
+                r"^sk-(?:(?:proj|svcacct|admin)-)?[A-Za-z0-9_-]{20,}",
+            )
+        },
+        token(
+            "stripe-key",
+            &["sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_"],
+            r"^(?:[rs]k_(?:live|test)_[A-Za-z0-9]{16,}|whsec_[A-Za-z0-9+/=]{24,})",
+        ),
+        token(
+            "slack-token",
+            &["xox", "xapp-"],
+            r"^(?:xox[abeoprs]-[A-Za-z0-9-]{10,}|xoxe\.xox[bp]-[A-Za-z0-9-]{10,}|xapp-[0-9]+-[A-Za-z0-9-]{10,})",
+        ),
+        keyword(
+            "slack-webhook",
+            &[".slack.com/"],
+            5,
+            r"^hooks\.slack\.com/(?:services|workflows|triggers)/(?P<secret>[A-Za-z0-9_/-]{8,})",
+        ),
+        // Access key ids only; AWS's other unique-id prefixes (AIDA, AROA, ...) name things, not secrets.
+        token(
+            "aws-access-key-id",
+            &["AKIA", "ASIA", "ABIA", "ACCA"],
+            r"^[A-Z]{4}[A-Z0-9]{16}(?-u:\b)",
+        ),
+        keyword(
+            "aws-secret-key",
+            &["ws_secret_access_key", "WS_SECRET_ACCESS_KEY"],
+            1,
+            assigned!("aws_secret_access_key", r"[A-Za-z0-9/+=]{30,}"),
+        ),
+        token(
+            "gitlab-token",
+            &[
+                "glpat-",
+                "gldt-",
+                "glrt-",
+                "glptt-",
+                "glcbt-",
+                "glimt-",
+                "glft-",
+                "glagent-",
+                "gloas-",
+                "glsoat-",
+                "glffct-",
+                "GR1348941",
+            ],
+            r"^(?:gl[a-z]{2,7}-[A-Za-z0-9_.-]{20,}|GR1348941[A-Za-z0-9_-]{20,})",
+        ),
+        token("npm-token", &["npm_"], r"^npm_[A-Za-z0-9]{36,}"),
+        token("huggingface-token", &["hf_"], r"^hf_[A-Za-z0-9]{30,}"),
+        token("google-api-key", &["AIza"], r"^AIza[0-9A-Za-z_-]{35}"),
+        token(
+            "jwt",
+            &["eyJ"],
+            r"^eyJ[A-Za-z0-9_-]{8,}\.ey[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",
+        ),
+        RuleSpec {
+            action: Action::OpenPrivateKey,
+            ..keyword(
+                "private-key",
+                &["-----BEGIN "],
+                0,
+                r"^-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----",
+            )
+        },
+        keyword(
+            "authorization",
+            &["uthorization", "UTHORIZATION"],
+            1,
+            r#"^(?i:authorization)["']?[ \t]*[:=][ \t]*["']?(?:(?i:bearer|basic|token|digest|negotiate|apikey)[ \t]+(?P<secret>[A-Za-z0-9._~+/=:-]{4,})|(?P<bare_secret>[^\s"']{8,}))"#,
+        ),
+        keyword(
+            "api-key",
+            &[
+                "pi_key", "pi-key", "pikey", "PI_KEY", "PI-KEY", "PIKEY", "pi-Key",
+            ],
+            1,
+            assigned!(r"api[_-]?key", r"[A-Za-z0-9._~+/=-]{8,}"),
+        ),
+        keyword(
+            "api-key",
+            &[
+                "rivate-token",
+                "RIVATE-TOKEN",
+                "rivate-Token",
+                "uth-token",
+                "uth_token",
+                "UTH-TOKEN",
+                "UTH_TOKEN",
+                "uth-Token",
+            ],
+            1,
+            assigned!(r"private-token|auth[_-]token", r"[A-Za-z0-9._~+/=-]{8,}"),
+        ),
+        keyword(
+            "password",
+            &["assword", "ASSWORD", "asswd", "ASSWD"],
+            1,
+            assigned!("password|passwd", r#"[^\s"',;&]+"#),
+        ),
+        RuleSpec {
+            before: Before::NetrcLine,
+            ..keyword(
+                "password",
+                &["assword", "ASSWORD"],
+                1,
+                r"^(?i:password)[ \t]+(?P<secret>\S+)",
+            )
+        },
+        RuleSpec {
+            quick: same_command_has_user_flag,
+            ..keyword(
+                "basic-auth",
+                &["curl ", "wget "],
+                0,
+                r#"^(?:curl|wget) (?:\\\r?\n|[^\n])*?[ \t](?:-u[ \t]*|--user[= \t][ \t]*)["']?(?P<secret>[^\s"':]+:[^\s"']+)"#,
+            )
+        },
+        RuleSpec {
+            before: Before::Scheme,
+            quick: has_userinfo,
+            accept: url_userinfo,
+            ..keyword(
+                "url-credentials",
+                &["://"],
+                0,
+                r"^://(?P<secret>[A-Za-z0-9._~%!$&*+=-]+(?::[A-Za-z0-9._~%!$&*+=:-]*)?)@",
+            )
+        },
+    ]
+}
+
+impl RuleBook {
+    /// Compiles the built-in rules. Fails only if a built-in pattern is malformed (a bug caught by tests).
+    pub fn builtin() -> Result<RuleBook> {
+        let mut rules = Vec::new();
+        let mut triggers: Vec<Trigger> = Vec::new();
+        for spec in specs() {
+            let pattern = Regex::new(spec.pattern).map_err(|source| SanitizeError::Rule {
+                kind: spec.kind,
+                source: Box::new(source),
+            })?;
+            let index = rules.len();
+            rules.push(Rule {
+                label: Arc::from(spec.kind),
+                before: spec.before,
+                lead: spec.lead,
+                quick: spec.quick,
+                masks_group: pattern.captures_len() > 1,
+                pattern,
+                action: spec.action,
+                accept: spec.accept,
+            });
+            for literal in spec.triggers {
+                match triggers.iter_mut().find(|t| t.literal == *literal) {
+                    Some(trigger) => trigger.rules.push(index),
+                    None => triggers.push(Trigger {
+                        literal,
+                        rules: vec![index],
+                        frequent: FREQUENT.contains(literal),
+                    }),
+                }
+            }
+        }
+        Ok(RuleBook { rules, triggers })
+    }
+}
+
+/// Bytes a word is made of: a token glued to one of these is part of a longer word, not a token.
+fn is_word_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || byte == b'_'
+}
+
+/// Bytes that can continue a token past [`WINDOW`].
+pub fn is_token_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'.' | b'+' | b'/' | b'=')
+}
+
+/// Whether the context before `at` allows a rule to start there. `haystack[..at]` holds at least
+/// [`LOOKBACK`] bytes of context unless the stream itself starts within that distance.
+pub fn context_allows(before: Before, haystack: &[u8], at: usize) -> bool {
+    match before {
+        Before::Anything => true,
+        Before::TokenBoundary => token_boundary(haystack, at),
+        Before::Scheme => {
+            at > 0
+                && (haystack[at - 1].is_ascii_alphanumeric()
+                    || matches!(haystack[at - 1], b'+' | b'.' | b'-'))
+        }
+        Before::NetrcLine => {
+            let line = current_line(haystack, at);
+            line.iter().all(|b| *b == b' ' || *b == b'\t')
+                || contains_word(line, b"machine")
+                || contains_word(line, b"login")
+        }
+    }
+}
+
+fn token_boundary(haystack: &[u8], at: usize) -> bool {
+    at == 0 || !is_word_byte(haystack[at - 1]) || ansi_sequence_ends_at(haystack, at)
+}
+
+/// True when an ANSI CSI sequence (`ESC [ params final`) ends right before `at`, written raw or
+/// escaped the ways logs and JSON write it (`\u001b`, `\x1b`, `\033`, `\e`).
+fn ansi_sequence_ends_at(haystack: &[u8], at: usize) -> bool {
+    let start = at.saturating_sub(32);
+    let window = &haystack[start..at];
+    let Some((&last, rest)) = window.split_last() else {
+        return false;
+    };
+    if !(0x40..=0x7e).contains(&last) {
+        return false;
+    }
+    let params = rest
+        .iter()
+        .rev()
+        .take_while(|b| b.is_ascii_digit() || matches!(b, b';' | b'?'))
+        .count();
+    let Some(before_params) = rest.len().checked_sub(params + 1) else {
+        return false;
+    };
+    if rest[before_params] != b'[' {
+        return false;
+    }
+    let introducer = &rest[..before_params];
+    introducer.ends_with(b"\x1b")
+        || introducer.ends_with(b"\\u001b")
+        || introducer.ends_with(b"\\u001B")
+        || introducer.ends_with(b"\\x1b")
+        || introducer.ends_with(b"\\x1B")
+        || introducer.ends_with(b"\\033")
+        || introducer.ends_with(b"\\e")
+}
+
+/// The part of the current line before `at`, at most [`LOOKBACK`] bytes of it.
+fn current_line(haystack: &[u8], at: usize) -> &[u8] {
+    let window = &haystack[at.saturating_sub(LOOKBACK)..at];
+    match memchr::memrchr(b'\n', window) {
+        Some(newline) => &window[newline + 1..],
+        None => window,
+    }
+}
+
+fn contains_word(line: &[u8], word: &[u8]) -> bool {
+    memchr::memmem::find_iter(line, word).any(|at| {
+        let before_ok = at == 0 || !is_word_byte(line[at - 1]);
+        let after = at + word.len();
+        let after_ok = after >= line.len() || !is_word_byte(line[after]);
+        before_ok && after_ok
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    /// The SIMD prefilter (Teddy) handles at most this many literals; past it scanning is ~4x slower.
+    const MAX_TRIGGERS: usize = 64;
+
+    #[test]
+    fn builtin_rules_compile_and_every_rule_has_a_trigger() {
+        let book = RuleBook::builtin().unwrap();
+        for index in 0..book.rules.len() {
+            assert!(
+                book.triggers.iter().any(|t| t.rules.contains(&index)),
+                "rule {} has no trigger",
+                book.rules[index].label
+            );
+        }
+        assert!(
+            book.triggers.len() <= MAX_TRIGGERS,
+            "{} triggers: the SIMD prefilter would be lost",
+            book.triggers.len()
+        );
+        for rule in &book.rules {
+            assert!(rule.lead <= MAX_LEAD);
+        }
+    }
+
+    #[test]
+    fn ansi_colour_codes_count_as_a_boundary_in_every_spelling() {
+        for prefix in [
+            &b"\x1b[32m"[..],
+            b"\\u001b[1;31m",
+            b"\\x1b[0m",
+            b"\\033[33m",
+            b"\\e[4m",
+        ] {
+            let mut text = prefix.to_vec();
+            let at = text.len();
+            text.extend_from_slice(b"ghp_");
+            assert!(
+                token_boundary(&text, at),
+                "{}",
+                String::from_utf8_lossy(prefix)
+            );
+        }
+        assert!(!token_boundary(b"xm", 1));
+        assert!(!token_boundary(b"[32m", 4), "no escape introducer");
+    }
+
+    #[test]
+    fn line_context_is_limited_to_the_current_line() {
+        assert!(context_allows(Before::NetrcLine, b"  password x", 2));
+        assert!(context_allows(
+            Before::NetrcLine,
+            b"machine h login u password x",
+            18
+        ));
+        assert!(!context_allows(Before::NetrcLine, b"the password x", 4));
+        assert!(!context_allows(
+            Before::NetrcLine,
+            b"machine h\nthe password x",
+            14
+        ));
+    }
+
+    #[test]
+    fn a_curl_user_flag_counts_within_the_command_and_its_continuations() {
+        assert!(same_command_has_user_flag(b"curl -s -u a:b https://x"));
+        assert!(same_command_has_user_flag(
+            b"curl -s \\\n  --user a:b https://x"
+        ));
+        assert!(!same_command_has_user_flag(
+            b"curl -s https://x\nsudo -u root ls"
+        ));
+    }
+}

@@ -1,0 +1,494 @@
+//! Unit and property tests of the sanitizer. Secrets are generated here at run time; none is written
+//! literally in the repository.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use proptest::prelude::*;
+
+use super::*;
+
+const ALNUM: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+const URLSAFE: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+const UPPER_DIGITS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+const LETTERS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+const DIGITS: &[u8] = b"0123456789";
+
+/// A deterministic generator of random-looking token bodies.
+struct Fake(u64);
+
+impl Fake {
+    fn new(seed: u64) -> Fake {
+        Fake(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn body(&mut self, alphabet: &[u8], len: usize) -> String {
+        (0..len)
+            .map(|_| char::from(alphabet[(self.next() % alphabet.len() as u64) as usize]))
+            .collect()
+    }
+
+    fn jwt(&mut self) -> String {
+        let header = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(br#"{"alg":"RS256","typ":"JWT"}"#);
+        let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!(
+            r#"{{"iss":"{}","exp":1790000000}}"#,
+            self.body(DIGITS, 7)
+        ));
+        format!("{header}.{payload}.{}", self.body(URLSAFE, 420))
+    }
+}
+
+/// One generated secret per shape rule: (expected kind, the secret, how it appears in text).
+fn secrets(seed: u64) -> Vec<(&'static str, String, String)> {
+    let mut f = Fake::new(seed);
+    let mut out = Vec::new();
+    let mut bare = |kind: &'static str, secret: String| out.push((kind, secret.clone(), secret));
+    bare("github-token", format!("ghp_{}", f.body(ALNUM, 36)));
+    bare("github-token", format!("gho_{}", f.body(ALNUM, 36)));
+    bare("github-token", format!("ghu_{}", f.body(ALNUM, 36)));
+    bare("github-token", format!("ghs_{}", f.body(ALNUM, 36)));
+    bare("github-token", format!("ghr_{}", f.body(ALNUM, 36)));
+    let installation = format!("ghs_{}_{}", f.body(DIGITS, 7), f.jwt());
+    assert!(installation.len() > 480, "{}", installation.len());
+    bare("github-token", installation);
+    bare(
+        "github-token",
+        format!("github_pat_{}_{}", f.body(ALNUM, 22), f.body(ALNUM, 59)),
+    );
+    bare("openai-key", format!("sk-{}", f.body(ALNUM, 48)));
+    bare("openai-key", format!("sk-proj-{}", f.body(URLSAFE, 156)));
+    bare("openai-key", format!("sk-svcacct-{}", f.body(URLSAFE, 120)));
+    bare("openai-key", format!("sk-admin-{}", f.body(URLSAFE, 120)));
+    bare(
+        "anthropic-key",
+        format!("sk-ant-api03-{}AA", f.body(URLSAFE, 93)),
+    );
+    bare(
+        "slack-token",
+        format!(
+            "xoxb-{}-{}-{}",
+            f.body(DIGITS, 12),
+            f.body(DIGITS, 13),
+            f.body(ALNUM, 24)
+        ),
+    );
+    bare(
+        "slack-token",
+        format!("xoxp-{}-{}", f.body(DIGITS, 12), f.body(ALNUM, 32)),
+    );
+    bare(
+        "slack-token",
+        format!(
+            "xapp-1-A{}-{}-{}",
+            f.body(UPPER_DIGITS, 10),
+            f.body(DIGITS, 13),
+            f.body(ALNUM, 64)
+        ),
+    );
+    bare(
+        "aws-access-key-id",
+        format!("AKIA{}", f.body(UPPER_DIGITS, 16)),
+    );
+    bare(
+        "aws-access-key-id",
+        format!("ASIA{}", f.body(UPPER_DIGITS, 16)),
+    );
+    bare("gitlab-token", format!("glpat-{}", f.body(URLSAFE, 20)));
+    bare("npm-token", format!("npm_{}", f.body(ALNUM, 36)));
+    bare("huggingface-token", format!("hf_{}", f.body(LETTERS, 34)));
+    bare("stripe-key", format!("sk_live_{}", f.body(ALNUM, 24)));
+    bare("stripe-key", format!("rk_live_{}", f.body(ALNUM, 24)));
+    bare("google-api-key", format!("AIza{}", f.body(URLSAFE, 35)));
+    bare("jwt", f.jwt());
+
+    let webhook = format!(
+        "T{}/B{}/{}",
+        f.body(UPPER_DIGITS, 8),
+        f.body(UPPER_DIGITS, 8),
+        f.body(ALNUM, 24)
+    );
+    out.push((
+        "slack-webhook",
+        webhook.clone(),
+        format!("https://hooks.slack.com/services/{webhook}"),
+    ));
+    let bearer = f.body(URLSAFE, 40);
+    out.push((
+        "authorization",
+        bearer.clone(),
+        format!("Authorization: Bearer {bearer}"),
+    ));
+    let basic =
+        base64::engine::general_purpose::STANDARD.encode(format!("me:{}", f.body(ALNUM, 12)));
+    out.push((
+        "authorization",
+        basic.clone(),
+        format!("authorization: Basic {basic}"),
+    ));
+    let header_token = f.body(ALNUM, 40);
+    out.push((
+        "authorization",
+        header_token.clone(),
+        format!(r#""Authorization": "token {header_token}""#),
+    ));
+    let password = f.body(ALNUM, 16);
+    out.push((
+        "password",
+        password.clone(),
+        format!("protocol=https\nhost=example.com\nusername=me\npassword={password}\n"),
+    ));
+    let netrc = f.body(ALNUM, 16);
+    out.push((
+        "password",
+        netrc.clone(),
+        format!("machine example.com login me password {netrc}"),
+    ));
+    let netrc_line = f.body(ALNUM, 16);
+    out.push((
+        "password",
+        netrc_line.clone(),
+        format!("machine h\n  login me\n  password {netrc_line}\n"),
+    ));
+    let curl = format!("me:{}", f.body(ALNUM, 14));
+    out.push((
+        "basic-auth",
+        curl.clone(),
+        format!("$ curl -sS -u {curl} https://api.example.com/x"),
+    ));
+    let userinfo = format!("deploy:{}", f.body(ALNUM, 18));
+    out.push((
+        "url-credentials",
+        userinfo.clone(),
+        format!("fetching https://{userinfo}@git.example.com/o/r.git"),
+    ));
+    let postgres = format!("app:{}", f.body(ALNUM, 12));
+    out.push((
+        "url-credentials",
+        postgres.clone(),
+        format!("DATABASE_URL=postgres://{postgres}@db:5432/app"),
+    ));
+    let bare_user = f.body(ALNUM, 40);
+    out.push((
+        "url-credentials",
+        bare_user.clone(),
+        format!("remote: https://{bare_user}@github.com/o/r"),
+    ));
+    let aws_secret = f.body(ALNUM, 40);
+    out.push((
+        "aws-secret-key",
+        aws_secret.clone(),
+        format!("aws_secret_access_key = {aws_secret}"),
+    ));
+    let api_key = f.body(ALNUM, 32);
+    out.push(("api-key", api_key.clone(), format!("X-Api-Key: {api_key}")));
+    out
+}
+
+fn sanitizer() -> Arc<TokenSanitizer> {
+    Arc::new(TokenSanitizer::new().unwrap())
+}
+
+fn redact(text: &str) -> String {
+    String::from_utf8(sanitizer().redact(text.as_bytes())).unwrap()
+}
+
+fn redact_chunked(sanitizer: &Arc<TokenSanitizer>, input: &[u8], cuts: &[usize]) -> Vec<u8> {
+    let mut redactor = Redactor::new(Arc::clone(sanitizer));
+    let mut out = Vec::new();
+    let mut last = 0;
+    for &cut in cuts {
+        let cut = cut.clamp(last, input.len());
+        redactor.push(&input[last..cut], &mut out);
+        last = cut;
+    }
+    redactor.push(&input[last..], &mut out);
+    redactor.finish(&mut out);
+    out
+}
+
+#[test]
+fn every_shape_rule_masks_its_secret_and_names_the_kind() {
+    for (kind, secret, text) in secrets(1) {
+        let line = format!("before {text} after");
+        let out = redact(&line);
+        assert!(!out.contains(&secret), "{kind} leaked: {out}");
+        assert!(
+            out.contains(&format!("[REDACTED:{kind}]")),
+            "{kind} not named: {out}"
+        );
+        assert!(
+            out.starts_with("before ") && out.ends_with(" after"),
+            "{kind} context lost: {out}"
+        );
+    }
+}
+
+#[test]
+fn the_context_around_a_value_secret_is_kept() {
+    assert_eq!(
+        redact("git clone https://deploy:hunter2hunter2@git.example.com/o/r.git"),
+        "git clone https://[REDACTED:url-credentials]@git.example.com/o/r.git"
+    );
+    let token = Fake::new(9).body(ALNUM, 40);
+    assert_eq!(
+        redact(&format!("Authorization: Bearer {token}\r\n")),
+        "Authorization: Bearer [REDACTED:authorization]\r\n"
+    );
+}
+
+#[test]
+fn ordinary_text_is_left_untouched() {
+    let clean = [
+        "task-runnerconfigurationvalidatorwithmanyletters done",
+        "the desk-organiser-and-whiteboard-cleaning-rota is up",
+        "a sketch of ghost_town and skeleton-keys",
+        "commit 3f1c2a9b8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a (HEAD -> main)",
+        "image sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+        "id 123e4567-e89b-12d3-a456-426614174000",
+        r#"<script integrity="sha384-oqVuAfXRKap7fdgcCY5uykM6+R9GqQ8K/uxy9rx7HNQlGYl1kPzQho1wx4JwY8wC">"#,
+        "remote: git@github.com:octo/app.git",
+        "mail jane.doe+stet@example.com about it",
+        "see https://github.com/octo/app/pull/42 and https://git@github.com/o/r",
+        "the password is required; enter your password below",
+        "npm_config_cache=/tmp/npm sk-short hf_hub ASIA AKIAPREFIX",
+        "docker run -u 1000:1000 image",
+        "-----BEGIN PUBLIC KEY----- is not a private key",
+        "ssh://git@example.com:22/o/r.git",
+    ];
+    for text in clean {
+        assert_eq!(redact(text), text);
+    }
+}
+
+#[test]
+fn tokens_next_to_ansi_codes_and_inside_json_strings_are_masked() {
+    let token = format!("ghp_{}", Fake::new(2).body(ALNUM, 36));
+    let coloured = format!("\x1b[32m{token}\x1b[0m");
+    assert_eq!(redact(&coloured), "\x1b[32m[REDACTED:github-token]\x1b[0m");
+    let escaped = format!(r#"{{"out":"\u001b[1;33m{token}\u001b[0m"}}"#);
+    assert_eq!(
+        redact(&escaped),
+        r#"{"out":"\u001b[1;33m[REDACTED:github-token]\u001b[0m"}"#
+    );
+    let json = format!(r#"{{"content":"export T={token}\nnext line"}}"#);
+    assert_eq!(
+        redact(&json),
+        r#"{"content":"export T=[REDACTED:github-token]\nnext line"}"#
+    );
+}
+
+#[test]
+fn known_values_are_masked_in_every_encoding() {
+    let value = format!("stet-cred-{}", Fake::new(3).body(ALNUM, 30));
+    let known = KnownValue::new("scoped-credential", &value).unwrap();
+    let sanitizer = Arc::new(TokenSanitizer::with_known_values(vec![known]).unwrap());
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{value}"));
+    let shifted = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("ab{value}cd"));
+    let with_slash = format!("{value}/+ \"q\"");
+    let cases = [value.clone(), format!("Basic {basic}"), shifted];
+    for text in cases {
+        let out = String::from_utf8(sanitizer.redact(text.as_bytes())).unwrap();
+        assert!(!out.contains(&value), "{out}");
+        assert!(
+            out.contains("[REDACTED:scoped-credential]"),
+            "{text} -> {out}"
+        );
+    }
+    let odd = Arc::new(
+        TokenSanitizer::with_known_values(vec![KnownValue::new("model-key", &with_slash).unwrap()])
+            .unwrap(),
+    );
+    let percent: String = with_slash
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b == b'-' {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    let json = serde_json::to_string(&with_slash).unwrap();
+    for text in [format!("?k={percent}&x=1"), format!("{{\"k\":{json}}}")] {
+        let out = String::from_utf8(odd.redact(text.as_bytes())).unwrap();
+        assert!(out.contains("[REDACTED:model-key]"), "{text} -> {out}");
+        assert!(!out.contains(&value[..20]), "{out}");
+    }
+}
+
+#[test]
+fn a_private_key_block_is_withheld_whole() {
+    let mut f = Fake::new(4);
+    let body: Vec<String> = (0..20).map(|_| f.body(ALNUM, 64)).collect();
+    let block = format!(
+        "-----BEGIN RSA PRIVATE KEY-----\n{}\n-----END RSA PRIVATE KEY-----",
+        body.join("\n")
+    );
+    let out = redact(&format!("key:\n{block}\ndone"));
+    assert_eq!(out, "key:\n[REDACTED:private-key]\ndone");
+    let json = format!(r#"{{"k":"{}"}}"#, block.replace('\n', "\\n"));
+    assert_eq!(redact(&json), r#"{"k":"[REDACTED:private-key]"}"#);
+    let openssh = "-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n-----END OPENSSH PRIVATE KEY-----";
+    assert_eq!(redact(openssh), "[REDACTED:private-key]");
+}
+
+#[test]
+fn an_unterminated_private_key_fails_closed() {
+    let mut f = Fake::new(5);
+    let body = f.body(ALNUM, 4000);
+    let out = redact(&format!("x\n-----BEGIN PRIVATE KEY-----\n{body}"));
+    assert_eq!(out, "x\n[REDACTED:private-key-unterminated]");
+
+    // Past the cap, what was held stays withheld and output resumes after it.
+    let long: String = f.body(ALNUM, PRIVATE_KEY_CAP + 10);
+    let out = redact(&format!("-----BEGIN EC PRIVATE KEY-----{long}\nvisible"));
+    assert_eq!(
+        out,
+        format!(
+            "[REDACTED:private-key-unterminated]{}\nvisible",
+            &long[PRIVATE_KEY_CAP..]
+        )
+    );
+}
+
+#[test]
+fn invalid_utf8_passes_through_and_is_still_redacted() {
+    let token = format!("ghp_{}", Fake::new(6).body(ALNUM, 36));
+    let mut input = vec![0xff, 0xfe, b' '];
+    input.extend_from_slice(token.as_bytes());
+    input.extend_from_slice(&[b' ', 0xc3, 0x28, 0x80]);
+    let out = sanitizer().redact(&input);
+    let mut expected = vec![0xff, 0xfe, b' '];
+    expected.extend_from_slice(b"[REDACTED:github-token]");
+    expected.extend_from_slice(&[b' ', 0xc3, 0x28, 0x80]);
+    assert_eq!(out, expected);
+}
+
+#[test]
+fn a_token_longer_than_the_window_is_swallowed_whole() {
+    let long = format!("ghp_{}", Fake::new(7).body(ALNUM, WINDOW * 2));
+    let text = format!("a {long} b");
+    assert_eq!(redact(&text), "a [REDACTED:github-token] b");
+    let chunked = redact_chunked(&sanitizer(), text.as_bytes(), &[5, 100, 9000, 9001, 17000]);
+    assert_eq!(chunked, b"a [REDACTED:github-token] b");
+}
+
+fn corpus(seed: u64) -> Vec<u8> {
+    let mut text = String::new();
+    let filler = [
+        "INFO build step 3/7 finished in 1.2s\n",
+        "\x1b[32m✔\x1b[0m tests passed (https://ci.example.com/run/1)\n",
+        "{\"kind\":\"ObservationEvent\",\"content\":\"ok\\n\"}\n",
+        "task-runner desk-lamp sketch ghost_town\n",
+        "ünïcödé text — with dashes\n",
+    ];
+    for (i, (_, _, secret_text)) in secrets(seed).into_iter().enumerate() {
+        text.push_str(filler[i % filler.len()]);
+        text.push_str(&secret_text);
+        text.push('\n');
+    }
+    text.push_str("-----BEGIN PRIVATE KEY-----\nMIIabc\n-----END PRIVATE KEY-----\ntail");
+    text.into_bytes()
+}
+
+#[test]
+fn feeding_one_byte_at_a_time_matches_feeding_whole() {
+    let sanitizer = sanitizer();
+    let input = corpus(11);
+    let whole = sanitizer.redact(&input);
+    let cuts: Vec<usize> = (1..input.len()).collect();
+    assert_eq!(redact_chunked(&sanitizer, &input, &cuts), whole);
+    for (_, secret, _) in secrets(11) {
+        assert!(!String::from_utf8_lossy(&whole).contains(&secret));
+    }
+}
+
+#[test]
+fn a_fifty_megabyte_single_line_streams_in_bounded_memory() {
+    let sanitizer = sanitizer();
+    let token = format!("ghp_{}", Fake::new(8).body(ALNUM, 36));
+    let line = "abcdefghij-klmnopqrst/uvwxyz ".repeat(2000);
+    let mut redactor = Redactor::new(Arc::clone(&sanitizer));
+    let mut out = Vec::new();
+    let mut fed = 0usize;
+    while fed < 50 * 1024 * 1024 {
+        redactor.push(line.as_bytes(), &mut out);
+        fed += line.len();
+        // Nothing beyond the look-ahead window is ever held back.
+        assert!(
+            fed - out.len() <= WINDOW + LOOKBACK,
+            "held {}",
+            fed - out.len()
+        );
+    }
+    redactor.push(token.as_bytes(), &mut out);
+    redactor.finish(&mut out);
+    assert!(out.ends_with(b"[REDACTED:github-token]"));
+    assert!(!out.contains(&b'\n'));
+}
+
+#[test]
+fn sanitized_text_is_redacted_and_serialises_as_a_plain_string() {
+    let token = format!("glpat-{}", Fake::new(10).body(ALNUM, 20));
+    let text = sanitizer().sanitize(&format!("push failed with {token}"));
+    assert_eq!(text.as_str(), "push failed with [REDACTED:gitlab-token]");
+    assert_eq!(
+        serde_json::to_string(&text).unwrap(),
+        "\"push failed with [REDACTED:gitlab-token]\""
+    );
+}
+
+#[test]
+fn a_handle_learns_values_for_every_later_user() {
+    let handle = SanitizerHandle::new(TokenSanitizer::new().unwrap());
+    let value = Fake::new(12).body(ALNUM, 24);
+    let before = handle.current();
+    handle
+        .register(KnownValue::new("primary-token", &value).unwrap())
+        .unwrap();
+    assert_eq!(
+        before.sanitize(&value).as_str(),
+        value,
+        "an earlier snapshot is unchanged"
+    );
+    assert_eq!(
+        handle.current().sanitize(&value).as_str(),
+        "[REDACTED:primary-token]"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, .. ProptestConfig::default() })]
+
+    #[test]
+    fn any_chunking_redacts_like_the_whole(seed in 0u64..1000, cuts in proptest::collection::vec(0usize..6000, 0..40)) {
+        let sanitizer = sanitizer();
+        let input = corpus(seed);
+        let mut cuts = cuts;
+        cuts.sort_unstable();
+        let whole = sanitizer.redact(&input);
+        prop_assert_eq!(redact_chunked(&sanitizer, &input, &cuts), whole);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic_and_chunking_is_invisible(
+        input in proptest::collection::vec(prop_oneof![
+            Just(b'g'), Just(b'h'), Just(b'p'), Just(b'_'), Just(b'-'), Just(b':'), Just(b'/'), Just(b'@'),
+            Just(b'\n'), Just(b' '), Just(0x1b), Just(b'['), Just(b'm'), any::<u8>(), (b'a'..=b'z'), (b'0'..=b'9'),
+        ], 0..3000),
+        cut in 0usize..3000,
+    ) {
+        let sanitizer = sanitizer();
+        let whole = sanitizer.redact(&input);
+        prop_assert_eq!(redact_chunked(&sanitizer, &input, &[cut]), whole);
+    }
+}

@@ -1,0 +1,9 @@
+//! stet: dispatch an AI coding agent into a locked-down container and watch it work.
+//!
+//! The library holds the engine and its pure cores; `main.rs` is only the command line on top.
+
+pub mod brief;
+pub mod dispatch;
+pub mod inbox;
+pub mod logging;
+pub mod workflow;

@@ -1,0 +1,3 @@
+//! The one integration-test binary: every suite module runs from here so the crate links once.
+
+mod suite;

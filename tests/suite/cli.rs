@@ -1,0 +1,203 @@
+//! The `stet` binary from the outside: `sanitize` as a Unix filter, `check-branch`, usage errors, and
+//! the log files it leaves. Canary secrets are generated per run.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use stet::dispatch::credential::random_token;
+
+fn stet(state: &std::path::Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_stet"));
+    command.env("XDG_STATE_HOME", state).env_remove("STET_LOG");
+    command
+}
+
+fn run_with_stdin(mut command: Command, stdin: &[u8]) -> Output {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let bytes = stdin.to_vec();
+    let writer = std::thread::spawn(move || input.write_all(&bytes));
+    let output = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    output
+}
+
+fn log_text(state: &std::path::Path) -> String {
+    let mut text = String::new();
+    for entry in std::fs::read_dir(state.join("stet/logs")).unwrap() {
+        text.push_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap());
+    }
+    text
+}
+
+#[test]
+fn sanitize_masks_shapes_and_known_values_from_the_environment() {
+    let state = tempfile::tempdir().unwrap();
+    let github = format!("ghp_{}", random_token(36).unwrap());
+    let known = format!("model-key-{}", random_token(32).unwrap());
+    let input = format!("start\ntoken {github}\nkey {known}\n\u{1b}[31m{github}\u{1b}[0m\nend\n");
+    let mut command = stet(state.path());
+    command
+        .args([
+            "sanitize",
+            "--known-value-env",
+            "STET_TEST_MODEL_KEY",
+            "--stats",
+        ])
+        .env("STET_TEST_MODEL_KEY", &known);
+    let output = run_with_stdin(command, input.as_bytes());
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(
+        stdout,
+        "start\ntoken [REDACTED:github-token]\nkey [REDACTED:env-stet-test-model-key]\n\u{1b}[31m[REDACTED:github-token]\u{1b}[0m\nend\n"
+    );
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains(&format!("{} bytes read, 3 secrets masked", input.len())),
+        "{stderr}"
+    );
+    let logs = log_text(state.path());
+    assert!(logs.contains("stet sanitize finished"), "{logs}");
+    for sink in [&stdout, &stderr, &logs] {
+        assert!(!sink.contains(&github) && !sink.contains(&known));
+    }
+}
+
+#[test]
+fn sanitize_passes_invalid_utf8_through_and_streams_large_input() {
+    let state = tempfile::tempdir().unwrap();
+    let token = format!(
+        "xoxb-{}-{}",
+        random_token(12).unwrap(),
+        random_token(24).unwrap()
+    );
+    let mut input: Vec<u8> = Vec::new();
+    for i in 0..200_000u32 {
+        input.extend_from_slice(format!("line {i} \u{fffd} ").as_bytes());
+        input.extend_from_slice(&[0xff, 0xc3, 0x28, b'\n']);
+    }
+    let position = input.len() / 2;
+    input.splice(position..position, format!(" {token} ").into_bytes());
+    let output = run_with_stdin(
+        {
+            let mut c = stet(state.path());
+            c.arg("sanitize");
+            c
+        },
+        &input,
+    );
+    assert!(output.status.success());
+    let mut expected = input.clone();
+    expected.splice(
+        position..position + token.len() + 2,
+        b" [REDACTED:slack-token] ".iter().copied(),
+    );
+    assert_eq!(output.stdout.len(), expected.len());
+    assert!(output.stdout == expected);
+}
+
+#[test]
+fn sanitize_refuses_a_missing_or_unusable_known_value_with_exit_2() {
+    let state = tempfile::tempdir().unwrap();
+    let mut command = stet(state.path());
+    command
+        .args(["sanitize", "--known-value-env", "STET_TEST_UNSET_VARIABLE"])
+        .env_remove("STET_TEST_UNSET_VARIABLE");
+    let output = run_with_stdin(command, b"x");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains("STET_TEST_UNSET_VARIABLE is not set"),
+        "{stderr}"
+    );
+
+    let mut command = stet(state.path());
+    command
+        .args(["sanitize", "--known-value-env", "STET_TEST_SHORT"])
+        .env("STET_TEST_SHORT", "abc");
+    let output = run_with_stdin(command, b"x");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains("STET_TEST_SHORT") && stderr.contains("8 to 1024 bytes"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty());
+}
+
+#[test]
+fn check_branch_prints_valid_names_and_explains_invalid_ones() {
+    let state = tempfile::tempdir().unwrap();
+    let output = stet(state.path())
+        .args(["check-branch", "stet/fix-login", "--base", "main"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8(output.stdout).unwrap(),
+        "stet/fix-login\n"
+    );
+
+    for (name, base, why) in [
+        ("../evil", None, ".."),
+        ("main", None, "main"),
+        ("feature/x", Some("feature/x"), "base"),
+        ("a b", None, "whitespace"),
+    ] {
+        let mut command = stet(state.path());
+        command.args(["check-branch", name]);
+        if let Some(base) = base {
+            command.args(["--base", base]);
+        }
+        let output = command.output().unwrap();
+        assert_eq!(output.status.code(), Some(1), "{name}");
+        assert!(output.stdout.is_empty());
+        let stderr = String::from_utf8(output.stderr).unwrap().to_lowercase();
+        assert!(stderr.contains(why), "{name}: {stderr}");
+    }
+}
+
+#[test]
+fn usage_errors_exit_2_and_help_documents_the_commands() {
+    let state = tempfile::tempdir().unwrap();
+    let output = stet(state.path()).arg("--no-such-flag").output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    for args in [&[][..], &["--headless"][..]] {
+        let output = stet(state.path()).args(args).output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8(output.stderr)
+                .unwrap()
+                .contains("stet sanitize")
+        );
+    }
+    let help = stet(state.path()).arg("--help").output().unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    for word in [
+        "sanitize",
+        "check-branch",
+        "--headless",
+        "Exit codes",
+        "5  cost ceiling hit",
+        "STET_LOG",
+    ] {
+        assert!(help.contains(word), "{word} missing from --help");
+    }
+    let help = stet(state.path())
+        .args(["sanitize", "--help"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8(help.stdout)
+            .unwrap()
+            .contains("--known-value-env")
+    );
+}

@@ -1,0 +1,3 @@
+mod branch;
+mod brief;
+mod cli;
