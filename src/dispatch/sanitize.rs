@@ -156,7 +156,9 @@ impl TokenSanitizer {
             longest_trigger = longest_trigger.max(trigger.literal.len());
             if trigger.frequent {
                 scanners.push(Scanner::Literal {
-                    finder: Box::new(memchr::memmem::Finder::new(trigger.literal.as_bytes()).into_owned()),
+                    finder: Box::new(
+                        memchr::memmem::Finder::new(trigger.literal.as_bytes()).into_owned(),
+                    ),
                     meaning: Meaning::Trigger(index),
                 });
             } else {
