@@ -216,7 +216,8 @@ impl TokenSanitizer {
 }
 
 /// Text that has passed through the sanitizer. Event and error payloads hold this type, so anything
-/// shown to a person was redacted when it was created.
+/// shown to a person was redacted when it was created. Deserializing trusts its source: it exists to
+/// read back stet's own records, which were sanitized when they were written.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(transparent)]
 pub struct SanitizedText(String);

@@ -110,86 +110,78 @@ fn secrets(seed: u64) -> Vec<(&'static str, String, String)> {
     bare("google-api-key", format!("AIza{}", f.body(URLSAFE, 35)));
     bare("jwt", f.jwt());
 
+    // Secrets that only count in context: (kind, secret, the text around it with SECRET in its place).
+    let basic =
+        base64::engine::general_purpose::STANDARD.encode(format!("me:{}", f.body(ALNUM, 12)));
     let webhook = format!(
         "T{}/B{}/{}",
         f.body(UPPER_DIGITS, 8),
         f.body(UPPER_DIGITS, 8),
         f.body(ALNUM, 24)
     );
-    out.push((
-        "slack-webhook",
-        webhook.clone(),
-        format!("https://hooks.slack.com/services/{webhook}"),
-    ));
-    let bearer = f.body(URLSAFE, 40);
-    out.push((
-        "authorization",
-        bearer.clone(),
-        format!("Authorization: Bearer {bearer}"),
-    ));
-    let basic =
-        base64::engine::general_purpose::STANDARD.encode(format!("me:{}", f.body(ALNUM, 12)));
-    out.push((
-        "authorization",
-        basic.clone(),
-        format!("authorization: Basic {basic}"),
-    ));
-    let header_token = f.body(ALNUM, 40);
-    out.push((
-        "authorization",
-        header_token.clone(),
-        format!(r#""Authorization": "token {header_token}""#),
-    ));
-    let password = f.body(ALNUM, 16);
-    out.push((
-        "password",
-        password.clone(),
-        format!("protocol=https\nhost=example.com\nusername=me\npassword={password}\n"),
-    ));
-    let netrc = f.body(ALNUM, 16);
-    out.push((
-        "password",
-        netrc.clone(),
-        format!("machine example.com login me password {netrc}"),
-    ));
-    let netrc_line = f.body(ALNUM, 16);
-    out.push((
-        "password",
-        netrc_line.clone(),
-        format!("machine h\n  login me\n  password {netrc_line}\n"),
-    ));
-    let curl = format!("me:{}", f.body(ALNUM, 14));
-    out.push((
-        "basic-auth",
-        curl.clone(),
-        format!("$ curl -sS -u {curl} https://api.example.com/x"),
-    ));
-    let userinfo = format!("deploy:{}", f.body(ALNUM, 18));
-    out.push((
-        "url-credentials",
-        userinfo.clone(),
-        format!("fetching https://{userinfo}@git.example.com/o/r.git"),
-    ));
-    let postgres = format!("app:{}", f.body(ALNUM, 12));
-    out.push((
-        "url-credentials",
-        postgres.clone(),
-        format!("DATABASE_URL=postgres://{postgres}@db:5432/app"),
-    ));
-    let bare_user = f.body(ALNUM, 40);
-    out.push((
-        "url-credentials",
-        bare_user.clone(),
-        format!("remote: https://{bare_user}@github.com/o/r"),
-    ));
-    let aws_secret = f.body(ALNUM, 40);
-    out.push((
-        "aws-secret-key",
-        aws_secret.clone(),
-        format!("aws_secret_access_key = {aws_secret}"),
-    ));
-    let api_key = f.body(ALNUM, 32);
-    out.push(("api-key", api_key.clone(), format!("X-Api-Key: {api_key}")));
+    let in_context = [
+        (
+            "slack-webhook",
+            webhook,
+            "https://hooks.slack.com/services/SECRET",
+        ),
+        (
+            "authorization",
+            f.body(URLSAFE, 40),
+            "Authorization: Bearer SECRET",
+        ),
+        ("authorization", basic, "authorization: Basic SECRET"),
+        (
+            "authorization",
+            f.body(ALNUM, 40),
+            r#""Authorization": "token SECRET""#,
+        ),
+        (
+            "password",
+            f.body(ALNUM, 16),
+            "protocol=https\nhost=example.com\nusername=me\npassword=SECRET\n",
+        ),
+        (
+            "password",
+            f.body(ALNUM, 16),
+            "machine example.com login me password SECRET",
+        ),
+        (
+            "password",
+            f.body(ALNUM, 16),
+            "machine h\n  login me\n  password SECRET\n",
+        ),
+        (
+            "basic-auth",
+            format!("me:{}", f.body(ALNUM, 14)),
+            "$ curl -sS -u SECRET https://api.example.com/x",
+        ),
+        (
+            "url-credentials",
+            format!("deploy:{}", f.body(ALNUM, 18)),
+            "fetching https://SECRET@git.example.com/o/r.git",
+        ),
+        (
+            "url-credentials",
+            format!("app:{}", f.body(ALNUM, 12)),
+            "DATABASE_URL=postgres://SECRET@db:5432/app",
+        ),
+        (
+            "url-credentials",
+            f.body(ALNUM, 40),
+            "remote: https://SECRET@github.com/o/r",
+        ),
+        (
+            "aws-secret-key",
+            f.body(ALNUM, 40),
+            "aws_secret_access_key = SECRET",
+        ),
+        ("api-key", f.body(ALNUM, 32), "X-Api-Key: SECRET"),
+    ];
+    for (kind, secret, template) in in_context {
+        let text = template.replace("SECRET", &secret);
+        out.push((kind, secret, text));
+    }
     out
 }
 
