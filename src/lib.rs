@@ -4,6 +4,10 @@
 
 pub mod brief;
 pub mod dispatch;
+pub mod doctor;
+pub mod image;
 pub mod inbox;
 pub mod logging;
+pub mod probe;
+pub mod runtime;
 pub mod workflow;

@@ -2,6 +2,7 @@
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -9,8 +10,12 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use stet::dispatch::branch::BranchValidator;
+use stet::dispatch::credential::{CredentialProvider, LocalCredentialProvider};
+use stet::dispatch::journal::Journal;
 use stet::dispatch::sanitize::{KnownValue, Redactor, SanitizerHandle, TokenSanitizer};
+use stet::dispatch::service::DispatchService;
 use stet::logging;
+use stet::runtime::docker::DockerRuntime;
 
 /// Exit code for usage and configuration errors (DESIGN §6).
 const EXIT_USAGE: u8 = 2;
@@ -79,6 +84,92 @@ enum Command {
         #[arg(long, value_name = "BASE")]
         base: Option<String>,
     },
+
+    /// Reclaim what crashed dispatches left behind: containers, workspaces, outputs, credentials.
+    #[command(
+        long_about = "Reclaim what crashed dispatches left behind: containers, workspaces, outputs, credentials.\n\n\
+            Every resource a dispatch creates is journaled in $XDG_STATE_HOME/stet/journal before it exists. \
+            A sweep cleans up the records whose stet process is gone, and this installation's sandbox \
+            containers that belong to no live dispatch. Live dispatches of other stet processes are never \
+            touched. Prints what it did; exits 1 if something could not be cleaned up (it stays journaled)."
+    )]
+    Sweep,
+
+    /// Check that this machine can run stet's sandboxes, and say what to fix.
+    #[command(
+        long_about = "Check that this machine can run stet's sandboxes, and say what to fix.\n\n\
+            Checks that the Docker engine answers, that it enforces the memory, swap, pids and cpu limits a \
+            sandbox relies on, whether the offline sandbox image for this stet binary is present, and the \
+            free space of the state directory. Exits 1 if a check failed."
+    )]
+    Doctor,
+
+    /// Keep a sandbox container alive until it is stopped (the container's main process).
+    #[command(hide = true)]
+    SandboxIdle,
+
+    /// Manage the offline sandbox image.
+    Image {
+        #[command(subcommand)]
+        command: ImageCommand,
+    },
+
+    /// Print, as one JSON object, what this sandbox allows; runs inside the sandbox image.
+    #[command(
+        long_about = "Print, as one JSON object, what this sandbox allows; runs inside the sandbox image.\n\n\
+            Always reports uid, gid, capabilities, which of /, /tmp, $HOME and /workspace are writable, the \
+            mounts and whether a Docker socket is present. The options add active checks. It never connects \
+            anywhere not given with --connect. With --allocate-mb past the memory limit the process is \
+            killed (exit 137): that is the answer.",
+        after_help = "Examples:\n  \
+            stet probe --connect 10.0.0.1:443 --fork-up-to 64\n  \
+            SECRET=... stet probe --find-env-in-cmdlines SECRET"
+    )]
+    Probe {
+        /// Try a TCP connection to this IP:PORT (2 s timeout). Repeatable.
+        #[arg(long, value_name = "IP:PORT")]
+        connect: Vec<std::net::SocketAddr>,
+
+        /// Start up to N child processes, hold them all, and report how many started.
+        #[arg(long, value_name = "N")]
+        fork_up_to: Option<u32>,
+
+        /// Allocate and write N MiB, printing progress to standard error.
+        #[arg(long, value_name = "N")]
+        allocate_mb: Option<u64>,
+
+        /// Report which processes carry the value of the environment variable NAME in their command
+        /// line (the value is read from the environment, never passed as an argument). Repeatable.
+        #[arg(long = "find-env-in-cmdlines", value_name = "NAME")]
+        find_env_in_cmdlines: Vec<String>,
+
+        /// Block until standard input closes (the children of --fork-up-to run this).
+        #[arg(
+            long,
+            hide = true,
+            conflicts_with_all = ["connect", "fork_up_to", "allocate_mb", "find_env_in_cmdlines"]
+        )]
+        hold: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ImageCommand {
+    /// Build the sandbox image from a stet executable and load it into Docker; print its ID and tag.
+    #[command(
+        long_about = "Build the sandbox image from a stet executable and load it into Docker; print its \
+            ID and tag.\n\n\
+            The image holds the executable at /usr/local/bin/stet, the shared libraries ldd names, and a \
+            minimal /etc/passwd with the sandbox user 65532. No registry is needed. It is tagged \
+            stet-sandbox:<12 hex of the executable's sha256>; building again from the same executable \
+            reuses it.",
+        after_help = "Exit codes:\n  0  built or reused\n  2  Docker unreachable, or the image could not be built"
+    )]
+    BuildLocal {
+        /// The stet executable to package (default: this one).
+        #[arg(long, value_name = "PATH")]
+        binary: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -99,6 +190,32 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             known_value_env,
             stats,
         }) => sanitize(&known_value_env, stats),
+        Some(Command::Image {
+            command: ImageCommand::BuildLocal { binary },
+        }) => block_on(image_build_local(binary)),
+        Some(Command::Sweep) => block_on(sweep()),
+        Some(Command::Doctor) => block_on(doctor()),
+        Some(Command::SandboxIdle) => block_on(sandbox_idle()),
+        Some(Command::Probe {
+            connect,
+            fork_up_to,
+            allocate_mb,
+            find_env_in_cmdlines,
+            hold,
+        }) => {
+            if hold {
+                stet::probe::hold(&mut std::io::stdin().lock())?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let report = stet::probe::run(&stet::probe::ProbeRequest {
+                connect,
+                fork_up_to,
+                allocate_mb,
+                find_env_in_cmdlines,
+            })?;
+            stet::probe::write_report(&report, &mut std::io::stdout().lock())?;
+            Ok(ExitCode::SUCCESS)
+        }
         None => {
             let what = if cli.headless {
                 "`stet --headless` arrives with the dispatch engine"
@@ -106,10 +223,94 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 "the terminal theater arrives with the TUI"
             };
             anyhow::bail!(
-                "{what}; available now: `stet sanitize`, `stet check-branch` (see `stet --help`)"
+                "{what}; available now: `stet sanitize`, `stet check-branch`, `stet doctor`, `stet sweep`, `stet image build-local` (see `stet --help`)"
             )
         }
     }
+}
+
+/// Runs an async command on a small runtime of its own.
+fn block_on(
+    command: impl std::future::Future<Output = anyhow::Result<ExitCode>>,
+) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(command)
+}
+
+/// The engine, or the exit-2 message saying it is unreachable.
+async fn connect_engine() -> Result<DockerRuntime, ExitCode> {
+    DockerRuntime::connect().await.map_err(|err| {
+        eprintln!("stet: {err}");
+        ExitCode::from(EXIT_USAGE)
+    })
+}
+
+async fn image_build_local(binary: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let binary = match binary {
+        Some(binary) => binary,
+        None => std::env::current_exe()
+            .context("finding the running stet executable (pass --binary PATH)")?,
+    };
+    let engine = match connect_engine().await {
+        Ok(engine) => engine,
+        Err(code) => return Ok(code),
+    };
+    let image = stet::image::build_local(engine.client(), &binary)
+        .await
+        .with_context(|| format!("building the sandbox image from {}", binary.display()))?;
+    println!("{} {}", image.id, image.tag);
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn sweep() -> anyhow::Result<ExitCode> {
+    let handle = SanitizerHandle::new(TokenSanitizer::new()?);
+    let _log_guard = install_logging(&handle);
+    let state_dir = logging::state_dir()?;
+    let engine = match connect_engine().await {
+        Ok(engine) => engine,
+        Err(code) => return Ok(code),
+    };
+    let journal = Arc::new(Journal::open(&state_dir.join("journal"))?);
+    let providers: Vec<Arc<dyn CredentialProvider>> =
+        vec![Arc::new(LocalCredentialProvider::default())];
+    let service = DispatchService::new(Arc::new(engine), journal, &state_dir, providers);
+    let report = service.sweep_orphans().await?;
+    tracing::info!(?report, "sweep finished");
+    print!("{report}");
+    Ok(if report.failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn doctor() -> anyhow::Result<ExitCode> {
+    let state_dir = logging::state_dir()?;
+    let binary = std::env::current_exe().context("finding the running stet executable")?;
+    let docker = bollard::Docker::connect_with_defaults().map_err(|err| err.to_string());
+    let report = stet::doctor::diagnose(docker, &state_dir, &binary).await;
+    print!("{report}");
+    Ok(if report.failed() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// A sandbox's main process: waits for SIGTERM or SIGINT (as PID 1 it must handle them itself).
+async fn sandbox_idle() -> anyhow::Result<ExitCode> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate =
+        signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    tokio::select! {
+        _ = terminate.recv() => {}
+        _ = interrupt.recv() => {}
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn check_branch(name: &str, base: Option<&str>) -> ExitCode {

@@ -4,5 +4,8 @@ pub mod branch;
 pub mod credential;
 pub mod error;
 pub mod event;
+pub mod journal;
+pub mod sandbox;
 pub mod sanitize;
+pub mod service;
 pub mod state;

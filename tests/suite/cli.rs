@@ -25,7 +25,10 @@ fn run_with_stdin(mut command: Command, stdin: &[u8]) -> Output {
     let bytes = stdin.to_vec();
     let writer = std::thread::spawn(move || input.write_all(&bytes));
     let output = child.wait_with_output().unwrap();
-    writer.join().unwrap().unwrap();
+    // A command that stops early (a usage error) closes its input: that is not a test failure.
+    if let Err(error) = writer.join().unwrap() {
+        assert_eq!(error.kind(), std::io::ErrorKind::BrokenPipe, "{error}");
+    }
     output
 }
 
@@ -199,5 +202,54 @@ fn usage_errors_exit_2_and_help_documents_the_commands() {
         String::from_utf8(help.stdout)
             .unwrap()
             .contains("--known-value-env")
+    );
+}
+
+#[test]
+fn doctor_checks_the_engine_limits_and_disk() {
+    let state = tempfile::tempdir().unwrap();
+    let output = stet(state.path()).arg("doctor").output().unwrap();
+    let report = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(output.status.code(), Some(0), "{report}");
+    assert!(report.contains("[ok  ] engine: Docker"), "{report}");
+    assert!(
+        report.contains("[ok  ] limits: memory, swap, pids and cpu limits are enforced"),
+        "{report}"
+    );
+    assert!(report.contains("disk: "), "{report}");
+    assert!(report.contains("sandbox image"), "{report}");
+
+    let unreachable = stet(state.path())
+        .arg("doctor")
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .output()
+        .unwrap();
+    let report = String::from_utf8(unreachable.stdout).unwrap();
+    assert_eq!(unreachable.status.code(), Some(1), "{report}");
+    assert!(
+        report.contains("[FAIL] engine") && report.contains("fix: start the Docker daemon"),
+        "{report}"
+    );
+}
+
+#[test]
+fn sweep_reports_nothing_on_a_clean_state_and_exit_2_without_an_engine() {
+    let state = tempfile::tempdir().unwrap();
+    let output = stet(state.path()).arg("sweep").output().unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8(output.stdout).unwrap(),
+        "nothing to sweep: no dispatch left anything behind\n"
+    );
+    let unreachable = stet(state.path())
+        .arg("sweep")
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .output()
+        .unwrap();
+    assert_eq!(unreachable.status.code(), Some(2));
+    let stderr = String::from_utf8(unreachable.stderr).unwrap();
+    assert!(
+        stderr.contains("Docker is not reachable at unix:///nonexistent/docker.sock"),
+        "{stderr}"
     );
 }

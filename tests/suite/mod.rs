@@ -1,3 +1,9 @@
 mod branch;
 mod brief;
 mod cli;
+mod image;
+mod journal;
+mod registry;
+mod runtime;
+mod support;
+mod sweep;

@@ -1,0 +1,1054 @@
+//! The journal exists so that a crash — even SIGKILL, at any instant — leaks nothing past the next
+//! launch: every resource a dispatch creates is written down and fsync'd before it exists, and crossed
+//! off only after it is gone (DESIGN §5 row 14, ADR-0018 "Guaranteed-cleanup pattern").
+//!
+//! # On disk
+//!
+//! `<state>/journal/` (0700) holds one append-only JSON Lines file (0600) per live record, named
+//! `<dispatch-id>.<pid>-<start time>.jsonl`: the name says which dispatch the record belongs to and
+//! which process owns it. Every line carries the schema version `v` and one operation:
+//!
+//! ```text
+//! {"v":1,"op":"begin","dispatch":"stet-dispatch-<uuid>"}
+//! {"v":1,"op":"intend","resource":{"kind":"container","name":"stet-dispatch-<uuid>"}}
+//! {"v":1,"op":"release","resource":{"kind":"container","name":"stet-dispatch-<uuid>"}}
+//! ```
+//!
+//! The state of a record is the replay of its lines. Each line is written with one `write` and
+//! fsync'd before the call returns, so a crash can only ever leave an incomplete *final* line, which
+//! replay ignores (the intent it carried never returned, so its resource was never created). Any
+//! other unreadable line, or a version this build does not know, is reported naming the file and
+//! line. A new record's name is fsync'd into the directory before [`Journal::begin`] returns; a
+//! closed record's file is removed and the removal fsync'd.
+//!
+//! # Ownership
+//!
+//! A record is owned by the process named in its file name, identified by pid *and* start time
+//! (`/proc/<pid>/stat` field 22), so a recycled pid is a different process. Only the owner writes
+//! its records. A record whose owner is dead is an orphan; [`Journal::adopt`] takes it over by
+//! renaming the file to the adopter's name. `rename` is atomic and a dead owner never recreates its
+//! file, so when two processes race to adopt the same orphan exactly one rename succeeds; a live
+//! owner's records are never renamed, so two stet processes never take each other's dispatches.
+//! This needs Linux `/proc` from the same PID namespace for every process sharing the journal.
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::dispatch::credential::CredentialId;
+use crate::dispatch::event::DispatchId;
+
+/// The schema version in every journal line's `v` field. Bumped on any incompatible change.
+pub const JOURNAL_SCHEMA_VERSION: u32 = 1;
+
+const RECORD_EXTENSION: &str = "jsonl";
+const DIRECTORY_MODE: u32 = 0o700;
+const RECORD_MODE: u32 = 0o600;
+
+/// Why a journal operation failed. Every variant names the file or directory involved.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("cannot {action} {}: {source}", .path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    #[error("{}: not a process status line this stet can read ({problem})", .path.display())]
+    ProcessStatus { path: PathBuf, problem: String },
+
+    #[error("{}: not a journal record name (expected <dispatch-id>.<pid>-<start time>.jsonl)", .path.display())]
+    RecordName { path: PathBuf },
+
+    #[error("{}:{line}: unreadable journal line: {source}", .path.display())]
+    CorruptLine {
+        path: PathBuf,
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error(
+        "{}:{line}: journal schema version {found} is not supported (this stet reads version {JOURNAL_SCHEMA_VERSION})",
+        .path.display()
+    )]
+    UnsupportedVersion {
+        path: PathBuf,
+        line: usize,
+        found: u32,
+    },
+
+    #[error("{}:{line}: {problem}", .path.display())]
+    Inconsistent {
+        path: PathBuf,
+        line: usize,
+        problem: String,
+    },
+
+    #[error("cannot encode a journal line for {}: {source}", .path.display())]
+    Encode {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error("{dispatch} is already journaled in {}", .path.display())]
+    AlreadyJournaled { dispatch: DispatchId, path: PathBuf },
+
+    #[error("{}: refusing to adopt, its owner ({owner}) is still alive", .path.display())]
+    OwnerAlive { path: PathBuf, owner: Owner },
+
+    #[error("{}: gone before it could be adopted (another process adopted or closed it)", .path.display())]
+    Vanished { path: PathBuf },
+
+    #[error("{}: cannot close, still outstanding: {}", .path.display(), list(.resources))]
+    Outstanding {
+        path: PathBuf,
+        resources: Vec<Resource>,
+    },
+
+    #[error(
+        "{}: an earlier write failed, so this handle writes nothing more; the record is left for the sweep after this process exits",
+        .path.display()
+    )]
+    Poisoned { path: PathBuf },
+}
+
+/// Result of journal operations.
+pub type Result<T> = std::result::Result<T, JournalError>;
+
+fn list(resources: &[Resource]) -> String {
+    resources
+        .iter()
+        .map(Resource::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What a dispatch can own.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Resource {
+    /// `stet-dispatch-<uuid>`, also labelled `dev.stet.dispatch=<id>`.
+    Container {
+        name: String,
+    },
+    Workspace {
+        path: PathBuf,
+    },
+    Outputs {
+        path: PathBuf,
+    },
+    Credential {
+        provider: String,
+        id: CredentialId,
+    },
+}
+
+impl fmt::Display for Resource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Resource::Container { name } => write!(f, "container {name}"),
+            Resource::Workspace { path } => write!(f, "workspace {}", path.display()),
+            Resource::Outputs { path } => write!(f, "outputs directory {}", path.display()),
+            Resource::Credential { provider, id } => write!(f, "{provider} credential {id}"),
+        }
+    }
+}
+
+/// Who wrote a record: enough to tell whether that process is still alive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Owner {
+    pub pid: u32,
+    /// `/proc/<pid>/stat` field 22: clock ticks from boot to the process's start.
+    pub start_time: u64,
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "process {} started at tick {}",
+            self.pid, self.start_time
+        )
+    }
+}
+
+impl Owner {
+    /// This process.
+    pub fn current() -> Result<Owner> {
+        let pid = std::process::id();
+        let path = process_status_path(pid);
+        let bytes = fs::read(&path).map_err(|source| JournalError::Io {
+            action: "read",
+            path: path.clone(),
+            source,
+        })?;
+        let status = ProcessStatus::parse(&bytes).ok_or_else(|| JournalError::ProcessStatus {
+            path: path.clone(),
+            problem: "no pid, state or start time".to_owned(),
+        })?;
+        if status.pid != pid {
+            return Err(JournalError::ProcessStatus {
+                path,
+                problem: format!(
+                    "it describes process {} instead of this one ({pid}); /proc belongs to another PID namespace",
+                    status.pid
+                ),
+            });
+        }
+        Ok(Owner {
+            pid,
+            start_time: status.start_time,
+        })
+    }
+
+    /// Whether this exact process (pid *and* start time) is still running. A pid now used by a
+    /// process with another start time, or a zombie, is dead. When `/proc` cannot be read for another
+    /// reason than the process being gone, the owner is reported alive: a record is only ever taken
+    /// over when its owner is proven dead.
+    pub fn is_alive(&self) -> bool {
+        match fs::read(process_status_path(self.pid)) {
+            Err(error) => error.kind() != io::ErrorKind::NotFound,
+            Ok(bytes) => ProcessStatus::parse(&bytes).is_none_or(|status| {
+                status.start_time == self.start_time && !matches!(status.state, b'Z' | b'X' | b'x')
+            }),
+        }
+    }
+}
+
+fn process_status_path(pid: u32) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/stat"))
+}
+
+/// The fields of `/proc/<pid>/stat` the journal needs.
+#[derive(Debug, PartialEq)]
+struct ProcessStatus {
+    pid: u32,
+    state: u8,
+    start_time: u64,
+}
+
+impl ProcessStatus {
+    /// `pid (comm) state ppid … starttime …`. `comm` may hold spaces and parentheses, so the fixed
+    /// fields are the ones after the *last* `)`.
+    fn parse(bytes: &[u8]) -> Option<ProcessStatus> {
+        let open = bytes.iter().position(|byte| *byte == b'(')?;
+        let close = bytes.iter().rposition(|byte| *byte == b')')?;
+        if close < open {
+            return None;
+        }
+        let pid = std::str::from_utf8(&bytes[..open])
+            .ok()?
+            .trim_end()
+            .parse()
+            .ok()?;
+        let mut fields = std::str::from_utf8(&bytes[close + 1..])
+            .ok()?
+            .split_ascii_whitespace();
+        let state = match fields.next()?.as_bytes() {
+            [state] => *state,
+            _ => return None,
+        };
+        // Fields 4 to 21 come between the state (field 3) and the start time (field 22).
+        let start_time = fields.nth(18)?.parse().ok()?;
+        Some(ProcessStatus {
+            pid,
+            state,
+            start_time,
+        })
+    }
+}
+
+/// One record as found on disk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub dispatch: DispatchId,
+    pub owner: Owner,
+    /// Intended and not yet released, in creation order.
+    pub resources: Vec<Resource>,
+    pub path: PathBuf,
+}
+
+/// What a look through the journal found: the readable records, sorted by dispatch id, and a problem
+/// for each record file that could not be read (corrupt line, unknown schema version, odd name). A
+/// problem never hides the other records; its file stays on disk for a person to look at.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub records: Vec<Record>,
+    pub problems: Vec<JournalError>,
+}
+
+/// One line of a record file.
+#[derive(Debug, Serialize, Deserialize)]
+struct Line {
+    v: u32,
+    #[serde(flatten)]
+    operation: Operation,
+}
+
+/// Read first, so a line from a newer schema is reported as such rather than as corrupt.
+#[derive(Deserialize)]
+struct Version {
+    v: u32,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+enum Operation {
+    Begin { dispatch: DispatchId },
+    Intend { resource: Resource },
+    Release { resource: Resource },
+}
+
+/// A record's state after replaying its complete lines.
+#[derive(Debug, PartialEq)]
+struct Replay {
+    resources: Vec<Resource>,
+    /// Bytes up to and including the last newline; anything after it is a torn write.
+    complete_len: u64,
+}
+
+fn replay(path: &Path, dispatch: DispatchId, bytes: &[u8]) -> Result<Replay> {
+    let complete = match bytes.iter().rposition(|byte| *byte == b'\n') {
+        Some(last_newline) => &bytes[..last_newline],
+        None => {
+            return Ok(Replay {
+                resources: Vec::new(),
+                complete_len: 0,
+            });
+        }
+    };
+    let mut resources: Vec<Resource> = Vec::new();
+    for (index, text) in complete.split(|byte| *byte == b'\n').enumerate() {
+        let line = index + 1;
+        let corrupt = |source| JournalError::CorruptLine {
+            path: path.to_owned(),
+            line,
+            source,
+        };
+        let version: Version = serde_json::from_slice(text).map_err(corrupt)?;
+        if version.v != JOURNAL_SCHEMA_VERSION {
+            return Err(JournalError::UnsupportedVersion {
+                path: path.to_owned(),
+                line,
+                found: version.v,
+            });
+        }
+        let parsed: Line = serde_json::from_slice(text).map_err(corrupt)?;
+        let inconsistent = |problem: String| JournalError::Inconsistent {
+            path: path.to_owned(),
+            line,
+            problem,
+        };
+        match (line, parsed.operation) {
+            (1, Operation::Begin { dispatch: named }) if named == dispatch => {}
+            (1, Operation::Begin { dispatch: named }) => {
+                return Err(inconsistent(format!(
+                    "the record begins {named}, but its file name says {dispatch}"
+                )));
+            }
+            (1, _) => return Err(inconsistent("the first line is not `begin`".to_owned())),
+            (_, Operation::Begin { .. }) => {
+                return Err(inconsistent("`begin` after the first line".to_owned()));
+            }
+            (_, Operation::Intend { resource }) => {
+                if !resources.contains(&resource) {
+                    resources.push(resource);
+                }
+            }
+            (_, Operation::Release { resource }) => resources.retain(|held| *held != resource),
+        }
+    }
+    Ok(Replay {
+        resources,
+        complete_len: complete.len() as u64 + 1,
+    })
+}
+
+/// `<dispatch-id>.<pid>-<start time>.jsonl`, or `None` for any other name.
+fn parse_record_name(name: &str) -> Option<(DispatchId, Owner)> {
+    let stem = name.strip_suffix(RECORD_EXTENSION)?.strip_suffix('.')?;
+    let (dispatch, owner) = stem.rsplit_once('.')?;
+    let (pid, start_time) = owner.split_once('-')?;
+    let dispatch: DispatchId = dispatch.parse().ok()?;
+    let owner = Owner {
+        pid: pid.parse().ok()?,
+        start_time: start_time.parse().ok()?,
+    };
+    // Only the exact spelling `record_name` writes, so `+7` or `07` cannot alias a record.
+    (record_name(dispatch, owner) == name).then_some((dispatch, owner))
+}
+
+fn record_name(dispatch: DispatchId, owner: Owner) -> String {
+    format!(
+        "{dispatch}.{}-{}.{RECORD_EXTENSION}",
+        owner.pid, owner.start_time
+    )
+}
+
+fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> JournalError {
+    let path = path.to_owned();
+    move |source| JournalError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+/// Like [`io_error`], but a missing file means another process adopted or closed the record first.
+fn vanished_or(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> JournalError {
+    let path = path.to_owned();
+    move |source| {
+        if source.kind() == io::ErrorKind::NotFound {
+            JournalError::Vanished { path }
+        } else {
+            JournalError::Io {
+                action,
+                path,
+                source,
+            }
+        }
+    }
+}
+
+/// Makes a directory's entries (a created, renamed or removed file) durable.
+fn sync_directory(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|handle| handle.sync_all())
+        .map_err(io_error("sync the directory", dir))
+}
+
+/// The journal directory, `<state>/journal`.
+#[derive(Debug, Clone)]
+pub struct Journal {
+    dir: PathBuf,
+    owner: Owner,
+}
+
+impl Journal {
+    /// Opens the journal in `dir`, creating it (0700) if needed; an existing directory is narrowed to
+    /// 0700 too.
+    pub fn open(dir: &Path) -> Result<Journal> {
+        let owner = Owner::current()?;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(DIRECTORY_MODE)
+            .create(dir)
+            .map_err(io_error("create the journal directory", dir))?;
+        fs::set_permissions(dir, fs::Permissions::from_mode(DIRECTORY_MODE))
+            .map_err(io_error("restrict the permissions of", dir))?;
+        if let Some(parent) = dir.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+            sync_directory(parent)?;
+        }
+        Ok(Journal {
+            dir: dir.to_owned(),
+            owner,
+        })
+    }
+
+    /// Starts a new record for `dispatch`, owned by this process. The record is on disk (fsync'd,
+    /// directory included) when this returns. Refuses a dispatch that already has a record.
+    pub fn begin(&self, dispatch: DispatchId) -> Result<JournalEntry> {
+        let prefix = format!("{dispatch}.");
+        let listing = fs::read_dir(&self.dir).map_err(io_error("list", &self.dir))?;
+        for entry in listing {
+            let entry = entry.map_err(io_error("list", &self.dir))?;
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                return Err(JournalError::AlreadyJournaled {
+                    dispatch,
+                    path: entry.path(),
+                });
+            }
+        }
+        self.create(dispatch, self.owner)
+    }
+
+    fn create(&self, dispatch: DispatchId, owner: Owner) -> Result<JournalEntry> {
+        let path = self.dir.join(record_name(dispatch, owner));
+        let file = match OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .mode(RECORD_MODE)
+            .open(&path)
+        {
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(JournalError::AlreadyJournaled { dispatch, path });
+            }
+            opened => opened.map_err(io_error("create", &path))?,
+        };
+        let mut entry = JournalEntry {
+            dispatch,
+            path,
+            file,
+            outstanding: Vec::new(),
+            poisoned: false,
+        };
+        entry.append(Operation::Begin { dispatch })?;
+        sync_directory(&self.dir)?;
+        Ok(entry)
+    }
+
+    /// Every record on disk, sorted by dispatch id; unreadable ones are in [`Scan::problems`].
+    /// Files that are not `*.jsonl` are not the journal's and are left alone; a record closed while
+    /// the directory is read is simply absent.
+    pub fn records(&self) -> Result<Scan> {
+        let mut scan = Scan::default();
+        let listing = fs::read_dir(&self.dir).map_err(io_error("list", &self.dir))?;
+        for entry in listing {
+            let path = entry.map_err(io_error("list", &self.dir))?.path();
+            if path
+                .extension()
+                .is_none_or(|extension| extension != RECORD_EXTENSION)
+            {
+                continue;
+            }
+            let named = path
+                .file_name()
+                .and_then(|name| name.to_str())
+                .and_then(parse_record_name);
+            let Some((dispatch, owner)) = named else {
+                scan.problems.push(JournalError::RecordName { path });
+                continue;
+            };
+            match fs::read(&path) {
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(source) => scan.problems.push(JournalError::Io {
+                    action: "read",
+                    path,
+                    source,
+                }),
+                Ok(bytes) => match replay(&path, dispatch, &bytes) {
+                    Ok(replayed) => scan.records.push(Record {
+                        dispatch,
+                        owner,
+                        resources: replayed.resources,
+                        path,
+                    }),
+                    Err(problem) => scan.problems.push(problem),
+                },
+            }
+        }
+        scan.records
+            .sort_by(|left, right| (left.dispatch, &left.path).cmp(&(right.dispatch, &right.path)));
+        Ok(scan)
+    }
+
+    /// The records whose owner is not alive, plus every problem [`Journal::records`] found.
+    pub fn orphans(&self) -> Result<Scan> {
+        let mut scan = self.records()?;
+        scan.records.retain(|record| !record.owner.is_alive());
+        Ok(scan)
+    }
+
+    /// Takes over an orphan so this process can clean up what it lists. Refuses when the owner is
+    /// alive, and when another process adopted or closed it first. The outstanding resources are
+    /// read from disk after the take-over, not from `record`; a torn final line is cut off so the
+    /// record stays readable.
+    pub fn adopt(&self, record: &Record) -> Result<JournalEntry> {
+        let from = self.dir.join(record_name(record.dispatch, record.owner));
+        if record.owner.is_alive() {
+            return Err(JournalError::OwnerAlive {
+                path: from,
+                owner: record.owner,
+            });
+        }
+        let to = self.dir.join(record_name(record.dispatch, self.owner));
+        if to.exists() {
+            return Err(JournalError::AlreadyJournaled {
+                dispatch: record.dispatch,
+                path: to,
+            });
+        }
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&from)
+            .map_err(vanished_or("open", &from))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(io_error("read", &from))?;
+        let replayed = replay(&from, record.dispatch, &bytes)?;
+        // The dead owner never writes again and only one rename of `from` can succeed, so what was
+        // just read is the record this process now owns.
+        fs::rename(&from, &to).map_err(vanished_or("rename", &from))?;
+        sync_directory(&self.dir)?;
+        if replayed.complete_len < bytes.len() as u64 {
+            file.set_len(replayed.complete_len)
+                .and_then(|()| file.sync_data())
+                .map_err(io_error("cut the torn final line of", &to))?;
+        }
+        Ok(JournalEntry {
+            dispatch: record.dispatch,
+            path: to,
+            file,
+            outstanding: replayed.resources,
+            poisoned: false,
+        })
+    }
+}
+
+/// The exclusive handle on one record, held by its owner. Dropping it leaves the record on disk
+/// (that is what a crash does too); [`JournalEntry::close`] removes it once nothing is outstanding.
+#[derive(Debug)]
+pub struct JournalEntry {
+    dispatch: DispatchId,
+    path: PathBuf,
+    file: File,
+    outstanding: Vec<Resource>,
+    /// Set while a line is being written and left set if writing or syncing it failed: the file may
+    /// end in a partial line, and appending after it would corrupt the record.
+    poisoned: bool,
+}
+
+impl JournalEntry {
+    pub fn dispatch(&self) -> DispatchId {
+        self.dispatch
+    }
+
+    /// Records the intent to create `resource`; durable when this returns, so create it only after.
+    /// Intending a resource that is already outstanding changes nothing.
+    pub fn intend(&mut self, resource: Resource) -> Result<()> {
+        if self.outstanding.contains(&resource) {
+            return Ok(());
+        }
+        self.append(Operation::Intend {
+            resource: resource.clone(),
+        })?;
+        self.outstanding.push(resource);
+        Ok(())
+    }
+
+    /// Records that `resource` is gone; call it after removing the resource. Releasing something
+    /// that is not outstanding changes nothing.
+    pub fn released(&mut self, resource: &Resource) -> Result<()> {
+        if !self.outstanding.contains(resource) {
+            return Ok(());
+        }
+        self.append(Operation::Release {
+            resource: resource.clone(),
+        })?;
+        self.outstanding.retain(|held| held != resource);
+        Ok(())
+    }
+
+    /// Intended and not yet released, in creation order.
+    pub fn outstanding(&self) -> &[Resource] {
+        &self.outstanding
+    }
+
+    /// Removes the record. Refuses, naming what is left, while resources are outstanding; the
+    /// record then stays on disk and becomes an orphan when this process exits.
+    pub fn close(self) -> Result<()> {
+        if !self.outstanding.is_empty() {
+            return Err(JournalError::Outstanding {
+                path: self.path,
+                resources: self.outstanding,
+            });
+        }
+        fs::remove_file(&self.path).map_err(io_error("remove", &self.path))?;
+        match self.path.parent() {
+            Some(dir) => sync_directory(dir),
+            None => Ok(()),
+        }
+    }
+
+    fn append(&mut self, operation: Operation) -> Result<()> {
+        if self.poisoned {
+            return Err(JournalError::Poisoned {
+                path: self.path.clone(),
+            });
+        }
+        let line = Line {
+            v: JOURNAL_SCHEMA_VERSION,
+            operation,
+        };
+        let mut bytes = serde_json::to_vec(&line).map_err(|source| JournalError::Encode {
+            path: self.path.clone(),
+            source,
+        })?;
+        bytes.push(b'\n');
+        self.poisoned = true;
+        self.file
+            .write_all(&bytes)
+            .map_err(io_error("append to", &self.path))?;
+        self.file
+            .sync_data()
+            .map_err(io_error("sync", &self.path))?;
+        self.poisoned = false;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn status_line(comm: &str, state: char, start_time: u64) -> Vec<u8> {
+        // Fields 4..=21, then the start time (22), then a few more like the kernel writes.
+        let middle: Vec<String> = (4..=21).map(|field| field.to_string()).collect();
+        format!(
+            "4242 ({comm}) {state} {} {start_time} 23 24 25\n",
+            middle.join(" ")
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn status_parsing_takes_the_fields_after_the_last_parenthesis() {
+        for comm in ["stet", "a b", "x) S 1 2 (y", ")", "with\nnewline", "((("] {
+            let parsed = ProcessStatus::parse(&status_line(comm, 'S', 987_654)).unwrap();
+            assert_eq!(
+                parsed,
+                ProcessStatus {
+                    pid: 4242,
+                    state: b'S',
+                    start_time: 987_654
+                },
+                "comm {comm:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn status_parsing_rejects_what_is_not_a_status_line() {
+        let short = b"4242 (stet) S 1 2 3".to_vec();
+        let no_parenthesis =
+            b"4242 stet S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21".to_vec();
+        let reversed = b"4242 )stet( S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20".to_vec();
+        let mut long_state = status_line("stet", 'S', 5);
+        long_state.splice(12..13, b"SS".iter().copied());
+        for bytes in [short, no_parenthesis, reversed, long_state, b"".to_vec()] {
+            assert_eq!(
+                ProcessStatus::parse(&bytes),
+                None,
+                "{}",
+                String::from_utf8_lossy(&bytes)
+            );
+        }
+    }
+
+    #[test]
+    fn the_current_process_is_alive_and_a_recycled_pid_is_not() {
+        let me = Owner::current().unwrap();
+        assert_eq!(me.pid, std::process::id());
+        assert!(me.is_alive());
+        let recycled = Owner {
+            start_time: me.start_time + 1,
+            ..me
+        };
+        assert!(!recycled.is_alive());
+        assert!(
+            !Owner {
+                pid: 0,
+                start_time: 0
+            }
+            .is_alive()
+        );
+    }
+
+    #[test]
+    fn record_names_round_trip_and_nothing_else_parses() {
+        let dispatch = DispatchId::new();
+        let owner = Owner {
+            pid: 77,
+            start_time: 123_456,
+        };
+        let name = record_name(dispatch, owner);
+        assert_eq!(parse_record_name(&name), Some((dispatch, owner)));
+        for odd in [
+            format!("{dispatch}.+77-123456.jsonl"),
+            format!("{dispatch}.077-123456.jsonl"),
+            format!("{dispatch}.77-123456.json"),
+            format!("{dispatch}.77.jsonl"),
+            format!("{dispatch}.jsonl"),
+            "stet-dispatch-nope.77-1.jsonl".to_owned(),
+        ] {
+            assert_eq!(parse_record_name(&odd), None, "{odd}");
+        }
+    }
+
+    fn lines(dispatch: DispatchId, rest: &[&str]) -> Vec<u8> {
+        let mut text = format!("{{\"v\":1,\"op\":\"begin\",\"dispatch\":\"{dispatch}\"}}\n");
+        for line in rest {
+            text.push_str(line);
+        }
+        text.into_bytes()
+    }
+
+    const INTEND_A: &str =
+        "{\"v\":1,\"op\":\"intend\",\"resource\":{\"kind\":\"container\",\"name\":\"a\"}}\n";
+    const INTEND_B: &str =
+        "{\"v\":1,\"op\":\"intend\",\"resource\":{\"kind\":\"container\",\"name\":\"b\"}}\n";
+    const RELEASE_A: &str =
+        "{\"v\":1,\"op\":\"release\",\"resource\":{\"kind\":\"container\",\"name\":\"a\"}}\n";
+
+    fn container(name: &str) -> Resource {
+        Resource::Container {
+            name: name.to_owned(),
+        }
+    }
+
+    #[test]
+    fn replay_keeps_what_is_intended_and_not_released_in_order() {
+        let dispatch = DispatchId::new();
+        let bytes = lines(dispatch, &[INTEND_A, INTEND_B, RELEASE_A, INTEND_A]);
+        let replayed = replay(Path::new("r.jsonl"), dispatch, &bytes).unwrap();
+        assert_eq!(replayed.resources, vec![container("b"), container("a")]);
+        assert_eq!(replayed.complete_len, bytes.len() as u64);
+    }
+
+    #[test]
+    fn replay_ignores_a_torn_final_line_and_says_where_it_starts() {
+        let dispatch = DispatchId::new();
+        let whole = lines(dispatch, &[INTEND_A]);
+        for torn in [&INTEND_B[..10], &INTEND_B[..INTEND_B.len() - 1], "\0\0\0"] {
+            let mut bytes = whole.clone();
+            bytes.extend_from_slice(torn.as_bytes());
+            let replayed = replay(Path::new("r.jsonl"), dispatch, &bytes).unwrap();
+            assert_eq!(replayed.resources, vec![container("a")], "{torn:?}");
+            assert_eq!(replayed.complete_len, whole.len() as u64);
+        }
+        let only_torn = replay(Path::new("r.jsonl"), dispatch, b"{\"v\":1,\"op\":\"beg").unwrap();
+        assert_eq!(
+            only_torn,
+            Replay {
+                resources: Vec::new(),
+                complete_len: 0
+            }
+        );
+    }
+
+    #[test]
+    fn replay_reports_a_corrupt_complete_line_with_file_and_line() {
+        let dispatch = DispatchId::new();
+        for bad in [
+            "{\"v\":1,\"op\":\"intend\",\"reso\n",
+            "\n",
+            "{\"v\":1,\"op\":\"explode\"}\n",
+        ] {
+            let bytes = lines(dispatch, &[INTEND_A, bad, INTEND_B]);
+            let error = replay(Path::new("/j/r.jsonl"), dispatch, &bytes).unwrap_err();
+            assert!(
+                matches!(error, JournalError::CorruptLine { line: 3, .. }),
+                "{bad:?}: {error:?}"
+            );
+            assert!(error.to_string().starts_with("/j/r.jsonl:3: "), "{error}");
+        }
+    }
+
+    #[test]
+    fn replay_reports_an_unknown_schema_version() {
+        let dispatch = DispatchId::new();
+        let bytes = lines(dispatch, &["{\"v\":2,\"op\":\"teleport\"}\n"]);
+        let error = replay(Path::new("/j/r.jsonl"), dispatch, &bytes).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                JournalError::UnsupportedVersion {
+                    line: 2,
+                    found: 2,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(error.to_string().starts_with("/j/r.jsonl:2: "), "{error}");
+    }
+
+    #[test]
+    fn replay_requires_one_begin_for_the_named_dispatch_first() {
+        let dispatch = DispatchId::new();
+        let other = lines(DispatchId::new(), &[]);
+        let headless = INTEND_A.as_bytes().to_vec();
+        let twice = lines(
+            dispatch,
+            &[&String::from_utf8(lines(dispatch, &[])).unwrap()],
+        );
+        for (bytes, line) in [(other, 1), (headless, 1), (twice, 2)] {
+            let error = replay(Path::new("r.jsonl"), dispatch, &bytes).unwrap_err();
+            assert!(
+                matches!(error, JournalError::Inconsistent { line: found, .. } if found == line),
+                "{error:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_record_of_a_recycled_pid_is_an_orphan_and_adopt_takes_it_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(&dir.path().join("journal")).unwrap();
+        let me = Owner::current().unwrap();
+        let recycled = Owner {
+            start_time: me.start_time + 1,
+            ..me
+        };
+        let dispatch = DispatchId::new();
+        let mut old = journal.create(dispatch, recycled).unwrap();
+        old.intend(container("a")).unwrap();
+        drop(old);
+
+        let orphans = journal.orphans().unwrap();
+        assert!(orphans.problems.is_empty(), "{:?}", orphans.problems);
+        assert_eq!(orphans.records.len(), 1);
+        assert_eq!(orphans.records[0].owner, recycled);
+
+        let mut adopted = journal.adopt(&orphans.records[0]).unwrap();
+        assert_eq!(adopted.outstanding(), &[container("a")]);
+        let records = journal.records().unwrap().records;
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].owner, me);
+        assert_eq!(records[0].path, journal.dir.join(record_name(dispatch, me)));
+        assert!(journal.orphans().unwrap().records.is_empty());
+
+        adopted.released(&container("a")).unwrap();
+        adopted.close().unwrap();
+        assert_eq!(fs::read_dir(&journal.dir).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn adopt_cuts_a_torn_final_line_so_new_lines_stay_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        let me = Owner::current().unwrap();
+        let dead = Owner {
+            start_time: me.start_time + 1,
+            ..me
+        };
+        let dispatch = DispatchId::new();
+        let mut old = journal.create(dispatch, dead).unwrap();
+        old.intend(container("a")).unwrap();
+        old.file.write_all(&INTEND_B.as_bytes()[..20]).unwrap();
+        drop(old);
+
+        let orphan = journal.orphans().unwrap().records.remove(0);
+        let mut adopted = journal.adopt(&orphan).unwrap();
+        adopted.intend(container("c")).unwrap();
+        let scan = journal.records().unwrap();
+        assert!(scan.problems.is_empty(), "{:?}", scan.problems);
+        assert_eq!(
+            scan.records[0].resources,
+            vec![container("a"), container("c")]
+        );
+    }
+
+    #[test]
+    fn an_orphan_adopted_once_cannot_be_adopted_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        let me = Owner::current().unwrap();
+        let dead = Owner {
+            start_time: me.start_time + 1,
+            ..me
+        };
+        let dispatch = DispatchId::new();
+        drop(journal.create(dispatch, dead).unwrap());
+        let orphan = journal.orphans().unwrap().records.remove(0);
+        let first = journal.adopt(&orphan).unwrap();
+        let error = journal.adopt(&orphan).unwrap_err();
+        assert!(
+            matches!(error, JournalError::AlreadyJournaled { .. }),
+            "{error:?}"
+        );
+        first.close().unwrap();
+        let error = journal.adopt(&orphan).unwrap_err();
+        assert!(matches!(error, JournalError::Vanished { .. }), "{error:?}");
+    }
+
+    #[test]
+    fn begin_refuses_a_dispatch_that_already_has_a_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        let dispatch = DispatchId::new();
+        let _live = journal.begin(dispatch).unwrap();
+        let error = journal.begin(dispatch).unwrap_err();
+        assert!(
+            matches!(error, JournalError::AlreadyJournaled { .. }),
+            "{error:?}"
+        );
+
+        let me = Owner::current().unwrap();
+        let orphaned = DispatchId::new();
+        drop(
+            journal
+                .create(
+                    orphaned,
+                    Owner {
+                        start_time: me.start_time + 1,
+                        ..me
+                    },
+                )
+                .unwrap(),
+        );
+        let error = journal.begin(orphaned).unwrap_err();
+        assert!(
+            matches!(error, JournalError::AlreadyJournaled { .. }),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn the_directory_is_private_and_records_are_owner_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal_dir = dir.path().join("state").join("journal");
+        let journal = Journal::open(&journal_dir).unwrap();
+        let entry = journal.begin(DispatchId::new()).unwrap();
+        let mode = |path: &Path| fs::metadata(path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&journal_dir), 0o700);
+        assert_eq!(mode(&entry.path), 0o600);
+
+        fs::set_permissions(&journal_dir, fs::Permissions::from_mode(0o755)).unwrap();
+        Journal::open(&journal_dir).unwrap();
+        assert_eq!(mode(&journal_dir), 0o700);
+    }
+
+    #[test]
+    fn repeated_intents_and_unknown_releases_write_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        let mut entry = journal.begin(DispatchId::new()).unwrap();
+        entry.intend(container("a")).unwrap();
+        let before = fs::read(&entry.path).unwrap();
+        entry.intend(container("a")).unwrap();
+        entry.released(&container("never")).unwrap();
+        assert_eq!(fs::read(&entry.path).unwrap(), before);
+        assert_eq!(entry.outstanding(), &[container("a")]);
+    }
+
+    #[test]
+    fn a_poisoned_entry_refuses_to_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        let mut entry = journal.begin(DispatchId::new()).unwrap();
+        entry.poisoned = true;
+        let error = entry.intend(container("a")).unwrap_err();
+        assert!(matches!(error, JournalError::Poisoned { .. }), "{error:?}");
+        assert!(entry.outstanding().is_empty());
+    }
+
+    #[test]
+    fn odd_names_are_problems_and_foreign_files_are_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        fs::write(dir.path().join("notes.txt"), "hello").unwrap();
+        fs::write(dir.path().join("stray.jsonl"), "").unwrap();
+        let kept = journal.begin(DispatchId::new()).unwrap();
+        let scan = journal.records().unwrap();
+        assert_eq!(scan.records.len(), 1);
+        assert_eq!(scan.records[0].path, kept.path);
+        assert_eq!(scan.problems.len(), 1);
+        assert!(
+            matches!(&scan.problems[0], JournalError::RecordName { path } if path.ends_with("stray.jsonl")),
+            "{:?}",
+            scan.problems
+        );
+    }
+}

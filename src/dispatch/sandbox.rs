@@ -1,0 +1,492 @@
+//! `DispatchSandbox`: one dispatch's container, workspace, outputs directory and credential, and the
+//! single teardown that reclaims them all (ADR-0018's guaranteed-cleanup pattern, rows 2 and 7).
+//!
+//! Every resource is journaled before it is created and released in the journal after it is gone, so
+//! a crash at any point is cleaned up by the next launch's sweep. `teardown()` cascades container →
+//! workspace → outputs → credential, keeps going past a failing step, reports the first error, and
+//! runs once: later calls return the first report.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Mutex, mpsc};
+
+use crate::dispatch::credential::{CredentialProvider, RevokeOutcome, ScopedCredential};
+use crate::dispatch::event::DispatchId;
+use crate::dispatch::journal::{Journal, JournalEntry, JournalError, Resource};
+use crate::runtime::{
+    ContainerRuntime, DispatchLimits, ImageRef, NetworkPolicy, OutputLine, Removal, RuntimeError,
+    SandboxProcess, SandboxSpec, SandboxUser, state_label,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("journal: {0}")]
+    Journal(#[from] JournalError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error("{path}: {operation}: {source}")]
+    Io {
+        path: PathBuf,
+        operation: &'static str,
+        source: std::io::Error,
+    },
+    #[error("minting the scoped credential failed: {0}")]
+    Credential(#[from] crate::dispatch::credential::CredentialError),
+    #[error("the sandbox of {0} was already torn down")]
+    TornDown(DispatchId),
+    #[error(
+        "{path} is a symbolic link: a dispatch's files must stay inside the state directory {state_dir}"
+    )]
+    OutsideStateDir { path: PathBuf, state_dir: PathBuf },
+}
+
+pub type Result<T> = std::result::Result<T, SandboxError>;
+
+/// Where a dispatch keeps its files: `<state>/dispatches/<dispatch id>/{workspace,outputs}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxPaths {
+    /// The dispatch's own directory, parent of the two below.
+    pub root: PathBuf,
+    pub workspace: PathBuf,
+    pub outputs: PathBuf,
+}
+
+impl SandboxPaths {
+    pub fn under(state_dir: &Path, dispatch: DispatchId) -> SandboxPaths {
+        let root = state_dir.join("dispatches").join(dispatch.to_string());
+        SandboxPaths {
+            workspace: root.join("workspace"),
+            outputs: root.join("outputs"),
+            root,
+        }
+    }
+}
+
+/// The credential a sandbox receives, if any.
+#[derive(Debug, Clone)]
+pub struct CredentialRequest {
+    pub provider: Arc<dyn CredentialProvider>,
+    pub repository: String,
+    pub branch: String,
+    pub ttl: Duration,
+}
+
+/// Everything needed to provision one sandbox.
+#[derive(Debug, Clone)]
+pub struct SandboxRequest {
+    pub dispatch: DispatchId,
+    pub image: ImageRef,
+    pub limits: DispatchLimits,
+    pub network: NetworkPolicy,
+    pub user: SandboxUser,
+    pub keepalive: Vec<String>,
+    pub credential: Option<CredentialRequest>,
+}
+
+/// How one teardown step went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TeardownStep {
+    pub resource: Resource,
+    /// `None` when the step succeeded; otherwise what went wrong (credential-free).
+    pub failure: Option<String>,
+}
+
+/// What a teardown did, step by step.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TeardownReport {
+    pub steps: Vec<TeardownStep>,
+    /// The journal record could not be closed (something is still outstanding, or the write failed).
+    pub journal_failure: Option<String>,
+    /// The dispatch's directory could not be removed once its contents were gone.
+    pub directory_failure: Option<String>,
+}
+
+impl TeardownReport {
+    /// The first failure, if any step failed.
+    pub fn first_failure(&self) -> Option<&str> {
+        self.steps
+            .iter()
+            .find_map(|step| step.failure.as_deref())
+            .or(self.journal_failure.as_deref())
+            .or(self.directory_failure.as_deref())
+    }
+}
+
+/// One dispatch's sandbox.
+#[derive(Debug)]
+pub struct DispatchSandbox {
+    dispatch: DispatchId,
+    runtime: Arc<dyn ContainerRuntime>,
+    container: String,
+    paths: SandboxPaths,
+    credential: Option<ScopedCredential>,
+    /// `Some` until the teardown ran.
+    state: Mutex<Option<JournalEntry>>,
+    report: Mutex<Option<TeardownReport>>,
+}
+
+impl DispatchSandbox {
+    /// Creates the workspace, the outputs directory, the credential and the container, journaling each
+    /// before it exists. On failure everything created so far is torn down before the error returns.
+    pub async fn provision(
+        runtime: Arc<dyn ContainerRuntime>,
+        journal: &Journal,
+        state_dir: &Path,
+        request: SandboxRequest,
+    ) -> Result<DispatchSandbox> {
+        let paths = SandboxPaths::under(state_dir, request.dispatch);
+        refuse_links_below(state_dir, &paths.root)?;
+        let mut entry = journal.begin(request.dispatch)?;
+        let mut sandbox = DispatchSandbox {
+            dispatch: request.dispatch,
+            runtime,
+            container: request.dispatch.to_string(),
+            paths: paths.clone(),
+            credential: None,
+            state: Mutex::new(None),
+            report: Mutex::new(None),
+        };
+        let provisioned = provision_steps(&mut entry, &mut sandbox, &request, state_dir).await;
+        *sandbox.state.lock().await = Some(entry);
+        match provisioned {
+            Ok(()) => Ok(sandbox),
+            Err(error) => {
+                sandbox.teardown().await;
+                Err(error)
+            }
+        }
+    }
+
+    pub fn dispatch(&self) -> DispatchId {
+        self.dispatch
+    }
+
+    /// The container's name (`stet-dispatch-<uuid>`).
+    pub fn container(&self) -> &str {
+        &self.container
+    }
+
+    pub fn paths(&self) -> &SandboxPaths {
+        &self.paths
+    }
+
+    /// Runs `process` in the sandbox with the credential in its environment (never in argv); the
+    /// caller's own environment wins on a collision, as the ADR says.
+    pub async fn run(
+        &self,
+        process: &SandboxProcess,
+        output: mpsc::Sender<OutputLine>,
+    ) -> Result<i64> {
+        if self.state.lock().await.is_none() {
+            return Err(SandboxError::TornDown(self.dispatch));
+        }
+        let merged = with_credential(process, self.credential.as_ref());
+        Ok(self.runtime.exec(&self.container, &merged, output).await?)
+    }
+
+    /// Reaps the container, removes the workspace and the outputs, revokes the credential, and closes
+    /// the journal record. Runs once; every later call returns the first report.
+    pub async fn teardown(&self) -> TeardownReport {
+        let mut report_slot = self.report.lock().await;
+        if let Some(report) = report_slot.as_ref() {
+            return report.clone();
+        }
+        let mut report = TeardownReport::default();
+        let mut entry = self.state.lock().await.take();
+        let outstanding: Vec<Resource> = entry
+            .as_ref()
+            .map(|e| e.outstanding().to_vec())
+            .unwrap_or_default();
+        // Container first (it holds the mounts), then files, then the credential.
+        let mut ordered = outstanding;
+        ordered.sort_by_key(teardown_order);
+        for resource in ordered {
+            let failure = self.release(&resource).await.err();
+            if failure.is_none()
+                && let Some(entry) = entry.as_mut()
+                && let Err(error) = entry.released(&resource)
+            {
+                report.journal_failure.get_or_insert(error.to_string());
+            }
+            if let Some(failure) = &failure {
+                tracing::warn!(dispatch = %self.dispatch, ?resource, %failure, "teardown step failed");
+            }
+            report.steps.push(TeardownStep { resource, failure });
+        }
+        if report.steps.iter().all(|step| step.failure.is_none()) {
+            match std::fs::remove_dir(&self.paths.root) {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                    report.directory_failure =
+                        Some(format!("{}: {error}", self.paths.root.display()));
+                }
+                _ => {}
+            }
+        }
+        if let Some(entry) = entry
+            && report.first_failure().is_none()
+            && let Err(error) = entry.close()
+        {
+            report.journal_failure = Some(error.to_string());
+        }
+        tracing::info!(dispatch = %self.dispatch, steps = report.steps.len(), failed = report.first_failure().is_some(), "sandbox torn down");
+        *report_slot = Some(report.clone());
+        report
+    }
+
+    async fn release(&self, resource: &Resource) -> std::result::Result<(), String> {
+        match resource {
+            Resource::Container { name } => self
+                .runtime
+                .remove(name, true)
+                .await
+                .map(|_: Removal| ())
+                .map_err(|e| e.to_string()),
+            Resource::Workspace { path } | Resource::Outputs { path } => {
+                remove_tree(path).map_err(|e| e.to_string())
+            }
+            Resource::Credential { .. } => match &self.credential {
+                Some(credential) => match credential.revoke().await {
+                    RevokeOutcome::Revoked | RevokeOutcome::AlreadyRevoked => Ok(()),
+                    RevokeOutcome::Failed(detail) => Err(detail),
+                },
+                None => Ok(()),
+            },
+        }
+    }
+}
+
+/// `process` with the credential's environment added; the process's own entries win on a collision.
+fn with_credential(
+    process: &SandboxProcess,
+    credential: Option<&ScopedCredential>,
+) -> SandboxProcess {
+    let mut merged = process.clone();
+    if let Some(credential) = credential {
+        for (key, value) in credential.as_environment() {
+            merged.env.entry(key).or_insert(value);
+        }
+    }
+    merged
+}
+
+/// Teardown order: the container holds the mounts, so it goes first; the credential last.
+fn teardown_order(resource: &Resource) -> u8 {
+    match resource {
+        Resource::Container { .. } => 0,
+        Resource::Workspace { .. } => 1,
+        Resource::Outputs { .. } => 2,
+        Resource::Credential { .. } => 3,
+    }
+}
+
+async fn provision_steps(
+    entry: &mut JournalEntry,
+    sandbox: &mut DispatchSandbox,
+    request: &SandboxRequest,
+    state_dir: &Path,
+) -> Result<()> {
+    for (path, resource) in [
+        (
+            &sandbox.paths.workspace,
+            Resource::Workspace {
+                path: sandbox.paths.workspace.clone(),
+            },
+        ),
+        (
+            &sandbox.paths.outputs,
+            Resource::Outputs {
+                path: sandbox.paths.outputs.clone(),
+            },
+        ),
+    ] {
+        entry.intend(resource)?;
+        create_owned_dir(path, request.user)?;
+    }
+    if let Some(wanted) = &request.credential {
+        // The provider names the credential only when it mints it; a crash between the two leaves a
+        // credential that expires at its TTL (docs/security.md).
+        let credential = ScopedCredential::mint(
+            Arc::clone(&wanted.provider),
+            &wanted.repository,
+            &wanted.branch,
+            wanted.ttl,
+        )
+        .await?;
+        entry.intend(Resource::Credential {
+            provider: wanted.provider.name().to_owned(),
+            id: credential.id().clone(),
+        })?;
+        sandbox.credential = Some(credential);
+    }
+    sandbox.runtime.ensure_image(&request.image, None).await?;
+    let spec = SandboxSpec {
+        dispatch: request.dispatch,
+        image: request.image.clone(),
+        workspace: sandbox.paths.workspace.clone(),
+        outputs: sandbox.paths.outputs.clone(),
+        limits: request.limits,
+        network: request.network,
+        user: request.user,
+        keepalive: request.keepalive.clone(),
+        state_label: state_label(state_dir),
+    };
+    entry.intend(Resource::Container {
+        name: spec.container_name(),
+    })?;
+    sandbox.runtime.create_sandbox(&spec).await?;
+    Ok(())
+}
+
+/// Refuses when any existing component from `state_dir` down to `path` is a symbolic link, which
+/// would put a dispatch's files (and the container's bind mounts) somewhere else.
+fn refuse_links_below(state_dir: &Path, path: &Path) -> Result<()> {
+    let Ok(relative) = path.strip_prefix(state_dir) else {
+        return Err(SandboxError::OutsideStateDir {
+            path: path.to_owned(),
+            state_dir: state_dir.to_owned(),
+        });
+    };
+    let mut current = state_dir.to_owned();
+    for component in relative.components() {
+        current.push(component);
+        let is_link = std::fs::symlink_metadata(&current).is_ok_and(|m| m.file_type().is_symlink());
+        if is_link {
+            return Err(SandboxError::OutsideStateDir {
+                path: current,
+                state_dir: state_dir.to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Creates `path` (and its parents) and hands it to the sandbox user when stet runs as root.
+fn create_owned_dir(path: &Path, user: SandboxUser) -> Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let io = |operation| {
+        move |source| SandboxError::Io {
+            path: path.to_owned(),
+            operation,
+            source,
+        }
+    };
+    std::fs::create_dir_all(path).map_err(io("creating the directory"))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
+        .map_err(io("setting its mode"))?;
+    let owner = std::fs::metadata(path).map_err(io("reading its owner"))?;
+    if owner.uid() != user.uid || owner.gid() != user.gid {
+        std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid))
+            .map_err(io("handing it to the sandbox user"))?;
+    }
+    Ok(())
+}
+
+/// Removes a directory tree an agent may have made hard to remove (read-only directories); never
+/// follows symbolic links. A tree that is already gone is fine.
+pub(crate) fn remove_tree(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(_) => {
+            make_writable(path)?;
+            match std::fs::remove_dir_all(path) {
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            }
+        }
+    }
+}
+
+fn make_writable(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let metadata = std::fs::symlink_metadata(path)?;
+    if metadata.is_dir() {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))?;
+        for entry in std::fs::read_dir(path)? {
+            make_writable(&entry?.path())?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn a_tree_with_read_only_directories_is_removed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("workspace");
+        let locked = root.join("a/b");
+        std::fs::create_dir_all(&locked).unwrap();
+        std::fs::write(locked.join("f"), "x").unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("link-to-etc")).unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o500)).unwrap();
+        std::fs::set_permissions(root.join("a"), std::fs::Permissions::from_mode(0o500)).unwrap();
+        remove_tree(&root).unwrap();
+        assert!(!root.exists());
+        assert!(Path::new("/etc").exists(), "the link target is untouched");
+        remove_tree(&root).unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_credential_joins_the_env_and_the_callers_own_value_wins() {
+        use crate::dispatch::credential::{CREDENTIAL_ENV, LocalCredentialProvider, SecretValue};
+        let provider = Arc::new(LocalCredentialProvider::default());
+        let credential = ScopedCredential::mint(provider, "o/r", "b", Duration::from_secs(60))
+            .await
+            .unwrap();
+        let minted = credential.as_environment()[CREDENTIAL_ENV].clone();
+        let plain = SandboxProcess {
+            argv: vec!["x".into()],
+            ..SandboxProcess::default()
+        };
+        let merged = with_credential(&plain, Some(&credential));
+        assert_eq!(merged.env[CREDENTIAL_ENV], minted);
+        assert_eq!(merged.argv, plain.argv, "argv is untouched");
+
+        let mut own = plain.clone();
+        own.env.insert(
+            CREDENTIAL_ENV.into(),
+            SecretValue::new("callers-own".into()),
+        );
+        let merged = with_credential(&own, Some(&credential));
+        assert_eq!(merged.env[CREDENTIAL_ENV].expose_secret(), "callers-own");
+        assert!(with_credential(&plain, None).env.is_empty());
+    }
+
+    #[test]
+    fn a_symlinked_directory_below_the_state_dir_is_refused() {
+        let state = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let paths = SandboxPaths::under(state.path(), DispatchId::new());
+        refuse_links_below(state.path(), &paths.root).unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), state.path().join("dispatches")).unwrap();
+        let error = refuse_links_below(state.path(), &paths.root)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("dispatches is a symbolic link"), "{error}");
+        let outside = refuse_links_below(state.path(), elsewhere.path()).unwrap_err();
+        assert!(matches!(outside, SandboxError::OutsideStateDir { .. }));
+    }
+
+    #[test]
+    fn teardown_goes_container_first_and_credential_last() {
+        let mut resources = [
+            Resource::Credential {
+                provider: "local".into(),
+                id: crate::dispatch::credential::CredentialId::new("c".into()),
+            },
+            Resource::Outputs { path: "/o".into() },
+            Resource::Container { name: "n".into() },
+            Resource::Workspace { path: "/w".into() },
+        ];
+        resources.sort_by_key(teardown_order);
+        assert!(matches!(resources[0], Resource::Container { .. }));
+        assert!(matches!(resources[3], Resource::Credential { .. }));
+    }
+}

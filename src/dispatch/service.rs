@@ -1,0 +1,219 @@
+//! `DispatchService`: the engine's long-lived part. Today it reclaims what crashed dispatches left
+//! behind (`sweep_orphans`, ADR-0018 row 7 and DESIGN §5 row 14); the dispatch lifecycle joins it with
+//! the dispatch engine.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::dispatch::credential::{CredentialProvider, Revocation};
+use crate::dispatch::journal::{Journal, JournalError, Resource};
+use crate::runtime::{ContainerRuntime, Removal, RuntimeError, state_label};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("journal: {0}")]
+    Journal(#[from] JournalError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, ServiceError>;
+
+/// What a sweep reclaimed, and what it could not.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    pub containers_removed: Vec<String>,
+    pub directories_removed: Vec<PathBuf>,
+    pub credentials_revoked: Vec<String>,
+    pub records_closed: usize,
+    /// Steps that failed; their records stay in the journal for the next sweep.
+    pub failures: Vec<String>,
+}
+
+impl SweepReport {
+    pub fn is_empty(&self) -> bool {
+        self.containers_removed.is_empty()
+            && self.directories_removed.is_empty()
+            && self.credentials_revoked.is_empty()
+            && self.records_closed == 0
+            && self.failures.is_empty()
+    }
+}
+
+impl fmt::Display for SweepReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            return writeln!(f, "nothing to sweep: no dispatch left anything behind");
+        }
+        for name in &self.containers_removed {
+            writeln!(f, "removed container {name}")?;
+        }
+        for dir in &self.directories_removed {
+            writeln!(f, "removed {}", dir.display())?;
+        }
+        for credential in &self.credentials_revoked {
+            writeln!(f, "revoked credential {credential}")?;
+        }
+        if self.records_closed > 0 {
+            writeln!(f, "closed {} journal record(s)", self.records_closed)?;
+        }
+        for failure in &self.failures {
+            writeln!(f, "could not clean up: {failure}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The dispatch engine's shared parts.
+#[derive(Debug, Clone)]
+pub struct DispatchService {
+    runtime: Arc<dyn ContainerRuntime>,
+    journal: Arc<Journal>,
+    state_dir: PathBuf,
+    providers: HashMap<String, Arc<dyn CredentialProvider>>,
+    /// Containers of other installations (other state directories) are never swept from here.
+    state_label: String,
+}
+
+impl DispatchService {
+    pub fn new(
+        runtime: Arc<dyn ContainerRuntime>,
+        journal: Arc<Journal>,
+        state_dir: &Path,
+        providers: Vec<Arc<dyn CredentialProvider>>,
+    ) -> DispatchService {
+        DispatchService {
+            runtime,
+            journal,
+            state_dir: state_dir.to_owned(),
+            providers: providers
+                .into_iter()
+                .map(|p| (p.name().to_owned(), p))
+                .collect(),
+            state_label: state_label(state_dir),
+        }
+    }
+
+    /// Reclaims everything whose owner is gone: resources listed by orphaned journal records, and this
+    /// installation's sandbox containers and dispatch directories of no live dispatch. Never touches a
+    /// live dispatch of this or another stet process, nor another state directory's containers. Failed steps are reported and stay journaled for the next sweep.
+    pub async fn sweep_orphans(&self) -> Result<SweepReport> {
+        let mut report = SweepReport::default();
+        let orphans = self.journal.orphans()?;
+        report
+            .failures
+            .extend(orphans.problems.iter().map(|problem| problem.to_string()));
+        for record in orphans.records {
+            let mut entry = match self.journal.adopt(&record) {
+                Ok(entry) => entry,
+                Err(error) => {
+                    report
+                        .failures
+                        .push(format!("{}: {error}", record.dispatch));
+                    continue;
+                }
+            };
+            for resource in entry.outstanding().to_vec() {
+                match self.reclaim(&resource, &mut report).await {
+                    Ok(()) => entry.released(&resource)?,
+                    Err(failure) => report
+                        .failures
+                        .push(format!("{}: {failure}", record.dispatch)),
+                }
+            }
+            if entry.outstanding().is_empty() {
+                entry.close()?;
+                report.records_closed += 1;
+            }
+        }
+
+        let live: BTreeSet<String> = self
+            .journal
+            .records()?
+            .records
+            .into_iter()
+            .filter(|record| record.owner.is_alive())
+            .map(|record| record.dispatch.to_string())
+            .collect();
+        for container in self.runtime.list_sandboxes().await? {
+            let ours = container.state_label.as_deref() == Some(self.state_label.as_str());
+            if !ours || live.contains(&container.dispatch) {
+                continue;
+            }
+            match self.runtime.remove(&container.name, true).await {
+                Ok(Removal::Removed) => report.containers_removed.push(container.name),
+                Ok(Removal::AlreadyGone) => {}
+                Err(error) => report.failures.push(error.to_string()),
+            }
+        }
+        let dispatches = self.state_dir.join("dispatches");
+        let entries = match std::fs::read_dir(&dispatches) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(report),
+            Err(source) => {
+                return Err(ServiceError::Io {
+                    path: dispatches,
+                    source,
+                });
+            }
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("stet-dispatch-") && !live.contains(&name) {
+                let path = entry.path();
+                match crate::dispatch::sandbox::remove_tree(&path) {
+                    Ok(()) => report.directories_removed.push(path),
+                    Err(error) => report.failures.push(format!("{}: {error}", path.display())),
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    async fn reclaim(
+        &self,
+        resource: &Resource,
+        report: &mut SweepReport,
+    ) -> std::result::Result<(), String> {
+        match resource {
+            Resource::Container { name } => match self.runtime.remove(name, true).await {
+                Ok(Removal::Removed) => {
+                    report.containers_removed.push(name.clone());
+                    Ok(())
+                }
+                Ok(Removal::AlreadyGone) => Ok(()),
+                Err(error) => Err(error.to_string()),
+            },
+            Resource::Workspace { path } | Resource::Outputs { path } => {
+                let existed = path.exists();
+                crate::dispatch::sandbox::remove_tree(path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                if existed {
+                    report.directories_removed.push(path.clone());
+                }
+                Ok(())
+            }
+            Resource::Credential { provider, id } => match self.providers.get(provider) {
+                Some(provider) => match provider.revoke(id).await {
+                    Ok(Revocation::Revoked) => {
+                        report.credentials_revoked.push(id.to_string());
+                        Ok(())
+                    }
+                    Ok(Revocation::AlreadyGone) => Ok(()),
+                    Err(error) => Err(error.to_string()),
+                },
+                // A provider this process does not have (its credentials expire at their TTL).
+                None => Err(format!(
+                    "credential {id} of provider {provider:?} cannot be revoked from here; it expires at its TTL"
+                )),
+            },
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! `stet doctor`: checks that this machine can run a locked-down sandbox, and says what to fix.
+//!
+//! A sandbox whose memory or pids cap the engine silently ignores is not locked down, so the engine's
+//! own report of which limits it enforces is checked here, before a dispatch ever relies on it.
+
+use std::fmt;
+use std::path::Path;
+
+use bollard::Docker;
+
+/// Below this much free space in the state directory, a dispatch's workspace may not fit.
+const LOW_DISK_BYTES: u64 = 2 * 1024 * 1024 * 1024;
+/// Below this, provisioning is likely to fail.
+const CRITICAL_DISK_BYTES: u64 = 200 * 1024 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+/// One check's outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub name: &'static str,
+    pub status: Status,
+    pub detail: String,
+    /// What a person should do, when the check did not pass.
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn ok(name: &'static str, detail: String) -> Check {
+        Check {
+            name,
+            status: Status::Ok,
+            detail,
+            fix: None,
+        }
+    }
+
+    fn problem(name: &'static str, status: Status, detail: String, fix: &str) -> Check {
+        Check {
+            name,
+            status,
+            detail,
+            fix: Some(fix.to_owned()),
+        }
+    }
+}
+
+/// Every check, in the order they ran.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DoctorReport {
+    pub checks: Vec<Check>,
+}
+
+impl DoctorReport {
+    /// Whether any check failed (warnings do not count).
+    pub fn failed(&self) -> bool {
+        self.checks.iter().any(|c| c.status == Status::Fail)
+    }
+}
+
+impl fmt::Display for DoctorReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for check in &self.checks {
+            let mark = match check.status {
+                Status::Ok => "ok  ",
+                Status::Warn => "warn",
+                Status::Fail => "FAIL",
+            };
+            writeln!(f, "[{mark}] {}: {}", check.name, check.detail)?;
+            if let Some(fix) = &check.fix {
+                writeln!(f, "       fix: {fix}")?;
+            }
+        }
+        let verdict = if self.failed() {
+            "stet cannot run a locked-down sandbox here until the failures above are fixed"
+        } else {
+            "this machine can run stet's sandboxes"
+        };
+        writeln!(f, "{verdict}")
+    }
+}
+
+/// Runs every check against `docker` (None: the engine could not be reached, `unreachable` says why).
+pub async fn diagnose(
+    docker: Result<Docker, String>,
+    state_dir: &Path,
+    binary: &Path,
+) -> DoctorReport {
+    let mut report = DoctorReport::default();
+    match docker {
+        Ok(docker) => engine_checks(&docker, binary, &mut report).await,
+        Err(why) => report.checks.push(Check::problem(
+            "engine",
+            Status::Fail,
+            why,
+            "start the Docker daemon, or point DOCKER_HOST at a running engine",
+        )),
+    }
+    report.checks.push(disk_check(state_dir));
+    report
+}
+
+async fn engine_checks(docker: &Docker, binary: &Path, report: &mut DoctorReport) {
+    if let Err(error) = docker.ping().await {
+        report.checks.push(Check::problem(
+            "engine",
+            Status::Fail,
+            format!("not reachable at {}: {error}", crate::image::docker_host()),
+            "start the Docker daemon, or point DOCKER_HOST at a running engine",
+        ));
+        return;
+    }
+    match docker.version().await {
+        Ok(version) => report.checks.push(Check::ok(
+            "engine",
+            format!(
+                "Docker {} (API {}), {}/{}, at {}",
+                version.version.unwrap_or_default(),
+                version.api_version.unwrap_or_default(),
+                version.os.unwrap_or_default(),
+                version.arch.unwrap_or_default(),
+                crate::image::docker_host()
+            ),
+        )),
+        Err(error) => report.checks.push(Check::problem(
+            "engine",
+            Status::Fail,
+            format!("version request failed: {error}"),
+            "check the engine's logs",
+        )),
+    }
+    match docker.info().await {
+        Ok(info) => {
+            let cgroup = format!(
+                "cgroup {} driver, version {}",
+                info.cgroup_driver
+                    .map(|d| d.to_string())
+                    .unwrap_or_default(),
+                info.cgroup_version
+                    .map(|v| v.to_string())
+                    .unwrap_or_default()
+            );
+            let limits = [
+                ("memory", info.memory_limit, "--memory"),
+                ("swap", info.swap_limit, "--memory-swap"),
+                ("pids", info.pids_limit, "--pids-limit"),
+                ("cpu quota", info.cpu_cfs_quota, "--cpus"),
+            ];
+            let missing: Vec<&str> = limits
+                .iter()
+                .filter(|(_, enforced, _)| *enforced != Some(true))
+                .map(|(_, _, flag)| *flag)
+                .collect();
+            if missing.is_empty() {
+                report.checks.push(Check::ok(
+                    "limits",
+                    format!("memory, swap, pids and cpu limits are enforced ({cgroup})"),
+                ));
+            } else {
+                report.checks.push(Check::problem(
+                    "limits",
+                    Status::Fail,
+                    format!("the engine does not enforce {} ({cgroup})", missing.join(", ")),
+                    "enable the missing cgroup controllers (e.g. boot with cgroup v2, or `swapaccount=1` for swap limits)",
+                ));
+            }
+            for warning in info.warnings.unwrap_or_default() {
+                report.checks.push(Check::problem(
+                    "engine warning",
+                    Status::Warn,
+                    warning,
+                    "see the engine's documentation for this warning",
+                ));
+            }
+        }
+        Err(error) => report.checks.push(Check::problem(
+            "limits",
+            Status::Fail,
+            format!("info request failed: {error}"),
+            "check the engine's logs",
+        )),
+    }
+    report.checks.push(image_check(docker, binary).await);
+}
+
+async fn image_check(docker: &Docker, binary: &Path) -> Check {
+    let hash = match file_sha256(binary) {
+        Ok(hash) => hash,
+        Err(error) => {
+            return Check::problem(
+                "sandbox image",
+                Status::Warn,
+                format!("cannot read {}: {error}", binary.display()),
+                "run stet from its installed path",
+            );
+        }
+    };
+    let tag = crate::image::tag_for(&hash);
+    match docker.inspect_image(&tag).await {
+        Ok(image) => Check::ok(
+            "sandbox image",
+            format!(
+                "offline sandbox image {tag} is present, pinned as {}",
+                image.id.unwrap_or_default()
+            ),
+        ),
+        Err(_) => Check::problem(
+            "sandbox image",
+            Status::Warn,
+            format!("no offline sandbox image for this stet binary ({tag})"),
+            "run `stet image build-local` (stet demo builds it too)",
+        ),
+    }
+}
+
+fn file_sha256(path: &Path) -> std::io::Result<String> {
+    use sha2::Digest as _;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = sha2::Sha256::new();
+    std::io::copy(&mut file, &mut hasher)?;
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+fn disk_check(state_dir: &Path) -> Check {
+    let existing = state_dir
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(Path::new("/"));
+    match rustix::fs::statvfs(existing) {
+        Ok(stats) => {
+            let free = stats.f_bavail.saturating_mul(stats.f_frsize);
+            let detail = format!("{} free for {}", human_bytes(free), state_dir.display());
+            if free < CRITICAL_DISK_BYTES {
+                Check::problem(
+                    "disk",
+                    Status::Fail,
+                    detail,
+                    "free space on that filesystem, or set XDG_STATE_HOME elsewhere",
+                )
+            } else if free < LOW_DISK_BYTES {
+                Check::problem(
+                    "disk",
+                    Status::Warn,
+                    detail,
+                    "large repositories may not fit; free some space",
+                )
+            } else {
+                Check::ok("disk", detail)
+            }
+        }
+        Err(error) => Check::problem(
+            "disk",
+            Status::Warn,
+            format!("cannot read free space of {}: {error}", existing.display()),
+            "check that the state directory is on a mounted filesystem",
+        ),
+    }
+}
+
+fn human_bytes(bytes: u64) -> String {
+    const GIB: u64 = 1024 * 1024 * 1024;
+    const MIB: u64 = 1024 * 1024;
+    if bytes >= GIB {
+        format!("{:.1} GiB", bytes as f64 / GIB as f64)
+    } else {
+        format!("{} MiB", bytes / MIB)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unreachable_engine_fails_with_a_fix_and_disk_is_still_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = diagnose(
+            Err("connection refused".into()),
+            dir.path(),
+            Path::new("/nonexistent"),
+        )
+        .await;
+        assert!(report.failed());
+        let text = report.to_string();
+        assert!(text.contains("[FAIL] engine: connection refused"), "{text}");
+        assert!(text.contains("fix: start the Docker daemon"), "{text}");
+        assert!(text.contains("disk: "), "{text}");
+        assert!(
+            text.ends_with("until the failures above are fixed\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn sizes_read_as_a_person_would_write_them() {
+        assert_eq!(human_bytes(3 * 1024 * 1024 * 1024 / 2), "1.5 GiB");
+        assert_eq!(human_bytes(300 * 1024 * 1024), "300 MiB");
+    }
+}

@@ -1,0 +1,775 @@
+//! Builds the offline sandbox image from a stet executable, because the engine may have no registry.
+//!
+//! The image is `FROM scratch` in spirit: the executable at `/usr/local/bin/stet`, the shared libraries
+//! `ldd` names (the dynamic loader at its exact path), a two-line `/etc/passwd` and `/etc/group`, and the
+//! empty directories a sandbox mounts over. It goes into the engine as a hand-made `docker save` archive
+//! through `POST /images/load`: that way stet writes the image configuration itself (user, labels,
+//! working directory), and the same binary gives byte-identical archives and so the same image ID on every
+//! machine. The image is tagged `stet-sandbox:<12 hex of the binary's sha256>` and labelled with the full
+//! hash, so building twice from the same binary finds the first image instead of loading a second one.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Component, Path, PathBuf};
+use std::process::Command;
+
+use bollard::Docker;
+use bollard::query_parameters::{
+    ImportImageOptionsBuilder, ListImagesOptionsBuilder, TagImageOptionsBuilder,
+};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use sha2::{Digest, Sha256};
+
+/// Repository part of the sandbox image's tag.
+pub const REPOSITORY: &str = "stet-sandbox";
+
+/// Label holding the full sha256 (hex) of the stet executable inside the image.
+pub const BINARY_SHA256_LABEL: &str = "dev.stet.binary-sha256";
+
+/// Where the executable lives inside the image.
+pub const BINARY_PATH: &str = "/usr/local/bin/stet";
+
+/// The sandbox user and group the image runs as unless told otherwise.
+pub const SANDBOX_UID: u32 = 65532;
+/// See [`SANDBOX_UID`].
+pub const SANDBOX_GID: u32 = 65532;
+
+/// Where bollard connects when `DOCKER_HOST` is not set.
+pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
+
+/// How many hex digits of the binary's hash go into the tag.
+const TAG_HEX_LEN: usize = 12;
+
+const PASSWD: &str = "root:x:0:0:root:/root:/sbin/nologin\n\
+    stet:x:65532:65532::/home/stet:/usr/local/bin/stet\n";
+const GROUP: &str = "root:x:0:\nstet:x:65532:\n";
+
+/// Errors of building and loading the sandbox image.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("running `ldd {binary}`: {source}")]
+    LddSpawn {
+        binary: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`ldd {binary}` failed ({status}): {stderr}")]
+    LddFailed {
+        binary: PathBuf,
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
+    #[error(
+        "{binary} needs the shared library {library}, which ldd reports as not found; \
+         install it or build a static stet"
+    )]
+    LibraryNotFound { binary: PathBuf, library: String },
+    #[error("`ldd {binary}` printed a line stet does not understand: {line:?}")]
+    UnexpectedLddLine { binary: PathBuf, line: String },
+    #[error("rootfs for {binary}: {path} is needed both as a file and as a directory")]
+    PathConflict { binary: PathBuf, path: String },
+    #[error("writing the tar entry {path}: {source}")]
+    Tar {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("encoding the image configuration for {tag}: {source}")]
+    Config {
+        tag: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("Docker: {action} {image}: {source}")]
+    Docker {
+        action: &'static str,
+        image: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+    #[error("Docker loaded {tag} but reports no ID for it")]
+    NoImageId { tag: String },
+    #[error("building the rootfs of {binary} stopped: {source}")]
+    Join {
+        binary: PathBuf,
+        #[source]
+        source: tokio::task::JoinError,
+    },
+}
+
+/// Result alias of this module.
+pub type Result<T> = std::result::Result<T, ImageError>;
+
+/// A sandbox image present in the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxImage {
+    /// The immutable reference stet runs by: `sha256:<64 hex>`.
+    pub id: String,
+    /// `stet-sandbox:<first 12 hex of binary_sha256>`.
+    pub tag: String,
+    /// Full sha256 (hex) of the stet executable inside.
+    pub binary_sha256: String,
+}
+
+/// Where the Docker client connects: `DOCKER_HOST`, or bollard's default socket.
+pub fn docker_host() -> String {
+    std::env::var("DOCKER_HOST")
+        .ok()
+        .filter(|host| !host.is_empty())
+        .unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_owned())
+}
+
+/// The tag an image built from a binary with this hash carries.
+pub fn tag_for(binary_sha256: &str) -> String {
+    let short = binary_sha256.get(..TAG_HEX_LEN).unwrap_or(binary_sha256);
+    format!("{REPOSITORY}:{short}")
+}
+
+/// Makes sure the sandbox image of `binary` is in the engine and returns it. Reuses an image labelled
+/// with the binary's hash (re-tagging it if the tag was removed); loads a new one only if there is none.
+pub async fn build_local(docker: &Docker, binary: &Path) -> Result<SandboxImage> {
+    let path = binary.to_path_buf();
+    let contents = tokio::task::spawn_blocking(move || read(&path))
+        .await
+        .map_err(|source| ImageError::Join {
+            binary: binary.to_path_buf(),
+            source,
+        })??;
+    let binary_sha256 = hex(&Sha256::digest(&contents));
+    let tag = tag_for(&binary_sha256);
+    if let Some(id) = find_labelled(docker, &binary_sha256, &tag).await? {
+        return Ok(SandboxImage {
+            id,
+            tag,
+            binary_sha256,
+        });
+    }
+    let path = binary.to_path_buf();
+    let archive_tag = tag.clone();
+    let archive_sha = binary_sha256.clone();
+    let archive = tokio::task::spawn_blocking(move || {
+        let layer = rootfs_tar_with(&path, contents)?;
+        docker_save_archive(&layer, &archive_sha, &archive_tag)
+    })
+    .await
+    .map_err(|source| ImageError::Join {
+        binary: binary.to_path_buf(),
+        source,
+    })??;
+    load(docker, archive, &tag).await?;
+    let inspected = docker
+        .inspect_image(&tag)
+        .await
+        .map_err(|source| ImageError::Docker {
+            action: "inspecting the loaded image",
+            image: tag.clone(),
+            source,
+        })?;
+    let id = inspected
+        .id
+        .ok_or_else(|| ImageError::NoImageId { tag: tag.clone() })?;
+    Ok(SandboxImage {
+        id,
+        tag,
+        binary_sha256,
+    })
+}
+
+/// Finds an image labelled with this binary hash; makes sure it carries `tag`.
+async fn find_labelled(docker: &Docker, binary_sha256: &str, tag: &str) -> Result<Option<String>> {
+    let filters = HashMap::from([(
+        "label",
+        vec![format!("{BINARY_SHA256_LABEL}={binary_sha256}")],
+    )]);
+    let images = docker
+        .list_images(Some(
+            ListImagesOptionsBuilder::default()
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .map_err(|source| ImageError::Docker {
+            action: "listing images labelled for",
+            image: tag.to_owned(),
+            source,
+        })?;
+    let tagged = images
+        .iter()
+        .find(|image| image.repo_tags.iter().any(|t| t == tag));
+    if let Some(image) = tagged {
+        return Ok(Some(image.id.clone()));
+    }
+    let Some(image) = images.iter().min_by(|a, b| a.id.cmp(&b.id)) else {
+        return Ok(None);
+    };
+    let short = tag.strip_prefix(&format!("{REPOSITORY}:")).unwrap_or(tag);
+    docker
+        .tag_image(
+            &image.id,
+            Some(
+                TagImageOptionsBuilder::default()
+                    .repo(REPOSITORY)
+                    .tag(short)
+                    .build(),
+            ),
+        )
+        .await
+        .map_err(|source| ImageError::Docker {
+            action: "re-tagging the existing image as",
+            image: tag.to_owned(),
+            source,
+        })?;
+    Ok(Some(image.id.clone()))
+}
+
+async fn load(docker: &Docker, archive: Vec<u8>, tag: &str) -> Result<()> {
+    let mut progress = docker.import_image(
+        ImportImageOptionsBuilder::default().quiet(true).build(),
+        bollard::body_full(Bytes::from(archive)),
+        None,
+    );
+    while let Some(item) = progress.next().await {
+        item.map_err(|source| ImageError::Docker {
+            action: "loading",
+            image: tag.to_owned(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// The sandbox image's filesystem as a deterministic tar: sorted entries, mtime 0, owner root (except the
+/// sandbox user's home), the executable at [`BINARY_PATH`] and every library `ldd` names at its path.
+pub fn rootfs_tar(binary: &Path) -> Result<Vec<u8>> {
+    let contents = read(binary)?;
+    rootfs_tar_with(binary, contents)
+}
+
+fn rootfs_tar_with(binary: &Path, contents: Vec<u8>) -> Result<Vec<u8>> {
+    let mut tree = Tree::new(binary);
+    for (dir, mode) in [
+        ("etc", 0o755),
+        ("proc", 0o555),
+        ("dev", 0o755),
+        ("tmp", 0o1777),
+        ("home", 0o755),
+        ("workspace", 0o755),
+        ("outputs", 0o755),
+    ] {
+        tree.dir(dir, mode, 0, 0)?;
+    }
+    tree.dir("home/stet", 0o755, SANDBOX_UID, SANDBOX_GID)?;
+    tree.file("etc/passwd", PASSWD.as_bytes().to_vec(), 0o644)?;
+    tree.file("etc/group", GROUP.as_bytes().to_vec(), 0o644)?;
+    tree.file(relative(BINARY_PATH), contents, 0o755)?;
+    for library in linked_libraries(binary)? {
+        let bytes = read(&library)?;
+        let inside = library.to_string_lossy();
+        tree.file(relative(&inside), bytes, 0o755)?;
+    }
+    tree.into_tar()
+}
+
+fn relative(absolute: &str) -> &str {
+    absolute.trim_start_matches('/')
+}
+
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|source| ImageError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The shared libraries (the loader included) `ldd` reports for `binary`; none for a static binary.
+fn linked_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
+    let output =
+        Command::new("ldd")
+            .arg(binary)
+            .output()
+            .map_err(|source| ImageError::LddSpawn {
+                binary: binary.to_path_buf(),
+                source,
+            })?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        if stderr.contains("not a dynamic executable")
+            || stdout.contains("not a dynamic executable")
+        {
+            return Ok(Vec::new());
+        }
+        return Err(ImageError::LddFailed {
+            binary: binary.to_path_buf(),
+            status: output.status,
+            stderr: stderr.trim().to_owned(),
+        });
+    }
+    parse_ldd(binary, &stdout)
+}
+
+/// Parses `ldd` output: `name => /path (0x…)`, `/path (0x…)` (the loader), `name (0x…)` (the vDSO,
+/// which the kernel provides), `statically linked`, and `name => not found` (refused).
+pub fn parse_ldd(binary: &Path, output: &str) -> Result<Vec<PathBuf>> {
+    let unexpected = |line: &str| ImageError::UnexpectedLddLine {
+        binary: binary.to_path_buf(),
+        line: line.to_owned(),
+    };
+    let mut libraries = Vec::new();
+    for line in output
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+    {
+        if line == "statically linked" {
+            continue;
+        }
+        let (name, rest) = match line.split_once("=>") {
+            Some((name, rest)) => (name.trim(), rest.trim()),
+            None => ("", line),
+        };
+        if rest == "not found" || rest.starts_with("not found ") {
+            return Err(ImageError::LibraryNotFound {
+                binary: binary.to_path_buf(),
+                library: name.to_owned(),
+            });
+        }
+        let path = rest
+            .rsplit_once(" (0x")
+            .map_or(rest, |(path, _)| path)
+            .trim();
+        if !path.starts_with('/') {
+            if name.is_empty() && !path.contains(char::is_whitespace) && !path.contains('/') {
+                continue; // the vDSO: no file behind it
+            }
+            return Err(unexpected(line));
+        }
+        let path = PathBuf::from(path);
+        if !path
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+        {
+            return Err(unexpected(line));
+        }
+        if !libraries.contains(&path) {
+            libraries.push(path);
+        }
+    }
+    Ok(libraries)
+}
+
+enum Node {
+    Dir { mode: u32, uid: u32, gid: u32 },
+    File { mode: u32, data: Vec<u8> },
+}
+
+/// The rootfs being assembled, keyed by relative path so the tar comes out sorted.
+struct Tree<'b> {
+    binary: &'b Path,
+    nodes: BTreeMap<String, Node>,
+}
+
+impl<'b> Tree<'b> {
+    fn new(binary: &'b Path) -> Self {
+        Self {
+            binary,
+            nodes: BTreeMap::new(),
+        }
+    }
+
+    fn conflict(&self, path: &str) -> ImageError {
+        ImageError::PathConflict {
+            binary: self.binary.to_path_buf(),
+            path: format!("/{path}"),
+        }
+    }
+
+    fn dir(&mut self, path: &str, mode: u32, uid: u32, gid: u32) -> Result<()> {
+        self.parents(path)?;
+        match self.nodes.get(path) {
+            Some(Node::File { .. }) => Err(self.conflict(path)),
+            _ => {
+                self.nodes
+                    .insert(path.to_owned(), Node::Dir { mode, uid, gid });
+                Ok(())
+            }
+        }
+    }
+
+    fn file(&mut self, path: &str, data: Vec<u8>, mode: u32) -> Result<()> {
+        self.parents(path)?;
+        if matches!(self.nodes.get(path), Some(Node::Dir { .. })) {
+            return Err(self.conflict(path));
+        }
+        self.nodes
+            .insert(path.to_owned(), Node::File { mode, data });
+        Ok(())
+    }
+
+    /// Adds missing parent directories (0755, root) of `path`.
+    fn parents(&mut self, path: &str) -> Result<()> {
+        let mut end = 0;
+        while let Some(slash) = path[end..].find('/') {
+            let parent = &path[..end + slash];
+            match self.nodes.get(parent) {
+                Some(Node::File { .. }) => return Err(self.conflict(parent)),
+                Some(Node::Dir { .. }) => {}
+                None => {
+                    self.nodes.insert(
+                        parent.to_owned(),
+                        Node::Dir {
+                            mode: 0o755,
+                            uid: 0,
+                            gid: 0,
+                        },
+                    );
+                }
+            }
+            end += slash + 1;
+        }
+        Ok(())
+    }
+
+    fn into_tar(self) -> Result<Vec<u8>> {
+        let mut entries = TarWriter::new();
+        for (path, node) in self.nodes {
+            match node {
+                Node::Dir { mode, uid, gid } => entries.dir(&path, mode, uid, gid)?,
+                Node::File { mode, data } => entries.file(&path, &data, mode)?,
+            }
+        }
+        entries.finish()
+    }
+}
+
+/// Writes tar entries with everything that varies between machines fixed: mtime 0, numeric owners.
+struct TarWriter {
+    builder: tar::Builder<Vec<u8>>,
+}
+
+impl TarWriter {
+    fn new() -> Self {
+        Self {
+            builder: tar::Builder::new(Vec::new()),
+        }
+    }
+
+    fn header(kind: tar::EntryType, mode: u32, uid: u32, gid: u32, size: u64) -> tar::Header {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(kind);
+        header.set_mode(mode);
+        header.set_uid(u64::from(uid));
+        header.set_gid(u64::from(gid));
+        header.set_mtime(0);
+        header.set_size(size);
+        header
+    }
+
+    fn dir(&mut self, path: &str, mode: u32, uid: u32, gid: u32) -> Result<()> {
+        let mut header = Self::header(tar::EntryType::Directory, mode, uid, gid, 0);
+        let name = format!("{path}/");
+        self.builder
+            .append_data(&mut header, &name, std::io::empty())
+            .map_err(|source| ImageError::Tar { path: name, source })
+    }
+
+    fn file(&mut self, path: &str, data: &[u8], mode: u32) -> Result<()> {
+        let size = u64::try_from(data.len()).unwrap_or(u64::MAX);
+        let mut header = Self::header(tar::EntryType::Regular, mode, 0, 0, size);
+        self.builder
+            .append_data(&mut header, path, data)
+            .map_err(|source| ImageError::Tar {
+                path: path.to_owned(),
+                source,
+            })
+    }
+
+    fn finish(self) -> Result<Vec<u8>> {
+        self.builder.into_inner().map_err(|source| ImageError::Tar {
+            path: "<end of archive>".to_owned(),
+            source,
+        })
+    }
+}
+
+/// A `docker save` archive (manifest.json + config + one layer) holding `layer`, tagged `tag`.
+fn docker_save_archive(layer: &[u8], binary_sha256: &str, tag: &str) -> Result<Vec<u8>> {
+    let layer_hex = hex(&Sha256::digest(layer));
+    let config =
+        serde_json::to_vec(&image_config(&layer_hex, binary_sha256)).map_err(|source| {
+            ImageError::Config {
+                tag: tag.to_owned(),
+                source,
+            }
+        })?;
+    let config_name = format!("{}.json", hex(&Sha256::digest(&config)));
+    let layer_name = format!("{layer_hex}/layer.tar");
+    let manifest = serde_json::to_vec(&serde_json::json!([{
+        "Config": config_name,
+        "RepoTags": [tag],
+        "Layers": [layer_name],
+    }]))
+    .map_err(|source| ImageError::Config {
+        tag: tag.to_owned(),
+        source,
+    })?;
+    let mut archive = TarWriter::new();
+    archive.file(&config_name, &config, 0o644)?;
+    archive.dir(&layer_hex, 0o755, 0, 0)?;
+    archive.file(&layer_name, layer, 0o644)?;
+    archive.file("manifest.json", &manifest, 0o644)?;
+    archive.finish()
+}
+
+/// The image configuration (Docker image spec v1.2). Fixed creation time so it hashes the same everywhere.
+fn image_config(layer_hex: &str, binary_sha256: &str) -> serde_json::Value {
+    const EPOCH: &str = "1970-01-01T00:00:00Z";
+    serde_json::json!({
+        "architecture": docker_architecture(),
+        "os": "linux",
+        "created": EPOCH,
+        "config": {
+            "User": format!("{SANDBOX_UID}:{SANDBOX_GID}"),
+            "Env": ["PATH=/usr/local/bin", "HOME=/home/stet"],
+            "Cmd": [BINARY_PATH, "--help"],
+            "WorkingDir": "/workspace",
+            "Labels": { BINARY_SHA256_LABEL: binary_sha256 },
+        },
+        "rootfs": { "type": "layers", "diff_ids": [format!("sha256:{layer_hex}")] },
+        "history": [{ "created": EPOCH, "created_by": "stet image build-local" }],
+    })
+}
+
+/// Docker's name for the architecture stet was built for.
+fn docker_architecture() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        other => other,
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(64), |mut out, b| {
+        let _ = write!(out, "{b:02x}");
+        out
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::io::Read;
+
+    use super::*;
+
+    struct Entry {
+        path: String,
+        kind: tar::EntryType,
+        mode: u32,
+        uid: u64,
+        gid: u64,
+        mtime: u64,
+        data: Vec<u8>,
+    }
+
+    fn entries(archive: &[u8]) -> Vec<Entry> {
+        let mut reader = tar::Archive::new(archive);
+        reader
+            .entries()
+            .unwrap()
+            .map(|entry| {
+                let mut entry = entry.unwrap();
+                let header = entry.header().clone();
+                let mut data = Vec::new();
+                entry.read_to_end(&mut data).unwrap();
+                Entry {
+                    path: entry.path().unwrap().to_string_lossy().into_owned(),
+                    kind: header.entry_type(),
+                    mode: header.mode().unwrap(),
+                    uid: header.uid().unwrap(),
+                    gid: header.gid().unwrap(),
+                    mtime: header.mtime().unwrap(),
+                    data,
+                }
+            })
+            .collect()
+    }
+
+    fn find<'e>(entries: &'e [Entry], path: &str) -> &'e Entry {
+        entries
+            .iter()
+            .find(|e| e.path.trim_end_matches('/') == path)
+            .unwrap_or_else(|| panic!("no entry {path}"))
+    }
+
+    /// The test binary itself: dynamically linked like stet.
+    fn this_binary() -> PathBuf {
+        std::env::current_exe().unwrap()
+    }
+
+    #[test]
+    fn rootfs_holds_binary_users_dirs_and_libraries() {
+        let binary = this_binary();
+        let tar = rootfs_tar(&binary).unwrap();
+        let entries = entries(&tar);
+
+        let stet = find(&entries, "usr/local/bin/stet");
+        assert_eq!(stet.kind, tar::EntryType::Regular);
+        assert_eq!(stet.mode, 0o755);
+        assert_eq!(stet.data, std::fs::read(&binary).unwrap());
+
+        let passwd = String::from_utf8(find(&entries, "etc/passwd").data.clone()).unwrap();
+        assert!(passwd.lines().any(|l| l.starts_with("root:x:0:0:")));
+        assert!(
+            passwd
+                .lines()
+                .any(|l| l == "stet:x:65532:65532::/home/stet:/usr/local/bin/stet")
+        );
+        let group = String::from_utf8(find(&entries, "etc/group").data.clone()).unwrap();
+        assert!(group.lines().any(|l| l.starts_with("stet:x:65532:")));
+
+        let tmp = find(&entries, "tmp");
+        assert_eq!((tmp.kind, tmp.mode), (tar::EntryType::Directory, 0o1777));
+        for dir in [
+            "workspace",
+            "outputs",
+            "proc",
+            "dev",
+            "etc",
+            "usr/local/bin",
+        ] {
+            assert_eq!(find(&entries, dir).kind, tar::EntryType::Directory, "{dir}");
+        }
+        let home = find(&entries, "home/stet");
+        assert_eq!((home.uid, home.gid), (65532, 65532));
+
+        let libraries = linked_libraries(&binary).unwrap();
+        assert!(
+            libraries
+                .iter()
+                .any(|l| l.to_string_lossy().contains("ld-linux")),
+            "the loader is among {libraries:?}"
+        );
+        for library in &libraries {
+            let inside = find(&entries, relative(&library.to_string_lossy()));
+            assert_eq!(inside.kind, tar::EntryType::Regular, "{library:?}");
+            assert_eq!(inside.data, std::fs::read(library).unwrap(), "{library:?}");
+        }
+
+        for entry in &entries {
+            assert_eq!(entry.mtime, 0, "{}", entry.path);
+            assert!(!entry.path.starts_with('/'), "{}", entry.path);
+            if entry.path != "home/stet/" {
+                assert_eq!((entry.uid, entry.gid), (0, 0), "{}", entry.path);
+            }
+        }
+        let paths: Vec<&str> = entries
+            .iter()
+            .map(|e| e.path.trim_end_matches('/'))
+            .collect();
+        let mut sorted = paths.clone();
+        sorted.sort_unstable();
+        assert_eq!(paths, sorted);
+    }
+
+    #[test]
+    fn rootfs_is_deterministic() {
+        let binary = this_binary();
+        assert!(rootfs_tar(&binary).unwrap() == rootfs_tar(&binary).unwrap());
+    }
+
+    #[test]
+    fn missing_binary_is_named() {
+        let err = rootfs_tar(Path::new("/nonexistent/stet")).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/stet"), "{err}");
+    }
+
+    #[test]
+    fn ldd_output_of_a_dynamic_binary() {
+        let output = "\tlinux-vdso.so.1 (0x00007ffd5a1e2000)\n\
+            \tlibgcc_s.so.1 => /lib/x86_64-linux-gnu/libgcc_s.so.1 (0x00007f0e1c2a1000)\n\
+            \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f0e1c0c0000)\n\
+            \t/lib64/ld-linux-x86-64.so.2 (0x00007f0e1c2e0000)\n";
+        let libraries = parse_ldd(Path::new("stet"), output).unwrap();
+        assert_eq!(
+            libraries,
+            vec![
+                PathBuf::from("/lib/x86_64-linux-gnu/libgcc_s.so.1"),
+                PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"),
+                PathBuf::from("/lib64/ld-linux-x86-64.so.2"),
+            ]
+        );
+    }
+
+    #[test]
+    fn ldd_output_of_a_static_binary_names_nothing() {
+        let libraries = parse_ldd(Path::new("stet"), "\tstatically linked\n").unwrap();
+        assert!(libraries.is_empty());
+    }
+
+    #[test]
+    fn ldd_not_found_is_refused_with_the_library_name() {
+        let output = "\tlinux-vdso.so.1 (0x00007ffd5a1e2000)\n\tlibssl.so.3 => not found\n";
+        let err = parse_ldd(Path::new("/opt/stet"), output).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("libssl.so.3"), "{text}");
+        assert!(text.contains("/opt/stet"), "{text}");
+        assert!(text.contains("not found"), "{text}");
+    }
+
+    #[test]
+    fn ldd_relative_or_traversing_paths_are_refused() {
+        for line in [
+            "\tlibc.so.6 => lib/libc.so.6 (0x1)\n",
+            "\tlibc.so.6 => /lib/../etc/libc.so.6 (0x1)\n",
+            "\tsomething odd here\n",
+        ] {
+            assert!(parse_ldd(Path::new("stet"), line).is_err(), "{line:?}");
+        }
+    }
+
+    #[test]
+    fn tag_uses_twelve_hex_digits() {
+        let sha = "0123456789abcdef".repeat(4);
+        assert_eq!(tag_for(&sha), "stet-sandbox:0123456789ab");
+    }
+
+    #[test]
+    fn save_archive_references_the_layer_by_its_digest() {
+        let layer = b"pretend this is a layer".to_vec();
+        let sha = "ab".repeat(32);
+        let archive = docker_save_archive(&layer, &sha, &tag_for(&sha)).unwrap();
+        let entries = entries(&archive);
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&find(&entries, "manifest.json").data).unwrap();
+        let config_name = manifest[0]["Config"].as_str().unwrap();
+        let config_entry = find(&entries, config_name);
+        assert_eq!(
+            config_name,
+            format!("{}.json", hex(&Sha256::digest(&config_entry.data)))
+        );
+        let config: serde_json::Value = serde_json::from_slice(&config_entry.data).unwrap();
+        let layer_hex = hex(&Sha256::digest(&layer));
+        assert_eq!(
+            config["rootfs"]["diff_ids"][0],
+            format!("sha256:{layer_hex}")
+        );
+        assert_eq!(config["config"]["Labels"][BINARY_SHA256_LABEL], sha);
+        assert_eq!(config["config"]["User"], "65532:65532");
+        assert_eq!(manifest[0]["RepoTags"][0], tag_for(&sha));
+        let layer_name = manifest[0]["Layers"][0].as_str().unwrap();
+        assert_eq!(layer_name, format!("{layer_hex}/layer.tar"));
+        assert_eq!(find(&entries, layer_name).data, layer);
+        assert!(archive == docker_save_archive(&layer, &sha, &tag_for(&sha)).unwrap());
+    }
+}

@@ -1,0 +1,697 @@
+//! Measures, from inside a sandbox, what the sandbox really allows, so tests check hardening by effect.
+//!
+//! `stet probe` runs in the `FROM scratch` sandbox image where there is no shell and no other tool: it
+//! reads its own identity and capabilities from `/proc`, tries to write where an agent would try to, lists
+//! its mounts, looks for a Docker socket, and on request tries the network, forks, allocates memory and
+//! scans the process table for a secret. It prints one JSON object; the caller decides what is acceptable.
+//! It never connects anywhere it was not told to on the command line.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// How long one `--connect` attempt may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Granularity of `--allocate-mb`: one chunk per MiB.
+const MIB: usize = 1024 * 1024;
+
+/// Every this many bytes one byte is written, so each page is touched whatever the page size.
+const TOUCH_STRIDE: usize = 4096;
+
+/// Progress of `--allocate-mb` is printed to stderr every this many MiB.
+const ALLOCATE_PROGRESS_MB: u64 = 16;
+
+/// Where the Docker socket is found when someone mounts it.
+const DOCKER_SOCKETS: [&str; 2] = ["/var/run/docker.sock", "/run/docker.sock"];
+
+/// The sandbox user's home when `$HOME` is not set.
+const DEFAULT_HOME: &str = "/home/stet";
+
+/// The probe's errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: no `{field}:` line")]
+    MissingField { path: PathBuf, field: String },
+    #[error("{path}: field `{field}` has an unexpected value {value:?}")]
+    BadField {
+        path: PathBuf,
+        field: String,
+        value: String,
+    },
+    #[error("{path}: line {line} is not `source target fstype options dump pass`: {text:?}")]
+    BadMountLine {
+        path: PathBuf,
+        line: usize,
+        text: String,
+    },
+    #[error("writing the probe report: {0}")]
+    Write(#[source] std::io::Error),
+    #[error("encoding the probe report as JSON: {0}")]
+    Encode(#[source] serde_json::Error),
+}
+
+/// Result alias of this module.
+pub type Result<T> = std::result::Result<T, ProbeError>;
+
+/// What to try besides the passive checks; all of it comes from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct ProbeRequest {
+    /// Addresses to try a TCP connection to, each at most [`CONNECT_TIMEOUT`].
+    pub connect: Vec<SocketAddr>,
+    /// Start up to this many child processes and report how many started.
+    pub fork_up_to: Option<u32>,
+    /// Allocate and touch this many MiB.
+    pub allocate_mb: Option<u64>,
+    /// Names of environment variables whose values are searched for in every process's command line.
+    pub find_env_in_cmdlines: Vec<String>,
+}
+
+/// The one JSON object `stet probe` prints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProbeReport {
+    /// Effective uid.
+    pub uid: u32,
+    /// Effective gid.
+    pub gid: u32,
+    /// `CapEff` as the kernel prints it (hex).
+    pub cap_eff: String,
+    /// `CapBnd` as the kernel prints it (hex): what could ever be regained.
+    pub cap_bnd: String,
+    /// Inheritable, permitted, effective, bounding and ambient sets are all empty.
+    pub caps_all_dropped: bool,
+    /// `NoNewPrivs` is set.
+    pub no_new_privs: bool,
+    /// A file could be created in `/`.
+    pub root_writable: bool,
+    /// A file could be created in `/tmp`.
+    pub tmp_writable: bool,
+    /// A file could be created in `$HOME` (or `/home/stet`).
+    pub home_writable: bool,
+    /// A file could be created in `/workspace`.
+    pub workspace_writable: bool,
+    /// `/proc/self/mounts`, unescaped.
+    pub mounts: Vec<Mount>,
+    /// `/var/run/docker.sock` or `/run/docker.sock` exists.
+    pub docker_socket_present: bool,
+    /// One entry per `--connect`.
+    pub connect: Vec<ConnectOutcome>,
+    /// Present with `--fork-up-to`.
+    pub forks: Option<ForkOutcome>,
+    /// Present with `--allocate-mb` when the process survived.
+    pub allocate: Option<AllocateOutcome>,
+    /// One entry per `--find-env-in-cmdlines`.
+    pub cmdlines_containing: Vec<CmdlineMatches>,
+}
+
+/// One line of `/proc/self/mounts`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Mount {
+    pub source: String,
+    pub target: String,
+    pub fstype: String,
+    pub options: String,
+}
+
+/// One `--connect` attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConnectOutcome {
+    pub address: String,
+    pub ok: bool,
+    pub error: Option<String>,
+}
+
+/// How many children `--fork-up-to` could start, and why it stopped early if it did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ForkOutcome {
+    pub started: u32,
+    pub error: Option<String>,
+}
+
+/// How much `--allocate-mb` allocated and touched, and why it stopped early if it did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AllocateOutcome {
+    pub allocated_mb: u64,
+    pub error: Option<String>,
+}
+
+/// Which processes carry the value of one environment variable in their command line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CmdlineMatches {
+    /// The variable's name (never its value).
+    pub name: String,
+    /// Our own environment holds a non-empty value for it.
+    pub env_has_value: bool,
+    /// Pids whose `/proc/<pid>/cmdline` contains the value.
+    pub pids: Vec<u32>,
+}
+
+/// Identity and privilege fields of `/proc/self/status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcStatus {
+    /// Effective uid (second column of `Uid:`).
+    pub uid: u32,
+    /// Effective gid (second column of `Gid:`).
+    pub gid: u32,
+    pub cap_inh: String,
+    pub cap_prm: String,
+    pub cap_eff: String,
+    pub cap_bnd: String,
+    /// Absent on kernels before 4.3, which have no ambient set.
+    pub cap_amb: Option<String>,
+    pub no_new_privs: bool,
+}
+
+impl ProcStatus {
+    /// True when no capability set holds anything.
+    pub fn caps_all_dropped(&self) -> Result<bool> {
+        let mut sets = vec![
+            ("CapInh", &self.cap_inh),
+            ("CapPrm", &self.cap_prm),
+            ("CapEff", &self.cap_eff),
+            ("CapBnd", &self.cap_bnd),
+        ];
+        if let Some(amb) = &self.cap_amb {
+            sets.push(("CapAmb", amb));
+        }
+        for (field, value) in sets {
+            if parse_cap_hex(field, value)? != 0 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Runs the probe and returns its report. With `--allocate-mb` past the memory limit the process is
+/// expected to be killed here (exit 137 for the caller).
+pub fn run(request: &ProbeRequest) -> Result<ProbeReport> {
+    let status_path = Path::new("/proc/self/status");
+    let status = parse_status(&read_text(status_path)?, status_path)?;
+    let mounts_path = Path::new("/proc/self/mounts");
+    let mounts = parse_mounts(&read_text(mounts_path)?, mounts_path)?;
+    let home = std::env::var_os("HOME")
+        .filter(|home| !home.is_empty())
+        .map_or_else(|| PathBuf::from(DEFAULT_HOME), PathBuf::from);
+    let allocate = request
+        .allocate_mb
+        .map(|mb| allocate_and_touch(mb, &mut std::io::stderr()));
+    Ok(ProbeReport {
+        uid: status.uid,
+        gid: status.gid,
+        caps_all_dropped: status.caps_all_dropped()?,
+        cap_eff: status.cap_eff,
+        cap_bnd: status.cap_bnd,
+        no_new_privs: status.no_new_privs,
+        root_writable: can_create_file_in(Path::new("/")),
+        tmp_writable: can_create_file_in(Path::new("/tmp")),
+        home_writable: can_create_file_in(&home),
+        workspace_writable: can_create_file_in(Path::new("/workspace")),
+        mounts,
+        docker_socket_present: DOCKER_SOCKETS
+            .iter()
+            .any(|path| fs::symlink_metadata(path).is_ok()),
+        connect: request
+            .connect
+            .iter()
+            .map(|addr| try_connect(*addr))
+            .collect(),
+        forks: request.fork_up_to.map(fork_up_to),
+        allocate,
+        cmdlines_containing: request
+            .find_env_in_cmdlines
+            .iter()
+            .map(|name| find_env_in_cmdlines(name, Path::new("/proc")))
+            .collect(),
+    })
+}
+
+/// Writes the report as one JSON line.
+pub fn write_report(report: &ProbeReport, out: &mut impl Write) -> Result<()> {
+    let mut line = serde_json::to_vec(report).map_err(ProbeError::Encode)?;
+    line.push(b'\n');
+    out.write_all(&line).map_err(ProbeError::Write)?;
+    out.flush().map_err(ProbeError::Write)
+}
+
+/// The `--hold` mode of the children started by `--fork-up-to`: block until standard input closes.
+pub fn hold(input: &mut impl Read) -> Result<()> {
+    let mut sink = [0u8; 512];
+    loop {
+        match input.read(&mut sink) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(source) => {
+                return Err(ProbeError::Read {
+                    path: PathBuf::from("<stdin>"),
+                    source,
+                });
+            }
+        }
+    }
+}
+
+fn read_text(path: &Path) -> Result<String> {
+    fs::read_to_string(path).map_err(|source| ProbeError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Parses the fields stet cares about from the text of `/proc/<pid>/status`.
+pub fn parse_status(text: &str, path: &Path) -> Result<ProcStatus> {
+    let field = |name: &str| -> Result<&str> {
+        status_field(text, name).ok_or_else(|| ProbeError::MissingField {
+            path: path.to_path_buf(),
+            field: name.to_owned(),
+        })
+    };
+    let bad = |name: &str, value: &str| ProbeError::BadField {
+        path: path.to_path_buf(),
+        field: name.to_owned(),
+        value: value.to_owned(),
+    };
+    let effective_id = |name: &str| -> Result<u32> {
+        let value = field(name)?;
+        value
+            .split_whitespace()
+            .nth(1)
+            .and_then(|id| id.parse().ok())
+            .ok_or_else(|| bad(name, value))
+    };
+    let cap = |name: &str| -> Result<String> {
+        let value = field(name)?;
+        parse_cap_hex(name, value).map_err(|_| bad(name, value))?;
+        Ok(value.to_owned())
+    };
+    let no_new_privs = match status_field(text, "NoNewPrivs") {
+        None | Some("0") => false,
+        Some("1") => true,
+        Some(other) => return Err(bad("NoNewPrivs", other)),
+    };
+    let cap_amb = match status_field(text, "CapAmb") {
+        None => None,
+        Some(_) => Some(cap("CapAmb")?),
+    };
+    Ok(ProcStatus {
+        uid: effective_id("Uid")?,
+        gid: effective_id("Gid")?,
+        cap_inh: cap("CapInh")?,
+        cap_prm: cap("CapPrm")?,
+        cap_eff: cap("CapEff")?,
+        cap_bnd: cap("CapBnd")?,
+        cap_amb,
+        no_new_privs,
+    })
+}
+
+/// The trimmed value of the `name:` line of a `/proc/<pid>/status` text.
+fn status_field<'t>(text: &'t str, name: &str) -> Option<&'t str> {
+    text.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        (key == name).then(|| value.trim())
+    })
+}
+
+/// Parses a capability mask as the kernel prints it (16 hex digits, no prefix).
+pub fn parse_cap_hex(field: &str, value: &str) -> Result<u64> {
+    let bad = || ProbeError::BadField {
+        path: PathBuf::from("/proc/self/status"),
+        field: field.to_owned(),
+        value: value.to_owned(),
+    };
+    if value.is_empty() || value.len() > 16 || !value.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    u64::from_str_radix(value, 16).map_err(|_| bad())
+}
+
+/// Parses the text of `/proc/<pid>/mounts`, undoing the kernel's octal escapes (`\040` for a space).
+pub fn parse_mounts(text: &str, path: &Path) -> Result<Vec<Mount>> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(index, line)| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            match fields.as_slice() {
+                [source, target, fstype, options, ..] => Ok(Mount {
+                    source: unescape_mount_field(source),
+                    target: unescape_mount_field(target),
+                    fstype: unescape_mount_field(fstype),
+                    options: unescape_mount_field(options),
+                }),
+                _ => Err(ProbeError::BadMountLine {
+                    path: path.to_path_buf(),
+                    line: index + 1,
+                    text: line.to_owned(),
+                }),
+            }
+        })
+        .collect()
+}
+
+/// Turns every `\ooo` (three octal digits) into its byte; anything else is kept as it is.
+pub fn unescape_mount_field(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escape = bytes
+            .get(i + 1..i + 4)
+            .filter(|digits| bytes[i] == b'\\' && digits.iter().all(|d| (b'0'..=b'7').contains(d)));
+        match escape {
+            Some(digits) => {
+                let value = digits
+                    .iter()
+                    .fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
+                match u8::try_from(value) {
+                    Ok(byte) => out.push(byte),
+                    Err(_) => out.extend_from_slice(&bytes[i..i + 4]),
+                }
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Tries to create (and then removes) a fresh file in `dir`.
+fn can_create_file_in(dir: &Path) -> bool {
+    let path = dir.join(format!(".stet-probe-{}", std::process::id()));
+    match fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+    {
+        Ok(_) => {
+            // The answer is already known; a file left behind in a disposable sandbox harms no one.
+            let _ = fs::remove_file(&path);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+fn try_connect(address: SocketAddr) -> ConnectOutcome {
+    match TcpStream::connect_timeout(&address, CONNECT_TIMEOUT) {
+        Ok(_) => ConnectOutcome {
+            address: address.to_string(),
+            ok: true,
+            error: None,
+        },
+        Err(err) => ConnectOutcome {
+            address: address.to_string(),
+            ok: false,
+            error: Some(err.to_string()),
+        },
+    }
+}
+
+/// Starts up to `limit` `probe --hold` children, keeping them all alive while counting, then closes
+/// their standard input and reaps every one of them.
+fn fork_up_to(limit: u32) -> ForkOutcome {
+    let mut children: Vec<Child> = Vec::new();
+    let mut error = None;
+    for _ in 0..limit {
+        let spawned = Command::new("/proc/self/exe")
+            .args(["probe", "--hold"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        match spawned {
+            Ok(child) => children.push(child),
+            Err(err) => {
+                error = Some(err.to_string());
+                break;
+            }
+        }
+    }
+    let started = u32::try_from(children.len()).unwrap_or(u32::MAX);
+    for child in &mut children {
+        drop(child.stdin.take());
+    }
+    for child in &mut children {
+        if let Err(err) = child.wait() {
+            error.get_or_insert_with(|| format!("reaping child {}: {err}", child.id()));
+        }
+    }
+    ForkOutcome { started, error }
+}
+
+/// Allocates `mb` MiB one MiB at a time and writes every page, so the memory is really used; progress
+/// goes to `progress` as it happens, so a caller whose probe is killed still sees how far it got.
+fn allocate_and_touch(mb: u64, progress: &mut impl Write) -> AllocateOutcome {
+    let mut chunks: Vec<Vec<u8>> = Vec::new();
+    let mut allocated_mb = 0;
+    let mut error = None;
+    while allocated_mb < mb {
+        let mut chunk: Vec<u8> = Vec::new();
+        if let Err(err) = chunk.try_reserve_exact(MIB) {
+            error = Some(format!("allocating MiB number {}: {err}", allocated_mb + 1));
+            break;
+        }
+        chunk.resize(MIB, 0);
+        for byte in chunk.iter_mut().step_by(TOUCH_STRIDE) {
+            *byte = 0xa5;
+        }
+        chunks.push(std::hint::black_box(chunk));
+        allocated_mb += 1;
+        if allocated_mb % ALLOCATE_PROGRESS_MB == 0 || allocated_mb == mb {
+            // Progress is advisory; a closed stderr must not change the measurement.
+            let _ = writeln!(
+                progress,
+                "stet probe: allocated and touched {allocated_mb} MiB"
+            );
+        }
+    }
+    std::hint::black_box(&chunks);
+    AllocateOutcome {
+        allocated_mb,
+        error,
+    }
+}
+
+/// Reads the value of the environment variable `name` and lists the processes under `proc_root` whose
+/// command line contains it. An unset or empty variable matches nothing.
+pub fn find_env_in_cmdlines(name: &str, proc_root: &Path) -> CmdlineMatches {
+    let value = std::env::var_os(name).filter(|value| !value.is_empty());
+    let pids = value
+        .as_deref()
+        .map(|value| pids_with_cmdline_containing(proc_root, value))
+        .unwrap_or_default();
+    CmdlineMatches {
+        name: name.to_owned(),
+        env_has_value: value.is_some(),
+        pids,
+    }
+}
+
+fn pids_with_cmdline_containing(proc_root: &Path, value: &OsStr) -> Vec<u32> {
+    let needle = value.as_bytes();
+    let Ok(entries) = fs::read_dir(proc_root) else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            // A process may exit between listing and reading; it then matches nothing.
+            fs::read(proc_root.join(pid.to_string()).join("cmdline"))
+                .is_ok_and(|cmdline| contains(&cmdline, needle))
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty()
+        && haystack
+            .windows(needle.len())
+            .any(|window| window == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    const STATUS: &str = "Name:\tstet\nUmask:\t0022\nState:\tR (running)\nTgid:\t7\nPid:\t7\n\
+        Uid:\t1000\t65532\t65532\t65532\nGid:\t1001\t65533\t65533\t65533\nGroups:\t\n\
+        CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n\
+        CapBnd:\t0000000000000000\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\n";
+
+    fn status_path() -> &'static Path {
+        Path::new("/proc/self/status")
+    }
+
+    #[test]
+    fn status_gives_effective_ids_and_caps() {
+        let status = parse_status(STATUS, status_path()).unwrap();
+        assert_eq!(status.uid, 65532);
+        assert_eq!(status.gid, 65533);
+        assert_eq!(status.cap_eff, "0000000000000000");
+        assert!(status.no_new_privs);
+        assert!(status.caps_all_dropped().unwrap());
+    }
+
+    #[test]
+    fn root_default_bounding_set_is_not_all_dropped() {
+        let text = STATUS
+            .replace("CapBnd:\t0000000000000000", "CapBnd:\t00000000a80425fb")
+            .replace("NoNewPrivs:\t1", "NoNewPrivs:\t0");
+        let status = parse_status(&text, status_path()).unwrap();
+        assert_eq!(status.cap_eff, "0000000000000000");
+        assert_eq!(status.cap_bnd, "00000000a80425fb");
+        assert!(!status.no_new_privs);
+        assert!(!status.caps_all_dropped().unwrap());
+    }
+
+    #[test]
+    fn old_kernel_without_ambient_set_parses() {
+        let text = STATUS.replace("CapAmb:\t0000000000000000\n", "");
+        let status = parse_status(&text, status_path()).unwrap();
+        assert_eq!(status.cap_amb, None);
+        assert!(status.caps_all_dropped().unwrap());
+    }
+
+    #[test]
+    fn missing_and_malformed_fields_are_named() {
+        let err = parse_status("Name:\tstet\n", status_path()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "/proc/self/status: no `Uid:` line",
+            "{err:?}"
+        );
+        let text = STATUS.replace("CapEff:\t0000000000000000", "CapEff:\tzz");
+        let err = parse_status(&text, status_path()).unwrap_err();
+        assert!(err.to_string().contains("`CapEff`"), "{err}");
+        assert!(err.to_string().contains("\"zz\""), "{err}");
+        let text = STATUS.replace("Uid:\t1000\t65532\t65532\t65532", "Uid:\tnobody");
+        let err = parse_status(&text, status_path()).unwrap_err();
+        assert!(err.to_string().contains("`Uid`"), "{err}");
+    }
+
+    #[test]
+    fn cap_hex_parses_kernel_masks_and_refuses_others() {
+        assert_eq!(parse_cap_hex("CapEff", "0000000000000000").unwrap(), 0);
+        assert_eq!(
+            parse_cap_hex("CapEff", "000001ffffffffff").unwrap(),
+            0x1ff_ffff_ffff
+        );
+        assert_eq!(parse_cap_hex("CapEff", "a80425fb").unwrap(), 0xa804_25fb);
+        for bad in ["", "0x00", "-1", "g000000000000000", "00000000000000000"] {
+            assert!(parse_cap_hex("CapEff", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn mounts_unescape_spaces_tabs_and_backslashes() {
+        let text = "overlay / overlay ro,relatime,lowerdir=/a 0 0\n\
+            /dev/vda /work\\040space ext4 rw,relatime 0 0\n\
+            tmpfs /tmp tmpfs rw,nosuid,nodev,noexec,relatime,uid=65532,gid=65532 0 0\n\
+            my\\011dev /back\\134slash ext4 rw 0 0\n";
+        let mounts = parse_mounts(text, Path::new("/proc/self/mounts")).unwrap();
+        assert_eq!(mounts.len(), 4);
+        assert_eq!(
+            mounts[0],
+            Mount {
+                source: "overlay".into(),
+                target: "/".into(),
+                fstype: "overlay".into(),
+                options: "ro,relatime,lowerdir=/a".into(),
+            }
+        );
+        assert_eq!(mounts[1].target, "/work space");
+        assert_eq!(mounts[2].options.split(',').next_back(), Some("gid=65532"));
+        assert_eq!(mounts[3].source, "my\tdev");
+        assert_eq!(mounts[3].target, "/back\\slash");
+    }
+
+    #[test]
+    fn unescape_keeps_what_is_not_an_octal_escape() {
+        assert_eq!(unescape_mount_field("a\\04"), "a\\04");
+        assert_eq!(unescape_mount_field("a\\089b"), "a\\089b");
+        assert_eq!(unescape_mount_field("\\777"), "\\777");
+        assert_eq!(unescape_mount_field("\\040\\040"), "  ");
+    }
+
+    #[test]
+    fn short_mount_line_is_refused_with_its_number() {
+        let err =
+            parse_mounts("a b c d 0 0\nbroken line\n", Path::new("/proc/self/mounts")).unwrap_err();
+        assert!(err.to_string().contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn cmdline_scan_finds_the_value_and_ignores_other_entries() {
+        let proc_root = tempfile::tempdir().unwrap();
+        let write = |pid: &str, cmdline: &[u8]| {
+            let dir = proc_root.path().join(pid);
+            fs::create_dir(&dir).unwrap();
+            fs::write(dir.join("cmdline"), cmdline).unwrap();
+        };
+        write("12", b"agent\0--token\0s3cr3t-value\0");
+        write("7", b"agent\0--flag\0");
+        write("40", b"x\0prefix-s3cr3t-value-suffix\0");
+        write("self", b"s3cr3t-value\0");
+        fs::create_dir(proc_root.path().join("99")).unwrap();
+        let found = pids_with_cmdline_containing(proc_root.path(), OsStr::new("s3cr3t-value"));
+        assert_eq!(found, vec![12, 40]);
+    }
+
+    #[test]
+    fn unset_variable_matches_nothing() {
+        let found =
+            find_env_in_cmdlines("STET_PROBE_TEST_SURELY_UNSET_VARIABLE", Path::new("/proc"));
+        assert_eq!(
+            found,
+            CmdlineMatches {
+                name: "STET_PROBE_TEST_SURELY_UNSET_VARIABLE".into(),
+                env_has_value: false,
+                pids: Vec::new(),
+            }
+        );
+    }
+
+    #[test]
+    fn allocation_reports_what_it_touched() {
+        let mut progress = Vec::new();
+        let outcome = allocate_and_touch(3, &mut progress);
+        assert_eq!(
+            String::from_utf8(progress).unwrap(),
+            "stet probe: allocated and touched 3 MiB\n"
+        );
+        assert_eq!(
+            outcome,
+            AllocateOutcome {
+                allocated_mb: 3,
+                error: None
+            }
+        );
+    }
+
+    #[test]
+    fn hold_returns_at_end_of_input() {
+        hold(&mut std::io::Cursor::new(b"anything".to_vec())).unwrap();
+    }
+}

@@ -1,0 +1,597 @@
+//! `DockerRuntime`: [`ContainerRuntime`] on the Docker Engine API (bollard), and
+//! [`hardened_create_body`], the one function that turns a [`SandboxSpec`] into the engine's
+//! configuration (ADR-0018 row 1, DESIGN §5 row 11).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::errors::Error as BollardError;
+use bollard::exec::StartExecResults;
+use bollard::models::{ContainerCreateBody, ExecConfig, HostConfig, Mount, MountType};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, KillContainerOptionsBuilder,
+    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+};
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+
+use super::lines::LineFramer;
+use super::{
+    ContainerExit, ContainerRuntime, DISPATCH_LABEL, ImageRef, NetworkPolicy, OUTPUTS_MOUNT,
+    OutputLine, OutputStream, PullProgress, Removal, Result, RuntimeError, SANDBOX_HOME,
+    STATE_LABEL, SandboxContainer, SandboxProcess, SandboxSpec, WORKSPACE_MOUNT,
+};
+
+/// The Docker Engine, reached the usual way (`DOCKER_HOST`, else the local unix socket).
+#[derive(Debug, Clone)]
+pub struct DockerRuntime {
+    docker: Docker,
+}
+
+impl DockerRuntime {
+    /// Connects and pings the engine, so an unreachable daemon is reported here, by name.
+    pub async fn connect() -> Result<DockerRuntime> {
+        let endpoint = std::env::var("DOCKER_HOST").ok();
+        let unreachable = |detail: String| RuntimeError::Unreachable {
+            endpoint: endpoint
+                .clone()
+                .or_else(|| Some("unix:///var/run/docker.sock".to_owned())),
+            detail,
+        };
+        let docker = Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
+        docker
+            .ping()
+            .await
+            .map_err(|e| unreachable(e.to_string()))?;
+        Ok(DockerRuntime { docker })
+    }
+
+    /// The engine client, for callers that need more than the sandbox seam (image builds, doctor).
+    pub fn client(&self) -> &Docker {
+        &self.docker
+    }
+}
+
+/// The hardened container configuration of a sandbox. Pure: unit-tested for what is set and for
+/// what is never set (no privilege, no host namespaces, no Docker socket, no other mounts).
+pub fn hardened_create_body(spec: &SandboxSpec) -> Result<ContainerCreateBody> {
+    if spec.user.uid == 0 || spec.user.gid == 0 {
+        return Err(RuntimeError::RootUser);
+    }
+    check_mount_source(&spec.workspace)?;
+    check_mount_source(&spec.outputs)?;
+    let (entrypoint, cmd) = match spec.keepalive.split_first() {
+        Some((program, args)) => (vec![program.clone()], args.to_vec()),
+        None => {
+            return Err(RuntimeError::Engine {
+                container: spec.container_name(),
+                operation: "create",
+                detail: "the sandbox has no keepalive process".to_owned(),
+            });
+        }
+    };
+    let user = format!("{}:{}", spec.user.uid, spec.user.gid);
+    let tmpfs_options = |mode: &str| {
+        format!(
+            "rw,nosuid,nodev,size={},uid={},gid={},mode={mode}",
+            spec.limits.tmpfs_bytes, spec.user.uid, spec.user.gid
+        )
+    };
+    let bind = |source: &Path, target: &str| Mount {
+        target: Some(target.to_owned()),
+        source: Some(source.to_string_lossy().into_owned()),
+        typ: Some(MountType::BIND),
+        read_only: Some(false),
+        ..Default::default()
+    };
+    let network_mode = match spec.network {
+        NetworkPolicy::None => "none",
+        NetworkPolicy::Bridge => "bridge",
+    };
+    Ok(ContainerCreateBody {
+        image: Some(spec.image.as_str().to_owned()),
+        entrypoint: Some(entrypoint),
+        cmd: Some(cmd),
+        user: Some(user),
+        env: Some(vec![format!("HOME={SANDBOX_HOME}")]),
+        working_dir: Some(WORKSPACE_MOUNT.to_owned()),
+        hostname: Some("sandbox".to_owned()),
+        labels: Some(HashMap::from([
+            (DISPATCH_LABEL.to_owned(), spec.dispatch.to_string()),
+            (STATE_LABEL.to_owned(), spec.state_label.clone()),
+        ])),
+        attach_stdin: Some(false),
+        open_stdin: Some(false),
+        tty: Some(false),
+        host_config: Some(HostConfig {
+            mounts: Some(vec![
+                bind(&spec.workspace, WORKSPACE_MOUNT),
+                bind(&spec.outputs, OUTPUTS_MOUNT),
+            ]),
+            network_mode: Some(network_mode.to_owned()),
+            memory: Some(spec.limits.memory_bytes),
+            memory_swap: Some(spec.limits.memory_bytes),
+            nano_cpus: Some(spec.limits.nano_cpus),
+            pids_limit: Some(spec.limits.pids),
+            cap_drop: Some(vec!["ALL".to_owned()]),
+            security_opt: Some(vec!["no-new-privileges".to_owned()]),
+            readonly_rootfs: Some(true),
+            tmpfs: Some(HashMap::from([
+                ("/tmp".to_owned(), tmpfs_options("1777")),
+                (SANDBOX_HOME.to_owned(), tmpfs_options("0700")),
+            ])),
+            privileged: Some(false),
+            ipc_mode: Some("private".to_owned()),
+            auto_remove: Some(false),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// A bind source must be an absolute, real directory (not a symlink an agent could have redirected).
+fn check_mount_source(path: &Path) -> Result<()> {
+    let problem = |problem| RuntimeError::MountSource {
+        path: path.to_owned(),
+        problem,
+    };
+    if !path.is_absolute() {
+        return Err(problem("a sandbox mount must be an absolute path"));
+    }
+    let metadata =
+        std::fs::symlink_metadata(path).map_err(|_| problem("a sandbox mount must exist"))?;
+    if metadata.file_type().is_symlink() {
+        return Err(problem("a sandbox mount must not be a symbolic link"));
+    }
+    if !metadata.is_dir() {
+        return Err(problem("a sandbox mount must be a directory"));
+    }
+    Ok(())
+}
+
+/// The flags whose silent dropping by the engine would leave a sandbox unbounded.
+const ENFORCED_FLAGS: [(&str, &str); 4] = [
+    ("memory", "--memory"),
+    ("swap", "--memory-swap"),
+    ("pids", "--pids-limit"),
+    ("cpu", "--cpus"),
+];
+
+fn dropped_limit(warnings: &[String]) -> Option<RuntimeError> {
+    warnings.iter().find_map(|warning| {
+        let lower = warning.to_ascii_lowercase();
+        ENFORCED_FLAGS
+            .iter()
+            .find(|(word, _)| lower.contains(word))
+            .map(|(_, flag)| RuntimeError::LimitNotEnforced {
+                flag,
+                warning: warning.clone(),
+            })
+    })
+}
+
+fn is_status(error: &BollardError, status: u16) -> bool {
+    matches!(error, BollardError::DockerResponseServerError { status_code, .. } if *status_code == status)
+}
+
+fn engine_error(container: &str, operation: &'static str, error: BollardError) -> RuntimeError {
+    RuntimeError::Engine {
+        container: container.to_owned(),
+        operation,
+        detail: error.to_string(),
+    }
+}
+
+fn classify_pull_error(image: &ImageRef, error: BollardError) -> RuntimeError {
+    let detail = match &error {
+        BollardError::DockerStreamError { error } => error.clone(),
+        BollardError::DockerResponseServerError { message, .. } => message.clone(),
+        other => other.to_string(),
+    };
+    let lower = detail.to_ascii_lowercase();
+    let image_name = image.to_string();
+    if ["unauthorized", "denied", "authentication required"]
+        .iter()
+        .any(|word| lower.contains(word))
+    {
+        RuntimeError::PullDenied {
+            image: image_name,
+            detail,
+        }
+    } else if lower.contains("not found") || lower.contains("manifest unknown") {
+        RuntimeError::ImageNotFound {
+            image: image_name,
+            hint: format!(" and the registry does not have it ({detail})"),
+        }
+    } else {
+        RuntimeError::Pull {
+            image: image_name,
+            detail,
+        }
+    }
+}
+
+#[async_trait]
+impl ContainerRuntime for DockerRuntime {
+    async fn ensure_image(
+        &self,
+        image: &ImageRef,
+        progress: Option<mpsc::Sender<PullProgress>>,
+    ) -> Result<()> {
+        match self.docker.inspect_image(image.as_str()).await {
+            Ok(_) => return Ok(()),
+            Err(error) if is_status(&error, 404) => {}
+            Err(error) => return Err(engine_error(image.as_str(), "inspecting the image", error)),
+        }
+        if let ImageRef::LocalId { id } = image {
+            return Err(RuntimeError::ImageNotFound {
+                image: id.clone(),
+                hint: " (an image id cannot be pulled; build the offline image with `stet image build-local`)"
+                    .to_owned(),
+            });
+        }
+        let options = CreateImageOptionsBuilder::default()
+            .from_image(image.as_str())
+            .build();
+        let mut stream = self.docker.create_image(Some(options), None, None);
+        while let Some(item) = stream.next().await {
+            let info = item.map_err(|error| classify_pull_error(image, error))?;
+            if let Some(sender) = &progress {
+                let detail = info.progress_detail.unwrap_or_default();
+                let update = PullProgress {
+                    layer: info.id,
+                    status: info.status.unwrap_or_default(),
+                    current_bytes: detail.current.and_then(|v| u64::try_from(v).ok()),
+                    total_bytes: detail.total.and_then(|v| u64::try_from(v).ok()),
+                };
+                // A consumer that stopped listening does not stop the pull.
+                let _ = sender.send(update).await;
+            }
+        }
+        match self.docker.inspect_image(image.as_str()).await {
+            Ok(_) => Ok(()),
+            Err(error) => Err(classify_pull_error(image, error)),
+        }
+    }
+
+    async fn create_sandbox(&self, spec: &SandboxSpec) -> Result<String> {
+        let name = spec.container_name();
+        let body = hardened_create_body(spec)?;
+        let options = CreateContainerOptionsBuilder::default().name(&name).build();
+        let created = self
+            .docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(|error| engine_error(&name, "create", error))?;
+        if let Some(refused) = dropped_limit(&created.warnings) {
+            self.remove(&name, true).await?;
+            return Err(refused);
+        }
+        if let Err(error) = self.docker.start_container(&name, None).await {
+            let error = engine_error(&name, "start", error);
+            self.remove(&name, true).await?;
+            return Err(error);
+        }
+        Ok(name)
+    }
+
+    async fn exec(
+        &self,
+        container: &str,
+        process: &SandboxProcess,
+        output: mpsc::Sender<OutputLine>,
+    ) -> Result<i64> {
+        let env = process
+            .env
+            .iter()
+            .map(|(key, value)| format!("{key}={}", value.expose_secret()))
+            .collect();
+        let config = ExecConfig {
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            attach_stdin: Some(false),
+            tty: Some(false),
+            cmd: Some(process.argv.clone()),
+            env: Some(env),
+            working_dir: Some(process.workdir.clone()),
+            ..Default::default()
+        };
+        let created = self
+            .docker
+            .create_exec(container, config)
+            .await
+            .map_err(|error| engine_error(container, "exec create", error))?;
+        let started = self
+            .docker
+            .start_exec(&created.id, None)
+            .await
+            .map_err(|error| engine_error(container, "exec start", error))?;
+        if let StartExecResults::Attached {
+            output: mut frames, ..
+        } = started
+        {
+            let mut stdout = LineFramer::default();
+            let mut stderr = LineFramer::default();
+            while let Some(frame) = frames.next().await {
+                let (stream, framer, bytes) = match frame
+                    .map_err(|error| engine_error(container, "exec output", error))?
+                {
+                    LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                        (OutputStream::Stdout, &mut stdout, message)
+                    }
+                    LogOutput::StdErr { message } => (OutputStream::Stderr, &mut stderr, message),
+                    LogOutput::StdIn { .. } => continue,
+                };
+                for line in framer.push(&bytes) {
+                    send_line(&output, container, stream, line).await?;
+                }
+            }
+            for (stream, framer) in [
+                (OutputStream::Stdout, &mut stdout),
+                (OutputStream::Stderr, &mut stderr),
+            ] {
+                if let Some(line) = framer.finish() {
+                    send_line(&output, container, stream, line).await?;
+                }
+            }
+        }
+        let inspected = self
+            .docker
+            .inspect_exec(&created.id)
+            .await
+            .map_err(|error| engine_error(container, "exec inspect", error))?;
+        inspected.exit_code.ok_or_else(|| RuntimeError::Engine {
+            container: container.to_owned(),
+            operation: "exec inspect",
+            detail: "the engine reported no exit code".to_owned(),
+        })
+    }
+
+    async fn kill(&self, container: &str) -> Result<()> {
+        let options = KillContainerOptionsBuilder::default()
+            .signal("SIGKILL")
+            .build();
+        match self.docker.kill_container(container, Some(options)).await {
+            Ok(()) => Ok(()),
+            // Gone already, or not running: either way nothing is left to kill.
+            Err(error) if is_status(&error, 404) || is_status(&error, 409) => Ok(()),
+            Err(error) => Err(engine_error(container, "kill", error)),
+        }
+    }
+
+    async fn remove(&self, container: &str, force: bool) -> Result<Removal> {
+        let options = RemoveContainerOptionsBuilder::default()
+            .force(force)
+            .v(true)
+            .build();
+        match self.docker.remove_container(container, Some(options)).await {
+            Ok(()) => Ok(Removal::Removed),
+            Err(error) if is_status(&error, 404) => Ok(Removal::AlreadyGone),
+            Err(error) => Err(engine_error(container, "remove", error)),
+        }
+    }
+
+    async fn wait(&self, container: &str) -> Result<ContainerExit> {
+        let mut stream = self.docker.wait_container(container, None);
+        let code = match stream.next().await {
+            Some(Ok(response)) => response.status_code,
+            Some(Err(BollardError::DockerContainerWaitError { code, .. })) => code,
+            Some(Err(error)) => return Err(engine_error(container, "wait", error)),
+            None => {
+                return Err(RuntimeError::Engine {
+                    container: container.to_owned(),
+                    operation: "wait",
+                    detail: "the engine ended the wait without a status".to_owned(),
+                });
+            }
+        };
+        let inspected = self
+            .docker
+            .inspect_container(container, None)
+            .await
+            .map_err(|error| engine_error(container, "inspect", error))?;
+        let oom_killed = inspected.state.and_then(|s| s.oom_killed).unwrap_or(false);
+        Ok(ContainerExit { code, oom_killed })
+    }
+
+    async fn list_sandboxes(&self) -> Result<Vec<SandboxContainer>> {
+        let filters = HashMap::from([("label", vec![DISPATCH_LABEL])]);
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let containers = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|error| engine_error("*", "list", error))?;
+        Ok(containers
+            .into_iter()
+            .filter_map(|summary| {
+                let name = summary.names?.first()?.trim_start_matches('/').to_owned();
+                let labels = summary.labels?;
+                let dispatch = labels.get(DISPATCH_LABEL)?.clone();
+                let state_label = labels.get(STATE_LABEL).cloned();
+                let state = summary.state.map(|s| s.to_string()).unwrap_or_default();
+                Some(SandboxContainer {
+                    name,
+                    dispatch,
+                    state_label,
+                    state,
+                })
+            })
+            .collect())
+    }
+}
+
+async fn send_line(
+    output: &mpsc::Sender<OutputLine>,
+    container: &str,
+    stream: OutputStream,
+    line: super::FramedLine,
+) -> Result<()> {
+    output
+        .send(OutputLine { stream, line })
+        .await
+        .map_err(|_| RuntimeError::OutputClosed {
+            container: container.to_owned(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::dispatch::event::DispatchId;
+    use crate::runtime::{DispatchLimits, SandboxUser};
+
+    fn spec(dir: &Path) -> SandboxSpec {
+        let workspace = dir.join("workspace");
+        let outputs = dir.join("outputs");
+        std::fs::create_dir_all(&workspace).unwrap();
+        std::fs::create_dir_all(&outputs).unwrap();
+        SandboxSpec {
+            dispatch: DispatchId::new(),
+            image: ImageRef::parse(&format!("sha256:{}", "a".repeat(64)), false).unwrap(),
+            workspace,
+            outputs,
+            limits: DispatchLimits::default(),
+            network: NetworkPolicy::None,
+            user: SandboxUser {
+                uid: 1000,
+                gid: 1000,
+            },
+            keepalive: vec!["/usr/local/bin/stet".into(), "sandbox-idle".into()],
+            state_label: "0123456789abcdef".into(),
+        }
+    }
+
+    #[test]
+    fn the_hardened_configuration_sets_every_restriction() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = spec(dir.path());
+        let body = hardened_create_body(&spec).unwrap();
+        let host = body.host_config.clone().unwrap();
+        assert_eq!(body.user.as_deref(), Some("1000:1000"));
+        let labels = body.labels.unwrap();
+        assert_eq!(labels[DISPATCH_LABEL], spec.dispatch.to_string());
+        assert_eq!(labels[STATE_LABEL], "0123456789abcdef");
+        assert_eq!(host.network_mode.as_deref(), Some("none"));
+        assert_eq!(host.memory, Some(spec.limits.memory_bytes));
+        assert_eq!(
+            host.memory_swap, host.memory,
+            "no swap beyond the memory cap"
+        );
+        assert_eq!(host.nano_cpus, Some(spec.limits.nano_cpus));
+        assert_eq!(host.pids_limit, Some(spec.limits.pids));
+        assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
+        assert_eq!(
+            host.security_opt,
+            Some(vec!["no-new-privileges".to_owned()])
+        );
+        assert_eq!(host.readonly_rootfs, Some(true));
+        let tmpfs = host.tmpfs.unwrap();
+        assert!(tmpfs["/tmp"].contains("uid=1000,gid=1000"));
+        assert!(tmpfs[SANDBOX_HOME].contains("uid=1000,gid=1000,mode=0700"));
+        let mounts = host.mounts.unwrap();
+        let targets: Vec<_> = mounts
+            .iter()
+            .map(|m| (m.target.clone().unwrap(), m.typ))
+            .collect();
+        assert_eq!(
+            targets,
+            vec![
+                (WORKSPACE_MOUNT.to_owned(), Some(MountType::BIND)),
+                (OUTPUTS_MOUNT.to_owned(), Some(MountType::BIND))
+            ]
+        );
+    }
+
+    #[test]
+    fn the_hardened_configuration_never_grants_privilege_or_host_access() {
+        let dir = tempfile::tempdir().unwrap();
+        let body = hardened_create_body(&spec(dir.path())).unwrap();
+        let host = body.host_config.clone().unwrap();
+        assert_eq!(host.privileged, Some(false));
+        assert!(host.cap_add.is_none());
+        assert!(host.binds.is_none(), "only the typed mounts, nothing else");
+        assert!(host.pid_mode.is_none(), "no host pid namespace");
+        assert_eq!(host.ipc_mode.as_deref(), Some("private"));
+        assert!(host.userns_mode.is_none());
+        assert!(host.devices.is_none());
+        let json = serde_json::to_string(&body).unwrap();
+        assert!(!json.contains("docker.sock"));
+        assert!(
+            !json.contains("\"host\""),
+            "no host network, pid or ipc mode: {json}"
+        );
+    }
+
+    #[test]
+    fn network_is_bridged_only_when_the_guardrail_allows_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut spec = spec(dir.path());
+        spec.network = NetworkPolicy::Bridge;
+        let body = hardened_create_body(&spec).unwrap();
+        assert_eq!(
+            body.host_config.unwrap().network_mode.as_deref(),
+            Some("bridge")
+        );
+    }
+
+    #[test]
+    fn root_users_and_bad_mount_sources_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut root = spec(dir.path());
+        root.user = SandboxUser { uid: 0, gid: 0 };
+        assert!(matches!(
+            hardened_create_body(&root),
+            Err(RuntimeError::RootUser)
+        ));
+
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path().join("workspace"), &link).unwrap();
+        for (path, why) in [
+            (link, "symbolic link"),
+            (PathBuf::from("relative/ws"), "absolute"),
+            (dir.path().join("missing"), "exist"),
+        ] {
+            let mut bad = spec(dir.path());
+            bad.workspace = path;
+            let error = hardened_create_body(&bad).unwrap_err().to_string();
+            assert!(error.contains(why), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_denied_pull_is_told_apart_from_a_missing_image() {
+        let image =
+            ImageRef::parse(&format!("r.example/x@sha256:{}", "b".repeat(64)), false).unwrap();
+        let stream = |error: &str| BollardError::DockerStreamError {
+            error: error.to_owned(),
+        };
+        let denied = classify_pull_error(&image, stream("unauthorized: authentication required"));
+        assert!(matches!(denied, RuntimeError::PullDenied { .. }));
+        assert!(
+            denied.to_string().contains("log in to the registry"),
+            "{denied}"
+        );
+        let missing = classify_pull_error(&image, stream("manifest unknown: manifest unknown"));
+        assert!(matches!(missing, RuntimeError::ImageNotFound { .. }));
+        let other = classify_pull_error(&image, stream("connection reset by peer"));
+        assert!(matches!(other, RuntimeError::Pull { .. }));
+    }
+
+    #[test]
+    fn an_engine_warning_about_a_limit_refuses_the_sandbox_and_names_the_flag() {
+        let warning = "Your kernel does not support pids limit capabilities or the cgroup is not mounted. PIDs limit discarded.".to_owned();
+        let error = dropped_limit(&[warning]).unwrap();
+        assert!(error.to_string().contains("--pids-limit"), "{error}");
+        assert!(dropped_limit(&["something harmless".to_owned()]).is_none());
+    }
+}

@@ -1,0 +1,395 @@
+//! The container runtime seam (ADR-0018 rows 1 and 9): what stet needs from an engine to run one
+//! locked-down sandbox, described so that the engine adapter ([`docker::DockerRuntime`]) is the only
+//! code that speaks the engine's API.
+
+pub mod docker;
+pub mod lines;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+use crate::dispatch::credential::SecretValue;
+use crate::dispatch::event::DispatchId;
+
+pub use lines::FramedLine;
+
+/// The label every sandbox container carries: `dev.stet.dispatch=<dispatch id>`.
+pub const DISPATCH_LABEL: &str = "dev.stet.dispatch";
+
+/// The label naming the state directory (hence the journal) that owns a sandbox, so a sweep only
+/// reclaims its own installation's containers: `dev.stet.state=<`[`state_label`]`>`.
+pub const STATE_LABEL: &str = "dev.stet.state";
+
+/// A short, stable name for a state directory: 16 hex digits of the SHA-256 of its canonical path.
+pub fn state_label(state_dir: &std::path::Path) -> String {
+    use sha2::Digest as _;
+    let canonical = std::fs::canonicalize(state_dir).unwrap_or_else(|_| state_dir.to_owned());
+    let digest = sha2::Sha256::digest(canonical.as_os_str().as_encoded_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Where the workspace and the outputs directory appear inside a sandbox.
+pub const WORKSPACE_MOUNT: &str = "/workspace";
+pub const OUTPUTS_MOUNT: &str = "/outputs";
+/// The sandbox user's home directory (a tmpfs).
+pub const SANDBOX_HOME: &str = "/home/stet";
+
+/// The unprivileged user a sandbox runs as when stet itself runs as root.
+pub const DEFAULT_SANDBOX_UID: u32 = 65532;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("Docker is not reachable{}: {detail}; is the daemon running?", endpoint_hint(.endpoint))]
+    Unreachable {
+        endpoint: Option<String>,
+        detail: String,
+    },
+    #[error(
+        "image {0:?} is not pinned: use name@sha256:<digest> or a local image id sha256:<id> (a tag can be moved underneath a dispatch)"
+    )]
+    UnpinnedImage(String),
+    #[error("image {image:?} is not present locally{hint}")]
+    ImageNotFound { image: String, hint: String },
+    #[error(
+        "pulling {image} was refused by the registry: {detail}; log in to the registry (docker login) first"
+    )]
+    PullDenied { image: String, detail: String },
+    #[error("pulling {image} failed: {detail}")]
+    Pull { image: String, detail: String },
+    #[error("the engine did not apply {flag} ({warning}); refusing to run a sandbox without it")]
+    LimitNotEnforced { flag: &'static str, warning: String },
+    #[error("{path}: {problem}")]
+    MountSource {
+        path: PathBuf,
+        problem: &'static str,
+    },
+    #[error("the sandbox user must not be root (uid 0)")]
+    RootUser,
+    #[error("container {container}: {operation} failed: {detail}")]
+    Engine {
+        container: String,
+        operation: &'static str,
+        detail: String,
+    },
+    #[error("the output receiver went away while {container} was still running a process")]
+    OutputClosed { container: String },
+}
+
+fn endpoint_hint(endpoint: &Option<String>) -> String {
+    endpoint
+        .as_ref()
+        .map(|e| format!(" at {e}"))
+        .unwrap_or_default()
+}
+
+pub type Result<T> = std::result::Result<T, RuntimeError>;
+
+/// An image reference stet will run: immutable unless explicitly allowed otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageRef {
+    /// `repository@sha256:<64 hex>`: pulled by digest if missing.
+    Digest { reference: String },
+    /// `sha256:<64 hex>`: an image id present in the engine (e.g. the offline sandbox image).
+    LocalId { id: String },
+    /// A mutable tag, accepted only when the configuration allows unpinned images (development).
+    Unpinned { reference: String },
+}
+
+impl ImageRef {
+    /// Parses `text`; a tag is refused unless `allow_unpinned`.
+    pub fn parse(text: &str, allow_unpinned: bool) -> Result<ImageRef> {
+        if is_sha256_id(text) {
+            return Ok(ImageRef::LocalId {
+                id: text.to_owned(),
+            });
+        }
+        if let Some((name, digest)) = text.split_once('@')
+            && !name.is_empty()
+            && !name.contains(char::is_whitespace)
+            && is_sha256_id(digest)
+        {
+            return Ok(ImageRef::Digest {
+                reference: text.to_owned(),
+            });
+        }
+        if allow_unpinned && !text.is_empty() && !text.contains(char::is_whitespace) {
+            return Ok(ImageRef::Unpinned {
+                reference: text.to_owned(),
+            });
+        }
+        Err(RuntimeError::UnpinnedImage(text.to_owned()))
+    }
+
+    /// The reference as the engine takes it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            ImageRef::Digest { reference } | ImageRef::Unpinned { reference } => reference,
+            ImageRef::LocalId { id } => id,
+        }
+    }
+}
+
+impl fmt::Display for ImageRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn is_sha256_id(text: &str) -> bool {
+    text.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// Resource caps of one sandbox (ADR-0018 row 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DispatchLimits {
+    /// Memory and memory+swap (equal: no swap).
+    pub memory_bytes: i64,
+    /// CPU quota in billionths of a CPU.
+    pub nano_cpus: i64,
+    /// Most processes and threads at once.
+    pub pids: i64,
+    /// Size of each tmpfs (`/tmp`, the home directory).
+    pub tmpfs_bytes: i64,
+}
+
+impl Default for DispatchLimits {
+    fn default() -> Self {
+        DispatchLimits {
+            memory_bytes: 4 * 1024 * 1024 * 1024,
+            nano_cpus: 2_000_000_000,
+            pids: 512,
+            tmpfs_bytes: 512 * 1024 * 1024,
+        }
+    }
+}
+
+/// Whether the sandbox gets a network (ADR-0018 row 1: none unless the guardrail allows it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkPolicy {
+    None,
+    /// The engine's default bridge network: only when the guardrail allows network access.
+    Bridge,
+}
+
+/// The uid:gid a sandbox runs as; never 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SandboxUser {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl SandboxUser {
+    /// The invoking user, or `fallback:fallback` when stet runs as root.
+    pub fn for_invoker(fallback: u32) -> std::io::Result<SandboxUser> {
+        use std::os::unix::fs::MetadataExt;
+        let me = std::fs::metadata("/proc/self")?;
+        Ok(if me.uid() == 0 {
+            SandboxUser {
+                uid: fallback,
+                gid: fallback,
+            }
+        } else {
+            SandboxUser {
+                uid: me.uid(),
+                gid: me.gid(),
+            }
+        })
+    }
+}
+
+/// Everything needed to create one sandbox container.
+#[derive(Debug, Clone)]
+pub struct SandboxSpec {
+    pub dispatch: DispatchId,
+    pub image: ImageRef,
+    /// Bind-mounted read-write at [`WORKSPACE_MOUNT`].
+    pub workspace: PathBuf,
+    /// Bind-mounted read-write at [`OUTPUTS_MOUNT`].
+    pub outputs: PathBuf,
+    pub limits: DispatchLimits,
+    pub network: NetworkPolicy,
+    pub user: SandboxUser,
+    /// The container's main process; it only has to stay alive while processes are exec'd into it.
+    pub keepalive: Vec<String>,
+    /// The value of [`STATE_LABEL`]: which installation's journal owns this sandbox.
+    pub state_label: String,
+}
+
+impl SandboxSpec {
+    /// The container's name: the dispatch id.
+    pub fn container_name(&self) -> String {
+        self.dispatch.to_string()
+    }
+}
+
+/// One process to run in a sandbox. `argv` is an array, never a shell string; secrets travel only in
+/// `env`, whose values `Debug` withholds.
+#[derive(Debug, Clone, Default)]
+pub struct SandboxProcess {
+    pub argv: Vec<String>,
+    pub env: BTreeMap<String, SecretValue>,
+    pub workdir: String,
+}
+
+/// Which stream a line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+}
+
+/// One framed line of a process's output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputLine {
+    pub stream: OutputStream,
+    pub line: FramedLine,
+}
+
+/// How a container ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContainerExit {
+    pub code: i64,
+    /// The kernel killed it for exceeding its memory cap.
+    pub oom_killed: bool,
+}
+
+/// Whether a removal found something to remove.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    Removed,
+    AlreadyGone,
+}
+
+/// Progress of an image pull, as the theater shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullProgress {
+    pub layer: Option<String>,
+    pub status: String,
+    pub current_bytes: Option<u64>,
+    pub total_bytes: Option<u64>,
+}
+
+/// A sandbox container the engine knows about, as the sweep sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxContainer {
+    pub name: String,
+    /// The value of [`DISPATCH_LABEL`].
+    pub dispatch: String,
+    /// The value of [`STATE_LABEL`], if the container has one.
+    pub state_label: Option<String>,
+    pub state: String,
+}
+
+/// What stet needs from a container engine.
+#[async_trait]
+pub trait ContainerRuntime: Send + Sync + fmt::Debug {
+    /// Makes `image` present locally, pulling by digest with progress if needed.
+    async fn ensure_image(
+        &self,
+        image: &ImageRef,
+        progress: Option<mpsc::Sender<PullProgress>>,
+    ) -> Result<()>;
+    /// Creates and starts the hardened container described by `spec`; returns its name.
+    async fn create_sandbox(&self, spec: &SandboxSpec) -> Result<String>;
+    /// Runs `process` in `container`, sending its framed output to `output`; returns its exit code.
+    async fn exec(
+        &self,
+        container: &str,
+        process: &SandboxProcess,
+        output: mpsc::Sender<OutputLine>,
+    ) -> Result<i64>;
+    /// Sends SIGKILL to the container's processes.
+    async fn kill(&self, container: &str) -> Result<()>;
+    /// Removes the container (with `force`, even while running).
+    async fn remove(&self, container: &str, force: bool) -> Result<Removal>;
+    /// Waits for the container's main process to end.
+    async fn wait(&self, container: &str) -> Result<ContainerExit>;
+    /// Every container carrying [`DISPATCH_LABEL`], running or not.
+    async fn list_sandboxes(&self) -> Result<Vec<SandboxContainer>>;
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    const HEX: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+
+    #[test]
+    fn only_digests_and_image_ids_are_pinned() {
+        let digest = format!("127.0.0.1:5000/stet-sandbox@sha256:{HEX}");
+        assert_eq!(
+            ImageRef::parse(&digest, false).unwrap(),
+            ImageRef::Digest {
+                reference: digest.clone()
+            }
+        );
+        let id = format!("sha256:{HEX}");
+        assert_eq!(
+            ImageRef::parse(&id, false).unwrap(),
+            ImageRef::LocalId { id: id.clone() }
+        );
+        for unpinned in [
+            "python:3.12",
+            "ghcr.io/o/stet-openhands:latest",
+            "ubuntu",
+            &format!("sha256:{}", &HEX[1..]),
+            &format!("sha256:{}", HEX.to_uppercase()),
+            &format!("@sha256:{HEX}"),
+            &format!("repo@sha256:{HEX}0"),
+            "",
+        ] {
+            assert!(
+                matches!(
+                    ImageRef::parse(unpinned, false),
+                    Err(RuntimeError::UnpinnedImage(_))
+                ),
+                "{unpinned}"
+            );
+        }
+        assert_eq!(
+            ImageRef::parse("python:3.12", true).unwrap(),
+            ImageRef::Unpinned {
+                reference: "python:3.12".into()
+            }
+        );
+    }
+
+    #[test]
+    fn state_labels_are_stable_per_directory_and_differ_between_directories() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        assert_eq!(state_label(a.path()), state_label(a.path()));
+        assert_ne!(state_label(a.path()), state_label(b.path()));
+        assert_eq!(state_label(a.path()).len(), 16);
+    }
+
+    #[test]
+    fn root_maps_to_the_fallback_user_and_others_keep_their_ids() {
+        let user = SandboxUser::for_invoker(DEFAULT_SANDBOX_UID).unwrap();
+        assert_ne!(user.uid, 0);
+        assert_ne!(user.gid, 0);
+    }
+
+    #[test]
+    fn the_secret_env_of_a_process_is_not_debug_printed() {
+        let process = SandboxProcess {
+            argv: vec!["stet".into(), "agent".into()],
+            env: BTreeMap::from([(
+                "STET_GIT_CREDENTIAL".into(),
+                SecretValue::new("canary-value-1".into()),
+            )]),
+            workdir: WORKSPACE_MOUNT.into(),
+        };
+        assert!(!format!("{process:?}").contains("canary-value-1"));
+    }
+}

@@ -1,0 +1,347 @@
+//! The sandbox on the real Docker engine, each property proven by effect from inside the container
+//! (the `stet probe` subcommand) and, where the engine can say it, by `inspect` too.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use stet::dispatch::credential::{CREDENTIAL_ENV, LocalCredentialProvider, SecretValue};
+use stet::dispatch::event::DispatchId;
+use stet::dispatch::journal::Journal;
+use stet::dispatch::sandbox::{CredentialRequest, DispatchSandbox, SandboxRequest};
+use stet::runtime::docker::DockerRuntime;
+use stet::runtime::{
+    ContainerRuntime, DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, OutputLine,
+    OutputStream, SandboxProcess, SandboxUser, WORKSPACE_MOUNT,
+};
+
+use super::support;
+
+const STET: &str = "/usr/local/bin/stet";
+
+struct Fixture {
+    _state: tempfile::TempDir,
+    state_dir: std::path::PathBuf,
+    journal: Journal,
+    runtime: Arc<DockerRuntime>,
+    provider: Arc<LocalCredentialProvider>,
+}
+
+async fn fixture() -> Fixture {
+    let image_ready = support::sandbox_image().await;
+    assert!(image_ready.id.starts_with("sha256:"));
+    let state = tempfile::tempdir().unwrap();
+    let state_dir = state.path().to_owned();
+    let journal = Journal::open(&state_dir.join("journal")).unwrap();
+    let runtime = Arc::new(DockerRuntime::connect().await.unwrap_or_else(|e| {
+        panic!("these tests need the Docker engine: {e}");
+    }));
+    Fixture {
+        _state: state,
+        state_dir,
+        journal,
+        runtime,
+        provider: Arc::new(LocalCredentialProvider::default()),
+    }
+}
+
+async fn request(
+    limits: DispatchLimits,
+    network: NetworkPolicy,
+    provider: &Arc<LocalCredentialProvider>,
+) -> SandboxRequest {
+    let image = support::sandbox_image().await;
+    SandboxRequest {
+        dispatch: DispatchId::new(),
+        image: ImageRef::parse(&image.id, false).unwrap(),
+        limits,
+        network,
+        user: SandboxUser::for_invoker(DEFAULT_SANDBOX_UID).unwrap(),
+        keepalive: vec![STET.into(), "sandbox-idle".into()],
+        credential: Some(CredentialRequest {
+            provider: provider.clone(),
+            repository: "demo/app".into(),
+            branch: "stet/test".into(),
+            ttl: Duration::from_secs(600),
+        }),
+    }
+}
+
+/// Runs a process in the sandbox; returns (exit code, stdout, stderr).
+async fn run(
+    sandbox: &DispatchSandbox,
+    argv: &[&str],
+    env: &[(&str, &str)],
+) -> (i64, String, String) {
+    let process = SandboxProcess {
+        argv: argv.iter().map(|a| a.to_string()).collect(),
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), SecretValue::new(v.to_string())))
+            .collect::<BTreeMap<_, _>>(),
+        workdir: WORKSPACE_MOUNT.into(),
+    };
+    let (sender, mut receiver) = mpsc::channel::<OutputLine>(64);
+    let collector = tokio::spawn(async move {
+        let (mut out, mut err) = (String::new(), String::new());
+        while let Some(line) = receiver.recv().await {
+            let target = if line.stream == OutputStream::Stdout {
+                &mut out
+            } else {
+                &mut err
+            };
+            target.push_str(&String::from_utf8_lossy(&line.line.bytes));
+            target.push('\n');
+        }
+        (out, err)
+    });
+    let code = sandbox.run(&process, sender).await.unwrap();
+    let (out, err) = collector.await.unwrap();
+    (code, out, err)
+}
+
+async fn probe(sandbox: &DispatchSandbox, args: &[&str], env: &[(&str, &str)]) -> Value {
+    let mut argv = vec![STET, "probe"];
+    argv.extend_from_slice(args);
+    let (code, out, err) = run(sandbox, &argv, env).await;
+    assert_eq!(code, 0, "probe failed: {err}");
+    serde_json::from_str(out.trim())
+        .unwrap_or_else(|e| panic!("probe printed no JSON ({e}): {out}"))
+}
+
+async fn inspect(
+    runtime: &DockerRuntime,
+    container: &str,
+) -> bollard::models::ContainerInspectResponse {
+    runtime
+        .client()
+        .inspect_container(container, None)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_sandbox_is_locked_down_as_seen_from_inside_and_by_inspect() {
+    let f = fixture().await;
+    let request = request(DispatchLimits::default(), NetworkPolicy::None, &f.provider).await;
+    let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)
+        .await
+        .unwrap();
+    let report = probe(&sandbox, &[], &[]).await;
+    let inspected = inspect(&f.runtime, sandbox.container()).await;
+    sandbox.teardown().await;
+
+    assert_ne!(report["uid"], 0, "{report}");
+    assert_ne!(report["gid"], 0);
+    assert_eq!(report["caps_all_dropped"], true, "{report}");
+    assert_eq!(report["root_writable"], false);
+    assert_eq!(report["tmp_writable"], true);
+    assert_eq!(report["home_writable"], true);
+    assert_eq!(report["workspace_writable"], true);
+    assert_eq!(report["docker_socket_present"], false);
+    let mounts = report["mounts"].as_array().unwrap();
+    assert!(mounts.iter().any(|m| m["target"] == "/workspace"));
+    assert!(mounts.iter().any(|m| m["target"] == "/outputs"));
+    assert!(
+        !mounts
+            .iter()
+            .any(|m| m["target"].as_str().unwrap_or("").contains("docker.sock"))
+    );
+
+    let host = inspected.host_config.unwrap();
+    assert_eq!(host.network_mode.as_deref(), Some("none"));
+    assert_eq!(host.readonly_rootfs, Some(true));
+    assert_eq!(host.privileged, Some(false));
+    assert_eq!(host.memory_swap, host.memory);
+    let binds: Vec<String> = inspected
+        .mounts
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.typ.as_deref() == Some("bind"))
+        .map(|m| m.destination.unwrap())
+        .collect();
+    assert_eq!(binds.len(), 2, "{binds:?}");
+}
+
+/// A listener on the host, reached from a container through the bridge gateway: our own server.
+async fn host_listener() -> (std::net::TcpListener, String) {
+    let gateway = support::bridge_gateway().await;
+    let listener = std::net::TcpListener::bind((gateway, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (listener, format!("{gateway}:{port}"))
+}
+
+#[tokio::test]
+async fn network_none_cannot_connect_and_an_allowed_network_can() {
+    let f = fixture().await;
+    let (_listener, address) = host_listener().await;
+    for (network, expect_ok) in [(NetworkPolicy::None, false), (NetworkPolicy::Bridge, true)] {
+        let request = request(DispatchLimits::default(), network, &f.provider).await;
+        let sandbox =
+            DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)
+                .await
+                .unwrap();
+        let report = probe(&sandbox, &["--connect", &address], &[]).await;
+        sandbox.teardown().await;
+        let connect = &report["connect"][0];
+        assert_eq!(connect["ok"], expect_ok, "{network:?}: {report}");
+    }
+}
+
+#[tokio::test]
+async fn the_pids_cap_stops_forking_and_the_container_survives() {
+    let f = fixture().await;
+    let limits = DispatchLimits {
+        pids: 32,
+        ..DispatchLimits::default()
+    };
+    let request = request(limits, NetworkPolicy::None, &f.provider).await;
+    let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)
+        .await
+        .unwrap();
+    let report = probe(&sandbox, &["--fork-up-to", "200"], &[]).await;
+    let after = probe(&sandbox, &[], &[]).await;
+    sandbox.teardown().await;
+    let started = report["forks"]["started"].as_u64().unwrap();
+    assert!(started < 32, "{report}");
+    assert!(started > 0, "{report}");
+    assert!(
+        !report["forks"]["error"].is_null(),
+        "forking stopped with an error: {report}"
+    );
+    assert_eq!(
+        after["caps_all_dropped"], true,
+        "the sandbox still answers after the fork storm"
+    );
+}
+
+#[tokio::test]
+async fn an_allocation_beyond_the_memory_cap_is_killed() {
+    let f = fixture().await;
+    let limits = DispatchLimits {
+        memory_bytes: 64 * 1024 * 1024,
+        ..DispatchLimits::default()
+    };
+    let request = request(limits, NetworkPolicy::None, &f.provider).await;
+    let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)
+        .await
+        .unwrap();
+    let (code, _, _) = run(&sandbox, &[STET, "probe", "--allocate-mb", "512"], &[]).await;
+    let survivor = probe(&sandbox, &[], &[]).await;
+    sandbox.teardown().await;
+    assert_eq!(
+        code, 137,
+        "the over-allocating process is SIGKILLed by the OOM killer"
+    );
+    assert_eq!(survivor["caps_all_dropped"], true);
+}
+
+#[tokio::test]
+async fn the_credential_is_in_the_environment_and_nowhere_else() {
+    let f = fixture().await;
+    let request = request(DispatchLimits::default(), NetworkPolicy::None, &f.provider).await;
+    let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)
+        .await
+        .unwrap();
+    let report = probe(&sandbox, &["--find-env-in-cmdlines", CREDENTIAL_ENV], &[]).await;
+    let inspected = serde_json::to_string(&inspect(&f.runtime, sandbox.container()).await).unwrap();
+    sandbox.teardown().await;
+
+    let found = &report["cmdlines_containing"][0];
+    assert_eq!(
+        found["env_has_value"], true,
+        "the process has the credential: {report}"
+    );
+    assert_eq!(
+        found["pids"].as_array().unwrap().len(),
+        0,
+        "no argv holds it: {report}"
+    );
+    assert_eq!(f.provider.live_count(), 0, "revoked by teardown");
+    assert!(
+        !inspected.contains("stet_"),
+        "docker inspect does not show it"
+    );
+    assert!(!inspected.contains(CREDENTIAL_ENV), "not even its name");
+}
+
+#[tokio::test]
+async fn teardown_leaves_nothing_revokes_once_and_can_be_called_again() {
+    let f = fixture().await;
+    let request = request(DispatchLimits::default(), NetworkPolicy::None, &f.provider).await;
+    let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)
+        .await
+        .unwrap();
+    let paths = sandbox.paths().clone();
+    let container = sandbox.container().to_owned();
+    std::fs::write(paths.workspace.join("agent-file"), "x").unwrap_or(());
+    assert_eq!(f.provider.live_count(), 1);
+
+    let first = sandbox.teardown().await;
+    assert_eq!(first.first_failure(), None, "{first:?}");
+    assert_eq!(
+        first.steps.len(),
+        4,
+        "container, workspace, outputs, credential: {first:?}"
+    );
+    assert!(!paths.workspace.exists() && !paths.outputs.exists() && !paths.root.exists());
+    assert_eq!(f.provider.live_count(), 0);
+    let gone = f.runtime.client().inspect_container(&container, None).await;
+    assert!(gone.is_err(), "the container is gone");
+    assert!(
+        f.journal.records().unwrap().records.is_empty(),
+        "the journal record is closed"
+    );
+
+    let second = sandbox.teardown().await;
+    assert_eq!(second, first, "a second teardown does nothing new");
+    let (sender, _receiver) = mpsc::channel(1);
+    assert!(
+        sandbox
+            .run(&SandboxProcess::default(), sender)
+            .await
+            .is_err(),
+        "no run after teardown"
+    );
+}
+
+#[tokio::test]
+async fn a_container_that_died_before_exec_is_an_error_not_a_hang() {
+    let f = fixture().await;
+    let mut request = request(DispatchLimits::default(), NetworkPolicy::None, &f.provider).await;
+    request.keepalive = vec![STET.into(), "--version".into()];
+    let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)
+        .await
+        .unwrap();
+    let exit = f.runtime.wait(sandbox.container()).await.unwrap();
+    assert_eq!(exit.code, 0);
+    let (sender, _receiver) = mpsc::channel(8);
+    let process = SandboxProcess {
+        argv: vec![STET.into(), "probe".into()],
+        workdir: WORKSPACE_MOUNT.into(),
+        ..SandboxProcess::default()
+    };
+    let error = sandbox.run(&process, sender).await.unwrap_err().to_string();
+    let report = sandbox.teardown().await;
+    assert!(error.contains("exec"), "{error}");
+    assert_eq!(report.first_failure(), None);
+}
+
+#[tokio::test]
+async fn a_tag_is_refused_and_a_missing_local_id_says_how_to_build_it() {
+    let f = fixture().await;
+    assert!(ImageRef::parse("stet-sandbox:latest", false).is_err());
+    let missing = ImageRef::parse(&format!("sha256:{}", "0".repeat(64)), false).unwrap();
+    let error = f
+        .runtime
+        .ensure_image(&missing, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("stet image build-local"), "{error}");
+}

@@ -1,0 +1,161 @@
+//! Shared helpers for the suites that need the real Docker engine: a client that fails loudly when the
+//! engine is missing, the sandbox image built once per test process, and containers that are always
+//! removed.
+//!
+//! Every test has its own tokio runtime, and a bollard client is bound to the runtime that created its
+//! connection pool, so clients are made per use and only plain data is kept in globals.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::models::ContainerCreateBody;
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
+};
+use futures_util::StreamExt;
+use tokio::sync::OnceCell;
+
+use stet::image::SandboxImage;
+
+/// Label every test container carries, so a leak is easy to find and sweep.
+pub const TEST_LABEL: &str = "dev.stet.test";
+
+/// A Docker client with default settings. Panics when the engine cannot be reached: CI has Docker, and a
+/// test that needs it must fail, never skip silently.
+pub fn docker() -> Docker {
+    let host = stet::image::docker_host();
+    let unreachable = |err: &dyn std::fmt::Display| -> ! {
+        panic!("Docker is unreachable at {host}: {err}; these tests need a running Docker engine")
+    };
+    let docker = Docker::connect_with_defaults().unwrap_or_else(|err| unreachable(&err));
+    // Building the client does not touch the engine; a plain connect proves something listens there.
+    if let Some(path) = host.strip_prefix("unix://") {
+        std::os::unix::net::UnixStream::connect(path).unwrap_or_else(|err| unreachable(&err));
+    } else if let Some(address) = host
+        .strip_prefix("tcp://")
+        .or_else(|| host.strip_prefix("http://"))
+    {
+        std::net::TcpStream::connect(address).unwrap_or_else(|err| unreachable(&err));
+    }
+    docker
+}
+
+/// The sandbox image built from this build's `stet` binary, once per test process; across processes the
+/// image's label makes the build a lookup.
+pub async fn sandbox_image() -> SandboxImage {
+    static IMAGE: OnceCell<SandboxImage> = OnceCell::const_new();
+    IMAGE
+        .get_or_init(|| async {
+            let binary = Path::new(env!("CARGO_BIN_EXE_stet"));
+            stet::image::build_local(&docker(), binary)
+                .await
+                .unwrap_or_else(|err| {
+                    panic!(
+                        "building the sandbox image from {}: {err}",
+                        binary.display()
+                    )
+                })
+        })
+        .await
+        .clone()
+}
+
+/// What a container run to completion left behind.
+#[derive(Debug)]
+pub struct Finished {
+    pub exit_code: i64,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Creates a container named `stet-test-<uuid>` and labelled [`TEST_LABEL`] from `body`, starts it,
+/// waits for it to exit and reads its logs. The container is removed before this returns or panics.
+pub async fn run_to_completion(docker: &Docker, mut body: ContainerCreateBody) -> Finished {
+    let name = format!("stet-test-{}", uuid::Uuid::new_v4());
+    body.labels
+        .get_or_insert_with(HashMap::new)
+        .insert(TEST_LABEL.to_owned(), "1".to_owned());
+    let created = docker
+        .create_container(
+            Some(CreateContainerOptionsBuilder::default().name(&name).build()),
+            body,
+        )
+        .await;
+    if let Err(err) = created {
+        panic!("creating container {name}: {err}");
+    }
+    let outcome = start_wait_and_read(docker, &name).await;
+    let removed = docker
+        .remove_container(
+            &name,
+            Some(RemoveContainerOptionsBuilder::default().force(true).build()),
+        )
+        .await;
+    let finished = outcome.unwrap_or_else(|err| panic!("running container {name}: {err}"));
+    if let Err(err) = removed {
+        panic!("removing container {name}: {err}");
+    }
+    finished
+}
+
+async fn start_wait_and_read(
+    docker: &Docker,
+    name: &str,
+) -> Result<Finished, bollard::errors::Error> {
+    docker.start_container(name, None).await?;
+    let mut exit_code = None;
+    let mut waits = docker.wait_container(name, None);
+    while let Some(item) = waits.next().await {
+        exit_code = Some(match item {
+            Ok(response) => response.status_code,
+            Err(bollard::errors::Error::DockerContainerWaitError { code, .. }) => code,
+            Err(err) => return Err(err),
+        });
+    }
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    let mut logs = docker.logs(
+        name,
+        Some(
+            LogsOptionsBuilder::default()
+                .stdout(true)
+                .stderr(true)
+                .build(),
+        ),
+    );
+    while let Some(item) = logs.next().await {
+        match item? {
+            LogOutput::StdOut { message } => stdout.extend_from_slice(&message),
+            LogOutput::StdErr { message } => stderr.extend_from_slice(&message),
+            LogOutput::StdIn { .. } | LogOutput::Console { .. } => {}
+        }
+    }
+    Ok(Finished {
+        exit_code: exit_code.unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    })
+}
+
+/// The address of the default bridge's gateway (the host, seen from a bridged container).
+pub async fn bridge_gateway() -> Ipv4Addr {
+    let network = docker().inspect_network("bridge", None).await.unwrap();
+    let config = network
+        .ipam
+        .and_then(|ipam| ipam.config)
+        .and_then(|configs| configs.into_iter().next())
+        .expect("the default bridge network has an IPAM config");
+    if let Some(gateway) = config.gateway.filter(|g| !g.is_empty()) {
+        return gateway.parse().unwrap();
+    }
+    // Docker gives the bridge the first address of its subnet when it does not say so.
+    let subnet = config.subnet.expect("the default bridge has a subnet");
+    let (base, _) = subnet.split_once('/').unwrap();
+    let base: Ipv4Addr = base.parse().unwrap();
+    Ipv4Addr::from(u32::from(base) + 1)
+}
