@@ -150,6 +150,16 @@ enum Command {
             conflicts_with_all = ["connect", "fork_up_to", "allocate_mb", "find_env_in_cmdlines"]
         )]
         hold: bool,
+
+        /// Write one line of N MiB of bytes that are not UTF-8 to standard output, then stop: checks
+        /// that the sandbox's output path bounds what it buffers.
+        #[arg(
+            long,
+            hide = true,
+            value_name = "N",
+            conflicts_with_all = ["connect", "fork_up_to", "allocate_mb", "find_env_in_cmdlines", "hold"]
+        )]
+        emit_line_mb: Option<usize>,
     },
 }
 
@@ -202,9 +212,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             allocate_mb,
             find_env_in_cmdlines,
             hold,
+            emit_line_mb,
         }) => {
             if hold {
                 stet::probe::hold(&mut std::io::stdin().lock())?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            if let Some(megabytes) = emit_line_mb {
+                stet::probe::emit_line(megabytes, &mut std::io::stdout().lock())?;
                 return Ok(ExitCode::SUCCESS);
             }
             let report = stet::probe::run(&stet::probe::ProbeRequest {

@@ -247,6 +247,16 @@ pub fn write_report(report: &ProbeReport, out: &mut impl Write) -> Result<()> {
     out.flush().map_err(ProbeError::Write)
 }
 
+/// The `--emit-line-mb` mode: one line of `megabytes` MiB of bytes that are not UTF-8.
+pub fn emit_line(megabytes: usize, output: &mut impl Write) -> Result<()> {
+    let block: Vec<u8> = (0..1024 * 1024).map(|i| 0x80 | (i % 0x7f) as u8).collect();
+    for _ in 0..megabytes {
+        output.write_all(&block).map_err(ProbeError::Write)?;
+    }
+    output.write_all(b"\n").map_err(ProbeError::Write)?;
+    output.flush().map_err(ProbeError::Write)
+}
+
 /// The `--hold` mode of the children started by `--fork-up-to`: block until standard input closes.
 pub fn hold(input: &mut impl Read) -> Result<()> {
     let mut sink = [0u8; 512];
@@ -688,6 +698,15 @@ mod tests {
                 error: None
             }
         );
+    }
+
+    #[test]
+    fn the_emitted_line_is_one_line_of_bytes_that_are_not_utf8() {
+        let mut out = Vec::new();
+        emit_line(2, &mut out).unwrap();
+        assert_eq!(out.len(), 2 * 1024 * 1024 + 1);
+        assert_eq!(out.iter().filter(|b| **b == b'\n').count(), 1);
+        assert!(std::str::from_utf8(&out).is_err());
     }
 
     #[test]

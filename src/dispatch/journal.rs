@@ -18,7 +18,8 @@
 //! fsync'd before the call returns, so a crash can only ever leave an incomplete *final* line, which
 //! replay ignores (the intent it carried never returned, so its resource was never created). Any
 //! other unreadable line, or a version this build does not know, is reported naming the file and
-//! line. A new record's name is fsync'd into the directory before [`Journal::begin`] returns; a
+//! line. A new record's name is fsync'd into the directory before [`Journal::begin`] returns (a crash
+//! before its first line is whole leaves a record with no resources, still named for its owner); a
 //! closed record's file is removed and the removal fsync'd.
 //!
 //! # Ownership
@@ -548,9 +549,10 @@ impl Journal {
     }
 
     /// Takes over an orphan so this process can clean up what it lists. Refuses when the owner is
-    /// alive, and when another process adopted or closed it first. The outstanding resources are
-    /// read from disk after the take-over, not from `record`; a torn final line is cut off so the
-    /// record stays readable.
+    /// alive ([`JournalError::OwnerAlive`]), when another process adopted or closed it first
+    /// ([`JournalError::Vanished`]), and when this process already holds a record for the dispatch
+    /// ([`JournalError::AlreadyJournaled`]). The outstanding resources are read from disk, not taken
+    /// from `record`, which may be stale; a torn final line is cut off so the record stays readable.
     pub fn adopt(&self, record: &Record) -> Result<JournalEntry> {
         let from = self.dir.join(record_name(record.dispatch, record.owner));
         if record.owner.is_alive() {
@@ -584,13 +586,20 @@ impl Journal {
                 .and_then(|()| file.sync_data())
                 .map_err(io_error("cut the torn final line of", &to))?;
         }
-        Ok(JournalEntry {
+        let mut entry = JournalEntry {
             dispatch: record.dispatch,
             path: to,
             file,
             outstanding: replayed.resources,
             poisoned: false,
-        })
+        };
+        if replayed.complete_len == 0 {
+            // The owner died inside `begin`, before its first line was whole.
+            entry.append(Operation::Begin {
+                dispatch: record.dispatch,
+            })?;
+        }
+        Ok(entry)
     }
 }
 
@@ -938,6 +947,53 @@ mod tests {
             scan.records[0].resources,
             vec![container("a"), container("c")]
         );
+    }
+
+    #[test]
+    fn adopt_takes_the_resources_from_disk_not_from_a_stale_listing() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        let me = Owner::current().unwrap();
+        let dead = Owner {
+            start_time: me.start_time + 1,
+            ..me
+        };
+        let mut old = journal.create(DispatchId::new(), dead).unwrap();
+        old.intend(container("a")).unwrap();
+        let stale = journal.orphans().unwrap().records.remove(0);
+        old.intend(container("b")).unwrap();
+        old.released(&container("a")).unwrap();
+        drop(old);
+
+        let adopted = journal.adopt(&stale).unwrap();
+        assert_eq!(stale.resources, vec![container("a")]);
+        assert_eq!(adopted.outstanding(), &[container("b")]);
+    }
+
+    #[test]
+    fn an_owner_that_died_inside_begin_leaves_a_record_adopt_can_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Journal::open(dir.path()).unwrap();
+        let me = Owner::current().unwrap();
+        let dead = Owner {
+            start_time: me.start_time + 1,
+            ..me
+        };
+        for torn in ["", "{\"v\":1,\"op\":\"beg"] {
+            let dispatch = DispatchId::new();
+            fs::write(journal.dir.join(record_name(dispatch, dead)), torn).unwrap();
+            let orphan = journal.orphans().unwrap().records.remove(0);
+            assert_eq!((orphan.dispatch, orphan.owner), (dispatch, dead));
+            assert!(orphan.resources.is_empty());
+
+            let mut adopted = journal.adopt(&orphan).unwrap();
+            adopted.intend(container("a")).unwrap();
+            let scan = journal.records().unwrap();
+            assert!(scan.problems.is_empty(), "{torn:?}: {:?}", scan.problems);
+            assert_eq!(scan.records[0].resources, vec![container("a")]);
+            adopted.released(&container("a")).unwrap();
+            adopted.close().unwrap();
+        }
     }
 
     #[test]

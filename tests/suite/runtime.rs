@@ -345,3 +345,69 @@ async fn a_tag_is_refused_and_a_missing_local_id_says_how_to_build_it() {
         .to_string();
     assert!(error.contains("stet image build-local"), "{error}");
 }
+
+#[tokio::test]
+async fn kill_stops_the_sandbox_and_wait_reports_the_signal() {
+    let f = fixture().await;
+    let request = request(DispatchLimits::default(), NetworkPolicy::None, &f.provider).await;
+    let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)
+        .await
+        .unwrap();
+    f.runtime.kill(sandbox.container()).await.unwrap();
+    let exit = f.runtime.wait(sandbox.container()).await.unwrap();
+    let again = f.runtime.kill(sandbox.container()).await;
+    let report = sandbox.teardown().await;
+    assert_eq!(exit.code, 137, "SIGKILL");
+    assert!(!exit.oom_killed);
+    assert!(
+        again.is_ok(),
+        "killing a stopped container is not an error: {again:?}"
+    );
+    assert_eq!(report.first_failure(), None);
+}
+
+#[tokio::test]
+async fn a_twenty_megabyte_line_that_is_not_utf8_arrives_in_bounded_pieces() {
+    let f = fixture().await;
+    let request = request(DispatchLimits::default(), NetworkPolicy::None, &f.provider).await;
+    let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)
+        .await
+        .unwrap();
+    let process = SandboxProcess {
+        argv: vec![
+            STET.into(),
+            "probe".into(),
+            "--emit-line-mb".into(),
+            "20".into(),
+        ],
+        workdir: WORKSPACE_MOUNT.into(),
+        ..SandboxProcess::default()
+    };
+    let (sender, mut receiver) = mpsc::channel::<OutputLine>(4);
+    let collector = tokio::spawn(async move {
+        let mut pieces = Vec::new();
+        while let Some(line) = receiver.recv().await {
+            pieces.push((line.stream, line.line.bytes.len(), line.line.continues));
+        }
+        pieces
+    });
+    let code = sandbox.run(&process, sender).await.unwrap();
+    let pieces = collector.await.unwrap();
+    sandbox.teardown().await;
+    assert_eq!(code, 0);
+    assert!(
+        pieces
+            .iter()
+            .all(|(stream, len, _)| *stream == OutputStream::Stdout
+                && *len <= stet::runtime::lines::MAX_LINE_BYTES)
+    );
+    assert_eq!(
+        pieces.iter().map(|(_, len, _)| len).sum::<usize>(),
+        20 * 1024 * 1024
+    );
+    let (last, rest) = pieces.split_last().unwrap();
+    assert!(
+        !last.2 && rest.iter().all(|piece| piece.2),
+        "one line, split into continuing pieces"
+    );
+}
