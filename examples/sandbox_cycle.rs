@@ -59,7 +59,8 @@ async fn main() -> anyhow::Result<()> {
             let drain = tokio::spawn(async move { while receiver.recv().await.is_some() {} });
             let code = sandbox
                 .run(&process(&["/usr/local/bin/stet", "--version"]), sender)
-                .await?;
+                .await?
+                .code;
             drain.await?;
             let report = sandbox.teardown().await;
             anyhow::ensure!(

@@ -16,8 +16,8 @@ use crate::dispatch::credential::{CredentialProvider, RevokeOutcome, ScopedCrede
 use crate::dispatch::event::DispatchId;
 use crate::dispatch::journal::{Journal, JournalEntry, JournalError, Resource};
 use crate::runtime::{
-    ContainerRuntime, DispatchLimits, ImageRef, NetworkPolicy, OutputLine, Removal, RuntimeError,
-    SandboxProcess, SandboxSpec, SandboxUser, state_label,
+    ContainerRuntime, DispatchLimits, ExecExit, ImageRef, NetworkPolicy, OutputLine, Removal,
+    RuntimeError, SandboxProcess, SandboxSpec, SandboxUser, state_label,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -178,7 +178,7 @@ impl DispatchSandbox {
         &self,
         process: &SandboxProcess,
         output: mpsc::Sender<OutputLine>,
-    ) -> Result<i64> {
+    ) -> Result<ExecExit> {
         if self.state.lock().await.is_none() {
             return Err(SandboxError::TornDown(self.dispatch));
         }

@@ -12,17 +12,17 @@ use bollard::errors::Error as BollardError;
 use bollard::exec::StartExecResults;
 use bollard::models::{ContainerCreateBody, ExecConfig, HostConfig, Mount, MountType};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, KillContainerOptionsBuilder,
-    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, EventsOptionsBuilder,
+    KillContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use super::lines::LineFramer;
 use super::{
-    ContainerExit, ContainerRuntime, DISPATCH_LABEL, ImageRef, NetworkPolicy, OUTPUTS_MOUNT,
-    OutputLine, OutputStream, PullProgress, Removal, Result, RuntimeError, SANDBOX_HOME,
-    STATE_LABEL, SandboxContainer, SandboxProcess, SandboxSpec, WORKSPACE_MOUNT,
+    ContainerExit, ContainerRuntime, DISPATCH_LABEL, ExecExit, ImageRef, NetworkPolicy,
+    OUTPUTS_MOUNT, OutputLine, OutputStream, PullProgress, Removal, Result, RuntimeError,
+    SANDBOX_HOME, STATE_LABEL, SandboxContainer, SandboxProcess, SandboxSpec, WORKSPACE_MOUNT,
 };
 
 /// The Docker Engine, reached the usual way (`DOCKER_HOST`, else the local unix socket).
@@ -150,6 +150,31 @@ fn check_mount_source(path: &Path) -> Result<()> {
         return Err(problem("a sandbox mount must be a directory"));
     }
     Ok(())
+}
+
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs())
+}
+
+impl DockerRuntime {
+    /// Whether the engine reported an OOM kill in `container` since `since` (unix seconds).
+    async fn oom_since(&self, container: &str, since: u64) -> Result<bool> {
+        let filters = HashMap::from([("container", vec![container]), ("event", vec!["oom"])]);
+        let options = EventsOptionsBuilder::default()
+            .since(&since.to_string())
+            .until(&(unix_seconds() + 1).to_string())
+            .filters(&filters)
+            .build();
+        let mut events = self.docker.events(Some(options));
+        let mut seen = false;
+        while let Some(event) = events.next().await {
+            event.map_err(|error| engine_error(container, "reading oom events", error))?;
+            seen = true;
+        }
+        Ok(seen)
+    }
 }
 
 /// The flags whose silent dropping by the engine would leave a sandbox unbounded.
@@ -283,7 +308,8 @@ impl ContainerRuntime for DockerRuntime {
         container: &str,
         process: &SandboxProcess,
         output: mpsc::Sender<OutputLine>,
-    ) -> Result<i64> {
+    ) -> Result<ExecExit> {
+        let started_at = unix_seconds();
         let env = process
             .env
             .iter()
@@ -343,11 +369,14 @@ impl ContainerRuntime for DockerRuntime {
             .inspect_exec(&created.id)
             .await
             .map_err(|error| engine_error(container, "exec inspect", error))?;
-        inspected.exit_code.ok_or_else(|| RuntimeError::Engine {
+        let code = inspected.exit_code.ok_or_else(|| RuntimeError::Engine {
             container: container.to_owned(),
             operation: "exec inspect",
             detail: "the engine reported no exit code".to_owned(),
-        })
+        })?;
+        // SIGKILL: the engine reports an `oom` event for the container when the OOM killer did it.
+        let oom_killed = code == 137 && self.oom_since(container, started_at).await?;
+        Ok(ExecExit { code, oom_killed })
     }
 
     async fn kill(&self, container: &str) -> Result<()> {

@@ -117,6 +117,10 @@ impl ImageRef {
             });
         }
         if allow_unpinned && !text.is_empty() && !text.contains(char::is_whitespace) {
+            tracing::warn!(
+                image = text,
+                "running an unpinned image: its tag can be moved underneath a dispatch (allowed for development only)"
+            );
             return Ok(ImageRef::Unpinned {
                 reference: text.to_owned(),
             });
@@ -254,6 +258,14 @@ pub struct OutputLine {
     pub line: FramedLine,
 }
 
+/// How an exec'd process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecExit {
+    pub code: i64,
+    /// The kernel's OOM killer ended it for exceeding the sandbox's memory cap.
+    pub oom_killed: bool,
+}
+
 /// How a container ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ContainerExit {
@@ -300,13 +312,13 @@ pub trait ContainerRuntime: Send + Sync + fmt::Debug {
     ) -> Result<()>;
     /// Creates and starts the hardened container described by `spec`; returns its name.
     async fn create_sandbox(&self, spec: &SandboxSpec) -> Result<String>;
-    /// Runs `process` in `container`, sending its framed output to `output`; returns its exit code.
+    /// Runs `process` in `container`, sending its framed output to `output`; returns how it ended.
     async fn exec(
         &self,
         container: &str,
         process: &SandboxProcess,
         output: mpsc::Sender<OutputLine>,
-    ) -> Result<i64>;
+    ) -> Result<ExecExit>;
     /// Sends SIGKILL to the container's processes.
     async fn kill(&self, container: &str) -> Result<()>;
     /// Removes the container (with `force`, even while running).

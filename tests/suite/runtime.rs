@@ -100,9 +100,10 @@ async fn run(
         }
         (out, err)
     });
-    let code = sandbox.run(&process, sender).await.unwrap();
+    let exit = sandbox.run(&process, sender).await.unwrap();
     let (out, err) = collector.await.unwrap();
-    (code, out, err)
+    assert!(!exit.oom_killed || exit.code == 137);
+    (exit.code, out, err)
 }
 
 async fn probe(sandbox: &DispatchSandbox, args: &[&str], env: &[(&str, &str)]) -> Value {
@@ -231,12 +232,26 @@ async fn an_allocation_beyond_the_memory_cap_is_killed() {
     let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)
         .await
         .unwrap();
-    let (code, _, _) = run(&sandbox, &[STET, "probe", "--allocate-mb", "512"], &[]).await;
+    let allocate = SandboxProcess {
+        argv: vec![
+            STET.into(),
+            "probe".into(),
+            "--allocate-mb".into(),
+            "512".into(),
+        ],
+        workdir: WORKSPACE_MOUNT.into(),
+        ..SandboxProcess::default()
+    };
+    let (sender, mut receiver) = mpsc::channel(64);
+    let drain = tokio::spawn(async move { while receiver.recv().await.is_some() {} });
+    let exit = sandbox.run(&allocate, sender).await.unwrap();
+    drain.await.unwrap();
     let survivor = probe(&sandbox, &[], &[]).await;
     sandbox.teardown().await;
-    assert_eq!(
-        code, 137,
-        "the over-allocating process is SIGKILLed by the OOM killer"
+    assert_eq!(exit.code, 137, "the over-allocating process is SIGKILLed");
+    assert!(
+        exit.oom_killed,
+        "and reported as an OOM kill, its own outcome"
     );
     assert_eq!(survivor["caps_all_dropped"], true);
 }
@@ -320,6 +335,7 @@ async fn a_container_that_died_before_exec_is_an_error_not_a_hang() {
         .unwrap();
     let exit = f.runtime.wait(sandbox.container()).await.unwrap();
     assert_eq!(exit.code, 0);
+    assert!(!exit.oom_killed);
     let (sender, _receiver) = mpsc::channel(8);
     let process = SandboxProcess {
         argv: vec![STET.into(), "probe".into()],
@@ -391,10 +407,11 @@ async fn a_twenty_megabyte_line_that_is_not_utf8_arrives_in_bounded_pieces() {
         }
         pieces
     });
-    let code = sandbox.run(&process, sender).await.unwrap();
+    let exit = sandbox.run(&process, sender).await.unwrap();
     let pieces = collector.await.unwrap();
     sandbox.teardown().await;
-    assert_eq!(code, 0);
+    assert_eq!(exit.code, 0);
+    assert!(!exit.oom_killed);
     assert!(
         pieces
             .iter()
