@@ -50,6 +50,20 @@ async fn fixture() -> Fixture {
     }
 }
 
+impl Fixture {
+    async fn sandbox(&self, limits: DispatchLimits, network: NetworkPolicy) -> DispatchSandbox {
+        let request = request(limits, network, &self.provider).await;
+        DispatchSandbox::provision(
+            self.runtime.clone(),
+            &self.journal,
+            &self.state_dir,
+            request,
+        )
+        .await
+        .unwrap()
+    }
+}
+
 async fn request(
     limits: DispatchLimits,
     network: NetworkPolicy,
@@ -129,10 +143,9 @@ async fn inspect(
 #[tokio::test]
 async fn a_sandbox_is_locked_down_as_seen_from_inside_and_by_inspect() {
     let f = fixture().await;
-    let request = request(DispatchLimits::default(), NetworkPolicy::None, &f.provider).await;
-    let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)
-        .await
-        .unwrap();
+    let sandbox = f
+        .sandbox(DispatchLimits::default(), NetworkPolicy::None)
+        .await;
     let report = probe(&sandbox, &[], &[]).await;
     let inspected = inspect(&f.runtime, sandbox.container()).await;
     sandbox.teardown().await;
@@ -201,10 +214,7 @@ async fn the_pids_cap_stops_forking_and_the_container_survives() {
         pids: 32,
         ..DispatchLimits::default()
     };
-    let request = request(limits, NetworkPolicy::None, &f.provider).await;
-    let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)
-        .await
-        .unwrap();
+    let sandbox = f.sandbox(limits, NetworkPolicy::None).await;
     let report = probe(&sandbox, &["--fork-up-to", "200"], &[]).await;
     let after = probe(&sandbox, &[], &[]).await;
     sandbox.teardown().await;
@@ -228,10 +238,7 @@ async fn an_allocation_beyond_the_memory_cap_is_killed() {
         memory_bytes: 64 * 1024 * 1024,
         ..DispatchLimits::default()
     };
-    let request = request(limits, NetworkPolicy::None, &f.provider).await;
-    let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)
-        .await
-        .unwrap();
+    let sandbox = f.sandbox(limits, NetworkPolicy::None).await;
     let allocate = SandboxProcess {
         argv: vec![
             STET.into(),
@@ -259,10 +266,9 @@ async fn an_allocation_beyond_the_memory_cap_is_killed() {
 #[tokio::test]
 async fn the_credential_is_in_the_environment_and_nowhere_else() {
     let f = fixture().await;
-    let request = request(DispatchLimits::default(), NetworkPolicy::None, &f.provider).await;
-    let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)
-        .await
-        .unwrap();
+    let sandbox = f
+        .sandbox(DispatchLimits::default(), NetworkPolicy::None)
+        .await;
     let report = probe(&sandbox, &["--find-env-in-cmdlines", CREDENTIAL_ENV], &[]).await;
     let inspected = serde_json::to_string(&inspect(&f.runtime, sandbox.container()).await).unwrap();
     sandbox.teardown().await;
@@ -288,10 +294,9 @@ async fn the_credential_is_in_the_environment_and_nowhere_else() {
 #[tokio::test]
 async fn teardown_leaves_nothing_revokes_once_and_can_be_called_again() {
     let f = fixture().await;
-    let request = request(DispatchLimits::default(), NetworkPolicy::None, &f.provider).await;
-    let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)
-        .await
-        .unwrap();
+    let sandbox = f
+        .sandbox(DispatchLimits::default(), NetworkPolicy::None)
+        .await;
     let paths = sandbox.paths().clone();
     let container = sandbox.container().to_owned();
     std::fs::write(paths.workspace.join("agent-file"), "x").unwrap_or(());
@@ -365,10 +370,9 @@ async fn a_tag_is_refused_and_a_missing_local_id_says_how_to_build_it() {
 #[tokio::test]
 async fn kill_stops_the_sandbox_and_wait_reports_the_signal() {
     let f = fixture().await;
-    let request = request(DispatchLimits::default(), NetworkPolicy::None, &f.provider).await;
-    let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)
-        .await
-        .unwrap();
+    let sandbox = f
+        .sandbox(DispatchLimits::default(), NetworkPolicy::None)
+        .await;
     f.runtime.kill(sandbox.container()).await.unwrap();
     let exit = f.runtime.wait(sandbox.container()).await.unwrap();
     let again = f.runtime.kill(sandbox.container()).await;
@@ -385,10 +389,9 @@ async fn kill_stops_the_sandbox_and_wait_reports_the_signal() {
 #[tokio::test]
 async fn a_twenty_megabyte_line_that_is_not_utf8_arrives_in_bounded_pieces() {
     let f = fixture().await;
-    let request = request(DispatchLimits::default(), NetworkPolicy::None, &f.provider).await;
-    let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)
-        .await
-        .unwrap();
+    let sandbox = f
+        .sandbox(DispatchLimits::default(), NetworkPolicy::None)
+        .await;
     let process = SandboxProcess {
         argv: vec![
             STET.into(),
