@@ -800,6 +800,15 @@ mod tests {
     const RELEASE_A: &str =
         "{\"v\":1,\"op\":\"release\",\"resource\":{\"kind\":\"container\",\"name\":\"a\"}}\n";
 
+    /// This process's pid with another start time: the owner of a recycled pid, so a dead one.
+    fn recycled_pid_owner() -> Owner {
+        let me = Owner::current().unwrap();
+        Owner {
+            start_time: me.start_time + 1,
+            ..me
+        }
+    }
+
     fn container(name: &str) -> Resource {
         Resource::Container {
             name: name.to_owned(),
@@ -895,11 +904,7 @@ mod tests {
     fn a_record_of_a_recycled_pid_is_an_orphan_and_adopt_takes_it_over() {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(&dir.path().join("journal")).unwrap();
-        let me = Owner::current().unwrap();
-        let recycled = Owner {
-            start_time: me.start_time + 1,
-            ..me
-        };
+        let recycled = recycled_pid_owner();
         let dispatch = DispatchId::new();
         let mut old = journal.create(dispatch, recycled).unwrap();
         old.intend(container("a")).unwrap();
@@ -913,6 +918,7 @@ mod tests {
         let mut adopted = journal.adopt(&orphans.records[0]).unwrap();
         assert_eq!(adopted.outstanding(), &[container("a")]);
         let records = journal.records().unwrap().records;
+        let me = Owner::current().unwrap();
         assert_eq!(records.len(), 1);
         assert_eq!(records[0].owner, me);
         assert_eq!(records[0].path, journal.dir.join(record_name(dispatch, me)));
@@ -927,11 +933,7 @@ mod tests {
     fn adopt_cuts_a_torn_final_line_so_new_lines_stay_readable() {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(dir.path()).unwrap();
-        let me = Owner::current().unwrap();
-        let dead = Owner {
-            start_time: me.start_time + 1,
-            ..me
-        };
+        let dead = recycled_pid_owner();
         let dispatch = DispatchId::new();
         let mut old = journal.create(dispatch, dead).unwrap();
         old.intend(container("a")).unwrap();
@@ -953,11 +955,7 @@ mod tests {
     fn adopt_takes_the_resources_from_disk_not_from_a_stale_listing() {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(dir.path()).unwrap();
-        let me = Owner::current().unwrap();
-        let dead = Owner {
-            start_time: me.start_time + 1,
-            ..me
-        };
+        let dead = recycled_pid_owner();
         let mut old = journal.create(DispatchId::new(), dead).unwrap();
         old.intend(container("a")).unwrap();
         let stale = journal.orphans().unwrap().records.remove(0);
@@ -974,11 +972,7 @@ mod tests {
     fn an_owner_that_died_inside_begin_leaves_a_record_adopt_can_use() {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(dir.path()).unwrap();
-        let me = Owner::current().unwrap();
-        let dead = Owner {
-            start_time: me.start_time + 1,
-            ..me
-        };
+        let dead = recycled_pid_owner();
         for torn in ["", "{\"v\":1,\"op\":\"beg"] {
             let dispatch = DispatchId::new();
             fs::write(journal.dir.join(record_name(dispatch, dead)), torn).unwrap();
@@ -1000,11 +994,7 @@ mod tests {
     fn an_orphan_adopted_once_cannot_be_adopted_again() {
         let dir = tempfile::tempdir().unwrap();
         let journal = Journal::open(dir.path()).unwrap();
-        let me = Owner::current().unwrap();
-        let dead = Owner {
-            start_time: me.start_time + 1,
-            ..me
-        };
+        let dead = recycled_pid_owner();
         let dispatch = DispatchId::new();
         drop(journal.create(dispatch, dead).unwrap());
         let orphan = journal.orphans().unwrap().records.remove(0);
@@ -1031,19 +1021,8 @@ mod tests {
             "{error:?}"
         );
 
-        let me = Owner::current().unwrap();
         let orphaned = DispatchId::new();
-        drop(
-            journal
-                .create(
-                    orphaned,
-                    Owner {
-                        start_time: me.start_time + 1,
-                        ..me
-                    },
-                )
-                .unwrap(),
-        );
+        drop(journal.create(orphaned, recycled_pid_owner()).unwrap());
         let error = journal.begin(orphaned).unwrap_err();
         assert!(
             matches!(error, JournalError::AlreadyJournaled { .. }),

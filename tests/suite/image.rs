@@ -6,7 +6,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -140,12 +139,7 @@ async fn the_image_runs_stet_version() {
 #[tokio::test]
 async fn probe_in_a_locked_down_container() {
     let image = support::sandbox_image().await;
-    let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)).unwrap();
-    let host = SocketAddr::from((
-        support::bridge_gateway().await,
-        listener.local_addr().unwrap().port(),
-    ));
-    let host = host.to_string();
+    let (_listener, host) = support::host_listener().await;
     let report = probe(
         &image,
         &[
@@ -196,12 +190,7 @@ async fn probe_in_a_locked_down_container() {
 #[tokio::test]
 async fn probe_connects_where_the_network_allows_it() {
     let image = support::sandbox_image().await;
-    let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)).unwrap();
-    let host = SocketAddr::from((
-        support::bridge_gateway().await,
-        listener.local_addr().unwrap().port(),
-    ));
-    let host = host.to_string();
+    let (_listener, host) = support::host_listener().await;
     let report = probe(&image, &["--connect", &host], HostConfig::default(), &[]).await;
     assert_eq!(
         report["connect"],

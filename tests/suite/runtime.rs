@@ -182,18 +182,10 @@ async fn a_sandbox_is_locked_down_as_seen_from_inside_and_by_inspect() {
     assert_eq!(binds.len(), 2, "{binds:?}");
 }
 
-/// A listener on the host, reached from a container through the bridge gateway: our own server.
-async fn host_listener() -> (std::net::TcpListener, String) {
-    let gateway = support::bridge_gateway().await;
-    let listener = std::net::TcpListener::bind((gateway, 0)).unwrap();
-    let port = listener.local_addr().unwrap().port();
-    (listener, format!("{gateway}:{port}"))
-}
-
 #[tokio::test]
 async fn network_none_cannot_connect_and_an_allowed_network_can() {
     let f = fixture().await;
-    let (_listener, address) = host_listener().await;
+    let (_listener, address) = support::host_listener().await;
     for (network, expect_ok) in [(NetworkPolicy::None, false), (NetworkPolicy::Bridge, true)] {
         let request = request(DispatchLimits::default(), network, &f.provider).await;
         let sandbox =

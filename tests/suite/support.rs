@@ -159,3 +159,12 @@ pub async fn bridge_gateway() -> Ipv4Addr {
     let base: Ipv4Addr = base.parse().unwrap();
     Ipv4Addr::from(u32::from(base) + 1)
 }
+
+/// A listener on the host's side of the default bridge (our own server), and the `IP:PORT` a
+/// container connects to when its network allows it.
+pub async fn host_listener() -> (std::net::TcpListener, String) {
+    let gateway = bridge_gateway().await;
+    let listener = std::net::TcpListener::bind((gateway, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    (listener, format!("{gateway}:{port}"))
+}
