@@ -5,6 +5,8 @@
 pub mod brief;
 pub mod dispatch;
 pub mod doctor;
+pub mod forge;
+pub mod git;
 pub mod image;
 pub mod inbox;
 pub mod logging;

@@ -1,9 +1,10 @@
 //! `ScopedCredential`: the only credential a sandbox may ever see (ADR-0018 rows 2, 3 and 7).
 //!
 //! The value lives in memory only and is zeroized on drop. It has no `Display` or `Serialize`, and its
-//! `Debug` withholds it. It leaves this type in exactly two ways, each named: into a sandbox's
-//! environment ([`ScopedCredential::as_environment`]) and into the sanitizer so every sink masks it
-//! ([`ScopedCredential::mask_in`]).
+//! `Debug` withholds it. It leaves this type in exactly three ways, each named: into a sandbox's
+//! environment ([`ScopedCredential::as_environment`]), into the host's own push as the answer of a git2
+//! credentials callback ([`ScopedCredential::host_push_secret`]), and into the sanitizer so every sink
+//! masks it ([`ScopedCredential::mask_in`]).
 //! `revoke()` is idempotent and never fails the caller: the short TTL is the primary defence.
 
 use std::collections::{BTreeMap, HashMap};
@@ -96,6 +97,8 @@ pub enum Revocation {
     Revoked,
     /// The provider no longer knew it (expired, or revoked before): the goal is met.
     AlreadyGone,
+    /// The provider cannot revoke (the fallback provider): the credential lives until its TTL.
+    NotRevocable,
 }
 
 /// The logged outcome of [`ScopedCredential::revoke`].
@@ -103,6 +106,8 @@ pub enum Revocation {
 pub enum RevokeOutcome {
     Revoked,
     AlreadyRevoked,
+    /// The provider cannot revoke; the credential expires at its TTL (logged, not a failure).
+    NotRevocable,
     /// The provider failed; the credential still expires at its TTL. The text is credential-free.
     Failed(String),
 }
@@ -113,6 +118,11 @@ pub trait CredentialProvider: Send + Sync + fmt::Debug {
     /// A short name for logs and errors (`local`, `github`).
     fn name(&self) -> &'static str;
     async fn mint(&self, repository: &str, branch: &str, ttl: Duration) -> Result<Minted>;
+    /// Whether its credentials may be handed to a sandbox. A provider whose value is (or unlocks) the
+    /// primary token answers `false`, and the sandbox refuses it.
+    fn enters_sandbox(&self) -> bool {
+        true
+    }
     /// Must treat an unknown or expired id as [`Revocation::AlreadyGone`].
     async fn revoke(&self, id: &CredentialId) -> Result<Revocation>;
 }
@@ -181,9 +191,26 @@ impl ScopedCredential {
         self.expires_at
     }
 
+    /// The provider's short name (`local`, `github-app`, `fallback`): the credential kind a pull
+    /// request's provenance block names.
+    pub fn provider_name(&self) -> &'static str {
+        self.provider.name()
+    }
+
+    /// Whether the provider allows this credential into a sandbox's environment.
+    pub fn enters_sandbox(&self) -> bool {
+        self.provider.enters_sandbox()
+    }
+
     /// The credential's sanctioned way into a sandbox: one environment entry, never argv.
     pub fn as_environment(&self) -> BTreeMap<String, SecretValue> {
         BTreeMap::from([(CREDENTIAL_ENV.to_owned(), self.value.clone())])
+    }
+
+    /// The credential's exit into the host's own `git push`: the answer a git2 credentials callback
+    /// gives, in memory. Never put it in a URL, an argv or a child's environment.
+    pub fn host_push_secret(&self) -> &SecretValue {
+        &self.value
     }
 
     /// Teaches the sanitizer this value, so every sink masks it (and its encodings).
@@ -202,11 +229,16 @@ impl ScopedCredential {
         let outcome = match self.provider.revoke(&self.id).await {
             Ok(Revocation::Revoked) => RevokeOutcome::Revoked,
             Ok(Revocation::AlreadyGone) => RevokeOutcome::AlreadyRevoked,
+            Ok(Revocation::NotRevocable) => RevokeOutcome::NotRevocable,
             Err(err) => RevokeOutcome::Failed(err.to_string()),
         };
         match &outcome {
             RevokeOutcome::Failed(detail) => {
                 tracing::warn!(credential = %self.id, provider = self.provider.name(), %detail, "credential revoke failed; it expires at its TTL");
+            }
+            RevokeOutcome::NotRevocable => {
+                self.revoked.store(true, Ordering::SeqCst);
+                tracing::warn!(credential = %self.id, provider = self.provider.name(), expires_at = %self.expires_at, "credential provider cannot revoke; it expires at its TTL");
             }
             done => {
                 self.revoked.store(true, Ordering::SeqCst);

@@ -34,6 +34,10 @@ pub enum SandboxError {
     },
     #[error("minting the scoped credential failed: {0}")]
     Credential(#[from] crate::dispatch::credential::CredentialError),
+    #[error(
+        "credential provider {0:?} hands out values that must never enter a sandbox; the host pushes with it instead"
+    )]
+    CredentialNotForSandbox(&'static str),
     #[error("the sandbox of {0} was already torn down")]
     TornDown(DispatchId),
     #[error(
@@ -248,7 +252,9 @@ impl DispatchSandbox {
             }
             Resource::Credential { .. } => match &self.credential {
                 Some(credential) => match credential.revoke().await {
-                    RevokeOutcome::Revoked | RevokeOutcome::AlreadyRevoked => Ok(()),
+                    RevokeOutcome::Revoked
+                    | RevokeOutcome::AlreadyRevoked
+                    | RevokeOutcome::NotRevocable => Ok(()),
                     RevokeOutcome::Failed(detail) => Err(detail),
                 },
                 None => Ok(()),
@@ -305,6 +311,11 @@ async fn provision_steps(
         create_owned_dir(path, request.user)?;
     }
     if let Some(wanted) = &request.credential {
+        if !wanted.provider.enters_sandbox() {
+            return Err(SandboxError::CredentialNotForSandbox(
+                wanted.provider.name(),
+            ));
+        }
         // The provider names the credential only when it mints it; a crash between the two leaves a
         // credential that expires at its TTL (docs/security.md).
         let credential = ScopedCredential::mint(

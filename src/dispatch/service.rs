@@ -206,7 +206,7 @@ impl DispatchService {
                         report.credentials_revoked.push(id.to_string());
                         Ok(())
                     }
-                    Ok(Revocation::AlreadyGone) => Ok(()),
+                    Ok(Revocation::AlreadyGone | Revocation::NotRevocable) => Ok(()),
                     Err(error) => Err(error.to_string()),
                 },
                 // A provider this process does not have (its credentials expire at their TTL).

@@ -1,8 +1,14 @@
 mod branch;
 mod brief;
+mod canary;
 mod cli;
+mod forge_local;
+mod git_http;
+mod git_workspace;
+mod github;
 mod image;
 mod journal;
+mod push;
 mod registry;
 mod runtime;
 mod support;

@@ -1,0 +1,300 @@
+//! The pull request's title and body: built from the brief, passed through the sanitizer as a whole,
+//! and closed by a provenance block the host writes (what ran, where, with which credential, at what
+//! cost), so a reviewer knows how the change was made without trusting the agent's word for it.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::brief::Brief;
+use crate::dispatch::branch::CommitSha;
+use crate::dispatch::event::DispatchId;
+use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
+
+/// GitHub refuses longer titles.
+const MAX_TITLE_CHARS: usize = 256;
+
+/// The marker that opens the provenance block; an update replaces everything from it on.
+pub const PROVENANCE_MARKER: &str = "<!-- stet:provenance -->";
+
+/// Facts about a dispatch the host knows first-hand.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Provenance {
+    pub dispatch: DispatchId,
+    /// The image the container ran, by digest or local image id.
+    pub image: String,
+    pub harness: String,
+    pub harness_version: Option<String>,
+    pub model: Option<String>,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    pub cost_usd: Option<f64>,
+    /// `none` or `bridge`.
+    pub network: String,
+    /// The scoped credential's provider (`local`, `github-app`, `fallback`).
+    pub credential_kind: String,
+    /// How many secrets the sanitizer masked during the dispatch.
+    pub redactions: u64,
+    pub duration: Duration,
+    pub base: CommitSha,
+    pub commit: CommitSha,
+}
+
+/// A pull request ready to send: every text field already sanitized.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullRequestDraft {
+    pub title: SanitizedText,
+    pub body: SanitizedText,
+    /// The branch it merges into.
+    pub base: String,
+    /// The pushed branch.
+    pub head: String,
+}
+
+impl PullRequestDraft {
+    /// Builds the draft from the brief, the agent's own summary (untrusted text, shown as a quote) and
+    /// the host's provenance; the sanitizer masks anything secret-shaped or known anywhere in it.
+    pub fn compose(
+        brief: &Brief,
+        head: &str,
+        agent_summary: Option<&str>,
+        provenance: &Provenance,
+        sanitizer: &Arc<TokenSanitizer>,
+    ) -> PullRequestDraft {
+        let title: String = brief.title.chars().take(MAX_TITLE_CHARS).collect();
+        let mut body = String::new();
+        body.push_str(
+            "This change was made by an AI coding agent dispatched by stet, from this brief:\n\n",
+        );
+        for item in &brief.items {
+            let _ = write!(body, "- {}", item.text.trim());
+            if let Some(anchor) = &item.anchor {
+                match anchor.lines {
+                    Some((first, last)) => {
+                        let _ = write!(body, " (`{}` lines {first}–{last})", anchor.path);
+                    }
+                    None => {
+                        let _ = write!(body, " (`{}`)", anchor.path);
+                    }
+                }
+            }
+            body.push('\n');
+        }
+        if let Some(summary) = agent_summary.map(str::trim).filter(|s| !s.is_empty()) {
+            body.push_str("\nThe agent's summary (its own words, unverified):\n\n");
+            for line in summary.lines() {
+                let _ = writeln!(body, "> {line}");
+            }
+        }
+        body.push('\n');
+        body.push_str(&provenance_block(provenance));
+        PullRequestDraft {
+            title: sanitizer.sanitize(&title),
+            body: sanitizer.sanitize(&body),
+            base: brief.target.base.clone(),
+            head: head.to_owned(),
+        }
+    }
+}
+
+/// The host-written block at the end of the body.
+pub fn provenance_block(p: &Provenance) -> String {
+    let mut block = String::new();
+    let _ = writeln!(block, "{PROVENANCE_MARKER}");
+    block.push_str("**Provenance** (written by stet on the host, not by the agent)\n\n");
+    block.push_str("| | |\n|---|---|\n");
+    let mut row = |name: &str, value: String| {
+        let _ = writeln!(block, "| {name} | {value} |");
+    };
+    row("Dispatch", format!("`{}`", p.dispatch));
+    row("Image", format!("`{}`", p.image));
+    row(
+        "Harness",
+        match &p.harness_version {
+            Some(version) => format!("{} {version}", p.harness),
+            None => p.harness.clone(),
+        },
+    );
+    row(
+        "Model",
+        p.model.clone().unwrap_or_else(|| "not reported".to_owned()),
+    );
+    row(
+        "Tokens",
+        match (p.input_tokens, p.output_tokens) {
+            (None, None) => "not reported".to_owned(),
+            (input, output) => format!(
+                "{} in · {} out",
+                input.map_or("?".to_owned(), |n| n.to_string()),
+                output.map_or("?".to_owned(), |n| n.to_string())
+            ),
+        },
+    );
+    row(
+        "Cost",
+        p.cost_usd
+            .map_or("not reported".to_owned(), |usd| format!("${usd:.4}")),
+    );
+    row("Network", p.network.clone());
+    row(
+        "Credential",
+        format!(
+            "{} (scoped to this repository, short-lived)",
+            p.credential_kind
+        ),
+    );
+    row("Redactions", p.redactions.to_string());
+    row("Duration", human_duration(p.duration));
+    row("Base → commit", format!("`{}` → `{}`", p.base, p.commit));
+    block
+}
+
+fn human_duration(duration: Duration) -> String {
+    let seconds = duration.as_secs();
+    match (seconds / 3600, (seconds / 60) % 60, seconds % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m {s:02}s"),
+        (h, m, s) => format!("{h}h {m:02}m {s:02}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::brief::Brief;
+    use crate::dispatch::sanitize::KnownValue;
+    use std::path::Path;
+
+    fn brief() -> Brief {
+        Brief::parse(
+            "fix-login",
+            Path::new("fix-login.toml"),
+            r#"
+title = "Fix the login redirect loop"
+workflow = "implement"
+[target]
+repo = "octo/app"
+base = "main"
+[[items]]
+text = "The redirect after login loops when ?next= is empty."
+anchor = { path = "src/auth/login.rs", lines = [120, 148] }
+[[items]]
+text = "Add a regression test."
+"#,
+        )
+        .unwrap()
+    }
+
+    fn provenance() -> Provenance {
+        Provenance {
+            dispatch: DispatchId::new(),
+            image: format!("sha256:{}", "ab".repeat(32)),
+            harness: "openhands".into(),
+            harness_version: Some("1.16.0".into()),
+            model: Some("gpt-test".into()),
+            input_tokens: Some(1200),
+            output_tokens: Some(340),
+            cost_usd: Some(0.0123),
+            network: "none".into(),
+            credential_kind: "github-app".into(),
+            redactions: 2,
+            duration: Duration::from_secs(252),
+            base: CommitSha::parse(&"1".repeat(40)).unwrap(),
+            commit: CommitSha::parse(&"2".repeat(40)).unwrap(),
+        }
+    }
+
+    #[test]
+    fn the_body_lists_the_items_and_ends_with_the_provenance_block() {
+        let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
+        let draft = PullRequestDraft::compose(
+            &brief(),
+            "stet/fix-login",
+            Some("Fixed it.\nAdded a test."),
+            &provenance(),
+            &sanitizer,
+        );
+        assert_eq!(draft.title.as_str(), "Fix the login redirect loop");
+        assert_eq!(
+            (draft.base.as_str(), draft.head.as_str()),
+            ("main", "stet/fix-login")
+        );
+        let body = draft.body.as_str();
+        assert!(body.contains("- The redirect after login loops when ?next= is empty. (`src/auth/login.rs` lines 120–148)\n"));
+        assert!(body.contains("- Add a regression test.\n"));
+        assert!(body.contains("> Fixed it.\n> Added a test.\n"));
+        let block = &body[body.find(PROVENANCE_MARKER).unwrap()..];
+        for expected in [
+            "| Image | `sha256:abab",
+            "| Harness | openhands 1.16.0 |",
+            "| Model | gpt-test |",
+            "| Tokens | 1200 in · 340 out |",
+            "| Cost | $0.0123 |",
+            "| Network | none |",
+            "| Credential | github-app (scoped",
+            "| Redactions | 2 |",
+            "| Duration | 4m 12s |",
+        ] {
+            assert!(
+                block.contains(expected),
+                "{expected:?} missing from\n{block}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_secret_in_the_brief_or_the_summary_is_masked_in_title_and_body() {
+        let canary = format!("canary-{}", uuid::Uuid::new_v4().simple());
+        let sanitizer = Arc::new(
+            TokenSanitizer::with_known_values(vec![
+                KnownValue::new("primary-token", &canary).unwrap(),
+            ])
+            .unwrap(),
+        );
+        let mut brief = brief();
+        brief.title = format!("Use {canary}");
+        brief.items[0].text = format!("token is {canary}");
+        let draft = PullRequestDraft::compose(
+            &brief,
+            "stet/x",
+            Some(&format!("I printed {canary}")),
+            &provenance(),
+            &sanitizer,
+        );
+        assert!(!draft.title.as_str().contains(&canary));
+        assert!(!draft.body.as_str().contains(&canary));
+        assert_eq!(
+            draft
+                .body
+                .as_str()
+                .matches("[REDACTED:primary-token]")
+                .count(),
+            2
+        );
+    }
+
+    #[test]
+    fn unreported_usage_says_so() {
+        let mut p = provenance();
+        (
+            p.model,
+            p.input_tokens,
+            p.output_tokens,
+            p.cost_usd,
+            p.harness_version,
+        ) = (None, None, None, None, None);
+        let block = provenance_block(&p);
+        assert!(block.contains("| Model | not reported |"));
+        assert!(block.contains("| Tokens | not reported |"));
+        assert!(block.contains("| Cost | not reported |"));
+        assert!(block.contains("| Harness | openhands |"));
+    }
+
+    #[test]
+    fn durations_read_like_a_clock() {
+        assert_eq!(human_duration(Duration::from_secs(9)), "9s");
+        assert_eq!(human_duration(Duration::from_secs(61)), "1m 01s");
+        assert_eq!(human_duration(Duration::from_secs(3725)), "1h 02m 05s");
+    }
+}

@@ -1,0 +1,7 @@
+//! Git on the host, through git2 only (ADR-0018 rows 3 and 5, DESIGN §5 row 10): the agent's
+//! disposable workspace is materialized from the user's repository, its result is imported back by
+//! walking files (the workspace is never opened as a repository), and the host pushes the commit.
+
+pub mod import;
+pub mod push;
+pub mod workspace;
