@@ -23,11 +23,13 @@ fn request(image: &ImageRef) -> anyhow::Result<SandboxRequest> {
         network: NetworkPolicy::None,
         user: SandboxUser::for_invoker(DEFAULT_SANDBOX_UID)?,
         keepalive: vec!["/usr/local/bin/stet".into(), "sandbox-idle".into()],
+        workspace_source: None,
         credential: Some(CredentialRequest {
             provider: Arc::new(LocalCredentialProvider::default()),
             repository: "bench/app".into(),
             branch: "stet/bench".into(),
             ttl: Duration::from_secs(600),
+            into_sandbox: true,
         }),
     })
 }

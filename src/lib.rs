@@ -3,6 +3,7 @@
 //! The library holds the engine and its pure cores; `main.rs` is only the command line on top.
 
 pub mod brief;
+pub mod config;
 pub mod dispatch;
 pub mod doctor;
 pub mod forge;

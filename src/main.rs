@@ -95,6 +95,19 @@ enum Command {
     )]
     Sweep,
 
+    /// List the local forge's pull requests (review records), or show one.
+    #[command(
+        long_about = "List the local forge's pull requests (review records), or show one.\n\n\
+            With the local forge (the default, no account needed) a dispatch's branch is pushed into a \
+            repository on disk and its pull request is recorded in $XDG_STATE_HOME/stet/reviews/<n>.json. \
+            Without a number this lists them; with one it prints its title, branches and body.",
+        after_help = "Examples:\n  stet reviews\n  stet reviews 3"
+    )]
+    Reviews {
+        /// The review to show.
+        number: Option<u64>,
+    },
+
     /// Check that this machine can run stet's sandboxes, and say what to fix.
     #[command(
         long_about = "Check that this machine can run stet's sandboxes, and say what to fix.\n\n\
@@ -205,6 +218,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }) => block_on(image_build_local(binary)),
         Some(Command::Sweep) => block_on(sweep()),
         Some(Command::Doctor) => block_on(doctor()),
+        Some(Command::Reviews { number }) => reviews(number),
         Some(Command::SandboxIdle) => block_on(sandbox_idle()),
         Some(Command::Probe {
             connect,
@@ -300,6 +314,64 @@ async fn sweep() -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
+    let dir = logging::state_dir()?.join(stet::forge::local::REVIEWS_DIR);
+    let records = stet::forge::local::read_reviews(&dir)?;
+    let mut out = std::io::stdout().lock();
+    match number {
+        None if records.is_empty() => writeln!(out, "no reviews yet in {}", dir.display())?,
+        None => {
+            for record in &records {
+                writeln!(
+                    out,
+                    "#{:<4} {:<6} {} -> {}  {}  ({}, updated {})",
+                    record.number,
+                    record.state.as_str(),
+                    record.head,
+                    record.base,
+                    printable(&record.title),
+                    record.repo,
+                    record.updated.format("%Y-%m-%d %H:%M")
+                )?;
+            }
+        }
+        Some(number) => match records.iter().find(|record| record.number == number) {
+            Some(record) => writeln!(
+                out,
+                "#{} {} ({})\n{} -> {} in {}\nopened {}, updated {}\n\n{}",
+                record.number,
+                printable(&record.title),
+                record.state.as_str(),
+                record.head,
+                record.base,
+                record.remote.display(),
+                record.created.format("%Y-%m-%d %H:%M"),
+                record.updated.format("%Y-%m-%d %H:%M"),
+                printable(&record.body)
+            )?,
+            None => {
+                eprintln!("stet: no review #{number} in {}", dir.display());
+                return Ok(ExitCode::FAILURE);
+            }
+        },
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Text safe to print on a terminal: control characters (an agent's escape sequences) become U+FFFD,
+/// except newlines and tabs.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                char::REPLACEMENT_CHARACTER
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
 async fn doctor() -> anyhow::Result<ExitCode> {

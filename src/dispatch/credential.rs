@@ -123,7 +123,9 @@ pub trait CredentialProvider: Send + Sync + fmt::Debug {
     fn enters_sandbox(&self) -> bool {
         true
     }
-    /// Must treat an unknown or expired id as [`Revocation::AlreadyGone`].
+    /// An id the provider knew but no longer holds (expired, revoked) is [`Revocation::AlreadyGone`];
+    /// one it cannot act on (minted by an earlier process, or a provider that cannot revoke) is
+    /// [`Revocation::NotRevocable`].
     async fn revoke(&self, id: &CredentialId) -> Result<Revocation>;
 }
 

@@ -12,9 +12,11 @@ use std::time::Duration;
 
 use tokio::sync::{Mutex, mpsc};
 
+use crate::dispatch::branch::CommitSha;
 use crate::dispatch::credential::{CredentialProvider, RevokeOutcome, ScopedCredential};
 use crate::dispatch::event::DispatchId;
 use crate::dispatch::journal::{Journal, JournalEntry, JournalError, Resource};
+use crate::git::workspace::{WorkspaceError, materialize};
 use crate::runtime::{
     ContainerRuntime, DispatchLimits, ExecExit, ImageRef, NetworkPolicy, OutputLine, Removal,
     RuntimeError, SandboxProcess, SandboxSpec, SandboxUser, state_label,
@@ -32,6 +34,10 @@ pub enum SandboxError {
         operation: &'static str,
         source: std::io::Error,
     },
+    #[error("materializing the workspace failed: {0}")]
+    Workspace(#[from] WorkspaceError),
+    #[error("materializing the workspace ended abnormally: {0}")]
+    WorkspaceTask(String),
     #[error("minting the scoped credential failed: {0}")]
     Credential(#[from] crate::dispatch::credential::CredentialError),
     #[error(
@@ -68,13 +74,24 @@ impl SandboxPaths {
     }
 }
 
-/// The credential a sandbox receives, if any.
+/// The dispatch's scoped credential: minted, journaled and revoked with the sandbox, used by the host
+/// push, and handed to the sandbox's processes only when asked (the ADR's default path does not).
 #[derive(Debug, Clone)]
 pub struct CredentialRequest {
     pub provider: Arc<dyn CredentialProvider>,
     pub repository: String,
     pub branch: String,
     pub ttl: Duration,
+    /// Put it in the environment of every process run in the sandbox (`STET_GIT_CREDENTIAL`).
+    pub into_sandbox: bool,
+}
+
+/// The commit a workspace starts from: materialized from the user's repository with a disposable
+/// `.git` of its own (never a worktree of theirs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspaceSource {
+    pub repository: PathBuf,
+    pub base: CommitSha,
 }
 
 /// Everything needed to provision one sandbox.
@@ -86,6 +103,8 @@ pub struct SandboxRequest {
     pub network: NetworkPolicy,
     pub user: SandboxUser,
     pub keepalive: Vec<String>,
+    /// What the workspace holds when the agent starts; `None` leaves it empty.
+    pub workspace_source: Option<WorkspaceSource>,
     pub credential: Option<CredentialRequest>,
 }
 
@@ -125,7 +144,9 @@ pub struct DispatchSandbox {
     runtime: Arc<dyn ContainerRuntime>,
     container: String,
     paths: SandboxPaths,
-    credential: Option<ScopedCredential>,
+    credential: Option<Arc<ScopedCredential>>,
+    /// Whether processes run in the sandbox receive the credential.
+    inject_credential: bool,
     /// `Some` until the teardown ran.
     state: Mutex<Option<JournalEntry>>,
     report: Mutex<Option<TeardownReport>>,
@@ -149,6 +170,7 @@ impl DispatchSandbox {
             container: request.dispatch.to_string(),
             paths: paths.clone(),
             credential: None,
+            inject_credential: request.credential.as_ref().is_some_and(|c| c.into_sandbox),
             state: Mutex::new(None),
             report: Mutex::new(None),
         };
@@ -176,6 +198,11 @@ impl DispatchSandbox {
         &self.paths
     }
 
+    /// The dispatch's scoped credential, for the host's push; revoked by [`DispatchSandbox::teardown`].
+    pub fn credential(&self) -> Option<&Arc<ScopedCredential>> {
+        self.credential.as_ref()
+    }
+
     /// Runs `process` in the sandbox with the credential in its environment (never in argv); the
     /// caller's own environment wins on a collision, as the ADR says.
     pub async fn run(
@@ -186,7 +213,11 @@ impl DispatchSandbox {
         if self.state.lock().await.is_none() {
             return Err(SandboxError::TornDown(self.dispatch));
         }
-        let merged = with_credential(process, self.credential.as_ref());
+        let injected = self
+            .credential
+            .as_deref()
+            .filter(|_| self.inject_credential);
+        let merged = with_credential(process, injected);
         Ok(self.runtime.exec(&self.container, &merged, output).await?)
     }
 
@@ -293,29 +324,37 @@ async fn provision_steps(
     request: &SandboxRequest,
     state_dir: &Path,
 ) -> Result<()> {
-    for (path, resource) in [
-        (
-            &sandbox.paths.workspace,
-            Resource::Workspace {
-                path: sandbox.paths.workspace.clone(),
-            },
-        ),
-        (
-            &sandbox.paths.outputs,
-            Resource::Outputs {
-                path: sandbox.paths.outputs.clone(),
-            },
-        ),
-    ] {
-        entry.intend(resource)?;
-        create_owned_dir(path, request.user)?;
+    if let Some(wanted) = &request.credential
+        && wanted.into_sandbox
+        && !wanted.provider.enters_sandbox()
+    {
+        return Err(SandboxError::CredentialNotForSandbox(
+            wanted.provider.name(),
+        ));
     }
+    let workspace = sandbox.paths.workspace.clone();
+    entry.intend(Resource::Workspace {
+        path: workspace.clone(),
+    })?;
+    create_private_dir(&workspace)?;
+    if let Some(source) = request.workspace_source.clone() {
+        // Materialized while the directory is still stet's own (libgit2 refuses a directory owned by
+        // someone else); every entry inside is handed to the sandbox user as it is written.
+        let (destination, owner) = (workspace.clone(), request.user);
+        let materialized = tokio::task::spawn_blocking(move || {
+            materialize(&source.repository, &source.base, &destination, owner)
+        })
+        .await
+        .map_err(|error| SandboxError::WorkspaceTask(error.to_string()))??;
+        tracing::info!(dispatch = %request.dispatch, files = materialized.files, bytes = materialized.bytes, "workspace materialized");
+    }
+    hand_over(&workspace, request.user)?;
+    entry.intend(Resource::Outputs {
+        path: sandbox.paths.outputs.clone(),
+    })?;
+    create_private_dir(&sandbox.paths.outputs)?;
+    hand_over(&sandbox.paths.outputs, request.user)?;
     if let Some(wanted) = &request.credential {
-        if !wanted.provider.enters_sandbox() {
-            return Err(SandboxError::CredentialNotForSandbox(
-                wanted.provider.name(),
-            ));
-        }
         // The provider names the credential only when it mints it; a crash between the two leaves a
         // credential that expires at its TTL (docs/security.md).
         let credential = ScopedCredential::mint(
@@ -329,7 +368,7 @@ async fn provision_steps(
             provider: wanted.provider.name().to_owned(),
             id: credential.id().clone(),
         })?;
-        sandbox.credential = Some(credential);
+        sandbox.credential = Some(Arc::new(credential));
     }
     sandbox.runtime.ensure_image(&request.image, None).await?;
     let spec = SandboxSpec {
@@ -373,23 +412,29 @@ fn refuse_links_below(state_dir: &Path, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Creates `path` (and its parents) and hands it to the sandbox user when stet runs as root.
-fn create_owned_dir(path: &Path, user: SandboxUser) -> Result<()> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let io = |operation| {
-        move |source| SandboxError::Io {
-            path: path.to_owned(),
-            operation,
-            source,
-        }
-    };
-    std::fs::create_dir_all(path).map_err(io("creating the directory"))?;
+fn io_error(path: &Path, operation: &'static str) -> impl FnOnce(std::io::Error) -> SandboxError {
+    move |source| SandboxError::Io {
+        path: path.to_owned(),
+        operation,
+        source,
+    }
+}
+
+/// Creates `path` (and its parents), readable by its owner only.
+fn create_private_dir(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(path).map_err(io_error(path, "creating the directory"))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
-        .map_err(io("setting its mode"))?;
-    let owner = std::fs::metadata(path).map_err(io("reading its owner"))?;
+        .map_err(io_error(path, "setting its mode"))
+}
+
+/// Hands the directory to the sandbox user when it is not theirs already (stet runs as root).
+fn hand_over(path: &Path, user: SandboxUser) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(path).map_err(io_error(path, "reading its owner"))?;
     if owner.uid() != user.uid || owner.gid() != user.gid {
         std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid))
-            .map_err(io("handing it to the sandbox user"))?;
+            .map_err(io_error(path, "handing it to the sandbox user"))?;
     }
     Ok(())
 }

@@ -32,6 +32,9 @@ pub struct SweepReport {
     pub containers_removed: Vec<String>,
     pub directories_removed: Vec<PathBuf>,
     pub credentials_revoked: Vec<String>,
+    /// Credentials no provider here can revoke (minted by a process that is gone, or by a provider
+    /// that cannot revoke): they expire at their TTL.
+    pub credentials_left_to_expire: Vec<String>,
     pub records_closed: usize,
     /// Steps that failed; their records stay in the journal for the next sweep.
     pub failures: Vec<String>,
@@ -42,6 +45,7 @@ impl SweepReport {
         self.containers_removed.is_empty()
             && self.directories_removed.is_empty()
             && self.credentials_revoked.is_empty()
+            && self.credentials_left_to_expire.is_empty()
             && self.records_closed == 0
             && self.failures.is_empty()
     }
@@ -60,6 +64,12 @@ impl fmt::Display for SweepReport {
         }
         for credential in &self.credentials_revoked {
             writeln!(f, "revoked credential {credential}")?;
+        }
+        for credential in &self.credentials_left_to_expire {
+            writeln!(
+                f,
+                "credential {credential} cannot be revoked from here; it expires at its TTL"
+            )?;
         }
         if self.records_closed > 0 {
             writeln!(f, "closed {} journal record(s)", self.records_closed)?;
@@ -206,13 +216,23 @@ impl DispatchService {
                         report.credentials_revoked.push(id.to_string());
                         Ok(())
                     }
-                    Ok(Revocation::AlreadyGone | Revocation::NotRevocable) => Ok(()),
+                    Ok(Revocation::AlreadyGone) => Ok(()),
+                    Ok(Revocation::NotRevocable) => {
+                        report
+                            .credentials_left_to_expire
+                            .push(format!("{id} ({})", provider.name()));
+                        Ok(())
+                    }
                     Err(error) => Err(error.to_string()),
                 },
-                // A provider this process does not have (its credentials expire at their TTL).
-                None => Err(format!(
-                    "credential {id} of provider {provider:?} cannot be revoked from here; it expires at its TTL"
-                )),
+                // A provider this process does not have: nothing here can revoke the credential, and
+                // keeping the record would only repeat this at every launch.
+                None => {
+                    report
+                        .credentials_left_to_expire
+                        .push(format!("{id} ({provider})"));
+                    Ok(())
+                }
             },
         }
     }

@@ -9,15 +9,20 @@ pub mod protected;
 pub mod pull_request;
 pub mod token;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
 use crate::brief::Target;
+use crate::config::{Config, CredentialConfig, ForgeConfig};
 use crate::dispatch::branch::CommitSha;
 use crate::dispatch::credential::ScopedCredential;
-use crate::git::push::PushError;
+use crate::dispatch::credential::{CredentialProvider, LocalCredentialProvider};
+use crate::dispatch::sanitize::SanitizerHandle;
+use crate::git::push::{PushError, PushRequest, push, remote_refs};
 
 pub use pull_request::{Provenance, PullRequestDraft};
 
@@ -57,6 +62,15 @@ pub enum ForgeError {
         base: String,
         expected: CommitSha,
         found: CommitSha,
+    },
+    #[error(
+        "{forge}: pull request #{number} moved to {found} since preflight resolved its head at {expected}; nothing was pushed"
+    )]
+    HeadMoved {
+        forge: &'static str,
+        number: u64,
+        expected: CommitSha,
+        found: String,
     },
     #[error(
         "{forge}: the token was refused (401 Unauthorized): it is missing, expired or revoked; {detail}"
@@ -107,11 +121,21 @@ pub enum ForgeError {
         path: std::path::PathBuf,
         detail: String,
     },
+    #[error("{forge}: the brief's target cannot be used: {detail}")]
+    InvalidTarget { forge: &'static str, detail: String },
+    #[error("{forge}: configuration: {detail}")]
+    Settings { forge: &'static str, detail: String },
     #[error(transparent)]
-    Push(#[from] PushError),
+    Push(Box<PushError>),
 }
 
 pub type Result<T> = std::result::Result<T, ForgeError>;
+
+impl From<PushError> for ForgeError {
+    fn from(error: PushError) -> Self {
+        ForgeError::Push(Box::new(error))
+    }
+}
 
 /// What preflight learned, with no side effects anywhere.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,7 +175,7 @@ pub struct PushBranch<'a> {
     /// Already validated by `BranchValidator`.
     pub branch: &'a str,
     /// The dispatch's scoped credential: the only one a push ever presents.
-    pub credential: &'a ScopedCredential,
+    pub credential: &'a Arc<ScopedCredential>,
 }
 
 /// What a push did.
@@ -201,4 +225,200 @@ pub trait Forge: Send + Sync + fmt::Debug {
         number: u64,
         draft: &PullRequestDraft,
     ) -> Result<PullRequest>;
+}
+
+/// The configured forge and the provider that mints each dispatch's scoped credential.
+#[derive(Debug, Clone)]
+pub struct ForgeSetup {
+    pub forge: Arc<dyn Forge>,
+    pub credentials: Arc<dyn CredentialProvider>,
+}
+
+/// Builds the forge and credential provider `config` selects. `repository` is the repository stet runs
+/// in (the local forge's default remote); `sanitizer` learns the primary token. Must run inside the
+/// tokio runtime (the GitHub client starts a task there).
+pub fn from_config(
+    config: &Config,
+    repository: &Path,
+    state_dir: &Path,
+    sanitizer: &SanitizerHandle,
+) -> Result<ForgeSetup> {
+    let forge: Arc<dyn Forge> = match &config.forge {
+        ForgeConfig::Local { remote } => Arc::new(local::LocalForge::new(
+            remote.clone().unwrap_or_else(|| repository.to_owned()),
+            state_dir,
+        )),
+        ForgeConfig::GitHub(settings) => Arc::new(github::GitHubForge::new(
+            settings.clone(),
+            sanitizer.clone(),
+        )?),
+    };
+    let credentials: Arc<dyn CredentialProvider> = match (&config.credentials, &config.forge) {
+        (CredentialConfig::Local, _) => Arc::new(LocalCredentialProvider::default()),
+        (CredentialConfig::GitHubApp(settings), _) => Arc::new(
+            github_app::GitHubAppCredentialProvider::new(settings.clone()).map_err(|error| {
+                ForgeError::Settings {
+                    forge: forge.name(),
+                    detail: error.to_string(),
+                }
+            })?,
+        ),
+        (CredentialConfig::Fallback, ForgeConfig::GitHub(settings)) => {
+            let primary = settings
+                .token
+                .resolve()
+                .map_err(|error| ForgeError::Token {
+                    forge: forge.name(),
+                    detail: error.to_string(),
+                })?;
+            Arc::new(github_app::FallbackCredentialProvider::new(primary))
+        }
+        (CredentialConfig::Fallback, ForgeConfig::Local { .. }) => {
+            return Err(ForgeError::Settings {
+                forge: forge.name(),
+                detail: "the fallback credential provider wraps a GitHub token; the local forge uses the local provider".to_owned(),
+            });
+        }
+    };
+    Ok(ForgeSetup { forge, credentials })
+}
+
+/// The push every forge shares: list the remote's refs with the scoped credential, fail before pushing
+/// when the base (or an existing pull request's head) moved since preflight, then push
+/// `<commit>:refs/heads/<branch>` without force. git2 blocks, so it runs on the blocking pool.
+pub async fn push_checked(forge: &'static str, request: PushBranch<'_>) -> Result<Pushed> {
+    let repository = request.repository.to_owned();
+    let url = request.preflight.push_url.clone();
+    let credential = Arc::clone(request.credential);
+    let refs = run_blocking(forge, {
+        let (repository, url, credential) =
+            (repository.clone(), url.clone(), Arc::clone(&credential));
+        move || remote_refs(&repository, &url, Some(&credential))
+    })
+    .await?;
+    check_unmoved(forge, &request, &refs)?;
+    let previous = refs.get(&format!("refs/heads/{}", request.branch)).cloned();
+    let (commit, branch) = (request.commit.clone(), request.branch.to_owned());
+    run_blocking(forge, {
+        let (commit, branch) = (commit.clone(), branch.clone());
+        move || {
+            push(&PushRequest {
+                repository: &repository,
+                url: &url,
+                commit: &commit,
+                branch: &branch,
+                credential: Some(&credential),
+            })
+        }
+    })
+    .await?;
+    tracing::info!(forge, %branch, %commit, previous = ?previous, "pushed");
+    Ok(Pushed {
+        branch,
+        commit,
+        previous,
+    })
+}
+
+/// Fails when the base branch (or an existing pull request's head) no longer points where preflight
+/// saw it, given the remote's refs (full ref name → commit).
+pub fn check_unmoved(
+    forge: &'static str,
+    request: &PushBranch<'_>,
+    refs: &BTreeMap<String, CommitSha>,
+) -> Result<()> {
+    match refs.get(&format!("refs/heads/{}", request.target.base)) {
+        None => {
+            return Err(ForgeError::BaseNotFound {
+                forge,
+                repo: request.target.repo.clone(),
+                base: request.target.base.clone(),
+            });
+        }
+        Some(found) if found != &request.preflight.base_sha => {
+            return Err(ForgeError::BaseMoved {
+                forge,
+                repo: request.target.repo.clone(),
+                base: request.target.base.clone(),
+                expected: request.preflight.base_sha.clone(),
+                found: found.clone(),
+            });
+        }
+        Some(_) => {}
+    }
+    if let Some(head) = &request.preflight.head {
+        let found = refs.get(&format!("refs/heads/{}", head.branch));
+        if found != Some(&head.sha) {
+            return Err(ForgeError::HeadMoved {
+                forge,
+                number: head.number,
+                expected: head.sha.clone(),
+                found: found.map_or_else(
+                    || "nothing (the branch is gone)".to_owned(),
+                    ToString::to_string,
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+async fn run_blocking<T, F>(forge: &'static str, work: F) -> Result<T>
+where
+    F: FnOnce() -> std::result::Result<T, PushError> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|error| ForgeError::Protocol {
+            forge,
+            detail: format!("the git task ended abnormally: {error}"),
+        })?
+        .map_err(ForgeError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::dispatch::sanitize::TokenSanitizer;
+    use std::path::PathBuf;
+
+    fn config(text: &str) -> Config {
+        Config::from_layers(&[(PathBuf::from("/r/stet.toml"), text.to_owned())]).unwrap()
+    }
+
+    #[tokio::test]
+    async fn configuration_selects_the_forge_and_the_credential_provider() {
+        let sanitizer = SanitizerHandle::new(TokenSanitizer::new().unwrap());
+        let here = Path::new("/src/app");
+        let local = from_config(&config(""), here, Path::new("/state"), &sanitizer).unwrap();
+        assert_eq!(
+            (local.forge.name(), local.credentials.name()),
+            ("local", "local")
+        );
+        assert!(local.credentials.enters_sandbox());
+
+        let token = format!("t{}", uuid::Uuid::new_v4().simple());
+        let fallback = config(&format!(
+            "[forge]\nkind = \"github\"\n[forge.github]\ntoken_command = [\"printf\", \"%s\", \"{token}\"]\n[credentials]\nprovider = \"fallback\"\n"
+        ));
+        let github = from_config(&fallback, here, Path::new("/state"), &sanitizer).unwrap();
+        assert_eq!(
+            (github.forge.name(), github.credentials.name()),
+            ("github", "fallback")
+        );
+        assert!(
+            !github.credentials.enters_sandbox(),
+            "the fallback wraps the primary token: never into a sandbox"
+        );
+        assert_eq!(
+            sanitizer
+                .current()
+                .sanitize(&format!("x {token} y"))
+                .as_str(),
+            "x [REDACTED:primary-token] y",
+            "the primary token was registered with the sanitizer"
+        );
+    }
 }

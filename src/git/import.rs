@@ -1,1 +1,928 @@
-//! Placeholder: being written.
+//! The trusted import of an agent's result (DESIGN §5 row 10): whatever the agent left in its workspace
+//! becomes a commit in the user's repository object store, made by stet through git2 on the host.
+//!
+//! The workspace is untrusted output. It is never opened as a repository and git never runs on it:
+//! its `.git` (whatever the agent turned it into), hooks, configuration, `.gitattributes` filters and
+//! `fsmonitor` commands are never read as such. The files are walked directly, each directory opened
+//! relative to its parent's descriptor without following symbolic links, so a link or a swapped
+//! directory cannot lead the walk (or a read) outside the workspace. Links are stored as links,
+//! special files are skipped unopened, and every path component that git would read as `.git` is left
+//! out. The only configuration consulted is the user's own repository's ignore rules.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, OsStr};
+use std::fmt;
+use std::io::Read;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use git2::{
+    Delta, DiffFormat, ErrorCode, FileMode, ObjectType, Oid, Repository, RepositoryOpenFlags,
+    Signature, Tree,
+};
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
+use rustix::io::Errno;
+use serde::{Deserialize, Serialize};
+
+use crate::dispatch::branch::CommitSha;
+use crate::dispatch::sanitize::SanitizedText;
+
+/// Deepest directory nesting the walk follows; each level holds one open descriptor.
+pub const MAX_DEPTH: usize = 256;
+
+/// How many ignored paths the summarized warning names.
+const IGNORED_EXAMPLES: usize = 5;
+
+/// Bounds on what an import reads from the workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImportLimits {
+    /// Directory entries listed, of any kind (files, links, directories, skipped special files); the
+    /// workspace's own `.git` counts as one, and a skipped ignored directory as one.
+    pub max_files: u64,
+    /// Largest single file (or link target), in bytes.
+    pub max_file_bytes: u64,
+    /// Sum of the sizes of every file and link target, in bytes.
+    pub max_total_bytes: u64,
+}
+
+impl Default for ImportLimits {
+    fn default() -> Self {
+        ImportLimits {
+            max_files: 200_000,
+            max_file_bytes: 100 * 1024 * 1024,
+            max_total_bytes: 1024 * 1024 * 1024,
+        }
+    }
+}
+
+/// Author and committer of the imported commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub name: String,
+    pub email: String,
+}
+
+/// One import: the user's repository, the agent's workspace, and the commit the result builds on.
+#[derive(Debug, Clone, Copy)]
+pub struct ImportRequest<'a> {
+    pub repository: &'a Path,
+    pub workspace: &'a Path,
+    pub parent: &'a CommitSha,
+    pub identity: &'a Identity,
+    pub message: &'a SanitizedText,
+    pub limits: ImportLimits,
+}
+
+/// Something in the workspace that was not imported, and why. Paths are relative to the workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImportWarning {
+    /// A fifo, socket or device: never opened, never imported.
+    SpecialFileSkipped { path: String, kind: &'static str },
+    /// A path component git would read as `.git` (any case, or a spelling that names `.git` on NTFS
+    /// or HFS+): git trees must not carry one.
+    GitDirectorySkipped { path: String },
+    /// A symbolic link named `.gitmodules`, which git refuses in a tree.
+    GitmodulesLinkSkipped { path: String },
+    /// Paths that are new and ignored by the repository's ignore rules.
+    IgnoredPathsSkipped { count: usize, examples: Vec<String> },
+    /// The path is a submodule in the parent commit; it stays as it was and what the agent put there
+    /// is not imported.
+    SubmoduleKept { path: String },
+    /// A name git refuses in a tree.
+    InvalidNameSkipped { path: String, detail: String },
+}
+
+impl fmt::Display for ImportWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ImportWarning::SpecialFileSkipped { path, kind } => {
+                write!(f, "{path:?} is a {kind}; special files are not imported")
+            }
+            ImportWarning::GitDirectorySkipped { path } => write!(
+                f,
+                "{path:?} is named like a .git directory; it was left out of the result"
+            ),
+            ImportWarning::GitmodulesLinkSkipped { path } => write!(
+                f,
+                "{path:?} is a symbolic link named .gitmodules, which git refuses; it was left out"
+            ),
+            ImportWarning::IgnoredPathsSkipped { count, examples } => {
+                write!(
+                    f,
+                    "{count} new path(s) ignored by the repository's ignore rules were not imported: "
+                )?;
+                for (index, example) in examples.iter().enumerate() {
+                    if index > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{example:?}")?;
+                }
+                if *count > examples.len() {
+                    f.write_str(", …")?;
+                }
+                Ok(())
+            }
+            ImportWarning::SubmoduleKept { path } => write!(
+                f,
+                "{path:?} is a submodule in the base commit; it was kept as it was and what the agent put there was not imported"
+            ),
+            ImportWarning::InvalidNameSkipped { path, detail } => {
+                write!(f, "{path:?} cannot be stored in a git tree ({detail})")
+            }
+        }
+    }
+}
+
+/// How a file differs between the parent commit and the imported one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    Added,
+    Modified,
+    Deleted,
+    /// A file became a link, a link a file, and so on.
+    TypeChanged,
+}
+
+/// One changed path. A name that is not UTF-8 is shown with replacement characters here; the commit
+/// keeps its bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangedFile {
+    pub path: String,
+    pub change: ChangeKind,
+    pub insertions: usize,
+    pub deletions: usize,
+    pub binary: bool,
+}
+
+/// The imported commit against its parent, computed from the two trees in the user's repository.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultDiff {
+    pub files: Vec<ChangedFile>,
+    pub insertions: usize,
+    pub deletions: usize,
+    /// Unified diff text (lossy where the content is not UTF-8).
+    pub patch: String,
+}
+
+/// What an import produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Imported {
+    /// A new commit in the user's object store (no ref points at it yet).
+    Committed {
+        commit: CommitSha,
+        diff: ResultDiff,
+        warnings: Vec<ImportWarning>,
+    },
+    /// The tree equals the parent's: nothing to push (a clear outcome, never an empty PR).
+    Unchanged { warnings: Vec<ImportWarning> },
+}
+
+/// Why an import failed. Paths named by a `String` are relative to the workspace.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("the workspace {} is gone; nothing can be imported", path.display())]
+    WorkspaceMissing { path: PathBuf },
+
+    #[error("the workspace {} is not a directory", path.display())]
+    WorkspaceNotDirectory { path: PathBuf },
+
+    #[error(
+        "{path:?} in the workspace changed while it was being imported; import again once nothing writes there"
+    )]
+    WorkspaceChanged { path: String },
+
+    #[error("the workspace holds more than {limit} entries (files, links and directories)")]
+    TooManyFiles { limit: u64 },
+
+    #[error(
+        "{path:?} in the workspace is {size} bytes; files larger than {limit} bytes are not imported"
+    )]
+    FileTooLarge { path: String, size: u64, limit: u64 },
+
+    #[error("the workspace's files add up to more than {limit} bytes")]
+    TotalTooLarge { limit: u64 },
+
+    #[error("{path:?} in the workspace is nested deeper than {limit} directories")]
+    TooDeep { path: String, limit: usize },
+
+    #[error(
+        "the parent commit {commit} is not in the object store of {}",
+        repository.display()
+    )]
+    ParentMissing {
+        commit: CommitSha,
+        repository: PathBuf,
+    },
+
+    #[error("{operation} {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        operation: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("{operation} in {}: {detail}", repository.display())]
+    Git {
+        repository: PathBuf,
+        operation: &'static str,
+        detail: String,
+    },
+}
+
+/// Result of an import.
+pub type Result<T> = std::result::Result<T, ImportError>;
+
+/// Turns whatever the agent left in `request.workspace` into a commit on top of `request.parent` in the
+/// user's repository, without running git on the workspace or opening it as a repository.
+pub fn import(request: &ImportRequest<'_>) -> Result<Imported> {
+    let git = |operation: &'static str| {
+        move |error: git2::Error| ImportError::Git {
+            repository: request.repository.to_owned(),
+            operation,
+            detail: error.message().to_owned(),
+        }
+    };
+    let repository = Repository::open_ext(
+        request.repository,
+        RepositoryOpenFlags::NO_SEARCH,
+        std::iter::empty::<&OsStr>(),
+    )
+    .map_err(git("opening the repository"))?;
+    let parent = find_parent(&repository, request)?;
+    let parent_tree = parent.tree().map_err(git("reading the parent tree"))?;
+
+    let root = open_workspace(request.workspace)?;
+    let mut walk = Walk {
+        repository: &repository,
+        odb: repository.odb().map_err(git("opening the object store"))?,
+        request,
+        apply_ignores: !repository.is_bare(),
+        entries: 0,
+        total_bytes: 0,
+        warnings: Vec::new(),
+        ignored: 0,
+        ignored_examples: Vec::new(),
+    };
+    let tree = match walk.directory(root, b"", Some(&parent_tree), 0)? {
+        Some(tree) => tree,
+        None => repository
+            .treebuilder(None)
+            .and_then(|empty| empty.write())
+            .map_err(git("writing the empty tree"))?,
+    };
+    let mut warnings = walk.warnings;
+    if walk.ignored > 0 {
+        warnings.push(ImportWarning::IgnoredPathsSkipped {
+            count: walk.ignored,
+            examples: walk.ignored_examples,
+        });
+    }
+    if tree == parent_tree.id() {
+        return Ok(Imported::Unchanged { warnings });
+    }
+
+    let tree = repository
+        .find_tree(tree)
+        .map_err(git("reading the imported tree"))?;
+    let signature = Signature::now(&request.identity.name, &request.identity.email)
+        .map_err(git("making the commit signature"))?;
+    let commit = repository
+        .commit(
+            None,
+            &signature,
+            &signature,
+            request.message.as_str(),
+            &tree,
+            &[&parent],
+        )
+        .map_err(git("writing the commit"))?;
+    let diff = result_diff(&repository, &parent_tree, &tree).map_err(git("computing the diff"))?;
+    let commit = CommitSha::parse(&commit.to_string()).map_err(|error| ImportError::Git {
+        repository: request.repository.to_owned(),
+        operation: "reading the new commit's id",
+        detail: error.to_string(),
+    })?;
+    Ok(Imported::Committed {
+        commit,
+        diff,
+        warnings,
+    })
+}
+
+fn find_parent<'r>(
+    repository: &'r Repository,
+    request: &ImportRequest<'_>,
+) -> Result<git2::Commit<'r>> {
+    let missing = || ImportError::ParentMissing {
+        commit: request.parent.clone(),
+        repository: request.repository.to_owned(),
+    };
+    let oid = Oid::from_str(request.parent.as_str()).map_err(|_| missing())?;
+    match repository.find_commit(oid) {
+        Ok(commit) => Ok(commit),
+        Err(error) if error.code() == ErrorCode::NotFound => Err(missing()),
+        Err(error) => Err(ImportError::Git {
+            repository: request.repository.to_owned(),
+            operation: "reading the parent commit",
+            detail: error.message().to_owned(),
+        }),
+    }
+}
+
+fn open_workspace(workspace: &Path) -> Result<OwnedFd> {
+    rustix::fs::open(workspace, directory_flags(), Mode::empty()).map_err(|errno| match errno {
+        Errno::NOENT => ImportError::WorkspaceMissing {
+            path: workspace.to_owned(),
+        },
+        Errno::NOTDIR | Errno::LOOP => ImportError::WorkspaceNotDirectory {
+            path: workspace.to_owned(),
+        },
+        errno => ImportError::Io {
+            path: workspace.to_owned(),
+            operation: "opening the workspace",
+            source: errno.into(),
+        },
+    })
+}
+
+fn directory_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+/// The parent's entry at the path being walked.
+#[derive(Debug, Clone, Copy)]
+struct Previous {
+    id: Oid,
+    mode: i32,
+}
+
+impl Previous {
+    fn is(self, mode: FileMode) -> bool {
+        self.mode == i32::from(mode)
+    }
+}
+
+/// What a walked entry is, as far as the walk is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Directory,
+    File,
+    Link,
+    Special(&'static str),
+}
+
+impl Kind {
+    fn of(file_type: FileType) -> Option<Kind> {
+        match file_type {
+            FileType::Directory => Some(Kind::Directory),
+            FileType::RegularFile => Some(Kind::File),
+            FileType::Symlink => Some(Kind::Link),
+            FileType::Fifo => Some(Kind::Special("fifo")),
+            FileType::Socket => Some(Kind::Special("socket")),
+            FileType::CharacterDevice => Some(Kind::Special("character device")),
+            FileType::BlockDevice => Some(Kind::Special("block device")),
+            FileType::Unknown => None,
+        }
+    }
+}
+
+struct Walk<'a, 'r> {
+    repository: &'r Repository,
+    odb: git2::Odb<'r>,
+    request: &'a ImportRequest<'a>,
+    apply_ignores: bool,
+    entries: u64,
+    total_bytes: u64,
+    warnings: Vec<ImportWarning>,
+    ignored: usize,
+    ignored_examples: Vec<String>,
+}
+
+impl Walk<'_, '_> {
+    /// Walks one directory (already opened without following links) and writes its tree; `None` when
+    /// nothing in it is imported, since git trees hold no empty directories.
+    fn directory(
+        &mut self,
+        directory: OwnedFd,
+        path: &[u8],
+        previous: Option<&Tree<'_>>,
+        depth: usize,
+    ) -> Result<Option<Oid>> {
+        let mut listing = Dir::new(directory).map_err(|errno| self.io(path, "listing", errno))?;
+        let mut names = Vec::new();
+        while let Some(entry) = listing.read() {
+            let entry = entry.map_err(|errno| self.io(path, "listing", errno))?;
+            let name = entry.file_name();
+            if !matches!(name.to_bytes(), b"." | b"..") {
+                // Counted as listed, so a directory of millions of entries stops the walk early.
+                self.count_entry()?;
+                names.push((name.to_owned(), entry.file_type()));
+            }
+        }
+        names.sort_unstable_by(|left, right| left.0.cmp(&right.0));
+        let dirfd = listing
+            .fd()
+            .map_err(|errno| self.io(path, "listing", errno))?;
+
+        let mut builder = self
+            .repository
+            .treebuilder(None)
+            .map_err(self.git("starting a tree"))?;
+        for (name, file_type) in names {
+            let child = join(path, name.to_bytes());
+            if let Some((id, mode)) =
+                self.entry(dirfd, &name, file_type, &child, previous, depth)?
+                && let Err(error) = builder.insert(name.to_bytes(), id, i32::from(mode))
+            {
+                self.warnings.push(ImportWarning::InvalidNameSkipped {
+                    path: lossy(&child),
+                    detail: error.message().to_owned(),
+                });
+            }
+        }
+        if builder.is_empty() {
+            return Ok(None);
+        }
+        builder
+            .write()
+            .map(Some)
+            .map_err(self.git("writing a tree"))
+    }
+
+    /// What one listed entry contributes to its directory's tree: `None` when it is left out.
+    fn entry(
+        &mut self,
+        dirfd: BorrowedFd<'_>,
+        name: &CStr,
+        file_type: FileType,
+        path: &[u8],
+        previous: Option<&Tree<'_>>,
+        depth: usize,
+    ) -> Result<Option<(Oid, FileMode)>> {
+        let bytes = name.to_bytes();
+        if depth == 0 && bytes == b".git" {
+            return Ok(None);
+        }
+        if names_git_directory(bytes) {
+            self.warnings
+                .push(ImportWarning::GitDirectorySkipped { path: lossy(path) });
+            return Ok(None);
+        }
+        let previous = previous.and_then(|tree| {
+            tree.get_name_bytes(bytes).map(|entry| Previous {
+                id: entry.id(),
+                mode: entry.filemode(),
+            })
+        });
+        let kind = match Kind::of(file_type) {
+            Some(kind) => kind,
+            None => self.kind_at(dirfd, name, path)?,
+        };
+        if let Some(submodule) = previous.filter(|entry| entry.is(FileMode::Commit)) {
+            if !self.is_empty_directory(dirfd, name, path, kind)? {
+                self.warnings
+                    .push(ImportWarning::SubmoduleKept { path: lossy(path) });
+            }
+            return Ok(Some((submodule.id, FileMode::Commit)));
+        }
+        if previous.is_none() && self.is_ignored(path, kind)? {
+            return Ok(None);
+        }
+        match kind {
+            Kind::Directory => {
+                if depth + 1 >= MAX_DEPTH {
+                    return Err(ImportError::TooDeep {
+                        path: lossy(path),
+                        limit: MAX_DEPTH,
+                    });
+                }
+                let subtree = previous
+                    .filter(|entry| entry.is(FileMode::Tree))
+                    .map(|entry| self.repository.find_tree(entry.id))
+                    .transpose()
+                    .map_err(self.git("reading a tree of the parent commit"))?;
+                let opened = rustix::fs::openat(dirfd, name, directory_flags(), Mode::empty())
+                    .map_err(|errno| self.opening_error(path, errno))?;
+                Ok(self
+                    .directory(opened, path, subtree.as_ref(), depth + 1)?
+                    .map(|tree| (tree, FileMode::Tree)))
+            }
+            Kind::File => self.file(dirfd, name, path, previous).map(Some),
+            Kind::Link if folds_to(bytes, b".gitmodules") => {
+                self.warnings
+                    .push(ImportWarning::GitmodulesLinkSkipped { path: lossy(path) });
+                Ok(None)
+            }
+            Kind::Link => self.link(dirfd, name, path, previous).map(Some),
+            Kind::Special(kind) => {
+                self.warnings.push(ImportWarning::SpecialFileSkipped {
+                    path: lossy(path),
+                    kind,
+                });
+                Ok(None)
+            }
+        }
+    }
+
+    /// Reads one regular file through a descriptor opened without following links and checked to be
+    /// a regular file, and returns its blob, written only when the object store lacks it.
+    fn file(
+        &mut self,
+        dirfd: BorrowedFd<'_>,
+        name: &CStr,
+        path: &[u8],
+        previous: Option<Previous>,
+    ) -> Result<(Oid, FileMode)> {
+        // O_NONBLOCK: should the entry have become a fifo since it was listed, opening it returns at
+        // once instead of waiting for a writer; fstat then refuses it.
+        let opened = rustix::fs::openat(
+            dirfd,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|errno| self.opening_error(path, errno))?;
+        let stat = rustix::fs::fstat(&opened).map_err(|errno| self.io(path, "reading", errno))?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return Err(ImportError::WorkspaceChanged { path: lossy(path) });
+        }
+        let limit = self.request.limits.max_file_bytes;
+        let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
+        if size > limit {
+            return Err(ImportError::FileTooLarge {
+                path: lossy(path),
+                size,
+                limit,
+            });
+        }
+        if self.total_bytes.saturating_add(size) > self.request.limits.max_total_bytes {
+            return Err(ImportError::TotalTooLarge {
+                limit: self.request.limits.max_total_bytes,
+            });
+        }
+        let mut content = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        std::fs::File::from(opened)
+            .take(limit.saturating_add(1))
+            .read_to_end(&mut content)
+            .map_err(|source| ImportError::Io {
+                path: self.request.workspace.join(OsStr::from_bytes(path)),
+                operation: "reading",
+                source,
+            })?;
+        let read = u64::try_from(content.len()).unwrap_or(u64::MAX);
+        if read > limit {
+            return Err(ImportError::FileTooLarge {
+                path: lossy(path),
+                size: read,
+                limit,
+            });
+        }
+        self.add_bytes(read)?;
+        let mode = if stat.st_mode & 0o100 == 0 {
+            FileMode::Blob
+        } else {
+            FileMode::BlobExecutable
+        };
+        Ok((self.blob(&content, previous)?, mode))
+    }
+
+    /// A symbolic link becomes a blob holding its target; the target itself is never looked at.
+    fn link(
+        &mut self,
+        dirfd: BorrowedFd<'_>,
+        name: &CStr,
+        path: &[u8],
+        previous: Option<Previous>,
+    ) -> Result<(Oid, FileMode)> {
+        let target = rustix::fs::readlinkat(dirfd, name, Vec::new())
+            .map_err(|errno| self.opening_error(path, errno))?;
+        let target = target.as_bytes();
+        let limit = self.request.limits.max_file_bytes;
+        let size = u64::try_from(target.len()).unwrap_or(u64::MAX);
+        if size > limit {
+            return Err(ImportError::FileTooLarge {
+                path: lossy(path),
+                size,
+                limit,
+            });
+        }
+        self.add_bytes(size)?;
+        Ok((self.blob(target, previous)?, FileMode::Link))
+    }
+
+    /// Hashes first and writes only content the parent does not already hold at this path; the object
+    /// store itself skips content it has anywhere else.
+    fn blob(&self, content: &[u8], previous: Option<Previous>) -> Result<Oid> {
+        let id = Oid::hash_object(ObjectType::Blob, content).map_err(self.git("hashing a file"))?;
+        if previous.is_some_and(|entry| entry.id == id) {
+            return Ok(id);
+        }
+        self.odb
+            .write(ObjectType::Blob, content)
+            .map_err(self.git("writing a blob"))
+    }
+
+    fn kind_at(&self, dirfd: BorrowedFd<'_>, name: &CStr, path: &[u8]) -> Result<Kind> {
+        let stat = rustix::fs::statat(dirfd, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|errno| self.opening_error(path, errno))?;
+        Ok(Kind::of(FileType::from_raw_mode(stat.st_mode))
+            .unwrap_or(Kind::Special("file of unknown type")))
+    }
+
+    fn is_empty_directory(
+        &self,
+        dirfd: BorrowedFd<'_>,
+        name: &CStr,
+        path: &[u8],
+        kind: Kind,
+    ) -> Result<bool> {
+        if kind != Kind::Directory {
+            return Ok(false);
+        }
+        let opened = rustix::fs::openat(dirfd, name, directory_flags(), Mode::empty())
+            .map_err(|errno| self.opening_error(path, errno))?;
+        let mut listing = Dir::new(opened).map_err(|errno| self.io(path, "listing", errno))?;
+        while let Some(entry) = listing.read() {
+            let entry = entry.map_err(|errno| self.io(path, "listing", errno))?;
+            if !matches!(entry.file_name().to_bytes(), b"." | b"..") {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Whether a path the parent commit does not have is ignored by the user's repository.
+    fn is_ignored(&mut self, path: &[u8], kind: Kind) -> Result<bool> {
+        if !self.apply_ignores {
+            return Ok(false);
+        }
+        let mut query = path.to_vec();
+        if kind == Kind::Directory {
+            query.push(b'/');
+        }
+        let ignored = self
+            .repository
+            .is_path_ignored(Path::new(OsStr::from_bytes(&query)))
+            .map_err(self.git("reading the ignore rules"))?;
+        if ignored {
+            self.ignored += 1;
+            if self.ignored_examples.len() < IGNORED_EXAMPLES {
+                self.ignored_examples.push(lossy(&query));
+            }
+        }
+        Ok(ignored)
+    }
+
+    fn count_entry(&mut self) -> Result<()> {
+        self.entries += 1;
+        if self.entries > self.request.limits.max_files {
+            return Err(ImportError::TooManyFiles {
+                limit: self.request.limits.max_files,
+            });
+        }
+        Ok(())
+    }
+
+    fn add_bytes(&mut self, size: u64) -> Result<()> {
+        self.total_bytes = self.total_bytes.saturating_add(size);
+        if self.total_bytes > self.request.limits.max_total_bytes {
+            return Err(ImportError::TotalTooLarge {
+                limit: self.request.limits.max_total_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// An entry that vanished or changed type between being listed and being opened.
+    fn opening_error(&self, path: &[u8], errno: Errno) -> ImportError {
+        match errno {
+            Errno::NOENT | Errno::LOOP | Errno::NOTDIR | Errno::NXIO | Errno::INVAL => {
+                ImportError::WorkspaceChanged { path: lossy(path) }
+            }
+            errno => self.io(path, "opening", errno),
+        }
+    }
+
+    fn io(&self, path: &[u8], operation: &'static str, errno: Errno) -> ImportError {
+        ImportError::Io {
+            path: self.request.workspace.join(OsStr::from_bytes(path)),
+            operation,
+            source: errno.into(),
+        }
+    }
+
+    fn git(&self, operation: &'static str) -> impl FnOnce(git2::Error) -> ImportError + '_ {
+        move |error| ImportError::Git {
+            repository: self.request.repository.to_owned(),
+            operation,
+            detail: error.message().to_owned(),
+        }
+    }
+}
+
+fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut path = Vec::with_capacity(parent.len() + 1 + name.len());
+    if !parent.is_empty() {
+        path.extend_from_slice(parent);
+        path.push(b'/');
+    }
+    path.extend_from_slice(name);
+    path
+}
+
+fn lossy(path: &[u8]) -> String {
+    String::from_utf8_lossy(path).into_owned()
+}
+
+/// Whether git would read this path component as `.git`: in any case; with the characters HFS+
+/// ignores; with the trailing dots and spaces, `\`, or `:stream` suffix NTFS drops; or as NTFS's short
+/// name `git~1`.
+fn names_git_directory(name: &[u8]) -> bool {
+    folds_to(name, b".git") || folds_to(name, b"git~1")
+}
+
+/// Compares a path component with a lowercase ASCII `needle` the way the case-insensitive file systems
+/// git protects against would: ASCII case folded, HFS+'s ignorable code points dropped, and NTFS's
+/// trailing dots and spaces, `:` stream suffix or `\` separator after the name cut off.
+fn folds_to(name: &[u8], needle: &[u8]) -> bool {
+    match std::str::from_utf8(name) {
+        // Any other non-ASCII character becomes a byte no needle holds.
+        Ok(text) => folded_matches(
+            text.chars()
+                .filter(|character| !is_hfs_ignorable(*character))
+                .map(|character| u8::try_from(character.to_ascii_lowercase()).unwrap_or(0xff)),
+            needle,
+        ),
+        Err(_) => folded_matches(name.iter().map(u8::to_ascii_lowercase), needle),
+    }
+}
+
+fn folded_matches(mut folded: impl Iterator<Item = u8>, needle: &[u8]) -> bool {
+    if !needle
+        .iter()
+        .all(|expected| folded.next() == Some(*expected))
+    {
+        return false;
+    }
+    match folded.next() {
+        None | Some(b'\\' | b':') => true,
+        Some(b' ' | b'.') => folded
+            .take_while(|byte| *byte != b':')
+            .all(|byte| matches!(byte, b' ' | b'.')),
+        Some(_) => false,
+    }
+}
+
+/// Code points HFS+ drops when it compares names.
+fn is_hfs_ignorable(character: char) -> bool {
+    matches!(
+        character,
+        '\u{200c}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{206a}'..='\u{206f}' | '\u{feff}'
+    )
+}
+
+/// Per-file stats and the patch text of the imported tree against the parent's.
+fn result_diff(
+    repository: &Repository,
+    parent: &Tree<'_>,
+    imported: &Tree<'_>,
+) -> std::result::Result<ResultDiff, git2::Error> {
+    // Without typechange detection a file that became a link (or the reverse) is a deletion and an
+    // addition of the same path, which is how git shows it: both contents appear in the patch.
+    let diff = repository.diff_tree_to_tree(Some(parent), Some(imported), None)?;
+    let mut files: Vec<ChangedFile> = Vec::new();
+    let mut positions: HashMap<Vec<u8>, usize> = HashMap::new();
+    for delta in diff.deltas() {
+        let change = match delta.status() {
+            Delta::Added => ChangeKind::Added,
+            Delta::Deleted => ChangeKind::Deleted,
+            _ => ChangeKind::Modified,
+        };
+        let path = delta_path(&delta).to_vec();
+        if let Some(file) = positions
+            .get(&path)
+            .and_then(|position| files.get_mut(*position))
+        {
+            file.change = ChangeKind::TypeChanged;
+            continue;
+        }
+        positions.insert(path.clone(), files.len());
+        files.push(ChangedFile {
+            path: lossy(&path),
+            change,
+            insertions: 0,
+            deletions: 0,
+            binary: false,
+        });
+    }
+    let mut patch = Vec::new();
+    diff.print(DiffFormat::Patch, |delta, _hunk, line| {
+        let origin = line.origin();
+        if let Some(file) = positions
+            .get(delta_path(&delta))
+            .and_then(|position| files.get_mut(*position))
+        {
+            file.binary |= delta.flags().is_binary();
+            match origin {
+                '+' => file.insertions += 1,
+                '-' => file.deletions += 1,
+                _ => {}
+            }
+        }
+        if matches!(origin, '+' | '-' | ' ') {
+            patch.push(origin as u8);
+        }
+        patch.extend_from_slice(line.content());
+        true
+    })?;
+    let insertions = files.iter().map(|file| file.insertions).sum();
+    let deletions = files.iter().map(|file| file.deletions).sum();
+    Ok(ResultDiff {
+        files,
+        insertions,
+        deletions,
+        patch: String::from_utf8_lossy(&patch).into_owned(),
+    })
+}
+
+fn delta_path<'d>(delta: &git2::DiffDelta<'d>) -> &'d [u8] {
+    delta
+        .new_file()
+        .path_bytes()
+        .or_else(|| delta.old_file().path_bytes())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn every_spelling_git_reads_as_dot_git_is_recognized() {
+        for name in [
+            ".git",
+            ".GIT",
+            ".Git",
+            ".git.",
+            ".git ",
+            ".git. .",
+            ".git::$INDEX_ALLOCATION",
+            ".git\\hooks",
+            "git~1",
+            "GIT~1",
+            ".g\u{200c}it",
+            "\u{feff}.git",
+            ".gi\u{202e}t",
+        ] {
+            assert!(names_git_directory(name.as_bytes()), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn names_that_only_start_like_dot_git_are_kept() {
+        for name in [
+            ".github",
+            ".gitignore",
+            ".gitkeep",
+            ".gitattributes",
+            ".git-blame-ignore-revs",
+            "git",
+            "x.git",
+            "repo.git",
+            "git~2",
+            ".git.x",
+            ".g\u{e9}it",
+        ] {
+            assert!(!names_git_directory(name.as_bytes()), "{name:?}");
+        }
+        assert!(!names_git_directory(b".git\xff"));
+        assert!(names_git_directory(b".GIT"));
+    }
+
+    #[test]
+    fn gitmodules_is_matched_the_same_way() {
+        assert!(folds_to(b".gitmodules", b".gitmodules"));
+        assert!(folds_to(b".GitModules ", b".gitmodules"));
+        assert!(!folds_to(b".gitmodules.bak", b".gitmodules"));
+        assert!(!folds_to(b"gitmodules", b".gitmodules"));
+    }
+
+    #[test]
+    fn paths_join_with_slashes_and_show_lossily() {
+        assert_eq!(join(b"", b"a"), b"a");
+        assert_eq!(join(b"a/b", b"c"), b"a/b/c");
+        assert_eq!(lossy(b"caf\xe9"), "caf\u{fffd}");
+    }
+
+    #[test]
+    fn the_default_limits_are_the_documented_ones() {
+        let limits = ImportLimits::default();
+        assert_eq!(limits.max_files, 200_000);
+        assert_eq!(limits.max_file_bytes, 100 << 20);
+        assert_eq!(limits.max_total_bytes, 1 << 30);
+    }
+}

@@ -253,3 +253,44 @@ fn sweep_reports_nothing_on_a_clean_state_and_exit_2_without_an_engine() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn reviews_lists_and_shows_local_pull_requests_without_terminal_escapes() {
+    use stet::forge::Forge;
+    let state = tempfile::tempdir().unwrap();
+    let empty = stet(state.path()).arg("reviews").output().unwrap();
+    assert!(empty.status.success());
+    assert!(String::from_utf8_lossy(&empty.stdout).starts_with("no reviews yet"));
+
+    let forge =
+        stet::forge::local::LocalForge::new(state.path().join("repo"), &state.path().join("stet"));
+    let sanitizer = std::sync::Arc::new(stet::dispatch::sanitize::TokenSanitizer::new().unwrap());
+    let draft = stet::forge::PullRequestDraft {
+        title: sanitizer.sanitize("Fix the loop"),
+        body: sanitizer.sanitize("The agent says:\n\u{1b}[2Jcleared your screen\n"),
+        base: "main".into(),
+        head: "stet/fix".into(),
+    };
+    let target = stet::brief::Target {
+        repo: "demo/app".into(),
+        base: "main".into(),
+        branch: None,
+        pr: None,
+    };
+    forge.open_pull_request(&target, &draft).await.unwrap();
+
+    let listed = stet(state.path()).arg("reviews").output().unwrap();
+    let listed = String::from_utf8(listed.stdout).unwrap();
+    assert!(
+        listed.starts_with("#1    open   stet/fix -> main  Fix the loop  (demo/app"),
+        "{listed}"
+    );
+    let shown = stet(state.path()).args(["reviews", "1"]).output().unwrap();
+    assert!(shown.status.success());
+    let shown = String::from_utf8(shown.stdout).unwrap();
+    assert!(shown.contains("\u{fffd}[2Jcleared your screen"), "{shown}");
+    assert!(!shown.contains('\u{1b}'), "{shown}");
+    let missing = stet(state.path()).args(["reviews", "9"]).output().unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no review #9"));
+}

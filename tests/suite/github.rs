@@ -1,1 +1,1078 @@
-//! Placeholder: being written.
+//! The GitHub forge and credential providers against GitHub's REST API played by `wiremock` (GitHub
+//! itself is out of reach): what is requested (method, path, `Authorization`, body), how answers and
+//! failures are read, and that the primary token travels in the `Authorization` header only.
+//! Tokens and the app's RSA key are generated at run time.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use serde_json::{Value, json};
+use wiremock::matchers::{header, method, path};
+use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+
+use stet::brief::{Brief, Target};
+use stet::dispatch::branch::CommitSha;
+use stet::dispatch::credential::{
+    CredentialError, CredentialId, CredentialProvider, Revocation, RevokeOutcome, ScopedCredential,
+    SecretValue,
+};
+use stet::dispatch::event::DispatchId;
+use stet::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
+use stet::forge::github::{GitHubForge, GitHubSettings, RetryPolicy};
+use stet::forge::github_app::{
+    FallbackCredentialProvider, GitHubAppCredentialProvider, GitHubAppSettings,
+};
+use stet::forge::pull_request::PROVENANCE_MARKER;
+use stet::forge::token::{TokenError, TokenSource};
+use stet::forge::{Forge, ForgeError, Provenance, PullRequestDraft, ResolvedHead};
+
+const GIT_URL: &str = "https://git.example";
+
+/// A token-like random value, made now (no secret-shaped literal lives in the repository).
+fn fake_token() -> String {
+    format!("t{}", uuid::Uuid::new_v4().simple())
+}
+
+fn sha(digit: char) -> String {
+    digit.to_string().repeat(40)
+}
+
+/// A token command generated at run time: `sh -c "printf '%s' <token>"`.
+fn printf_source(token: &str) -> TokenSource {
+    TokenSource::Command(vec![
+        "sh".into(),
+        "-c".into(),
+        format!("printf '%s\\n' '{token}'"),
+    ])
+}
+
+/// Short waits, so retries cost milliseconds.
+fn quick() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 3,
+        base_delay: Duration::from_millis(10),
+        max_delay: Duration::from_secs(2),
+    }
+}
+
+struct Fixture {
+    server: MockServer,
+    token: String,
+    sanitizer: SanitizerHandle,
+    forge: GitHubForge,
+}
+
+async fn fixture_with(retry: RetryPolicy) -> Fixture {
+    let server = MockServer::start().await;
+    let token = fake_token();
+    let sanitizer = SanitizerHandle::new(TokenSanitizer::new().unwrap());
+    let forge = GitHubForge::new(
+        GitHubSettings {
+            api_url: server.uri(),
+            git_url: GIT_URL.to_owned(),
+            token: printf_source(&token),
+            retry,
+        },
+        sanitizer.clone(),
+    )
+    .unwrap();
+    Fixture {
+        server,
+        token,
+        sanitizer,
+        forge,
+    }
+}
+
+async fn fixture() -> Fixture {
+    fixture_with(quick()).await
+}
+
+fn target(base: &str, pr: Option<u64>) -> Target {
+    Target {
+        repo: "octo/app".to_owned(),
+        base: base.to_owned(),
+        branch: None,
+        pr,
+    }
+}
+
+fn json_reply(status: u16, body: Value) -> ResponseTemplate {
+    ResponseTemplate::new(status).set_body_json(body)
+}
+
+async fn mount_repo_and_base(server: &MockServer, base_path: &str, base_sha: &str) {
+    Mock::given(method("GET"))
+        .and(path("/repos/octo/app"))
+        .respond_with(json_reply(200, json!({"full_name": "octo/app"})))
+        .mount(server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path(base_path))
+        .respond_with(json_reply(
+            200,
+            json!({"name": "main", "commit": {"sha": base_sha}}),
+        ))
+        .mount(server)
+        .await;
+}
+
+/// Answers `GET /repos/octo/app/pulls/<number>` with `pull`.
+async fn mount_pull(server: &MockServer, number: u64, pull: Value) {
+    Mock::given(method("GET"))
+        .and(path(format!("/repos/octo/app/pulls/{number}")))
+        .respond_with(json_reply(200, pull))
+        .mount(server)
+        .await;
+}
+
+fn pull_json(number: u64, state: &str, head_repo: Value, head_sha: &str) -> Value {
+    json!({
+        "number": number,
+        "state": state,
+        "merged": false,
+        "html_url": format!("{GIT_URL}/octo/app/pull/{number}"),
+        "head": {"ref": "stet/feature", "sha": head_sha, "repo": head_repo},
+        "base": {"ref": "main", "sha": sha('a'), "repo": {"full_name": "octo/app"}},
+    })
+}
+
+async fn received(server: &MockServer) -> Vec<Request> {
+    server.received_requests().await.unwrap()
+}
+
+/// The request carries the primary token as its bearer, and nowhere else (URL, other headers, body).
+fn assert_token_only_in_authorization(request: &Request, token: &str) {
+    assert_eq!(
+        request.headers.get("authorization").unwrap(),
+        &format!("Bearer {token}"),
+        "{} {}",
+        request.method,
+        request.url
+    );
+    assert!(!request.url.as_str().contains(token));
+    for (name, value) in &request.headers {
+        if name != "authorization" {
+            assert!(
+                !value
+                    .as_bytes()
+                    .windows(token.len())
+                    .any(|w| w == token.as_bytes())
+            );
+        }
+    }
+    assert!(!String::from_utf8_lossy(&request.body).contains(token));
+}
+
+fn calls(requests: &[Request], verb: &str, at: &str) -> usize {
+    requests
+        .iter()
+        .filter(|r| r.method.as_str() == verb && r.url.path() == at)
+        .count()
+}
+
+#[tokio::test]
+async fn preflight_finds_the_repository_and_the_base_with_gets_only() {
+    let f = fixture().await;
+    mount_repo_and_base(&f.server, "/repos/octo/app/branches/main", &sha('a')).await;
+
+    let preflight = f.forge.preflight(&target("main", None)).await.unwrap();
+
+    assert_eq!(preflight.base_sha, CommitSha::parse(&sha('a')).unwrap());
+    assert_eq!(preflight.head, None);
+    assert_eq!(preflight.push_url, format!("{GIT_URL}/octo/app.git"));
+    let requests = received(&f.server).await;
+    assert_eq!(requests.len(), 2);
+    for request in &requests {
+        assert_eq!(
+            request.method.as_str(),
+            "GET",
+            "preflight has no side effects"
+        );
+        assert!(request.body.is_empty());
+        assert_token_only_in_authorization(request, &f.token);
+    }
+}
+
+#[tokio::test]
+async fn preflight_reports_a_missing_repository() {
+    let f = fixture().await;
+    Mock::given(method("GET"))
+        .and(path("/repos/octo/app"))
+        .respond_with(json_reply(404, json!({"message": "Not Found"})))
+        .mount(&f.server)
+        .await;
+
+    let err = f.forge.preflight(&target("main", None)).await.unwrap_err();
+
+    assert!(
+        matches!(&err, ForgeError::RepositoryNotFound { repo, .. } if repo == "octo/app"),
+        "{err}"
+    );
+    assert_eq!(received(&f.server).await.len(), 1, "a 404 is not retried");
+}
+
+#[tokio::test]
+async fn preflight_reports_a_missing_base_and_encodes_each_segment_of_its_name() {
+    let f = fixture().await;
+    Mock::given(method("GET"))
+        .and(path("/repos/octo/app"))
+        .respond_with(json_reply(200, json!({"full_name": "octo/app"})))
+        .mount(&f.server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/repos/octo/app/branches/feature/x%231"))
+        .respond_with(json_reply(404, json!({"message": "Branch not found"})))
+        .mount(&f.server)
+        .await;
+
+    let err = f
+        .forge
+        .preflight(&target("feature/x#1", None))
+        .await
+        .unwrap_err();
+
+    assert!(
+        matches!(&err, ForgeError::BaseNotFound { base, .. } if base == "feature/x#1"),
+        "{err}"
+    );
+    let requests = received(&f.server).await;
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[1].url.path(),
+        "/repos/octo/app/branches/feature/x%231"
+    );
+    assert_eq!(
+        requests[1].url.fragment(),
+        None,
+        "the # never became a fragment"
+    );
+}
+
+#[tokio::test]
+async fn preflight_resolves_an_existing_pull_requests_real_head() {
+    let f = fixture().await;
+    mount_repo_and_base(&f.server, "/repos/octo/app/branches/main", &sha('a')).await;
+    mount_pull(
+        &f.server,
+        7,
+        pull_json(7, "open", json!({"full_name": "Octo/App"}), &sha('b')),
+    )
+    .await;
+
+    let preflight = f.forge.preflight(&target("main", Some(7))).await.unwrap();
+
+    let head = ResolvedHead {
+        number: 7,
+        branch: "stet/feature".to_owned(),
+        sha: CommitSha::parse(&sha('b')).unwrap(),
+    };
+    assert_eq!(preflight.head, Some(head));
+    assert_eq!(
+        preflight.parent().as_str(),
+        sha('b'),
+        "the result builds on the PR's head"
+    );
+    let requests = received(&f.server).await;
+    assert_eq!(calls(&requests, "GET", "/repos/octo/app/pulls/7"), 1);
+    assert!(requests.iter().all(|r| r.method.as_str() == "GET"));
+}
+
+#[tokio::test]
+async fn preflight_refuses_a_closed_or_merged_pull_request() {
+    let f = fixture().await;
+    mount_repo_and_base(&f.server, "/repos/octo/app/branches/main", &sha('a')).await;
+    mount_pull(
+        &f.server,
+        8,
+        pull_json(8, "closed", json!({"full_name": "octo/app"}), &sha('b')),
+    )
+    .await;
+    let mut merged = pull_json(9, "closed", json!({"full_name": "octo/app"}), &sha('b'));
+    merged["merged"] = json!(true);
+    Mock::given(method("GET"))
+        .and(path("/repos/octo/app/pulls/9"))
+        .respond_with(json_reply(200, merged))
+        .mount(&f.server)
+        .await;
+
+    let closed = f
+        .forge
+        .preflight(&target("main", Some(8)))
+        .await
+        .unwrap_err();
+    let was_merged = f
+        .forge
+        .preflight(&target("main", Some(9)))
+        .await
+        .unwrap_err();
+
+    assert!(
+        matches!(&closed, ForgeError::PullRequestClosed { number: 8, state, .. } if state == "closed"),
+        "{closed}"
+    );
+    assert!(
+        matches!(&was_merged, ForgeError::PullRequestClosed { number: 9, state, .. } if state == "merged"),
+        "{was_merged}"
+    );
+}
+
+#[tokio::test]
+async fn preflight_refuses_a_pull_request_from_a_fork() {
+    let f = fixture().await;
+    mount_repo_and_base(&f.server, "/repos/octo/app/branches/main", &sha('a')).await;
+    mount_pull(
+        &f.server,
+        5,
+        pull_json(5, "open", json!({"full_name": "mallory/app"}), &sha('b')),
+    )
+    .await;
+
+    let err = f
+        .forge
+        .preflight(&target("main", Some(5)))
+        .await
+        .unwrap_err();
+
+    assert!(matches!(err, ForgeError::InvalidTarget { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("fork mallory/app") && text.contains("#5"),
+        "{text}"
+    );
+}
+
+fn brief(secret_in_text: &str) -> Brief {
+    Brief::parse(
+        "fix-login",
+        Path::new("fix-login.toml"),
+        &format!(
+            r#"
+title = "Fix the login redirect loop"
+workflow = "implement"
+[target]
+repo = "octo/app"
+base = "main"
+[[items]]
+text = "The redirect loops; the agent once printed {secret_in_text} here."
+"#
+        ),
+    )
+    .unwrap()
+}
+
+fn provenance() -> Provenance {
+    Provenance {
+        dispatch: DispatchId::new(),
+        image: format!("sha256:{}", "cd".repeat(32)),
+        harness: "openhands".into(),
+        harness_version: None,
+        model: None,
+        input_tokens: None,
+        output_tokens: None,
+        cost_usd: None,
+        network: "none".into(),
+        credential_kind: "github-app".into(),
+        redactions: 0,
+        duration: Duration::from_secs(90),
+        base: CommitSha::parse(&sha('a')).unwrap(),
+        commit: CommitSha::parse(&sha('c')).unwrap(),
+    }
+}
+
+/// A draft composed the way the engine composes it, with the sanitizer the forge taught its token.
+fn draft(f: &Fixture, head: &str) -> PullRequestDraft {
+    PullRequestDraft::compose(
+        &brief(&f.token),
+        head,
+        Some("Fixed the loop."),
+        &provenance(),
+        &f.sanitizer.current(),
+    )
+}
+
+#[tokio::test]
+async fn opening_a_pull_request_posts_title_body_head_and_base_only() {
+    let f = fixture().await;
+    Mock::given(method("POST"))
+        .and(path("/repos/octo/app/pulls"))
+        .respond_with(json_reply(
+            201,
+            json!({"number": 12, "html_url": format!("{GIT_URL}/octo/app/pull/12")}),
+        ))
+        .mount(&f.server)
+        .await;
+    let draft = draft(&f, "stet/fix-login");
+
+    let opened = f
+        .forge
+        .open_pull_request(&target("main", None), &draft)
+        .await
+        .unwrap();
+
+    assert_eq!(
+        (opened.number, opened.url.as_str(), opened.opened),
+        (12, format!("{GIT_URL}/octo/app/pull/12").as_str(), true)
+    );
+    let requests = received(&f.server).await;
+    assert_eq!(requests.len(), 1);
+    let request = &requests[0];
+    assert_token_only_in_authorization(request, &f.token);
+    let sent: Value = request.body_json().unwrap();
+    let keys: Vec<&str> = sent
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(keys, ["base", "body", "head", "title"]);
+    assert_eq!(sent["title"], "Fix the login redirect loop");
+    assert_eq!(
+        (sent["head"].as_str(), sent["base"].as_str()),
+        (Some("stet/fix-login"), Some("main"))
+    );
+    let body = sent["body"].as_str().unwrap();
+    assert!(body.contains(PROVENANCE_MARKER), "{body}");
+    assert!(body.contains("| Credential | github-app"), "{body}");
+    assert!(
+        body.contains("[REDACTED:primary-token]"),
+        "the brief's copy of the token was masked: {body}"
+    );
+}
+
+#[tokio::test]
+async fn an_existing_pull_request_is_patched_at_its_resolved_number_and_never_posted() {
+    let f = fixture().await;
+    mount_repo_and_base(&f.server, "/repos/octo/app/branches/main", &sha('a')).await;
+    mount_pull(
+        &f.server,
+        7,
+        pull_json(7, "open", json!({"full_name": "octo/app"}), &sha('b')),
+    )
+    .await;
+    Mock::given(method("PATCH"))
+        .and(path("/repos/octo/app/pulls/7"))
+        .respond_with(json_reply(
+            200,
+            pull_json(7, "open", json!({"full_name": "octo/app"}), &sha('c')),
+        ))
+        .mount(&f.server)
+        .await;
+    let target = target("main", Some(7));
+
+    let preflight = f.forge.preflight(&target).await.unwrap();
+    let head = preflight.head.unwrap();
+    let draft = draft(&f, &head.branch);
+    let updated = f
+        .forge
+        .update_pull_request(&target, head.number, &draft)
+        .await
+        .unwrap();
+
+    assert_eq!((updated.number, updated.opened), (7, false));
+    assert_eq!(updated.url, format!("{GIT_URL}/octo/app/pull/7"));
+    let requests = received(&f.server).await;
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|r| r.method.as_str() == "POST")
+            .count(),
+        0
+    );
+    assert_eq!(calls(&requests, "PATCH", "/repos/octo/app/pulls/7"), 1);
+    let patch = requests
+        .iter()
+        .find(|r| r.method.as_str() == "PATCH")
+        .unwrap();
+    assert_token_only_in_authorization(patch, &f.token);
+    let sent: Value = patch.body_json().unwrap();
+    let keys: Vec<&str> = sent
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys,
+        ["body", "title"],
+        "an update changes the text, never head, base or state"
+    );
+}
+
+#[tokio::test]
+async fn a_second_pull_request_for_the_same_head_is_reported_as_existing() {
+    let f = fixture().await;
+    Mock::given(method("POST"))
+        .and(path("/repos/octo/app/pulls"))
+        .respond_with(json_reply(
+            422,
+            json!({
+                "message": "Validation Failed",
+                "errors": [{"resource": "PullRequest", "code": "custom", "message": "A pull request already exists for octo:stet/x."}],
+            }),
+        ))
+        .mount(&f.server)
+        .await;
+
+    let err = f
+        .forge
+        .open_pull_request(&target("main", None), &draft(&f, "stet/x"))
+        .await
+        .unwrap_err();
+
+    assert!(
+        matches!(&err, ForgeError::PullRequestExists { head, base, detail, .. }
+            if head == "stet/x" && base == "main" && detail.contains("already exists for octo:stet/x")),
+        "{err}"
+    );
+    assert_eq!(received(&f.server).await.len(), 1, "a 422 is not retried");
+}
+
+#[tokio::test]
+async fn server_errors_are_retried_until_one_succeeds() {
+    let f = fixture().await;
+    Mock::given(method("GET"))
+        .and(path("/repos/octo/app"))
+        .respond_with(json_reply(502, json!({"message": "Server Error"})))
+        .up_to_n_times(2)
+        .mount(&f.server)
+        .await;
+    mount_repo_and_base(&f.server, "/repos/octo/app/branches/main", &sha('a')).await;
+
+    let preflight = f.forge.preflight(&target("main", None)).await.unwrap();
+
+    assert_eq!(preflight.base_sha.as_str(), sha('a'));
+    let requests = received(&f.server).await;
+    assert_eq!(
+        calls(&requests, "GET", "/repos/octo/app"),
+        3,
+        "two failures, then success"
+    );
+    assert_eq!(calls(&requests, "GET", "/repos/octo/app/branches/main"), 1);
+}
+
+#[tokio::test]
+async fn server_errors_that_persist_fail_after_the_last_attempt() {
+    let f = fixture().await;
+    Mock::given(method("GET"))
+        .and(path("/repos/octo/app"))
+        .respond_with(json_reply(503, json!({"message": "Service Unavailable"})))
+        .mount(&f.server)
+        .await;
+
+    let err = f.forge.preflight(&target("main", None)).await.unwrap_err();
+
+    assert!(
+        matches!(
+            &err,
+            ForgeError::Server {
+                status: 503,
+                attempts: 3,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        received(&f.server).await.len(),
+        3,
+        "octocrab's own retry adds none"
+    );
+}
+
+#[tokio::test]
+async fn a_secondary_rate_limit_is_waited_out_as_retry_after_asks() {
+    let f = fixture().await;
+    Mock::given(method("GET"))
+        .and(path("/repos/octo/app"))
+        .respond_with(
+            json_reply(
+                403,
+                json!({"message": "You have exceeded a secondary rate limit. Please wait a few minutes before you try again."}),
+            )
+            .insert_header("retry-after", "1"),
+        )
+        .up_to_n_times(1)
+        .mount(&f.server)
+        .await;
+    mount_repo_and_base(&f.server, "/repos/octo/app/branches/main", &sha('a')).await;
+
+    let started = Instant::now();
+    f.forge.preflight(&target("main", None)).await.unwrap();
+
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "Retry-After was honoured"
+    );
+    assert_eq!(
+        calls(&received(&f.server).await, "GET", "/repos/octo/app"),
+        2
+    );
+}
+
+#[tokio::test]
+async fn a_retry_after_longer_than_the_maximum_delay_fails_at_once() {
+    let f = fixture().await;
+    Mock::given(method("GET"))
+        .and(path("/repos/octo/app"))
+        .respond_with(
+            json_reply(429, json!({"message": "API rate limit exceeded"}))
+                .insert_header("retry-after", "120"),
+        )
+        .mount(&f.server)
+        .await;
+
+    let started = Instant::now();
+    let err = f.forge.preflight(&target("main", None)).await.unwrap_err();
+
+    assert!(
+        matches!(&err, ForgeError::RateLimited { attempts: 1, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("API rate limit exceeded"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(2), "did not wait");
+    assert_eq!(received(&f.server).await.len(), 1);
+}
+
+#[tokio::test]
+async fn an_exhausted_primary_rate_limit_waits_for_its_reset_or_gives_up() {
+    let f = fixture().await;
+    let reset = Utc::now().timestamp() + 3600;
+    Mock::given(method("GET"))
+        .and(path("/repos/octo/app"))
+        .respond_with(
+            json_reply(403, json!({"message": "API rate limit exceeded for user."}))
+                .insert_header("x-ratelimit-remaining", "0")
+                .insert_header("x-ratelimit-reset", reset.to_string().as_str()),
+        )
+        .mount(&f.server)
+        .await;
+
+    let started = Instant::now();
+    let err = f.forge.preflight(&target("main", None)).await.unwrap_err();
+
+    assert!(
+        matches!(&err, ForgeError::RateLimited { attempts: 1, .. }),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "an hour is not waited for"
+    );
+}
+
+#[tokio::test]
+async fn refusals_map_to_distinct_errors_that_carry_githubs_words_but_no_token() {
+    let cases: [(u16, &str); 4] = [
+        (401, "Unauthorized"),
+        (403, "Forbidden"),
+        (404, "NotFound"),
+        (422, "Unprocessable"),
+    ];
+    for (status, expected) in cases {
+        let f = fixture().await;
+        // A server that echoes the token back must not make an error show it.
+        let message = format!("refusal {status} while reading {}", f.token);
+        Mock::given(method("POST"))
+            .and(path("/repos/octo/app/pulls"))
+            .respond_with(json_reply(
+                status,
+                json!({"message": message, "errors": [{"message": "the head is odd"}]}),
+            ))
+            .mount(&f.server)
+            .await;
+
+        let err = f
+            .forge
+            .open_pull_request(&target("main", None), &draft(&f, "stet/x"))
+            .await
+            .unwrap_err();
+
+        let variant = match &err {
+            ForgeError::Unauthorized { .. } => "Unauthorized",
+            ForgeError::Forbidden { .. } => "Forbidden",
+            ForgeError::NotFound { .. } => "NotFound",
+            ForgeError::Unprocessable { .. } => "Unprocessable",
+            other => panic!("{status}: unexpected {other:?}"),
+        };
+        assert_eq!(variant, expected);
+        let text = err.to_string();
+        assert!(!text.contains(&f.token), "{text}");
+        assert!(!format!("{err:?}").contains(&f.token));
+        assert!(
+            text.contains(&format!(
+                "refusal {status} while reading [REDACTED:primary-token]"
+            )),
+            "{text}"
+        );
+        assert!(text.contains("the head is odd"), "{text}");
+        assert_eq!(
+            received(&f.server).await.len(),
+            1,
+            "{status} is not retried"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_token_can_come_from_an_environment_variable() {
+    // The test process cannot set variables (no unsafe), so it reads one cargo started it with.
+    let (name, value) = ["CARGO_MANIFEST_DIR", "CARGO_PKG_DESCRIPTION", "HOME", "PWD"]
+        .into_iter()
+        .filter_map(|name| Some((name.to_owned(), std::env::var(name).ok()?)))
+        .find(|(_, v)| v.len() >= 8 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .expect("a one-word environment variable");
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/repos/octo/app"))
+        .and(header("authorization", format!("Bearer {value}").as_str()))
+        .respond_with(json_reply(404, json!({"message": "Not Found"})))
+        .mount(&server)
+        .await;
+    let forge = GitHubForge::new(
+        GitHubSettings {
+            api_url: server.uri(),
+            git_url: GIT_URL.to_owned(),
+            token: TokenSource::Env(name),
+            retry: quick(),
+        },
+        SanitizerHandle::new(TokenSanitizer::new().unwrap()),
+    )
+    .unwrap();
+
+    let err = forge.preflight(&target("main", None)).await.unwrap_err();
+
+    assert!(
+        matches!(err, ForgeError::RepositoryNotFound { .. }),
+        "the bearer matched: {err}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_environment_variable_is_named() {
+    let name = format!("STET_TEST_UNSET_{}", uuid::Uuid::new_v4().simple());
+    let err = GitHubForge::new(
+        GitHubSettings {
+            api_url: "https://api.example".to_owned(),
+            git_url: GIT_URL.to_owned(),
+            token: TokenSource::Env(name.clone()),
+            retry: quick(),
+        },
+        SanitizerHandle::new(TokenSanitizer::new().unwrap()),
+    )
+    .unwrap_err();
+
+    assert!(matches!(err, ForgeError::Token { .. }), "{err}");
+    assert!(err.to_string().contains(&name), "{err}");
+    let direct = TokenSource::Env(name.clone()).resolve().unwrap_err();
+    assert!(matches!(direct, TokenError::EnvMissing { .. }));
+}
+
+#[tokio::test]
+async fn the_token_can_come_from_a_command() {
+    let token = fake_token();
+    let resolved = printf_source(&token).resolve().unwrap();
+    assert_eq!(resolved.expose_secret(), token, "stdout is trimmed");
+
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/repos/octo/app"))
+        .and(header("authorization", format!("Bearer {token}").as_str()))
+        .respond_with(json_reply(404, json!({"message": "Not Found"})))
+        .mount(&server)
+        .await;
+    let forge = GitHubForge::new(
+        GitHubSettings {
+            api_url: server.uri(),
+            git_url: GIT_URL.to_owned(),
+            token: printf_source(&token),
+            retry: quick(),
+        },
+        SanitizerHandle::new(TokenSanitizer::new().unwrap()),
+    )
+    .unwrap();
+    let err = forge.preflight(&target("main", None)).await.unwrap_err();
+    assert!(
+        matches!(err, ForgeError::RepositoryNotFound { .. }),
+        "the bearer matched: {err}"
+    );
+    assert!(!format!("{forge:?}").contains(&token));
+}
+
+#[test]
+fn a_failing_or_silent_token_command_is_named_with_its_status_and_stderr() {
+    let failing = TokenSource::Command(vec![
+        "sh".into(),
+        "-c".into(),
+        "echo 'not logged in' >&2; exit 7".into(),
+    ]);
+    let err = failing.resolve().unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, TokenError::Failed { .. }), "{text}");
+    assert!(
+        text.contains("sh -c echo 'not logged in' >&2; exit 7"),
+        "{text}"
+    );
+    assert!(text.contains("exit status: 7"), "{text}");
+    assert!(text.contains("not logged in"), "{text}");
+
+    let silent = TokenSource::Command(vec!["sh".into(), "-c".into(), "printf '\\n'".into()]);
+    let err = silent.resolve().unwrap_err();
+    assert!(matches!(err, TokenError::EmptyOutput { .. }), "{err}");
+}
+
+/// An RSA key pair made by openssl for this test: (private key path, public key PEM).
+fn app_key(dir: &Path) -> (PathBuf, Vec<u8>) {
+    let private = dir.join("app.pem");
+    let public = dir.join("app.pub.pem");
+    let run = |args: &[&str]| {
+        let output = Command::new("openssl").args(args).output().unwrap();
+        assert!(
+            output.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    run(&["genrsa", "-out", private.to_str().unwrap(), "2048"]);
+    run(&[
+        "rsa",
+        "-in",
+        private.to_str().unwrap(),
+        "-pubout",
+        "-out",
+        public.to_str().unwrap(),
+    ]);
+    (private, std::fs::read(public).unwrap())
+}
+
+#[derive(serde::Deserialize)]
+struct AppClaims {
+    iss: u64,
+    iat: i64,
+    exp: i64,
+}
+
+const APP_ID: u64 = 4242;
+const INSTALLATION_ID: u64 = 99;
+
+fn app_provider(server: &MockServer, key: PathBuf) -> GitHubAppCredentialProvider {
+    GitHubAppCredentialProvider::new(GitHubAppSettings {
+        api_url: server.uri(),
+        app_id: APP_ID,
+        installation_id: INSTALLATION_ID,
+        private_key: key,
+    })
+    .unwrap()
+}
+
+#[tokio::test]
+async fn an_installation_token_is_minted_for_one_repository_with_two_permissions_and_revoked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, public) = app_key(dir.path());
+    let server = MockServer::start().await;
+    let installation_token = fake_token();
+    let github_expiry = Utc::now() + chrono::Duration::hours(1);
+    Mock::given(method("POST"))
+        .and(path(format!(
+            "/app/installations/{INSTALLATION_ID}/access_tokens"
+        )))
+        .respond_with(json_reply(
+            201,
+            json!({
+                "token": installation_token,
+                "expires_at": github_expiry.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                "permissions": {"contents": "write", "pull_requests": "write"},
+                "repository_selection": "selected",
+            }),
+        ))
+        .mount(&server)
+        .await;
+    Mock::given(method("DELETE"))
+        .and(path("/installation/token"))
+        .and(header(
+            "authorization",
+            format!("Bearer {installation_token}").as_str(),
+        ))
+        .respond_with(ResponseTemplate::new(204))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("DELETE"))
+        .and(path("/installation/token"))
+        .respond_with(json_reply(404, json!({"message": "Not Found"})))
+        .mount(&server)
+        .await;
+    let provider = app_provider(&server, key);
+    assert_eq!(provider.name(), "github-app");
+    assert!(provider.enters_sandbox());
+
+    let before = Utc::now();
+    let minted = provider
+        .mint("octo/app", "stet/fix", Duration::from_secs(600))
+        .await
+        .unwrap();
+
+    assert_eq!(minted.value.expose_secret(), installation_token);
+    assert!(minted.id.as_str().starts_with("github-app-"));
+    let ttl_end = before + chrono::Duration::seconds(600);
+    assert!(
+        minted.expires_at >= ttl_end - chrono::Duration::seconds(5)
+            && minted.expires_at <= ttl_end + chrono::Duration::seconds(5),
+        "the shorter of GitHub's expiry and the TTL: {}",
+        minted.expires_at
+    );
+    let requests = received(&server).await;
+    assert_eq!(requests.len(), 1);
+    let mint = &requests[0];
+    let bearer = mint.headers.get("authorization").unwrap().to_str().unwrap();
+    let jwt = bearer.strip_prefix("Bearer ").unwrap();
+    let decoded = jsonwebtoken::decode::<AppClaims>(
+        jwt,
+        &jsonwebtoken::DecodingKey::from_rsa_pem(&public).unwrap(),
+        &jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::RS256),
+    )
+    .unwrap();
+    assert_eq!(decoded.claims.iss, APP_ID);
+    assert!(
+        decoded.claims.iat <= Utc::now().timestamp() && decoded.claims.exp > Utc::now().timestamp()
+    );
+    assert_eq!(
+        mint.body_json::<Value>().unwrap(),
+        json!({"repositories": ["app"], "permissions": {"contents": "write", "pull_requests": "write"}})
+    );
+
+    assert_eq!(
+        provider.revoke(&minted.id).await.unwrap(),
+        Revocation::Revoked
+    );
+    assert_eq!(
+        provider.revoke(&minted.id).await.unwrap(),
+        Revocation::AlreadyGone,
+        "a second revoke's 404 counts as done"
+    );
+    let deletes: Vec<Request> = received(&server)
+        .await
+        .into_iter()
+        .filter(|r| r.method.as_str() == "DELETE")
+        .collect();
+    assert_eq!(deletes.len(), 2);
+    for delete in &deletes {
+        assert_eq!(delete.url.path(), "/installation/token");
+        assert_eq!(
+            delete.headers.get("authorization").unwrap(),
+            &format!("Bearer {installation_token}"),
+            "revoked with the token itself"
+        );
+    }
+    assert!(!format!("{provider:?}").contains(&installation_token));
+}
+
+#[tokio::test]
+async fn a_credential_this_process_did_not_mint_is_not_revocable() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, _) = app_key(dir.path());
+    let server = MockServer::start().await;
+    let provider = app_provider(&server, key);
+
+    let answer = provider
+        .revoke(&CredentialId::new(
+            "github-app-from-an-earlier-process".to_owned(),
+        ))
+        .await
+        .unwrap();
+
+    assert_eq!(answer, Revocation::NotRevocable);
+    assert!(
+        received(&server).await.is_empty(),
+        "nothing to send it with"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_mint_is_a_readable_provider_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, _) = app_key(dir.path());
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(format!("/app/installations/{INSTALLATION_ID}/access_tokens")))
+        .respond_with(json_reply(
+            422,
+            json!({"message": "There is at least one repository that does not exist or is not accessible to the parent installation."}),
+        ))
+        .mount(&server)
+        .await;
+    let provider = app_provider(&server, key);
+
+    let err = provider
+        .mint("octo/elsewhere", "stet/x", Duration::from_secs(600))
+        .await
+        .unwrap_err();
+
+    assert!(
+        matches!(
+            &err,
+            CredentialError::Provider {
+                provider: "github-app",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("not accessible to the parent installation"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn an_unreadable_private_key_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("absent.pem");
+    let err = GitHubAppCredentialProvider::new(GitHubAppSettings {
+        api_url: "https://api.example".to_owned(),
+        app_id: APP_ID,
+        installation_id: INSTALLATION_ID,
+        private_key: missing.clone(),
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains(missing.to_str().unwrap()), "{err}");
+}
+
+#[tokio::test]
+async fn the_fallback_never_enters_a_sandbox_and_revoking_it_does_nothing() {
+    let primary = fake_token();
+    let provider = Arc::new(FallbackCredentialProvider::new(SecretValue::new(
+        primary.clone(),
+    )));
+    assert_eq!(provider.name(), "fallback");
+    assert!(!provider.enters_sandbox());
+
+    let before = Utc::now();
+    let credential = ScopedCredential::mint(
+        provider.clone(),
+        "octo/app",
+        "stet/x",
+        Duration::from_secs(300),
+    )
+    .await
+    .unwrap();
+
+    assert!(!credential.enters_sandbox());
+    assert!(credential.id().as_str().starts_with("fallback-"));
+    assert_eq!(credential.host_push_secret().expose_secret(), primary);
+    let ttl_end = before + chrono::Duration::seconds(300);
+    assert!((credential.expires_at() - ttl_end).num_seconds().abs() <= 5);
+    assert_eq!(
+        provider.revoke(credential.id()).await.unwrap(),
+        Revocation::NotRevocable
+    );
+    assert_eq!(credential.revoke().await, RevokeOutcome::NotRevocable);
+    assert_eq!(credential.revoke().await, RevokeOutcome::AlreadyRevoked);
+    assert!(!format!("{provider:?}").contains(&primary));
+}

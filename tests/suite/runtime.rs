@@ -10,10 +10,13 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use stet::dispatch::branch::CommitSha;
 use stet::dispatch::credential::{CREDENTIAL_ENV, LocalCredentialProvider, SecretValue};
 use stet::dispatch::event::DispatchId;
 use stet::dispatch::journal::Journal;
-use stet::dispatch::sandbox::{CredentialRequest, DispatchSandbox, SandboxRequest};
+use stet::dispatch::sandbox::{
+    CredentialRequest, DispatchSandbox, SandboxRequest, WorkspaceSource,
+};
 use stet::runtime::docker::DockerRuntime;
 use stet::runtime::{
     ContainerRuntime, DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, OutputLine,
@@ -77,11 +80,13 @@ async fn request(
         network,
         user: SandboxUser::for_invoker(DEFAULT_SANDBOX_UID).unwrap(),
         keepalive: vec![STET.into(), "sandbox-idle".into()],
+        workspace_source: None,
         credential: Some(CredentialRequest {
             provider: provider.clone(),
             repository: "demo/app".into(),
             branch: "stet/test".into(),
             ttl: Duration::from_secs(600),
+            into_sandbox: true,
         }),
     }
 }
@@ -284,6 +289,77 @@ async fn the_credential_is_in_the_environment_and_nowhere_else() {
 }
 
 #[tokio::test]
+async fn a_host_only_credential_is_journaled_and_revoked_but_never_enters_the_sandbox() {
+    use stet::dispatch::journal::Resource;
+    use stet::forge::github_app::FallbackCredentialProvider;
+    let f = fixture().await;
+    let primary = format!("primary{}", uuid::Uuid::new_v4().simple());
+    let fallback = Arc::new(FallbackCredentialProvider::new(SecretValue::new(
+        primary.clone(),
+    )));
+
+    let mut refused = request(DispatchLimits::default(), NetworkPolicy::None, &f.provider).await;
+    let refused_dispatch = refused.dispatch;
+    refused.credential = Some(CredentialRequest {
+        provider: fallback.clone(),
+        repository: "octo/app".into(),
+        branch: "stet/test".into(),
+        ttl: Duration::from_secs(600),
+        into_sandbox: true,
+    });
+    let error = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, refused)
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("never enter a sandbox"),
+        "{error}"
+    );
+    assert!(
+        !stet::dispatch::sandbox::SandboxPaths::under(&f.state_dir, refused_dispatch)
+            .root
+            .exists(),
+        "the refused provisioning left files"
+    );
+
+    let mut host_only = request(DispatchLimits::default(), NetworkPolicy::None, &f.provider).await;
+    host_only.credential = Some(CredentialRequest {
+        provider: fallback,
+        repository: "octo/app".into(),
+        branch: "stet/test".into(),
+        ttl: Duration::from_secs(600),
+        into_sandbox: false,
+    });
+    let sandbox =
+        DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, host_only)
+            .await
+            .unwrap();
+    assert_eq!(
+        sandbox
+            .credential()
+            .unwrap()
+            .host_push_secret()
+            .expose_secret(),
+        primary,
+        "the host push gets the credential"
+    );
+    let journaled = f.journal.records().unwrap().records;
+    let credentials: Vec<_> = journaled
+        .iter()
+        .flat_map(|record| record.resources.iter())
+        .filter(|r| matches!(r, Resource::Credential { provider, .. } if provider == "fallback"))
+        .collect();
+    assert_eq!(credentials.len(), 1, "{journaled:?}");
+    let report = probe(&sandbox, &["--find-env-in-cmdlines", CREDENTIAL_ENV], &[]).await;
+    assert_eq!(
+        report["cmdlines_containing"][0]["env_has_value"], false,
+        "the sandbox received the host's credential: {report}"
+    );
+    let torn = sandbox.teardown().await;
+    assert_eq!(torn.first_failure(), None, "{torn:?}");
+    assert!(f.journal.records().unwrap().records.is_empty());
+}
+
+#[tokio::test]
 async fn teardown_leaves_nothing_revokes_once_and_can_be_called_again() {
     let f = fixture().await;
     let sandbox = f
@@ -320,6 +396,64 @@ async fn teardown_leaves_nothing_revokes_once_and_can_be_called_again() {
             .is_err(),
         "no run after teardown"
     );
+}
+
+#[tokio::test]
+async fn the_workspace_starts_at_the_base_commit_owned_by_the_sandbox_user_and_goes_at_teardown() {
+    use std::os::unix::fs::MetadataExt;
+    let f = fixture().await;
+    let origin = tempfile::tempdir().unwrap();
+    support::git(origin.path(), &["init", "-q", "-b", "main"]);
+    std::fs::create_dir(origin.path().join("src")).unwrap();
+    std::fs::write(
+        origin.path().join("src/lib.rs"),
+        "pub fn answer() -> u8 { 42 }\n",
+    )
+    .unwrap();
+    support::git(origin.path(), &["add", "."]);
+    support::git(origin.path(), &["commit", "-q", "-m", "base"]);
+    let base = CommitSha::parse(&support::git(origin.path(), &["rev-parse", "HEAD"])).unwrap();
+    std::fs::write(origin.path().join("src/lib.rs"), "uncommitted\n").unwrap();
+
+    let mut request = request(DispatchLimits::default(), NetworkPolicy::None, &f.provider).await;
+    request.workspace_source = Some(WorkspaceSource {
+        repository: origin.path().to_owned(),
+        base: base.clone(),
+    });
+    let user = request.user;
+    let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)
+        .await
+        .unwrap();
+    let workspace = sandbox.paths().workspace.clone();
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("src/lib.rs")).unwrap(),
+        "pub fn answer() -> u8 { 42 }\n",
+        "the workspace holds the committed base, not the user's uncommitted edit"
+    );
+    assert_eq!(
+        support::git(&workspace, &["-c", "safe.directory=*", "rev-parse", "HEAD"]),
+        base.as_str()
+    );
+    assert_eq!(
+        support::git(
+            &workspace,
+            &["-c", "safe.directory=*", "status", "--porcelain"]
+        ),
+        ""
+    );
+    for entry in ["src/lib.rs", "src", ".git", ".git/HEAD"] {
+        let meta = std::fs::symlink_metadata(workspace.join(entry)).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (user.uid, user.gid), "{entry}");
+    }
+    let report = probe(&sandbox, &[], &[]).await;
+    assert_eq!(report["workspace_writable"], true, "{report}");
+    assert_eq!(
+        std::fs::read_to_string(origin.path().join("src/lib.rs")).unwrap(),
+        "uncommitted\n"
+    );
+    let torn = sandbox.teardown().await;
+    assert_eq!(torn.first_failure(), None, "{torn:?}");
+    assert!(!workspace.exists());
 }
 
 #[tokio::test]

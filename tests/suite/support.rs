@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::path::Path;
+use std::process::Command;
 
 use bollard::Docker;
 use bollard::container::LogOutput;
@@ -167,4 +168,47 @@ pub async fn host_listener() -> (std::net::TcpListener, String) {
     let listener = std::net::TcpListener::bind((gateway, 0)).unwrap();
     let port = listener.local_addr().unwrap().port();
     (listener, format!("{gateway}:{port}"))
+}
+
+/// Runs git with a fixed identity and no user or system configuration; returns trimmed stdout.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "Test")
+        .env("GIT_AUTHOR_EMAIL", "test@example.invalid")
+        .env("GIT_COMMITTER_NAME", "Test")
+        .env("GIT_COMMITTER_EMAIL", "test@example.invalid")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "git {args:?} in {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+/// Provenance as a dispatch would report it, with no usage reported.
+pub fn provenance(credential_kind: &str, base: &str, commit: &str) -> stet::forge::Provenance {
+    stet::forge::Provenance {
+        dispatch: stet::dispatch::event::DispatchId::new(),
+        image: "stet-sandbox:test".into(),
+        harness: "script".into(),
+        harness_version: None,
+        model: None,
+        input_tokens: None,
+        output_tokens: None,
+        cost_usd: None,
+        network: "none".into(),
+        credential_kind: credential_kind.into(),
+        redactions: 3,
+        duration: std::time::Duration::from_secs(5),
+        base: stet::dispatch::branch::CommitSha::parse(base).unwrap(),
+        commit: stet::dispatch::branch::CommitSha::parse(commit).unwrap(),
+    }
 }

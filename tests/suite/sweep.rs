@@ -37,11 +37,13 @@ async fn provision(
         network: NetworkPolicy::None,
         user: SandboxUser::for_invoker(DEFAULT_SANDBOX_UID).unwrap(),
         keepalive: vec!["/usr/local/bin/stet".into(), "sandbox-idle".into()],
+        workspace_source: None,
         credential: Some(CredentialRequest {
             provider: Arc::new(LocalCredentialProvider::default()),
             repository: "demo/app".into(),
             branch: "stet/sweep".into(),
             ttl: Duration::from_secs(600),
+            into_sandbox: true,
         }),
     };
     DispatchSandbox::provision(runtime, journal, state_dir, request)
@@ -107,8 +109,9 @@ async fn a_killed_dispatch_is_reclaimed_by_the_next_sweep_and_a_live_one_is_not(
     // A live dispatch of this process, which the sweep must leave alone.
     let live = provision(state.path(), runtime.clone(), &journal).await;
 
-    let providers: Vec<Arc<dyn CredentialProvider>> =
-        vec![Arc::new(LocalCredentialProvider::default())];
+    // No provider here can revoke the dead child's credential (its provider lived in that process):
+    // the sweep reports it as left to expire and still closes the record.
+    let providers: Vec<Arc<dyn CredentialProvider>> = Vec::new();
     let service = DispatchService::new(runtime.clone(), journal.clone(), state.path(), providers);
     let report = service.sweep_orphans().await.unwrap();
     let live_still_there = runtime
@@ -126,6 +129,12 @@ async fn a_killed_dispatch_is_reclaimed_by_the_next_sweep_and_a_live_one_is_not(
     );
     assert_eq!(report.records_closed, 1, "{report}");
     assert!(report.failures.is_empty(), "{report}");
+    assert_eq!(report.credentials_left_to_expire.len(), 1, "{report}");
+    assert!(
+        report.credentials_left_to_expire[0].ends_with("(local)")
+            && report.to_string().contains("expires at its TTL"),
+        "{report}"
+    );
     assert!(report.to_string().contains(&container));
     assert!(
         runtime
