@@ -3,7 +3,8 @@
 //! forces. The dispatch's scoped credential is presented only as the answer of a git2 credentials
 //! callback, in memory: never in a URL, an argv or a child's environment (git2 runs no child at all).
 //! A URL is checked before any network: no userinfo, and plain `http://` only to a loopback host, so a
-//! credential never crosses a network in clear.
+//! credential never crosses a network in clear. The same rules serve the host's other two remote
+//! operations: listing a remote's refs, and fetching a base commit the user's repository lacks.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -11,8 +12,8 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use git2::{
-    Cred, CredentialType, Direction, ErrorCode, Oid, ProxyOptions, PushOptions, Remote,
-    RemoteCallbacks, RemoteRedirect, Repository,
+    AutotagOption, Cred, CredentialType, Direction, ErrorCode, FetchOptions, Oid, ProxyOptions,
+    PushOptions, Remote, RemoteCallbacks, RemoteRedirect, Repository,
 };
 
 use crate::dispatch::branch::{BranchError, CommitSha, validate_ref_format};
@@ -91,6 +92,16 @@ pub enum PushError {
         .repository.display()
     )]
     PushFailed {
+        url: String,
+        branch: String,
+        repository: PathBuf,
+        detail: String,
+    },
+    #[error(
+        "remote {url}: fetching {branch:?} into {} failed: {detail}",
+        .repository.display()
+    )]
+    FetchFailed {
         url: String,
         branch: String,
         repository: PathBuf,
@@ -194,6 +205,56 @@ pub fn remote_refs(
         refs.insert(head.name().to_owned(), sha);
     }
     Ok(refs)
+}
+
+/// Makes sure the user's repository holds `commit` (a base preflight resolved at the forge): when it
+/// does not, fetches `refs/heads/<branch>` from `url` with the scoped credential. The fetch writes no
+/// ref and no `FETCH_HEAD` (the objects stay until the import's commit references them), follows no
+/// redirect and fetches no tags. Fails when the branch no longer leads to `commit`. Blocking.
+pub fn fetch_commit(
+    repository: &Path,
+    url: &str,
+    branch: &str,
+    commit: &CommitSha,
+    credential: Option<&ScopedCredential>,
+) -> Result<()> {
+    check_url(url)?;
+    validate_ref_format(branch).map_err(|source| PushError::InvalidBranch {
+        branch: branch.to_owned(),
+        source,
+    })?;
+    let opened = open_repository(repository)?;
+    if find_commit(&opened, commit, repository).is_ok() {
+        return Ok(());
+    }
+    let exchange = Exchange::new(credential);
+    let mut remote = anonymous_remote(&opened, url)?;
+    let mut options = FetchOptions::new();
+    options
+        .remote_callbacks(exchange.callbacks())
+        .proxy_options(ProxyOptions::new())
+        .follow_redirects(RemoteRedirect::None)
+        .download_tags(AutotagOption::None);
+    let refspec = format!("refs/heads/{branch}");
+    // `download` brings the objects only: unlike `fetch` it updates no ref and writes no FETCH_HEAD.
+    remote
+        .download(&[refspec.as_str()], Some(&mut options))
+        .map_err(|err| {
+            exchange
+                .auth_failure(url, &err)
+                .unwrap_or_else(|| PushError::FetchFailed {
+                    url: url.to_owned(),
+                    branch: branch.to_owned(),
+                    repository: repository.to_owned(),
+                    detail: err.message().to_owned(),
+                })
+        })?;
+    find_commit(&opened, commit, repository).map_err(|_| PushError::FetchFailed {
+        url: url.to_owned(),
+        branch: branch.to_owned(),
+        repository: repository.to_owned(),
+        detail: format!("the branch no longer leads to {commit}: it moved since preflight"),
+    })
 }
 
 /// Accepts `https://host[:port]/…`, `http://<loopback>[:port]/…`, `file:///…` and absolute paths;

@@ -15,7 +15,7 @@ use stet::dispatch::credential::{
     LocalCredentialProvider, RevokeOutcome, ScopedCredential, random_token,
 };
 use stet::git::push::{
-    MAX_CREDENTIAL_ATTEMPTS, PUSH_USERNAME, PushError, PushRequest, push, remote_refs,
+    MAX_CREDENTIAL_ATTEMPTS, PUSH_USERNAME, PushError, PushRequest, fetch_commit, push, remote_refs,
 };
 
 use super::git_http::GitHttpServer;
@@ -545,4 +545,90 @@ fn a_credential_refused_in_the_middle_of_a_push_is_an_authentication_failure() {
         ]
     );
     assert_eq!(remote_branch(&bare, "stet/expiring"), None);
+}
+
+#[test]
+fn a_base_missing_locally_is_fetched_with_the_scoped_credential_and_no_ref_is_written() {
+    let f = Fixture::new();
+    // The forge's main holds a commit the user's repository has never seen.
+    let elsewhere = tempfile::tempdir().unwrap();
+    Repository::init(elsewhere.path()).unwrap();
+    let base = commit_in(elsewhere.path(), None, "only on the forge");
+    let credential = f.mint();
+    push(&PushRequest {
+        repository: elsewhere.path(),
+        url: &f.url(),
+        commit: &base,
+        branch: "main",
+        credential: Some(&credential),
+    })
+    .unwrap();
+    let user = Repository::open(f.user.path()).unwrap();
+    let refs_before: Vec<String> = user
+        .references()
+        .unwrap()
+        .filter_map(|r| r.ok()?.name().ok().map(str::to_owned))
+        .collect();
+    assert!(
+        user.find_commit(Oid::from_str(base.as_str()).unwrap())
+            .is_err()
+    );
+    let requests_before = f.server.request_count();
+
+    fetch_commit(f.user.path(), &f.url(), "main", &base, Some(&credential)).unwrap();
+
+    assert!(
+        user.find_commit(Oid::from_str(base.as_str()).unwrap())
+            .is_ok()
+    );
+    let refs_after: Vec<String> = user
+        .references()
+        .unwrap()
+        .filter_map(|r| r.ok()?.name().ok().map(str::to_owned))
+        .collect();
+    assert_eq!(refs_after, refs_before, "the fetch wrote a ref");
+    assert!(!f.user.path().join(".git/FETCH_HEAD").exists());
+    let presented = f.server.presented();
+    assert!(!presented.is_empty());
+    assert!(
+        presented
+            .iter()
+            .all(|p| p.password == secret(&credential) && p.user == PUSH_USERNAME),
+        "{presented:?}"
+    );
+
+    // Present already: no network at all.
+    let requests = f.server.request_count();
+    assert!(requests > requests_before);
+    fetch_commit(f.user.path(), &f.url(), "main", &base, Some(&credential)).unwrap();
+    assert_eq!(f.server.request_count(), requests);
+}
+
+#[test]
+fn a_base_the_branch_no_longer_leads_to_is_a_clear_fetch_error() {
+    let f = Fixture::new();
+    let elsewhere = tempfile::tempdir().unwrap();
+    Repository::init(elsewhere.path()).unwrap();
+    let first = commit_in(elsewhere.path(), None, "first");
+    let unrelated = commit_in(elsewhere.path(), None, "unrelated");
+    let credential = f.mint();
+    push(&PushRequest {
+        repository: elsewhere.path(),
+        url: &f.url(),
+        commit: &unrelated,
+        branch: "main",
+        credential: Some(&credential),
+    })
+    .unwrap();
+    let error =
+        fetch_commit(f.user.path(), &f.url(), "main", &first, Some(&credential)).unwrap_err();
+    assert!(
+        matches!(&error, PushError::FetchFailed { detail, .. } if detail.contains("moved since preflight")),
+        "{error}"
+    );
+    let refused = fetch_commit(f.user.path(), &f.url(), "main", &first, None).unwrap_err();
+    assert!(
+        matches!(refused, PushError::CredentialRequired { .. }),
+        "{refused}"
+    );
 }
