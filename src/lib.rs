@@ -8,6 +8,7 @@ pub mod dispatch;
 pub mod doctor;
 pub mod forge;
 pub mod git;
+pub mod harness;
 pub mod image;
 pub mod inbox;
 pub mod logging;

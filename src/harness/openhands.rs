@@ -1,0 +1,1568 @@
+//! OpenHands' headless output read into stet's terms: transcript items, the run's outcome, its usage.
+//!
+//! `openhands --headless --json` (1.16, SDK 1.21) prints one JSON object per line for each conversation
+//! event, mixed with lines meant for a person: a Rich warning, ANSI status lines, a summary box,
+//! "Goodbye!". Only a line that parses as a JSON object with a string `kind` is an event. The other
+//! lines produce nothing: they repeat what the events already say, and they are not the agent's words.
+//!
+//! The process exits 0 whatever happened, so the outcome comes from the events: the run succeeded when
+//! the agent called `finish` and no `ConversationErrorEvent` arrived. Usage never appears in the stream;
+//! OpenHands writes its totals to `base_state.json` in the conversation's persistence directory, which
+//! [`final_usage`] finds under a root it walks without following links.
+//!
+//! Apart from that one bounded read this module is pure. Every text goes the same way:
+//! escape sequences and control characters are removed first (so a colour code can neither split a
+//! token the sanitizer must see whole nor reach a terminal), then the sanitizer runs, then the result
+//! is cut to a bound, so no cut can leave part of a secret unrecognised.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::ffi::{CStr, CString};
+use std::io::Read as _;
+use std::iter::Peekable;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+use std::str::Chars;
+use std::sync::Arc;
+
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
+use rustix::io::Errno;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::dispatch::event::{ItemKind, TranscriptItem, Usage};
+use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
+use crate::runtime::lines::FramedLine;
+
+/// The longest text of one transcript item, in bytes, the "… (N bytes more)" note included.
+pub const MAX_ITEM_BYTES: usize = 64 * 1024;
+
+/// The longest event line that is read; a longer one becomes a note saying it was skipped.
+pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+
+/// The largest `base_state.json` that is read.
+pub const MAX_STATE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The short rendering of an event or action kind this module does not know.
+const MAX_RENDERING_BYTES: usize = 1024;
+
+/// The reason of a failed outcome.
+const MAX_REASON_BYTES: usize = 4 * 1024;
+
+/// Room left at the end of a cut text for the note saying how much was cut.
+const NOTE_ROOM: usize = 40;
+
+/// How deep under the given root a conversation directory is looked for.
+const MAX_SEARCH_DEPTH: usize = 6;
+
+/// How many directory entries the search lists before giving up.
+const MAX_SEARCH_ENTRIES: usize = 50_000;
+
+/// The file in which OpenHands persists a conversation's state, its usage statistics included.
+const BASE_STATE: &CStr = c"base_state.json";
+
+/// What can go wrong reading OpenHands' persisted state.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenHandsError {
+    #[error("reading {path:?}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("{path:?} is {size} bytes; an OpenHands state file is read only up to {limit} bytes")]
+    TooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
+
+    #[error("{path:?} is not a usable OpenHands state file: {problem}")]
+    Malformed { path: PathBuf, problem: String },
+
+    #[error(
+        "{root:?} holds more than {limit} entries; stopped looking for OpenHands' base_state.json"
+    )]
+    TooManyEntries { root: PathBuf, limit: usize },
+}
+
+pub type Result<T> = std::result::Result<T, OpenHandsError>;
+
+/// How the agent's run ended, as far as its own events tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HarnessOutcome {
+    /// The agent called `finish`; `summary` is its message, when it wrote one.
+    Succeeded { summary: Option<SanitizedText> },
+    /// The agent never called `finish`, or the conversation stopped on an error.
+    Failed { reason: SanitizedText },
+}
+
+/// Reads OpenHands' stdout line by line into transcript items and remembers what decides the outcome.
+#[derive(Debug)]
+pub struct OpenHandsParser {
+    sanitizer: Arc<TokenSanitizer>,
+    long_line: LongLine,
+    /// The message of the last `FinishAction`, as the agent wrote it.
+    finish_message: Option<String>,
+    /// The text of the agent's last message, quoted when the run fails without a finish.
+    last_agent_message: Option<String>,
+    /// `code: detail` of the last `ConversationErrorEvent`.
+    conversation_error: Option<String>,
+}
+
+/// A line longer than the framer's piece size, while its pieces arrive.
+#[derive(Debug, Default)]
+enum LongLine {
+    #[default]
+    None,
+    /// The pieces so far of a line that may be an event.
+    Event(Vec<u8>),
+    /// A line that cannot be an event; its pieces are passed over.
+    NotEvent,
+    /// An event line past [`MAX_EVENT_BYTES`]; how long it is so far.
+    Oversized(usize),
+}
+
+/// One item before sanitizing: its kind, its text and the bound on that text.
+#[derive(Debug)]
+struct Draft {
+    item: ItemKind,
+    text: String,
+    limit: usize,
+}
+
+impl Draft {
+    fn new(item: ItemKind, text: String) -> Draft {
+        Draft {
+            item,
+            text,
+            limit: MAX_ITEM_BYTES,
+        }
+    }
+
+    fn short(item: ItemKind, text: String) -> Draft {
+        Draft {
+            item,
+            text,
+            limit: MAX_RENDERING_BYTES,
+        }
+    }
+}
+
+impl OpenHandsParser {
+    pub fn new(sanitizer: Arc<TokenSanitizer>) -> OpenHandsParser {
+        OpenHandsParser {
+            sanitizer,
+            long_line: LongLine::None,
+            finish_message: None,
+            last_agent_message: None,
+            conversation_error: None,
+        }
+    }
+
+    /// One framed line of OpenHands' stdout (bytes as printed: possibly not UTF-8, possibly with ANSI
+    /// codes). A line cut into pieces by the framer is gathered up to [`MAX_EVENT_BYTES`] and read when
+    /// its last piece arrives.
+    pub fn parse_line(&mut self, line: &FramedLine) -> Vec<TranscriptItem> {
+        let piece = line.bytes.as_slice();
+        match std::mem::take(&mut self.long_line) {
+            LongLine::None if !line.continues => self.parse_event(piece),
+            LongLine::None => {
+                self.long_line = if may_be_event(piece) {
+                    LongLine::Event(piece.to_vec())
+                } else {
+                    LongLine::NotEvent
+                };
+                Vec::new()
+            }
+            LongLine::Event(mut bytes) => {
+                let len = bytes.len() + piece.len();
+                if len > MAX_EVENT_BYTES {
+                    return self.oversized(len, line.continues);
+                }
+                bytes.extend_from_slice(piece);
+                if line.continues {
+                    self.long_line = LongLine::Event(bytes);
+                    return Vec::new();
+                }
+                self.parse_event(&bytes)
+            }
+            LongLine::Oversized(len) => self.oversized(len + piece.len(), line.continues),
+            LongLine::NotEvent => {
+                if line.continues {
+                    self.long_line = LongLine::NotEvent;
+                }
+                Vec::new()
+            }
+        }
+    }
+
+    /// The outcome of the events read so far: succeeded when a `FinishAction` was seen and no
+    /// `ConversationErrorEvent`.
+    pub fn outcome(&self) -> HarnessOutcome {
+        if let Some(error) = &self.conversation_error {
+            return HarnessOutcome::Failed {
+                reason: self.text(
+                    &format!("the OpenHands conversation stopped on an error: {error}"),
+                    MAX_REASON_BYTES,
+                ),
+            };
+        }
+        match (&self.finish_message, &self.last_agent_message) {
+            (Some(message), _) => HarnessOutcome::Succeeded {
+                summary: (!message.trim().is_empty()).then(|| self.text(message, MAX_ITEM_BYTES)),
+            },
+            (None, Some(message)) => HarnessOutcome::Failed {
+                reason: self.text(
+                    &format!(
+                        "the agent stopped without calling finish; its last message: {message}"
+                    ),
+                    MAX_REASON_BYTES,
+                ),
+            },
+            (None, None) => HarnessOutcome::Failed {
+                reason: self.text("the agent stopped without calling finish", MAX_REASON_BYTES),
+            },
+        }
+    }
+
+    fn oversized(&mut self, len: usize, continues: bool) -> Vec<TranscriptItem> {
+        if continues {
+            self.long_line = LongLine::Oversized(len);
+            return Vec::new();
+        }
+        let note = format!(
+            "an OpenHands event line of {len} bytes was not read (the limit is {MAX_EVENT_BYTES} bytes)"
+        );
+        vec![self.item(Draft::new(ItemKind::Other, note))]
+    }
+
+    fn parse_event(&mut self, line: &[u8]) -> Vec<TranscriptItem> {
+        let Some(event) = event_object(line) else {
+            return Vec::new();
+        };
+        let Some(kind) = event.get("kind").and_then(Value::as_str) else {
+            return Vec::new();
+        };
+        self.drafts(kind, &event)
+            .into_iter()
+            .map(|draft| self.item(draft))
+            .collect()
+    }
+
+    fn item(&self, draft: Draft) -> TranscriptItem {
+        TranscriptItem {
+            item: draft.item,
+            text: self.text(&draft.text, draft.limit),
+        }
+    }
+
+    fn text(&self, text: &str, limit: usize) -> SanitizedText {
+        bounded_text(&self.sanitizer, text, limit)
+    }
+
+    fn drafts(&mut self, kind: &str, event: &Map<String, Value>) -> Vec<Draft> {
+        match kind {
+            "MessageEvent" => self.message(event),
+            "ActionEvent" => self.action_event(event),
+            "ObservationEvent" => self.observation(event).into_iter().collect(),
+            "AgentErrorEvent" => {
+                let error = or_placeholder(string(event, "error"), "(no detail)");
+                let text = match string(event, "tool_name") {
+                    "" => error,
+                    tool => format!("{tool}: {error}"),
+                };
+                vec![Draft::new(ItemKind::Error, text)]
+            }
+            "UserRejectObservation" => {
+                let reason = or_placeholder(string(event, "rejection_reason"), "no reason given");
+                vec![Draft::new(
+                    ItemKind::Error,
+                    format!("action rejected: {reason}"),
+                )]
+            }
+            "ConversationErrorEvent" => {
+                let detail = or_placeholder(string(event, "detail"), "(no detail)");
+                let error = match string(event, "code") {
+                    "" => detail,
+                    code => format!("{code}: {detail}"),
+                };
+                self.conversation_error = Some(error.clone());
+                vec![Draft::new(ItemKind::Error, error)]
+            }
+            _ => vec![Draft::short(ItemKind::Other, rendering(kind, event))],
+        }
+    }
+
+    /// The agent's messages are [`ItemKind::Message`]; anyone else's (the task stet sent is the user's
+    /// message) is [`ItemKind::Other`] named by its source, so it is never taken for the agent's words.
+    fn message(&mut self, event: &Map<String, Value>) -> Vec<Draft> {
+        let message = event.get("llm_message");
+        let text = message
+            .and_then(|m| m.get("content"))
+            .map(content_text)
+            .unwrap_or_default();
+        match string(event, "source") {
+            "agent" => {
+                let mut drafts = Vec::new();
+                let reasoning = message
+                    .and_then(|m| m.get("reasoning_content"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                if !reasoning.trim().is_empty() {
+                    drafts.push(Draft::new(ItemKind::Thought, reasoning.to_owned()));
+                }
+                if !text.trim().is_empty() {
+                    self.last_agent_message = Some(text.clone());
+                }
+                drafts.push(Draft::new(
+                    ItemKind::Message,
+                    or_placeholder(text, "(an empty message)"),
+                ));
+                drafts
+            }
+            source => {
+                let source = if source.is_empty() { "unknown" } else { source };
+                vec![Draft::new(ItemKind::Other, format!("{source}: {text}"))]
+            }
+        }
+    }
+
+    /// The agent's reasoning (when it gave any) as a thought, then the action it took.
+    fn action_event(&mut self, event: &Map<String, Value>) -> Vec<Draft> {
+        let mut drafts = Vec::new();
+        let mut thought: Vec<&str> = Vec::new();
+        if let Some(reasoning) = event.get("reasoning_content").and_then(Value::as_str) {
+            thought.push(reasoning);
+        }
+        if let Some(Value::Array(blocks)) = event.get("thought") {
+            thought.extend(
+                blocks
+                    .iter()
+                    .filter_map(|block| block.get("text").and_then(Value::as_str)),
+            );
+        }
+        thought.retain(|text| !text.trim().is_empty());
+        if !thought.is_empty() {
+            drafts.push(Draft::new(ItemKind::Thought, thought.join("\n")));
+        }
+        match event.get("action") {
+            Some(Value::Object(action)) => drafts.push(self.action(action)),
+            _ => {
+                let tool = or_placeholder(string(event, "tool_name"), "a tool call");
+                drafts.push(Draft::new(
+                    ItemKind::Command,
+                    format!("{tool} (not executed)"),
+                ));
+            }
+        }
+        drafts
+    }
+
+    fn action(&mut self, action: &Map<String, Value>) -> Draft {
+        match string(action, "kind") {
+            "TerminalAction" => {
+                let command = string(action, "command");
+                let text = if action.get("is_input").and_then(Value::as_bool) == Some(true) {
+                    format!("input: {command}")
+                } else {
+                    or_placeholder(command, "(an empty command)")
+                };
+                Draft::new(ItemKind::Command, text)
+            }
+            "FileEditorAction" => Draft::new(ItemKind::Command, file_editor_summary(action)),
+            "FinishAction" => {
+                let message = string(action, "message");
+                self.finish_message = Some(message.to_owned());
+                Draft::new(ItemKind::Finish, or_placeholder(message, "(no message)"))
+            }
+            "ThinkAction" => Draft::new(
+                ItemKind::Thought,
+                or_placeholder(string(action, "thought"), "(an empty thought)"),
+            ),
+            "" => Draft::short(ItemKind::Command, rendering("an action", action)),
+            kind => Draft::short(ItemKind::Command, rendering(kind, action)),
+        }
+    }
+
+    /// What a tool returned: its content, a terminal's exit status, as an error when the tool says it
+    /// failed. The finish tool's result only echoes the finish message and is left out.
+    fn observation(&self, event: &Map<String, Value>) -> Option<Draft> {
+        let Some(Value::Object(observation)) = event.get("observation") else {
+            return Some(Draft::short(
+                ItemKind::Other,
+                rendering("ObservationEvent", event),
+            ));
+        };
+        let kind = string(observation, "kind");
+        let content = observation
+            .get("content")
+            .map(content_text)
+            .unwrap_or_default();
+        if kind == "FinishObservation" && self.finish_message.as_deref() == Some(content.as_str()) {
+            return None;
+        }
+        let text = if kind == "TerminalObservation" {
+            with_exit_status(content, observation)
+        } else {
+            content
+        };
+        let item = if observation.get("is_error").and_then(Value::as_bool) == Some(true) {
+            ItemKind::Error
+        } else {
+            ItemKind::Output
+        };
+        let tool = match string(event, "tool_name") {
+            "" => kind,
+            tool => tool,
+        };
+        Some(Draft::new(
+            item,
+            or_placeholder(text, &format!("({tool} returned nothing)")),
+        ))
+    }
+}
+
+/// Whether a line's first piece can start an event (a JSON object).
+fn may_be_event(bytes: &[u8]) -> bool {
+    bytes.trim_ascii_start().starts_with(b"{")
+}
+
+/// The JSON object a line holds, if it holds one. Bytes that are not UTF-8 inside strings (Python may
+/// write lone surrogates as such) become U+FFFD rather than costing the event.
+fn event_object(line: &[u8]) -> Option<Map<String, Value>> {
+    let line = line.trim_ascii();
+    if !line.starts_with(b"{") {
+        return None;
+    }
+    let value = match serde_json::from_slice::<Value>(line) {
+        Ok(value) => value,
+        Err(_) if std::str::from_utf8(line).is_err() => {
+            serde_json::from_str::<Value>(&String::from_utf8_lossy(line)).ok()?
+        }
+        Err(_) => return None,
+    };
+    match value {
+        Value::Object(object) => Some(object),
+        _ => None,
+    }
+}
+
+/// A string field, or "" when it is missing or not a string.
+fn string<'a>(object: &'a Map<String, Value>, field: &str) -> &'a str {
+    object.get(field).and_then(Value::as_str).unwrap_or("")
+}
+
+fn or_placeholder(text: impl Into<String>, placeholder: &str) -> String {
+    let text = text.into();
+    if text.trim().is_empty() {
+        placeholder.to_owned()
+    } else {
+        text
+    }
+}
+
+/// The text of an OpenHands content list (`[{type: text, text}, {type: image, image_urls}]`), or of a
+/// plain string.
+fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|block| match block.get("type").and_then(Value::as_str) {
+                Some("text") => block.get("text").and_then(Value::as_str).map(str::to_owned),
+                Some("image") => {
+                    let urls = block
+                        .get("image_urls")
+                        .and_then(Value::as_array)
+                        .map_or(0, Vec::len);
+                    Some(format!("[image: {urls} URLs]"))
+                }
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// A terminal's output followed by `[exit code N]`, or `[timed out]`.
+fn with_exit_status(output: String, observation: &Map<String, Value>) -> String {
+    let status = if observation.get("timeout").and_then(Value::as_bool) == Some(true) {
+        Some("[timed out]".to_owned())
+    } else {
+        observation
+            .get("exit_code")
+            .and_then(Value::as_i64)
+            .map(|code| format!("[exit code {code}]"))
+    };
+    let output = output.trim_end_matches(['\n', '\r']);
+    match status {
+        None => output.to_owned(),
+        Some(status) if output.is_empty() => status,
+        Some(status) => format!("{output}\n{status}"),
+    }
+}
+
+/// One line saying what a file-editor call does, without the file contents it carries.
+fn file_editor_summary(action: &Map<String, Value>) -> String {
+    let path = or_placeholder(string(action, "path"), "(no path)");
+    let lines = |field: &str| plural(string(action, field).lines().count(), "line");
+    match string(action, "command") {
+        "view" => match action.get("view_range").and_then(Value::as_array) {
+            Some(range) if range.len() == 2 => {
+                let bound = |value: &Value| match value.as_i64() {
+                    Some(-1) => "end".to_owned(),
+                    Some(line) => line.to_string(),
+                    None => "?".to_owned(),
+                };
+                format!(
+                    "view {path} lines {}-{}",
+                    bound(&range[0]),
+                    bound(&range[1])
+                )
+            }
+            _ => format!("view {path}"),
+        },
+        "create" => format!("create {path} ({})", lines("file_text")),
+        "str_replace" => format!(
+            "edit {path}: replace {} with {}",
+            lines("old_str"),
+            lines("new_str")
+        ),
+        "insert" => {
+            let after = action
+                .get("insert_line")
+                .and_then(Value::as_u64)
+                .map_or_else(|| "?".to_owned(), |line| line.to_string());
+            format!(
+                "edit {path}: insert {} after line {after}",
+                lines("new_str")
+            )
+        }
+        "undo_edit" => format!("edit {path}: undo the last edit"),
+        "" => format!("edit {path}"),
+        command => format!("edit {path}: {command}"),
+    }
+}
+
+fn plural(count: usize, noun: &str) -> String {
+    if count == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{count} {noun}s")
+    }
+}
+
+/// `Kind {fields as compact JSON}`, for events and actions this module has no mapping for; the
+/// caller bounds it to [`MAX_RENDERING_BYTES`].
+fn rendering(kind: &str, object: &Map<String, Value>) -> String {
+    let fields: Map<String, Value> = object
+        .iter()
+        .filter(|(key, _)| !matches!(key.as_str(), "kind" | "id" | "timestamp"))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    if fields.is_empty() {
+        kind.to_owned()
+    } else {
+        format!("{kind} {}", Value::Object(fields))
+    }
+}
+
+/// `text` made safe to show: escape sequences and control characters removed (newlines and tabs
+/// kept, a lone carriage return read as a newline), secrets masked, and cut to `limit` bytes with a
+/// note saying how many more there were.
+fn bounded_text(sanitizer: &Arc<TokenSanitizer>, text: &str, limit: usize) -> SanitizedText {
+    let full = sanitizer.sanitize(&displayable(text));
+    let shown = full.as_str();
+    if shown.len() <= limit {
+        return full;
+    }
+    let mut cut = limit.saturating_sub(NOTE_ROOM);
+    while !shown.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let more = shown.len() - cut;
+    sanitizer.sanitize(&format!("{}… ({more} bytes more)", &shown[..cut]))
+}
+
+/// `text` without terminal escape sequences (CSI, OSC and the other string sequences, two-byte
+/// escapes) and without control characters other than newline and tab.
+fn displayable(text: &str) -> Cow<'_, str> {
+    if !text
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\n' | '\t' => shown.push(c),
+            '\r' => {
+                if chars.peek() != Some(&'\n') {
+                    shown.push('\n');
+                }
+            }
+            '\u{1b}' => skip_escape(&mut chars),
+            c if c.is_control() => {}
+            c => shown.push(c),
+        }
+    }
+    Cow::Owned(shown)
+}
+
+/// Passes over the rest of an escape sequence whose ESC was just read.
+fn skip_escape(chars: &mut Peekable<Chars<'_>>) {
+    let Some(&introducer) = chars.peek() else {
+        return;
+    };
+    match introducer {
+        '[' => {
+            chars.next();
+            while chars
+                .next_if(|c| ('\u{20}'..='\u{3f}').contains(c))
+                .is_some()
+            {}
+            chars.next_if(|c| ('\u{40}'..='\u{7e}').contains(c));
+        }
+        ']' | 'P' | 'X' | '^' | '_' => {
+            chars.next();
+            // A control string ends at BEL or ST; a newline also ends it here, so an unterminated
+            // one cannot swallow the rest of the text.
+            while let Some(&c) = chars.peek() {
+                match c {
+                    '\n' => break,
+                    '\u{7}' | '\u{9c}' => {
+                        chars.next();
+                        break;
+                    }
+                    '\u{1b}' => {
+                        chars.next();
+                        chars.next_if_eq(&'\\');
+                        break;
+                    }
+                    _ => {
+                        chars.next();
+                    }
+                }
+            }
+        }
+        '\u{20}'..='\u{2f}' => {
+            while chars
+                .next_if(|c| ('\u{20}'..='\u{2f}').contains(c))
+                .is_some()
+            {}
+            chars.next_if(|c| ('\u{30}'..='\u{7e}').contains(c));
+        }
+        '\u{30}'..='\u{7e}' => {
+            chars.next();
+        }
+        _ => {}
+    }
+}
+
+/// The final usage OpenHands recorded for the run, from the `base_state.json` files under `outputs`
+/// (its conversations live in `<persistence dir>/<conversation id>/base_state.json`).
+///
+/// The search goes at most six directories deep, lists at most 50 000 entries, follows no symbolic
+/// link and reads only regular files. A conversation's directory is not searched further: the
+/// sub-agent conversations OpenHands keeps inside it (`subagents/<id>/`) are already counted in the
+/// parent's statistics, as `task:<id>` or `delegate:<id>` entries. Within a file, every entry of
+/// `stats.usage_to_metrics` is added up (the agent's model, the condenser's, the sub-agents'), as
+/// OpenHands' own combined metrics do; separate conversations found side by side are added up too.
+/// `input_tokens` are the prompt tokens (cache reads included, as the providers count them),
+/// `cached_tokens` the cache reads; `cost_usd` and `total_cost_usd` are both the whole run's cost.
+///
+/// `Ok(None)` when no state file is found or none records any usage.
+pub fn final_usage(outputs: &Path, sanitizer: &Arc<TokenSanitizer>) -> Result<Option<Usage>> {
+    let root = match rustix::fs::open(outputs, directory_flags(), Mode::empty()) {
+        Ok(root) => root,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(errno) => return Err(read_error(outputs, errno)),
+    };
+    let mut search = StateSearch {
+        root: outputs,
+        listed: 0,
+        found: Vec::new(),
+    };
+    search.directory(root, outputs, 0)?;
+    let mut totals = Totals::default();
+    for (path, bytes) in &search.found {
+        totals.add(path, bytes)?;
+    }
+    Ok(totals.into_usage(sanitizer))
+}
+
+fn directory_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+fn read_error(path: &Path, errno: Errno) -> OpenHandsError {
+    OpenHandsError::Read {
+        path: path.to_owned(),
+        source: errno.into(),
+    }
+}
+
+/// A walk for `base_state.json` files, each directory opened relative to its parent without
+/// following links.
+struct StateSearch<'a> {
+    root: &'a Path,
+    listed: usize,
+    /// Each state file found, with its contents.
+    found: Vec<(PathBuf, Vec<u8>)>,
+}
+
+impl StateSearch<'_> {
+    fn directory(&mut self, directory: OwnedFd, path: &Path, depth: usize) -> Result<()> {
+        let mut listing = Dir::new(directory).map_err(|errno| read_error(path, errno))?;
+        let mut entries: Vec<(CString, FileType)> = Vec::new();
+        while let Some(entry) = listing.read() {
+            let entry = entry.map_err(|errno| read_error(path, errno))?;
+            let name = entry.file_name();
+            if matches!(name.to_bytes(), b"." | b"..") {
+                continue;
+            }
+            self.listed += 1;
+            if self.listed > MAX_SEARCH_ENTRIES {
+                return Err(OpenHandsError::TooManyEntries {
+                    root: self.root.to_owned(),
+                    limit: MAX_SEARCH_ENTRIES,
+                });
+            }
+            entries.push((name.to_owned(), entry.file_type()));
+        }
+        let dirfd = listing.fd().map_err(|errno| read_error(path, errno))?;
+        let mut subdirectories = Vec::new();
+        for (name, listed_type) in entries {
+            let child = path.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+            let file_type = match listed_type {
+                FileType::Unknown => rustix::fs::statat(dirfd, &name, AtFlags::SYMLINK_NOFOLLOW)
+                    .map(|stat| FileType::from_raw_mode(stat.st_mode))
+                    .map_err(|errno| read_error(&child, errno))?,
+                known => known,
+            };
+            match file_type {
+                FileType::RegularFile if name.as_c_str() == BASE_STATE => {
+                    let bytes = read_state(dirfd, &child)?;
+                    self.found.push((child, bytes));
+                    return Ok(());
+                }
+                FileType::Directory => subdirectories.push((name, child)),
+                _ => {}
+            }
+        }
+        if depth >= MAX_SEARCH_DEPTH {
+            return Ok(());
+        }
+        subdirectories.sort();
+        for (name, child) in subdirectories {
+            let opened = rustix::fs::openat(dirfd, &name, directory_flags(), Mode::empty())
+                .map_err(|errno| read_error(&child, errno))?;
+            self.directory(opened, &child, depth + 1)?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads a state file through a descriptor opened without following links and checked to be a
+/// regular file of bounded size.
+fn read_state(dirfd: BorrowedFd<'_>, path: &Path) -> Result<Vec<u8>> {
+    // O_NONBLOCK: should the entry have become a fifo since it was listed, opening it returns at once
+    // instead of waiting for a writer; fstat then refuses it.
+    let opened = rustix::fs::openat(
+        dirfd,
+        BASE_STATE,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|errno| read_error(path, errno))?;
+    let stat = rustix::fs::fstat(&opened).map_err(|errno| read_error(path, errno))?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(OpenHandsError::Malformed {
+            path: path.to_owned(),
+            problem: "it is not a regular file".to_owned(),
+        });
+    }
+    let too_large = |size: u64| OpenHandsError::TooLarge {
+        path: path.to_owned(),
+        size,
+        limit: MAX_STATE_BYTES,
+    };
+    let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
+    if size > MAX_STATE_BYTES {
+        return Err(too_large(size));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::from(opened)
+        .take(MAX_STATE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|source| OpenHandsError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+    let read = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+    if read > MAX_STATE_BYTES {
+        return Err(too_large(read));
+    }
+    Ok(bytes)
+}
+
+/// The part of `base_state.json` this module reads; every other field is passed over unread.
+#[derive(Debug, Deserialize)]
+struct BaseState {
+    #[serde(default)]
+    stats: Option<Stats>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Stats {
+    #[serde(default)]
+    usage_to_metrics: Option<BTreeMap<String, Metrics>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Metrics {
+    #[serde(default)]
+    model_name: Option<String>,
+    #[serde(default)]
+    accumulated_cost: Option<f64>,
+    #[serde(default)]
+    accumulated_token_usage: Option<TokenUsage>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct TokenUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    #[serde(default)]
+    cache_read_tokens: u64,
+}
+
+/// Usage added up over every metrics entry of every state file.
+#[derive(Debug, Default)]
+struct Totals {
+    entries: usize,
+    models: Vec<String>,
+    input: u64,
+    output: u64,
+    cached: u64,
+    cost: f64,
+}
+
+impl Totals {
+    fn add(&mut self, path: &Path, bytes: &[u8]) -> Result<()> {
+        let malformed = |problem: String| OpenHandsError::Malformed {
+            path: path.to_owned(),
+            problem,
+        };
+        // The problem names the place, not serde's message: that one can quote the file's contents.
+        let state: BaseState = serde_json::from_slice(bytes).map_err(|error| {
+            let what = match error.classify() {
+                serde_json::error::Category::Io => "it could not be read",
+                serde_json::error::Category::Syntax => "it is not valid JSON",
+                serde_json::error::Category::Eof => "it ends early",
+                serde_json::error::Category::Data => "a usage field has the wrong type or value",
+            };
+            malformed(format!(
+                "{what} (line {}, column {})",
+                error.line(),
+                error.column()
+            ))
+        })?;
+        let entries = state
+            .stats
+            .and_then(|stats| stats.usage_to_metrics)
+            .unwrap_or_default();
+        for (usage_id, metrics) in entries {
+            let cost = metrics.accumulated_cost.unwrap_or(0.0);
+            if !cost.is_finite() || cost < 0.0 {
+                return Err(malformed(format!(
+                    "the accumulated cost of usage {usage_id:?} is not a non-negative number"
+                )));
+            }
+            let tokens = metrics.accumulated_token_usage.unwrap_or_default();
+            self.entries += 1;
+            self.input = self.input.saturating_add(tokens.prompt_tokens);
+            self.output = self.output.saturating_add(tokens.completion_tokens);
+            self.cached = self.cached.saturating_add(tokens.cache_read_tokens);
+            self.cost += cost;
+            // "default" is the SDK's name for metrics with no model, such as a sub-agent's combined ones.
+            if let Some(model) = metrics.model_name
+                && !model.is_empty()
+                && model != "default"
+                && !self.models.contains(&model)
+            {
+                self.models.push(model);
+            }
+        }
+        Ok(())
+    }
+
+    fn into_usage(self, sanitizer: &Arc<TokenSanitizer>) -> Option<Usage> {
+        if self.entries == 0 {
+            return None;
+        }
+        let model = if self.models.is_empty() {
+            "unknown".to_owned()
+        } else {
+            self.models.join(", ")
+        };
+        Some(Usage {
+            model: bounded_text(sanitizer, &model, MAX_RENDERING_BYTES),
+            input_tokens: self.input,
+            output_tokens: self.output,
+            cached_tokens: self.cached,
+            cost_usd: Some(self.cost),
+            total_cost_usd: self.cost,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::fmt::Write as _;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::dispatch::sanitize::KnownValue;
+    use crate::runtime::lines::{LineFramer, MAX_LINE_BYTES};
+
+    /// The real captures of OpenHands 1.16 that this parser is built against (copied unchanged from
+    /// the project's shared fixtures; their README says how they were made).
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/openhands-1.16");
+
+    fn sanitizer() -> Arc<TokenSanitizer> {
+        Arc::new(TokenSanitizer::new().unwrap())
+    }
+
+    /// Frames `bytes` as the runtime does and parses every line.
+    fn parse_stream(parser: &mut OpenHandsParser, bytes: &[u8]) -> Vec<TranscriptItem> {
+        let mut framer = LineFramer::default();
+        let mut lines = framer.push(bytes);
+        lines.extend(framer.finish());
+        lines
+            .iter()
+            .flat_map(|line| parser.parse_line(line))
+            .collect()
+    }
+
+    /// Parses whole lines with a fresh parser.
+    fn parse(lines: &[String]) -> (Vec<TranscriptItem>, HarnessOutcome) {
+        let mut parser = OpenHandsParser::new(sanitizer());
+        let items = parse_stream(&mut parser, lines.join("\n").as_bytes());
+        (items, parser.outcome())
+    }
+
+    fn pairs(items: &[TranscriptItem]) -> Vec<(ItemKind, &str)> {
+        items
+            .iter()
+            .map(|item| (item.item, item.text.as_str()))
+            .collect()
+    }
+
+    fn fixture_transcript(name: &str) -> (String, HarnessOutcome) {
+        let path = Path::new(FIXTURES).join(name);
+        let bytes = std::fs::read(&path).unwrap_or_else(|error| panic!("{path:?}: {error}"));
+        let mut parser = OpenHandsParser::new(sanitizer());
+        let items = parse_stream(&mut parser, &bytes);
+        let outcome = parser.outcome();
+        let mut listing = String::new();
+        for item in &items {
+            writeln!(listing, "{:?}: {:?}", item.item, item.text.as_str()).unwrap();
+        }
+        writeln!(listing, "outcome: {outcome:?}").unwrap();
+        (listing, outcome)
+    }
+
+    fn agent_action(action: Value, thought: &str) -> String {
+        json!({
+            "id": "11ed8e87", "timestamp": "2026-11-29T07:16:42", "source": "agent",
+            "thought": [{"cache_prompt": false, "type": "text", "text": thought}],
+            "reasoning_content": null, "action": action, "tool_name": "terminal",
+            "tool_call_id": "call_a", "llm_response_id": "chatcmpl-0", "kind": "ActionEvent"
+        })
+        .to_string()
+    }
+
+    fn observation(tool: &str, observation: Value) -> String {
+        json!({
+            "id": "d6246a05", "timestamp": "2026-11-29T07:16:43", "source": "environment",
+            "tool_name": tool, "tool_call_id": "call_a", "observation": observation,
+            "action_id": "11ed8e87", "kind": "ObservationEvent"
+        })
+        .to_string()
+    }
+
+    fn terminal_output(text: &str, exit_code: i64) -> Value {
+        json!({
+            "content": [{"cache_prompt": false, "type": "text", "text": text}],
+            "is_error": false, "command": "true", "exit_code": exit_code, "timeout": false,
+            "kind": "TerminalObservation"
+        })
+    }
+
+    fn finish(message: &str) -> String {
+        agent_action(json!({"message": message, "kind": "FinishAction"}), "")
+    }
+
+    #[test]
+    fn the_finish_capture_reads_as_task_command_output_and_finish() {
+        let (listing, outcome) = fixture_transcript("run-finish.stdout");
+        insta::assert_snapshot!("run_finish", listing);
+        assert_eq!(
+            outcome,
+            HarnessOutcome::Succeeded {
+                summary: Some(sanitizer().sanitize("Created hello.txt"))
+            }
+        );
+    }
+
+    #[test]
+    fn the_plain_text_capture_fails_for_want_of_a_finish() {
+        let (listing, outcome) = fixture_transcript("run-text.stdout");
+        insta::assert_snapshot!("run_text", listing);
+        let HarnessOutcome::Failed { reason } = outcome else {
+            panic!("{outcome:?}");
+        };
+        assert_eq!(
+            reason.as_str(),
+            "the agent stopped without calling finish; its last message: I think the task is done; anything else?"
+        );
+    }
+
+    #[test]
+    fn the_multi_step_capture_reads_every_step_in_order() {
+        let (listing, outcome) = fixture_transcript("run-multi.stdout");
+        insta::assert_snapshot!("run_multi", listing);
+        assert_eq!(
+            outcome,
+            HarnessOutcome::Succeeded {
+                summary: Some(sanitizer().sanitize("Created hello.txt"))
+            }
+        );
+    }
+
+    #[test]
+    fn a_conversation_error_fails_the_run_even_after_a_finish() {
+        let error = json!({
+            "id": "e1", "timestamp": "2026-11-29T07:17:00", "source": "environment",
+            "code": "LLMServiceUnavailableError", "detail": "model endpoint returned 503",
+            "kind": "ConversationErrorEvent"
+        })
+        .to_string();
+        let (items, outcome) = parse(&[finish("Done"), error]);
+        assert_eq!(
+            pairs(&items),
+            vec![
+                (ItemKind::Finish, "Done"),
+                (
+                    ItemKind::Error,
+                    "LLMServiceUnavailableError: model endpoint returned 503"
+                ),
+            ]
+        );
+        assert_eq!(
+            outcome,
+            HarnessOutcome::Failed {
+                reason: sanitizer().sanitize(
+                    "the OpenHands conversation stopped on an error: LLMServiceUnavailableError: model endpoint returned 503"
+                )
+            }
+        );
+    }
+
+    #[test]
+    fn no_events_at_all_is_a_failure() {
+        let (items, outcome) = parse(&["Goodbye!".to_owned()]);
+        assert!(items.is_empty());
+        assert_eq!(
+            outcome,
+            HarnessOutcome::Failed {
+                reason: sanitizer().sanitize("the agent stopped without calling finish")
+            }
+        );
+    }
+
+    #[test]
+    fn secrets_in_commands_outputs_thoughts_and_the_finish_are_masked() {
+        let hex = || uuid::Uuid::new_v4().simple().to_string();
+        let token = format!("ghp_{}", &(hex() + &hex())[..36]);
+        let key = hex() + &hex();
+        let sanitizer = Arc::new(
+            TokenSanitizer::with_known_values(vec![KnownValue::new("model-key", &key).unwrap()])
+                .unwrap(),
+        );
+        let lines = [
+            agent_action(
+                json!({"command": format!("gh auth login --with-token {token}"), "kind": "TerminalAction"}),
+                &format!("the key is {key}"),
+            ),
+            observation(
+                "terminal",
+                terminal_output(&format!("KEY={key}\n\u{1b}[1m{token}\u{1b}[0m"), 0),
+            ),
+            finish(&format!("pushed with {token}")),
+        ];
+        let mut parser = OpenHandsParser::new(Arc::clone(&sanitizer));
+        let items = parse_stream(&mut parser, lines.join("\n").as_bytes());
+        let HarnessOutcome::Succeeded {
+            summary: Some(summary),
+        } = parser.outcome()
+        else {
+            panic!("{:?}", parser.outcome());
+        };
+        let texts: Vec<&str> = items
+            .iter()
+            .map(|item| item.text.as_str())
+            .chain([summary.as_str()])
+            .collect();
+        assert_eq!(texts.len(), 5, "{texts:?}");
+        for text in &texts {
+            assert!(!text.contains(&token) && !text.contains(&key), "{text}");
+        }
+        assert_eq!(texts[0], "the key is [REDACTED:model-key]");
+        assert_eq!(
+            texts[1],
+            "gh auth login --with-token [REDACTED:github-token]"
+        );
+        assert_eq!(
+            texts[2],
+            "KEY=[REDACTED:model-key]\n[REDACTED:github-token]\n[exit code 0]"
+        );
+        assert_eq!(texts[3], "pushed with [REDACTED:github-token]");
+        assert_eq!(texts[4], texts[3]);
+    }
+
+    #[test]
+    fn unknown_kinds_are_shown_never_dropped() {
+        let pause = json!({
+            "id": "p1", "timestamp": "2026-11-29T07:17:00", "source": "user", "kind": "PauseEvent"
+        })
+        .to_string();
+        let browse = agent_action(
+            json!({"url": "https://example.com", "new_tab": false, "kind": "BrowserNavigateAction"}),
+            "",
+        );
+        let not_executed = json!({
+            "source": "agent", "thought": [], "action": null, "tool_name": "browser",
+            "kind": "ActionEvent"
+        })
+        .to_string();
+        let tracker = observation(
+            "task_tracker",
+            json!({"content": [{"type": "text", "text": "2 tasks"}], "is_error": false, "kind": "TaskTrackerObservation"}),
+        );
+        let huge =
+            json!({"kind": "SystemPromptEvent", "system_prompt": "p".repeat(100_000)}).to_string();
+        let (items, _) = parse(&[pause, browse, not_executed, tracker, huge]);
+        assert_eq!(
+            pairs(&items[..4]),
+            vec![
+                (ItemKind::Other, r#"PauseEvent {"source":"user"}"#),
+                (
+                    ItemKind::Command,
+                    r#"BrowserNavigateAction {"new_tab":false,"url":"https://example.com"}"#
+                ),
+                (ItemKind::Command, "browser (not executed)"),
+                (ItemKind::Output, "2 tasks"),
+            ]
+        );
+        assert_eq!(items.len(), 5);
+        assert_eq!(items[4].item, ItemKind::Other);
+        let shown = items[4].text.as_str();
+        assert!(shown.starts_with(r#"SystemPromptEvent {"system_prompt":"ppp"#));
+        assert!(shown.len() <= MAX_RENDERING_BYTES, "{}", shown.len());
+        assert!(shown.ends_with("bytes more)"), "{shown}");
+    }
+
+    #[test]
+    fn lines_that_are_not_events_produce_nothing() {
+        let lines: Vec<&[u8]> = vec![
+            b"",
+            b"   ",
+            b"Agent is working",
+            "\u{1b}[32m\u{2713} Agent initialized with model: openai/mock-model\u{1b}[0m"
+                .as_bytes(),
+            "Goodbye! \u{1f44b}".as_bytes(),
+            b"[1, 2, 3]",
+            b"\"MessageEvent\"",
+            b"null",
+            b"{\"id\": \"x\", \"source\": \"agent\"}",
+            b"{\"kind\": 3}",
+            b"{\"kind\": \"MessageEvent\"",
+            b"{not json at all}",
+            b"\x1b[0m{\"kind\": \"MessageEvent\"}",
+            b"\xff\xfe{\x00\x01",
+            b"{\xff\xff}",
+        ];
+        let mut parser = OpenHandsParser::new(sanitizer());
+        for line in lines {
+            let framed = FramedLine {
+                bytes: line.to_vec(),
+                continues: false,
+            };
+            assert!(parser.parse_line(&framed).is_empty(), "{line:?}");
+        }
+        assert!(matches!(parser.outcome(), HarnessOutcome::Failed { .. }));
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_inside_an_event_become_replacement_characters() {
+        let mut line = br#"{"source": "agent", "llm_message": {"role": "assistant", "content": [{"type": "text", "text": "caf"#.to_vec();
+        line.extend_from_slice(b"\xff\xfe ok");
+        line.extend_from_slice(br#""}]}, "kind": "MessageEvent"}"#);
+        let mut parser = OpenHandsParser::new(sanitizer());
+        let items = parse_stream(&mut parser, &line);
+        assert_eq!(
+            pairs(&items),
+            vec![(ItemKind::Message, "caf\u{fffd}\u{fffd} ok")]
+        );
+    }
+
+    #[test]
+    fn a_megabyte_of_output_arrives_in_pieces_and_is_bounded() {
+        let output: String = (0..120_000).map(|n| format!("line {n}\n")).collect();
+        assert!(output.len() > 1024 * 1024);
+        let line = observation("terminal", terminal_output(&output, 0));
+        assert!(line.len() > 4 * MAX_LINE_BYTES);
+        let mut parser = OpenHandsParser::new(sanitizer());
+        let stream = format!("{line}\n{}\n", finish("Done"));
+        let items = parse_stream(&mut parser, stream.as_bytes());
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[0].item, ItemKind::Output);
+        let shown = items[0].text.as_str();
+        assert!(shown.len() <= MAX_ITEM_BYTES, "{}", shown.len());
+        let (kept, note) = shown.rsplit_once("\u{2026} (").unwrap();
+        let more: usize = note.strip_suffix(" bytes more)").unwrap().parse().unwrap();
+        let full = format!("{}\n[exit code 0]", output.trim_end());
+        assert_eq!(kept.len() + more, full.len());
+        assert!(full.starts_with(kept));
+        assert_eq!(pairs(&items[1..]), vec![(ItemKind::Finish, "Done")]);
+    }
+
+    #[test]
+    fn an_event_line_over_the_limit_is_reported_and_the_next_one_read() {
+        let mut parser = OpenHandsParser::new(sanitizer());
+        let mut stream = br#"{"kind": "ObservationEvent", "observation": {"content": ""#.to_vec();
+        stream.resize(MAX_EVENT_BYTES + 10, b'a');
+        stream.extend_from_slice(b"\"}}\n");
+        stream.extend_from_slice(&vec![b'x'; 3 * MAX_LINE_BYTES]);
+        stream.push(b'\n');
+        stream.extend_from_slice(finish("Done").as_bytes());
+        let items = parse_stream(&mut parser, &stream);
+        let total = MAX_EVENT_BYTES + 13;
+        assert_eq!(
+            pairs(&items),
+            vec![
+                (
+                    ItemKind::Other,
+                    format!(
+                        "an OpenHands event line of {total} bytes was not read (the limit is {MAX_EVENT_BYTES} bytes)"
+                    )
+                    .as_str()
+                ),
+                (ItemKind::Finish, "Done"),
+            ]
+        );
+    }
+
+    #[test]
+    fn escape_sequences_and_control_characters_never_reach_the_transcript() {
+        let output = "\u{1b}[1;31mred\u{1b}[0m \u{1b}]0;title\u{7}done\r\nnext\rover\u{0}\u{7f}\u{9b}\u{1b}(B!";
+        let (items, _) = parse(&[observation("terminal", terminal_output(output, 2))]);
+        assert_eq!(
+            pairs(&items),
+            vec![(ItemKind::Output, "red done\nnext\nover!\n[exit code 2]")]
+        );
+        assert_eq!(displayable("a\u{1b}]52;c;aGVsbG8=\nb"), "a\nb");
+        assert_eq!(displayable("tail\u{1b}"), "tail");
+        assert!(matches!(displayable("plain\ttext\n"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn file_editor_calls_are_summarised_without_their_contents() {
+        let editor = |fields: Value| {
+            let mut action = fields;
+            action["kind"] = json!("FileEditorAction");
+            agent_action(action, "")
+        };
+        let lines = [
+            editor(json!({"command": "view", "path": "/workspace/a.rs"})),
+            editor(json!({"command": "view", "path": "/workspace/a.rs", "view_range": [3, -1]})),
+            editor(
+                json!({"command": "create", "path": "/workspace/b.rs", "file_text": "fn main() {}\n"}),
+            ),
+            editor(
+                json!({"command": "str_replace", "path": "/workspace/a.rs", "old_str": "a\nb", "new_str": "c\nd\ne"}),
+            ),
+            editor(
+                json!({"command": "insert", "path": "/workspace/a.rs", "new_str": "x", "insert_line": 10}),
+            ),
+            editor(json!({"command": "undo_edit", "path": "/workspace/a.rs"})),
+            observation(
+                "file_editor",
+                json!({"content": [{"type": "text", "text": "File created successfully at: /workspace/b.rs"}],
+                       "is_error": false, "command": "create", "path": "/workspace/b.rs", "prev_exist": false,
+                       "new_content": "fn main() {}\n", "kind": "FileEditorObservation"}),
+            ),
+            observation(
+                "file_editor",
+                json!({"content": [{"type": "text", "text": "No replacement was performed."}],
+                       "is_error": true, "command": "str_replace", "kind": "FileEditorObservation"}),
+            ),
+        ];
+        let (items, _) = parse(&lines);
+        assert_eq!(
+            pairs(&items),
+            vec![
+                (ItemKind::Command, "view /workspace/a.rs"),
+                (ItemKind::Command, "view /workspace/a.rs lines 3-end"),
+                (ItemKind::Command, "create /workspace/b.rs (1 line)"),
+                (
+                    ItemKind::Command,
+                    "edit /workspace/a.rs: replace 2 lines with 3 lines"
+                ),
+                (
+                    ItemKind::Command,
+                    "edit /workspace/a.rs: insert 1 line after line 10"
+                ),
+                (
+                    ItemKind::Command,
+                    "edit /workspace/a.rs: undo the last edit"
+                ),
+                (
+                    ItemKind::Output,
+                    "File created successfully at: /workspace/b.rs"
+                ),
+                (ItemKind::Error, "No replacement was performed."),
+            ]
+        );
+    }
+
+    #[test]
+    fn reasoning_and_thoughts_come_before_the_action() {
+        let mut with_reasoning: Value = serde_json::from_str(&agent_action(
+            json!({"command": "ls", "is_input": false, "kind": "TerminalAction"}),
+            "Listing first.",
+        ))
+        .unwrap();
+        with_reasoning["reasoning_content"] = json!("The user wants a file.");
+        let lines = [
+            with_reasoning.to_string(),
+            agent_action(
+                json!({"thought": "Plan: edit, test.", "kind": "ThinkAction"}),
+                "",
+            ),
+            agent_action(
+                json!({"command": "y", "is_input": true, "kind": "TerminalAction"}),
+                "  ",
+            ),
+        ];
+        let (items, _) = parse(&lines);
+        assert_eq!(
+            pairs(&items),
+            vec![
+                (ItemKind::Thought, "The user wants a file.\nListing first."),
+                (ItemKind::Command, "ls"),
+                (ItemKind::Thought, "Plan: edit, test."),
+                (ItemKind::Command, "input: y"),
+            ]
+        );
+    }
+
+    #[test]
+    fn agent_errors_and_rejections_are_errors_and_do_not_decide_the_outcome() {
+        let agent_error = json!({
+            "source": "agent", "tool_name": "terminal", "tool_call_id": "c",
+            "error": "invalid arguments: missing command", "kind": "AgentErrorEvent"
+        })
+        .to_string();
+        let rejected = json!({
+            "source": "environment", "tool_name": "terminal", "tool_call_id": "c", "action_id": "a",
+            "rejection_reason": "blocked by hook", "rejection_source": "hook",
+            "kind": "UserRejectObservation"
+        })
+        .to_string();
+        let (items, outcome) = parse(&[agent_error, rejected, finish("Done")]);
+        assert_eq!(
+            pairs(&items),
+            vec![
+                (
+                    ItemKind::Error,
+                    "terminal: invalid arguments: missing command"
+                ),
+                (ItemKind::Error, "action rejected: blocked by hook"),
+                (ItemKind::Finish, "Done"),
+            ]
+        );
+        assert!(matches!(outcome, HarnessOutcome::Succeeded { .. }));
+    }
+
+    #[test]
+    fn only_the_echo_of_the_finish_message_is_left_out() {
+        let result = |text: &str| {
+            observation(
+                "finish",
+                json!({"content": [{"type": "text", "text": text}], "is_error": false, "kind": "FinishObservation"}),
+            )
+        };
+        let (items, outcome) = parse(&[finish("All done"), result("All done"), result("Other")]);
+        assert_eq!(
+            pairs(&items),
+            vec![(ItemKind::Finish, "All done"), (ItemKind::Output, "Other")]
+        );
+        assert_eq!(
+            outcome,
+            HarnessOutcome::Succeeded {
+                summary: Some(sanitizer().sanitize("All done"))
+            }
+        );
+        let (_, outcome) = parse(&[finish(" ")]);
+        assert_eq!(outcome, HarnessOutcome::Succeeded { summary: None });
+    }
+
+    fn metrics(model: &str, cost: f64, prompt: u64, completion: u64, cached: u64) -> Value {
+        json!({
+            "model_name": model, "accumulated_cost": cost, "max_budget_per_task": null,
+            "accumulated_token_usage": {
+                "model": model, "prompt_tokens": prompt, "completion_tokens": completion,
+                "cache_read_tokens": cached, "cache_write_tokens": 0, "reasoning_tokens": 0,
+                "context_window": 0, "per_turn_token": 0, "response_id": ""
+            },
+            "costs": [], "response_latencies": [], "token_usages": []
+        })
+    }
+
+    fn write_state(directory: &Path, usage: Value) {
+        std::fs::create_dir_all(directory).unwrap();
+        let state = json!({
+            "id": "4c35125b-83d9-4f83-a83a-e8357a19aa13",
+            "agent": {"llm": {"model": "openai/mock-model"}, "kind": "Agent"},
+            "execution_status": "finished",
+            "stats": {"usage_to_metrics": usage}
+        });
+        std::fs::write(directory.join("base_state.json"), state.to_string()).unwrap();
+    }
+
+    #[test]
+    fn final_usage_adds_up_conversations_and_their_entries_but_not_sub_agents_twice() {
+        let root = tempfile::tempdir().unwrap();
+        let conversations = root.path().join(".openhands/conversations");
+        let first = conversations.join("4c35125b83d94f83a83ae8357a19aa13");
+        write_state(
+            &first,
+            json!({
+                "agent": metrics("openai/gpt-4.1", 0.5, 1000, 200, 300),
+                "condenser": metrics("openai/gpt-4.1-mini", 0.25, 100, 20, 0),
+                "task:task_00000001": metrics("default", 0.125, 50, 5, 0),
+            }),
+        );
+        // The sub-agent's own state: already counted above as task:task_00000001.
+        write_state(
+            &first.join("subagents/0f6c7d1e2a3b4c5d"),
+            json!({"agent": metrics("openai/gpt-4.1", 0.125, 50, 5, 0)}),
+        );
+        write_state(
+            &conversations.join("8aa5b44b166b4ce595d1bdc6d70d32f3"),
+            json!({"agent": metrics("openai/gpt-4.1", 1.0, 7, 3, 1)}),
+        );
+        let usage = final_usage(root.path(), &sanitizer()).unwrap().unwrap();
+        assert_eq!(usage.model.as_str(), "openai/gpt-4.1, openai/gpt-4.1-mini");
+        assert_eq!(usage.input_tokens, 1157);
+        assert_eq!(usage.output_tokens, 228);
+        assert_eq!(usage.cached_tokens, 301);
+        assert_eq!(usage.total_cost_usd, 1.875);
+        assert_eq!(usage.cost_usd, Some(1.875));
+    }
+
+    #[test]
+    fn final_usage_is_none_without_a_state_file_or_usage() {
+        let root = tempfile::tempdir().unwrap();
+        let sanitizer = sanitizer();
+        assert!(
+            final_usage(&root.path().join("missing"), &sanitizer)
+                .unwrap()
+                .is_none()
+        );
+        assert!(final_usage(root.path(), &sanitizer).unwrap().is_none());
+        write_state(&root.path().join("conversations/a"), json!({}));
+        assert!(final_usage(root.path(), &sanitizer).unwrap().is_none());
+        let too_deep = (0..MAX_SEARCH_DEPTH + 1).fold(root.path().join("deep"), |path, level| {
+            path.join(level.to_string())
+        });
+        write_state(&too_deep, json!({"agent": metrics("m", 1.0, 1, 1, 0)}));
+        assert!(final_usage(root.path(), &sanitizer).unwrap().is_none());
+    }
+
+    #[test]
+    fn final_usage_follows_no_symbolic_link() {
+        let root = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        write_state(
+            elsewhere.path(),
+            json!({"agent": metrics("m", 1.0, 1, 1, 0)}),
+        );
+        let conversation = root.path().join("conversations/a");
+        std::fs::create_dir_all(&conversation).unwrap();
+        std::os::unix::fs::symlink(
+            elsewhere.path().join("base_state.json"),
+            conversation.join("base_state.json"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), root.path().join("conversations/b")).unwrap();
+        assert!(final_usage(root.path(), &sanitizer()).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_malformed_state_file_is_an_error_that_names_it() {
+        let root = tempfile::tempdir().unwrap();
+        let directory = root.path().join("conversations/a");
+        let file = directory.join("base_state.json");
+        std::fs::create_dir_all(&directory).unwrap();
+        let sanitizer = sanitizer();
+
+        std::fs::write(&file, "{\"stats\": {\"usage_to_metrics\": ").unwrap();
+        let error = final_usage(root.path(), &sanitizer).unwrap_err();
+        assert!(
+            matches!(error, OpenHandsError::Malformed { .. }),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains(&format!("{file:?}")), "{error}");
+
+        let wrong = json!({"stats": {"usage_to_metrics": {"agent": {"accumulated_token_usage": {"prompt_tokens": "quoted-secret-ish"}}}}});
+        std::fs::write(&file, wrong.to_string()).unwrap();
+        let error = final_usage(root.path(), &sanitizer)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(&format!("{file:?}")), "{error}");
+        assert!(error.contains("wrong type"), "{error}");
+        assert!(!error.contains("quoted-secret-ish"), "{error}");
+
+        let negative =
+            json!({"stats": {"usage_to_metrics": {"agent": {"accumulated_cost": -1.0}}}});
+        std::fs::write(&file, negative.to_string()).unwrap();
+        assert!(matches!(
+            final_usage(root.path(), &sanitizer),
+            Err(OpenHandsError::Malformed { .. })
+        ));
+
+        std::fs::File::create(&file)
+            .unwrap()
+            .set_len(MAX_STATE_BYTES + 1)
+            .unwrap();
+        assert!(matches!(
+            final_usage(root.path(), &sanitizer),
+            Err(OpenHandsError::TooLarge { size, .. }) if size == MAX_STATE_BYTES + 1
+        ));
+    }
+}
