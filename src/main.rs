@@ -45,6 +45,13 @@ struct Cli {
     command: Option<Command>,
 }
 
+/// The harnesses whose output `stet transcript` reads.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum HarnessName {
+    /// The OpenHands V1 CLI, `--headless --json`.
+    Openhands,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Copy standard input to standard output with secrets replaced by [REDACTED:<kind>].
@@ -94,6 +101,31 @@ enum Command {
             touched. Prints what it did; exits 1 if something could not be cleaned up (it stays journaled)."
     )]
     Sweep,
+
+    /// Replay a captured harness output as stet's event lines (JSON Lines on stdout).
+    #[command(
+        long_about = "Replay a captured harness output as stet's event lines (JSON Lines on stdout).\n\n\
+            Reads what an agent program printed (a file, or - for standard input), frames, parses and \
+            sanitizes it exactly as a live dispatch does, and prints one event per transcript item, the \
+            final usage when --outputs names the run's outputs directory, and a `finished` event with the \
+            outcome stet would draw from this output alone. Exits 0 when that outcome is done, 1 when it \
+            is failed, 2 when the capture cannot be read. Use it to debug a harness, or to see how a \
+            new harness version's output reads.",
+        after_help = "Examples:\n  stet transcript run.stdout\n  openhands --headless --json -t '...' | stet transcript -"
+    )]
+    Transcript {
+        /// The captured output, or - for standard input.
+        path: PathBuf,
+        /// Which harness printed it.
+        #[arg(long, value_enum, default_value = "openhands")]
+        harness: HarnessName,
+        /// The run's outputs directory, for the final usage the harness recorded there.
+        #[arg(long, value_name = "DIR")]
+        outputs: Option<PathBuf>,
+        /// The brief id the events carry.
+        #[arg(long, value_name = "ID", default_value = "replay")]
+        brief: String,
+    },
 
     /// List the local forge's pull requests (review records), or show one.
     #[command(
@@ -219,6 +251,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Sweep) => block_on(sweep()),
         Some(Command::Doctor) => block_on(doctor()),
         Some(Command::Reviews { number }) => reviews(number),
+        Some(Command::Transcript {
+            path,
+            harness: HarnessName::Openhands,
+            outputs,
+            brief,
+        }) => transcript(&path, outputs.as_deref(), brief),
         Some(Command::SandboxIdle) => block_on(sandbox_idle()),
         Some(Command::Probe {
             connect,
@@ -314,6 +352,41 @@ async fn sweep() -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+fn transcript(
+    path: &std::path::Path,
+    outputs: Option<&std::path::Path>,
+    brief: String,
+) -> anyhow::Result<ExitCode> {
+    use stet::harness::replay::{ReplayError, ReplayLabels, replay_openhands};
+    let sanitizer = Arc::new(TokenSanitizer::new()?);
+    let labels = ReplayLabels {
+        dispatch: stet::dispatch::event::DispatchId::new(),
+        brief,
+    };
+    let mut stdout = std::io::stdout().lock();
+    let replayed = if path == std::path::Path::new("-") {
+        replay_openhands(
+            std::io::stdin().lock(),
+            &mut stdout,
+            outputs,
+            &labels,
+            &sanitizer,
+        )
+    } else {
+        let file = std::fs::File::open(path)
+            .with_context(|| format!("opening the capture {}", path.display()))?;
+        replay_openhands(file, &mut stdout, outputs, &labels, &sanitizer)
+    };
+    match replayed {
+        Ok(outcome) => Ok(ExitCode::from(outcome.exit_code().unwrap_or(1))),
+        // The reader went away (`| head`): like any filter, stop quietly.
+        Err(ReplayError::Write(error)) if error.kind() == std::io::ErrorKind::BrokenPipe => {
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(error) => Err(error.into()),
+    }
 }
 
 fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {

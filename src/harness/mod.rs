@@ -3,3 +3,4 @@
 //! transcript items, an outcome and, where the agent records it, the run's usage.
 
 pub mod openhands;
+pub mod replay;

@@ -294,3 +294,66 @@ async fn reviews_lists_and_shows_local_pull_requests_without_terminal_escapes() 
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no review #9"));
 }
+
+#[test]
+fn transcript_replays_a_capture_as_sanitized_event_lines() {
+    let state = tempfile::tempdir().unwrap();
+    let capture =
+        std::fs::read_to_string("tests/fixtures/openhands-1.16/run-multi.stdout").unwrap();
+    // A secret the agent printed in a command: the replay must show it masked.
+    let planted = format!("ghp_{}", random_token(36).unwrap());
+    let capture = capture.replacen(
+        "\"kind\": \"TerminalAction\"",
+        &format!("\"kind\": \"TerminalAction\", \"command\": \"export T={planted}\""),
+        1,
+    );
+    let output = run_with_stdin(
+        {
+            let mut command = stet(state.path());
+            command.args(["transcript", "-", "--brief", "multi"]);
+            command
+        },
+        capture.as_bytes(),
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(!stdout.contains(&planted), "{stdout}");
+    assert!(stdout.contains("[REDACTED:github-token]"), "{stdout}");
+    let events: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert!(events.iter().all(|e| e["brief"] == "multi" && e["v"] == 1));
+    assert_eq!(events.last().unwrap()["kind"], "finished");
+    assert_eq!(events.last().unwrap()["outcome"], "done");
+    assert!(
+        events
+            .iter()
+            .filter(|e| e["kind"] == "transcript" && e["item"] == "command")
+            .count()
+            >= 4
+    );
+
+    let text_only = stet(state.path())
+        .args([
+            "transcript",
+            "tests/fixtures/openhands-1.16/run-text.stdout",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        text_only.status.code(),
+        Some(1),
+        "no finish: a failed outcome"
+    );
+    let missing = stet(state.path())
+        .args(["transcript", "no/such/capture"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        missing.status.code(),
+        Some(2),
+        "an unreadable capture is a usage error"
+    );
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no/such/capture"));
+}
