@@ -106,6 +106,14 @@ pub(crate) enum ClientAuth<'a> {
     },
 }
 
+/// Reads the primary token from its configured source.
+pub fn resolve_token(source: &TokenSource) -> Result<SecretValue> {
+    source.resolve().map_err(|err| ForgeError::Token {
+        forge: FORGE,
+        detail: err.to_string(),
+    })
+}
+
 /// Builds an octocrab client for `api_url` with octocrab's retry off (the [`Rest`] wrapper retries).
 /// Must run inside the tokio runtime the client will be used on: octocrab starts a worker task there.
 pub(crate) fn build_client(api_url: &str, auth: ClientAuth<'_>) -> Result<Octocrab> {
@@ -594,18 +602,26 @@ impl fmt::Debug for GitHubForge {
 }
 
 impl GitHubForge {
-    /// Reads the primary token from its source, teaches it to the sanitizer (`primary-token`) so no
-    /// sink can show it, and keeps it inside the REST client. Must run inside the async runtime.
+    /// Reads the primary token from its source and builds the forge with it ([`GitHubForge::with_token`]).
+    /// Must run inside the async runtime.
     pub fn new(settings: GitHubSettings, sanitizer: SanitizerHandle) -> Result<GitHubForge> {
+        let token = resolve_token(&settings.token)?;
+        GitHubForge::with_token(settings, token, sanitizer)
+    }
+
+    /// Teaches the primary token to the sanitizer (`primary-token`) so no sink can show it, and keeps
+    /// it inside the REST client. For a caller that already read the token from `settings.token` and
+    /// needs it once more (the fallback credential provider), so its source runs only once.
+    pub fn with_token(
+        settings: GitHubSettings,
+        token: SecretValue,
+        sanitizer: SanitizerHandle,
+    ) -> Result<GitHubForge> {
         web_url(&settings.git_url, "git_url")?;
         let token_error = |detail: String| ForgeError::Token {
             forge: FORGE,
             detail,
         };
-        let token = settings
-            .token
-            .resolve()
-            .map_err(|err| token_error(err.to_string()))?;
         let known = KnownValue::new("primary-token", token.expose_secret())
             .map_err(|err| token_error(format!("{}: {err}", settings.token.describe())))?;
         sanitizer

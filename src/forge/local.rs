@@ -114,14 +114,14 @@ impl LocalForge {
         Ok(record)
     }
 
-    /// Writes a new record under the next free number. Creating the file by hard link fails when the
-    /// number is taken, so two dispatches opening at once never share one.
+    /// Writes a new record under the first free number from `record.number` on. Creating the file by
+    /// hard link fails when the number is taken, so two dispatches opening at once never share one.
     fn create_record(&self, mut record: ReviewRecord) -> Result<ReviewRecord> {
         std::fs::create_dir_all(&self.reviews).map_err(|e| store_error(&self.reviews, e))?;
         let staged = self
             .reviews
             .join(format!(".new-{}.json.tmp", uuid::Uuid::new_v4().simple()));
-        let mut number = self.reviews()?.last().map_or(1, |last| last.number + 1);
+        let mut number = record.number;
         let created = loop {
             record.number = number;
             write_json(&staged, &record)?;
@@ -208,13 +208,13 @@ impl Forge for LocalForge {
     }
 
     async fn push_branch(&self, push: PushBranch<'_>) -> Result<Pushed> {
-        let bare = open_remote(&self.remote)?.is_bare();
-        if bare {
+        let remote = open_remote(&self.remote)?;
+        if remote.is_bare() {
+            drop(remote);
             return push_checked(FORGE, push).await;
         }
         // libgit2 cannot push into a repository with a working tree (the default remote is the user's
         // own checkout), so the branch is written there directly, with the same checks as a push.
-        let remote = open_remote(&self.remote)?;
         let refs = branch_refs(&remote, &self.remote)?;
         check_unmoved(FORGE, &push, &refs)?;
         let previous = refs.get(&format!("refs/heads/{}", push.branch)).cloned();
@@ -232,7 +232,8 @@ impl Forge for LocalForge {
         target: &Target,
         draft: &PullRequestDraft,
     ) -> Result<PullRequest> {
-        let duplicate = self.reviews()?.into_iter().find(|record| {
+        let existing = self.reviews()?;
+        let duplicate = existing.iter().find(|record| {
             record.state == ReviewState::Open
                 && record.remote == self.remote
                 && record.head == draft.head
@@ -249,7 +250,7 @@ impl Forge for LocalForge {
         }
         let now = Utc::now();
         let record = self.create_record(ReviewRecord {
-            number: 0,
+            number: existing.last().map_or(1, |last| last.number + 1),
             repo: target.repo.clone(),
             remote: self.remote.clone(),
             title: draft.title.as_str().to_owned(),

@@ -20,7 +20,7 @@ use crate::brief::Target;
 use crate::config::{Config, CredentialConfig, ForgeConfig};
 use crate::dispatch::branch::CommitSha;
 use crate::dispatch::credential::ScopedCredential;
-use crate::dispatch::credential::{CredentialProvider, LocalCredentialProvider};
+use crate::dispatch::credential::{CredentialProvider, LocalCredentialProvider, SecretValue};
 use crate::dispatch::sanitize::SanitizerHandle;
 use crate::git::push::{PushError, PushRequest, push, remote_refs};
 
@@ -243,17 +243,26 @@ pub fn from_config(
     state_dir: &Path,
     sanitizer: &SanitizerHandle,
 ) -> Result<ForgeSetup> {
-    let forge: Arc<dyn Forge> = match &config.forge {
-        ForgeConfig::Local { remote } => Arc::new(local::LocalForge::new(
-            remote.clone().unwrap_or_else(|| repository.to_owned()),
-            state_dir,
-        )),
-        ForgeConfig::GitHub(settings) => Arc::new(github::GitHubForge::new(
-            settings.clone(),
-            sanitizer.clone(),
-        )?),
+    // The primary token is read once: the fallback provider wraps the same value the forge holds.
+    let (forge, primary): (Arc<dyn Forge>, Option<SecretValue>) = match &config.forge {
+        ForgeConfig::Local { remote } => (
+            Arc::new(local::LocalForge::new(
+                remote.clone().unwrap_or_else(|| repository.to_owned()),
+                state_dir,
+            )),
+            None,
+        ),
+        ForgeConfig::GitHub(settings) => {
+            let token = github::resolve_token(&settings.token)?;
+            let forge = github::GitHubForge::with_token(
+                settings.clone(),
+                token.clone(),
+                sanitizer.clone(),
+            )?;
+            (Arc::new(forge), Some(token))
+        }
     };
-    let credentials: Arc<dyn CredentialProvider> = match (&config.credentials, &config.forge) {
+    let credentials: Arc<dyn CredentialProvider> = match (&config.credentials, primary) {
         (CredentialConfig::Local, _) => Arc::new(LocalCredentialProvider::default()),
         (CredentialConfig::GitHubApp(settings), _) => Arc::new(
             github_app::GitHubAppCredentialProvider::new(settings.clone()).map_err(|error| {
@@ -263,17 +272,10 @@ pub fn from_config(
                 }
             })?,
         ),
-        (CredentialConfig::Fallback, ForgeConfig::GitHub(settings)) => {
-            let primary = settings
-                .token
-                .resolve()
-                .map_err(|error| ForgeError::Token {
-                    forge: forge.name(),
-                    detail: error.to_string(),
-                })?;
+        (CredentialConfig::Fallback, Some(primary)) => {
             Arc::new(github_app::FallbackCredentialProvider::new(primary))
         }
-        (CredentialConfig::Fallback, ForgeConfig::Local { .. }) => {
+        (CredentialConfig::Fallback, None) => {
             return Err(ForgeError::Settings {
                 forge: forge.name(),
                 detail: "the fallback credential provider wraps a GitHub token; the local forge uses the local provider".to_owned(),
@@ -400,8 +402,11 @@ mod tests {
         assert!(local.credentials.enters_sandbox());
 
         let token = format!("t{}", uuid::Uuid::new_v4().simple());
+        let runs = tempfile::tempdir().unwrap();
+        let log = runs.path().join("runs");
         let fallback = config(&format!(
-            "[forge]\nkind = \"github\"\n[forge.github]\ntoken_command = [\"printf\", \"%s\", \"{token}\"]\n[credentials]\nprovider = \"fallback\"\n"
+            "[forge]\nkind = \"github\"\n[forge.github]\ntoken_command = [\"sh\", \"-c\", \"echo run >> {}; printf %s {token}\"]\n[credentials]\nprovider = \"fallback\"\n",
+            log.display()
         ));
         let github = from_config(&fallback, here, Path::new("/state"), &sanitizer).unwrap();
         assert_eq!(
@@ -419,6 +424,11 @@ mod tests {
                 .as_str(),
             "x [REDACTED:primary-token] y",
             "the primary token was registered with the sanitizer"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&log).unwrap(),
+            "run\n",
+            "the token command ran once for the forge and the fallback provider together"
         );
     }
 }
