@@ -2,8 +2,10 @@
 //!
 //! The library holds the engine and its pure cores; `main.rs` is only the command line on top.
 
+pub mod agent;
 pub mod brief;
 pub mod config;
+pub mod demo;
 pub mod dispatch;
 pub mod doctor;
 pub mod forge;

@@ -1,6 +1,118 @@
 //! Harnesses: the adapters that know how one agent program is started in the sandbox and how its
 //! output reads (DESIGN §2 "harness"). Each one turns its agent's own output format into stet's
-//! transcript items, an outcome and, where the agent records it, the run's usage.
+//! transcript items, an outcome and, where the agent reports it, the run's usage.
+//!
+//! The engine only sees the [`Harness`] trait: a harness plans the files to stage and the processes to
+//! run, and hands out a fresh [`OutputParser`] per dispatch. Staged files are written by the host into
+//! the outputs directory (mounted at `/outputs`) before the agent starts, so no brief text ever travels
+//! on a command line (ADR-0018 row 4).
 
 pub mod openhands;
 pub mod replay;
+pub mod script;
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::brief::Brief;
+use crate::dispatch::event::{DispatchId, TranscriptItem, Usage};
+use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
+use crate::runtime::{OutputLine, SandboxProcess};
+
+/// Errors of planning a harness run or reading what it left behind.
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    #[error("the {harness} harness cannot run this dispatch: {detail}")]
+    Plan {
+        harness: &'static str,
+        detail: String,
+    },
+    #[error("reading the {harness} harness's usage record: {detail}")]
+    Usage {
+        harness: &'static str,
+        detail: String,
+    },
+}
+
+pub type Result<T> = std::result::Result<T, HarnessError>;
+
+/// How the agent's run ended, as far as its own output tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HarnessOutcome {
+    /// The agent declared the task finished; `summary` is its own message, when it wrote one.
+    Succeeded { summary: Option<SanitizedText> },
+    /// The agent never declared the task finished, or reported that it failed.
+    Failed { reason: SanitizedText },
+}
+
+/// What a harness needs to know to start its agent on one dispatch.
+#[derive(Debug, Clone, Copy)]
+pub struct HarnessLaunch<'a> {
+    pub dispatch: DispatchId,
+    pub brief: &'a Brief,
+    /// The rendered instructions (the workflow template filled in with the brief).
+    pub instructions: &'a str,
+}
+
+/// A file the host writes into the outputs directory before the agent starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StagedFile {
+    /// A plain file name (no directory part); it appears at `/outputs/<name>` in the sandbox.
+    pub name: String,
+    pub contents: Vec<u8>,
+}
+
+/// The files to stage and the processes to run, in order, for one dispatch.
+#[derive(Debug, Clone, Default)]
+pub struct HarnessPlan {
+    pub files: Vec<StagedFile>,
+    /// Run one after the other; the first that exits non-zero ends the run.
+    pub processes: Vec<SandboxProcess>,
+}
+
+/// Model usage as an agent reports it for one request (the engine keeps the running total).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageReport {
+    pub model: SanitizedText,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cached_tokens: u64,
+    pub cost_usd: Option<f64>,
+}
+
+/// One thing read from the agent's output.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Parsed {
+    Item(TranscriptItem),
+    Usage(UsageReport),
+}
+
+/// Reads one agent run's output, line by line; one parser per dispatch.
+pub trait OutputParser: Send {
+    /// One framed line of stdout or stderr. Every text it returns is already sanitized.
+    fn parse(&mut self, line: &OutputLine) -> Vec<Parsed>;
+    /// The outcome of what was read so far.
+    fn outcome(&self) -> HarnessOutcome;
+}
+
+/// One agent program: how it starts in the sandbox and how its output reads.
+pub trait Harness: Send + Sync + fmt::Debug {
+    /// `openhands`, `script`: shown in events, run records and the pull request's provenance.
+    fn name(&self) -> &'static str;
+    /// The agent program's version, when the harness pins one.
+    fn version(&self) -> Option<String>;
+    /// The model the agent is told to use, when the harness knows it.
+    fn model(&self) -> Option<String>;
+    /// The files to stage and the processes to run for `launch`.
+    fn plan(&self, launch: &HarnessLaunch<'_>) -> Result<HarnessPlan>;
+    /// A fresh parser for one run's output.
+    fn parser(&self, sanitizer: Arc<TokenSanitizer>) -> Box<dyn OutputParser>;
+    /// Usage the agent recorded in the outputs directory (host path), read once it ended; `None` when
+    /// it records none there.
+    fn final_usage(
+        &self,
+        outputs: &Path,
+        sanitizer: &Arc<TokenSanitizer>,
+    ) -> Result<Option<Usage>>;
+}

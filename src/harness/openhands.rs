@@ -34,6 +34,7 @@ use serde_json::{Map, Value};
 use crate::dispatch::event::{ItemKind, TranscriptItem, Usage};
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 use crate::runtime::lines::FramedLine;
+pub use crate::harness::HarnessOutcome;
 
 /// The longest text of one transcript item, in bytes, the "… (N bytes more)" note included.
 pub const MAX_ITEM_BYTES: usize = 64 * 1024;
@@ -89,15 +90,6 @@ pub enum OpenHandsError {
 }
 
 pub type Result<T> = std::result::Result<T, OpenHandsError>;
-
-/// How the agent's run ended, as far as its own events tell.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HarnessOutcome {
-    /// The agent called `finish`; `summary` is its message, when it wrote one.
-    Succeeded { summary: Option<SanitizedText> },
-    /// The agent never called `finish`, or the conversation stopped on an error.
-    Failed { reason: SanitizedText },
-}
 
 /// Reads OpenHands' stdout line by line into transcript items and remembers what decides the outcome.
 #[derive(Debug)]

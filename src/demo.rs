@@ -1,0 +1,1 @@
+//! `stet demo`: the scratch repository, briefs and forge the demo dispatches against.
