@@ -1,6 +1,6 @@
 //! The `stet` command line: parses arguments and hands each command to the library.
 
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,8 +12,10 @@ use clap::{Parser, Subcommand};
 use stet::dispatch::branch::BranchValidator;
 use stet::dispatch::credential::{CredentialProvider, LocalCredentialProvider};
 use stet::dispatch::journal::Journal;
+use stet::dispatch::run::Delivery;
 use stet::dispatch::sanitize::{KnownValue, Redactor, SanitizerHandle, TokenSanitizer};
 use stet::dispatch::service::DispatchService;
+use stet::headless::Output;
 use stet::logging;
 use stet::runtime::docker::DockerRuntime;
 
@@ -37,12 +39,70 @@ const SANITIZE_CHUNK: usize = 128 * 1024;
         4  timed out\n  5  cost ceiling hit\n\nLogs: $XDG_STATE_HOME/stet/logs/ (filter with STET_LOG=debug)."
 )]
 struct Cli {
-    /// Run without the terminal UI and print JSON Lines events (the dispatch engine is not built yet).
+    /// Run without the terminal UI: dispatch the briefs given with --brief or --all and print the
+    /// events as JSON Lines on stdout (human progress on stderr when it is a terminal).
     #[arg(long)]
     headless: bool,
 
+    #[command(flatten)]
+    dispatch: DispatchArgs,
+
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+/// How briefs are dispatched (`--headless` and `stet demo`).
+#[derive(Debug, Clone, clap::Args)]
+struct DispatchArgs {
+    /// A brief to dispatch: its id in the inbox (.stet/briefs/ID.toml) or a path to a brief file.
+    /// Repeatable.
+    #[arg(long = "brief", value_name = "ID|PATH", global = true)]
+    briefs: Vec<String>,
+
+    /// Dispatch every brief in the inbox.
+    #[arg(long, conflicts_with = "briefs", global = true)]
+    all: bool,
+
+    /// Push the result and open (or update) the pull request. Without it a run stops after
+    /// collecting, keeping the commit at refs/stet/<dispatch id> and the diff in the run record.
+    #[arg(long, global = true)]
+    push: bool,
+
+    /// Wall-clock limit on the agent's work, e.g. 90s, 20m, 1h (default: the configuration's, 30m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, global = true)]
+    timeout: Option<std::time::Duration>,
+
+    /// End a dispatch once its model cost reaches this many US dollars.
+    #[arg(long = "cost-ceiling", value_name = "USD", value_parser = parse_ceiling, global = true)]
+    cost_ceiling: Option<f64>,
+}
+
+/// `90s`, `20m`, `1h` or plain seconds.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let (number, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((index, _)) => text.split_at(index),
+        None => (text, "s"),
+    };
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration such as 90s, 20m or 1h"))?;
+    let seconds = match unit {
+        "s" => value,
+        "m" => value.saturating_mul(60),
+        "h" => value.saturating_mul(3600),
+        _ => return Err(format!("{text:?}: the unit must be s, m or h")),
+    };
+    if seconds == 0 {
+        return Err("the timeout must be longer than zero".to_owned());
+    }
+    Ok(std::time::Duration::from_secs(seconds))
+}
+
+fn parse_ceiling(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() && value > 0.0 => Ok(value),
+        _ => Err(format!("{text:?} is not a positive number of US dollars")),
+    }
 }
 
 /// The harnesses whose output `stet transcript` reads.
@@ -50,10 +110,42 @@ struct Cli {
 enum HarnessName {
     /// The OpenHands V1 CLI, `--headless --json`.
     Openhands,
+    /// `stet agent`, the scripted agent.
+    Script,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the whole theater on a scratch repository: the local forge, the offline sandbox image and
+    /// the scripted agent, with nothing to configure but Docker.
+    #[command(
+        long_about = "Run the whole theater on a scratch repository: the local forge, the offline sandbox \
+            image and the scripted agent, with nothing to configure but Docker.\n\n\
+            Creates (or recreates) a small program with two briefs under $XDG_STATE_HOME/stet/demo (or \
+            --dir), builds the offline sandbox image from this stet binary if it is missing, and dispatches \
+            the first brief (or those given with --brief, or --all): a container with no network runs the \
+            scripted agent, which edits several files, runs the program's checks and prints a planted fake \
+            secret that shows up redacted; stet then commits the result, pushes the branch to the scratch \
+            forge and opens a pull request there (see `stet reviews`). Progress is printed for a person; \
+            --headless prints the JSON Lines events instead.",
+        after_help = "Examples:\n  stet demo\n  stet demo --pace 0 --headless\n  stet demo --all --dir /tmp/stet-demo"
+    )]
+    Demo {
+        /// Where the scratch repository goes (default $XDG_STATE_HOME/stet/demo).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// How fast the scripted agent works: pauses are multiplied by this (0 = no pauses).
+        #[arg(long, value_name = "FACTOR", default_value_t = 1.0)]
+        pace: f64,
+    },
+
+    /// The scripted agent: acts out a scenario inside the sandbox (used by `stet demo` and the tests).
+    #[command(hide = true)]
+    Agent {
+        #[command(subcommand)]
+        command: AgentCommand,
+    },
+
     /// Copy standard input to standard output with secrets replaced by [REDACTED:<kind>].
     #[command(
         long_about = "Copy standard input to standard output with secrets replaced by [REDACTED:<kind>].\n\n\
@@ -209,6 +301,27 @@ enum Command {
 }
 
 #[derive(Debug, Subcommand)]
+enum AgentCommand {
+    /// Act out a scenario, printing the agent's records as JSON Lines.
+    Run {
+        #[arg(long, value_name = "PATH")]
+        scenario: PathBuf,
+        #[arg(long, value_name = "PATH")]
+        instructions: PathBuf,
+        #[arg(long, value_name = "FACTOR", default_value_t = 1.0)]
+        pace: f64,
+        #[arg(long, value_name = "DIR", default_value = stet::runtime::WORKSPACE_MOUNT)]
+        workspace: PathBuf,
+    },
+    /// Run a checks file (the demo program's tests); exit 0 when every check passes.
+    Check {
+        file: PathBuf,
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        root: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum ImageCommand {
     /// Build the sandbox image from a stet executable and load it into Docker; print its ID and tag.
     #[command(
@@ -253,10 +366,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Reviews { number }) => reviews(number),
         Some(Command::Transcript {
             path,
-            harness: HarnessName::Openhands,
+            harness,
             outputs,
             brief,
-        }) => transcript(&path, outputs.as_deref(), brief),
+        }) => transcript(&path, harness, outputs.as_deref(), brief),
+        Some(Command::Demo { dir, pace }) => {
+            dispatch_runtime(demo(dir, pace, cli.headless, cli.dispatch))
+        }
+        Some(Command::Agent { command }) => agent(command),
         Some(Command::SandboxIdle) => block_on(sandbox_idle()),
         Some(Command::Probe {
             connect,
@@ -283,17 +400,292 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             stet::probe::write_report(&report, &mut std::io::stdout().lock())?;
             Ok(ExitCode::SUCCESS)
         }
-        None => {
-            let what = if cli.headless {
-                "`stet --headless` arrives with the dispatch engine"
-            } else {
-                "the terminal theater arrives with the TUI"
-            };
-            anyhow::bail!(
-                "{what}; available now: `stet sanitize`, `stet check-branch`, `stet doctor`, `stet sweep`, `stet image build-local` (see `stet --help`)"
-            )
-        }
+        None if cli.headless => dispatch_runtime(headless(cli.dispatch)),
+        None => anyhow::bail!(
+            "the terminal theater arrives with the TUI; use `stet --headless --brief ID` (or `stet demo`) now (see `stet --help`)"
+        ),
     }
+}
+
+/// Runs a dispatching command on a runtime with worker threads (git and the import run on the
+/// blocking pool while events flow).
+fn dispatch_runtime(
+    command: impl std::future::Future<Output = anyhow::Result<ExitCode>>,
+) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?
+        .block_on(command)
+}
+
+/// Resolves when SIGINT or SIGTERM arrives.
+async fn interrupted() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut interrupt), Ok(mut terminate)) => {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
+}
+
+/// `stet --headless`: dispatches briefs of the repository in the current directory.
+async fn headless(args: DispatchArgs) -> anyhow::Result<ExitCode> {
+    use stet::engine::{EngineOptions, ImageChoice};
+    if args.briefs.is_empty() && !args.all {
+        eprintln!("stet: --headless needs --brief ID|PATH (repeatable) or --all");
+        return Ok(ExitCode::from(EXIT_USAGE));
+    }
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    let repository = git2::Repository::discover(&cwd).with_context(|| {
+        format!(
+            "{} is not inside a git repository: run stet --headless from the repository the briefs are for",
+            cwd.display()
+        )
+    })?;
+    let root = repository
+        .workdir()
+        .unwrap_or_else(|| repository.path())
+        .to_owned();
+    let config = stet::config::Config::load(Some(&root))?;
+    let briefs = select_briefs(&root, &args)?;
+    let harness = harness_from_config(&config)?;
+    let image = match &config.dispatch.image {
+        Some(text) => ImageChoice::Configured(stet::runtime::ImageRef::parse(text, false)?),
+        None if harness.name() == "script" => ImageChoice::Offline,
+        None => anyhow::bail!(
+            "no sandbox image is configured for the {} harness: set [dispatch] image = \"<name>@sha256:<digest>\" in stet.toml (see docker/dispatch/README.md)",
+            harness.name()
+        ),
+    };
+    let options = EngineOptions {
+        repository: root,
+        state_dir: logging::state_dir()?,
+        timeout: args.timeout.unwrap_or(config.dispatch.timeout),
+        cost_ceiling_usd: args.cost_ceiling.or(config.dispatch.cost_ceiling_usd),
+        concurrency: config.dispatch.concurrency,
+        network: network_policy(&config),
+        image,
+        harness,
+        config,
+    };
+    let delivery = if args.push {
+        Delivery::Push
+    } else {
+        Delivery::Keep
+    };
+    let output = Output::JsonLines {
+        progress: std::io::stderr().is_terminal(),
+    };
+    dispatch_and_watch(options, briefs, delivery, output).await
+}
+
+/// `stet demo`: the scratch repository, the offline image, the scripted agent and the local forge.
+async fn demo(
+    dir: Option<PathBuf>,
+    pace: f64,
+    headless: bool,
+    args: DispatchArgs,
+) -> anyhow::Result<ExitCode> {
+    use stet::engine::{EngineOptions, ImageChoice};
+    use stet::harness::script::{ScenarioSource, ScriptHarness};
+    if !(pace.is_finite() && (0.0..=stet::agent::MAX_PACE).contains(&pace)) {
+        eprintln!(
+            "stet: --pace {pace} is out of range (0 to {})",
+            stet::agent::MAX_PACE
+        );
+        return Ok(ExitCode::from(EXIT_USAGE));
+    }
+    let state_dir = logging::state_dir()?;
+    let dir = dir.unwrap_or_else(|| state_dir.join("demo"));
+    let setup = stet::demo::prepare(&dir)?;
+    let config_file = setup.repo.join(stet::config::REPOSITORY_FILE);
+    let config_text = std::fs::read_to_string(&config_file)
+        .with_context(|| format!("reading {}", config_file.display()))?;
+    // Only the demo's own configuration: nothing the user configured changes what the demo does.
+    let config = stet::config::Config::from_layers(&[(config_file, config_text)])?;
+    let briefs = select_briefs(
+        &setup.repo,
+        &DispatchArgs {
+            all: args.all,
+            briefs: if args.briefs.is_empty() && !args.all {
+                setup
+                    .briefs
+                    .first()
+                    .map(|path| vec![path.display().to_string()])
+                    .unwrap_or_default()
+            } else {
+                args.briefs.clone()
+            },
+            ..args.clone()
+        },
+    )?;
+    let options = EngineOptions {
+        repository: setup.repo.clone(),
+        state_dir,
+        timeout: args.timeout.unwrap_or(config.dispatch.timeout),
+        cost_ceiling_usd: args.cost_ceiling.or(config.dispatch.cost_ceiling_usd),
+        concurrency: config.dispatch.concurrency,
+        network: stet::runtime::NetworkPolicy::None,
+        image: ImageChoice::Offline,
+        harness: Arc::new(ScriptHarness::new(ScenarioSource::Demo, pace)),
+        config,
+    };
+    let output = if headless {
+        Output::JsonLines {
+            progress: std::io::stderr().is_terminal(),
+        }
+    } else {
+        println!(
+            "stet demo: scratch repository {} (forge: {})",
+            setup.repo.display(),
+            setup.remote.display()
+        );
+        Output::Human
+    };
+    let code = dispatch_and_watch(options, briefs, Delivery::Push, output).await?;
+    if !headless {
+        println!(
+            "see the pull request with `stet reviews`; the run records are under {}/runs",
+            logging::state_dir()?.display()
+        );
+    }
+    Ok(code)
+}
+
+/// Assembles the engine (sweeping what earlier runs left), dispatches `briefs` and prints the events
+/// until every dispatch finished or a signal cancelled them.
+async fn dispatch_and_watch(
+    options: stet::engine::EngineOptions,
+    briefs: Vec<stet::brief::Brief>,
+    delivery: Delivery,
+    output: Output,
+) -> anyhow::Result<ExitCode> {
+    let handle = SanitizerHandle::new(TokenSanitizer::new()?);
+    let _log_guard = install_logging(&handle);
+    let engine = match stet::engine::Engine::assemble(options, &handle).await {
+        Ok(engine) => engine,
+        Err(error) => {
+            eprintln!("stet: {error}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
+    };
+    if !engine.sweep.is_empty() {
+        tracing::info!(report = ?engine.sweep, "launch sweep");
+        eprint!(
+            "stet: swept what earlier runs left behind:\n{}",
+            engine.sweep
+        );
+    }
+    let (dispatcher, events, task) = engine.start();
+    let mut stdout = std::io::stdout().lock();
+    let code = stet::headless::run(
+        dispatcher.clone(),
+        events,
+        briefs,
+        delivery,
+        output,
+        &mut stdout,
+        interrupted(),
+    )
+    .await;
+    dispatcher.shutdown().await;
+    drop(dispatcher);
+    let _ = task.await;
+    Ok(ExitCode::from(code))
+}
+
+/// The briefs named by `--brief` (inbox ids or paths) or `--all`; any brief that does not parse is
+/// an error naming its file.
+fn select_briefs(
+    root: &std::path::Path,
+    args: &DispatchArgs,
+) -> anyhow::Result<Vec<stet::brief::Brief>> {
+    use stet::brief::Brief;
+    let inbox = stet::inbox::Inbox::default_dir(root);
+    let mut briefs = Vec::new();
+    if args.all {
+        let listed = stet::inbox::Inbox::load(&inbox)?;
+        for entry in listed.entries() {
+            match &entry.brief {
+                Ok(brief) => briefs.push(brief.clone()),
+                Err(error) => anyhow::bail!("{error}"),
+            }
+        }
+        if briefs.is_empty() {
+            anyhow::bail!("--all: the inbox {} holds no briefs", inbox.display());
+        }
+        return Ok(briefs);
+    }
+    for name in &args.briefs {
+        let is_path = name.contains('/') || name.ends_with(".toml");
+        let path = if is_path {
+            PathBuf::from(name)
+        } else {
+            inbox.join(format!("{name}.toml"))
+        };
+        briefs.push(Brief::from_file(&path)?);
+    }
+    Ok(briefs)
+}
+
+fn network_policy(config: &stet::config::Config) -> stet::runtime::NetworkPolicy {
+    if config.dispatch.allow_network {
+        stet::runtime::NetworkPolicy::Bridge
+    } else {
+        stet::runtime::NetworkPolicy::None
+    }
+}
+
+fn harness_from_config(
+    config: &stet::config::Config,
+) -> anyhow::Result<Arc<dyn stet::harness::Harness>> {
+    use stet::config::HarnessKind;
+    use stet::harness::script::{ScenarioSource, ScriptHarness};
+    let harness = &config.harness;
+    Ok(match harness.kind {
+        HarnessKind::Script => Arc::new(ScriptHarness::new(
+            match &harness.script.scenario {
+                Some(path) => ScenarioSource::File(path.clone()),
+                None => ScenarioSource::Demo,
+            },
+            harness.script.pace,
+        )),
+        HarnessKind::OpenHands => Arc::new(stet::harness::openhands::OpenHandsHarness::new(
+            harness.openhands_settings()?,
+        )),
+    })
+}
+
+/// `stet agent ...`: runs inside the sandbox.
+fn agent(command: AgentCommand) -> anyhow::Result<ExitCode> {
+    let mut stdout = std::io::stdout().lock();
+    let code = match command {
+        AgentCommand::Run {
+            scenario,
+            instructions,
+            pace,
+            workspace,
+        } => stet::agent::run(
+            &stet::agent::AgentOptions {
+                scenario,
+                instructions,
+                pace,
+                workspace,
+            },
+            &mut stdout,
+        )?,
+        AgentCommand::Check { file, root } => stet::agent::check(&file, &root, &mut stdout)?,
+    };
+    Ok(ExitCode::from(code))
 }
 
 /// Runs an async command on a small runtime of its own.
@@ -356,28 +748,47 @@ async fn sweep() -> anyhow::Result<ExitCode> {
 
 fn transcript(
     path: &std::path::Path,
+    harness: HarnessName,
     outputs: Option<&std::path::Path>,
     brief: String,
 ) -> anyhow::Result<ExitCode> {
-    use stet::harness::replay::{ReplayError, ReplayLabels, replay_openhands};
+    use stet::harness::replay::{ReplayError, ReplayLabels, replay};
     let sanitizer = Arc::new(TokenSanitizer::new()?);
     let labels = ReplayLabels {
         dispatch: stet::dispatch::event::DispatchId::new(),
         brief,
     };
+    let (mut parser, usage) = match harness {
+        HarnessName::Openhands => {
+            let usage = match outputs {
+                Some(outputs) => stet::harness::openhands::final_usage(outputs, &sanitizer)?,
+                None => None,
+            };
+            let parser: Box<dyn stet::harness::OutputParser> = Box::new(
+                stet::harness::openhands::OpenHandsOutput::new(Arc::clone(&sanitizer)),
+            );
+            (parser, usage)
+        }
+        HarnessName::Script => {
+            let parser: Box<dyn stet::harness::OutputParser> = Box::new(
+                stet::harness::script::ScriptParser::new(Arc::clone(&sanitizer)),
+            );
+            (parser, None)
+        }
+    };
     let mut stdout = std::io::stdout().lock();
     let replayed = if path == std::path::Path::new("-") {
-        replay_openhands(
+        replay(
             std::io::stdin().lock(),
             &mut stdout,
-            outputs,
+            parser.as_mut(),
+            usage,
             &labels,
-            &sanitizer,
         )
     } else {
         let file = std::fs::File::open(path)
             .with_context(|| format!("opening the capture {}", path.display()))?;
-        replay_openhands(file, &mut stdout, outputs, &labels, &sanitizer)
+        replay(file, &mut stdout, parser.as_mut(), usage, &labels)
     };
     match replayed {
         Ok(outcome) => Ok(ExitCode::from(outcome.exit_code().unwrap_or(1))),

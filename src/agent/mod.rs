@@ -1,1 +1,154 @@
 //! `stet agent`: the scripted agent that runs inside the sandbox for `stet demo` and the engine tests.
+//!
+//! It stands in for a real coding agent where one cannot or should not run: the sandbox image holds
+//! only the stet binary, with no shell, no compiler and no network. It reads a scenario (TOML, see
+//! [`scenario`]) and the staged instruction file and acts the scenario out step by step, printing one
+//! [`AgentRecord`] per line on stdout. The `script` harness reads those lines back.
+//!
+//! The agent is deliberately untrusted: its edits may go anywhere, plant hooks or follow links, print
+//! secrets or flood its output, so the host's defences can be tested against it. A step that cannot
+//! be carried out (an edit that fails, a missing instruction file) is reported as an `error` record and
+//! ends the run with exit code 1; only a broken stdout or a bad scenario is an [`AgentError`].
+
+mod act;
+pub mod check;
+pub mod protocol;
+pub mod scenario;
+
+use std::io::{Read as _, Write};
+use std::path::PathBuf;
+
+pub use check::check;
+pub use protocol::AgentRecord;
+pub use scenario::{Action, Leak, Scenario, Step, parse_scenario};
+
+/// The slowest pace a run accepts (pauses a hundred times their written length).
+pub const MAX_PACE: f64 = 100.0;
+
+/// Why the scripted agent could not run, or could not read a scenario or checks file.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("{}: cannot read the scenario: {source}", file.display())]
+    ReadScenario {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: the scenario is {size} bytes; scenarios are limited to {limit} bytes", file.display())]
+    ScenarioTooLarge {
+        file: PathBuf,
+        size: usize,
+        limit: usize,
+    },
+    #[error("{}: {message}", file.display())]
+    ScenarioSyntax { file: PathBuf, message: String },
+    #[error("{}: field `{field}`: {problem}", file.display())]
+    ScenarioField {
+        file: PathBuf,
+        field: String,
+        problem: String,
+    },
+    #[error("{}: step {step}: field `{field}`: {problem}", file.display())]
+    StepField {
+        file: PathBuf,
+        /// Counted from 1.
+        step: usize,
+        field: String,
+        problem: String,
+    },
+    #[error("{}: cannot read the checks: {source}", file.display())]
+    ReadChecks {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {message}", file.display())]
+    ChecksSyntax { file: PathBuf, message: String },
+    #[error("{}: check {check}: field `{field}`: {problem}", file.display())]
+    CheckField {
+        file: PathBuf,
+        /// Counted from 1; 0 when the problem is the file as a whole.
+        check: usize,
+        field: String,
+        problem: String,
+    },
+    #[error("--pace {pace} is not a number from 0 to {MAX_PACE}")]
+    InvalidPace { pace: f64 },
+    #[error("{}: cannot read the instructions: {source}", file.display())]
+    ReadInstructions {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("step {step}: {action} {}: {source}", path.display())]
+    Edit {
+        step: usize,
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("step {step}: replace in {}: the text {find:?} is not in the file", path.display())]
+    NotFound {
+        step: usize,
+        path: PathBuf,
+        find: String,
+    },
+    #[error("step {step}: cannot start {program:?}: {source}")]
+    Start {
+        step: usize,
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("step {step}: the system's random generator failed: {detail}")]
+    Random { step: usize, detail: String },
+    #[error("writing the agent's output: {0}")]
+    Write(#[source] std::io::Error),
+}
+
+pub type Result<T> = std::result::Result<T, AgentError>;
+
+/// What `stet agent run` was told.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// The scenario file to act out.
+    pub scenario: PathBuf,
+    /// The staged instruction file.
+    pub instructions: PathBuf,
+    /// The factor every pause is multiplied by; 0 runs without pauses.
+    pub pace: f64,
+    /// Where edits and programs run: the sandbox's `/workspace`.
+    pub workspace: PathBuf,
+}
+
+/// Acts the scenario out, printing one record per line on `out`; returns the process exit code.
+pub fn run(options: &AgentOptions, out: &mut dyn Write) -> Result<u8> {
+    if !(options.pace.is_finite() && (0.0..=MAX_PACE).contains(&options.pace)) {
+        return Err(AgentError::InvalidPace { pace: options.pace });
+    }
+    let text = read_scenario(&options.scenario)?;
+    let scenario = parse_scenario(&options.scenario, &text)?;
+    act::Actor::new(options, &scenario.model, out).perform(&scenario.steps)
+}
+
+fn read_scenario(file: &std::path::Path) -> Result<String> {
+    let read_error = |source| AgentError::ReadScenario {
+        file: file.to_owned(),
+        source,
+    };
+    let mut bytes = Vec::new();
+    std::fs::File::open(file)
+        .map_err(read_error)?
+        .take(scenario::MAX_SCENARIO_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if bytes.len() > scenario::MAX_SCENARIO_BYTES {
+        return Err(AgentError::ScenarioTooLarge {
+            file: file.to_owned(),
+            size: bytes.len(),
+            limit: scenario::MAX_SCENARIO_BYTES,
+        });
+    }
+    String::from_utf8(bytes).map_err(|_| {
+        read_error(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "the scenario is not UTF-8 text",
+        ))
+    })
+}

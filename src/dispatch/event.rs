@@ -114,6 +114,15 @@ impl Event {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum EventKind {
+    /// The dispatch was accepted and waits in `queued` for a concurrency slot: what it will do.
+    Dispatched {
+        title: SanitizedText,
+        repo: SanitizedText,
+        base: SanitizedText,
+        branch: SanitizedText,
+        harness: SanitizedText,
+        image: SanitizedText,
+    },
     /// The dispatch moved to another phase; `reason` explains failures.
     Phase {
         from: Phase,
@@ -138,6 +147,18 @@ pub enum EventKind {
     },
     /// Something a person should know that did not stop the dispatch (e.g. a teardown step failed).
     Warning { message: SanitizedText },
+    /// stet imported the agent's work into a trusted commit, kept at `reference` in the repository.
+    /// `protected` lists changed paths held for review (e.g. CI workflows); the patch is in the run
+    /// record's `diff.patch`.
+    Collected {
+        commit: CommitSha,
+        reference: SanitizedText,
+        files: Vec<ChangedPath>,
+        insertions: usize,
+        deletions: usize,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        protected: Vec<SanitizedText>,
+    },
     /// stet pushed the result commit to the forge.
     Pushed {
         branch: SanitizedText,
@@ -149,6 +170,11 @@ pub enum EventKind {
         action: PullRequestAction,
         number: u64,
         url: SanitizedText,
+    },
+    /// The sandbox was torn down: each step (container, workspace, outputs, credential) and how it went.
+    TornDown {
+        steps: Vec<TeardownStepReport>,
+        millis: u64,
     },
     /// The dispatch ended; `outcome` is its terminal phase and `exit_code` the headless exit code.
     Finished {
@@ -163,16 +189,38 @@ impl EventKind {
     /// The `kind` tag of this variant, as it appears in JSON.
     pub fn name(&self) -> &'static str {
         match self {
+            EventKind::Dispatched { .. } => "dispatched",
             EventKind::Phase { .. } => "phase",
             EventKind::Transcript(_) => "transcript",
             EventKind::Usage(_) => "usage",
             EventKind::ImagePull { .. } => "image_pull",
             EventKind::Warning { .. } => "warning",
+            EventKind::Collected { .. } => "collected",
             EventKind::Pushed { .. } => "pushed",
             EventKind::PullRequest { .. } => "pull_request",
+            EventKind::TornDown { .. } => "torn_down",
             EventKind::Finished { .. } => "finished",
         }
     }
+}
+
+/// One changed file of a collected result (paths are agent-chosen, so sanitized and bounded).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangedPath {
+    pub path: SanitizedText,
+    pub change: crate::git::import::ChangeKind,
+    pub insertions: usize,
+    pub deletions: usize,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub binary: bool,
+}
+
+/// One teardown step: the resource reclaimed and, when it failed, why (the rest still ran).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TeardownStepReport {
+    pub resource: SanitizedText,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<SanitizedText>,
 }
 
 /// Whether a pull request was created or an existing one received the new head.
@@ -285,6 +333,8 @@ mod tests {
             kinds.insert(event.kind.name());
         }
         let all: BTreeSet<&str> = [
+            "dispatched",
+            "collected",
             "phase",
             "transcript",
             "usage",
@@ -292,6 +342,7 @@ mod tests {
             "warning",
             "pushed",
             "pull_request",
+            "torn_down",
             "finished",
         ]
         .into();

@@ -2,9 +2,12 @@
 
 pub mod branch;
 pub mod credential;
+pub mod dispatcher;
 pub mod error;
 pub mod event;
 pub mod journal;
+pub mod record;
+pub mod run;
 pub mod sandbox;
 pub mod sanitize;
 pub mod service;

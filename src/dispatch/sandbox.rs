@@ -11,11 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{Mutex, mpsc};
+use tokio_util::sync::CancellationToken;
 
 use crate::dispatch::branch::CommitSha;
 use crate::dispatch::credential::{CredentialProvider, RevokeOutcome, ScopedCredential};
 use crate::dispatch::event::DispatchId;
 use crate::dispatch::journal::{Journal, JournalEntry, JournalError, Resource};
+use crate::git::push::{PushError, fetch_commit};
 use crate::git::workspace::{WorkspaceError, materialize};
 use crate::runtime::{
     ContainerRuntime, DispatchLimits, ExecExit, ImageRef, NetworkPolicy, OutputLine, Removal,
@@ -44,6 +46,10 @@ pub enum SandboxError {
         "credential provider {0:?} hands out values that must never enter a sandbox; the host pushes with it instead"
     )]
     CredentialNotForSandbox(&'static str),
+    #[error("fetching the base commit the repository lacks failed: {0}")]
+    Fetch(#[from] PushError),
+    #[error("provisioning was stopped before the sandbox was complete")]
+    Stopped,
     #[error("the sandbox of {0} was already torn down")]
     TornDown(DispatchId),
     #[error(
@@ -92,6 +98,15 @@ pub struct CredentialRequest {
 pub struct WorkspaceSource {
     pub repository: PathBuf,
     pub base: CommitSha,
+    /// Where to fetch `base` from (with the scoped credential) when the repository lacks it.
+    pub fetch: Option<BaseFetch>,
+}
+
+/// The forge URL and branch a missing base commit is fetched from; no ref is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BaseFetch {
+    pub url: String,
+    pub branch: String,
 }
 
 /// Everything needed to provision one sandbox.
@@ -106,6 +121,23 @@ pub struct SandboxRequest {
     /// What the workspace holds when the agent starts; `None` leaves it empty.
     pub workspace_source: Option<WorkspaceSource>,
     pub credential: Option<CredentialRequest>,
+}
+
+/// Provisioning failed: why, and the teardown of what it had created (`None` when it failed before
+/// creating anything).
+#[derive(Debug)]
+pub struct ProvisionFailure {
+    pub error: SandboxError,
+    pub teardown: Option<TeardownReport>,
+}
+
+impl ProvisionFailure {
+    fn before_anything(error: SandboxError) -> ProvisionFailure {
+        ProvisionFailure {
+            error,
+            teardown: None,
+        }
+    }
 }
 
 /// How one teardown step went.
@@ -161,9 +193,27 @@ impl DispatchSandbox {
         state_dir: &Path,
         request: SandboxRequest,
     ) -> Result<DispatchSandbox> {
+        let never = CancellationToken::new();
+        DispatchSandbox::provision_until(runtime, journal, state_dir, request, &never)
+            .await
+            .map_err(|failure| failure.error)
+    }
+
+    /// [`DispatchSandbox::provision`] that stops between steps (and during an image pull) once `stop`
+    /// is cancelled: what exists by then is torn down and [`SandboxError::Stopped`] returned. A failure
+    /// carries the report of the teardown that followed it, so the caller can show what was reclaimed.
+    pub async fn provision_until(
+        runtime: Arc<dyn ContainerRuntime>,
+        journal: &Journal,
+        state_dir: &Path,
+        request: SandboxRequest,
+        stop: &CancellationToken,
+    ) -> std::result::Result<DispatchSandbox, ProvisionFailure> {
         let paths = SandboxPaths::under(state_dir, request.dispatch);
-        refuse_links_below(state_dir, &paths.root)?;
-        let mut entry = journal.begin(request.dispatch)?;
+        refuse_links_below(state_dir, &paths.root).map_err(ProvisionFailure::before_anything)?;
+        let mut entry = journal
+            .begin(request.dispatch)
+            .map_err(|error| ProvisionFailure::before_anything(error.into()))?;
         let mut sandbox = DispatchSandbox {
             dispatch: request.dispatch,
             runtime,
@@ -174,13 +224,17 @@ impl DispatchSandbox {
             state: Mutex::new(None),
             report: Mutex::new(None),
         };
-        let provisioned = provision_steps(&mut entry, &mut sandbox, &request, state_dir).await;
+        let provisioned =
+            provision_steps(&mut entry, &mut sandbox, &request, state_dir, stop).await;
         *sandbox.state.lock().await = Some(entry);
         match provisioned {
             Ok(()) => Ok(sandbox),
             Err(error) => {
-                sandbox.teardown().await;
-                Err(error)
+                let teardown = sandbox.teardown().await;
+                Err(ProvisionFailure {
+                    error,
+                    teardown: Some(teardown),
+                })
             }
         }
     }
@@ -323,7 +377,15 @@ async fn provision_steps(
     sandbox: &mut DispatchSandbox,
     request: &SandboxRequest,
     state_dir: &Path,
+    stop: &CancellationToken,
 ) -> Result<()> {
+    let stopped = || {
+        if stop.is_cancelled() {
+            Err(SandboxError::Stopped)
+        } else {
+            Ok(())
+        }
+    };
     if let Some(wanted) = &request.credential
         && wanted.into_sandbox
         && !wanted.provider.enters_sandbox()
@@ -332,28 +394,8 @@ async fn provision_steps(
             wanted.provider.name(),
         ));
     }
-    let workspace = sandbox.paths.workspace.clone();
-    entry.intend(Resource::Workspace {
-        path: workspace.clone(),
-    })?;
-    create_private_dir(&workspace)?;
-    if let Some(source) = request.workspace_source.clone() {
-        // Materialized while the directory is still stet's own (libgit2 refuses a directory owned by
-        // someone else); every entry inside is handed to the sandbox user as it is written.
-        let (destination, owner) = (workspace.clone(), request.user);
-        let materialized = tokio::task::spawn_blocking(move || {
-            materialize(&source.repository, &source.base, &destination, owner)
-        })
-        .await
-        .map_err(|error| SandboxError::WorkspaceTask(error.to_string()))??;
-        tracing::info!(dispatch = %request.dispatch, files = materialized.files, bytes = materialized.bytes, "workspace materialized");
-    }
-    hand_over(&workspace, request.user)?;
-    entry.intend(Resource::Outputs {
-        path: sandbox.paths.outputs.clone(),
-    })?;
-    create_private_dir(&sandbox.paths.outputs)?;
-    hand_over(&sandbox.paths.outputs, request.user)?;
+    stopped()?;
+    // The credential comes first: fetching a base commit the repository lacks needs it.
     if let Some(wanted) = &request.credential {
         // The provider names the credential only when it mints it; a crash between the two leaves a
         // credential that expires at its TTL (docs/security.md).
@@ -370,7 +412,54 @@ async fn provision_steps(
         })?;
         sandbox.credential = Some(Arc::new(credential));
     }
-    sandbox.runtime.ensure_image(&request.image, None).await?;
+    stopped()?;
+    let workspace = sandbox.paths.workspace.clone();
+    entry.intend(Resource::Workspace {
+        path: workspace.clone(),
+    })?;
+    create_private_dir(&workspace)?;
+    if let Some(source) = request.workspace_source.clone() {
+        // Materialized while the directory is still stet's own (libgit2 refuses a directory owned by
+        // someone else); every entry inside is handed to the sandbox user as it is written.
+        let (destination, owner) = (workspace.clone(), request.user);
+        let credential = sandbox.credential.clone();
+        let materialized = tokio::task::spawn_blocking(move || {
+            if let Some(fetch) = &source.fetch
+                && !has_commit(&source.repository, &source.base)
+            {
+                fetch_commit(
+                    &source.repository,
+                    &fetch.url,
+                    &fetch.branch,
+                    &source.base,
+                    credential.as_deref(),
+                )?;
+            }
+            Ok::<_, SandboxError>(materialize(
+                &source.repository,
+                &source.base,
+                &destination,
+                owner,
+            )?)
+        })
+        .await
+        .map_err(|error| SandboxError::WorkspaceTask(error.to_string()))??;
+        tracing::info!(dispatch = %request.dispatch, files = materialized.files, bytes = materialized.bytes, "workspace materialized");
+    }
+    hand_over(&workspace, request.user)?;
+    stopped()?;
+    entry.intend(Resource::Outputs {
+        path: sandbox.paths.outputs.clone(),
+    })?;
+    create_private_dir(&sandbox.paths.outputs)?;
+    hand_over(&sandbox.paths.outputs, request.user)?;
+    stopped()?;
+    tokio::select! {
+        pulled = sandbox.runtime.ensure_image(&request.image, None) => pulled?,
+        () = stop.cancelled() => return Err(SandboxError::Stopped),
+    }
+    // A stop that landed as the pull completed: no container is created after it.
+    stopped()?;
     let spec = SandboxSpec {
         dispatch: request.dispatch,
         image: request.image.clone(),
@@ -387,6 +476,18 @@ async fn provision_steps(
     })?;
     sandbox.runtime.create_sandbox(&spec).await?;
     Ok(())
+}
+
+/// Whether `repository` holds `commit` (an unreadable repository counts as not holding it; the
+/// materialization that follows names the real problem).
+fn has_commit(repository: &Path, commit: &CommitSha) -> bool {
+    git2::Repository::open(repository)
+        .ok()
+        .and_then(|repo| {
+            let oid = git2::Oid::from_str(commit.as_str()).ok()?;
+            repo.find_commit(oid).ok().map(|_| ())
+        })
+        .is_some()
 }
 
 /// Refuses when any existing component from `state_dir` down to `path` is a symbolic link, which

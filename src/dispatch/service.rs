@@ -1,11 +1,24 @@
-//! `DispatchService`: the engine's long-lived part. Today it reclaims what crashed dispatches left
-//! behind (`sweep_orphans`, ADR-0018 row 7 and DESIGN §5 row 14); the dispatch lifecycle joins it with
-//! the dispatch engine.
+//! `DispatchService`: the engine's long-lived part. It runs dispatches (one tokio task each, the
+//! phases in `dispatch::run`) and reclaims what crashed dispatches left behind (`sweep_orphans`,
+//! ADR-0018 row 7 and DESIGN §5 row 14).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::dispatch::event::Event;
+use crate::dispatch::run::{DispatchControl, DispatchRun};
+use crate::dispatch::sanitize::SanitizerHandle;
+use crate::dispatch::state::Phase;
+use crate::forge::Forge;
+use crate::forge::protected::ProtectedPaths;
+use crate::git::import::{Identity, ImportLimits};
+use crate::harness::Harness;
+use crate::runtime::{DispatchLimits, ImageRef, NetworkPolicy, SandboxUser};
 
 use crate::dispatch::credential::{CredentialProvider, Revocation};
 use crate::dispatch::journal::{Journal, JournalError, Resource};
@@ -81,7 +94,38 @@ impl fmt::Display for SweepReport {
     }
 }
 
-/// The dispatch engine's shared parts.
+/// How every dispatch of an engine runs.
+#[derive(Debug, Clone)]
+pub struct DispatchSettings {
+    pub image: ImageRef,
+    pub limits: DispatchLimits,
+    pub network: NetworkPolicy,
+    pub user: SandboxUser,
+    /// The container's main process (it only idles while the agent is exec'd into it).
+    pub keepalive: Vec<String>,
+    /// Wall-clock limit on the agent's work (preflight through collecting).
+    pub timeout: Duration,
+    pub cost_ceiling_usd: Option<f64>,
+    pub credential_ttl: Duration,
+    /// Author and committer of result commits.
+    pub agent: Identity,
+    pub import: ImportLimits,
+    pub protected: ProtectedPaths,
+}
+
+/// What dispatches need beyond the sweep's parts: where results go and which agent runs.
+#[derive(Debug, Clone)]
+pub struct DispatchParts {
+    /// The user's repository: the base is read from it and results are committed into it.
+    pub repository: PathBuf,
+    pub forge: Arc<dyn Forge>,
+    pub credentials: Arc<dyn CredentialProvider>,
+    pub harness: Arc<dyn Harness>,
+    pub sanitizer: SanitizerHandle,
+    pub settings: DispatchSettings,
+}
+
+/// The dispatch engine's shared parts. Cloned into every dispatch, so each runs as its own instance.
 #[derive(Debug, Clone)]
 pub struct DispatchService {
     runtime: Arc<dyn ContainerRuntime>,
@@ -109,6 +153,30 @@ impl DispatchService {
                 .collect(),
             state_label: state_label(state_dir),
         }
+    }
+
+    pub fn runtime(&self) -> Arc<dyn ContainerRuntime> {
+        Arc::clone(&self.runtime)
+    }
+
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
+    /// Runs one dispatch to its end, publishing every event to `events` and its run record, and
+    /// returns its terminal phase.
+    pub async fn run(
+        self,
+        parts: Arc<DispatchParts>,
+        dispatch: DispatchRun,
+        events: mpsc::Sender<Event>,
+        control: DispatchControl,
+    ) -> Phase {
+        crate::dispatch::run::run(self, parts, dispatch, events, control).await
     }
 
     /// Reclaims everything whose owner is gone: resources listed by orphaned journal records, and this

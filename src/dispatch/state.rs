@@ -106,6 +106,8 @@ pub enum Input {
     },
     /// The agent changed nothing: there is nothing to push.
     NothingToPush,
+    /// The result is kept in the local repository and not pushed (`--headless` without `--push`).
+    Kept,
     Approved,
     /// The person discarded the result at review: the dispatch ends as cancelled.
     Discarded,
@@ -119,7 +121,7 @@ pub enum Input {
 
 impl Input {
     /// Every input, for exhaustive tests and documentation.
-    pub const ALL: [Input; 15] = [
+    pub const ALL: [Input; 16] = [
         Input::Start,
         Input::PreflightPassed,
         Input::Provisioned,
@@ -127,6 +129,7 @@ impl Input {
         Input::Collected { review: true },
         Input::Collected { review: false },
         Input::NothingToPush,
+        Input::Kept,
         Input::Approved,
         Input::Discarded,
         Input::Pushed,
@@ -164,7 +167,7 @@ pub fn transition(from: Phase, input: Input) -> Result<Phase> {
         (P::Running, I::AgentFinished) => Some(P::Collecting),
         (P::Collecting, I::Collected { review: true }) => Some(P::AwaitingApproval),
         (P::Collecting, I::Collected { review: false }) => Some(P::Pushing),
-        (P::Collecting, I::NothingToPush) => Some(P::Done),
+        (P::Collecting, I::NothingToPush | I::Kept) => Some(P::Done),
         (P::AwaitingApproval, I::Approved) => Some(P::Pushing),
         (P::AwaitingApproval, I::Discarded) => Some(P::Cancelled),
         (P::Pushing, I::Pushed) => Some(P::OpeningPr),
@@ -195,6 +198,7 @@ mod tests {
             ),
             (P::Collecting, I::Collected { review: false }, P::Pushing),
             (P::Collecting, I::NothingToPush, P::Done),
+            (P::Collecting, I::Kept, P::Done),
             (P::AwaitingApproval, I::Approved, P::Pushing),
             (P::AwaitingApproval, I::Discarded, P::Cancelled),
             (P::Pushing, I::Pushed, P::OpeningPr),

@@ -16,6 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::brief::Brief;
+use crate::dispatch::credential::SecretValue;
 use crate::dispatch::event::{DispatchId, TranscriptItem, Usage};
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 use crate::runtime::{OutputLine, SandboxProcess};
@@ -106,13 +107,16 @@ pub trait Harness: Send + Sync + fmt::Debug {
     fn model(&self) -> Option<String>;
     /// The files to stage and the processes to run for `launch`.
     fn plan(&self, launch: &HarnessLaunch<'_>) -> Result<HarnessPlan>;
+    /// The secrets `plan` carries (e.g. a model key in the agent's environment), each with the label
+    /// its redaction shows, so the engine masks them by value in everything the dispatch shows.
+    fn secrets(&self, plan: &HarnessPlan) -> Vec<(&'static str, SecretValue)> {
+        let _ = plan;
+        Vec::new()
+    }
     /// A fresh parser for one run's output.
     fn parser(&self, sanitizer: Arc<TokenSanitizer>) -> Box<dyn OutputParser>;
     /// Usage the agent recorded in the outputs directory (host path), read once it ended; `None` when
     /// it records none there.
-    fn final_usage(
-        &self,
-        outputs: &Path,
-        sanitizer: &Arc<TokenSanitizer>,
-    ) -> Result<Option<Usage>>;
+    fn final_usage(&self, outputs: &Path, sanitizer: &Arc<TokenSanitizer>)
+    -> Result<Option<Usage>>;
 }

@@ -1,23 +1,35 @@
-//! OpenHands' headless output read into stet's terms: transcript items, the run's outcome, its usage.
+//! OpenHands as a stet harness: how its headless CLI starts in the sandbox ([`OpenHandsHarness`]) and
+//! how its output reads into stet's terms: transcript items, the run's outcome, its usage.
+//!
+//! The harness stages the rendered instructions as `/outputs/task.md` and runs
+//! `openhands --headless --json --override-with-envs -f /outputs/task.md` in `/workspace`: the brief
+//! never travels on a command line (ADR-0018 row 4). The model, its endpoint and its API key go in the
+//! environment (`LLM_MODEL`, `LLM_BASE_URL`, `LLM_API_KEY`, read by `--override-with-envs`). The CLI
+//! keeps its conversations under `$OPENHANDS_CONVERSATIONS_DIR` (by default `~/.openhands/conversations`,
+//! which in the sandbox is a tmpfs that dies with the container); the harness points it at
+//! `/outputs/conversations`, so the state file with the run's usage survives for the host to read.
 //!
 //! `openhands --headless --json` (1.16, SDK 1.21) prints one JSON object per line for each conversation
 //! event, mixed with lines meant for a person: a Rich warning, ANSI status lines, a summary box,
 //! "Goodbye!". Only a line that parses as a JSON object with a string `kind` is an event. The other
-//! lines produce nothing: they repeat what the events already say, and they are not the agent's words.
+//! lines produce no transcript item: they repeat what the events already say, and they are not the
+//! agent's words; they are logged at debug level. What the CLI writes to stderr is shown as it is.
 //!
 //! The process exits 0 whatever happened, so the outcome comes from the events: the run succeeded when
 //! the agent called `finish` and no `ConversationErrorEvent` arrived. Usage never appears in the stream;
 //! OpenHands writes its totals to `base_state.json` in the conversation's persistence directory, which
 //! [`final_usage`] finds under a root it walks without following links.
 //!
-//! Apart from that one bounded read this module is pure. Every text goes the same way:
+//! Apart from that one bounded read, the API key lookup at plan time and debug logging, this module is
+//! pure. Every text goes the same way:
 //! escape sequences and control characters are removed first (so a colour code can neither split a
 //! token the sanitizer must see whole nor reach a terminal), then the sanitizer runs, then the result
 //! is cut to a bound, so no cut can leave part of a secret unrecognised.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::ffi::{CStr, CString};
+use std::ffi::{CStr, CString, OsString};
+use std::fmt;
 use std::io::Read as _;
 use std::iter::Peekable;
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -31,10 +43,31 @@ use rustix::io::Errno;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::dispatch::credential::SecretValue;
 use crate::dispatch::event::{ItemKind, TranscriptItem, Usage};
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
-use crate::runtime::lines::FramedLine;
 pub use crate::harness::HarnessOutcome;
+use crate::harness::{
+    Harness, HarnessError, HarnessLaunch, HarnessPlan, OutputParser, Parsed, StagedFile,
+};
+use crate::runtime::lines::FramedLine;
+use crate::runtime::{OUTPUTS_MOUNT, OutputLine, OutputStream, SandboxProcess, WORKSPACE_MOUNT};
+
+/// The OpenHands CLI version the dispatch image carries (`docker/dispatch/Dockerfile`) and this
+/// module's parser is built against (PyPI `openhands`, with `openhands-sdk` 1.21).
+/// The variable that carries the model key into the agent's environment.
+const API_KEY_ENV: &str = "LLM_API_KEY";
+
+pub const OPENHANDS_VERSION: &str = "1.16.0";
+
+/// The harness's name in events, run records and pull requests.
+const HARNESS: &str = "openhands";
+
+/// The staged instruction file, at `/outputs/task.md` in the sandbox.
+const TASK_FILE: &str = "task.md";
+
+/// Where, under the outputs directory, OpenHands keeps its conversations.
+const CONVERSATIONS_SUBDIR: &str = "conversations";
 
 /// The longest text of one transcript item, in bytes, the "… (N bytes more)" note included.
 pub const MAX_ITEM_BYTES: usize = 64 * 1024;
@@ -90,6 +123,246 @@ pub enum OpenHandsError {
 }
 
 pub type Result<T> = std::result::Result<T, OpenHandsError>;
+
+/// What the OpenHands harness is told by configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenHandsSettings {
+    /// The model, as OpenHands (LiteLLM) names it, e.g. `openai/gpt-4.1`.
+    pub model: String,
+    /// The model endpoint, when it is not the provider's own.
+    pub base_url: Option<String>,
+    /// The host environment variable holding the model API key; `None` passes no key.
+    pub api_key_env: Option<String>,
+    /// The OpenHands CLI version the dispatch image carries.
+    pub version: String,
+}
+
+impl OpenHandsSettings {
+    /// Settings for `model` with no endpoint or key, and the pinned [`OPENHANDS_VERSION`].
+    pub fn new(model: impl Into<String>) -> OpenHandsSettings {
+        OpenHandsSettings {
+            model: model.into(),
+            base_url: None,
+            api_key_env: None,
+            version: OPENHANDS_VERSION.to_owned(),
+        }
+    }
+}
+
+/// Looks up a variable of stet's own environment (`std::env::var_os`, or a test's stand-in).
+pub type EnvLookup = Arc<dyn Fn(&str) -> Option<OsString> + Send + Sync>;
+
+/// Runs the OpenHands CLI headless in the sandbox.
+pub struct OpenHandsHarness {
+    settings: OpenHandsSettings,
+    env: EnvLookup,
+}
+
+impl fmt::Debug for OpenHandsHarness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenHandsHarness")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpenHandsHarness {
+    /// A harness that reads the model API key from stet's process environment when it plans a run.
+    pub fn new(settings: OpenHandsSettings) -> OpenHandsHarness {
+        OpenHandsHarness::with_env_lookup(settings, Arc::new(|name: &str| std::env::var_os(name)))
+    }
+
+    /// A harness that reads the model API key through `env` (a test's or an embedder's environment).
+    pub fn with_env_lookup(settings: OpenHandsSettings, env: EnvLookup) -> OpenHandsHarness {
+        OpenHandsHarness { settings, env }
+    }
+
+    fn plan_error(detail: String) -> HarnessError {
+        HarnessError::Plan {
+            harness: HARNESS,
+            detail,
+        }
+    }
+
+    /// The model API key, read from the variable the settings name.
+    fn api_key(&self, variable: &str) -> crate::harness::Result<SecretValue> {
+        let value = (self.env)(variable).ok_or_else(|| {
+            OpenHandsHarness::plan_error(format!(
+                "the model API key variable {variable} (harness.openhands.api_key_env) is not set in stet's environment"
+            ))
+        })?;
+        let value = value.into_string().map_err(|_| {
+            OpenHandsHarness::plan_error(format!(
+                "the model API key variable {variable} (harness.openhands.api_key_env) is not valid UTF-8"
+            ))
+        })?;
+        if value.trim().is_empty() {
+            return Err(OpenHandsHarness::plan_error(format!(
+                "the model API key variable {variable} (harness.openhands.api_key_env) is empty"
+            )));
+        }
+        Ok(SecretValue::new(value))
+    }
+}
+
+impl Harness for OpenHandsHarness {
+    fn name(&self) -> &'static str {
+        HARNESS
+    }
+
+    fn version(&self) -> Option<String> {
+        Some(self.settings.version.clone())
+    }
+
+    fn model(&self) -> Option<String> {
+        Some(self.settings.model.clone())
+    }
+
+    fn secrets(&self, plan: &HarnessPlan) -> Vec<(&'static str, SecretValue)> {
+        plan.processes
+            .iter()
+            .filter_map(|process| process.env.get(API_KEY_ENV))
+            .map(|key| ("model-key", key.clone()))
+            .collect()
+    }
+
+    fn plan(&self, launch: &HarnessLaunch<'_>) -> crate::harness::Result<HarnessPlan> {
+        let model = self.settings.model.trim();
+        if model.is_empty() {
+            return Err(OpenHandsHarness::plan_error(
+                "no model is configured: set harness.openhands.model in stet.toml".to_owned(),
+            ));
+        }
+        let plain = |value: &str| SecretValue::new(value.to_owned());
+        let mut env = BTreeMap::new();
+        env.insert("LLM_MODEL".to_owned(), plain(model));
+        if let Some(url) = &self.settings.base_url {
+            env.insert("LLM_BASE_URL".to_owned(), plain(url));
+        }
+        if let Some(variable) = &self.settings.api_key_env {
+            env.insert(API_KEY_ENV.to_owned(), self.api_key(variable)?);
+        }
+        env.insert("OPENHANDS_WORK_DIR".to_owned(), plain(WORKSPACE_MOUNT));
+        env.insert(
+            "OPENHANDS_CONVERSATIONS_DIR".to_owned(),
+            SecretValue::new(format!("{OUTPUTS_MOUNT}/{CONVERSATIONS_SUBDIR}")),
+        );
+        let task = format!("{OUTPUTS_MOUNT}/{TASK_FILE}");
+        let argv = [
+            "openhands",
+            "--headless",
+            "--json",
+            "--override-with-envs",
+            "-f",
+            &task,
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        Ok(HarnessPlan {
+            files: vec![StagedFile {
+                name: TASK_FILE.to_owned(),
+                contents: launch.instructions.as_bytes().to_vec(),
+            }],
+            processes: vec![SandboxProcess {
+                argv,
+                env,
+                workdir: WORKSPACE_MOUNT.to_owned(),
+            }],
+        })
+    }
+
+    fn parser(&self, sanitizer: Arc<TokenSanitizer>) -> Box<dyn OutputParser> {
+        Box::new(OpenHandsOutput::new(sanitizer))
+    }
+
+    fn final_usage(
+        &self,
+        outputs: &Path,
+        sanitizer: &Arc<TokenSanitizer>,
+    ) -> crate::harness::Result<Option<Usage>> {
+        final_usage(outputs, sanitizer).map_err(|error| HarnessError::Usage {
+            harness: HARNESS,
+            detail: error.to_string(),
+        })
+    }
+}
+
+/// One OpenHands run's output as the engine reads it: stdout through [`OpenHandsParser`], each stderr
+/// line shown as an [`ItemKind::Other`] item (sanitized, bounded) and logged at debug level.
+#[derive(Debug)]
+pub struct OpenHandsOutput {
+    parser: OpenHandsParser,
+    sanitizer: Arc<TokenSanitizer>,
+    stderr: StderrLine,
+}
+
+/// A stderr line while its pieces arrive: the first [`MAX_EVENT_BYTES`] of it, and how many bytes
+/// past those were passed over.
+#[derive(Debug, Default)]
+struct StderrLine {
+    kept: Vec<u8>,
+    passed_over: usize,
+}
+
+impl OpenHandsOutput {
+    pub fn new(sanitizer: Arc<TokenSanitizer>) -> OpenHandsOutput {
+        OpenHandsOutput {
+            parser: OpenHandsParser::new(Arc::clone(&sanitizer)),
+            sanitizer,
+            stderr: StderrLine::default(),
+        }
+    }
+
+    /// A stderr line, whole or in pieces: gathered (up to a bound) until its last piece, then made
+    /// safe to show as a whole, so the sanitizer sees every secret on it entire. A blank line is
+    /// no item.
+    fn stderr_line(&mut self, line: &FramedLine) -> Option<TranscriptItem> {
+        let room = MAX_EVENT_BYTES.saturating_sub(self.stderr.kept.len());
+        let (kept, passed_over) = line.bytes.split_at(room.min(line.bytes.len()));
+        self.stderr.kept.extend_from_slice(kept);
+        self.stderr.passed_over += passed_over.len();
+        if line.continues {
+            return None;
+        }
+        let StderrLine { kept, passed_over } = std::mem::take(&mut self.stderr);
+        let text = bounded_text_of(
+            &self.sanitizer,
+            &String::from_utf8_lossy(&kept),
+            MAX_ITEM_BYTES,
+            passed_over,
+        );
+        if text.as_str().trim().is_empty() {
+            return None;
+        }
+        tracing::debug!(line = %text, "OpenHands stderr");
+        Some(TranscriptItem {
+            item: ItemKind::Other,
+            text,
+        })
+    }
+}
+
+impl OutputParser for OpenHandsOutput {
+    fn parse(&mut self, line: &OutputLine) -> Vec<Parsed> {
+        match line.stream {
+            OutputStream::Stdout => self
+                .parser
+                .parse_line(&line.line)
+                .into_iter()
+                .map(Parsed::Item)
+                .collect(),
+            OutputStream::Stderr => self
+                .stderr_line(&line.line)
+                .map(Parsed::Item)
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    fn outcome(&self) -> HarnessOutcome {
+        self.parser.outcome()
+    }
+}
 
 /// Reads OpenHands' stdout line by line into transcript items and remembers what decides the outcome.
 #[derive(Debug)]
@@ -165,6 +438,7 @@ impl OpenHandsParser {
                 self.long_line = if may_be_event(piece) {
                     LongLine::Event(piece.to_vec())
                 } else {
+                    self.log_skipped(piece);
                     LongLine::NotEvent
                 };
                 Vec::new()
@@ -233,15 +507,26 @@ impl OpenHandsParser {
 
     fn parse_event(&mut self, line: &[u8]) -> Vec<TranscriptItem> {
         let Some(event) = event_object(line) else {
+            self.log_skipped(line);
             return Vec::new();
         };
         let Some(kind) = event.get("kind").and_then(Value::as_str) else {
+            self.log_skipped(line);
             return Vec::new();
         };
         self.drafts(kind, &event)
             .into_iter()
             .map(|draft| self.item(draft))
             .collect()
+    }
+
+    /// Logs, sanitized and bounded, a stdout line (or the first piece of one) that is no event.
+    fn log_skipped(&self, line: &[u8]) {
+        if line.trim_ascii().is_empty() || !tracing::enabled!(tracing::Level::DEBUG) {
+            return;
+        }
+        let text = self.text(&String::from_utf8_lossy(line), MAX_RENDERING_BYTES);
+        tracing::debug!(line = %text, "OpenHands stdout line that is no event");
     }
 
     fn item(&self, draft: Draft) -> TranscriptItem {
@@ -567,16 +852,27 @@ fn rendering(kind: &str, object: &Map<String, Value>) -> String {
 /// kept, a lone carriage return read as a newline), secrets masked, and cut to `limit` bytes with a
 /// note saying how many more there were.
 fn bounded_text(sanitizer: &Arc<TokenSanitizer>, text: &str, limit: usize) -> SanitizedText {
+    bounded_text_of(sanitizer, text, limit, 0)
+}
+
+/// [`bounded_text`] of the start of a longer text: `unread` more bytes followed `text` and were never
+/// read; the note counts them too.
+fn bounded_text_of(
+    sanitizer: &Arc<TokenSanitizer>,
+    text: &str,
+    limit: usize,
+    unread: usize,
+) -> SanitizedText {
     let full = sanitizer.sanitize(&displayable(text));
     let shown = full.as_str();
-    if shown.len() <= limit {
+    if unread == 0 && shown.len() <= limit {
         return full;
     }
-    let mut cut = limit.saturating_sub(NOTE_ROOM);
+    let mut cut = shown.len().min(limit.saturating_sub(NOTE_ROOM));
     while !shown.is_char_boundary(cut) {
         cut -= 1;
     }
-    let more = shown.len() - cut;
+    let more = shown.len() - cut + unread;
     sanitizer.sanitize(&format!("{}… ({more} bytes more)", &shown[..cut]))
 }
 
@@ -1556,5 +1852,329 @@ mod tests {
             final_usage(root.path(), &sanitizer),
             Err(OpenHandsError::TooLarge { size, .. }) if size == MAX_STATE_BYTES + 1
         ));
+    }
+
+    /// A value shaped like nothing the sanitizer knows, made at run time.
+    fn fake_key() -> String {
+        format!("fake-{}", uuid::Uuid::new_v4().simple())
+    }
+
+    fn harness_with(settings: OpenHandsSettings, variables: &[(&str, &str)]) -> OpenHandsHarness {
+        let variables: BTreeMap<String, OsString> = variables
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), OsString::from(*value)))
+            .collect();
+        OpenHandsHarness::with_env_lookup(
+            settings,
+            Arc::new(move |name: &str| variables.get(name).cloned()),
+        )
+    }
+
+    fn hostile_brief() -> crate::brief::Brief {
+        let text = r#"
+title = "--help $(touch /tmp/x)"
+workflow = "implement"
+[target]
+repo = "octo/app"
+base = "main"
+[[items]]
+text = "--help $(touch /tmp/x)"
+[[items]]
+text = "`touch /tmp/y`; -t 'ignore the file'"
+"#;
+        crate::brief::Brief::parse("hostile", Path::new("hostile.toml"), text).unwrap()
+    }
+
+    fn plan_for(
+        harness: &OpenHandsHarness,
+        brief: &crate::brief::Brief,
+        instructions: &str,
+    ) -> crate::harness::Result<HarnessPlan> {
+        harness.plan(&HarnessLaunch {
+            dispatch: crate::dispatch::event::DispatchId::new(),
+            brief,
+            instructions,
+        })
+    }
+
+    fn env_names(process: &SandboxProcess) -> Vec<&str> {
+        process.env.keys().map(String::as_str).collect()
+    }
+
+    fn env_value<'a>(process: &'a SandboxProcess, name: &str) -> Option<&'a str> {
+        process.env.get(name).map(SecretValue::expose_secret)
+    }
+
+    #[test]
+    fn the_plan_stages_the_instructions_and_puts_no_brief_text_on_the_command_line() {
+        let brief = hostile_brief();
+        let instructions = crate::workflow::Workflow::builtin("implement")
+            .unwrap()
+            .render(&brief, "stet/hostile");
+        assert!(instructions.contains("--help $(touch /tmp/x)"));
+        let harness = harness_with(OpenHandsSettings::new("openai/gpt-4.1"), &[]);
+        let plan = plan_for(&harness, &brief, &instructions).unwrap();
+
+        assert_eq!(
+            plan.files,
+            vec![StagedFile {
+                name: "task.md".to_owned(),
+                contents: instructions.as_bytes().to_vec(),
+            }]
+        );
+        let [process] = plan.processes.as_slice() else {
+            panic!("{:?}", plan.processes);
+        };
+        assert_eq!(
+            process.argv,
+            [
+                "openhands",
+                "--headless",
+                "--json",
+                "--override-with-envs",
+                "-f",
+                "/outputs/task.md"
+            ]
+        );
+        assert_eq!(process.workdir, "/workspace");
+        let words: Vec<&str> = process
+            .argv
+            .iter()
+            .chain(process.env.keys())
+            .map(String::as_str)
+            .chain(process.env.values().map(SecretValue::expose_secret))
+            .collect();
+        for text in [&brief.title, &brief.items[0].text, &brief.items[1].text] {
+            assert!(
+                words
+                    .iter()
+                    .all(|word| !word.contains(text.trim()) && !word.contains("touch")),
+                "{text:?} reached the command line or the environment: {words:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_environment_names_the_model_the_work_dir_and_keeps_conversations_in_the_outputs() {
+        let harness = harness_with(OpenHandsSettings::new("openai/gpt-4.1"), &[]);
+        let plan = plan_for(&harness, &hostile_brief(), "do it").unwrap();
+        let process = &plan.processes[0];
+        assert_eq!(
+            env_names(process),
+            [
+                "LLM_MODEL",
+                "OPENHANDS_CONVERSATIONS_DIR",
+                "OPENHANDS_WORK_DIR"
+            ]
+        );
+        assert_eq!(env_value(process, "LLM_MODEL"), Some("openai/gpt-4.1"));
+        assert_eq!(
+            env_value(process, "OPENHANDS_CONVERSATIONS_DIR"),
+            Some("/outputs/conversations")
+        );
+        assert_eq!(env_value(process, "OPENHANDS_WORK_DIR"), Some("/workspace"));
+    }
+
+    #[test]
+    fn the_api_key_travels_only_in_the_environment_and_only_when_configured() {
+        let key = fake_key();
+        let settings = OpenHandsSettings {
+            base_url: Some("http://127.0.0.1:4000/v1".to_owned()),
+            api_key_env: Some("STET_TEST_MODEL_KEY".to_owned()),
+            ..OpenHandsSettings::new("openai/gpt-4.1")
+        };
+        let harness = harness_with(settings, &[("STET_TEST_MODEL_KEY", &key)]);
+        let plan = plan_for(&harness, &hostile_brief(), "do it").unwrap();
+        let process = &plan.processes[0];
+        assert_eq!(env_value(process, "LLM_API_KEY"), Some(key.as_str()));
+        assert_eq!(
+            env_value(process, "LLM_BASE_URL"),
+            Some("http://127.0.0.1:4000/v1")
+        );
+        assert!(process.argv.iter().all(|word| !word.contains(&key)));
+        assert!(!format!("{plan:?} {harness:?}").contains(&key));
+        let secrets = harness.secrets(&plan);
+        assert_eq!(
+            secrets.len(),
+            1,
+            "the key is handed to the engine to mask by value"
+        );
+        assert_eq!(secrets[0].0, "model-key");
+        assert_eq!(secrets[0].1.expose_secret(), key);
+
+        let unconfigured = harness_with(
+            OpenHandsSettings::new("openai/gpt-4.1"),
+            &[("STET_TEST_MODEL_KEY", &key)],
+        );
+        let plan = plan_for(&unconfigured, &hostile_brief(), "do it").unwrap();
+        assert!(!plan.processes[0].env.contains_key("LLM_API_KEY"));
+        assert!(!plan.processes[0].env.contains_key("LLM_BASE_URL"));
+    }
+
+    #[test]
+    fn a_missing_or_empty_key_variable_is_an_error_naming_it() {
+        let settings = OpenHandsSettings {
+            api_key_env: Some("STET_TEST_ABSENT_KEY".to_owned()),
+            ..OpenHandsSettings::new("openai/gpt-4.1")
+        };
+        for variables in [&[][..], &[("STET_TEST_ABSENT_KEY", " ")][..]] {
+            let harness = harness_with(settings.clone(), variables);
+            let error = plan_for(&harness, &hostile_brief(), "do it").unwrap_err();
+            assert!(
+                matches!(
+                    error,
+                    HarnessError::Plan {
+                        harness: "openhands",
+                        ..
+                    }
+                ),
+                "{error:?}"
+            );
+            let message = error.to_string();
+            assert!(message.contains("STET_TEST_ABSENT_KEY"), "{message}");
+            assert!(
+                message.contains("harness.openhands.api_key_env"),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_harness_without_a_model_refuses_to_plan() {
+        let harness = harness_with(OpenHandsSettings::new(" "), &[]);
+        let error = plan_for(&harness, &hostile_brief(), "do it").unwrap_err();
+        assert!(
+            error.to_string().contains("harness.openhands.model"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn the_harness_names_itself_its_version_and_its_model() {
+        let harness = harness_with(OpenHandsSettings::new("openai/gpt-4.1"), &[]);
+        assert_eq!(harness.name(), "openhands");
+        assert_eq!(harness.version().as_deref(), Some(OPENHANDS_VERSION));
+        assert_eq!(harness.model().as_deref(), Some("openai/gpt-4.1"));
+    }
+
+    /// Frames `bytes` as the runtime does and reads every line as `stream` through `output`.
+    fn read_output(
+        output: &mut OpenHandsOutput,
+        stream: OutputStream,
+        bytes: &[u8],
+    ) -> Vec<Parsed> {
+        let mut framer = LineFramer::default();
+        let mut lines = framer.push(bytes);
+        lines.extend(framer.finish());
+        lines
+            .into_iter()
+            .flat_map(|line| output.parse(&OutputLine { stream, line }))
+            .collect()
+    }
+
+    #[test]
+    fn the_captures_read_the_same_through_the_harness_parser() {
+        for name in ["run-finish.stdout", "run-text.stdout", "run-multi.stdout"] {
+            let bytes = std::fs::read(Path::new(FIXTURES).join(name)).unwrap();
+            let mut direct = OpenHandsParser::new(sanitizer());
+            let expected: Vec<Parsed> = parse_stream(&mut direct, &bytes)
+                .into_iter()
+                .map(Parsed::Item)
+                .collect();
+            let harness = harness_with(OpenHandsSettings::new("m"), &[]);
+            let mut output = harness.parser(sanitizer());
+            let mut framer = LineFramer::default();
+            let mut lines = framer.push(&bytes);
+            lines.extend(framer.finish());
+            let read: Vec<Parsed> = lines
+                .into_iter()
+                .flat_map(|line| {
+                    output.parse(&OutputLine {
+                        stream: OutputStream::Stdout,
+                        line,
+                    })
+                })
+                .collect();
+            assert!(!read.is_empty(), "{name}");
+            assert_eq!(read, expected, "{name}");
+            assert_eq!(output.outcome(), direct.outcome(), "{name}");
+        }
+    }
+
+    #[test]
+    fn stderr_lines_are_shown_sanitized_and_bounded_and_do_not_decide_the_outcome() {
+        let key = fake_key();
+        let sanitizer = Arc::new(
+            TokenSanitizer::with_known_values(vec![KnownValue::new("model-key", &key).unwrap()])
+                .unwrap(),
+        );
+        let mut output = OpenHandsOutput::new(sanitizer);
+        let stderr = format!(
+            "\u{1b}[33mWarning:\u{1b}[0m retrying with key {key}\n\n   \n{}\n",
+            finish("Done")
+        );
+        let read = read_output(&mut output, OutputStream::Stderr, stderr.as_bytes());
+        let texts: Vec<(ItemKind, &str)> = read
+            .iter()
+            .map(|parsed| match parsed {
+                Parsed::Item(item) => (item.item, item.text.as_str()),
+                Parsed::Usage(usage) => panic!("{usage:?}"),
+            })
+            .collect();
+        assert_eq!(texts.len(), 2, "{texts:?}");
+        assert_eq!(texts[0].0, ItemKind::Other);
+        assert!(
+            texts[0].1.starts_with("Warning: retrying with key "),
+            "{}",
+            texts[0].1
+        );
+        assert!(!texts[0].1.contains(&key), "{}", texts[0].1);
+        assert_eq!(texts[1].0, ItemKind::Other);
+        assert!(matches!(output.outcome(), HarnessOutcome::Failed { .. }));
+
+        let long = vec![b'e'; 3 * MAX_LINE_BYTES + 5];
+        let read = read_output(&mut output, OutputStream::Stderr, &long);
+        let [Parsed::Item(item)] = read.as_slice() else {
+            panic!("{read:?}");
+        };
+        let shown = item.text.as_str();
+        assert!(shown.len() <= MAX_ITEM_BYTES, "{}", shown.len());
+        let (kept, note) = shown.rsplit_once("\u{2026} (").unwrap();
+        let more: usize = note.strip_suffix(" bytes more)").unwrap().parse().unwrap();
+        assert_eq!(kept.len() + more, long.len());
+    }
+
+    #[test]
+    fn a_stderr_line_past_the_gathering_bound_counts_what_was_passed_over() {
+        let mut output = OpenHandsOutput::new(sanitizer());
+        let long = vec![b'e'; MAX_EVENT_BYTES + 7];
+        let read = read_output(&mut output, OutputStream::Stderr, &long);
+        let [Parsed::Item(item)] = read.as_slice() else {
+            panic!("{read:?}");
+        };
+        let (kept, note) = item.text.as_str().rsplit_once("\u{2026} (").unwrap();
+        let more: usize = note.strip_suffix(" bytes more)").unwrap().parse().unwrap();
+        assert_eq!(kept.len() + more, long.len());
+    }
+
+    #[test]
+    fn a_usage_record_that_cannot_be_read_is_a_harness_usage_error() {
+        let root = tempfile::tempdir().unwrap();
+        let directory = root.path().join("conversations/a");
+        std::fs::create_dir_all(&directory).unwrap();
+        std::fs::write(directory.join("base_state.json"), "{").unwrap();
+        let harness = harness_with(OpenHandsSettings::new("m"), &[]);
+        let error = harness.final_usage(root.path(), &sanitizer()).unwrap_err();
+        assert!(
+            matches!(&error, HarnessError::Usage { harness: "openhands", detail } if detail.contains("base_state.json")),
+            "{error:?}"
+        );
+        std::fs::remove_file(directory.join("base_state.json")).unwrap();
+        write_state(&directory, json!({"agent": metrics("m", 0.5, 10, 2, 0)}));
+        let usage = harness
+            .final_usage(root.path(), &sanitizer())
+            .unwrap()
+            .unwrap();
+        assert_eq!(usage.total_cost_usd, 0.5);
     }
 }

@@ -1,16 +1,20 @@
 //! Replaying a captured harness output as stet's own event lines (`stet transcript`): the same framing,
 //! parsing and sanitizing a live dispatch applies, so a capture from a real run shows exactly what the
 //! theater would have shown — and a new harness version's drift shows up as a diff of these lines.
+//! Any harness's [`OutputParser`] replays; [`replay_openhands`] is the OpenHands one with its usage
+//! record.
 
 use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::dispatch::event::{DispatchId, Event, EventKind};
+use crate::dispatch::event::{DispatchId, Event, EventKind, Usage};
 use crate::dispatch::sanitize::TokenSanitizer;
 use crate::dispatch::state::Phase;
-use crate::harness::openhands::{self, HarnessOutcome, OpenHandsParser};
+use crate::harness::openhands::{self, OpenHandsOutput};
+use crate::harness::{HarnessOutcome, OutputParser, Parsed};
 use crate::runtime::lines::LineFramer;
+use crate::runtime::{OutputLine, OutputStream};
 
 /// How much of the capture is read at a time.
 const READ_CHUNK: usize = 64 * 1024;
@@ -37,24 +41,25 @@ pub struct ReplayLabels {
     pub brief: String,
 }
 
-/// Reads an OpenHands headless capture from `input` and writes one event per line to `output`: every
-/// transcript item, the final usage when `outputs` (the run's outputs directory) holds it, and a
-/// `finished` event with the outcome the engine would draw from this output alone. Returns that
-/// outcome's phase (`Done` or `Failed`).
-pub fn replay_openhands(
+/// Reads a captured harness output from `input` as the agent's stdout and writes one event per line
+/// to `output`: every transcript item and usage report `parser` draws from it (a usage event carries
+/// the running total of the reported costs), then `usage` when given (the final usage the harness
+/// recorded elsewhere), then a `finished` event with the outcome the engine would draw from this
+/// output alone. Returns that outcome's phase (`Done` or `Failed`).
+pub fn replay(
     mut input: impl Read,
     output: &mut impl Write,
-    outputs: Option<&Path>,
+    parser: &mut dyn OutputParser,
+    usage: Option<Usage>,
     labels: &ReplayLabels,
-    sanitizer: &Arc<TokenSanitizer>,
 ) -> Result<Phase> {
-    let mut parser = OpenHandsParser::new(Arc::clone(sanitizer));
+    let mut events = EventWriter {
+        output,
+        labels,
+        total_cost_usd: 0.0,
+    };
     let mut framer = LineFramer::default();
     let mut buffer = vec![0u8; READ_CHUNK];
-    let emit = |kind: EventKind, output: &mut dyn Write| -> Result<()> {
-        let line = Event::new(labels.dispatch, &labels.brief, kind).to_json_line()?;
-        writeln!(output, "{line}").map_err(ReplayError::Write)
-    };
     loop {
         let read = match input.read(&mut buffer) {
             Ok(0) => break,
@@ -63,35 +68,87 @@ pub fn replay_openhands(
             Err(error) => return Err(ReplayError::Read(error)),
         };
         for line in framer.push(&buffer[..read]) {
-            for item in parser.parse_line(&line) {
-                emit(EventKind::Transcript(item), output)?;
-            }
+            events.parsed(parser, line)?;
         }
     }
     if let Some(line) = framer.finish() {
-        for item in parser.parse_line(&line) {
-            emit(EventKind::Transcript(item), output)?;
-        }
+        events.parsed(parser, line)?;
     }
-    if let Some(outputs) = outputs
-        && let Some(usage) = openhands::final_usage(outputs, sanitizer)?
-    {
-        emit(EventKind::Usage(usage), output)?;
+    if let Some(usage) = usage {
+        events.emit(EventKind::Usage(usage))?;
     }
     let (outcome, reason) = match parser.outcome() {
         HarnessOutcome::Succeeded { summary } => (Phase::Done, summary),
         HarnessOutcome::Failed { reason } => (Phase::Failed, Some(reason)),
     };
-    emit(
-        EventKind::Finished {
-            outcome,
-            exit_code: outcome.exit_code().unwrap_or(1),
-            reason,
-        },
-        output,
-    )?;
-    output.flush().map_err(ReplayError::Write)?;
+    events.emit(EventKind::Finished {
+        outcome,
+        exit_code: outcome.exit_code().unwrap_or(1),
+        reason,
+    })?;
+    events.output.flush().map_err(ReplayError::Write)?;
     Ok(outcome)
+}
+
+/// [`replay`] of an OpenHands headless capture, with the final usage OpenHands recorded when
+/// `outputs` (the run's outputs directory) holds it.
+pub fn replay_openhands(
+    input: impl Read,
+    output: &mut impl Write,
+    outputs: Option<&Path>,
+    labels: &ReplayLabels,
+    sanitizer: &Arc<TokenSanitizer>,
+) -> Result<Phase> {
+    let usage = match outputs {
+        Some(outputs) => openhands::final_usage(outputs, sanitizer)?,
+        None => None,
+    };
+    let mut parser = OpenHandsOutput::new(Arc::clone(sanitizer));
+    replay(input, output, &mut parser, usage, labels)
+}
+
+/// Writes events as JSON lines and keeps the running cost total.
+struct EventWriter<'a, W: Write> {
+    output: &'a mut W,
+    labels: &'a ReplayLabels,
+    total_cost_usd: f64,
+}
+
+impl<W: Write> EventWriter<'_, W> {
+    fn emit(&mut self, kind: EventKind) -> Result<()> {
+        let line = Event::new(self.labels.dispatch, &self.labels.brief, kind).to_json_line()?;
+        writeln!(self.output, "{line}").map_err(ReplayError::Write)
+    }
+
+    /// Emits what `parser` reads from one framed stdout line.
+    fn parsed(
+        &mut self,
+        parser: &mut dyn OutputParser,
+        line: crate::runtime::FramedLine,
+    ) -> Result<()> {
+        let line = OutputLine {
+            stream: OutputStream::Stdout,
+            line,
+        };
+        for parsed in parser.parse(&line) {
+            let kind = match parsed {
+                Parsed::Item(item) => EventKind::Transcript(item),
+                Parsed::Usage(report) => {
+                    self.total_cost_usd += report.cost_usd.unwrap_or(0.0);
+                    EventKind::Usage(Usage {
+                        model: report.model,
+                        input_tokens: report.input_tokens,
+                        output_tokens: report.output_tokens,
+                        cached_tokens: report.cached_tokens,
+                        cost_usd: report.cost_usd,
+                        total_cost_usd: self.total_cost_usd,
+                    })
+                }
+            };
+            self.emit(kind)?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -105,25 +162,67 @@ mod tests {
         "/tests/fixtures/openhands-1.16/run-finish.stdout"
     );
 
-    fn replay(input: &[u8]) -> (Phase, Vec<Event>) {
-        let labels = ReplayLabels {
+    fn labels() -> ReplayLabels {
+        ReplayLabels {
             dispatch: DispatchId::new(),
             brief: "replay".into(),
-        };
-        let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
-        let mut out = Vec::new();
-        let phase = replay_openhands(input, &mut out, None, &labels, &sanitizer).unwrap();
-        let events = String::from_utf8(out)
+        }
+    }
+
+    fn sanitizer() -> Arc<TokenSanitizer> {
+        Arc::new(TokenSanitizer::new().unwrap())
+    }
+
+    fn events_of(out: Vec<u8>) -> Vec<Event> {
+        String::from_utf8(out)
             .unwrap()
             .lines()
             .map(|line| serde_json::from_str::<Event>(line).unwrap())
-            .collect();
-        (phase, events)
+            .collect()
+    }
+
+    fn replay_capture(input: &[u8], outputs: Option<&Path>) -> (Phase, Vec<Event>) {
+        let mut out = Vec::new();
+        let phase = replay_openhands(input, &mut out, outputs, &labels(), &sanitizer()).unwrap();
+        (phase, events_of(out))
+    }
+
+    /// A parser reading `item <text>` and `usage <cost>` lines, and stderr as nothing.
+    struct Lines {
+        sanitizer: Arc<TokenSanitizer>,
+        streams: Vec<OutputStream>,
+    }
+
+    impl OutputParser for Lines {
+        fn parse(&mut self, line: &OutputLine) -> Vec<Parsed> {
+            self.streams.push(line.stream);
+            let text = String::from_utf8_lossy(&line.line.bytes).into_owned();
+            match text.split_once(' ') {
+                Some(("item", rest)) => {
+                    vec![Parsed::Item(crate::dispatch::event::TranscriptItem {
+                        item: ItemKind::Message,
+                        text: self.sanitizer.sanitize(rest),
+                    })]
+                }
+                Some(("usage", cost)) => vec![Parsed::Usage(crate::harness::UsageReport {
+                    model: self.sanitizer.sanitize("m"),
+                    input_tokens: 10,
+                    output_tokens: 2,
+                    cached_tokens: 1,
+                    cost_usd: cost.parse().ok(),
+                })],
+                _ => Vec::new(),
+            }
+        }
+
+        fn outcome(&self) -> HarnessOutcome {
+            HarnessOutcome::Succeeded { summary: None }
+        }
     }
 
     #[test]
     fn a_capture_becomes_transcript_events_and_a_finished_event() {
-        let (phase, events) = replay(&std::fs::read(FINISH).unwrap());
+        let (phase, events) = replay_capture(&std::fs::read(FINISH).unwrap(), None);
         assert_eq!(phase, Phase::Done);
         let items: Vec<ItemKind> = events
             .iter()
@@ -153,7 +252,7 @@ mod tests {
     fn a_capture_cut_mid_line_and_without_a_finish_is_a_failure_not_an_error() {
         let whole = std::fs::read(FINISH).unwrap();
         let cut = &whole[..whole.len() / 2];
-        let (phase, events) = replay(cut);
+        let (phase, events) = replay_capture(cut, None);
         assert_eq!(phase, Phase::Failed);
         assert!(matches!(
             &events.last().unwrap().kind,
@@ -163,5 +262,82 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn usage_reports_carry_a_running_total_and_the_final_usage_comes_before_the_finish() {
+        let sanitizer = sanitizer();
+        let mut parser = Lines {
+            sanitizer: Arc::clone(&sanitizer),
+            streams: Vec::new(),
+        };
+        let input = b"item hello\nnoise\nusage 0.25\nusage unknown\nusage 0.5\nitem bye";
+        let last = Usage {
+            model: sanitizer.sanitize("m"),
+            input_tokens: 30,
+            output_tokens: 6,
+            cached_tokens: 3,
+            cost_usd: Some(0.75),
+            total_cost_usd: 0.75,
+        };
+        let mut out = Vec::new();
+        let phase = replay(
+            &input[..],
+            &mut out,
+            &mut parser,
+            Some(last.clone()),
+            &labels(),
+        )
+        .unwrap();
+        assert_eq!(phase, Phase::Done);
+        assert!(parser.streams.iter().all(|s| *s == OutputStream::Stdout));
+        assert_eq!(parser.streams.len(), 6);
+        let kinds: Vec<String> = events_of(out)
+            .into_iter()
+            .map(|event| match event.kind {
+                EventKind::Transcript(item) => format!("item {}", item.text),
+                EventKind::Usage(usage) => {
+                    format!("usage {:?} {}", usage.cost_usd, usage.total_cost_usd)
+                }
+                EventKind::Finished { outcome, .. } => format!("finished {outcome:?}"),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "item hello",
+                "usage Some(0.25) 0.25",
+                "usage None 0.25",
+                "usage Some(0.5) 0.75",
+                "item bye",
+                "usage Some(0.75) 0.75",
+                "finished Done",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_openhands_replay_adds_the_usage_recorded_in_the_outputs_directory() {
+        let outputs = tempfile::tempdir().unwrap();
+        let conversation = outputs
+            .path()
+            .join("conversations/4c35125b83d94f83a83ae8357a19aa13");
+        std::fs::create_dir_all(&conversation).unwrap();
+        let state = serde_json::json!({"stats": {"usage_to_metrics": {"agent": {
+            "model_name": "openai/mock-model", "accumulated_cost": 0.5,
+            "accumulated_token_usage": {"prompt_tokens": 100, "completion_tokens": 20, "cache_read_tokens": 5}
+        }}}});
+        std::fs::write(conversation.join("base_state.json"), state.to_string()).unwrap();
+        let (phase, events) = replay_capture(&std::fs::read(FINISH).unwrap(), Some(outputs.path()));
+        assert_eq!(phase, Phase::Done);
+        let [.., usage, finished] = events.as_slice() else {
+            panic!("{events:?}");
+        };
+        assert!(
+            matches!(&usage.kind, EventKind::Usage(u) if u.input_tokens == 100 && u.total_cost_usd == 0.5),
+            "{usage:?}"
+        );
+        assert!(matches!(finished.kind, EventKind::Finished { .. }));
     }
 }

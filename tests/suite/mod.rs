@@ -2,6 +2,7 @@ mod branch;
 mod brief;
 mod canary;
 mod cli;
+mod engine_matrix;
 mod forge_local;
 mod git_http;
 mod git_workspace;

@@ -419,6 +419,7 @@ async fn the_workspace_starts_at_the_base_commit_owned_by_the_sandbox_user_and_g
     request.workspace_source = Some(WorkspaceSource {
         repository: origin.path().to_owned(),
         base: base.clone(),
+        fetch: None,
     });
     let user = request.user;
     let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)

@@ -1,0 +1,923 @@
+//! Acting a checked scenario out: each step's pause, then its action, each reported as protocol
+//! records on the agent's stdout, flushed one by one so the host sees the run as it happens.
+
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::ExitStatusExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use super::protocol::AgentRecord;
+use super::scenario::{Action, Leak, Step};
+use super::{AgentError, AgentOptions, Result};
+
+/// The longest line of a child's output sent as one record; a longer one goes in several.
+const MAX_OUTPUT_LINE: usize = 64 * 1024;
+
+/// The largest instruction file read.
+const MAX_INSTRUCTIONS_BYTES: u64 = 1024 * 1024;
+
+/// How long a `network` step waits for a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How often a `forever` step reports it is still there.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// The characters of a GitHub token's body.
+const ALPHANUMERIC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+
+/// The length of a GitHub classic personal access token's body.
+const GITHUB_TOKEN_BODY: usize = 36;
+
+/// Whether the run goes on after a step.
+enum Flow {
+    Continue,
+    Exit(u8),
+}
+
+/// The agent acting one scenario out.
+pub(super) struct Actor<'a> {
+    options: &'a AgentOptions,
+    model: &'a str,
+    out: &'a mut dyn Write,
+}
+
+impl<'a> Actor<'a> {
+    pub(super) fn new(options: &'a AgentOptions, model: &'a str, out: &'a mut dyn Write) -> Self {
+        Actor {
+            options,
+            model,
+            out,
+        }
+    }
+
+    /// Runs `steps` in order; returns the exit code. A failed step is reported as an `error` record
+    /// and ends the run with 1; only a failure to write the output is an error.
+    pub(super) fn perform(&mut self, steps: &[Step]) -> Result<u8> {
+        for (offset, step) in steps.iter().enumerate() {
+            self.pause(step.pause);
+            match self.act(offset + 1, &step.action) {
+                Ok(Flow::Continue) => {}
+                Ok(Flow::Exit(code)) => return Ok(code),
+                Err(AgentError::Write(error)) => return Err(AgentError::Write(error)),
+                Err(error) => {
+                    self.emit(AgentRecord::Error {
+                        text: error.to_string(),
+                    })?;
+                    return Ok(1);
+                }
+            }
+        }
+        Ok(0)
+    }
+
+    fn pause(&self, seconds: f64) {
+        if let Ok(pause) = Duration::try_from_secs_f64(seconds * self.options.pace)
+            && !pause.is_zero()
+        {
+            std::thread::sleep(pause);
+        }
+    }
+
+    fn emit(&mut self, record: AgentRecord) -> Result<()> {
+        let line = record
+            .to_line()
+            .map_err(|error| AgentError::Write(error.into()))?;
+        writeln!(self.out, "{line}").map_err(AgentError::Write)?;
+        self.out.flush().map_err(AgentError::Write)
+    }
+
+    fn output(&mut self, text: impl Into<String>) -> Result<()> {
+        self.emit(AgentRecord::Output { text: text.into() })
+    }
+
+    fn command(&mut self, text: impl Into<String>) -> Result<()> {
+        self.emit(AgentRecord::Command { text: text.into() })
+    }
+
+    fn workspace_path(&self, path: &str) -> PathBuf {
+        self.options.workspace.join(path)
+    }
+
+    fn act(&mut self, step: usize, action: &Action) -> Result<Flow> {
+        match action {
+            Action::Say(text) => self.emit(AgentRecord::Message { text: text.clone() })?,
+            Action::Think(text) => self.emit(AgentRecord::Thought { text: text.clone() })?,
+            Action::ReadInstructions => self.read_instructions()?,
+            Action::Run(argv) => self.run_program(step, argv)?,
+            Action::Write { path, content } => {
+                self.command(format!("write {path} ({})", lines(content)))?;
+                let full = self.workspace_path(path);
+                let edit_error = edit_error(step, "write", &full);
+                if let Some(parent) = full.parent() {
+                    std::fs::create_dir_all(parent).map_err(&edit_error)?;
+                }
+                std::fs::write(&full, content).map_err(edit_error)?;
+            }
+            Action::Append { path, content } => {
+                self.command(format!("append to {path} ({})", lines(content)))?;
+                let full = self.workspace_path(path);
+                let edit_error = edit_error(step, "append to", &full);
+                if let Some(parent) = full.parent() {
+                    std::fs::create_dir_all(parent).map_err(&edit_error)?;
+                }
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&full)
+                    .and_then(|mut file| file.write_all(content.as_bytes()))
+                    .map_err(edit_error)?;
+            }
+            Action::Replace { path, find, with } => {
+                self.command(format!(
+                    "edit {path}: replace {} with {}",
+                    lines(find),
+                    lines(with)
+                ))?;
+                let full = self.workspace_path(path);
+                let edit_error = edit_error(step, "edit", &full);
+                let text = std::fs::read_to_string(&full).map_err(&edit_error)?;
+                if !text.contains(find.as_str()) {
+                    return Err(AgentError::NotFound {
+                        step,
+                        path: full,
+                        find: find.clone(),
+                    });
+                }
+                std::fs::write(&full, text.replacen(find.as_str(), with, 1)).map_err(edit_error)?;
+            }
+            Action::Symlink { path, target } => {
+                self.command(format!("symlink {path} -> {target}"))?;
+                let full = self.workspace_path(path);
+                let edit_error = edit_error(step, "symlink", &full);
+                if let Some(parent) = full.parent() {
+                    std::fs::create_dir_all(parent).map_err(&edit_error)?;
+                }
+                std::os::unix::fs::symlink(target, &full).map_err(edit_error)?;
+            }
+            Action::Remove(path) => {
+                self.command(format!("remove {path}"))?;
+                let full = self.workspace_path(path);
+                let edit_error = edit_error(step, "remove", &full);
+                let metadata = std::fs::symlink_metadata(&full).map_err(&edit_error)?;
+                if metadata.is_dir() {
+                    std::fs::remove_dir_all(&full).map_err(edit_error)?;
+                } else {
+                    std::fs::remove_file(&full).map_err(edit_error)?;
+                }
+            }
+            Action::Usage {
+                input_tokens,
+                output_tokens,
+                cached_tokens,
+                cost_usd,
+            } => self.emit(AgentRecord::Usage {
+                model: self.model.to_owned(),
+                input_tokens: *input_tokens,
+                output_tokens: *output_tokens,
+                cached_tokens: *cached_tokens,
+                cost_usd: *cost_usd,
+            })?,
+            Action::Leak(leak) => {
+                let value = match leak {
+                    Leak::Value(value) => value.clone(),
+                    Leak::GitHub => github_shaped_token(step)?,
+                };
+                self.output(format!("export DEMO_TOKEN={value}"))?;
+            }
+            Action::Network(address) => {
+                let result = connect(*address);
+                self.output(format!("connect {address}: {result}"))?;
+            }
+            Action::Flood {
+                lines,
+                bytes_per_line,
+            } => self.flood(*lines, *bytes_per_line)?,
+            Action::Forever => self.forever()?,
+            Action::Fail { code, message } => {
+                self.emit(AgentRecord::Error {
+                    text: message.clone(),
+                })?;
+                return Ok(Flow::Exit(*code));
+            }
+            Action::GiveUp(reason) => {
+                self.emit(AgentRecord::Error {
+                    text: reason.clone(),
+                })?;
+                return Ok(Flow::Exit(0));
+            }
+            Action::Finish(summary) => {
+                self.emit(AgentRecord::Finish {
+                    summary: summary.clone(),
+                })?;
+                return Ok(Flow::Exit(0));
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// A message quoting the instruction file's first heading (or its first line), proving the file
+    /// arrived.
+    fn read_instructions(&mut self) -> Result<()> {
+        let file = &self.options.instructions;
+        let read_error = |source| AgentError::ReadInstructions {
+            file: file.clone(),
+            source,
+        };
+        let mut bytes = Vec::new();
+        std::fs::File::open(file)
+            .map_err(read_error)?
+            .take(MAX_INSTRUCTIONS_BYTES)
+            .read_to_end(&mut bytes)
+            .map_err(read_error)?;
+        let text = String::from_utf8_lossy(&bytes);
+        let heading = text
+            .lines()
+            .map(str::trim)
+            .find(|line| line.starts_with('#'))
+            .or_else(|| text.lines().map(str::trim).find(|line| !line.is_empty()));
+        let message = match heading {
+            Some(heading) => format!(
+                "I have read the instructions in {}: {heading:?}",
+                file.display()
+            ),
+            None => format!("The instructions in {} are empty.", file.display()),
+        };
+        self.emit(AgentRecord::Message { text: message })
+    }
+
+    /// Runs `argv` in the workspace, each line it prints becoming an `output` record, then its exit
+    /// status. A program that cannot start or exits non-zero does not end the run.
+    fn run_program(&mut self, step: usize, argv: &[String]) -> Result<()> {
+        self.command(shown_argv(argv))?;
+        let Some((program, args)) = argv.split_first() else {
+            return Ok(());
+        };
+        let start_error = |source| AgentError::Start {
+            step,
+            program: program.clone(),
+            source,
+        };
+        let executable = if program == "stet" {
+            match std::env::current_exe() {
+                Ok(path) => path,
+                Err(source) => {
+                    return self.emit(AgentRecord::Error {
+                        text: start_error(source).to_string(),
+                    });
+                }
+            }
+        } else {
+            PathBuf::from(program)
+        };
+        let spawned = Command::new(executable)
+            .args(args)
+            .current_dir(&self.options.workspace)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(source) => {
+                return self.emit(AgentRecord::Error {
+                    text: start_error(source).to_string(),
+                });
+            }
+        };
+        let streams: Vec<Box<dyn Read + Send>> = [
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let (sender, receiver) = mpsc::channel::<Vec<u8>>();
+        let forwarded = std::thread::scope(|scope| {
+            for stream in streams {
+                let sender = sender.clone();
+                scope.spawn(move || forward_lines(stream, &sender));
+            }
+            drop(sender);
+            for line in receiver {
+                self.output(String::from_utf8_lossy(&line))?;
+            }
+            Ok(())
+        });
+        if let Err(error) = forwarded {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(error);
+        }
+        let status = match child.wait() {
+            Ok(status) => status,
+            Err(source) => {
+                return self.emit(AgentRecord::Error {
+                    text: start_error(source).to_string(),
+                });
+            }
+        };
+        let ended = match (status.code(), status.signal()) {
+            (Some(code), _) => format!("[exit code {code}]"),
+            (None, Some(signal)) => format!("[killed by signal {signal}]"),
+            (None, None) => "[ended]".to_owned(),
+        };
+        self.output(ended)
+    }
+
+    /// `lines` raw lines of `bytes_per_line` letters, not JSON, as fast as the output takes them.
+    fn flood(&mut self, lines: u64, bytes_per_line: u64) -> Result<()> {
+        let length = usize::try_from(bytes_per_line).unwrap_or(usize::MAX);
+        let mut line: Vec<u8> = b"abcdefghijklmnopqrstuvwxyz"
+            .iter()
+            .copied()
+            .cycle()
+            .take(length)
+            .collect();
+        line.push(b'\n');
+        let mut writer = BufWriter::with_capacity(1024 * 1024, &mut *self.out);
+        for _ in 0..lines {
+            writer.write_all(&line).map_err(AgentError::Write)?;
+        }
+        writer.flush().map_err(AgentError::Write)
+    }
+
+    /// A `thought` every second until the process is stopped (or its output is closed).
+    fn forever(&mut self) -> Result<()> {
+        let mut seconds: u64 = 0;
+        loop {
+            std::thread::sleep(HEARTBEAT);
+            seconds += 1;
+            self.emit(AgentRecord::Thought {
+                text: format!("still working ({seconds} s)"),
+            })?;
+        }
+    }
+}
+
+fn edit_error(
+    step: usize,
+    action: &'static str,
+    path: &Path,
+) -> impl Fn(std::io::Error) -> AgentError + use<> {
+    let path = path.to_owned();
+    move |source| AgentError::Edit {
+        step,
+        action,
+        path: path.clone(),
+        source,
+    }
+}
+
+/// "1 line", "3 lines".
+fn lines(text: &str) -> String {
+    match text.lines().count() {
+        1 => "1 line".to_owned(),
+        count => format!("{count} lines"),
+    }
+}
+
+/// The argv as one line for display; an argument with spaces or quotes is quoted.
+fn shown_argv(argv: &[String]) -> String {
+    argv.iter()
+        .map(|arg| {
+            if arg.is_empty() || arg.contains(|c: char| c.is_whitespace() || c == '"' || c == '\'')
+            {
+                format!("{arg:?}")
+            } else {
+                arg.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Sends each line of `stream` (without its newline), cut into pieces of [`MAX_OUTPUT_LINE`] bytes,
+/// until the stream ends or nobody listens.
+fn forward_lines(stream: Box<dyn Read + Send>, lines: &mpsc::Sender<Vec<u8>>) {
+    let mut reader = BufReader::new(stream);
+    let mut line = Vec::new();
+    loop {
+        let (used, complete) = match reader.fill_buf() {
+            Ok([]) => break,
+            Ok(available) => {
+                let room = MAX_OUTPUT_LINE - line.len();
+                let window = &available[..available.len().min(room)];
+                match memchr::memchr(b'\n', window) {
+                    Some(end) => {
+                        line.extend_from_slice(&window[..end]);
+                        (end + 1, true)
+                    }
+                    None => {
+                        line.extend_from_slice(window);
+                        (window.len(), line.len() >= MAX_OUTPUT_LINE)
+                    }
+                }
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        reader.consume(used);
+        if complete {
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            if lines.send(std::mem::take(&mut line)).is_err() {
+                return;
+            }
+        }
+    }
+    if !line.is_empty() {
+        let _ = lines.send(line);
+    }
+}
+
+/// What a TCP connection attempt to `address` came to, in a word or two.
+fn connect(address: SocketAddr) -> String {
+    use std::io::ErrorKind;
+    match TcpStream::connect_timeout(&address, CONNECT_TIMEOUT) {
+        Ok(_) => "connected".to_owned(),
+        Err(error) => match error.kind() {
+            ErrorKind::ConnectionRefused => "refused".to_owned(),
+            ErrorKind::NetworkUnreachable | ErrorKind::HostUnreachable => "unreachable".to_owned(),
+            ErrorKind::TimedOut | ErrorKind::WouldBlock => "timed out".to_owned(),
+            _ => format!("failed ({error})"),
+        },
+    }
+}
+
+/// `ghp_` and 36 random letters and digits: the shape of a GitHub classic personal access token, made
+/// up now so that no such value is ever written in the repository.
+fn github_shaped_token(step: usize) -> Result<String> {
+    // The largest multiple of the alphabet's size below 256: bytes from it up are drawn again, so
+    // every character is equally likely.
+    let limit = 256 - 256 % ALPHANUMERIC.len();
+    let mut token = String::from("ghp_");
+    let mut body = 0;
+    let mut random = [0u8; 64];
+    while body < GITHUB_TOKEN_BODY {
+        getrandom::fill(&mut random).map_err(|error| AgentError::Random {
+            step,
+            detail: error.to_string(),
+        })?;
+        for byte in random.iter().map(|byte| usize::from(*byte)) {
+            if body == GITHUB_TOKEN_BODY {
+                break;
+            }
+            if byte < limit {
+                token.push(char::from(ALPHANUMERIC[byte % ALPHANUMERIC.len()]));
+                body += 1;
+            }
+        }
+    }
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use std::net::TcpListener;
+
+    use super::super::run;
+    use super::*;
+
+    /// A run of `steps` (TOML `[[step]]` tables) in a fresh workspace.
+    struct Run {
+        code: Result<u8>,
+        records: Vec<AgentRecord>,
+        raw: Vec<String>,
+        workspace: tempfile::TempDir,
+    }
+
+    fn act_out(steps: &str) -> Run {
+        act_out_in(tempfile::tempdir().unwrap(), steps)
+    }
+
+    fn act_out_in(workspace: tempfile::TempDir, steps: &str) -> Run {
+        let files = tempfile::tempdir().unwrap();
+        let scenario = files.path().join("scenario.toml");
+        std::fs::write(&scenario, format!("model = \"demo-model\"\n{steps}")).unwrap();
+        let instructions = files.path().join("task.md");
+        std::fs::write(&instructions, "\n# Task: Greet the user\n\n## More\n").unwrap();
+        let options = AgentOptions {
+            scenario,
+            instructions,
+            pace: 0.0,
+            workspace: workspace.path().to_owned(),
+        };
+        let mut out = Vec::new();
+        let code = run(&options, &mut out);
+        let text = String::from_utf8(out).unwrap();
+        let mut records = Vec::new();
+        let mut raw = Vec::new();
+        for line in text.lines() {
+            match serde_json::from_str::<AgentRecord>(line) {
+                Ok(record) => records.push(record),
+                Err(_) => raw.push(line.to_owned()),
+            }
+        }
+        Run {
+            code,
+            records,
+            raw,
+            workspace,
+        }
+    }
+
+    fn message(text: &str) -> AgentRecord {
+        AgentRecord::Message { text: text.into() }
+    }
+    fn command(text: &str) -> AgentRecord {
+        AgentRecord::Command { text: text.into() }
+    }
+    fn output(text: &str) -> AgentRecord {
+        AgentRecord::Output { text: text.into() }
+    }
+    fn error(text: &str) -> AgentRecord {
+        AgentRecord::Error { text: text.into() }
+    }
+
+    #[test]
+    fn talking_thinking_reading_and_finishing() {
+        let run = act_out(
+            "[[step]]\nsay = \"hi\"\npause = 5\n[[step]]\nthink = \"hmm\"\n[[step]]\nread_instructions = true\n[[step]]\nfinish = \"all done\"\n",
+        );
+        assert_eq!(run.code.unwrap(), 0);
+        assert_eq!(run.records.len(), 4);
+        assert_eq!(run.records[0], message("hi"));
+        assert_eq!(run.records[1], AgentRecord::Thought { text: "hmm".into() });
+        let AgentRecord::Message { text } = &run.records[2] else {
+            panic!("{:?}", run.records[2])
+        };
+        assert!(text.contains("task.md"), "{text}");
+        assert!(text.ends_with("\"# Task: Greet the user\""), "{text}");
+        assert_eq!(
+            run.records[3],
+            AgentRecord::Finish {
+                summary: "all done".into()
+            }
+        );
+    }
+
+    #[test]
+    fn edits_change_the_workspace_and_are_described() {
+        let workspace = tempfile::tempdir().unwrap();
+        std::fs::write(workspace.path().join("old.txt"), "x").unwrap();
+        std::fs::create_dir(workspace.path().join("old")).unwrap();
+        std::fs::write(workspace.path().join("old/inner"), "x").unwrap();
+        let run = act_out_in(
+            workspace,
+            r#"
+[[step]]
+write = { path = "src/main.rs", content = "fn main() {\n    greet();\n}\n" }
+[[step]]
+replace = { path = "src/main.rs", find = "greet();", with = "greet(name);\n    count();" }
+[[step]]
+append = { path = "NOTES.md", content = "one line\n" }
+[[step]]
+symlink = { path = ".git/hooks/pre-commit", target = "/etc/passwd" }
+[[step]]
+remove = "old.txt"
+[[step]]
+remove = "old"
+"#,
+        );
+        assert_eq!(run.code.unwrap(), 0);
+        assert_eq!(
+            run.records,
+            vec![
+                command("write src/main.rs (3 lines)"),
+                command("edit src/main.rs: replace 1 line with 2 lines"),
+                command("append to NOTES.md (1 line)"),
+                command("symlink .git/hooks/pre-commit -> /etc/passwd"),
+                command("remove old.txt"),
+                command("remove old"),
+            ]
+        );
+        let root = run.workspace.path();
+        assert_eq!(
+            std::fs::read_to_string(root.join("src/main.rs")).unwrap(),
+            "fn main() {\n    greet(name);\n    count();\n}\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("NOTES.md")).unwrap(),
+            "one line\n"
+        );
+        assert_eq!(
+            std::fs::read_link(root.join(".git/hooks/pre-commit")).unwrap(),
+            Path::new("/etc/passwd")
+        );
+        assert!(!root.join("old.txt").exists());
+        assert!(!root.join("old").exists());
+    }
+
+    #[test]
+    fn a_failed_edit_is_an_error_record_and_ends_the_run_with_one() {
+        let run = act_out(
+            "[[step]]\nwrite = { path = \"a.txt\", content = \"abc\" }\n[[step]]\nreplace = { path = \"a.txt\", find = \"zzz\", with = \"y\" }\n[[step]]\nsay = \"never\"\n",
+        );
+        assert_eq!(run.code.unwrap(), 1);
+        let AgentRecord::Error { text } = run.records.last().unwrap() else {
+            panic!("{:?}", run.records)
+        };
+        assert!(text.starts_with("step 2: replace in "), "{text}");
+        assert!(text.contains("a.txt"), "{text}");
+        assert!(text.contains("\"zzz\""), "{text}");
+        assert!(!run.records.contains(&message("never")));
+
+        let run = act_out("[[step]]\nremove = \"missing\"\n");
+        assert_eq!(run.code.unwrap(), 1);
+        let AgentRecord::Error { text } = &run.records[1] else {
+            panic!("{:?}", run.records)
+        };
+        assert!(text.starts_with("step 1: remove "), "{text}");
+        assert!(text.contains("missing"), "{text}");
+    }
+
+    #[test]
+    fn a_program_runs_in_the_workspace_and_its_lines_and_exit_code_are_output() {
+        let workspace = tempfile::tempdir().unwrap();
+        std::fs::write(workspace.path().join("here.txt"), "").unwrap();
+        let run = act_out_in(
+            workspace,
+            r#"
+[[step]]
+run = ["/bin/sh", "-c", "ls; echo two; echo three >&2; exit 3"]
+[[step]]
+run = ["/nonexistent/program"]
+[[step]]
+say = "still here"
+"#,
+        );
+        assert_eq!(run.code.unwrap(), 0);
+        assert_eq!(
+            run.records[0],
+            command("/bin/sh -c \"ls; echo two; echo three >&2; exit 3\"")
+        );
+        let mut printed: Vec<&AgentRecord> = run.records[1..4].iter().collect();
+        printed.sort_by_key(|record| format!("{record:?}"));
+        assert_eq!(
+            printed,
+            vec![&output("here.txt"), &output("three"), &output("two")]
+        );
+        assert_eq!(run.records[4], output("[exit code 3]"));
+        assert_eq!(run.records[5], command("/nonexistent/program"));
+        let AgentRecord::Error { text } = &run.records[6] else {
+            panic!("{:?}", run.records)
+        };
+        assert!(
+            text.starts_with("step 2: cannot start \"/nonexistent/program\""),
+            "{text}"
+        );
+        assert_eq!(run.records[7], message("still here"));
+    }
+
+    #[test]
+    fn a_long_output_line_comes_in_bounded_records() {
+        let run = act_out(&format!(
+            "[[step]]\nrun = [\"/bin/sh\", \"-c\", \"head -c {} /dev/zero | tr '\\\\0' a\"]\n",
+            MAX_OUTPUT_LINE * 2 + 5
+        ));
+        let lengths: Vec<usize> = run.records[1..run.records.len() - 1]
+            .iter()
+            .map(|record| match record {
+                AgentRecord::Output { text } => text.len(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(lengths, vec![MAX_OUTPUT_LINE, MAX_OUTPUT_LINE, 5]);
+    }
+
+    #[test]
+    fn usage_reports_the_scenario_model() {
+        let run = act_out(
+            "[[step]]\nusage = { input_tokens = 1200, output_tokens = 80, cached_tokens = 600, cost_usd = 0.0042 }\n[[step]]\nusage = { input_tokens = 1, output_tokens = 2 }\n",
+        );
+        assert_eq!(
+            run.records,
+            vec![
+                AgentRecord::Usage {
+                    model: "demo-model".into(),
+                    input_tokens: 1200,
+                    output_tokens: 80,
+                    cached_tokens: 600,
+                    cost_usd: Some(0.0042)
+                },
+                AgentRecord::Usage {
+                    model: "demo-model".into(),
+                    input_tokens: 1,
+                    output_tokens: 2,
+                    cached_tokens: 0,
+                    cost_usd: None
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn leaks_print_the_value_or_a_fresh_github_shaped_token() {
+        let run = act_out(
+            "[[step]]\nleak = { value = \"plain-value\" }\n[[step]]\nleak = { shape = \"github\" }\n[[step]]\nleak = { shape = \"github\" }\n",
+        );
+        assert_eq!(run.records[0], output("export DEMO_TOKEN=plain-value"));
+        let tokens: Vec<&str> = run.records[1..]
+            .iter()
+            .map(|record| match record {
+                AgentRecord::Output { text } => text.strip_prefix("export DEMO_TOKEN=").unwrap(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        for token in &tokens {
+            let body = token.strip_prefix("ghp_").unwrap();
+            assert_eq!(body.len(), GITHUB_TOKEN_BODY);
+            assert!(body.bytes().all(|b| b.is_ascii_alphanumeric()), "{token}");
+        }
+        assert_ne!(tokens[0], tokens[1]);
+    }
+
+    #[test]
+    fn network_reports_how_the_connection_went_and_never_fails_the_run() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let open = listener.local_addr().unwrap();
+        let closed = {
+            let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap()
+        };
+        let run = act_out(&format!(
+            "[[step]]\nnetwork = \"{open}\"\n[[step]]\nnetwork = \"{closed}\"\n[[step]]\nfinish = \"ok\"\n"
+        ));
+        assert_eq!(run.code.unwrap(), 0);
+        assert_eq!(
+            run.records[0],
+            output(&format!("connect {open}: connected"))
+        );
+        assert_eq!(
+            run.records[1],
+            output(&format!("connect {closed}: refused"))
+        );
+    }
+
+    #[test]
+    fn flood_prints_raw_lines_of_the_given_length() {
+        let run = act_out(
+            "[[step]]\nflood = { lines = 1000, bytes_per_line = 300 }\n[[step]]\nfinish = \"done\"\n",
+        );
+        assert_eq!(run.raw.len(), 1000);
+        assert!(
+            run.raw
+                .iter()
+                .all(|line| line.len() == 300 && line.starts_with("abc"))
+        );
+        assert_eq!(
+            run.records,
+            vec![AgentRecord::Finish {
+                summary: "done".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn fail_and_give_up_print_an_error_and_exit_with_their_codes() {
+        let run = act_out("[[step]]\nfail = { code = 7, message = \"it broke\" }\n");
+        assert_eq!(run.code.unwrap(), 7);
+        assert_eq!(run.records, vec![error("it broke")]);
+        let run = act_out("[[step]]\ngive_up = \"too hard\"\n");
+        assert_eq!(run.code.unwrap(), 0);
+        assert_eq!(run.records, vec![error("too hard")]);
+        let run = act_out("[[step]]\nsay = \"bye\"\n");
+        assert_eq!(run.code.unwrap(), 0);
+        assert_eq!(run.records, vec![message("bye")]);
+    }
+
+    /// A writer that takes a few lines, then fails as a closed pipe does.
+    struct ClosingPipe {
+        lines_left: usize,
+        written: Vec<u8>,
+    }
+
+    impl Write for ClosingPipe {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.lines_left == 0 {
+                return Err(std::io::ErrorKind::BrokenPipe.into());
+            }
+            self.lines_left -= buf
+                .iter()
+                .filter(|b| **b == b'\n')
+                .count()
+                .min(self.lines_left);
+            self.written.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn forever_beats_every_second_until_its_output_closes() {
+        let files = tempfile::tempdir().unwrap();
+        let scenario = files.path().join("scenario.toml");
+        std::fs::write(&scenario, "model = \"m\"\n[[step]]\nforever = true\n").unwrap();
+        let options = AgentOptions {
+            scenario,
+            instructions: files.path().join("task.md"),
+            pace: 1.0,
+            workspace: files.path().to_owned(),
+        };
+        let mut pipe = ClosingPipe {
+            lines_left: 1,
+            written: Vec::new(),
+        };
+        let started = std::time::Instant::now();
+        let error = run(&options, &mut pipe).unwrap_err();
+        assert!(matches!(error, AgentError::Write(_)), "{error:?}");
+        assert!(started.elapsed() >= 2 * HEARTBEAT);
+        assert_eq!(
+            String::from_utf8(pipe.written).unwrap(),
+            "{\"type\":\"thought\",\"text\":\"still working (1 s)\"}\n"
+        );
+    }
+
+    #[test]
+    fn a_missing_instruction_file_is_an_error_record_naming_it() {
+        let files = tempfile::tempdir().unwrap();
+        let scenario = files.path().join("scenario.toml");
+        std::fs::write(
+            &scenario,
+            "model = \"m\"\n[[step]]\nread_instructions = true\n",
+        )
+        .unwrap();
+        let options = AgentOptions {
+            scenario,
+            instructions: files.path().join("absent.md"),
+            pace: 0.0,
+            workspace: files.path().to_owned(),
+        };
+        let mut out = Vec::new();
+        assert_eq!(run(&options, &mut out).unwrap(), 1);
+        let record: AgentRecord = serde_json::from_slice(out.trim_ascii_end()).unwrap();
+        let AgentRecord::Error { text } = record else {
+            panic!("{record:?}")
+        };
+        assert!(text.contains("absent.md"), "{text}");
+    }
+
+    #[test]
+    fn a_bad_scenario_or_pace_is_refused_before_anything_is_printed() {
+        let files = tempfile::tempdir().unwrap();
+        let scenario = files.path().join("scenario.toml");
+        std::fs::write(&scenario, "model = \"m\"\n[[step]]\njump = true\n").unwrap();
+        let mut options = AgentOptions {
+            scenario: scenario.clone(),
+            instructions: files.path().join("task.md"),
+            pace: 0.0,
+            workspace: files.path().to_owned(),
+        };
+        let mut out = Vec::new();
+        let message = run(&options, &mut out).unwrap_err().to_string();
+        assert!(
+            message.contains("scenario.toml: step 1: field `jump`"),
+            "{message}"
+        );
+        options.pace = -1.0;
+        assert!(matches!(
+            run(&options, &mut out),
+            Err(AgentError::InvalidPace { .. })
+        ));
+        options.pace = 0.0;
+        options.scenario = files.path().join("missing.toml");
+        let message = run(&options, &mut out).unwrap_err().to_string();
+        assert!(message.contains("missing.toml"), "{message}");
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn pauses_are_scaled_by_the_pace() {
+        let files = tempfile::tempdir().unwrap();
+        let scenario = files.path().join("scenario.toml");
+        std::fs::write(
+            &scenario,
+            "model = \"m\"\n[[step]]\nsay = \"a\"\npause = 2\n",
+        )
+        .unwrap();
+        let options = AgentOptions {
+            scenario,
+            instructions: files.path().join("task.md"),
+            pace: 0.1,
+            workspace: files.path().to_owned(),
+        };
+        let started = std::time::Instant::now();
+        run(&options, &mut Vec::new()).unwrap();
+        let elapsed = started.elapsed();
+        assert!(elapsed >= Duration::from_millis(200), "{elapsed:?}");
+        assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
+    }
+}

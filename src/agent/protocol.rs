@@ -1,0 +1,101 @@
+//! The JSON Lines protocol `stet agent` prints on stdout, shared with the `script` harness that reads
+//! it, so the two sides cannot drift apart: one record per line, its kind in the field `type`.
+
+use serde::{Deserialize, Serialize};
+
+/// One line of the scripted agent's output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentRecord {
+    /// The agent talking to the person.
+    Message { text: String },
+    /// The agent's reasoning.
+    Thought { text: String },
+    /// A command the agent runs or an edit it makes, described for display.
+    Command { text: String },
+    /// One line of what a command printed, or other output.
+    Output { text: String },
+    /// Something went wrong, as the agent reports it.
+    Error { text: String },
+    /// Model usage of one (pretended) request.
+    Usage {
+        model: String,
+        input_tokens: u64,
+        output_tokens: u64,
+        #[serde(default)]
+        cached_tokens: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+    },
+    /// The agent declares the task finished.
+    Finish { summary: String },
+}
+
+impl AgentRecord {
+    /// The record as one JSON line, without its newline.
+    pub fn to_line(&self) -> serde_json::Result<String> {
+        serde_json::to_string(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn records_are_tagged_by_type_and_read_back_unchanged() {
+        let records = [
+            AgentRecord::Message { text: "hi".into() },
+            AgentRecord::Thought { text: "hm".into() },
+            AgentRecord::Command {
+                text: "stet agent check".into(),
+            },
+            AgentRecord::Output { text: "ok".into() },
+            AgentRecord::Error {
+                text: "broken".into(),
+            },
+            AgentRecord::Usage {
+                model: "demo-model".into(),
+                input_tokens: 10,
+                output_tokens: 2,
+                cached_tokens: 1,
+                cost_usd: Some(0.5),
+            },
+            AgentRecord::Finish {
+                summary: "done".into(),
+            },
+        ];
+        for record in records {
+            let line = record.to_line().unwrap();
+            assert!(!line.contains('\n'), "{line}");
+            assert_eq!(serde_json::from_str::<AgentRecord>(&line).unwrap(), record);
+        }
+        assert_eq!(
+            AgentRecord::Message { text: "hi".into() }
+                .to_line()
+                .unwrap(),
+            r#"{"type":"message","text":"hi"}"#
+        );
+    }
+
+    #[test]
+    fn usage_reads_without_its_optional_fields() {
+        let record: AgentRecord = serde_json::from_str(
+            r#"{"type":"usage","model":"m","input_tokens":3,"output_tokens":4}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            record,
+            AgentRecord::Usage {
+                model: "m".into(),
+                input_tokens: 3,
+                output_tokens: 4,
+                cached_tokens: 0,
+                cost_usd: None
+            }
+        );
+        let line = record.to_line().unwrap();
+        assert!(!line.contains("cost_usd"), "{line}");
+    }
+}

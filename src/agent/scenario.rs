@@ -1,0 +1,831 @@
+//! Scenario files: the script `stet agent` acts out, read into checked steps before the first one
+//! runs, so a mistake in a scenario is reported with its file, step and field instead of half-way
+//! through a run.
+//!
+//! A scenario is TOML: a top-level `model` (the name usage records report) and `[[step]]` tables,
+//! counted from 1 in errors. Each step holds exactly one action key and an optional `pause` in seconds
+//! (slept before the action, multiplied by the run's pace):
+//!
+//! | action | does |
+//! |---|---|
+//! | `say = "…"`, `think = "…"` | a `message` or `thought` record |
+//! | `read_instructions = true` | a message quoting the staged instructions' first heading |
+//! | `run = ["argv", …]` | runs a program in the workspace (`"stet"` is the agent's own executable), its lines and exit status as `output` records; a failure does not end the run |
+//! | `write = { path, content }`, `append = { path, content }` | writes or appends to a file, making its directories |
+//! | `replace = { path, find, with }` | replaces the first `find` (an error when it is absent) |
+//! | `symlink = { path, target }`, `remove = "path"` | makes a symbolic link; removes a file, link or tree |
+//! | `usage = { input_tokens, output_tokens, cached_tokens = 0, cost_usd }` | a `usage` record of the scenario's model |
+//! | `leak = { value = "…" }` or `leak = { shape = "github" }` | prints `export DEMO_TOKEN=<value>`, the second made up at run time |
+//! | `network = "ip:port"` | tries a TCP connection (2 s) and reports how it went |
+//! | `flood = { lines, bytes_per_line }` | prints raw lines that are not records, as fast as it can |
+//! | `forever = true` | a `thought` every second until stopped |
+//! | `fail = { code, message }` | an `error` record, then exits with `code` |
+//! | `give_up = "reason"` | an `error` record, then exits 0 without finishing |
+//! | `finish = "summary"` | a `finish` record, then exits 0 |
+//!
+//! The last four end the run, so no step may follow them. Paths in edits are relative to the workspace
+//! and deliberately not restricted: the scripted agent stands in for an untrusted one.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use toml::{Table, Value};
+
+use super::{AgentError, Result};
+
+/// The largest scenario file read, in bytes.
+pub const MAX_SCENARIO_BYTES: usize = 1024 * 1024;
+
+/// The longest pause a step may ask for, in seconds.
+pub const MAX_PAUSE_SECONDS: f64 = 3600.0;
+
+/// The longest line a `flood` step may print, in bytes.
+pub const MAX_FLOOD_LINE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Every action key a step may hold.
+const ACTIONS: &[&str] = &[
+    "say",
+    "think",
+    "read_instructions",
+    "run",
+    "write",
+    "append",
+    "replace",
+    "symlink",
+    "remove",
+    "usage",
+    "leak",
+    "network",
+    "flood",
+    "forever",
+    "fail",
+    "give_up",
+    "finish",
+];
+
+/// A checked scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    /// The model name usage records report.
+    pub model: String,
+    pub steps: Vec<Step>,
+}
+
+/// One step: a pause, then an action.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// Seconds slept before the action, before scaling by the run's pace.
+    pub pause: f64,
+    pub action: Action,
+}
+
+/// What a step does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Say(String),
+    Think(String),
+    /// Quote the first heading of the staged instruction file.
+    ReadInstructions,
+    /// Run a program in the workspace; `argv[0] == "stet"` is the agent's own executable.
+    Run(Vec<String>),
+    Write {
+        path: String,
+        content: String,
+    },
+    Append {
+        path: String,
+        content: String,
+    },
+    Replace {
+        path: String,
+        find: String,
+        with: String,
+    },
+    Symlink {
+        path: String,
+        target: String,
+    },
+    Remove(String),
+    Usage {
+        input_tokens: u64,
+        output_tokens: u64,
+        cached_tokens: u64,
+        cost_usd: Option<f64>,
+    },
+    Leak(Leak),
+    Network(SocketAddr),
+    Flood {
+        lines: u64,
+        bytes_per_line: u64,
+    },
+    Forever,
+    Fail {
+        code: u8,
+        message: String,
+    },
+    GiveUp(String),
+    Finish(String),
+}
+
+impl Action {
+    /// Whether the scenario ends with this action (no later step could run).
+    fn ends_the_run(&self) -> bool {
+        matches!(
+            self,
+            Action::Forever | Action::Fail { .. } | Action::GiveUp(_) | Action::Finish(_)
+        )
+    }
+}
+
+/// What a `leak` step prints.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Leak {
+    /// This exact value.
+    Value(String),
+    /// A GitHub classic personal access token's shape, made up at run time.
+    GitHub,
+}
+
+/// Reads the scenario `text` that came from `source` (named in errors).
+pub fn parse_scenario(source: &Path, text: &str) -> Result<Scenario> {
+    if text.len() > MAX_SCENARIO_BYTES {
+        return Err(AgentError::ScenarioTooLarge {
+            file: source.to_owned(),
+            size: text.len(),
+            limit: MAX_SCENARIO_BYTES,
+        });
+    }
+    let table: Table = toml::from_str(text).map_err(|error| AgentError::ScenarioSyntax {
+        file: source.to_owned(),
+        message: error.to_string().trim_end().to_owned(),
+    })?;
+    let top = |field: &str, problem: String| AgentError::ScenarioField {
+        file: source.to_owned(),
+        field: field.to_owned(),
+        problem,
+    };
+    if let Some(unknown) = table
+        .keys()
+        .find(|key| !matches!(key.as_str(), "model" | "step"))
+    {
+        return Err(top(
+            unknown,
+            "is not a scenario field (expected `model` and `[[step]]` tables)".to_owned(),
+        ));
+    }
+    let model = match table.get("model") {
+        Some(Value::String(model)) if !model.trim().is_empty() => model.clone(),
+        Some(Value::String(_)) => return Err(top("model", "is empty".to_owned())),
+        Some(other) => {
+            return Err(top(
+                "model",
+                format!("must be a string, not {}", other.type_str()),
+            ));
+        }
+        None => return Err(top("model", "is missing".to_owned())),
+    };
+    let raw_steps = match table.get("step") {
+        Some(Value::Array(steps)) if !steps.is_empty() => steps,
+        Some(Value::Array(_)) | None => {
+            return Err(top(
+                "step",
+                "the scenario has no `[[step]]` tables".to_owned(),
+            ));
+        }
+        Some(other) => {
+            return Err(top(
+                "step",
+                format!("must be an array of tables, not {}", other.type_str()),
+            ));
+        }
+    };
+    let mut steps = Vec::with_capacity(raw_steps.len());
+    let mut ended_at: Option<usize> = None;
+    for (offset, raw) in raw_steps.iter().enumerate() {
+        let reader = StepReader {
+            file: source,
+            step: offset + 1,
+        };
+        if let Some(end) = ended_at {
+            return Err(reader.error(
+                "step",
+                format!("can never run: the scenario ends at step {end}"),
+            ));
+        }
+        let step = reader.step(raw)?;
+        if step.action.ends_the_run() {
+            ended_at = Some(offset + 1);
+        }
+        steps.push(step);
+    }
+    Ok(Scenario { model, steps })
+}
+
+/// Reads one step, naming it in errors.
+struct StepReader<'a> {
+    file: &'a Path,
+    /// Counted from 1.
+    step: usize,
+}
+
+impl StepReader<'_> {
+    fn error(&self, field: &str, problem: impl Into<String>) -> AgentError {
+        AgentError::StepField {
+            file: self.file.to_owned(),
+            step: self.step,
+            field: field.to_owned(),
+            problem: problem.into(),
+        }
+    }
+
+    fn step(&self, raw: &Value) -> Result<Step> {
+        let Value::Table(table) = raw else {
+            return Err(self.error("step", format!("must be a table, not {}", raw.type_str())));
+        };
+        let mut action: Option<(&str, &Value)> = None;
+        for (key, value) in table {
+            if key == "pause" {
+                continue;
+            }
+            if !ACTIONS.contains(&key.as_str()) {
+                return Err(self.error(
+                    key,
+                    format!("is not a known action (one of: {})", ACTIONS.join(", ")),
+                ));
+            }
+            if let Some((first, _)) = action {
+                return Err(self.error(
+                    key,
+                    format!("a step holds one action, and this one already has `{first}`"),
+                ));
+            }
+            action = Some((key.as_str(), value));
+        }
+        let Some((key, value)) = action else {
+            return Err(self.error("step", "holds no action"));
+        };
+        let pause = match table.get("pause") {
+            None => 0.0,
+            Some(value) => self.pause(value)?,
+        };
+        Ok(Step {
+            pause,
+            action: self.action(key, value)?,
+        })
+    }
+
+    fn pause(&self, value: &Value) -> Result<f64> {
+        let seconds = match value {
+            Value::Integer(seconds) => *seconds as f64,
+            Value::Float(seconds) => *seconds,
+            other => {
+                return Err(self.error(
+                    "pause",
+                    format!("must be a number of seconds, not {}", other.type_str()),
+                ));
+            }
+        };
+        if !(0.0..=MAX_PAUSE_SECONDS).contains(&seconds) {
+            return Err(self.error(
+                "pause",
+                format!("{seconds} is not between 0 and {MAX_PAUSE_SECONDS} seconds"),
+            ));
+        }
+        Ok(seconds)
+    }
+
+    fn action(&self, key: &str, value: &Value) -> Result<Action> {
+        Ok(match key {
+            "say" => Action::Say(self.text(key, value)?),
+            "think" => Action::Think(self.text(key, value)?),
+            "give_up" => Action::GiveUp(self.text(key, value)?),
+            "finish" => Action::Finish(self.text(key, value)?),
+            "remove" => Action::Remove(self.path(key, value)?),
+            "read_instructions" => {
+                self.must_be_true(key, value)?;
+                Action::ReadInstructions
+            }
+            "forever" => {
+                self.must_be_true(key, value)?;
+                Action::Forever
+            }
+            "run" => Action::Run(self.argv(value)?),
+            "network" => Action::Network(self.address(value)?),
+            "write" | "append" => {
+                let fields = self.fields(key, value, &["path", "content"])?;
+                let path = fields.path("path")?;
+                let content = fields.text("content")?;
+                if key == "write" {
+                    Action::Write { path, content }
+                } else {
+                    Action::Append { path, content }
+                }
+            }
+            "replace" => {
+                let fields = self.fields(key, value, &["path", "find", "with"])?;
+                let find = fields.text("find")?;
+                if find.is_empty() {
+                    return Err(fields.error("find", "is empty"));
+                }
+                Action::Replace {
+                    path: fields.path("path")?,
+                    find,
+                    with: fields.text("with")?,
+                }
+            }
+            "symlink" => {
+                let fields = self.fields(key, value, &["path", "target"])?;
+                Action::Symlink {
+                    path: fields.path("path")?,
+                    target: fields.path("target")?,
+                }
+            }
+            "usage" => {
+                let fields = self.fields(
+                    key,
+                    value,
+                    &["input_tokens", "output_tokens", "cached_tokens", "cost_usd"],
+                )?;
+                Action::Usage {
+                    input_tokens: fields.count("input_tokens")?,
+                    output_tokens: fields.count("output_tokens")?,
+                    cached_tokens: fields.optional_count("cached_tokens")?.unwrap_or(0),
+                    cost_usd: fields.optional_cost("cost_usd")?,
+                }
+            }
+            "leak" => Action::Leak(self.leak(value)?),
+            "flood" => {
+                let fields = self.fields(key, value, &["lines", "bytes_per_line"])?;
+                let bytes_per_line = fields.count("bytes_per_line")?;
+                if bytes_per_line > MAX_FLOOD_LINE_BYTES {
+                    return Err(fields.error(
+                        "bytes_per_line",
+                        format!("{bytes_per_line} is more than {MAX_FLOOD_LINE_BYTES}"),
+                    ));
+                }
+                Action::Flood {
+                    lines: fields.count("lines")?,
+                    bytes_per_line,
+                }
+            }
+            "fail" => {
+                let fields = self.fields(key, value, &["code", "message"])?;
+                let code = fields.count("code")?;
+                let code = u8::try_from(code).map_err(|_| {
+                    fields.error("code", format!("{code} is not an exit code (0 to 255)"))
+                })?;
+                Action::Fail {
+                    code,
+                    message: fields.text("message")?,
+                }
+            }
+            other => {
+                return Err(self.error(other, "is not a known action"));
+            }
+        })
+    }
+
+    fn text(&self, field: &str, value: &Value) -> Result<String> {
+        match value {
+            Value::String(text) => Ok(text.clone()),
+            other => Err(self.error(field, format!("must be a string, not {}", other.type_str()))),
+        }
+    }
+
+    fn path(&self, field: &str, value: &Value) -> Result<String> {
+        let path = self.text(field, value)?;
+        if path.is_empty() {
+            return Err(self.error(field, "is an empty path"));
+        }
+        if path.contains('\0') {
+            return Err(self.error(field, format!("{path:?} holds a NUL byte")));
+        }
+        Ok(path)
+    }
+
+    fn must_be_true(&self, field: &str, value: &Value) -> Result<()> {
+        match value {
+            Value::Boolean(true) => Ok(()),
+            other => Err(self.error(field, format!("must be `true`, not {other}"))),
+        }
+    }
+
+    fn argv(&self, value: &Value) -> Result<Vec<String>> {
+        let Value::Array(items) = value else {
+            return Err(self.error(
+                "run",
+                format!("must be an array of strings, not {}", value.type_str()),
+            ));
+        };
+        let argv = items
+            .iter()
+            .enumerate()
+            .map(|(index, item)| match item {
+                Value::String(arg) if arg.contains('\0') => Err(self.error(
+                    &format!("run[{index}]"),
+                    format!("{arg:?} holds a NUL byte"),
+                )),
+                Value::String(arg) => Ok(arg.clone()),
+                other => Err(self.error(
+                    &format!("run[{index}]"),
+                    format!("must be a string, not {}", other.type_str()),
+                )),
+            })
+            .collect::<Result<Vec<String>>>()?;
+        match argv.first() {
+            Some(program) if !program.is_empty() => Ok(argv),
+            _ => Err(self.error("run", "needs a program to run")),
+        }
+    }
+
+    fn address(&self, value: &Value) -> Result<SocketAddr> {
+        let text = self.text("network", value)?;
+        text.parse().map_err(|_| {
+            self.error(
+                "network",
+                format!("{text:?} is not an IP address and port such as \"1.1.1.1:443\""),
+            )
+        })
+    }
+
+    fn leak(&self, value: &Value) -> Result<Leak> {
+        let fields = self.fields("leak", value, &["value", "shape"])?;
+        match (fields.table.get("value"), fields.table.get("shape")) {
+            (Some(_), None) => Ok(Leak::Value(fields.text("value")?)),
+            (None, Some(_)) => match fields.text("shape")?.as_str() {
+                "github" => Ok(Leak::GitHub),
+                shape => Err(fields.error(
+                    "shape",
+                    format!("{shape:?} is not a known shape (only \"github\")"),
+                )),
+            },
+            _ => Err(self.error("leak", "needs exactly one of `value` and `shape`")),
+        }
+    }
+
+    /// The inline table of action `action`, refusing keys other than `allowed`.
+    fn fields<'v>(
+        &'v self,
+        action: &'v str,
+        value: &'v Value,
+        allowed: &[&str],
+    ) -> Result<Fields<'v>> {
+        let Value::Table(table) = value else {
+            return Err(self.error(
+                action,
+                format!(
+                    "must be a table such as {{ {} = ... }}",
+                    allowed.join(" = ..., ")
+                ),
+            ));
+        };
+        if let Some(unknown) = table.keys().find(|key| !allowed.contains(&key.as_str())) {
+            return Err(self.error(
+                &format!("{action}.{unknown}"),
+                format!(
+                    "is not a field of `{action}` (expected: {})",
+                    allowed.join(", ")
+                ),
+            ));
+        }
+        Ok(Fields {
+            reader: self,
+            action,
+            table,
+        })
+    }
+}
+
+/// The fields of one action's inline table.
+struct Fields<'a> {
+    reader: &'a StepReader<'a>,
+    action: &'a str,
+    table: &'a Table,
+}
+
+impl Fields<'_> {
+    fn error(&self, field: &str, problem: impl Into<String>) -> AgentError {
+        self.reader
+            .error(&format!("{}.{field}", self.action), problem)
+    }
+
+    fn required(&self, field: &str) -> Result<&Value> {
+        self.table
+            .get(field)
+            .ok_or_else(|| self.error(field, "is missing"))
+    }
+
+    fn text(&self, field: &str) -> Result<String> {
+        match self.required(field)? {
+            Value::String(text) => Ok(text.clone()),
+            other => Err(self.error(field, format!("must be a string, not {}", other.type_str()))),
+        }
+    }
+
+    fn path(&self, field: &str) -> Result<String> {
+        let value = self.required(field)?;
+        self.reader.path(&format!("{}.{field}", self.action), value)
+    }
+
+    fn count(&self, field: &str) -> Result<u64> {
+        self.optional_count(field)?
+            .ok_or_else(|| self.error(field, "is missing"))
+    }
+
+    fn optional_count(&self, field: &str) -> Result<Option<u64>> {
+        match self.table.get(field) {
+            None => Ok(None),
+            Some(Value::Integer(count)) => u64::try_from(*count)
+                .map(Some)
+                .map_err(|_| self.error(field, format!("{count} is negative"))),
+            Some(other) => Err(self.error(
+                field,
+                format!("must be a whole number, not {}", other.type_str()),
+            )),
+        }
+    }
+
+    fn optional_cost(&self, field: &str) -> Result<Option<f64>> {
+        let cost = match self.table.get(field) {
+            None => return Ok(None),
+            Some(Value::Integer(cost)) => *cost as f64,
+            Some(Value::Float(cost)) => *cost,
+            Some(other) => {
+                return Err(self.error(
+                    field,
+                    format!("must be a number of dollars, not {}", other.type_str()),
+                ));
+            }
+        };
+        if cost.is_finite() && cost >= 0.0 {
+            Ok(Some(cost))
+        } else {
+            Err(self.error(field, format!("{cost} is not a cost of 0 dollars or more")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn parse(text: &str) -> Result<Scenario> {
+        parse_scenario(Path::new("scenarios/test.toml"), text)
+    }
+
+    fn error(text: &str) -> String {
+        parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn every_action_reads_into_its_step() {
+        let scenario = parse(
+            r#"
+model = "demo-model"
+
+[[step]]
+say = "hello"
+pause = 1.5
+
+[[step]]
+think = "hmm"
+pause = 2
+
+[[step]]
+read_instructions = true
+
+[[step]]
+run = ["stet", "agent", "check", "checks.toml"]
+
+[[step]]
+write = { path = "a/b.txt", content = "x\n" }
+
+[[step]]
+append = { path = "NOTES.md", content = "y\n" }
+
+[[step]]
+replace = { path = "a/b.txt", find = "x", with = "z" }
+
+[[step]]
+symlink = { path = "link", target = "/etc/passwd" }
+
+[[step]]
+remove = "a"
+
+[[step]]
+usage = { input_tokens = 10, output_tokens = 5, cost_usd = 0.25 }
+
+[[step]]
+leak = { value = "plain" }
+
+[[step]]
+leak = { shape = "github" }
+
+[[step]]
+network = "1.1.1.1:443"
+
+[[step]]
+flood = { lines = 3, bytes_per_line = 10 }
+
+[[step]]
+finish = "done"
+"#,
+        )
+        .unwrap();
+        assert_eq!(scenario.model, "demo-model");
+        let actions: Vec<&Action> = scenario.steps.iter().map(|step| &step.action).collect();
+        assert_eq!(
+            actions,
+            vec![
+                &Action::Say("hello".into()),
+                &Action::Think("hmm".into()),
+                &Action::ReadInstructions,
+                &Action::Run(vec![
+                    "stet".into(),
+                    "agent".into(),
+                    "check".into(),
+                    "checks.toml".into()
+                ]),
+                &Action::Write {
+                    path: "a/b.txt".into(),
+                    content: "x\n".into()
+                },
+                &Action::Append {
+                    path: "NOTES.md".into(),
+                    content: "y\n".into()
+                },
+                &Action::Replace {
+                    path: "a/b.txt".into(),
+                    find: "x".into(),
+                    with: "z".into()
+                },
+                &Action::Symlink {
+                    path: "link".into(),
+                    target: "/etc/passwd".into()
+                },
+                &Action::Remove("a".into()),
+                &Action::Usage {
+                    input_tokens: 10,
+                    output_tokens: 5,
+                    cached_tokens: 0,
+                    cost_usd: Some(0.25)
+                },
+                &Action::Leak(Leak::Value("plain".into())),
+                &Action::Leak(Leak::GitHub),
+                &Action::Network("1.1.1.1:443".parse().unwrap()),
+                &Action::Flood {
+                    lines: 3,
+                    bytes_per_line: 10
+                },
+                &Action::Finish("done".into()),
+            ]
+        );
+        assert_eq!(scenario.steps[0].pause, 1.5);
+        assert_eq!(scenario.steps[1].pause, 2.0);
+        assert_eq!(scenario.steps[2].pause, 0.0);
+    }
+
+    #[test]
+    fn the_ending_actions_read_too() {
+        for (step, action) in [
+            ("forever = true", Action::Forever),
+            (
+                "fail = { code = 3, message = \"no\" }",
+                Action::Fail {
+                    code: 3,
+                    message: "no".into(),
+                },
+            ),
+            ("give_up = \"stuck\"", Action::GiveUp("stuck".into())),
+        ] {
+            let scenario = parse(&format!("model = \"m\"\n[[step]]\n{step}\n")).unwrap();
+            assert_eq!(scenario.steps[0].action, action);
+        }
+    }
+
+    #[test]
+    fn an_unknown_action_is_refused_with_its_file_step_and_name() {
+        let message = error("model = \"m\"\n[[step]]\nsay = \"a\"\n[[step]]\ndance = true\n");
+        assert!(
+            message.starts_with("scenarios/test.toml: step 2: field `dance`"),
+            "{message}"
+        );
+        assert!(message.contains("not a known action"), "{message}");
+    }
+
+    #[test]
+    fn errors_name_the_file_the_step_and_the_field() {
+        let cases = [
+            ("[[step]]\nsay = \"a\"\n", "field `model`", "missing"),
+            (
+                "model = 3\n[[step]]\nsay = \"a\"\n",
+                "field `model`",
+                "must be a string",
+            ),
+            (
+                "model = \"m\"\nsteps = []\n",
+                "field `steps`",
+                "not a scenario field",
+            ),
+            ("model = \"m\"\n", "field `step`", "no `[[step]]`"),
+            (
+                "model = \"m\"\n[[step]]\npause = 1\n",
+                "step 1: field `step`",
+                "no action",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nsay = \"a\"\nthink = \"b\"\n",
+                "step 1: field `think`",
+                "already has `say`",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nsay = 1\n",
+                "step 1: field `say`",
+                "must be a string",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nsay = \"a\"\npause = -1\n",
+                "step 1: field `pause`",
+                "not between",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nwrite = { path = \"a\" }\n",
+                "step 1: field `write.content`",
+                "missing",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nwrite = { path = \"a\", content = \"b\", mode = 1 }\n",
+                "step 1: field `write.mode`",
+                "not a field of `write`",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nreplace = { path = \"a\", find = \"\", with = \"b\" }\n",
+                "step 1: field `replace.find`",
+                "empty",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nrun = []\n",
+                "step 1: field `run`",
+                "needs a program",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nrun = [\"a\", 2]\n",
+                "step 1: field `run[1]`",
+                "must be a string",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nusage = { input_tokens = -1, output_tokens = 1 }\n",
+                "step 1: field `usage.input_tokens`",
+                "-1 is negative",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nusage = { input_tokens = 1, output_tokens = 1, cost_usd = -0.5 }\n",
+                "step 1: field `usage.cost_usd`",
+                "-0.5",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nleak = { shape = \"aws\" }\n",
+                "step 1: field `leak.shape`",
+                "\"aws\"",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nleak = { value = \"a\", shape = \"github\" }\n",
+                "step 1: field `leak`",
+                "exactly one",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nnetwork = \"example.com:443\"\n",
+                "step 1: field `network`",
+                "\"example.com:443\"",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nfail = { code = 256, message = \"x\" }\n",
+                "step 1: field `fail.code`",
+                "256",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nread_instructions = false\n",
+                "step 1: field `read_instructions`",
+                "must be `true`",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nfinish = \"a\"\n[[step]]\nsay = \"b\"\n",
+                "step 2: field `step`",
+                "ends at step 1",
+            ),
+        ];
+        for (text, field, problem) in cases {
+            let message = error(text);
+            assert!(message.starts_with("scenarios/test.toml: "), "{message}");
+            assert!(message.contains(field), "{text:?}: {message}");
+            assert!(message.contains(problem), "{text:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn a_syntax_error_names_the_file() {
+        let message = error("model = \n");
+        assert!(message.starts_with("scenarios/test.toml: "), "{message}");
+    }
+}

@@ -1,0 +1,254 @@
+//! The run record (`<state>/runs/<dispatch id>/`): what stays on disk after a dispatch — every event as
+//! sanitized JSON Lines, the result as JSON, and the diff — so nothing the theater showed is lost when
+//! the window closes, and the inbox can show a brief's last run.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::dispatch::branch::CommitSha;
+use crate::dispatch::event::{DispatchId, Event};
+use crate::dispatch::sanitize::SanitizedText;
+use crate::dispatch::state::Phase;
+
+/// The directory under the state directory that holds every run record.
+pub const RUNS_DIR: &str = "runs";
+pub const EVENTS_FILE: &str = "events.jsonl";
+pub const RESULT_FILE: &str = "result.json";
+pub const PATCH_FILE: &str = "diff.patch";
+
+/// The most of a patch the record keeps; a longer one is cut with a note (the commit holds it all).
+pub const MAX_PATCH_BYTES: usize = 16 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("{}: {operation}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        operation: &'static str,
+        source: std::io::Error,
+    },
+    #[error("encoding the run record: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+pub type Result<T> = std::result::Result<T, RecordError>;
+
+/// How one phase went, for the timeline and the benchmarks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseSpan {
+    pub phase: Phase,
+    pub started: DateTime<Utc>,
+    pub millis: u64,
+}
+
+/// `result.json`: the outcome and what the dispatch produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    pub dispatch: DispatchId,
+    pub brief: String,
+    pub outcome: Phase,
+    pub exit_code: u8,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<SanitizedText>,
+    pub started: DateTime<Utc>,
+    pub ended: DateTime<Utc>,
+    pub phases: Vec<PhaseSpan>,
+    pub harness: String,
+    pub image: String,
+    pub branch: SanitizedText,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<CommitSha>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<CommitSha>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request_url: Option<SanitizedText>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: f64,
+    /// How many secrets the sanitizer masked in what the dispatch showed.
+    pub redactions: u64,
+    /// Teardown steps that failed (empty when it was clean).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub teardown_failures: Vec<SanitizedText>,
+}
+
+/// One dispatch's record, open for appending.
+#[derive(Debug)]
+pub struct RunRecord {
+    dir: PathBuf,
+    events: File,
+}
+
+impl RunRecord {
+    /// Creates `<state>/runs/<dispatch>/` (readable by its owner only) and its events file.
+    pub fn create(state_dir: &Path, dispatch: DispatchId) -> Result<RunRecord> {
+        let dir = run_dir(state_dir, dispatch);
+        create_private_dir(&state_dir.join(RUNS_DIR))?;
+        create_private_dir(&dir)?;
+        let path = dir.join(EVENTS_FILE);
+        let events = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(&path)
+            .map_err(io_error(&path, "creating the events file"))?;
+        Ok(RunRecord { dir, events })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Appends one event as a JSON line.
+    pub fn append(&mut self, event: &Event) -> Result<()> {
+        let mut line = event.to_json_line()?;
+        line.push('\n');
+        let path = self.dir.join(EVENTS_FILE);
+        self.events
+            .write_all(line.as_bytes())
+            .map_err(io_error(&path, "appending an event"))
+    }
+
+    /// Writes the (already sanitized) patch, cut at [`MAX_PATCH_BYTES`] with a note.
+    pub fn write_patch(&self, patch: &SanitizedText) -> Result<()> {
+        let text = patch.as_str();
+        let path = self.dir.join(PATCH_FILE);
+        let mut contents = String::with_capacity(text.len().min(MAX_PATCH_BYTES) + 128);
+        if text.len() > MAX_PATCH_BYTES {
+            let mut cut = MAX_PATCH_BYTES;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            contents.push_str(&text[..cut]);
+            contents.push_str(&format!(
+                "\n[stet: the patch is {} bytes; only the first {MAX_PATCH_BYTES} are kept here, the commit holds all of it]\n",
+                text.len()
+            ));
+        } else {
+            contents.push_str(text);
+        }
+        std::fs::write(&path, contents).map_err(io_error(&path, "writing the patch"))
+    }
+
+    /// Writes `result.json` (replacing it atomically).
+    pub fn write_result(&self, result: &RunResult) -> Result<()> {
+        let path = self.dir.join(RESULT_FILE);
+        let temporary = self.dir.join(format!("{RESULT_FILE}.tmp"));
+        let json = serde_json::to_vec_pretty(result)?;
+        std::fs::write(&temporary, json).map_err(io_error(&temporary, "writing the result"))?;
+        std::fs::rename(&temporary, &path).map_err(io_error(&path, "replacing the result"))
+    }
+}
+
+/// `<state>/runs/<dispatch>`.
+pub fn run_dir(state_dir: &Path, dispatch: DispatchId) -> PathBuf {
+    state_dir.join(RUNS_DIR).join(dispatch.to_string())
+}
+
+/// Reads a run's `result.json`.
+pub fn read_result(dir: &Path) -> Result<RunResult> {
+    let path = dir.join(RESULT_FILE);
+    let bytes = std::fs::read(&path).map_err(io_error(&path, "reading the result"))?;
+    Ok(serde_json::from_slice(&bytes)?)
+}
+
+fn io_error(path: &Path, operation: &'static str) -> impl FnOnce(std::io::Error) -> RecordError {
+    move |source| RecordError::Io {
+        path: path.to_owned(),
+        operation,
+        source,
+    }
+}
+
+fn create_private_dir(path: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(path) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
+        Err(source) => Err(RecordError::Io {
+            path: path.to_owned(),
+            operation: "creating the directory",
+            source,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::dispatch::event::EventKind;
+    use crate::dispatch::sanitize::TokenSanitizer;
+
+    #[test]
+    fn events_append_as_lines_and_the_result_reads_back() {
+        let state = tempfile::tempdir().unwrap();
+        let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
+        let dispatch = DispatchId::new();
+        let mut record = RunRecord::create(state.path(), dispatch).unwrap();
+        for message in ["one", "two"] {
+            let event = Event::new(
+                dispatch,
+                "b",
+                EventKind::Warning {
+                    message: sanitizer.sanitize(message),
+                },
+            );
+            record.append(&event).unwrap();
+        }
+        let text = std::fs::read_to_string(record.dir().join(EVENTS_FILE)).unwrap();
+        assert_eq!(text.lines().count(), 2);
+        assert!(
+            RunRecord::create(state.path(), dispatch).is_err(),
+            "one record per dispatch"
+        );
+
+        let now = Utc::now();
+        let result = RunResult {
+            dispatch,
+            brief: "b".into(),
+            outcome: Phase::Done,
+            exit_code: 0,
+            reason: None,
+            started: now,
+            ended: now,
+            phases: vec![],
+            harness: "script".into(),
+            image: "sha256:x".into(),
+            branch: sanitizer.sanitize("stet/b"),
+            base: None,
+            commit: None,
+            reference: None,
+            pull_request: Some(3),
+            pull_request_url: None,
+            input_tokens: 1,
+            output_tokens: 2,
+            cost_usd: 0.5,
+            redactions: 0,
+            teardown_failures: vec![],
+        };
+        record.write_result(&result).unwrap();
+        assert_eq!(read_result(record.dir()).unwrap(), result);
+    }
+
+    #[test]
+    fn an_oversized_patch_is_cut_with_a_note() {
+        let state = tempfile::tempdir().unwrap();
+        let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
+        let record = RunRecord::create(state.path(), DispatchId::new()).unwrap();
+        let patch = sanitizer.sanitize(&"é".repeat(MAX_PATCH_BYTES / 2 + 10));
+        record.write_patch(&patch).unwrap();
+        let kept = std::fs::read_to_string(record.dir().join(PATCH_FILE)).unwrap();
+        assert!(kept.len() < MAX_PATCH_BYTES + 200);
+        assert!(kept.contains("only the first"));
+    }
+}

@@ -1,0 +1,1217 @@
+//! One dispatch from `queued` to its outcome (DESIGN §4, ADR-0018's guaranteed-cleanup pattern):
+//! preflight with no side effects, provisioning that stops cleanly when told to, the agent's run raced
+//! by cancel, the wall-clock timeout and the cost ceiling, the trusted import, and the host-side push
+//! and pull request. Once provisioning succeeded, the later phases run with their outcome captured,
+//! teardown runs exactly once, and a teardown failure is a warning that never replaces the outcome.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::brief::Brief;
+use crate::dispatch::branch::{BranchValidator, CommitSha};
+use crate::dispatch::event::{
+    ChangedPath, DispatchId, Event, EventKind, PullRequestAction, TeardownStepReport, Usage,
+};
+use crate::dispatch::record::{PhaseSpan, RunRecord, RunResult};
+use crate::dispatch::sandbox::{
+    BaseFetch, CredentialRequest, DispatchSandbox, SandboxError, SandboxRequest, TeardownReport,
+    WorkspaceSource,
+};
+use crate::dispatch::sanitize::{KnownValue, SanitizedText, TokenSanitizer};
+use crate::dispatch::service::{DispatchParts, DispatchService};
+use crate::dispatch::state::{Input, Phase, transition};
+use crate::forge::{Preflight, Provenance, PullRequestDraft, PushBranch};
+use crate::git::import::{ImportRequest, Imported, import};
+use crate::harness::{
+    HarnessLaunch, HarnessOutcome, OutputParser, Parsed, StagedFile, UsageReport,
+};
+use crate::runtime::{NetworkPolicy, OutputLine};
+use crate::workflow::Workflow;
+
+/// How many output lines may wait between the container and the parser (back-pressure beyond).
+const OUTPUT_BUFFER: usize = 256;
+
+/// The longest agent summary carried into the commit message and the pull request.
+const MAX_SUMMARY_BYTES: usize = 4 * 1024;
+
+/// The ref a collected result is kept at in the repository: `refs/stet/<dispatch id>`.
+pub fn result_ref(dispatch: DispatchId) -> String {
+    format!("refs/stet/{dispatch}")
+}
+
+/// What happens to a collected result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Wait at `awaiting_approval` for a person's [`Decision`].
+    Review,
+    /// Push and open the pull request without asking (`--headless --push`); a result that changes a
+    /// protected path is not pushed.
+    Push,
+    /// Keep the commit at [`result_ref`] and stop (`--headless` without `--push`).
+    Keep,
+}
+
+/// A person's decision at review.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Approve,
+    Discard,
+}
+
+/// One dispatch to run.
+#[derive(Debug, Clone)]
+pub struct DispatchRun {
+    pub id: DispatchId,
+    pub brief: Brief,
+    pub delivery: Delivery,
+}
+
+/// How a running dispatch is steered from outside.
+#[derive(Debug)]
+pub struct DispatchControl {
+    pub cancel: CancellationToken,
+    pub decisions: mpsc::Receiver<Decision>,
+    /// The concurrency ceiling: a dispatch holds one permit from preflight to its end.
+    pub slots: Arc<Semaphore>,
+}
+
+/// Why the workflow stopped before its natural end.
+#[derive(Debug, Clone, PartialEq)]
+enum Stop {
+    Failed(String),
+    Cancelled(String),
+    TimedOut,
+    CeilingHit(String),
+}
+
+impl Stop {
+    fn input(&self) -> Input {
+        match self {
+            Stop::Failed(_) => Input::Fail,
+            Stop::Cancelled(_) => Input::Cancel,
+            Stop::TimedOut => Input::TimeOut,
+            Stop::CeilingHit(_) => Input::CostCeilingReached,
+        }
+    }
+
+    fn reason(&self, timeout: Duration) -> String {
+        match self {
+            Stop::Failed(reason) | Stop::Cancelled(reason) | Stop::CeilingHit(reason) => {
+                reason.clone()
+            }
+            Stop::TimedOut => format!(
+                "the dispatch ran past its wall-clock timeout of {}",
+                humane(timeout)
+            ),
+        }
+    }
+}
+
+fn humane(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    match (secs / 60, secs % 60) {
+        (0, s) => format!("{s} s"),
+        (m, 0) => format!("{m} min"),
+        (m, s) => format!("{m} min {s} s"),
+    }
+}
+
+/// What the dispatch ended with, before the `finished` event.
+#[derive(Debug)]
+struct Ending {
+    reason: Option<String>,
+}
+
+/// Publishes events to the consumer and the run record, and walks the state machine.
+struct Publisher {
+    dispatch: DispatchId,
+    brief: String,
+    events: mpsc::Sender<Event>,
+    record: Option<RunRecord>,
+    phase: Phase,
+    phase_started: (DateTime<Utc>, Instant),
+    spans: Vec<PhaseSpan>,
+    redactions: u64,
+    consumer_gone: bool,
+}
+
+impl Publisher {
+    async fn emit(&mut self, kind: EventKind) {
+        if let EventKind::Transcript(item) = &kind {
+            self.redactions += count_redactions(item.text.as_str());
+        }
+        let event = Event::new(self.dispatch, &self.brief, kind);
+        if let Some(record) = self.record.as_mut()
+            && let Err(error) = record.append(&event)
+        {
+            tracing::error!(dispatch = %self.dispatch, %error, "the run record stopped taking events");
+            self.record = None;
+        }
+        if !self.consumer_gone && self.events.send(event).await.is_err() {
+            // The consumer went away (the UI closed); the run record keeps everything.
+            self.consumer_gone = true;
+        }
+    }
+
+    /// Moves the state machine and publishes the change. An illegal move is a bug: it is logged and
+    /// the dispatch fails rather than continuing in a state the machine does not allow.
+    async fn advance(&mut self, input: Input, reason: Option<SanitizedText>) {
+        if self.phase.is_terminal() {
+            return;
+        }
+        let (to, reason) = match transition(self.phase, input) {
+            Ok(to) => (to, reason),
+            Err(error) => {
+                tracing::error!(dispatch = %self.dispatch, %error, "illegal transition");
+                (Phase::Failed, Some(SanitizedText::default()))
+            }
+        };
+        let now = (Utc::now(), Instant::now());
+        self.spans.push(PhaseSpan {
+            phase: self.phase,
+            started: self.phase_started.0,
+            millis: millis(now.1 - self.phase_started.1),
+        });
+        let from = std::mem::replace(&mut self.phase, to);
+        self.phase_started = now;
+        self.emit(EventKind::Phase { from, to, reason }).await;
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn count_redactions(text: &str) -> u64 {
+    u64::try_from(text.matches("[REDACTED:").count()).unwrap_or(u64::MAX)
+}
+
+/// Model usage so far, and the ceiling it is held against.
+#[derive(Debug, Default)]
+struct Meter {
+    input_tokens: u64,
+    output_tokens: u64,
+    cached_tokens: u64,
+    cost_usd: f64,
+    model: Option<SanitizedText>,
+    ceiling_usd: Option<f64>,
+}
+
+impl Meter {
+    fn add(&mut self, report: UsageReport) -> Usage {
+        self.input_tokens = self.input_tokens.saturating_add(report.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(report.output_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(report.cached_tokens);
+        if let Some(cost) = report.cost_usd.filter(|c| c.is_finite() && *c > 0.0) {
+            self.cost_usd += cost;
+        }
+        self.model = Some(report.model.clone());
+        Usage {
+            model: report.model,
+            input_tokens: report.input_tokens,
+            output_tokens: report.output_tokens,
+            cached_tokens: report.cached_tokens,
+            cost_usd: report.cost_usd,
+            total_cost_usd: self.cost_usd,
+        }
+    }
+
+    /// Replaces the totals with a whole-run record (the harness's final usage).
+    fn settle(&mut self, usage: &Usage) {
+        self.input_tokens = self.input_tokens.max(usage.input_tokens);
+        self.output_tokens = self.output_tokens.max(usage.output_tokens);
+        self.cached_tokens = self.cached_tokens.max(usage.cached_tokens);
+        self.cost_usd = self.cost_usd.max(usage.total_cost_usd);
+        self.model = Some(usage.model.clone());
+    }
+
+    fn over_ceiling(&self) -> Option<String> {
+        let ceiling = self.ceiling_usd?;
+        (self.cost_usd >= ceiling).then(|| {
+            format!(
+                "the model cost reached ${:.4}, at or past the ceiling of ${ceiling:.4}",
+                self.cost_usd
+            )
+        })
+    }
+}
+
+/// The facts a finished dispatch reports.
+#[derive(Debug, Default)]
+struct Facts {
+    branch: String,
+    base: Option<CommitSha>,
+    commit: Option<CommitSha>,
+    reference: Option<String>,
+    pull_request: Option<(u64, SanitizedText)>,
+    summary: Option<String>,
+    teardown_failures: Vec<SanitizedText>,
+}
+
+/// Runs one dispatch to its end and returns its terminal phase. Never panics on a dispatch error:
+/// every error becomes the outcome's reason.
+pub(crate) async fn run(
+    service: DispatchService,
+    parts: Arc<DispatchParts>,
+    dispatch: DispatchRun,
+    events: mpsc::Sender<Event>,
+    control: DispatchControl,
+) -> Phase {
+    let mut flow = Flow::new(service, parts, dispatch, events, control);
+    flow.run().await
+}
+
+struct Flow {
+    service: DispatchService,
+    parts: Arc<DispatchParts>,
+    run: DispatchRun,
+    control: DispatchControl,
+    publisher: Publisher,
+    meter: Meter,
+    facts: Facts,
+    started: (DateTime<Utc>, Instant),
+    /// Cancelled by the person's cancel or by the wall-clock timeout: what the agent's work races.
+    stop: CancellationToken,
+    expired: CancellationToken,
+}
+
+impl Flow {
+    fn new(
+        service: DispatchService,
+        parts: Arc<DispatchParts>,
+        run: DispatchRun,
+        events: mpsc::Sender<Event>,
+        control: DispatchControl,
+    ) -> Flow {
+        let record = match RunRecord::create(service.state_dir(), run.id) {
+            Ok(record) => Some(record),
+            Err(error) => {
+                tracing::error!(dispatch = %run.id, %error, "cannot create the run record");
+                None
+            }
+        };
+        let now = (Utc::now(), Instant::now());
+        let stop = control.cancel.child_token();
+        let branch = planned_branch(&run);
+        Flow {
+            publisher: Publisher {
+                dispatch: run.id,
+                brief: run.brief.id.clone(),
+                events,
+                record,
+                phase: Phase::Queued,
+                phase_started: now,
+                spans: Vec::new(),
+                redactions: 0,
+                consumer_gone: false,
+            },
+            meter: Meter {
+                ceiling_usd: parts.settings.cost_ceiling_usd,
+                ..Meter::default()
+            },
+            facts: Facts {
+                branch,
+                ..Facts::default()
+            },
+            started: now,
+            service,
+            parts,
+            run,
+            control,
+            stop,
+            expired: CancellationToken::new(),
+        }
+    }
+
+    fn sanitizer(&self) -> Arc<TokenSanitizer> {
+        self.parts.sanitizer.current()
+    }
+
+    fn sanitize(&self, text: &str) -> SanitizedText {
+        self.sanitizer().sanitize(text)
+    }
+
+    async fn run(&mut self) -> Phase {
+        let harness = &self.parts.harness;
+        let harness_label = match harness.version() {
+            Some(version) => format!("{} ({version})", harness.name()),
+            None => harness.name().to_owned(),
+        };
+        let dispatched = EventKind::Dispatched {
+            title: self.sanitize(&self.run.brief.title),
+            repo: self.sanitize(&self.run.brief.target.repo),
+            base: self.sanitize(&self.run.brief.target.base),
+            branch: self.sanitize(&self.facts.branch),
+            harness: self.sanitize(&harness_label),
+            image: self.sanitize(self.parts.settings.image.as_str()),
+        };
+        self.publisher.emit(dispatched).await;
+        if self.publisher.record.is_none() {
+            let reason = "the run record could not be created (see the log); a dispatch whose events cannot be kept does not start";
+            return self.end(Err(Stop::Failed(reason.to_owned()))).await;
+        }
+        let slots = Arc::clone(&self.control.slots);
+        let permit = tokio::select! {
+            biased;
+            () = self.control.cancel.cancelled() => None,
+            permit = slots.acquire_owned() => permit.ok(),
+        };
+        let Some(_permit) = permit else {
+            return self
+                .end(Err(Stop::Cancelled("cancelled while queued".to_owned())))
+                .await;
+        };
+        self.started = (Utc::now(), Instant::now());
+        let timer = tokio::spawn({
+            let (stop, expired) = (self.stop.clone(), self.expired.clone());
+            let timeout = self.parts.settings.timeout;
+            async move {
+                tokio::time::sleep(timeout).await;
+                expired.cancel();
+                stop.cancel();
+            }
+        });
+        let _timer = AbortOnDrop(timer.abort_handle());
+
+        self.publisher.advance(Input::Start, None).await;
+        let preflight = match self.preflight().await {
+            Ok(preflight) => preflight,
+            Err(stop) => return self.end(Err(stop)).await,
+        };
+        self.publisher.advance(Input::PreflightPassed, None).await;
+        let sandbox = match self.provision(&preflight).await {
+            Ok(sandbox) => sandbox,
+            Err(stop) => return self.end(Err(stop)).await,
+        };
+        let outcome = self.after_provisioning(&sandbox, &preflight, timer).await;
+        if let Err(stop) = &outcome {
+            let reason = self.sanitize(&stop.reason(self.parts.settings.timeout));
+            self.publisher.advance(stop.input(), Some(reason)).await;
+        }
+        self.teardown(&sandbox).await;
+        self.end(outcome).await
+    }
+
+    /// Races `work` against the stop token (cancel or timeout).
+    async fn guarded<T>(&self, work: impl Future<Output = T>) -> Result<T, Stop> {
+        tokio::select! {
+            biased;
+            () = self.stop.cancelled() => Err(self.stop_reason()),
+            value = work => Ok(value),
+        }
+    }
+
+    fn stop_reason(&self) -> Stop {
+        if self.control.cancel.is_cancelled() {
+            Stop::Cancelled(format!("cancelled during {}", self.publisher.phase))
+        } else if self.expired.is_cancelled() {
+            Stop::TimedOut
+        } else {
+            Stop::Failed("stopped for no recorded reason".to_owned())
+        }
+    }
+
+    async fn preflight(&mut self) -> Result<Preflight, Stop> {
+        let target = &self.run.brief.target;
+        if target.pr.is_none() {
+            BranchValidator::default()
+                .validate(&self.facts.branch, Some(&target.base))
+                .map_err(|error| {
+                    Stop::Failed(format!("branch {:?}: {error}", self.facts.branch))
+                })?;
+        }
+        let forge = Arc::clone(&self.parts.forge);
+        let preflight = self
+            .guarded(forge.preflight(target))
+            .await?
+            .map_err(|error| Stop::Failed(format!("preflight: {error}")))?;
+        if let Some(head) = &preflight.head {
+            BranchValidator::default()
+                .validate(&head.branch, Some(&target.base))
+                .map_err(|error| {
+                    Stop::Failed(format!(
+                        "pull request #{}'s head branch {:?}: {error}",
+                        head.number, head.branch
+                    ))
+                })?;
+            self.facts.branch = head.branch.clone();
+        }
+        self.facts.base = Some(preflight.base_sha.clone());
+        Ok(preflight)
+    }
+
+    async fn provision(&mut self, preflight: &Preflight) -> Result<DispatchSandbox, Stop> {
+        let settings = &self.parts.settings;
+        let request = SandboxRequest {
+            dispatch: self.run.id,
+            image: settings.image.clone(),
+            limits: settings.limits,
+            network: settings.network,
+            user: settings.user,
+            keepalive: settings.keepalive.clone(),
+            workspace_source: Some(WorkspaceSource {
+                repository: self.parts.repository.clone(),
+                base: preflight.base_sha.clone(),
+                fetch: Some(BaseFetch {
+                    url: preflight.push_url.clone(),
+                    branch: self.run.brief.target.base.clone(),
+                }),
+            }),
+            credential: Some(CredentialRequest {
+                provider: Arc::clone(&self.parts.credentials),
+                repository: self.run.brief.target.repo.clone(),
+                branch: self.facts.branch.clone(),
+                ttl: settings.credential_ttl,
+                into_sandbox: false,
+            }),
+        };
+        let provisioned = DispatchSandbox::provision_until(
+            self.service.runtime(),
+            self.service.journal(),
+            self.service.state_dir(),
+            request,
+            &self.stop,
+        )
+        .await;
+        match provisioned {
+            Ok(sandbox) => Ok(sandbox),
+            Err(failure) => {
+                if let Some(report) = &failure.teardown {
+                    self.report_teardown(report, Duration::ZERO).await;
+                }
+                match failure.error {
+                    SandboxError::Stopped => Err(self.stop_reason()),
+                    error => Err(Stop::Failed(format!("provisioning: {error}"))),
+                }
+            }
+        }
+    }
+
+    async fn after_provisioning(
+        &mut self,
+        sandbox: &DispatchSandbox,
+        preflight: &Preflight,
+        timer: tokio::task::JoinHandle<()>,
+    ) -> Result<Ending, Stop> {
+        if let Some(credential) = sandbox.credential()
+            && let Err(error) = credential.mask_in(&self.parts.sanitizer)
+        {
+            return Err(Stop::Failed(format!(
+                "the scoped credential cannot be masked in output: {error}"
+            )));
+        }
+        if self.stop.is_cancelled() {
+            return Err(self.stop_reason());
+        }
+        self.publisher.advance(Input::Provisioned, None).await;
+        let summary = self.run_agent(sandbox).await?;
+        self.facts.summary = summary;
+        self.publisher.advance(Input::AgentFinished, None).await;
+        let imported = self.collect(sandbox, preflight).await?;
+        // The agent's work is over: the timeout no longer applies (a person reviewing is not timed).
+        timer.abort();
+        let Some((commit, protected)) = imported else {
+            self.publisher.advance(Input::NothingToPush, None).await;
+            return Ok(Ending {
+                reason: Some("the agent changed nothing; there is nothing to push".to_owned()),
+            });
+        };
+        match self.run.delivery {
+            Delivery::Keep => {
+                let reason = format!(
+                    "the result is kept at {} in the repository and was not pushed (run with --push to push it)",
+                    result_ref(self.run.id)
+                );
+                let sanitized = self.sanitize(&reason);
+                self.publisher.advance(Input::Kept, Some(sanitized)).await;
+                return Ok(Ending {
+                    reason: Some(reason),
+                });
+            }
+            Delivery::Push if !protected.is_empty() => {
+                return Err(Stop::Failed(format!(
+                    "the result changes protected paths ({}); it was kept at {} and not pushed: review it and push it from the theater",
+                    protected.join(", "),
+                    result_ref(self.run.id)
+                )));
+            }
+            Delivery::Push => {
+                self.publisher
+                    .advance(Input::Collected { review: false }, None)
+                    .await;
+            }
+            Delivery::Review => {
+                self.publisher
+                    .advance(Input::Collected { review: true }, None)
+                    .await;
+                let decision = tokio::select! {
+                    biased;
+                    () = self.control.cancel.cancelled() => None,
+                    decision = self.control.decisions.recv() => decision,
+                };
+                match decision {
+                    Some(Decision::Approve) => self.publisher.advance(Input::Approved, None).await,
+                    Some(Decision::Discard) => {
+                        let reason = "the result was discarded at review";
+                        let sanitized = self.sanitize(reason);
+                        self.publisher
+                            .advance(Input::Discarded, Some(sanitized))
+                            .await;
+                        return Ok(Ending {
+                            reason: Some(reason.to_owned()),
+                        });
+                    }
+                    None => {
+                        return Err(Stop::Cancelled(
+                            "cancelled while awaiting approval".to_owned(),
+                        ));
+                    }
+                }
+            }
+        }
+        self.deliver(sandbox, preflight, &commit).await
+    }
+
+    /// Stages the harness's files and runs its processes, reading their output live. Returns the
+    /// agent's summary when it finished.
+    async fn run_agent(&mut self, sandbox: &DispatchSandbox) -> Result<Option<String>, Stop> {
+        let workflow = Workflow::builtin(&self.run.brief.workflow).map_err(|error| {
+            Stop::Failed(format!("workflow {:?}: {error}", self.run.brief.workflow))
+        })?;
+        let instructions = workflow.render(&self.run.brief, &self.facts.branch);
+        let plan = self
+            .parts
+            .harness
+            .plan(&HarnessLaunch {
+                dispatch: self.run.id,
+                brief: &self.run.brief,
+                instructions: &instructions,
+            })
+            .map_err(|error| Stop::Failed(error.to_string()))?;
+        for (label, secret) in self.parts.harness.secrets(&plan) {
+            KnownValue::new(label, secret.expose_secret())
+                .and_then(|known| self.parts.sanitizer.register(known))
+                .map_err(|error| {
+                    Stop::Failed(format!(
+                        "the agent's {label} cannot be masked in output: {error}"
+                    ))
+                })?;
+        }
+        let outputs = sandbox.paths().outputs.clone();
+        for file in &plan.files {
+            stage(&outputs, file, self.parts.settings.user)
+                .map_err(|error| Stop::Failed(format!("staging {}: {error}", file.name)))?;
+        }
+        let mut parser = self.parts.harness.parser(self.sanitizer());
+        for process in &plan.processes {
+            let exit = self.execute(sandbox, process, parser.as_mut()).await?;
+            if exit.oom_killed {
+                return Err(Stop::Failed(
+                    "the agent was killed for going past the sandbox's memory cap".to_owned(),
+                ));
+            }
+            if exit.code != 0 {
+                let program = process.argv.first().map_or("", String::as_str);
+                return Err(Stop::Failed(format!(
+                    "the agent ({program}) exited with code {}",
+                    exit.code
+                )));
+            }
+        }
+        let sanitizer = self.sanitizer();
+        match self.parts.harness.final_usage(&outputs, &sanitizer) {
+            Ok(Some(usage)) => {
+                self.meter.settle(&usage);
+                self.publisher.emit(EventKind::Usage(usage)).await;
+                if let Some(reason) = self.meter.over_ceiling() {
+                    return Err(Stop::CeilingHit(reason));
+                }
+            }
+            Ok(None) => {}
+            Err(error) => {
+                let message = self.sanitize(&error.to_string());
+                self.publisher.emit(EventKind::Warning { message }).await;
+            }
+        }
+        match parser.outcome() {
+            HarnessOutcome::Succeeded { summary } => Ok(summary.map(SanitizedText::into_string)),
+            HarnessOutcome::Failed { reason } => Err(Stop::Failed(format!(
+                "the agent did not finish: {}",
+                reason.as_str()
+            ))),
+        }
+    }
+
+    /// Runs one process, publishing what the parser reads from its output as it arrives.
+    async fn execute(
+        &mut self,
+        sandbox: &DispatchSandbox,
+        process: &crate::runtime::SandboxProcess,
+        parser: &mut dyn OutputParser,
+    ) -> Result<crate::runtime::ExecExit, Stop> {
+        let (sender, mut lines) = mpsc::channel::<OutputLine>(OUTPUT_BUFFER);
+        let stop = self.stop.clone();
+        let exec = sandbox.run(process, sender);
+        tokio::pin!(exec);
+        let mut exit = None;
+        loop {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => return Err(self.stop_reason()),
+                line = lines.recv() => match line {
+                    Some(line) => {
+                        for parsed in parser.parse(&line) {
+                            self.publish_parsed(parsed).await?;
+                        }
+                    }
+                    None => break,
+                },
+                result = &mut exec, if exit.is_none() => exit = Some(result),
+            }
+        }
+        let result = match exit {
+            Some(result) => result,
+            None => exec.await,
+        };
+        result.map_err(|error| Stop::Failed(format!("running the agent: {error}")))
+    }
+
+    async fn publish_parsed(&mut self, parsed: Parsed) -> Result<(), Stop> {
+        match parsed {
+            Parsed::Item(item) => self.publisher.emit(EventKind::Transcript(item)).await,
+            Parsed::Usage(report) => {
+                let usage = self.meter.add(report);
+                self.publisher.emit(EventKind::Usage(usage)).await;
+                if let Some(reason) = self.meter.over_ceiling() {
+                    return Err(Stop::CeilingHit(reason));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Imports the workspace into a trusted commit kept at [`result_ref`]; `None` when nothing changed.
+    /// Returns the commit and the protected paths it changes.
+    async fn collect(
+        &mut self,
+        sandbox: &DispatchSandbox,
+        preflight: &Preflight,
+    ) -> Result<Option<(CommitSha, Vec<String>)>, Stop> {
+        if self.stop.is_cancelled() {
+            return Err(self.stop_reason());
+        }
+        let message = self.commit_message();
+        let repository = self.parts.repository.clone();
+        let workspace = sandbox.paths().workspace.clone();
+        let parent = preflight.parent().clone();
+        let identity = self.parts.settings.agent.clone();
+        let limits = self.parts.settings.import;
+        let reference = result_ref(self.run.id);
+        let keep_at = reference.clone();
+        let imported = tokio::task::spawn_blocking(move || {
+            let imported = import(&ImportRequest {
+                repository: &repository,
+                workspace: &workspace,
+                parent: &parent,
+                identity: &identity,
+                message: &message,
+                limits,
+            })
+            .map_err(|error| format!("collecting the result: {error}"))?;
+            if let Imported::Committed { commit, .. } = &imported {
+                keep_result(&repository, &keep_at, commit)?;
+            }
+            Ok::<_, String>(imported)
+        });
+        let imported = self
+            .guarded(imported)
+            .await?
+            .map_err(|error| {
+                Stop::Failed(format!("collecting the result ended abnormally: {error}"))
+            })?
+            .map_err(Stop::Failed)?;
+        let (commit, diff, warnings) = match imported {
+            Imported::Committed {
+                commit,
+                diff,
+                warnings,
+            } => (commit, diff, warnings),
+            Imported::Unchanged { warnings } => {
+                for warning in warnings {
+                    let message = self.sanitize(&warning.to_string());
+                    self.publisher.emit(EventKind::Warning { message }).await;
+                }
+                if self.stop.is_cancelled() {
+                    return Err(self.stop_reason());
+                }
+                return Ok(None);
+            }
+        };
+        for warning in &warnings {
+            let message = self.sanitize(&warning.to_string());
+            self.publisher.emit(EventKind::Warning { message }).await;
+        }
+        let held = self
+            .parts
+            .settings
+            .protected
+            .held(diff.files.iter().map(|file| file.path.as_str()));
+        let protected: Vec<String> = held.iter().map(ToString::to_string).collect();
+        for change in &protected {
+            let message = self.sanitize(&format!(
+                "the result changes a protected path: {change}; it is held for review"
+            ));
+            self.publisher.emit(EventKind::Warning { message }).await;
+        }
+        let files = diff
+            .files
+            .iter()
+            .map(|file| ChangedPath {
+                path: self.sanitize(&printable(&file.path)),
+                change: file.change,
+                insertions: file.insertions,
+                deletions: file.deletions,
+                binary: file.binary,
+            })
+            .collect();
+        if let Some(record) = &self.publisher.record
+            && let Err(error) = record.write_patch(&self.sanitize(&diff.patch))
+        {
+            let message = self.sanitize(&format!("the diff was not saved: {error}"));
+            self.publisher.emit(EventKind::Warning { message }).await;
+        }
+        let collected = EventKind::Collected {
+            commit: commit.clone(),
+            reference: self.sanitize(&reference),
+            files,
+            insertions: diff.insertions,
+            deletions: diff.deletions,
+            protected: protected.iter().map(|p| self.sanitize(p)).collect(),
+        };
+        self.publisher.emit(collected).await;
+        self.facts.commit = Some(commit.clone());
+        self.facts.reference = Some(reference);
+        if self.stop.is_cancelled() {
+            return Err(self.stop_reason());
+        }
+        Ok(Some((commit, protected)))
+    }
+
+    fn commit_message(&self) -> SanitizedText {
+        let brief = &self.run.brief;
+        let mut message = brief.title.trim().to_owned();
+        if let Some(summary) = self.facts.summary.as_deref().map(str::trim)
+            && !summary.is_empty()
+        {
+            message.push_str("\n\n");
+            message.push_str(truncate(summary, MAX_SUMMARY_BYTES));
+        }
+        message.push_str(&format!(
+            "\n\nDispatched by stet from brief {} ({}).",
+            brief.id, self.run.id
+        ));
+        self.sanitize(&message)
+    }
+
+    /// Pushes the result and opens or updates the pull request, host side.
+    async fn deliver(
+        &mut self,
+        sandbox: &DispatchSandbox,
+        preflight: &Preflight,
+        commit: &CommitSha,
+    ) -> Result<Ending, Stop> {
+        let Some(credential) = sandbox.credential() else {
+            return Err(Stop::Failed(
+                "the dispatch has no scoped credential to push with".to_owned(),
+            ));
+        };
+        let forge = Arc::clone(&self.parts.forge);
+        // A push in flight is not interrupted: a cancel takes effect once it returned.
+        let pushed = forge
+            .push_branch(PushBranch {
+                repository: &self.parts.repository,
+                target: &self.run.brief.target,
+                preflight,
+                commit,
+                branch: &self.facts.branch,
+                credential,
+            })
+            .await
+            .map_err(|error| Stop::Failed(format!("push: {error}")))?;
+        let event = EventKind::Pushed {
+            branch: self.sanitize(&pushed.branch),
+            sha: pushed.commit.clone(),
+            remote: self.sanitize(&preflight.push_url),
+        };
+        self.publisher.emit(event).await;
+        if self.control.cancel.is_cancelled() {
+            return Err(Stop::Cancelled(
+                "cancelled during pushing; the branch was pushed, no pull request was opened"
+                    .to_owned(),
+            ));
+        }
+        self.publisher.advance(Input::Pushed, None).await;
+        let provenance = self.provenance(preflight, commit, credential.provider_name());
+        let draft = PullRequestDraft::compose(
+            &self.run.brief,
+            &self.facts.branch,
+            self.facts.summary.as_deref(),
+            &provenance,
+            &self.sanitizer(),
+        );
+        let target = &self.run.brief.target;
+        let (opened, action) = match &preflight.head {
+            Some(head) => (
+                forge.update_pull_request(target, head.number, &draft).await,
+                PullRequestAction::Updated,
+            ),
+            None => (
+                forge.open_pull_request(target, &draft).await,
+                PullRequestAction::Opened,
+            ),
+        };
+        let pull_request = opened.map_err(|error| {
+            Stop::Failed(format!(
+                "the branch was pushed but the pull request failed: {error}"
+            ))
+        })?;
+        let url = self.sanitize(&pull_request.url);
+        self.publisher
+            .emit(EventKind::PullRequest {
+                action,
+                number: pull_request.number,
+                url: url.clone(),
+            })
+            .await;
+        self.facts.pull_request = Some((pull_request.number, url));
+        self.publisher.advance(Input::PullRequestReady, None).await;
+        Ok(Ending { reason: None })
+    }
+
+    fn provenance(
+        &self,
+        preflight: &Preflight,
+        commit: &CommitSha,
+        credential_kind: &str,
+    ) -> Provenance {
+        let harness = &self.parts.harness;
+        let has_usage = self.meter.model.is_some();
+        Provenance {
+            dispatch: self.run.id,
+            image: self.parts.settings.image.to_string(),
+            harness: harness.name().to_owned(),
+            harness_version: harness.version(),
+            model: self
+                .meter
+                .model
+                .as_ref()
+                .map(|m| m.as_str().to_owned())
+                .or_else(|| harness.model()),
+            input_tokens: has_usage.then_some(self.meter.input_tokens),
+            output_tokens: has_usage.then_some(self.meter.output_tokens),
+            cost_usd: has_usage.then_some(self.meter.cost_usd),
+            network: match self.parts.settings.network {
+                NetworkPolicy::None => "none".to_owned(),
+                NetworkPolicy::Bridge => "bridge".to_owned(),
+            },
+            credential_kind: credential_kind.to_owned(),
+            redactions: self.publisher.redactions,
+            duration: self.started.1.elapsed(),
+            base: preflight.base_sha.clone(),
+            commit: commit.clone(),
+        }
+    }
+
+    async fn teardown(&mut self, sandbox: &DispatchSandbox) {
+        let started = Instant::now();
+        let report = sandbox.teardown().await;
+        self.report_teardown(&report, started.elapsed()).await;
+    }
+
+    /// Publishes a teardown: each step as a `torn_down` event, each failure as a warning.
+    async fn report_teardown(&mut self, report: &TeardownReport, took: Duration) {
+        let mut steps = Vec::with_capacity(report.steps.len());
+        for step in &report.steps {
+            let failure = step.failure.as_deref().map(|f| self.sanitize(f));
+            if let Some(failure) = &failure {
+                self.facts.teardown_failures.push(failure.clone());
+            }
+            steps.push(TeardownStepReport {
+                resource: self.sanitize(&step.resource.to_string()),
+                failure,
+            });
+        }
+        for extra in [&report.journal_failure, &report.directory_failure]
+            .into_iter()
+            .flatten()
+        {
+            self.facts.teardown_failures.push(self.sanitize(extra));
+        }
+        self.publisher
+            .emit(EventKind::TornDown {
+                steps,
+                millis: millis(took),
+            })
+            .await;
+        for failure in self.facts.teardown_failures.clone() {
+            let message = self.sanitize(&format!(
+                "teardown: {}; it stays journaled and `stet sweep` retries it",
+                failure.as_str()
+            ));
+            self.publisher.emit(EventKind::Warning { message }).await;
+        }
+    }
+
+    /// Publishes the terminal phase (when the workflow did not reach it itself), writes the result
+    /// and publishes `finished`.
+    async fn end(&mut self, outcome: Result<Ending, Stop>) -> Phase {
+        let reason = match outcome {
+            Ok(ending) => ending.reason,
+            Err(stop) => {
+                let reason = stop.reason(self.parts.settings.timeout);
+                if !self.publisher.phase.is_terminal() {
+                    let sanitized = self.sanitize(&reason);
+                    self.publisher.advance(stop.input(), Some(sanitized)).await;
+                }
+                Some(reason)
+            }
+        };
+        let phase = self.publisher.phase;
+        let exit_code = phase.exit_code().unwrap_or(1);
+        let reason = reason.map(|r| self.sanitize(&r));
+        let now = Utc::now();
+        self.publisher.spans.push(PhaseSpan {
+            phase,
+            started: self.publisher.phase_started.0,
+            millis: 0,
+        });
+        let result = RunResult {
+            dispatch: self.run.id,
+            brief: self.run.brief.id.clone(),
+            outcome: phase,
+            exit_code,
+            reason: reason.clone(),
+            started: self.started.0,
+            ended: now,
+            phases: std::mem::take(&mut self.publisher.spans),
+            harness: self.parts.harness.name().to_owned(),
+            image: self.parts.settings.image.to_string(),
+            branch: self.sanitize(&self.facts.branch),
+            base: self.facts.base.clone(),
+            commit: self.facts.commit.clone(),
+            reference: self.facts.reference.clone(),
+            pull_request: self.facts.pull_request.as_ref().map(|(n, _)| *n),
+            pull_request_url: self.facts.pull_request.as_ref().map(|(_, u)| u.clone()),
+            input_tokens: self.meter.input_tokens,
+            output_tokens: self.meter.output_tokens,
+            cost_usd: self.meter.cost_usd,
+            redactions: self.publisher.redactions,
+            teardown_failures: self.facts.teardown_failures.clone(),
+        };
+        if let Some(record) = &self.publisher.record
+            && let Err(error) = record.write_result(&result)
+        {
+            tracing::error!(dispatch = %self.run.id, %error, "writing the run result");
+        }
+        self.publisher
+            .emit(EventKind::Finished {
+                outcome: phase,
+                exit_code,
+                reason,
+            })
+            .await;
+        phase
+    }
+}
+
+/// The branch a dispatch pushes to: the brief's, or `stet/<brief id>-<8 hex of the dispatch id>`. For
+/// an existing pull request it is replaced by the head branch the forge reports.
+fn planned_branch(run: &DispatchRun) -> String {
+    match (&run.brief.target.branch, run.brief.target.pr) {
+        (Some(branch), _) => branch.clone(),
+        (None, Some(number)) => format!("(the head branch of pull request #{number})"),
+        (None, None) => {
+            let id = run.id.to_string();
+            let short: String = id
+                .trim_start_matches("stet-dispatch-")
+                .chars()
+                .take(8)
+                .collect();
+            format!("stet/{}-{short}", run.brief.id)
+        }
+    }
+}
+
+/// Writes `refs/stet/<dispatch>` at the result, so it is never lost (and is what `--headless`
+/// without `--push` leaves).
+fn keep_result(repository: &Path, reference: &str, commit: &CommitSha) -> Result<(), String> {
+    let repo = git2::Repository::open(repository)
+        .map_err(|error| format!("{}: {}", repository.display(), error.message()))?;
+    let oid = git2::Oid::from_str(commit.as_str()).map_err(|error| error.message().to_owned())?;
+    repo.reference(reference, oid, false, "stet: dispatch result")
+        .map_err(|error| format!("writing {reference}: {}", error.message()))?;
+    Ok(())
+}
+
+/// Writes one staged file into the outputs directory: a plain name, created new, never through a
+/// link, then handed to the sandbox user.
+fn stage(
+    outputs: &Path,
+    file: &StagedFile,
+    user: crate::runtime::SandboxUser,
+) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    let plain = !file.name.is_empty()
+        && file.name != "."
+        && file.name != ".."
+        && !file.name.contains('/')
+        && !file.name.contains('\0');
+    if !plain {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{:?} is not a plain file name", file.name),
+        ));
+    }
+    let path = outputs.join(&file.name);
+    let flags = i32::try_from(rustix::fs::OFlags::NOFOLLOW.bits()).unwrap_or(0);
+    let mut handle = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(flags)
+        .open(&path)?;
+    handle.write_all(&file.contents)?;
+    handle.sync_all()?;
+    std::os::unix::fs::fchown(&handle, Some(user.uid), Some(user.gid))
+}
+
+/// A path as a person can read it: control characters shown as escapes.
+fn printable(path: &str) -> String {
+    path.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
+fn truncate(text: &str, limit: usize) -> &str {
+    if text.len() <= limit {
+        return text;
+    }
+    let mut cut = limit;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &text[..cut]
+}
+
+/// Aborts a task when dropped (the timeout timer must not outlive its dispatch).
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn sanitizer() -> Arc<TokenSanitizer> {
+        Arc::new(TokenSanitizer::new().unwrap())
+    }
+
+    #[test]
+    fn the_meter_totals_costs_and_trips_at_the_ceiling() {
+        let s = sanitizer();
+        let mut meter = Meter {
+            ceiling_usd: Some(0.10),
+            ..Meter::default()
+        };
+        let report = |cost| UsageReport {
+            model: s.sanitize("m"),
+            input_tokens: 100,
+            output_tokens: 10,
+            cached_tokens: 0,
+            cost_usd: cost,
+        };
+        let first = meter.add(report(Some(0.06)));
+        assert!((first.total_cost_usd - 0.06).abs() < 1e-9);
+        assert!(meter.over_ceiling().is_none());
+        meter.add(report(None));
+        assert!(
+            meter.over_ceiling().is_none(),
+            "an unknown cost adds nothing"
+        );
+        meter.add(report(Some(0.04)));
+        assert!(meter.over_ceiling().unwrap().contains("ceiling of $0.1000"));
+        assert_eq!(meter.input_tokens, 300);
+        let mut unlimited = Meter::default();
+        unlimited.add(report(Some(1e9)));
+        assert!(unlimited.over_ceiling().is_none());
+    }
+
+    #[test]
+    fn staged_files_are_plain_names_created_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let user =
+            crate::runtime::SandboxUser::for_invoker(crate::runtime::DEFAULT_SANDBOX_UID).unwrap();
+        let file = |name: &str| StagedFile {
+            name: name.into(),
+            contents: b"--help $(touch /tmp/x)".to_vec(),
+        };
+        stage(dir.path(), &file("task.md"), user).unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join("task.md")).unwrap(),
+            b"--help $(touch /tmp/x)"
+        );
+        assert!(
+            stage(dir.path(), &file("task.md"), user).is_err(),
+            "never overwritten"
+        );
+        for bad in ["", ".", "..", "a/b", "../x"] {
+            assert!(stage(dir.path(), &file(bad), user).is_err(), "{bad:?}");
+        }
+        std::os::unix::fs::symlink("/etc/passwd", dir.path().join("link.md")).unwrap();
+        assert!(stage(dir.path(), &file("link.md"), user).is_err());
+    }
+
+    #[test]
+    fn default_branches_are_unique_per_dispatch_and_valid() {
+        let brief = Brief::parse(
+            "fix-login",
+            Path::new("fix-login.toml"),
+            "title = \"t\"\nworkflow = \"implement\"\n[target]\nrepo = \"o/r\"\nbase = \"main\"\n[[items]]\ntext = \"x\"\n",
+        )
+        .unwrap();
+        let run = |brief: &Brief| DispatchRun {
+            id: DispatchId::new(),
+            brief: brief.clone(),
+            delivery: Delivery::Keep,
+        };
+        let (a, b) = (planned_branch(&run(&brief)), planned_branch(&run(&brief)));
+        assert_ne!(a, b);
+        assert!(a.starts_with("stet/fix-login-"));
+        BranchValidator::default()
+            .validate(&a, Some("main"))
+            .unwrap();
+    }
+
+    #[test]
+    fn control_characters_in_paths_are_escaped() {
+        assert_eq!(printable("a\u{1b}[2Jb\n"), "a\\u{1b}[2Jb\\n");
+        assert_eq!(truncate("héllo", 2), "h");
+    }
+}

@@ -1,0 +1,155 @@
+//! Assembles the dispatch engine for one stet process: the Docker runtime, the journal, the forge and
+//! its credential provider, the harness and the sandbox image — and sweeps what crashed dispatches left
+//! behind before anything new starts (ADR-0018 row 7). `--headless`, `stet demo` and the TUI all start
+//! the engine through here, so they run dispatches the same way.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::config::Config;
+use crate::dispatch::credential::CredentialProvider;
+use crate::dispatch::dispatcher::{DispatchHandle, Dispatcher};
+use crate::dispatch::event::Event;
+use crate::dispatch::journal::Journal;
+use crate::dispatch::sanitize::SanitizerHandle;
+use crate::dispatch::service::{DispatchParts, DispatchService, DispatchSettings, SweepReport};
+use crate::harness::Harness;
+use crate::runtime::docker::DockerRuntime;
+use crate::runtime::{
+    DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, RuntimeError, SandboxUser,
+};
+
+/// How many events may wait for a slow consumer before the engine waits for it.
+pub const EVENT_BUFFER: usize = 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error("building the offline sandbox image from {binary}: {source}")]
+    Image {
+        binary: PathBuf,
+        source: crate::image::ImageError,
+    },
+    #[error("finding the running stet executable: {0}")]
+    CurrentExe(std::io::Error),
+    #[error("the sandbox user: {0}")]
+    User(std::io::Error),
+    #[error("journal: {0}")]
+    Journal(#[from] crate::dispatch::journal::JournalError),
+    #[error(transparent)]
+    Forge(#[from] crate::forge::ForgeError),
+    #[error("sweeping what earlier dispatches left behind: {0}")]
+    Sweep(#[from] crate::dispatch::service::ServiceError),
+}
+
+pub type Result<T> = std::result::Result<T, EngineError>;
+
+/// Which image sandboxes run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageChoice {
+    /// A configured reference (pinned by digest, or a local image id).
+    Configured(ImageRef),
+    /// The offline image built from this stet executable (built when missing): the scripted agent's.
+    Offline,
+}
+
+/// Everything the engine is built from; filled from configuration and flags by the caller.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// The user's repository (its root; bare or not).
+    pub repository: PathBuf,
+    pub state_dir: PathBuf,
+    pub config: Config,
+    pub image: ImageChoice,
+    pub harness: Arc<dyn Harness>,
+    pub timeout: Duration,
+    pub cost_ceiling_usd: Option<f64>,
+    pub concurrency: usize,
+    pub network: NetworkPolicy,
+}
+
+/// A ready engine: start a dispatcher on it.
+#[derive(Debug)]
+pub struct Engine {
+    pub service: DispatchService,
+    pub parts: Arc<DispatchParts>,
+    pub concurrency: usize,
+    /// What the launch-time sweep reclaimed.
+    pub sweep: SweepReport,
+}
+
+impl Engine {
+    /// Connects to Docker (an unreachable engine is an error that says so), makes the image present,
+    /// builds the forge, and sweeps orphans of earlier runs.
+    pub async fn assemble(options: EngineOptions, sanitizer: &SanitizerHandle) -> Result<Engine> {
+        let runtime = DockerRuntime::connect().await?;
+        let image = match options.image {
+            ImageChoice::Configured(image) => image,
+            ImageChoice::Offline => {
+                let binary = std::env::current_exe().map_err(EngineError::CurrentExe)?;
+                let built = crate::image::build_local(runtime.client(), &binary)
+                    .await
+                    .map_err(|source| EngineError::Image { binary, source })?;
+                ImageRef::LocalId { id: built.id }
+            }
+        };
+        let journal = Arc::new(Journal::open(&options.state_dir.join("journal"))?);
+        let setup = crate::forge::from_config(
+            &options.config,
+            &options.repository,
+            &options.state_dir,
+            sanitizer,
+        )?;
+        let providers: Vec<Arc<dyn CredentialProvider>> = vec![Arc::clone(&setup.credentials)];
+        let service =
+            DispatchService::new(Arc::new(runtime), journal, &options.state_dir, providers);
+        let sweep = service.sweep_orphans().await?;
+        let config = &options.config;
+        let parts = DispatchParts {
+            repository: options.repository,
+            forge: setup.forge,
+            credentials: setup.credentials,
+            harness: options.harness,
+            sanitizer: sanitizer.clone(),
+            settings: DispatchSettings {
+                image,
+                limits: DispatchLimits::default(),
+                network: options.network,
+                user: SandboxUser::for_invoker(DEFAULT_SANDBOX_UID).map_err(EngineError::User)?,
+                keepalive: vec![
+                    crate::image::BINARY_PATH.to_owned(),
+                    "sandbox-idle".to_owned(),
+                ],
+                timeout: options.timeout,
+                cost_ceiling_usd: options.cost_ceiling_usd,
+                credential_ttl: config.credential_ttl,
+                agent: config.agent.clone(),
+                import: config.import,
+                protected: config.protected_paths.clone(),
+            },
+        };
+        Ok(Engine {
+            service,
+            parts: Arc::new(parts),
+            concurrency: options.concurrency,
+            sweep,
+        })
+    }
+
+    /// Starts the dispatcher: commands go through the handle, events come out of the receiver.
+    pub fn start(
+        self,
+    ) -> (
+        DispatchHandle,
+        mpsc::Receiver<Event>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let (events, receiver) = mpsc::channel(EVENT_BUFFER);
+        let (handle, task) = Dispatcher::start(self.service, self.parts, self.concurrency, events);
+        (handle, receiver, task)
+    }
+}

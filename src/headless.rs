@@ -1,0 +1,236 @@
+//! `stet --headless`: dispatches briefs without the terminal UI, prints the engine's event stream as
+//! JSON Lines on stdout (the schema in `docs/events.md`) and exits with the code of DESIGN §6. Human
+//! progress goes to stderr, and only when stderr is a terminal; `stet demo` without `--headless`
+//! prints the same progress lines on stdout instead of JSON.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+
+use tokio::sync::mpsc;
+
+use crate::brief::Brief;
+use crate::dispatch::dispatcher::DispatchHandle;
+use crate::dispatch::event::{DispatchId, Event, EventKind, ItemKind};
+use crate::dispatch::run::Delivery;
+use crate::dispatch::state::Phase;
+
+/// Exit code when the run was interrupted by SIGINT/SIGTERM (every dispatch cancelled).
+pub const EXIT_CANCELLED: u8 = 3;
+/// Exit code for usage and configuration errors, including a refused dispatch.
+pub const EXIT_USAGE: u8 = 2;
+
+/// The longest transcript text a progress line shows.
+const PROGRESS_TEXT_CHARS: usize = 160;
+
+/// How the event stream is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// JSON Lines on the writer (stdout), and, when `progress`, human lines on stderr.
+    JsonLines { progress: bool },
+    /// Human lines on the writer (stdout); for `stet demo` until the theater has a UI.
+    Human,
+}
+
+/// Dispatches `briefs`, consumes `events` until every accepted dispatch finished, and returns the
+/// exit code: the highest code among the dispatches (0 when all are done), 2 when one was refused,
+/// 3 when `interrupted` fired (everything is cancelled and torn down first).
+pub async fn run(
+    handle: DispatchHandle,
+    mut events: mpsc::Receiver<Event>,
+    briefs: Vec<Brief>,
+    delivery: Delivery,
+    output: Output,
+    out: &mut dyn Write,
+    interrupted: impl Future<Output = ()>,
+) -> u8 {
+    let mut code = 0u8;
+    let mut pending: BTreeSet<DispatchId> = BTreeSet::new();
+    for brief in briefs {
+        let id = brief.id.clone();
+        match handle.dispatch(brief, delivery).await {
+            Ok(dispatch) => {
+                pending.insert(dispatch);
+            }
+            Err(error) => {
+                eprintln!("stet: brief {id}: {error}");
+                code = code.max(EXIT_USAGE);
+            }
+        }
+    }
+    let mut outcomes: BTreeMap<DispatchId, u8> = BTreeMap::new();
+    let mut stopping = false;
+    let mut writing = true;
+    tokio::pin!(interrupted);
+    let mut shutdown = None;
+    while !pending.is_empty() {
+        tokio::select! {
+            () = &mut interrupted, if !stopping => {
+                stopping = true;
+                eprintln!("stet: interrupted; cancelling and tearing down every dispatch");
+                let handle = handle.clone();
+                shutdown = Some(tokio::spawn(async move { handle.shutdown().await }));
+            }
+            event = events.recv() => {
+                let Some(event) = event else { break };
+                if let EventKind::Finished { exit_code, .. } = &event.kind {
+                    pending.remove(&event.dispatch);
+                    outcomes.insert(event.dispatch, *exit_code);
+                }
+                if writing && let Err(error) = show(&event, output, out) {
+                    // The reader went away: nobody is watching, so nothing should go on.
+                    writing = false;
+                    tracing::warn!(%error, "stdout closed; cancelling every dispatch");
+                    if !stopping {
+                        stopping = true;
+                        let handle = handle.clone();
+                        shutdown = Some(tokio::spawn(async move { handle.shutdown().await }));
+                    }
+                }
+            }
+        }
+    }
+    if let Some(shutdown) = shutdown {
+        let _ = shutdown.await;
+    }
+    if stopping && writing {
+        return EXIT_CANCELLED;
+    }
+    outcomes.values().fold(code, |worst, code| worst.max(*code))
+}
+
+fn show(event: &Event, output: Output, out: &mut dyn Write) -> std::io::Result<()> {
+    match output {
+        Output::JsonLines { progress } => {
+            let line = event.to_json_line().map_err(std::io::Error::other)?;
+            writeln!(out, "{line}")?;
+            out.flush()?;
+            if progress && let Some(line) = progress_line(event) {
+                eprintln!("{line}");
+            }
+        }
+        Output::Human => {
+            if let Some(line) = progress_line(event) {
+                writeln!(out, "{line}")?;
+                out.flush()?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One human line for an event, or `None` for events a person does not need to read line by line.
+pub fn progress_line(event: &Event) -> Option<String> {
+    let who = &event.brief;
+    let text = match &event.kind {
+        EventKind::Dispatched {
+            title,
+            repo,
+            base,
+            branch,
+            harness,
+            ..
+        } => format!(
+            "dispatched {:?}: {repo}@{base} -> {branch}, agent {harness}",
+            title.as_str()
+        ),
+        EventKind::Phase { to, reason, .. } => match reason {
+            Some(reason) => format!("{to}: {}", one_line(reason.as_str())),
+            None => format!("{to}"),
+        },
+        EventKind::Transcript(item) => {
+            let mark = match item.item {
+                ItemKind::Message => "says",
+                ItemKind::Thought => "thinks",
+                ItemKind::Command => "$",
+                ItemKind::Output => "|",
+                ItemKind::Error => "error:",
+                ItemKind::Finish => "finished:",
+                ItemKind::Other => "·",
+            };
+            format!("  {mark} {}", one_line(item.text.as_str()))
+        }
+        EventKind::Usage(usage) => format!(
+            "  usage: {} in / {} out tokens, ${:.4} so far",
+            usage.input_tokens, usage.output_tokens, usage.total_cost_usd
+        ),
+        EventKind::ImagePull { status, .. } => format!("  pulling image: {status}"),
+        EventKind::Warning { message } => format!("warning: {}", one_line(message.as_str())),
+        EventKind::Collected {
+            files,
+            insertions,
+            deletions,
+            reference,
+            ..
+        } => format!(
+            "collected {} file(s), +{insertions} -{deletions}, kept at {reference}",
+            files.len()
+        ),
+        EventKind::Pushed { branch, sha, .. } => format!("pushed {branch} at {sha}"),
+        EventKind::PullRequest {
+            action,
+            number,
+            url,
+        } => format!("pull request #{number} {action:?}: {url}").to_lowercase(),
+        EventKind::TornDown { steps, millis } => {
+            let failed = steps.iter().filter(|s| s.failure.is_some()).count();
+            if failed == 0 {
+                format!("torn down: {} step(s) in {millis} ms", steps.len())
+            } else {
+                format!(
+                    "torn down with {failed} failed step(s) of {} (see the warnings)",
+                    steps.len()
+                )
+            }
+        }
+        EventKind::Finished {
+            outcome, reason, ..
+        } => match (outcome, reason) {
+            (Phase::Done, None) => "finished: done".to_owned(),
+            (outcome, Some(reason)) => {
+                format!("finished: {outcome} ({})", one_line(reason.as_str()))
+            }
+            (outcome, None) => format!("finished: {outcome}"),
+        },
+    };
+    Some(format!("[{who}] {text}"))
+}
+
+/// Text on one line, without control characters, cut at [`PROGRESS_TEXT_CHARS`].
+fn one_line(text: &str) -> String {
+    let mut line: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(PROGRESS_TEXT_CHARS)
+        .collect();
+    if text.chars().count() > PROGRESS_TEXT_CHARS {
+        line.push('…');
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::dispatch::event::TranscriptItem;
+    use crate::dispatch::sanitize::TokenSanitizer;
+
+    #[test]
+    fn progress_lines_are_single_lines_without_control_characters() {
+        let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
+        let event = Event::new(
+            DispatchId::new(),
+            "b",
+            EventKind::Transcript(TranscriptItem {
+                item: ItemKind::Output,
+                text: sanitizer.sanitize(&format!("a\u{1b}[2J\nb{}", "x".repeat(500))),
+            }),
+        );
+        let line = progress_line(&event).unwrap();
+        assert!(line.starts_with("[b]   | a [2J b"));
+        assert!(!line.chars().any(char::is_control));
+        assert!(line.ends_with('…'));
+    }
+}
