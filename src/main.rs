@@ -41,7 +41,7 @@ const SANITIZE_CHUNK: usize = 128 * 1024;
 struct Cli {
     /// Run without the terminal UI: dispatch the briefs given with --brief or --all and print the
     /// events as JSON Lines on stdout (human progress on stderr when it is a terminal).
-    #[arg(long)]
+    #[arg(long, global = true)]
     headless: bool,
 
     #[command(flatten)]

@@ -275,6 +275,9 @@ struct LocalGrant {
 #[derive(Default)]
 pub struct LocalCredentialProvider {
     grants: Mutex<HashMap<CredentialId, LocalGrant>>,
+    /// Ids this provider minted and has revoked or seen expire, to tell them from ids it never held
+    /// (minted by another, perhaps crashed, process).
+    gone: Mutex<std::collections::HashSet<CredentialId>>,
 }
 
 impl fmt::Debug for LocalCredentialProvider {
@@ -345,9 +348,19 @@ impl CredentialProvider for LocalCredentialProvider {
     }
 
     async fn revoke(&self, id: &CredentialId) -> Result<Revocation> {
-        Ok(match self.grants().remove(id) {
-            Some(_) => Revocation::Revoked,
-            None => Revocation::AlreadyGone,
+        let removed = self.grants().remove(id);
+        let mut gone = match self.gone.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        Ok(match removed {
+            Some(_) => {
+                gone.insert(id.clone());
+                Revocation::Revoked
+            }
+            None if gone.contains(id) => Revocation::AlreadyGone,
+            // Minted by another process: its tokens lived in that process's memory only.
+            None => Revocation::NotRevocable,
         })
     }
 }
@@ -380,6 +393,28 @@ mod tests {
         let env = credential.as_environment();
         assert_eq!(env.len(), 1);
         assert_eq!(env[CREDENTIAL_ENV].expose_secret(), value);
+    }
+
+    #[tokio::test]
+    async fn the_local_provider_tells_revoked_ids_from_ids_it_never_held() {
+        let provider = LocalCredentialProvider::default();
+        let minted = provider
+            .mint("o/r", "b", Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(
+            provider.revoke(&minted.id).await.unwrap(),
+            Revocation::Revoked
+        );
+        assert_eq!(
+            provider.revoke(&minted.id).await.unwrap(),
+            Revocation::AlreadyGone
+        );
+        let elsewhere = CredentialId::new("local-minted-by-a-dead-process".into());
+        assert_eq!(
+            provider.revoke(&elsewhere).await.unwrap(),
+            Revocation::NotRevocable
+        );
     }
 
     #[tokio::test]

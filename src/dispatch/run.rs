@@ -168,7 +168,7 @@ impl Publisher {
             Ok(to) => (to, reason),
             Err(error) => {
                 tracing::error!(dispatch = %self.dispatch, %error, "illegal transition");
-                (Phase::Failed, Some(SanitizedText::default()))
+                (Phase::Failed, None)
             }
         };
         let now = (Utc::now(), Instant::now());

@@ -363,7 +363,7 @@ fn with_credential(
 }
 
 /// Teardown order: the container holds the mounts, so it goes first; the credential last.
-fn teardown_order(resource: &Resource) -> u8 {
+pub(crate) fn teardown_order(resource: &Resource) -> u8 {
     match resource {
         Resource::Container { .. } => 0,
         Resource::Workspace { .. } => 1,

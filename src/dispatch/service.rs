@@ -198,7 +198,10 @@ impl DispatchService {
                     continue;
                 }
             };
-            for resource in entry.outstanding().to_vec() {
+            // The same order as a teardown: the container (which holds the mounts) first.
+            let mut outstanding = entry.outstanding().to_vec();
+            outstanding.sort_by_key(crate::dispatch::sandbox::teardown_order);
+            for resource in outstanding {
                 match self.reclaim(&resource, &mut report).await {
                     Ok(()) => entry.released(&resource)?,
                     Err(failure) => report

@@ -7,6 +7,7 @@ mod forge_local;
 mod git_http;
 mod git_workspace;
 mod github;
+mod headless;
 mod image;
 mod journal;
 mod push;
