@@ -41,8 +41,14 @@ const SANITIZE_CHUNK: usize = 128 * 1024;
 struct Cli {
     /// Run without the terminal UI: dispatch the briefs given with --brief or --all and print the
     /// events as JSON Lines on stdout (human progress on stderr when it is a terminal).
-    #[arg(long, global = true)]
+    #[arg(long)]
     headless: bool,
+
+    /// With --headless: push the result and open (or update) the pull request. Without it a run
+    /// stops after collecting, keeping the commit at refs/stet/<dispatch id> and the diff in the run
+    /// record.
+    #[arg(long, requires = "headless")]
+    push: bool,
 
     #[command(flatten)]
     dispatch: DispatchArgs,
@@ -56,24 +62,19 @@ struct Cli {
 struct DispatchArgs {
     /// A brief to dispatch: its id in the inbox (.stet/briefs/ID.toml) or a path to a brief file.
     /// Repeatable.
-    #[arg(long = "brief", value_name = "ID|PATH", global = true)]
+    #[arg(long = "brief", value_name = "ID|PATH")]
     briefs: Vec<String>,
 
     /// Dispatch every brief in the inbox.
-    #[arg(long, conflicts_with = "briefs", global = true)]
+    #[arg(long, conflicts_with = "briefs")]
     all: bool,
 
-    /// Push the result and open (or update) the pull request. Without it a run stops after
-    /// collecting, keeping the commit at refs/stet/<dispatch id> and the diff in the run record.
-    #[arg(long, global = true)]
-    push: bool,
-
     /// Wall-clock limit on the agent's work, e.g. 90s, 20m, 1h (default: the configuration's, 30m).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, global = true)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     timeout: Option<std::time::Duration>,
 
     /// End a dispatch once its model cost reaches this many US dollars.
-    #[arg(long = "cost-ceiling", value_name = "USD", value_parser = parse_ceiling, global = true)]
+    #[arg(long = "cost-ceiling", value_name = "USD", value_parser = parse_ceiling)]
     cost_ceiling: Option<f64>,
 }
 
@@ -137,6 +138,11 @@ enum Command {
         /// How fast the scripted agent works: pauses are multiplied by this (0 = no pauses).
         #[arg(long, value_name = "FACTOR", default_value_t = 1.0)]
         pace: f64,
+        /// Print the events as JSON Lines instead of progress for a person.
+        #[arg(long)]
+        headless: bool,
+        #[command(flatten)]
+        dispatch: DispatchArgs,
     },
 
     /// The scripted agent: acts out a scenario inside the sandbox (used by `stet demo` and the tests).
@@ -370,9 +376,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             outputs,
             brief,
         }) => transcript(&path, harness, outputs.as_deref(), brief),
-        Some(Command::Demo { dir, pace }) => {
-            dispatch_runtime(demo(dir, pace, cli.headless, cli.dispatch))
-        }
+        Some(Command::Demo {
+            dir,
+            pace,
+            headless,
+            dispatch,
+        }) => dispatch_runtime(demo(dir, pace, headless || cli.headless, dispatch)),
         Some(Command::Agent { command }) => agent(command),
         Some(Command::SandboxIdle) => block_on(sandbox_idle()),
         Some(Command::Probe {
@@ -400,7 +409,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             stet::probe::write_report(&report, &mut std::io::stdout().lock())?;
             Ok(ExitCode::SUCCESS)
         }
-        None if cli.headless => dispatch_runtime(headless(cli.dispatch)),
+        None if cli.headless => dispatch_runtime(headless(cli.dispatch, cli.push)),
         None => anyhow::bail!(
             "the terminal theater arrives with the TUI; use `stet --headless --brief ID` (or `stet demo`) now (see `stet --help`)"
         ),
@@ -438,7 +447,7 @@ async fn interrupted() {
 }
 
 /// `stet --headless`: dispatches briefs of the repository in the current directory.
-async fn headless(args: DispatchArgs) -> anyhow::Result<ExitCode> {
+async fn headless(args: DispatchArgs, push: bool) -> anyhow::Result<ExitCode> {
     use stet::engine::{EngineOptions, ImageChoice};
     if args.briefs.is_empty() && !args.all {
         eprintln!("stet: --headless needs --brief ID|PATH (repeatable) or --all");
@@ -477,11 +486,7 @@ async fn headless(args: DispatchArgs) -> anyhow::Result<ExitCode> {
         harness,
         config,
     };
-    let delivery = if args.push {
-        Delivery::Push
-    } else {
-        Delivery::Keep
-    };
+    let delivery = if push { Delivery::Push } else { Delivery::Keep };
     let output = Output::JsonLines {
         progress: std::io::stderr().is_terminal(),
     };

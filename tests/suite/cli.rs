@@ -173,21 +173,25 @@ fn usage_errors_exit_2_and_help_documents_the_commands() {
     let state = tempfile::tempdir().unwrap();
     let output = stet(state.path()).arg("--no-such-flag").output().unwrap();
     assert_eq!(output.status.code(), Some(2));
-    for args in [&[][..], &["--headless"][..]] {
+    for (args, says) in [
+        (&[][..], "stet demo"),
+        (&["--headless"][..], "--brief ID|PATH"),
+    ] {
         let output = stet(state.path()).args(args).output().unwrap();
         assert_eq!(output.status.code(), Some(2), "{args:?}");
-        assert!(
-            String::from_utf8(output.stderr)
-                .unwrap()
-                .contains("stet sanitize")
-        );
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
     let help = stet(state.path()).arg("--help").output().unwrap();
     let help = String::from_utf8(help.stdout).unwrap();
     for word in [
         "sanitize",
         "check-branch",
+        "demo",
         "--headless",
+        "--brief",
+        "--push",
+        "--cost-ceiling",
         "Exit codes",
         "5  cost ceiling hit",
         "STET_LOG",
@@ -356,4 +360,72 @@ fn transcript_replays_a_capture_as_sanitized_event_lines() {
         "an unreadable capture is a usage error"
     );
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no/such/capture"));
+}
+
+/// The scripted agent's own output, captured on the host and replayed: the same parsing a live
+/// dispatch applies, ending with the outcome stet would draw.
+#[test]
+fn transcript_replays_a_scripted_agent_capture() {
+    let state = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let instructions = workspace.path().join("task.md");
+    std::fs::write(&instructions, "# Task: leave a note\n").unwrap();
+    let planted = format!("ghp_{}", random_token(36).unwrap());
+    let scenario = workspace.path().join("scenario.toml");
+    std::fs::write(
+        &scenario,
+        format!(
+            "model = \"m\"\n[[step]]\nread_instructions = true\n[[step]]\nleak = {{ value = \"{planted}\" }}\n\
+             [[step]]\nusage = {{ input_tokens = 10, output_tokens = 2, cost_usd = 0.5 }}\n[[step]]\nfinish = \"noted\"\n"
+        ),
+    )
+    .unwrap();
+    let capture = stet(state.path())
+        .args(["agent", "run", "--pace", "0", "--scenario"])
+        .arg(&scenario)
+        .arg("--instructions")
+        .arg(&instructions)
+        .arg("--workspace")
+        .arg(workspace.path())
+        .output()
+        .unwrap();
+    assert_eq!(capture.status.code(), Some(0), "{capture:?}");
+    let output = run_with_stdin(
+        {
+            let mut command = stet(state.path());
+            command.args(["transcript", "-", "--harness", "script", "--brief", "note"]);
+            command
+        },
+        &capture.stdout,
+    );
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(!stdout.contains(&planted), "{stdout}");
+    let events: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "transcript",
+            "transcript",
+            "usage",
+            "transcript",
+            "finished"
+        ]
+    );
+    assert!(
+        events[0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("# Task: leave a note")
+    );
+    assert_eq!(
+        events[1]["text"],
+        "export DEMO_TOKEN=[REDACTED:github-token]"
+    );
+    assert_eq!(events[2]["total_cost_usd"], 0.5);
+    assert_eq!(events[4]["outcome"], "done");
 }
