@@ -377,7 +377,7 @@ mod tests {
             id,
             Path::new("b.toml"),
             &format!(
-                "title = \"t\"\n[target]\nrepo = \"o/r\"\nbase = \"main\"\n{pr}[[items]]\ntext = \"x\"\n"
+                "title = \"t\"\nworkflow = \"implement\"\n[target]\nrepo = \"o/r\"\nbase = \"main\"\n{pr}[[items]]\ntext = \"x\"\n"
             ),
         )
         .unwrap()
