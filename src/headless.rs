@@ -52,7 +52,7 @@ pub async fn run(
                 pending.insert(dispatch);
             }
             Err(error) => {
-                eprintln!("stet: brief {id}: {error}");
+                let _ = writeln!(std::io::stderr(), "stet: brief {id}: {error}");
                 code = code.max(EXIT_USAGE);
             }
         }
@@ -66,7 +66,10 @@ pub async fn run(
         tokio::select! {
             () = &mut interrupted, if !stopping => {
                 stopping = true;
-                eprintln!("stet: interrupted; cancelling and tearing down every dispatch");
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "stet: interrupted; cancelling and tearing down every dispatch (interrupt again to exit at once)"
+                );
                 let handle = handle.clone();
                 shutdown = Some(tokio::spawn(async move { handle.shutdown().await }));
             }
@@ -105,7 +108,8 @@ fn show(event: &Event, output: Output, out: &mut dyn Write) -> std::io::Result<(
             writeln!(out, "{line}")?;
             out.flush()?;
             if progress && let Some(line) = progress_line(event) {
-                eprintln!("{line}");
+                // stderr may be a closed pipe: progress is best effort, never a panic.
+                let _ = writeln!(std::io::stderr(), "{line}");
             }
         }
         Output::Human => {
@@ -170,7 +174,13 @@ pub fn progress_line(event: &Event) -> Option<String> {
             action,
             number,
             url,
-        } => format!("pull request #{number} {action:?}: {url}").to_lowercase(),
+        } => {
+            let action = match action {
+                crate::dispatch::event::PullRequestAction::Opened => "opened",
+                crate::dispatch::event::PullRequestAction::Updated => "updated",
+            };
+            format!("pull request #{number} {action}: {url}")
+        }
         EventKind::TornDown { steps, millis } => {
             let failed = steps.iter().filter(|s| s.failure.is_some()).count();
             if failed == 0 {

@@ -429,20 +429,58 @@ fn dispatch_runtime(
         .block_on(command)
 }
 
-/// Resolves when SIGINT or SIGTERM arrives.
-async fn interrupted() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(mut interrupt), Ok(mut terminate)) => {
-            tokio::select! {
-                _ = interrupt.recv() => {}
-                _ = terminate.recv() => {}
+/// SIGINT, SIGTERM and SIGHUP, listened to from before the first dispatch starts.
+struct Interrupts {
+    streams: Vec<tokio::signal::unix::Signal>,
+}
+
+impl Interrupts {
+    fn install() -> anyhow::Result<Interrupts> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut streams = Vec::new();
+        for kind in [
+            SignalKind::interrupt(),
+            SignalKind::terminate(),
+            SignalKind::hangup(),
+        ] {
+            streams.push(signal(kind).context("installing the signal handlers")?);
+        }
+        Ok(Interrupts { streams })
+    }
+
+    /// Resolves at the next of the three signals.
+    async fn next(&mut self) {
+        let waits = self
+            .streams
+            .iter_mut()
+            .map(|stream| Box::pin(async move { stream.recv().await }));
+        futures_util::future::select_all(waits).await;
+    }
+
+    /// Watches for signals on its own task, so a consumer stuck writing to a slow reader never
+    /// delays a cancel: the first cancels every dispatch (and resolves the returned future), the
+    /// second exits at once with code 3 (the journal lets the next launch reclaim what is left).
+    fn watch(
+        mut self,
+        dispatcher: stet::dispatch::dispatcher::DispatchHandle,
+    ) -> impl Future<Output = ()> {
+        let (first, fired) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            self.next().await;
+            let _ = first.send(());
+            tokio::spawn(async move { dispatcher.shutdown().await });
+            self.next().await;
+            let _ = writeln!(
+                std::io::stderr(),
+                "stet: interrupted again: exiting now; the next stet launch (or `stet sweep`) reclaims what is left"
+            );
+            std::process::exit(i32::from(stet::headless::EXIT_CANCELLED));
+        });
+        async move {
+            if fired.await.is_err() {
+                std::future::pending::<()>().await;
             }
         }
-        _ => std::future::pending().await,
     }
 }
 
@@ -512,6 +550,9 @@ async fn demo(
     let state_dir = logging::state_dir()?;
     let dir = dir.unwrap_or_else(|| state_dir.join("demo"));
     let setup = stet::demo::prepare(&dir)?;
+    // The scratch forge was made anew: pull requests of an earlier demo refer to branches it no
+    // longer holds.
+    stet::forge::local::LocalForge::new(setup.remote.clone(), &state_dir).close_open_reviews()?;
     let config_file = setup.repo.join(stet::config::REPOSITORY_FILE);
     let config_text = std::fs::read_to_string(&config_file)
         .with_context(|| format!("reading {}", config_file.display()))?;
@@ -574,23 +615,27 @@ async fn dispatch_and_watch(
     delivery: Delivery,
     output: Output,
 ) -> anyhow::Result<ExitCode> {
+    let interrupts = Interrupts::install()?;
     let handle = SanitizerHandle::new(TokenSanitizer::new()?);
     let _log_guard = install_logging(&handle);
     let engine = match stet::engine::Engine::assemble(options, &handle).await {
         Ok(engine) => engine,
         Err(error) => {
-            eprintln!("stet: {error}");
+            let _ = writeln!(std::io::stderr(), "stet: {error}");
             return Ok(ExitCode::from(EXIT_USAGE));
         }
     };
     if !engine.sweep.is_empty() {
         tracing::info!(report = ?engine.sweep, "launch sweep");
-        eprint!(
+        let _ = write!(
+            std::io::stderr(),
             "stet: swept what earlier runs left behind:\n{}",
             engine.sweep
         );
     }
-    let (dispatcher, events, task) = engine.start();
+    // The dispatcher task ends with the runtime: the signal watcher keeps a handle to it.
+    let (dispatcher, events, _dispatcher_task) = engine.start();
+    let interrupted = interrupts.watch(dispatcher.clone());
     let mut stdout = std::io::stdout().lock();
     let code = stet::headless::run(
         dispatcher.clone(),
@@ -599,12 +644,10 @@ async fn dispatch_and_watch(
         delivery,
         output,
         &mut stdout,
-        interrupted(),
+        interrupted,
     )
     .await;
     dispatcher.shutdown().await;
-    drop(dispatcher);
-    let _ = task.await;
     Ok(ExitCode::from(code))
 }
 

@@ -4,14 +4,17 @@
 //! being updated — and a `Shutdown` that cancels everything and waits for every teardown.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+
+use futures_util::FutureExt;
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::brief::Brief;
-use crate::dispatch::event::{DispatchId, Event};
+use crate::dispatch::event::{DispatchId, Event, EventKind};
 use crate::dispatch::run::{Decision, Delivery, DispatchControl, DispatchRun};
 use crate::dispatch::service::{DispatchParts, DispatchService};
 use crate::dispatch::state::Phase;
@@ -330,7 +333,29 @@ impl Dispatcher {
         let parts = Arc::clone(&self.parts);
         let events = self.events.clone();
         self.tasks.spawn(async move {
-            let phase = service.run(parts, run, events, control).await;
+            let brief = run.brief.id.clone();
+            let sanitizer = parts.sanitizer.current();
+            let ran = AssertUnwindSafe(service.run(parts, run, events.clone(), control))
+                .catch_unwind()
+                .await;
+            let phase = match ran {
+                Ok(phase) => phase,
+                Err(_) => {
+                    // A bug, not a dispatch outcome: the consumer still hears that this dispatch
+                    // ended, and its journaled resources are reclaimed by the next sweep.
+                    tracing::error!(dispatch = %id, "the dispatch task panicked");
+                    let reason = sanitizer.sanitize(
+                        "stet stopped this dispatch on an internal error; `stet sweep` reclaims what it left",
+                    );
+                    let finished = EventKind::Finished {
+                        outcome: Phase::Failed,
+                        exit_code: Phase::Failed.exit_code().unwrap_or(1),
+                        reason: Some(reason),
+                    };
+                    let _ = events.send(Event::new(id, &brief, finished)).await;
+                    Phase::Failed
+                }
+            };
             (id, phase)
         });
         Ok(id)

@@ -28,7 +28,7 @@ use crate::dispatch::state::{Input, Phase, transition};
 use crate::forge::{Preflight, Provenance, PullRequestDraft, PushBranch};
 use crate::git::import::{ImportRequest, Imported, import};
 use crate::harness::{
-    HarnessLaunch, HarnessOutcome, OutputParser, Parsed, StagedFile, UsageReport,
+    HarnessLaunch, HarnessOutcome, HarnessPlan, OutputParser, Parsed, StagedFile, UsageReport,
 };
 use crate::runtime::{NetworkPolicy, OutputLine};
 use crate::workflow::Workflow;
@@ -142,6 +142,14 @@ struct Publisher {
 
 impl Publisher {
     async fn emit(&mut self, kind: EventKind) {
+        let never = CancellationToken::new();
+        self.emit_until(kind, &never).await;
+    }
+
+    /// Records the event, then hands it to the consumer unless `stop` fires first (a slow reader
+    /// must never hold up a cancel or the timeout). Returns `false` when `stop` won; the event is in
+    /// the run record either way.
+    async fn emit_until(&mut self, kind: EventKind, stop: &CancellationToken) -> bool {
         if let EventKind::Transcript(item) = &kind {
             self.redactions += count_redactions(item.text.as_str());
         }
@@ -152,9 +160,29 @@ impl Publisher {
             tracing::error!(dispatch = %self.dispatch, %error, "the run record stopped taking events");
             self.record = None;
         }
-        if !self.consumer_gone && self.events.send(event).await.is_err() {
-            // The consumer went away (the UI closed); the run record keeps everything.
-            self.consumer_gone = true;
+        if self.consumer_gone {
+            return true;
+        }
+        tokio::select! {
+            biased;
+            sent = self.events.send(event) => {
+                // An error means the consumer went away (the UI closed); the run record keeps
+                // everything.
+                self.consumer_gone = sent.is_err();
+                true
+            }
+            () = stop.cancelled() => false,
+        }
+    }
+
+    /// Writes an event to the run record only.
+    fn record_only(&mut self, kind: EventKind) {
+        let event = Event::new(self.dispatch, &self.brief, kind);
+        if let Some(record) = self.record.as_mut()
+            && let Err(error) = record.append(&event)
+        {
+            tracing::error!(dispatch = %self.dispatch, %error, "the run record stopped taking events");
+            self.record = None;
         }
     }
 
@@ -278,6 +306,10 @@ struct Flow {
     /// Cancelled by the person's cancel or by the wall-clock timeout: what the agent's work races.
     stop: CancellationToken,
     expired: CancellationToken,
+    /// What the harness will stage and run, settled in preflight.
+    plan: Option<HarnessPlan>,
+    /// Why the run record could not be created, if it could not.
+    record_error: Option<String>,
 }
 
 impl Flow {
@@ -288,11 +320,11 @@ impl Flow {
         events: mpsc::Sender<Event>,
         control: DispatchControl,
     ) -> Flow {
-        let record = match RunRecord::create(service.state_dir(), run.id) {
-            Ok(record) => Some(record),
+        let (record, record_error) = match RunRecord::create(service.state_dir(), run.id) {
+            Ok(record) => (Some(record), None),
             Err(error) => {
                 tracing::error!(dispatch = %run.id, %error, "cannot create the run record");
-                None
+                (None, Some(error.to_string()))
             }
         };
         let now = (Utc::now(), Instant::now());
@@ -325,6 +357,8 @@ impl Flow {
             control,
             stop,
             expired: CancellationToken::new(),
+            plan: None,
+            record_error,
         }
     }
 
@@ -351,9 +385,11 @@ impl Flow {
             image: self.sanitize(self.parts.settings.image.as_str()),
         };
         self.publisher.emit(dispatched).await;
-        if self.publisher.record.is_none() {
-            let reason = "the run record could not be created (see the log); a dispatch whose events cannot be kept does not start";
-            return self.end(Err(Stop::Failed(reason.to_owned()))).await;
+        if let Some(error) = self.record_error.take() {
+            let reason = format!(
+                "the run record could not be created ({error}); a dispatch whose events cannot be kept does not start"
+            );
+            return self.end(Err(Stop::Failed(reason))).await;
         }
         let slots = Arc::clone(&self.control.slots);
         let permit = tokio::select! {
@@ -442,7 +478,29 @@ impl Flow {
             self.facts.branch = head.branch.clone();
         }
         self.facts.base = Some(preflight.base_sha.clone());
+        self.plan = Some(self.plan_agent()?);
         Ok(preflight)
+    }
+
+    /// Renders the instructions and lets the harness plan its run: a misnamed workflow or a missing
+    /// model key fails here, before anything is provisioned.
+    fn plan_agent(&self) -> Result<HarnessPlan, Stop> {
+        let brief = &self.run.brief;
+        let workflow = Workflow::builtin(&brief.workflow).map_err(|error| {
+            Stop::Failed(format!(
+                "brief {}: workflow {:?}: {error}",
+                brief.id, brief.workflow
+            ))
+        })?;
+        let instructions = workflow.render(brief, &self.facts.branch);
+        self.parts
+            .harness
+            .plan(&HarnessLaunch {
+                dispatch: self.run.id,
+                brief,
+                instructions: &instructions,
+            })
+            .map_err(|error| Stop::Failed(format!("brief {}: {error}", brief.id)))
     }
 
     async fn provision(&mut self, preflight: &Preflight) -> Result<DispatchSandbox, Stop> {
@@ -546,6 +604,8 @@ impl Flow {
                     .await;
             }
             Delivery::Review => {
+                // A decision sent before there was anything to review is not a decision about it.
+                while self.control.decisions.try_recv().is_ok() {}
                 self.publisher
                     .advance(Input::Collected { review: true }, None)
                     .await;
@@ -580,19 +640,10 @@ impl Flow {
     /// Stages the harness's files and runs its processes, reading their output live. Returns the
     /// agent's summary when it finished.
     async fn run_agent(&mut self, sandbox: &DispatchSandbox) -> Result<Option<String>, Stop> {
-        let workflow = Workflow::builtin(&self.run.brief.workflow).map_err(|error| {
-            Stop::Failed(format!("workflow {:?}: {error}", self.run.brief.workflow))
-        })?;
-        let instructions = workflow.render(&self.run.brief, &self.facts.branch);
-        let plan = self
-            .parts
-            .harness
-            .plan(&HarnessLaunch {
-                dispatch: self.run.id,
-                brief: &self.run.brief,
-                instructions: &instructions,
-            })
-            .map_err(|error| Stop::Failed(error.to_string()))?;
+        let plan = match self.plan.take() {
+            Some(plan) => plan,
+            None => self.plan_agent()?,
+        };
         for (label, secret) in self.parts.harness.secrets(&plan) {
             KnownValue::new(label, secret.expose_secret())
                 .and_then(|known| self.parts.sanitizer.register(known))
@@ -662,11 +713,17 @@ impl Flow {
         loop {
             tokio::select! {
                 biased;
-                () = stop.cancelled() => return Err(self.stop_reason()),
+                () = stop.cancelled() => {
+                    self.record_pending(&mut lines, parser);
+                    return Err(self.stop_reason());
+                }
                 line = lines.recv() => match line {
                     Some(line) => {
                         for parsed in parser.parse(&line) {
-                            self.publish_parsed(parsed).await?;
+                            if !self.publish_parsed(parsed, &stop).await? {
+                                self.record_pending(&mut lines, parser);
+                                return Err(self.stop_reason());
+                            }
                         }
                     }
                     None => break,
@@ -681,18 +738,48 @@ impl Flow {
         result.map_err(|error| Stop::Failed(format!("running the agent: {error}")))
     }
 
-    async fn publish_parsed(&mut self, parsed: Parsed) -> Result<(), Stop> {
+    /// Publishes what the parser read; `Ok(false)` when `stop` fired while a slow consumer held the
+    /// event up.
+    async fn publish_parsed(
+        &mut self,
+        parsed: Parsed,
+        stop: &CancellationToken,
+    ) -> Result<bool, Stop> {
         match parsed {
-            Parsed::Item(item) => self.publisher.emit(EventKind::Transcript(item)).await,
+            Parsed::Item(item) => Ok(self
+                .publisher
+                .emit_until(EventKind::Transcript(item), stop)
+                .await),
             Parsed::Usage(report) => {
                 let usage = self.meter.add(report);
-                self.publisher.emit(EventKind::Usage(usage)).await;
-                if let Some(reason) = self.meter.over_ceiling() {
-                    return Err(Stop::CeilingHit(reason));
+                let delivered = self
+                    .publisher
+                    .emit_until(EventKind::Usage(usage), stop)
+                    .await;
+                match self.meter.over_ceiling() {
+                    Some(reason) => Err(Stop::CeilingHit(reason)),
+                    None => Ok(delivered),
                 }
             }
         }
-        Ok(())
+    }
+
+    /// On a stop, the lines already read from the container still go to the run record (the
+    /// consumer is not waited for): nothing the agent printed is dropped silently.
+    fn record_pending(
+        &mut self,
+        lines: &mut mpsc::Receiver<OutputLine>,
+        parser: &mut dyn OutputParser,
+    ) {
+        while let Ok(line) = lines.try_recv() {
+            for parsed in parser.parse(&line) {
+                let kind = match parsed {
+                    Parsed::Item(item) => EventKind::Transcript(item),
+                    Parsed::Usage(report) => EventKind::Usage(self.meter.add(report)),
+                };
+                self.publisher.record_only(kind);
+            }
+        }
     }
 
     /// Imports the workspace into a trusted commit kept at [`result_ref`]; `None` when nothing changed.

@@ -291,8 +291,19 @@ impl DispatchSandbox {
         // Container first (it holds the mounts), then files, then the credential.
         let mut ordered = outstanding;
         ordered.sort_by_key(teardown_order);
+        let mut container_failed = false;
         for resource in ordered {
-            let failure = self.release(&resource).await.err();
+            let failure = match &resource {
+                // The agent may still be running in a container that could not be removed: its
+                // files stay (journaled) rather than be deleted under it.
+                Resource::Workspace { .. } | Resource::Outputs { .. } if container_failed => {
+                    Some("left in place because the container could not be removed".to_owned())
+                }
+                _ => self.release(&resource).await.err(),
+            };
+            if matches!(resource, Resource::Container { .. }) && failure.is_some() {
+                container_failed = true;
+            }
             if failure.is_none()
                 && let Some(entry) = entry.as_mut()
                 && let Err(error) = entry.released(&resource)
@@ -333,7 +344,11 @@ impl DispatchSandbox {
                 .map(|_: Removal| ())
                 .map_err(|e| e.to_string()),
             Resource::Workspace { path } | Resource::Outputs { path } => {
-                remove_tree(path).map_err(|e| e.to_string())
+                // A large tree takes a while: off the async workers.
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || remove_tree(&path).map_err(|e| e.to_string()))
+                    .await
+                    .map_err(|e| e.to_string())?
             }
             Resource::Credential { .. } => match &self.credential {
                 Some(credential) => match credential.revoke().await {
@@ -406,10 +421,15 @@ async fn provision_steps(
             wanted.ttl,
         )
         .await?;
-        entry.intend(Resource::Credential {
+        let journaled = entry.intend(Resource::Credential {
             provider: wanted.provider.name().to_owned(),
             id: credential.id().clone(),
-        })?;
+        });
+        if let Err(error) = journaled {
+            // Not journaled, so no teardown would find it: revoke it now.
+            credential.revoke().await;
+            return Err(error.into());
+        }
         sandbox.credential = Some(Arc::new(credential));
     }
     stopped()?;

@@ -76,6 +76,21 @@ impl LocalForge {
         read_reviews(&self.reviews)
     }
 
+    /// Closes every open review of this forge's remote (e.g. when that repository was made anew, as
+    /// `stet demo` does); returns their numbers.
+    pub fn close_open_reviews(&self) -> Result<Vec<u64>> {
+        let mut closed = Vec::new();
+        for mut record in self.reviews()? {
+            if record.state == ReviewState::Open && record.remote == self.remote {
+                record.state = ReviewState::Closed;
+                record.updated = Utc::now();
+                self.replace_record(&record)?;
+                closed.push(record.number);
+            }
+        }
+        Ok(closed)
+    }
+
     fn record_path(&self, number: u64) -> PathBuf {
         self.reviews.join(format!("{number}.json"))
     }

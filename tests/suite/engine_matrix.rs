@@ -553,18 +553,9 @@ async fn a_teardown_failure_after_a_failed_provisioning_is_reported_as_a_warning
     let fin = fx.run(brief("fix-login"), Delivery::Push).await;
 
     assert_outcome(&fin, Phase::Failed, 1);
-    let records = fx.journal.records().unwrap().records;
-    assert_eq!(records.len(), 1);
-    assert_eq!(
-        records[0].resources,
-        [Resource::Container {
-            name: fin.id.to_string()
-        }],
-        "what could not be removed stays journaled for the sweep"
-    );
-    fx.assert_credentials_revoked_once(1);
     let paths = fx.dispatch_dir(fin.id);
-    assert!(!paths.join("workspace").exists() && !paths.join("outputs").exists());
+    assert_left_for_the_sweep(&fx, &fin, &paths);
+    fx.assert_credentials_revoked_once(1);
     assert!(
         fin.events.iter().any(|e| matches!(
             &e.kind,
@@ -684,26 +675,48 @@ async fn a_teardown_failure_keeps_the_outcome_warns_and_stays_journaled() {
         .filter(|step| step.failure.is_some())
         .map(|step| step.resource.as_str())
         .collect();
-    assert_eq!(failed, [format!("container {}", fin.id)]);
-    assert_eq!(steps.len(), 4, "the other steps still ran: {steps:?}");
+    let dir = fx.dispatch_dir(fin.id);
+    assert_eq!(
+        failed,
+        [
+            format!("container {}", fin.id),
+            format!("workspace {}", dir.join("workspace").display()),
+            format!("outputs directory {}", dir.join("outputs").display()),
+        ],
+        "the agent may still run in the container: its files are not deleted under it"
+    );
+    assert_eq!(steps.len(), 4, "the credential step still ran: {steps:?}");
     assert!(fin.events.iter().any(|e| matches!(
         &e.kind,
         EventKind::Warning { message } if message.as_str().starts_with("teardown: ")
     )));
     assert!(!fx.result(fin.id).teardown_failures.is_empty());
 
-    let records = fx.journal.records().unwrap().records;
-    assert_eq!(records.len(), 1);
-    assert_eq!(
-        records[0].resources,
-        [Resource::Container {
-            name: fin.id.to_string()
-        }]
-    );
     let dir = fx.dispatch_dir(fin.id);
-    assert!(!dir.join("workspace").exists() && !dir.join("outputs").exists());
+    assert_left_for_the_sweep(&fx, &fin, &dir);
     fx.assert_credentials_revoked_once(1);
     fx.assert_run_record(&fin);
+}
+
+/// When the container could not be removed, it and the dispatch's files stay journaled (and on disk)
+/// for the sweep; the credential is revoked regardless.
+fn assert_left_for_the_sweep(fx: &Fixture, fin: &Finished, dir: &Path) {
+    let records = fx.journal.records().unwrap().records;
+    assert_eq!(records.len(), 1);
+    let mut left: Vec<String> = records[0]
+        .resources
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    left.sort();
+    let mut expected = vec![
+        format!("container {}", fin.id),
+        format!("outputs directory {}", dir.join("outputs").display()),
+        format!("workspace {}", dir.join("workspace").display()),
+    ];
+    expected.sort();
+    assert_eq!(left, expected, "what could not be removed stays journaled");
+    assert!(dir.join("workspace").exists() && dir.join("outputs").exists());
 }
 
 // ---------------------------------------------------------------------------------------------------

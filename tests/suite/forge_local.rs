@@ -308,6 +308,18 @@ async fn pull_requests_are_review_records_and_an_update_never_opens_another() {
     assert!(records[0].body.contains("> second"));
     assert_eq!(records[0].state, ReviewState::Open);
     assert!(records[0].updated >= records[0].created);
+
+    // The remote made anew (as `stet demo` does): its open reviews are closed, and the same branch
+    // can be proposed again.
+    let elsewhere = LocalForge::new(dir.path().join("another-remote"), &state);
+    assert_eq!(elsewhere.close_open_reviews().unwrap(), Vec::<u64>::new());
+    assert_eq!(forge.close_open_reviews().unwrap(), vec![1]);
+    assert_eq!(forge.reviews().unwrap()[0].state, ReviewState::Closed);
+    let reopened = forge
+        .open_pull_request(&target, &draft("stet/review", "third"))
+        .await
+        .unwrap();
+    assert_eq!((reopened.number, reopened.opened), (2, true));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

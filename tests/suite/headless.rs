@@ -722,12 +722,25 @@ fn the_demo_runs_headless_from_brief_to_pull_request() {
     insta::assert_snapshot!("demo_review", normalize(&review_text, &home));
 }
 
+/// Also runs the demo a second time in the same state: the scratch forge is made anew and the earlier
+/// pull request is closed, so a rerun opens a new one instead of colliding with it.
 #[test]
 fn the_demo_secret_is_redacted_in_every_sink() {
     docker_ready();
     let home = Home::new();
+    let first = run(home.demo());
+    assert_eq!(first.code(), Some(0), "{first:#?}");
     let finished = run(home.demo());
-    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+    assert_eq!(finished.code(), Some(0), "a second demo run: {finished:#?}");
+    let reviews = stet::forge::local::read_reviews(&home.state().join("reviews")).unwrap();
+    let states: Vec<_> = reviews.iter().map(|r| (r.number, r.state)).collect();
+    assert_eq!(
+        states,
+        [
+            (1, stet::forge::local::ReviewState::Closed),
+            (2, stet::forge::local::ReviewState::Open)
+        ]
+    );
     let dispatch = finished.dispatch();
     // The planted secret did go by, masked.
     assert!(
