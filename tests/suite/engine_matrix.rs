@@ -33,7 +33,7 @@ use stet::dispatch::dispatcher::{DispatchHandle, Dispatcher, DispatcherError};
 use stet::dispatch::event::{
     DispatchId, Event, EventKind, ItemKind, PullRequestAction, TranscriptItem, Usage,
 };
-use stet::dispatch::journal::{Journal, Resource};
+use stet::dispatch::journal::Journal;
 use stet::dispatch::record::{EVENTS_FILE, PATCH_FILE, RESULT_FILE, read_result, run_dir};
 use stet::dispatch::run::{Decision, Delivery, DispatchControl, DispatchRun, result_ref};
 use stet::dispatch::sanitize::{KnownValue, SanitizerHandle, TokenSanitizer};
