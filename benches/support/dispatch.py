@@ -118,7 +118,7 @@ def scratch_repo(root, briefs, scenario_text, concurrency):
     inbox.mkdir(parents=True)
     for index in range(briefs):
         (inbox / f"bench-{index}.toml").write_text(
-            f'title = "Bench {index}"\n[target]\nrepo = "bench/app"\nbase = "main"\n'
+            f'title = "Bench {index}"\nworkflow = "implement"\n[target]\nrepo = "bench/app"\nbase = "main"\n'
             f'[[items]]\ntext = "Append a line."\n'
         )
     git(repo, "add", "-A")
