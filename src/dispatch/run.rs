@@ -76,7 +76,8 @@ pub struct DispatchRun {
 pub struct DispatchControl {
     pub cancel: CancellationToken,
     pub decisions: mpsc::Receiver<Decision>,
-    /// The concurrency ceiling: a dispatch holds one permit from preflight to its end.
+    /// The concurrency ceiling: a dispatch holds one permit from preflight to its end, except while
+    /// it waits for a person at review.
     pub slots: Arc<Semaphore>,
 }
 
@@ -310,6 +311,8 @@ struct Flow {
     plan: Option<HarnessPlan>,
     /// Why the run record could not be created, if it could not.
     record_error: Option<String>,
+    /// This dispatch's concurrency slot, while it holds one.
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl Flow {
@@ -359,6 +362,7 @@ impl Flow {
             expired: CancellationToken::new(),
             plan: None,
             record_error,
+            permit: None,
         }
     }
 
@@ -397,11 +401,12 @@ impl Flow {
             () = self.control.cancel.cancelled() => None,
             permit = slots.acquire_owned() => permit.ok(),
         };
-        let Some(_permit) = permit else {
+        let Some(permit) = permit else {
             return self
                 .end(Err(Stop::Cancelled("cancelled while queued".to_owned())))
                 .await;
         };
+        self.permit = Some(permit);
         self.started = (Utc::now(), Instant::now());
         let timer = tokio::spawn({
             let (stop, expired) = (self.stop.clone(), self.expired.clone());
@@ -609,13 +614,28 @@ impl Flow {
                 self.publisher
                     .advance(Input::Collected { review: true }, None)
                     .await;
+                // A person may take their time: the slot goes to the next queued dispatch meanwhile.
+                self.permit = None;
                 let decision = tokio::select! {
                     biased;
                     () = self.control.cancel.cancelled() => None,
                     decision = self.control.decisions.recv() => decision,
                 };
                 match decision {
-                    Some(Decision::Approve) => self.publisher.advance(Input::Approved, None).await,
+                    Some(Decision::Approve) => {
+                        let slots = Arc::clone(&self.control.slots);
+                        self.permit = tokio::select! {
+                            biased;
+                            () = self.control.cancel.cancelled() => None,
+                            permit = slots.acquire_owned() => permit.ok(),
+                        };
+                        if self.permit.is_none() {
+                            return Err(Stop::Cancelled(
+                                "cancelled while waiting for a slot to push".to_owned(),
+                            ));
+                        }
+                        self.publisher.advance(Input::Approved, None).await;
+                    }
                     Some(Decision::Discard) => {
                         let reason = "the result was discarded at review";
                         let sanitized = self.sanitize(reason);
@@ -674,8 +694,21 @@ impl Flow {
                 )));
             }
         }
-        let sanitizer = self.sanitizer();
-        match self.parts.harness.final_usage(&outputs, &sanitizer) {
+        // The harness may walk the outputs directory: off the async workers.
+        let (harness, sanitizer, walked) = (
+            Arc::clone(&self.parts.harness),
+            self.sanitizer(),
+            outputs.clone(),
+        );
+        let final_usage =
+            tokio::task::spawn_blocking(move || harness.final_usage(&walked, &sanitizer))
+                .await
+                .map_err(|error| {
+                    Stop::Failed(format!(
+                        "reading the agent's usage ended abnormally: {error}"
+                    ))
+                })?;
+        match final_usage {
             Ok(Some(usage)) => {
                 self.meter.settle(&usage);
                 self.publisher.emit(EventKind::Usage(usage)).await;

@@ -956,6 +956,39 @@ async fn a_third_dispatch_waits_for_the_ceiling() {
     stop(handle, task).await;
 }
 
+/// A person may take their time at review: meanwhile the slot serves the next dispatch, and the
+/// approved one takes a slot again to push.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatch_waiting_at_review_gives_its_slot_to_the_next() {
+    let fx = Fixture::builder().build();
+    let (handle, task, mut log) = fx.dispatcher(1);
+    let a = handle
+        .dispatch(brief("alpha"), Delivery::Review)
+        .await
+        .unwrap();
+    log.until("alpha awaits approval", |e| {
+        e.dispatch == a && is_phase(e, Phase::AwaitingApproval)
+    })
+    .await;
+    let b = handle
+        .dispatch(brief("bravo"), Delivery::Keep)
+        .await
+        .unwrap();
+    // Bounded only so that a held slot fails the test instead of hanging it.
+    let bravo = tokio::time::timeout(Duration::from_secs(60), log.finished(b))
+        .await
+        .expect("bravo never ran: alpha kept its slot while awaiting approval");
+    assert_outcome(&bravo, Phase::Done, 0);
+    handle.approve(a).await.unwrap();
+    let alpha = log.finished(a).await;
+    assert_outcome(&alpha, Phase::Done, 0);
+    for fin in [&alpha, &bravo] {
+        fx.assert_reclaimed(fin);
+    }
+    fx.assert_journal_empty();
+    stop(handle, task).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_dispatch_of_an_in_flight_brief_is_refused() {
     let mut fx = Fixture::builder().build();
