@@ -30,8 +30,11 @@ use crate::git::import::{ImportRequest, Imported, import};
 use crate::harness::{
     HarnessLaunch, HarnessOutcome, HarnessPlan, OutputParser, Parsed, StagedFile, UsageReport,
 };
-use crate::runtime::{NetworkPolicy, OutputLine};
+use crate::runtime::{NetworkPolicy, OutputLine, PullProgress};
 use crate::workflow::Workflow;
+
+/// How many image-pull progress reports may wait to become events.
+const PULL_PROGRESS_BUFFER: usize = 64;
 
 /// How many output lines may wait between the container and the parser (back-pressure beyond).
 const OUTPUT_BUFFER: usize = 256;
@@ -533,14 +536,36 @@ impl Flow {
                 into_sandbox: false,
             }),
         };
-        let provisioned = DispatchSandbox::provision_until(
-            self.service.runtime(),
-            self.service.journal(),
-            self.service.state_dir(),
-            request,
-            &self.stop,
-        )
-        .await;
+        let (progress, mut pulls) = mpsc::channel::<PullProgress>(PULL_PROGRESS_BUFFER);
+        let image = self
+            .parts
+            .sanitizer
+            .current()
+            .sanitize(settings.image.as_str());
+        let provisioned = {
+            let provisioning = DispatchSandbox::provision_until(
+                self.service.runtime(),
+                self.service.journal(),
+                self.service.state_dir(),
+                request,
+                &self.stop,
+                Some(progress),
+            );
+            tokio::pin!(provisioning);
+            loop {
+                tokio::select! {
+                    provisioned = &mut provisioning => break provisioned,
+                    Some(pull) = pulls.recv() => {
+                        let event = image_pull(&image, pull, &self.parts.sanitizer.current());
+                        self.publisher.emit_until(event, &self.stop).await;
+                    }
+                }
+            }
+        };
+        while let Ok(pull) = pulls.try_recv() {
+            let event = image_pull(&image, pull, &self.parts.sanitizer.current());
+            self.publisher.emit(event).await;
+        }
         match provisioned {
             Ok(sandbox) => Ok(sandbox),
             Err(failure) => {
@@ -1146,6 +1171,21 @@ impl Flow {
             })
             .await;
         phase
+    }
+}
+
+/// An image pull's progress as an event.
+fn image_pull(
+    image: &SanitizedText,
+    pull: PullProgress,
+    sanitizer: &Arc<TokenSanitizer>,
+) -> EventKind {
+    EventKind::ImagePull {
+        image: image.clone(),
+        layer: pull.layer.map(|layer| sanitizer.sanitize(&layer)),
+        status: sanitizer.sanitize(&pull.status),
+        current_bytes: pull.current_bytes,
+        total_bytes: pull.total_bytes,
     }
 }
 

@@ -20,8 +20,8 @@ use crate::dispatch::journal::{Journal, JournalEntry, JournalError, Resource};
 use crate::git::push::{PushError, fetch_commit};
 use crate::git::workspace::{WorkspaceError, materialize};
 use crate::runtime::{
-    ContainerRuntime, DispatchLimits, ExecExit, ImageRef, NetworkPolicy, OutputLine, Removal,
-    RuntimeError, SandboxProcess, SandboxSpec, SandboxUser, state_label,
+    ContainerRuntime, DispatchLimits, ExecExit, ImageRef, NetworkPolicy, OutputLine, PullProgress,
+    Removal, RuntimeError, SandboxProcess, SandboxSpec, SandboxUser, state_label,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -194,7 +194,7 @@ impl DispatchSandbox {
         request: SandboxRequest,
     ) -> Result<DispatchSandbox> {
         let never = CancellationToken::new();
-        DispatchSandbox::provision_until(runtime, journal, state_dir, request, &never)
+        DispatchSandbox::provision_until(runtime, journal, state_dir, request, &never, None)
             .await
             .map_err(|failure| failure.error)
     }
@@ -202,12 +202,14 @@ impl DispatchSandbox {
     /// [`DispatchSandbox::provision`] that stops between steps (and during an image pull) once `stop`
     /// is cancelled: what exists by then is torn down and [`SandboxError::Stopped`] returned. A failure
     /// carries the report of the teardown that followed it, so the caller can show what was reclaimed.
+    /// An image pull reports its progress to `pull_progress`.
     pub async fn provision_until(
         runtime: Arc<dyn ContainerRuntime>,
         journal: &Journal,
         state_dir: &Path,
         request: SandboxRequest,
         stop: &CancellationToken,
+        pull_progress: Option<mpsc::Sender<PullProgress>>,
     ) -> std::result::Result<DispatchSandbox, ProvisionFailure> {
         let paths = SandboxPaths::under(state_dir, request.dispatch);
         refuse_links_below(state_dir, &paths.root).map_err(ProvisionFailure::before_anything)?;
@@ -224,8 +226,15 @@ impl DispatchSandbox {
             state: Mutex::new(None),
             report: Mutex::new(None),
         };
-        let provisioned =
-            provision_steps(&mut entry, &mut sandbox, &request, state_dir, stop).await;
+        let provisioned = provision_steps(
+            &mut entry,
+            &mut sandbox,
+            &request,
+            state_dir,
+            stop,
+            pull_progress,
+        )
+        .await;
         *sandbox.state.lock().await = Some(entry);
         match provisioned {
             Ok(()) => Ok(sandbox),
@@ -393,6 +402,7 @@ async fn provision_steps(
     request: &SandboxRequest,
     state_dir: &Path,
     stop: &CancellationToken,
+    pull_progress: Option<mpsc::Sender<PullProgress>>,
 ) -> Result<()> {
     let stopped = || {
         if stop.is_cancelled() {
@@ -475,7 +485,7 @@ async fn provision_steps(
     hand_over(&sandbox.paths.outputs, request.user)?;
     stopped()?;
     tokio::select! {
-        pulled = sandbox.runtime.ensure_image(&request.image, None) => pulled?,
+        pulled = sandbox.runtime.ensure_image(&request.image, pull_progress) => pulled?,
         () = stop.cancelled() => return Err(SandboxError::Stopped),
     }
     // A stop that landed as the pull completed: no container is created after it.

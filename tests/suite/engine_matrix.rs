@@ -93,6 +93,14 @@ async fn success_with_push_is_done_and_reports_collect_push_pull_request_teardow
             Phase::Done
         ]
     );
+    // The image pull's progress reaches the stream during provisioning.
+    let names = fin.names();
+    let pulled = names.iter().position(|n| *n == "image_pull");
+    let running = fin.events.iter().position(|e| is_phase(e, Phase::Running));
+    assert!(
+        matches!((pulled, running), (Some(p), Some(r)) if p < r),
+        "{names:?}"
+    );
     let milestones: Vec<&str> = fin
         .names()
         .into_iter()
@@ -1803,13 +1811,24 @@ impl ContainerRuntime for FakeRuntime {
     async fn ensure_image(
         &self,
         image: &ImageRef,
-        _progress: Option<mpsc::Sender<PullProgress>>,
+        progress: Option<mpsc::Sender<PullProgress>>,
     ) -> stet::runtime::Result<()> {
         let (hook, hangs) = {
             let script = lock(&self.script);
             (script.on_pull.clone(), script.pull_hangs)
         };
         lock(&self.log).images.push(image.to_string());
+        // As if the image were missing: one progress report, which the theater shows.
+        if let Some(progress) = progress {
+            let _ = progress
+                .send(PullProgress {
+                    layer: Some("layer-1".to_owned()),
+                    status: "Downloading".to_owned(),
+                    current_bytes: Some(1024),
+                    total_bytes: Some(4096),
+                })
+                .await;
+        }
         if let Some(hook) = hook {
             hook();
         }
