@@ -18,4 +18,5 @@ pub mod inbox;
 pub mod logging;
 pub mod probe;
 pub mod runtime;
+pub mod ui;
 pub mod workflow;

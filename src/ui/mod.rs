@@ -1,0 +1,4 @@
+//! The theater: the terminal UI over the engine's event stream (DESIGN §3), split so the state and its
+//! `update` are pure and tested without a terminal.
+
+pub mod app;
