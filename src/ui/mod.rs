@@ -2,3 +2,5 @@
 //! `update` are pure and tested without a terminal.
 
 pub mod app;
+pub mod keymap;
+pub mod view;
