@@ -1,6 +1,7 @@
 //! The theater's state and its one `update` function: no I/O and no terminal, so every key and every
 //! engine event can be tested as a plain value (the Elm shape codex-rs and gitui use).
 
+mod navigation;
 mod view;
 
 use std::collections::{HashMap, HashSet};
@@ -12,7 +13,9 @@ use crate::brief::{Brief, BriefError};
 use crate::dispatch::event::{DispatchId, Event};
 use crate::dispatch::state::Phase;
 use crate::inbox::InboxEntry;
+use crate::ui::theme::Theme;
 
+pub use navigation::{Focus, TranscriptScroll};
 pub use view::{
     BoundedRing, ClippedText, CollectedResult, CostMeter, DEFAULT_TRANSCRIPT_CAPACITY,
     DispatchPlan, DispatchView, ImagePullProgress, MAX_DISPLAY_TEXT_BYTES, MAX_WARNINGS, Outcome,
@@ -127,6 +130,19 @@ pub enum Msg {
     Approve,
     Discard,
     Quit,
+    /// Move the focus to the next pane.
+    FocusNext,
+    /// Scroll the transcript this many items towards the start (stops following the tail).
+    ScrollUp(usize),
+    /// Scroll the transcript this many items towards the end.
+    ScrollDown(usize),
+    /// Jump to the transcript's end and follow it again.
+    FollowTail,
+    ToggleHelp,
+    /// Close the help overlay, or leave the review gate for the transcript.
+    Back,
+    /// Show the review gate again after `Back` left it.
+    OpenReview,
 }
 
 /// What the app asks of the engine (sent as a `Command` through the `DispatchHandle`).
@@ -181,6 +197,14 @@ pub struct App {
     changed: bool,
     now: DateTime<Utc>,
     transcript_capacity: usize,
+    theme: Theme,
+    /// The per-dispatch cost ceiling in dollars, when configured.
+    cost_ceiling: Option<f64>,
+    focus: Focus,
+    scroll: TranscriptScroll,
+    help: bool,
+    /// The dispatch whose review gate the person left with `Back`.
+    review_left: Option<DispatchId>,
 }
 
 impl App {
@@ -208,6 +232,12 @@ impl App {
             changed: true,
             now,
             transcript_capacity: capacity,
+            theme: Theme::default(),
+            cost_ceiling: None,
+            focus: Focus::default(),
+            scroll: TranscriptScroll::default(),
+            help: false,
+            review_left: None,
         }
     }
 
@@ -327,6 +357,49 @@ impl App {
         self.now
     }
 
+    /// Draws with `theme` from now on (`Theme::from_env()` honours `NO_COLOR`).
+    pub fn set_theme(&mut self, theme: Theme) {
+        self.theme = theme;
+        self.changed = true;
+    }
+
+    pub fn theme(&self) -> Theme {
+        self.theme
+    }
+
+    /// Sets the per-dispatch cost ceiling in dollars the meter measures against (`None`: unknown).
+    pub fn set_cost_ceiling(&mut self, ceiling: Option<f64>) {
+        self.cost_ceiling = ceiling.filter(|usd| usd.is_finite() && *usd > 0.0);
+        self.changed = true;
+    }
+
+    pub fn cost_ceiling(&self) -> Option<f64> {
+        self.cost_ceiling
+    }
+
+    pub fn focus(&self) -> Focus {
+        self.focus
+    }
+
+    /// The selected dispatch's transcript position.
+    pub fn scroll(&self) -> TranscriptScroll {
+        self.scroll
+    }
+
+    pub fn help_open(&self) -> bool {
+        self.help
+    }
+
+    /// The selected dispatch when its review gate is showing: it awaits approval and the person has
+    /// not left the gate with `Back`.
+    pub fn reviewing(&self) -> Option<&DispatchView> {
+        self.selected_dispatch().filter(|view| {
+            view.in_flight()
+                && view.phase == Phase::AwaitingApproval
+                && self.review_left != Some(view.id)
+        })
+    }
+
     fn apply(&mut self, event: Event) {
         self.changed = true;
         let capacity = self.transcript_capacity;
@@ -344,15 +417,60 @@ impl App {
         match msg {
             Msg::SelectNext => {
                 if self.selected + 1 < self.rows.len() {
-                    self.selected += 1;
-                    self.changed = true;
+                    self.select(self.selected + 1);
                 }
                 None
             }
             Msg::SelectPrevious => {
                 if self.selected > 0 {
-                    self.selected -= 1;
+                    self.select(self.selected - 1);
+                }
+                None
+            }
+            Msg::FocusNext => {
+                self.focus = self.focus.next();
+                self.changed = true;
+                None
+            }
+            Msg::ScrollUp(lines) => {
+                let (dropped, len) = self.transcript_extent();
+                self.changed |= self.scroll.up(lines, dropped, len);
+                None
+            }
+            Msg::ScrollDown(lines) => {
+                let (dropped, len) = self.transcript_extent();
+                self.changed |= self.scroll.down(lines, dropped, len);
+                None
+            }
+            Msg::FollowTail => {
+                self.changed |= self.scroll.follow();
+                None
+            }
+            Msg::ToggleHelp => {
+                self.help = !self.help;
+                self.changed = true;
+                None
+            }
+            Msg::Back => {
+                if self.help {
+                    self.help = false;
                     self.changed = true;
+                } else if let Some(id) = self.reviewing().map(|view| view.id) {
+                    self.review_left = Some(id);
+                    self.changed = true;
+                }
+                None
+            }
+            Msg::OpenReview => {
+                let waiting = self
+                    .selected_dispatch()
+                    .filter(|view| view.in_flight() && view.phase == Phase::AwaitingApproval)
+                    .is_some();
+                if waiting {
+                    self.review_left = None;
+                    self.changed = true;
+                } else {
+                    self.set_status("nothing is waiting for review here".to_owned());
                 }
                 None
             }
@@ -479,6 +597,20 @@ impl App {
         }
     }
 
+    /// Selects row `index`; the transcript of the newly selected brief starts at its tail.
+    fn select(&mut self, index: usize) {
+        self.selected = index;
+        self.scroll = TranscriptScroll::default();
+        self.changed = true;
+    }
+
+    /// How many items the selected transcript dropped, and how many it keeps.
+    fn transcript_extent(&self) -> (u64, usize) {
+        self.selected_dispatch().map_or((0, 0), |view| {
+            (view.transcript.dropped(), view.transcript.len())
+        })
+    }
+
     fn ask(&mut self, confirm: Confirm) {
         self.confirm = Some(confirm);
         self.changed = true;
@@ -491,4 +623,4 @@ impl App {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

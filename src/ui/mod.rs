@@ -3,4 +3,6 @@
 
 pub mod app;
 pub mod keymap;
+pub mod panes;
+pub mod theme;
 pub mod view;

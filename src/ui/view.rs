@@ -1,12 +1,182 @@
 //! Draws the whole theater for one frame from the app model: the layout, each pane, the overlays.
 
 use ratatui::Frame;
-use ratatui::widgets::Paragraph;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span, Text};
+use ratatui::widgets::{Paragraph, Wrap};
 
-use crate::ui::app::App;
+use crate::ui::app::{App, Focus, InboxRow};
+use crate::ui::keymap;
+use crate::ui::panes::{self, confirm, help, inbox, meter, review, text, timeline, transcript};
+
+/// Below this many columns the panes cannot be read; a notice is drawn instead.
+pub const MIN_WIDTH: u16 = 60;
+/// Below this many rows the panes cannot be read; a notice is drawn instead.
+pub const MIN_HEIGHT: u16 = 16;
 
 /// Draws `app` into `frame`.
 pub fn render(frame: &mut Frame, app: &App) {
-    let title = format!("stet — {} brief(s)", app.rows().len());
-    frame.render_widget(Paragraph::new(title), frame.area());
+    let area = frame.area();
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        render_too_small(frame, area);
+        return;
+    }
+    let [main, status, footer] = Layout::vertical([
+        Constraint::Min(0),
+        Constraint::Length(1),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    let inbox_width = (area.width / 3).clamp(28, 48);
+    let [left, right] =
+        Layout::horizontal([Constraint::Length(inbox_width), Constraint::Min(0)]).areas(main);
+    inbox::render(frame, left, app);
+    render_detail(frame, right, app);
+    render_status(frame, status, app);
+    render_footer(frame, footer, app);
+    if app.help_open() {
+        help::render(frame, main, app.theme());
+    }
+    if let Some(question) = app.confirm() {
+        confirm::render(frame, main, question, app);
+    }
+}
+
+fn render_too_small(frame: &mut Frame, area: Rect) {
+    let notice = format!(
+        "terminal too small: {}×{}, stet needs at least {MIN_WIDTH}×{MIN_HEIGHT}",
+        area.width, area.height
+    );
+    frame.render_widget(Paragraph::new(notice).wrap(Wrap { trim: true }), area);
+}
+
+/// The right side: the review gate, or the selected dispatch's timeline, meter and transcript, or
+/// what the selected brief would do.
+fn render_detail(frame: &mut Frame, area: Rect, app: &App) {
+    let theme = app.theme();
+    if let Some(view) = app.reviewing() {
+        review::render(frame, area, view, theme);
+        return;
+    }
+    let Some(view) = app.selected_dispatch() else {
+        render_brief(frame, area, app);
+        return;
+    };
+    let now = app.now();
+    let meter_width = (area.width * 45 / 100).saturating_sub(2);
+    let timeline_lines = timeline::lines(view, now, theme).len();
+    let meter_lines = meter::lines(
+        view,
+        app.cost_ceiling(),
+        now,
+        usize::from(meter_width),
+        theme,
+    )
+    .len();
+    let wanted = u16::try_from(timeline_lines.max(meter_lines) + 2).unwrap_or(u16::MAX);
+    let top_height = wanted.min(area.height / 2);
+    let [top, bottom] =
+        Layout::vertical([Constraint::Length(top_height), Constraint::Min(0)]).areas(area);
+    let [timeline_area, meter_area] =
+        Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(top);
+    timeline::render(frame, timeline_area, view, now, theme);
+    meter::render(frame, meter_area, view, app.cost_ceiling(), now, theme);
+    transcript::render(
+        frame,
+        bottom,
+        view,
+        app.scroll(),
+        app.focus() == Focus::Transcript,
+        theme,
+    );
+}
+
+/// The selected brief before any dispatch: what it asks and where it would go.
+fn render_brief(frame: &mut Frame, area: Rect, app: &App) {
+    let theme = app.theme();
+    let (title, body) = match app.selected_row() {
+        Some(InboxRow::Brief(brief)) => {
+            let mut lines = vec![
+                Line::styled(text::inert(&brief.title), theme.title()),
+                Line::styled(
+                    format!(
+                        "{}@{} · workflow {}",
+                        text::inert(&brief.target.repo),
+                        text::inert(&brief.target.base),
+                        text::inert(&brief.workflow)
+                    ),
+                    theme.muted(),
+                ),
+                Line::raw(""),
+            ];
+            for item in &brief.items {
+                lines.push(Line::raw(format!("• {}", text::inert(&item.text))));
+            }
+            lines.push(Line::raw(""));
+            lines.push(Line::styled(
+                "not dispatched yet: Enter dispatches it",
+                theme.muted(),
+            ));
+            (
+                format!("Brief {}", text::inert(&brief.id)),
+                Text::from(lines),
+            )
+        }
+        Some(InboxRow::Invalid { reason, .. }) => (
+            "Invalid brief".to_owned(),
+            Text::from(vec![
+                Line::styled(text::inert(reason), theme.error()),
+                Line::raw(""),
+                Line::styled("fix the file and start stet again", theme.muted()),
+            ]),
+        ),
+        None => (
+            "Dispatch".to_owned(),
+            Text::styled("nothing selected", theme.muted()),
+        ),
+    };
+    frame.render_widget(
+        Paragraph::new(body)
+            .wrap(Wrap { trim: false })
+            .block(panes::pane_block(title, false, theme)),
+        area,
+    );
+}
+
+fn render_status(frame: &mut Frame, area: Rect, app: &App) {
+    let theme = app.theme();
+    let running = app.running_count();
+    let mut spans = vec![Span::styled(
+        format!("{running} running"),
+        if running > 0 {
+            theme.key()
+        } else {
+            theme.muted()
+        },
+    )];
+    if app.is_quitting() {
+        spans.push(Span::styled(
+            format!(" · quitting: waiting for {running} teardown(s)"),
+            theme.warning(),
+        ));
+    }
+    if let Some(status) = app.status() {
+        spans.push(Span::raw(" · "));
+        spans.push(Span::raw(text::inert(status)));
+    }
+    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+/// The keys active right now, from the keymap.
+fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
+    let theme = app.theme();
+    let mut spans = Vec::new();
+    for binding in keymap::active_bindings(app) {
+        if !spans.is_empty() {
+            spans.push(Span::styled(" · ", theme.muted()));
+        }
+        spans.push(Span::styled(binding.keys, theme.key()));
+        spans.push(Span::raw(format!(" {}", binding.description)));
+    }
+    frame.render_widget(Paragraph::new(Line::from(spans)), area);
 }

@@ -13,7 +13,7 @@ use crate::dispatch::event::{
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 use crate::git::import::ChangeKind;
 
-fn brief_entry(id: &str) -> InboxEntry {
+pub(crate) fn brief_entry(id: &str) -> InboxEntry {
     let path = PathBuf::from(format!("briefs/{id}.toml"));
     let text = format!(
         "title = \"Work on {id}\"\nworkflow = \"implement\"\n\n[target]\nrepo = \"demo/app\"\nbase = \"main\"\n\n[[items]]\ntext = \"do it\"\n"
@@ -24,7 +24,7 @@ fn brief_entry(id: &str) -> InboxEntry {
     }
 }
 
-fn broken_entry() -> InboxEntry {
+pub(crate) fn broken_entry() -> InboxEntry {
     let path = PathBuf::from("briefs/broken.toml");
     InboxEntry {
         brief: Brief::parse("broken", &path, "title = \"x\"\n[target\n"),
@@ -32,25 +32,25 @@ fn broken_entry() -> InboxEntry {
     }
 }
 
-fn t0() -> DateTime<Utc> {
+pub(crate) fn t0() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2025-01-01T12:00:00Z")
         .unwrap()
         .with_timezone(&Utc)
 }
 
-fn sha() -> CommitSha {
+pub(crate) fn sha() -> CommitSha {
     CommitSha::parse(&"ab".repeat(20)).unwrap()
 }
 
 /// Builds the events of one dispatch, every text through a real sanitizer.
-struct Script {
+pub(crate) struct Script {
     sanitizer: Arc<TokenSanitizer>,
     dispatch: DispatchId,
     brief: String,
 }
 
 impl Script {
-    fn new(brief: &str) -> Script {
+    pub(crate) fn new(brief: &str) -> Script {
         Script {
             sanitizer: Arc::new(TokenSanitizer::new().unwrap()),
             dispatch: DispatchId::new(),
@@ -58,17 +58,27 @@ impl Script {
         }
     }
 
-    fn text(&self, text: &str) -> SanitizedText {
+    /// A script whose dispatch id is fixed by `n`, for snapshots.
+    pub(crate) fn fixed(brief: &str, n: u32) -> Script {
+        Script {
+            dispatch: format!("stet-dispatch-00000000-0000-4000-8000-{n:012}")
+                .parse()
+                .unwrap(),
+            ..Script::new(brief)
+        }
+    }
+
+    pub(crate) fn text(&self, text: &str) -> SanitizedText {
         self.sanitizer.sanitize(text)
     }
 
-    fn at(&self, seconds: i64, kind: EventKind) -> Event {
+    pub(crate) fn at(&self, seconds: i64, kind: EventKind) -> Event {
         let mut event = Event::new(self.dispatch, &self.brief, kind);
         event.ts = t0() + TimeDelta::seconds(seconds);
         event
     }
 
-    fn dispatched(&self, seconds: i64) -> Event {
+    pub(crate) fn dispatched(&self, seconds: i64) -> Event {
         self.at(
             seconds,
             EventKind::Dispatched {
@@ -82,7 +92,7 @@ impl Script {
         )
     }
 
-    fn phase(&self, seconds: i64, from: Phase, to: Phase) -> Event {
+    pub(crate) fn phase(&self, seconds: i64, from: Phase, to: Phase) -> Event {
         self.at(
             seconds,
             EventKind::Phase {
@@ -93,7 +103,7 @@ impl Script {
         )
     }
 
-    fn line(&self, seconds: i64, item: ItemKind, text: &str) -> Event {
+    pub(crate) fn line(&self, seconds: i64, item: ItemKind, text: &str) -> Event {
         self.at(
             seconds,
             EventKind::Transcript(TranscriptItem {
@@ -103,7 +113,14 @@ impl Script {
         )
     }
 
-    fn usage(&self, seconds: i64, input: u64, output: u64, cost: f64, total: f64) -> Event {
+    pub(crate) fn usage(
+        &self,
+        seconds: i64,
+        input: u64,
+        output: u64,
+        cost: f64,
+        total: f64,
+    ) -> Event {
         self.at(
             seconds,
             EventKind::Usage(Usage {
@@ -117,7 +134,7 @@ impl Script {
         )
     }
 
-    fn finished(&self, seconds: i64, outcome: Phase) -> Event {
+    pub(crate) fn finished(&self, seconds: i64, outcome: Phase) -> Event {
         self.at(
             seconds,
             EventKind::Finished {
@@ -129,7 +146,7 @@ impl Script {
     }
 
     /// Dispatched, then straight through to running.
-    fn started(&self) -> Vec<Event> {
+    pub(crate) fn started(&self) -> Vec<Event> {
         vec![
             self.dispatched(0),
             self.phase(1, Phase::Queued, Phase::Preflight),
@@ -139,13 +156,13 @@ impl Script {
     }
 }
 
-fn app(ids: &[&str]) -> App {
+pub(crate) fn app(ids: &[&str]) -> App {
     let entries: Vec<InboxEntry> = ids.iter().map(|id| brief_entry(id)).collect();
     App::new(&entries, t0())
 }
 
 /// Dispatches the selected brief through its confirmation.
-fn dispatch_selected(app: &mut App) -> Option<Request> {
+pub(crate) fn dispatch_selected(app: &mut App) -> Option<Request> {
     assert_eq!(app.update(Msg::DispatchSelected), None);
     app.update(Msg::ConfirmYes)
 }
@@ -646,4 +663,106 @@ fn a_batch_of_100k_transcript_events_ingests_correctly() {
         transcript.items().back().unwrap().text.as_str(),
         format!("output {}", total - 1)
     );
+}
+
+#[test]
+fn the_transcript_follows_its_tail_until_scrolled_up() {
+    let mut app = app(&["fix-greeting"]);
+    let script = Script::new("fix-greeting");
+    dispatch_selected(&mut app);
+    app.update(Msg::EngineBatch(script.started()));
+    let lines: Vec<Event> = (0..20)
+        .map(|n| script.line(4 + n, ItemKind::Output, &format!("line {n}")))
+        .collect();
+    app.update(Msg::EngineBatch(lines));
+    assert!(app.scroll().is_following());
+    app.update(Msg::ScrollUp(5));
+    assert!(!app.scroll().is_following());
+    assert_eq!(app.scroll().bottom(0, 20), Some(14));
+    app.update(Msg::Engine(script.line(30, ItemKind::Output, "more")));
+    assert_eq!(
+        app.scroll().bottom(0, 21),
+        Some(14),
+        "new items do not move the view"
+    );
+    app.update(Msg::FollowTail);
+    assert!(app.scroll().is_following());
+    app.update(Msg::ScrollUp(1));
+    app.update(Msg::ScrollDown(1));
+    assert!(
+        app.scroll().is_following(),
+        "scrolling back to the end follows again"
+    );
+}
+
+#[test]
+fn moving_the_selection_resets_the_scroll_and_tab_moves_the_focus() {
+    let mut app = app(&["a", "b"]);
+    let script = Script::new("a");
+    dispatch_selected(&mut app);
+    app.update(Msg::EngineBatch(script.started()));
+    app.update(Msg::Engine(script.line(5, ItemKind::Message, "hi")));
+    app.update(Msg::Engine(script.line(6, ItemKind::Message, "there")));
+    app.update(Msg::ScrollUp(1));
+    assert!(!app.scroll().is_following());
+    app.update(Msg::SelectNext);
+    assert!(app.scroll().is_following());
+    assert_eq!(app.focus(), Focus::Inbox);
+    app.update(Msg::FocusNext);
+    assert_eq!(app.focus(), Focus::Transcript);
+    app.update(Msg::FocusNext);
+    assert_eq!(app.focus(), Focus::Inbox);
+}
+
+#[test]
+fn help_toggles_and_back_closes_it_first() {
+    let mut app = app(&["a"]);
+    assert!(!app.help_open());
+    app.update(Msg::ToggleHelp);
+    assert!(app.help_open());
+    app.update(Msg::Back);
+    assert!(!app.help_open());
+    app.update(Msg::ToggleHelp);
+    app.update(Msg::ToggleHelp);
+    assert!(!app.help_open());
+}
+
+#[test]
+fn back_leaves_the_review_gate_and_review_reopens_it() {
+    let mut app = app(&["a"]);
+    let script = Script::new("a");
+    dispatch_selected(&mut app);
+    app.update(Msg::EngineBatch(script.started()));
+    assert!(app.reviewing().is_none());
+    app.update(Msg::Engine(script.phase(
+        9,
+        Phase::Running,
+        Phase::Collecting,
+    )));
+    app.update(Msg::Engine(script.phase(
+        10,
+        Phase::Collecting,
+        Phase::AwaitingApproval,
+    )));
+    assert!(app.reviewing().is_some());
+    app.update(Msg::Back);
+    assert!(app.reviewing().is_none());
+    assert_eq!(
+        app.update(Msg::Approve),
+        Some(Request::Approve(script.dispatch)),
+        "approval still works from the transcript"
+    );
+    app.update(Msg::OpenReview);
+    assert!(app.reviewing().is_some());
+}
+
+#[test]
+fn the_cost_ceiling_must_be_a_positive_amount() {
+    let mut app = app(&["a"]);
+    app.set_cost_ceiling(Some(2.5));
+    assert_eq!(app.cost_ceiling(), Some(2.5));
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        app.set_cost_ceiling(Some(bad));
+        assert_eq!(app.cost_ceiling(), None, "{bad}");
+    }
 }

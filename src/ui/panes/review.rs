@@ -1,0 +1,130 @@
+//! The review gate pane: what the agent changed (from stet's trusted import, not the agent's word),
+//! which protected paths it touched, and the keys that push it or throw it away.
+
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+
+use crate::git::import::ChangeKind;
+use crate::ui::app::DispatchView;
+use crate::ui::keymap::{Context, KEYMAP};
+use crate::ui::panes::{pane_block, text};
+use crate::ui::theme::Theme;
+
+fn change_mark(change: ChangeKind) -> &'static str {
+    match change {
+        ChangeKind::Added => "A",
+        ChangeKind::Modified => "M",
+        ChangeKind::Deleted => "D",
+        ChangeKind::TypeChanged => "T",
+    }
+}
+
+/// The lines of the gate for a pane `width` columns wide and `height` rows high, without the block.
+pub fn lines(view: &DispatchView, width: usize, height: usize, theme: Theme) -> Vec<Line<'static>> {
+    let mut head = Vec::new();
+    let mut tail = Vec::new();
+    if let Some(plan) = &view.plan {
+        head.push(Line::raw(text::truncate(
+            &format!(
+                "{} → {}@{} as {}",
+                text::inert(plan.title.as_str()),
+                text::inert(plan.repo.as_str()),
+                text::inert(plan.base.as_str()),
+                text::inert(plan.branch.as_str())
+            ),
+            width,
+        )));
+    }
+    let Some(collected) = &view.collected else {
+        head.push(Line::styled(
+            "the result is still being collected",
+            theme.muted(),
+        ));
+        return head;
+    };
+    head.push(Line::from(vec![
+        Span::styled(
+            format!(
+                "commit {}",
+                collected.commit.as_str().get(..12).unwrap_or_default()
+            ),
+            theme.muted(),
+        ),
+        Span::raw(format!(" · {} file(s) changed, ", collected.files.len())),
+        Span::styled(format!("+{}", collected.insertions), theme.success()),
+        Span::raw(" "),
+        Span::styled(format!("−{}", collected.deletions), theme.error()),
+    ]));
+    head.push(Line::raw(""));
+    for path in &collected.protected {
+        tail.push(Line::styled(
+            text::truncate(
+                &format!(
+                    "⚠ protected path changed: {} — read it before pushing",
+                    text::inert(path.as_str())
+                ),
+                width,
+            ),
+            theme.warning(),
+        ));
+    }
+    if !tail.is_empty() {
+        tail.insert(0, Line::raw(""));
+    }
+    tail.push(Line::raw(""));
+    let mut keys = Vec::new();
+    for binding in KEYMAP.iter().filter(|b| b.context == Context::Review) {
+        if !keys.is_empty() {
+            keys.push(Span::raw(" · "));
+        }
+        keys.push(Span::styled(binding.keys, theme.key()));
+        keys.push(Span::raw(format!(" {}", binding.description)));
+    }
+    tail.push(Line::from(keys));
+
+    let room = height.saturating_sub(head.len() + tail.len());
+    let shown = if collected.files.len() > room {
+        room.saturating_sub(1)
+    } else {
+        collected.files.len()
+    };
+    let number_width = 12;
+    for file in collected.files.iter().take(shown) {
+        let stat = if file.binary {
+            "binary".to_owned()
+        } else {
+            format!("+{} −{}", file.insertions, file.deletions)
+        };
+        let path_width = width.saturating_sub(2 + number_width);
+        let path = text::truncate(&text::inert(file.path.as_str()), path_width);
+        head.push(Line::from(vec![
+            Span::styled(format!("{} ", change_mark(file.change)), theme.key()),
+            Span::raw(format!("{path:<path_width$}")),
+            Span::styled(format!("{stat:>number_width$}"), theme.muted()),
+        ]));
+    }
+    if shown < collected.files.len() {
+        head.push(Line::styled(
+            format!("… and {} more file(s)", collected.files.len() - shown),
+            theme.muted(),
+        ));
+    }
+    head.extend(tail);
+    head
+}
+
+pub fn render(frame: &mut Frame, area: Rect, view: &DispatchView, theme: Theme) {
+    let width = usize::from(area.width.saturating_sub(2));
+    let height = usize::from(area.height.saturating_sub(2));
+    let block = pane_block(
+        format!("Review — {}: awaiting approval", text::inert(&view.brief)),
+        true,
+        theme,
+    );
+    frame.render_widget(
+        Paragraph::new(lines(view, width, height, theme)).block(block),
+        area,
+    );
+}
