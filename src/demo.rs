@@ -202,8 +202,9 @@ fn write_files(repo: &Path, remote: &Path) -> Result<Vec<PathBuf>> {
         path: remote.to_owned(),
     })?;
     let config = format!(
-        "# Written by `stet demo`: results of this scratch repository go to the local forge below.\n\
-         [forge]\nkind = \"local\"\n\n[forge.local]\nremote = {}\n",
+        "# Written by `stet demo`: results of this scratch repository go to the local forge below,\n\
+         # and `stet` run here dispatches the scripted demo agent.\n\
+         [forge]\nkind = \"local\"\n\n[forge.local]\nremote = {}\n\n[harness]\nkind = \"script\"\n",
         toml::Value::String(remote_text.to_owned())
     );
     let mut briefs = Vec::new();

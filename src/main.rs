@@ -410,9 +410,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         None if cli.headless => dispatch_runtime(headless(cli.dispatch, cli.push)),
-        None => anyhow::bail!(
-            "the terminal theater arrives with the TUI; use `stet --headless --brief ID` (or `stet demo`) now (see `stet --help`)"
-        ),
+        None => dispatch_runtime(theater(cli.dispatch)),
     }
 }
 
@@ -457,6 +455,17 @@ impl Interrupts {
         futures_util::future::select_all(waits).await;
     }
 
+    /// One item per signal, for the theater's event loop.
+    fn into_stream(self) -> impl futures_util::Stream<Item = ()> + Unpin {
+        Box::pin(futures_util::stream::unfold(
+            self,
+            |mut interrupts| async move {
+                interrupts.next().await;
+                Some(((), interrupts))
+            },
+        ))
+    }
+
     /// Watches for signals on its own task, so a consumer stuck writing to a slow reader never
     /// delays a cancel: the first cancels every dispatch (and resolves the returned future), the
     /// second exits at once with code 3 (the journal lets the next launch reclaim what is left).
@@ -486,24 +495,44 @@ impl Interrupts {
 
 /// `stet --headless`: dispatches briefs of the repository in the current directory.
 async fn headless(args: DispatchArgs, push: bool) -> anyhow::Result<ExitCode> {
-    use stet::engine::{EngineOptions, ImageChoice};
     if args.briefs.is_empty() && !args.all {
         eprintln!("stet: --headless needs --brief ID|PATH (repeatable) or --all");
         return Ok(ExitCode::from(EXIT_USAGE));
     }
+    let root = repository_root("run stet --headless")?;
+    let config = stet::config::Config::load(Some(&root))?;
+    let briefs = select_briefs(&root, &args)?;
+    let options = engine_options(root, config, &args)?;
+    let delivery = if push { Delivery::Push } else { Delivery::Keep };
+    let output = Output::JsonLines {
+        progress: std::io::stderr().is_terminal(),
+    };
+    dispatch_and_watch(options, briefs, delivery, output).await
+}
+
+/// The root of the git repository the current directory is in; `what` says what to run from it.
+fn repository_root(what: &str) -> anyhow::Result<PathBuf> {
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let repository = git2::Repository::discover(&cwd).with_context(|| {
         format!(
-            "{} is not inside a git repository: run stet --headless from the repository the briefs are for",
+            "{} is not inside a git repository: {what} from the repository the briefs are for",
             cwd.display()
         )
     })?;
-    let root = repository
+    Ok(repository
         .workdir()
         .unwrap_or_else(|| repository.path())
-        .to_owned();
-    let config = stet::config::Config::load(Some(&root))?;
-    let briefs = select_briefs(&root, &args)?;
+        .to_owned())
+}
+
+/// The engine for the repository at `root` as its configuration and the flags describe it: the
+/// harness, the sandbox image, the limits.
+fn engine_options(
+    root: PathBuf,
+    config: stet::config::Config,
+    args: &DispatchArgs,
+) -> anyhow::Result<stet::engine::EngineOptions> {
+    use stet::engine::{EngineOptions, ImageChoice};
     let harness = harness_from_config(&config)?;
     let image = match &config.dispatch.image {
         Some(text) => ImageChoice::Configured(stet::runtime::ImageRef::parse(text, false)?),
@@ -513,7 +542,7 @@ async fn headless(args: DispatchArgs, push: bool) -> anyhow::Result<ExitCode> {
             harness.name()
         ),
     };
-    let options = EngineOptions {
+    Ok(EngineOptions {
         repository: root,
         state_dir: logging::state_dir()?,
         timeout: args.timeout.unwrap_or(config.dispatch.timeout),
@@ -523,12 +552,143 @@ async fn headless(args: DispatchArgs, push: bool) -> anyhow::Result<ExitCode> {
         image,
         harness,
         config,
+    })
+}
+
+/// `stet` with no command: the terminal theater over the inbox of the repository in the current
+/// directory. Dispatches wait for review; `p` pushes and opens the pull request.
+async fn theater(args: DispatchArgs) -> anyhow::Result<ExitCode> {
+    use stet::ui::event_loop::Exit;
+    if !args.briefs.is_empty() || args.all {
+        eprintln!(
+            "stet: --brief and --all choose what --headless dispatches; the theater shows the whole inbox"
+        );
+        return Ok(ExitCode::from(EXIT_USAGE));
+    }
+    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+        eprintln!(
+            "stet: the theater needs a terminal; without one use `stet --headless --brief ID` (or `stet demo --headless`)"
+        );
+        return Ok(ExitCode::from(EXIT_USAGE));
+    }
+    let root = repository_root("run stet")?;
+    let config = stet::config::Config::load(Some(&root))?;
+    let inbox = stet::inbox::Inbox::load(&stet::inbox::Inbox::default_dir(&root))?;
+    let options = engine_options(root, config, &args)?;
+    let interrupts = Interrupts::install()?;
+    let sanitizer = SanitizerHandle::new(TokenSanitizer::new()?);
+    let _log_guard = install_logging(&sanitizer);
+    let engine = match stet::engine::Engine::assemble(options, &sanitizer).await {
+        Ok(engine) => engine,
+        Err(error) => {
+            eprintln!("stet: {error}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
     };
-    let delivery = if push { Delivery::Push } else { Delivery::Keep };
-    let output = Output::JsonLines {
-        progress: std::io::stderr().is_terminal(),
+    if !engine.sweep.is_empty() {
+        tracing::info!(report = ?engine.sweep, "launch sweep");
+        eprint!(
+            "stet: swept what earlier runs left behind:\n{}",
+            engine.sweep
+        );
+    }
+    let ceiling = engine.parts.settings.cost_ceiling_usd;
+    let (dispatcher, events, _dispatcher_task) = engine.start();
+    let mut app = stet::ui::app::App::new(inbox.entries(), chrono::Utc::now());
+    app.set_theme(stet::ui::theme::Theme::from_env());
+    app.set_cost_ceiling(ceiling);
+    let exit = {
+        let mut session = TerminalSession::enter()?;
+        stet::ui::event_loop::run(
+            &mut session.terminal,
+            app,
+            crossterm::event::EventStream::new(),
+            events,
+            interrupts.into_stream(),
+            dispatcher.clone(),
+        )
+        .await
     };
-    dispatch_and_watch(options, briefs, delivery, output).await
+    match exit {
+        Ok(Exit::Quit) => {
+            dispatcher.shutdown().await;
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(Exit::Interrupted) => {
+            eprintln!(
+                "stet: interrupted again: exiting now; the next stet launch (or `stet sweep`) reclaims what is left"
+            );
+            Ok(ExitCode::from(stet::headless::EXIT_CANCELLED))
+        }
+        Err(error) => {
+            eprintln!("stet: {error}; cancelling every dispatch and waiting for teardown");
+            dispatcher.shutdown().await;
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// The terminal in raw mode on the alternate screen, given back as it was when this is dropped (on
+/// return, on error, and while a panic on this thread unwinds). A panic hook installed before the
+/// terminal is touched restores it too, before the panic message is printed.
+struct TerminalSession {
+    terminal: ratatui::Terminal<ratatui::backend::CrosstermBackend<std::io::Stdout>>,
+}
+
+impl TerminalSession {
+    fn enter() -> anyhow::Result<TerminalSession> {
+        install_restoring_panic_hook();
+        crossterm::terminal::enable_raw_mode().context("putting the terminal in raw mode")?;
+        let entered = crossterm::execute!(
+            std::io::stdout(),
+            crossterm::terminal::EnterAlternateScreen,
+            crossterm::cursor::Hide
+        )
+        .context("switching to the alternate screen")
+        .and_then(|()| {
+            ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout()))
+                .context("measuring the terminal")
+        });
+        match entered {
+            Ok(terminal) => Ok(TerminalSession { terminal }),
+            Err(error) => {
+                restore_terminal();
+                Err(error)
+            }
+        }
+    }
+}
+
+impl Drop for TerminalSession {
+    fn drop(&mut self) {
+        restore_terminal();
+    }
+}
+
+/// Leaves raw mode and the alternate screen; safe to call more than once.
+fn restore_terminal() {
+    let _ = crossterm::terminal::disable_raw_mode();
+    let _ = crossterm::execute!(
+        std::io::stdout(),
+        crossterm::terminal::LeaveAlternateScreen,
+        crossterm::cursor::Show
+    );
+}
+
+/// A panic on the thread that draws restores the terminal before the message is printed. A panic
+/// on another thread (an engine task; the dispatcher turns it into a failed dispatch) goes to the log
+/// only, so it never scribbles over the theater.
+fn install_restoring_panic_hook() {
+    let ui_thread = std::thread::current().id();
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if std::thread::current().id() == ui_thread {
+            restore_terminal();
+            previous(info);
+        } else {
+            tracing::error!(panic = %info, "a task panicked");
+        }
+    }));
 }
 
 /// `stet demo`: the scratch repository, the offline image, the scripted agent and the local forge.

@@ -2,6 +2,7 @@
 //! `update` are pure and tested without a terminal.
 
 pub mod app;
+pub mod event_loop;
 pub mod keymap;
 pub mod panes;
 pub mod theme;

@@ -15,3 +15,4 @@ mod registry;
 mod runtime;
 mod support;
 mod sweep;
+mod tui;

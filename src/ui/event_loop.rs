@@ -1,0 +1,254 @@
+//! The theater's event loop: one `select!` over the terminal's input, the engine's events, signals and
+//! a frame tick, feeding the pure app model and drawing only when it changed. What the app asks of the
+//! engine runs on a task of its own, so a slow engine never freezes the keys (helix passes input in as
+//! a stream the same way, so tests drive the whole loop).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::Utc;
+use crossterm::event::Event as TerminalEvent;
+use futures_util::future::BoxFuture;
+use futures_util::{Stream, StreamExt};
+use ratatui::Terminal;
+use ratatui::backend::Backend;
+use tokio::sync::mpsc;
+use tokio::time::MissedTickBehavior;
+
+use crate::brief::Brief;
+use crate::dispatch::dispatcher::DispatchHandle;
+use crate::dispatch::event::Event;
+use crate::dispatch::run::Delivery;
+use crate::ui::app::{App, Confirm, InboxRow, Msg, Request};
+use crate::ui::{keymap, view};
+
+/// How often the clock advances live elapsed times and spinners.
+pub const FRAME: Duration = Duration::from_millis(250);
+
+/// The most engine events folded into one frame: a flooding agent still leaves room for keys.
+const MAX_BATCH: usize = 4096;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoopError {
+    #[error("reading the terminal's input: {0}")]
+    Input(std::io::Error),
+    #[error("drawing the terminal: {0}")]
+    Draw(String),
+}
+
+pub type Result<T> = std::result::Result<T, LoopError>;
+
+/// Why the loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// The person quit (or a signal asked to) and every dispatch has finished and torn down.
+    Quit,
+    /// A second signal arrived while dispatches were still tearing down: exit now; the journal lets
+    /// the next launch (or `stet sweep`) reclaim what is left.
+    Interrupted,
+}
+
+/// What a request to the engine came to, fed back into the loop.
+#[derive(Debug)]
+enum Reply {
+    /// The engine refused; the message tells the app why.
+    Refused(Msg),
+    /// Every dispatch has finished and torn down.
+    ShutDown,
+}
+
+/// Runs the theater on `terminal` until the person quits and every dispatch has torn down.
+/// `input` is the terminal's event stream, `events` the engine's, `interrupts` yields once per
+/// SIGINT/SIGTERM/SIGHUP: the first quits the way `q` + `y` does, the second returns
+/// [`Exit::Interrupted`] at once.
+pub async fn run<B: Backend>(
+    terminal: &mut Terminal<B>,
+    app: App,
+    input: impl Stream<Item = std::io::Result<TerminalEvent>> + Unpin,
+    events: mpsc::Receiver<Event>,
+    interrupts: impl Stream<Item = ()> + Unpin,
+    handle: DispatchHandle,
+) -> Result<Exit> {
+    let briefs: HashMap<String, Brief> = app
+        .rows()
+        .iter()
+        .filter_map(|row| match row {
+            InboxRow::Brief(brief) => Some((brief.id.clone(), brief.as_ref().clone())),
+            InboxRow::Invalid { .. } => None,
+        })
+        .collect();
+    let perform = move |request: Request| -> BoxFuture<'static, Option<Reply>> {
+        let brief = match &request {
+            Request::Dispatch { brief } => briefs.get(brief).cloned(),
+            Request::Cancel(_) | Request::Approve(_) | Request::Discard(_) | Request::Shutdown => {
+                None
+            }
+        };
+        Box::pin(ask_engine(handle.clone(), brief, request))
+    };
+    drive(terminal, app, input, events, interrupts, perform).await
+}
+
+/// Sends `request` through `handle`; dispatches wait for review (`Delivery::Review`).
+async fn ask_engine(
+    handle: DispatchHandle,
+    brief: Option<Brief>,
+    request: Request,
+) -> Option<Reply> {
+    let refusal = match &request {
+        Request::Dispatch { brief: id } => match brief {
+            Some(brief) => handle.dispatch(brief, Delivery::Review).await.err(),
+            None => {
+                let reason = format!("brief {id:?} is not in the inbox stet was started on");
+                return Some(Reply::Refused(Msg::RequestFailed { request, reason }));
+            }
+        },
+        Request::Cancel(dispatch) => handle.cancel(*dispatch).await.err(),
+        Request::Approve(dispatch) => handle.approve(*dispatch).await.err(),
+        Request::Discard(dispatch) => handle.discard(*dispatch).await.err(),
+        Request::Shutdown => {
+            handle.shutdown().await;
+            return Some(Reply::ShutDown);
+        }
+    };
+    refusal.map(|error| {
+        Reply::Refused(Msg::RequestFailed {
+            request,
+            reason: error.to_string(),
+        })
+    })
+}
+
+/// The loop itself; `perform` turns a request into the future that carries it out.
+async fn drive<B, P>(
+    terminal: &mut Terminal<B>,
+    mut app: App,
+    mut input: impl Stream<Item = std::io::Result<TerminalEvent>> + Unpin,
+    mut events: mpsc::Receiver<Event>,
+    mut interrupts: impl Stream<Item = ()> + Unpin,
+    mut perform: P,
+) -> Result<Exit>
+where
+    B: Backend,
+    P: FnMut(Request) -> BoxFuture<'static, Option<Reply>>,
+{
+    let (replies_sender, mut replies) = mpsc::unbounded_channel::<Reply>();
+    let mut tick = tokio::time::interval(FRAME);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let (mut input_open, mut events_open, mut interrupts_open) = (true, true, true);
+    let mut signals = 0u32;
+    let mut resized = false;
+    loop {
+        if app.take_changed() || std::mem::take(&mut resized) {
+            terminal
+                .draw(|frame| view::render(frame, &app))
+                .map_err(|error| LoopError::Draw(error.to_string()))?;
+        }
+        if app.can_exit() {
+            return Ok(Exit::Quit);
+        }
+        // Keys first: a flooding agent never delays a keypress by more than one batch.
+        let msg = tokio::select! {
+            biased;
+            item = input.next(), if input_open => match item {
+                Some(Ok(TerminalEvent::Key(key))) => keymap::message_for(key, &app),
+                Some(Ok(TerminalEvent::Resize(..))) => {
+                    resized = true;
+                    None
+                }
+                Some(Ok(_)) => None,
+                Some(Err(error)) => return Err(LoopError::Input(error)),
+                None => {
+                    input_open = false;
+                    None
+                }
+            },
+            Some(reply) = replies.recv() => match reply {
+                Reply::Refused(msg) => Some(msg),
+                Reply::ShutDown => {
+                    // The engine is the authority: everything has torn down, so whatever events are
+                    // still queued are the last ones.
+                    if let Ok(first) = events.try_recv() {
+                        app.update(Msg::EngineBatch(drain(first, &mut events)));
+                    }
+                    return Ok(Exit::Quit);
+                }
+            },
+            signal = interrupts.next(), if interrupts_open => match signal {
+                Some(()) => {
+                    signals += 1;
+                    if signals > 1 {
+                        return Ok(Exit::Interrupted);
+                    }
+                    if let Some(request) = quit_now(&mut app) {
+                        spawn_request(&mut perform, request, &replies_sender);
+                    }
+                    None
+                }
+                None => {
+                    interrupts_open = false;
+                    None
+                }
+            },
+            received = events.recv(), if events_open => match received {
+                Some(first) => Some(Msg::EngineBatch(drain(first, &mut events))),
+                None => {
+                    events_open = false;
+                    None
+                }
+            },
+            _ = tick.tick() => Some(Msg::Tick(Utc::now())),
+        };
+        if let Some(request) = msg.and_then(|msg| app.update(msg)) {
+            spawn_request(&mut perform, request, &replies_sender);
+        }
+    }
+}
+
+/// `first` and everything else already waiting on `events`, up to [`MAX_BATCH`].
+fn drain(first: Event, events: &mut mpsc::Receiver<Event>) -> Vec<Event> {
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH {
+        match events.try_recv() {
+            Ok(event) => batch.push(event),
+            Err(_) => break,
+        }
+    }
+    batch
+}
+
+/// Quits on a signal as `q` then `y` would, whatever question was open.
+fn quit_now(app: &mut App) -> Option<Request> {
+    if app
+        .confirm()
+        .is_some_and(|confirm| *confirm != Confirm::Quit)
+    {
+        app.update(Msg::ConfirmNo);
+    }
+    if app.confirm().is_none()
+        && let Some(request) = app.update(Msg::Quit)
+    {
+        return Some(request);
+    }
+    match app.confirm() {
+        Some(Confirm::Quit) => app.update(Msg::ConfirmYes),
+        _ => None,
+    }
+}
+
+/// Runs `request` on a task of its own; its reply comes back through `replies`.
+fn spawn_request<P>(perform: &mut P, request: Request, replies: &mpsc::UnboundedSender<Reply>)
+where
+    P: FnMut(Request) -> BoxFuture<'static, Option<Reply>>,
+{
+    let work = perform(request);
+    let replies = replies.clone();
+    tokio::spawn(async move {
+        if let Some(reply) = work.await {
+            let _ = replies.send(reply);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests;
