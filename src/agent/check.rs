@@ -164,7 +164,7 @@ contains = ["Hello, {name}!"]
 [[check]]
 name = "no placeholder left"
 file = "src/main.rs"
-not_contains = ["todo!()"]
+not_contains = ["FIXME"]
 "#;
 
     #[test]
@@ -182,12 +182,12 @@ not_contains = ["todo!()"]
 
     #[test]
     fn failing_checks_say_why_and_return_one() {
-        let (code, out) = run_checks(CHECKS, &[("src/main.rs", "todo!()\n")]);
+        let (code, out) = run_checks(CHECKS, &[("src/main.rs", "FIXME\n")]);
         assert_eq!(code.unwrap(), 1);
         assert_eq!(
             out,
             "FAILED greets by name: src/main.rs lacks \"Hello, {name}!\"\n\
-             FAILED no placeholder left: src/main.rs still has \"todo!()\"\n\
+             FAILED no placeholder left: src/main.rs still has \"FIXME\"\n\
              0 passed, 2 failed\n"
         );
     }

@@ -10,6 +10,7 @@
 pub mod openhands;
 pub mod replay;
 pub mod script;
+mod text;
 
 use std::fmt;
 use std::path::Path;

@@ -26,16 +26,13 @@
 //! token the sanitizer must see whole nor reach a terminal), then the sanitizer runs, then the result
 //! is cut to a bound, so no cut can leave part of a secret unrecognised.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString, OsString};
 use std::fmt;
 use std::io::Read as _;
-use std::iter::Peekable;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
-use std::str::Chars;
 use std::sync::Arc;
 
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
@@ -47,6 +44,7 @@ use crate::dispatch::credential::SecretValue;
 use crate::dispatch::event::{ItemKind, TranscriptItem, Usage};
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 pub use crate::harness::HarnessOutcome;
+use crate::harness::text;
 use crate::harness::{
     Harness, HarnessError, HarnessLaunch, HarnessPlan, OutputParser, Parsed, StagedFile,
 };
@@ -83,9 +81,6 @@ const MAX_RENDERING_BYTES: usize = 1024;
 
 /// The reason of a failed outcome.
 const MAX_REASON_BYTES: usize = 4 * 1024;
-
-/// Room left at the end of a cut text for the note saying how much was cut.
-const NOTE_ROOM: usize = 40;
 
 /// How deep under the given root a conversation directory is looked for.
 const MAX_SEARCH_DEPTH: usize = 6;
@@ -863,94 +858,7 @@ fn bounded_text_of(
     limit: usize,
     unread: usize,
 ) -> SanitizedText {
-    let full = sanitizer.sanitize(&displayable(text));
-    let shown = full.as_str();
-    if unread == 0 && shown.len() <= limit {
-        return full;
-    }
-    let mut cut = shown.len().min(limit.saturating_sub(NOTE_ROOM));
-    while !shown.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let more = shown.len() - cut + unread;
-    sanitizer.sanitize(&format!("{}… ({more} bytes more)", &shown[..cut]))
-}
-
-/// `text` without terminal escape sequences (CSI, OSC and the other string sequences, two-byte
-/// escapes) and without control characters other than newline and tab.
-fn displayable(text: &str) -> Cow<'_, str> {
-    if !text
-        .chars()
-        .any(|c| c.is_control() && c != '\n' && c != '\t')
-    {
-        return Cow::Borrowed(text);
-    }
-    let mut shown = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\n' | '\t' => shown.push(c),
-            '\r' => {
-                if chars.peek() != Some(&'\n') {
-                    shown.push('\n');
-                }
-            }
-            '\u{1b}' => skip_escape(&mut chars),
-            c if c.is_control() => {}
-            c => shown.push(c),
-        }
-    }
-    Cow::Owned(shown)
-}
-
-/// Passes over the rest of an escape sequence whose ESC was just read.
-fn skip_escape(chars: &mut Peekable<Chars<'_>>) {
-    let Some(&introducer) = chars.peek() else {
-        return;
-    };
-    match introducer {
-        '[' => {
-            chars.next();
-            while chars
-                .next_if(|c| ('\u{20}'..='\u{3f}').contains(c))
-                .is_some()
-            {}
-            chars.next_if(|c| ('\u{40}'..='\u{7e}').contains(c));
-        }
-        ']' | 'P' | 'X' | '^' | '_' => {
-            chars.next();
-            // A control string ends at BEL or ST; a newline also ends it here, so an unterminated
-            // one cannot swallow the rest of the text.
-            while let Some(&c) = chars.peek() {
-                match c {
-                    '\n' => break,
-                    '\u{7}' | '\u{9c}' => {
-                        chars.next();
-                        break;
-                    }
-                    '\u{1b}' => {
-                        chars.next();
-                        chars.next_if_eq(&'\\');
-                        break;
-                    }
-                    _ => {
-                        chars.next();
-                    }
-                }
-            }
-        }
-        '\u{20}'..='\u{2f}' => {
-            while chars
-                .next_if(|c| ('\u{20}'..='\u{2f}').contains(c))
-                .is_some()
-            {}
-            chars.next_if(|c| ('\u{30}'..='\u{7e}').contains(c));
-        }
-        '\u{30}'..='\u{7e}' => {
-            chars.next();
-        }
-        _ => {}
-    }
+    text::bounded_text(sanitizer, text, limit, unread)
 }
 
 /// The final usage OpenHands recorded for the run, from the `base_state.json` files under `outputs`
@@ -1572,9 +1480,12 @@ mod tests {
             pairs(&items),
             vec![(ItemKind::Output, "red done\nnext\nover!\n[exit code 2]")]
         );
-        assert_eq!(displayable("a\u{1b}]52;c;aGVsbG8=\nb"), "a\nb");
-        assert_eq!(displayable("tail\u{1b}"), "tail");
-        assert!(matches!(displayable("plain\ttext\n"), Cow::Borrowed(_)));
+        assert_eq!(text::displayable("a\u{1b}]52;c;aGVsbG8=\nb"), "a\nb");
+        assert_eq!(text::displayable("tail\u{1b}"), "tail");
+        assert!(matches!(
+            text::displayable("plain\ttext\n"),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 
     #[test]

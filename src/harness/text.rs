@@ -1,0 +1,121 @@
+//! Agent text made safe to show, shared by the harness parsers: terminal escape sequences and control
+//! characters removed, secrets masked, and a bound on length with a note saying how much was cut.
+
+use std::borrow::Cow;
+use std::iter::Peekable;
+use std::str::Chars;
+use std::sync::Arc;
+
+use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
+
+/// Room left at the end of a cut text for the note saying how much was cut.
+const NOTE_ROOM: usize = 40;
+
+/// `text` made safe to show: escape sequences and control characters removed (newlines and tabs kept,
+/// a lone carriage return read as a newline), secrets masked, then cut to `limit` bytes with a note
+/// saying how many more there were (`dropped` of them already passed over before).
+pub(crate) fn bounded_text(
+    sanitizer: &Arc<TokenSanitizer>,
+    text: &str,
+    limit: usize,
+    dropped: usize,
+) -> SanitizedText {
+    let full = sanitizer.sanitize(&displayable(text));
+    let shown = full.as_str();
+    if shown.len() <= limit && dropped == 0 {
+        return full;
+    }
+    let mut cut = shown.len().min(limit.saturating_sub(NOTE_ROOM));
+    while !shown.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let more = shown.len() - cut + dropped;
+    sanitizer.sanitize(&format!("{}… ({more} bytes more)", &shown[..cut]))
+}
+
+/// `text` without terminal escape sequences and without control characters other than newline and
+/// tab.
+pub(crate) fn displayable(text: &str) -> Cow<'_, str> {
+    if !text
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\n' | '\t' => shown.push(c),
+            '\r' => {
+                if chars.peek().is_some_and(|next| *next != '\n') {
+                    shown.push('\n');
+                }
+            }
+            '\u{1b}' => skip_escape(&mut chars),
+            '\u{9b}' => skip_csi(&mut chars),
+            c if c.is_control() => {}
+            c => shown.push(c),
+        }
+    }
+    Cow::Owned(shown)
+}
+
+/// Passes over the rest of an escape sequence whose ESC was just read.
+fn skip_escape(chars: &mut Peekable<Chars<'_>>) {
+    let Some(&introducer) = chars.peek() else {
+        return;
+    };
+    match introducer {
+        '[' => {
+            chars.next();
+            skip_csi(chars);
+        }
+        ']' | 'P' | 'X' | '^' | '_' => {
+            chars.next();
+            skip_control_string(chars);
+        }
+        '\u{20}'..='\u{2f}' => {
+            while chars
+                .next_if(|c| ('\u{20}'..='\u{2f}').contains(c))
+                .is_some()
+            {}
+            chars.next_if(|c| ('\u{30}'..='\u{7e}').contains(c));
+        }
+        '\u{30}'..='\u{7e}' => {
+            chars.next();
+        }
+        _ => {}
+    }
+}
+
+/// Passes over a control sequence's parameters and its final byte.
+fn skip_csi(chars: &mut Peekable<Chars<'_>>) {
+    while chars
+        .next_if(|c| ('\u{20}'..='\u{3f}').contains(c))
+        .is_some()
+    {}
+    chars.next_if(|c| ('\u{40}'..='\u{7e}').contains(c));
+}
+
+/// Passes over an OSC, DCS or other control string up to its BEL or ST; a newline ends it too, so an
+/// unterminated one cannot swallow the rest of the text.
+fn skip_control_string(chars: &mut Peekable<Chars<'_>>) {
+    while let Some(&c) = chars.peek() {
+        match c {
+            '\n' => break,
+            '\u{7}' | '\u{9c}' => {
+                chars.next();
+                break;
+            }
+            '\u{1b}' => {
+                chars.next();
+                chars.next_if_eq(&'\\');
+                break;
+            }
+            _ => {
+                chars.next();
+            }
+        }
+    }
+}
