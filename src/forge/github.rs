@@ -651,6 +651,34 @@ impl GitHubForge {
     }
 
     /// The pull request's real head, refusing one stet cannot build on.
+    /// Fails when the brief's own branch already exists: a push there would be refused (or land on
+    /// someone's work) only after the whole agent run.
+    async fn refuse_existing_branch(
+        &self,
+        target: &Target,
+        repo: &str,
+        branch: &str,
+    ) -> Result<()> {
+        let Some(path) = ref_path(branch) else {
+            return Ok(());
+        };
+        let reply = self
+            .rest
+            .send(Method::GET, &format!("{repo}/branches/{path}"), None)
+            .await?;
+        if reply.status == StatusCode::NOT_FOUND {
+            return Ok(());
+        }
+        if !reply.status.is_success() {
+            return Err(self.rest.failure(&reply, &format!("branch {branch:?}")));
+        }
+        Err(ForgeError::BranchExists {
+            forge: FORGE,
+            repo: target.repo.clone(),
+            branch: branch.to_owned(),
+        })
+    }
+
     async fn resolve_head(&self, target: &Target, repo: &str, number: u64) -> Result<ResolvedHead> {
         let reply = self
             .rest
@@ -758,6 +786,11 @@ impl Forge for GitHubForge {
                 forge: FORGE,
                 detail: format!("branch {:?}: commit SHA: {err}", target.base),
             })?;
+        if target.pr.is_none()
+            && let Some(wanted) = &target.branch
+        {
+            self.refuse_existing_branch(target, &repo, wanted).await?;
+        }
         let head = match target.pr {
             Some(number) => Some(self.resolve_head(target, &repo, number).await?),
             None => None,

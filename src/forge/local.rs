@@ -197,6 +197,16 @@ impl Forge for LocalForge {
                 repo: self.remote.display().to_string(),
                 base: target.base.clone(),
             })?;
+        if target.pr.is_none()
+            && let Some(branch) = &target.branch
+            && self.branch_sha(branch)?.is_some()
+        {
+            return Err(ForgeError::BranchExists {
+                forge: FORGE,
+                repo: self.remote.display().to_string(),
+                branch: branch.clone(),
+            });
+        }
         let head = match target.pr {
             None => None,
             Some(number) => {

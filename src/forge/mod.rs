@@ -96,6 +96,14 @@ pub enum ForgeError {
         base: String,
         detail: String,
     },
+    #[error(
+        "{forge}: branch {branch:?} already exists in {repo}; a new pull request needs a new branch: change `branch` in the brief, or set `pr = N` to update the pull request of that branch"
+    )]
+    BranchExists {
+        forge: &'static str,
+        repo: String,
+        branch: String,
+    },
     #[error("{forge}: rate limited and still limited after {attempts} attempts: {detail}")]
     RateLimited {
         forge: &'static str,

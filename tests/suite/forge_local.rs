@@ -255,6 +255,33 @@ async fn a_branch_with_unrelated_history_is_reported_and_kept() {
     );
 }
 
+/// A brief's own branch that already exists on the remote is refused at preflight.
+#[tokio::test]
+async fn preflight_refuses_a_brief_branch_that_already_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = user_repository(dir.path());
+    let forge = LocalForge::new(repo.clone(), &dir.path().join("state"));
+    let target = target(None);
+    let preflight = forge.preflight(&target).await.unwrap();
+    let commit = loose_commit(&repo, preflight.base_sha.as_str(), "x.txt", "1\n");
+    push(&forge, &repo, &target, &preflight, &commit, "stet/taken")
+        .await
+        .unwrap();
+    let with_branch = |branch: &str| Target {
+        branch: Some(branch.to_owned()),
+        ..self::target(None)
+    };
+    let error = forge
+        .preflight(&with_branch("stet/taken"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, ForgeError::BranchExists { branch, .. } if branch == "stet/taken"),
+        "{error}"
+    );
+    forge.preflight(&with_branch("stet/free")).await.unwrap();
+}
+
 #[tokio::test]
 async fn pull_requests_are_review_records_and_an_update_never_opens_another() {
     let dir = tempfile::tempdir().unwrap();

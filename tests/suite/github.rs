@@ -176,6 +176,44 @@ fn calls(requests: &[Request], verb: &str, at: &str) -> usize {
         .count()
 }
 
+/// A brief's own branch that already exists is refused at preflight, before any agent runs; an absent
+/// one (404) is fine.
+#[tokio::test]
+async fn preflight_refuses_a_brief_branch_that_already_exists() {
+    let f = fixture().await;
+    mount_repo_and_base(&f.server, "/repos/octo/app/branches/main", &sha('a')).await;
+    Mock::given(method("GET"))
+        .and(path("/repos/octo/app/branches/stet/taken"))
+        .respond_with(json_reply(
+            200,
+            json!({"name": "stet/taken", "commit": {"sha": sha('b')}}),
+        ))
+        .mount(&f.server)
+        .await;
+    let with_branch = |branch: &str| Target {
+        branch: Some(branch.to_owned()),
+        ..target("main", None)
+    };
+    let error = f
+        .forge
+        .preflight(&with_branch("stet/taken"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, ForgeError::BranchExists { branch, .. } if branch == "stet/taken"),
+        "{error}"
+    );
+    assert!(error.to_string().contains("set `pr = N`"), "{error}");
+    let free = f.forge.preflight(&with_branch("stet/free")).await.unwrap();
+    assert_eq!(free.base_sha, CommitSha::parse(&sha('a')).unwrap());
+    assert!(
+        received(&f.server)
+            .await
+            .iter()
+            .all(|request| request.method.as_str() == "GET")
+    );
+}
+
 #[tokio::test]
 async fn preflight_finds_the_repository_and_the_base_with_gets_only() {
     let f = fixture().await;
