@@ -36,7 +36,7 @@ const DEMO_BRIEF: &str = "fix-greeting";
 const GITHUB_TOKEN_SHAPE: &str = r"ghp_[A-Za-z0-9]{36}";
 
 /// Environment variables that would change what a run does; the tests' own environment must not.
-const STET_VARIABLES: &[&str] = &[
+pub(super) const STET_VARIABLES: &[&str] = &[
     "STET_LOG",
     "STET_TIMEOUT_SECS",
     "STET_CONCURRENCY",
@@ -50,7 +50,7 @@ const STET_VARIABLES: &[&str] = &[
 // ---------------------------------------------------------------------------------------------
 
 /// A private state and configuration home for one test.
-struct Home {
+pub(super) struct Home {
     root: tempfile::TempDir,
 }
 
@@ -61,12 +61,12 @@ impl Home {
         Home { root }
     }
 
-    fn path(&self) -> &Path {
+    pub(super) fn path(&self) -> &Path {
         self.root.path()
     }
 
     /// `$XDG_STATE_HOME/stet`.
-    fn state(&self) -> PathBuf {
+    pub(super) fn state(&self) -> PathBuf {
         self.path().join("state").join("stet")
     }
 
@@ -100,15 +100,15 @@ impl Home {
 
 /// A small repository with one brief, a bare remote holding `main`, and a `stet.toml` selecting the
 /// local forge and the scripted agent playing [`Project::scenario`].
-struct Project {
-    home: Home,
-    repo: PathBuf,
+pub(super) struct Project {
+    pub(super) home: Home,
+    pub(super) repo: PathBuf,
     remote: PathBuf,
     scenario: PathBuf,
 }
 
 impl Project {
-    fn new(scenario: &str) -> Project {
+    pub(super) fn new(scenario: &str) -> Project {
         let home = Home::new();
         let repo = home.path().join("repo");
         let remote = home.path().join("remote.git");
@@ -170,7 +170,7 @@ impl Project {
     }
 
     /// Plays another scenario on the next run.
-    fn set_scenario(&self, scenario: &str) {
+    pub(super) fn set_scenario(&self, scenario: &str) {
         std::fs::write(&self.scenario, scenario).unwrap();
     }
 }

@@ -9,7 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -20,9 +20,10 @@ use stet::dispatch::record::RunResult;
 use stet::dispatch::state::Phase;
 use stet::forge::local::ReviewRecord;
 
-use super::support::{docker, git, sandbox_image};
+use super::headless::{Project, STET_VARIABLES};
+use super::support::{docker, sandbox_image};
 
-const BRIEF: &str = "tidy-notes";
+/// The title of the brief of a [`Project`].
 const TITLE: &str = "Tidy the notes";
 
 /// How long any one thing may take to show up.
@@ -31,84 +32,10 @@ const PATIENCE: Duration = Duration::from_secs(120);
 /// How often the pane and the disk are looked at while waiting.
 const POLL: Duration = Duration::from_millis(100);
 
-/// Environment variables that would change what a run does.
-const STET_VARIABLES: &[&str] = &[
-    "STET_LOG",
-    "STET_TIMEOUT_SECS",
-    "STET_CONCURRENCY",
-    "STET_COST_CEILING_USD",
-    "STET_IMAGE",
-    "STET_HARNESS",
-];
-
-/// A repository with one brief, a bare remote holding `main`, a private XDG home, and a `stet.toml`
-/// selecting the local forge and the scripted agent playing the scenario file.
-struct Project {
-    home: tempfile::TempDir,
-    repo: PathBuf,
-    scenario: PathBuf,
-}
-
+/// What the theater's run left on disk, read from the project's run records.
 impl Project {
-    fn new(scenario: &str) -> Project {
-        let home = tempfile::tempdir().unwrap();
-        let root = home.path();
-        std::fs::create_dir(root.join("config")).unwrap();
-        let repo = root.join("repo");
-        let remote = root.join("remote.git");
-        let scenario_file = root.join("scenario.toml");
-        std::fs::write(&scenario_file, scenario).unwrap();
-        git(
-            root,
-            &[
-                "init",
-                "--quiet",
-                "--bare",
-                "--initial-branch=main",
-                "remote.git",
-            ],
-        );
-        std::fs::create_dir_all(repo.join(".stet/briefs")).unwrap();
-        std::fs::create_dir_all(repo.join("src")).unwrap();
-        git(&repo, &["init", "--quiet", "--initial-branch=main"]);
-        std::fs::write(repo.join("src/notes.txt"), "one\ntwo\nthree\n").unwrap();
-        std::fs::write(
-            repo.join(".stet/briefs").join(format!("{BRIEF}.toml")),
-            format!(
-                "title = \"{TITLE}\"\nworkflow = \"implement\"\n\n[target]\nrepo = \"test/notes\"\nbase = \"main\"\n\n[[items]]\ntext = \"Tidy up the notes.\"\n"
-            ),
-        )
-        .unwrap();
-        std::fs::write(
-            repo.join("stet.toml"),
-            format!(
-                "[forge]\nkind = \"local\"\n\n[forge.local]\nremote = {}\n\n[harness]\nkind = \"script\"\n\n[harness.script]\nscenario = {}\npace = 0\n",
-                toml_string(&remote),
-                toml_string(&scenario_file)
-            ),
-        )
-        .unwrap();
-        git(&repo, &["add", "--all"]);
-        git(&repo, &["commit", "--quiet", "-m", "The notes project"]);
-        git(
-            &repo,
-            &["remote", "add", "origin", remote.to_str().unwrap()],
-        );
-        git(&repo, &["push", "--quiet", "origin", "main"]);
-        Project {
-            home,
-            repo,
-            scenario: scenario_file,
-        }
-    }
-
-    /// `$XDG_STATE_HOME/stet`.
-    fn state(&self) -> PathBuf {
-        self.home.path().join("state").join("stet")
-    }
-
     fn runs(&self) -> PathBuf {
-        self.state().join("runs")
+        self.home.state().join("runs")
     }
 
     /// The dispatches that have a run record, in no particular order.
@@ -143,14 +70,6 @@ impl Project {
         let text = std::fs::read_to_string(path).ok()?;
         serde_json::from_str(&text).ok()
     }
-
-    fn set_scenario(&self, scenario: &str) {
-        std::fs::write(&self.scenario, scenario).unwrap();
-    }
-}
-
-fn toml_string(path: &Path) -> String {
-    toml::Value::String(path.to_str().unwrap().to_owned()).to_string()
 }
 
 fn scenario(steps: &[&str]) -> String {
@@ -390,7 +309,7 @@ fn the_theater_dispatches_cancels_reviews_opens_the_pull_request_and_quits() {
             .then_some(())
     });
     tmux.press("p");
-    let review_file = project.state().join("reviews").join("1.json");
+    let review_file = project.home.state().join("reviews").join("1.json");
     let review: ReviewRecord = tmux.until("the local forge's pull request", || {
         let text = std::fs::read_to_string(&review_file).ok()?;
         serde_json::from_str(&text).ok()
