@@ -122,11 +122,7 @@ impl RunRecord {
         let path = self.dir.join(PATCH_FILE);
         let mut contents = String::with_capacity(text.len().min(MAX_PATCH_BYTES) + 128);
         if text.len() > MAX_PATCH_BYTES {
-            let mut cut = MAX_PATCH_BYTES;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            contents.push_str(&text[..cut]);
+            contents.push_str(truncate(text, MAX_PATCH_BYTES));
             contents.push_str(&format!(
                 "\n[stet: the patch is {} bytes; only the first {MAX_PATCH_BYTES} are kept here, the commit holds all of it]\n",
                 text.len()
@@ -145,6 +141,18 @@ impl RunRecord {
         std::fs::write(&temporary, json).map_err(io_error(&temporary, "writing the result"))?;
         std::fs::rename(&temporary, &path).map_err(io_error(&path, "replacing the result"))
     }
+}
+
+/// The longest start of `text` that fits in `limit` bytes without splitting a character.
+pub(crate) fn truncate(text: &str, limit: usize) -> &str {
+    if text.len() <= limit {
+        return text;
+    }
+    let mut cut = limit;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &text[..cut]
 }
 
 /// `<state>/runs/<dispatch>`.

@@ -17,7 +17,7 @@ use crate::dispatch::branch::{BranchValidator, CommitSha};
 use crate::dispatch::event::{
     ChangedPath, DispatchId, Event, EventKind, PullRequestAction, TeardownStepReport, Usage,
 };
-use crate::dispatch::record::{PhaseSpan, RunRecord, RunResult};
+use crate::dispatch::record::{PhaseSpan, RunRecord, RunResult, truncate};
 use crate::dispatch::sandbox::{
     BaseFetch, CredentialRequest, DispatchSandbox, SandboxError, SandboxRequest, TeardownReport,
     WorkspaceSource,
@@ -1262,17 +1262,6 @@ fn printable(path: &str) -> String {
             }
         })
         .collect()
-}
-
-fn truncate(text: &str, limit: usize) -> &str {
-    if text.len() <= limit {
-        return text;
-    }
-    let mut cut = limit;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    &text[..cut]
 }
 
 /// Aborts a task when dropped (the timeout timer must not outlive its dispatch).
