@@ -30,7 +30,7 @@ pub const MAX_TITLE_CHARS: usize = 200;
 pub const MAX_ANCHOR_LINE: u32 = 10_000_000;
 
 const MAX_WORKFLOW_NAME_BYTES: usize = 64;
-const MAX_REPO_PART_BYTES: usize = 100;
+pub const MAX_REPO_PART_BYTES: usize = 100;
 const MAX_ANCHOR_PATH_BYTES: usize = 4096;
 
 /// Why a brief could not be read or was refused.
@@ -395,13 +395,7 @@ impl Document<'_> {
     }
 
     fn check_repo(&self, repo: &Spanned<String>) -> Result<()> {
-        let problem = match repo.get_ref().split_once('/') {
-            None => Some("must be `owner/name`".to_owned()),
-            Some((owner, name)) => {
-                repo_part_problem("owner", owner).or_else(|| repo_part_problem("name", name))
-            }
-        };
-        match problem {
+        match repo_problem(repo.get_ref()) {
             Some(problem) => Err(self.invalid(
                 repo.span(),
                 "target.repo",
@@ -550,6 +544,16 @@ impl Document<'_> {
     }
 }
 
+/// What is wrong with `repo` as a forge repository `owner/name`; `None` when it is one.
+pub fn repo_problem(repo: &str) -> Option<String> {
+    match repo.split_once('/') {
+        None => Some("must be `owner/name`".to_owned()),
+        Some((owner, name)) => {
+            repo_part_problem("owner", owner).or_else(|| repo_part_problem("name", name))
+        }
+    }
+}
+
 fn repo_part_problem(part: &str, value: &str) -> Option<String> {
     if value.is_empty() {
         return Some(format!("has an empty {part}; it must be `owner/name`"));
@@ -614,7 +618,7 @@ fn anchor_path_problem(path: &str) -> Option<String> {
 
 /// Control characters (C0, DEL, C1) and the invisible bidirectional-text overrides and isolates,
 /// which can make text display differently from what it says.
-fn is_control_or_direction_override(character: char) -> bool {
+pub fn is_control_or_direction_override(character: char) -> bool {
     character.is_control() || matches!(character, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 

@@ -123,12 +123,15 @@ enum Command {
         long_about = "Run the whole theater on a scratch repository: the local forge, the offline sandbox \
             image and the scripted agent, with nothing to configure but Docker.\n\n\
             Creates (or recreates) a small program with two briefs under $XDG_STATE_HOME/stet/demo (or \
-            --dir), builds the offline sandbox image from this stet binary if it is missing, and dispatches \
-            the first brief (or those given with --brief, or --all): a container with no network runs the \
-            scripted agent, which edits several files, runs the program's checks and prints a planted fake \
-            secret that shows up redacted; stet then commits the result, pushes the branch to the scratch \
-            forge and opens a pull request there (see `stet reviews`). Progress is printed for a person; \
-            --headless prints the JSON Lines events instead.",
+            --dir) and builds the offline sandbox image from this stet binary if it is missing. On a \
+            terminal it then opens the theater on the scratch repository's inbox: Enter dispatches a \
+            brief, and once the run waits for review p pushes it and opens the pull request. Otherwise \
+            (or with --headless, --brief or --all) it dispatches the first brief (or those chosen) and \
+            pushes: a container with no network runs the scripted agent, which edits several files, runs \
+            the program's checks and prints a planted fake secret that shows up redacted; stet then \
+            commits the result, pushes the branch to the scratch forge and opens a pull request there \
+            (see `stet reviews`). Progress is printed for a person; --headless prints the JSON Lines \
+            events instead.",
         after_help = "Examples:\n  stet demo\n  stet demo --pace 0 --headless\n  stet demo --all --dir /tmp/stet-demo"
     )]
     Demo {
@@ -138,7 +141,8 @@ enum Command {
         /// How fast the scripted agent works: pauses are multiplied by this (0 = no pauses).
         #[arg(long, value_name = "FACTOR", default_value_t = 1.0)]
         pace: f64,
-        /// Print the events as JSON Lines instead of progress for a person.
+        /// Dispatch without the theater and print the events as JSON Lines instead of progress
+        /// for a person.
         #[arg(long)]
         headless: bool,
         #[command(flatten)]
@@ -558,14 +562,13 @@ fn engine_options(
 /// `stet` with no command: the terminal theater over the inbox of the repository in the current
 /// directory. Dispatches wait for review; `p` pushes and opens the pull request.
 async fn theater(args: DispatchArgs) -> anyhow::Result<ExitCode> {
-    use stet::ui::event_loop::Exit;
     if !args.briefs.is_empty() || args.all {
         eprintln!(
             "stet: --brief and --all choose what --headless dispatches; the theater shows the whole inbox"
         );
         return Ok(ExitCode::from(EXIT_USAGE));
     }
-    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+    if !on_a_terminal() {
         eprintln!(
             "stet: the theater needs a terminal; without one use `stet --headless --brief ID` (or `stet demo --headless`)"
         );
@@ -575,6 +578,34 @@ async fn theater(args: DispatchArgs) -> anyhow::Result<ExitCode> {
     let config = stet::config::Config::load(Some(&root))?;
     let inbox = stet::inbox::Inbox::load(&stet::inbox::Inbox::default_dir(&root))?;
     let options = engine_options(root, config, &args)?;
+    Ok(open_theater(options, &inbox).await?.code)
+}
+
+/// Whether standard input and standard output are both a terminal, as the theater needs.
+fn on_a_terminal() -> bool {
+    std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
+}
+
+/// How a theater session ended.
+struct TheaterEnd {
+    code: ExitCode,
+    /// Whether the theater was drawn (false when the engine could not be assembled: that error was
+    /// printed instead).
+    shown: bool,
+}
+
+/// Assembles the engine `options` describe (sweeping what earlier runs left, reported on stderr
+/// before the screen is taken), then runs the theater over `inbox` on the terminal until the person
+/// quits or a signal ends it, and gives the terminal back. Dispatches wait for review; `p` pushes.
+async fn open_theater(
+    options: stet::engine::EngineOptions,
+    inbox: &stet::inbox::Inbox,
+) -> anyhow::Result<TheaterEnd> {
+    use stet::ui::event_loop::Exit;
+    let directories = stet::ui::event_loop::Directories {
+        runs: options.state_dir.join(stet::dispatch::record::RUNS_DIR),
+        inbox: stet::inbox::Inbox::default_dir(&options.repository),
+    };
     let interrupts = Interrupts::install()?;
     let sanitizer = SanitizerHandle::new(TokenSanitizer::new()?);
     let _log_guard = install_logging(&sanitizer);
@@ -582,7 +613,10 @@ async fn theater(args: DispatchArgs) -> anyhow::Result<ExitCode> {
         Ok(engine) => engine,
         Err(error) => {
             eprintln!("stet: {error}");
-            return Ok(ExitCode::from(EXIT_USAGE));
+            return Ok(TheaterEnd {
+                code: ExitCode::from(EXIT_USAGE),
+                shown: false,
+            });
         }
     };
     if !engine.sweep.is_empty() {
@@ -606,26 +640,28 @@ async fn theater(args: DispatchArgs) -> anyhow::Result<ExitCode> {
             events,
             interrupts.into_stream(),
             dispatcher.clone(),
+            directories,
         )
         .await
     };
-    match exit {
+    let code = match exit {
         Ok(Exit::Quit) => {
             dispatcher.shutdown().await;
-            Ok(ExitCode::SUCCESS)
+            ExitCode::SUCCESS
         }
         Ok(Exit::Interrupted) => {
             eprintln!(
                 "stet: interrupted again: exiting now; the next stet launch (or `stet sweep`) reclaims what is left"
             );
-            Ok(ExitCode::from(stet::headless::EXIT_CANCELLED))
+            ExitCode::from(stet::headless::EXIT_CANCELLED)
         }
         Err(error) => {
             eprintln!("stet: {error}; cancelling every dispatch and waiting for teardown");
             dispatcher.shutdown().await;
-            Ok(ExitCode::FAILURE)
+            ExitCode::FAILURE
         }
-    }
+    };
+    Ok(TheaterEnd { code, shown: true })
 }
 
 /// The terminal in raw mode on the alternate screen, given back as it was when this is dropped (on
@@ -642,6 +678,7 @@ impl TerminalSession {
         let entered = crossterm::execute!(
             std::io::stdout(),
             crossterm::terminal::EnterAlternateScreen,
+            crossterm::event::EnableMouseCapture,
             crossterm::cursor::Hide
         )
         .context("switching to the alternate screen")
@@ -670,6 +707,7 @@ fn restore_terminal() {
     let _ = crossterm::terminal::disable_raw_mode();
     let _ = crossterm::execute!(
         std::io::stdout(),
+        crossterm::event::DisableMouseCapture,
         crossterm::terminal::LeaveAlternateScreen,
         crossterm::cursor::Show
     );
@@ -692,6 +730,9 @@ fn install_restoring_panic_hook() {
 }
 
 /// `stet demo`: the scratch repository, the offline image, the scripted agent and the local forge.
+/// On a terminal, without `--headless`, `--brief` or `--all`, it opens the theater over the scratch
+/// repository's inbox and dispatches nothing by itself; otherwise it dispatches the first brief (or
+/// those chosen) and pushes, printing progress for a person or the JSON Lines events.
 async fn demo(
     dir: Option<PathBuf>,
     pace: f64,
@@ -718,6 +759,36 @@ async fn demo(
         .with_context(|| format!("reading {}", config_file.display()))?;
     // Only the demo's own configuration: nothing the user configured changes what the demo does.
     let config = stet::config::Config::from_layers(&[(config_file, config_text)])?;
+    let where_it_is = format!(
+        "stet demo: scratch repository {} (forge: {})",
+        setup.repo.display(),
+        setup.remote.display()
+    );
+    let closing_hint = format!(
+        "see the pull request with `stet reviews`; the run records are under {}/runs",
+        state_dir.display()
+    );
+    let options = EngineOptions {
+        repository: setup.repo.clone(),
+        state_dir,
+        timeout: args.timeout.unwrap_or(config.dispatch.timeout),
+        cost_ceiling_usd: args.cost_ceiling.or(config.dispatch.cost_ceiling_usd),
+        concurrency: config.dispatch.concurrency,
+        network: stet::runtime::NetworkPolicy::None,
+        image: ImageChoice::Offline,
+        harness: Arc::new(ScriptHarness::new(ScenarioSource::Demo, pace)),
+        config,
+    };
+    if !headless && args.briefs.is_empty() && !args.all && on_a_terminal() {
+        let inbox = stet::inbox::Inbox::load(&stet::inbox::Inbox::default_dir(&setup.repo))?;
+        // Nothing goes to stdout while the theater owns the screen; the hints come after it (not
+        // at all when the terminal hung up).
+        let end = open_theater(options, &inbox).await?;
+        if end.shown {
+            let _ = writeln!(std::io::stdout(), "{where_it_is}\n{closing_hint}");
+        }
+        return Ok(end.code);
+    }
     let briefs = select_briefs(
         &setup.repo,
         &DispatchArgs {
@@ -734,35 +805,17 @@ async fn demo(
             ..args.clone()
         },
     )?;
-    let options = EngineOptions {
-        repository: setup.repo.clone(),
-        state_dir,
-        timeout: args.timeout.unwrap_or(config.dispatch.timeout),
-        cost_ceiling_usd: args.cost_ceiling.or(config.dispatch.cost_ceiling_usd),
-        concurrency: config.dispatch.concurrency,
-        network: stet::runtime::NetworkPolicy::None,
-        image: ImageChoice::Offline,
-        harness: Arc::new(ScriptHarness::new(ScenarioSource::Demo, pace)),
-        config,
-    };
     let output = if headless {
         Output::JsonLines {
             progress: std::io::stderr().is_terminal(),
         }
     } else {
-        println!(
-            "stet demo: scratch repository {} (forge: {})",
-            setup.repo.display(),
-            setup.remote.display()
-        );
+        println!("{where_it_is}");
         Output::Human
     };
     let code = dispatch_and_watch(options, briefs, Delivery::Push, output).await?;
     if !headless {
-        println!(
-            "see the pull request with `stet reviews`; the run records are under {}/runs",
-            logging::state_dir()?.display()
-        );
+        println!("{closing_hint}");
     }
     Ok(code)
 }

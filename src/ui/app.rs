@@ -2,20 +2,27 @@
 //! engine event can be tested as a plain value (the Elm shape codex-rs and gitui use).
 
 mod navigation;
+mod review;
+mod search;
 mod view;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
 use chrono::{DateTime, Utc};
+use crossterm::event::{Event as TerminalEvent, KeyEvent};
+use tui_input::backend::crossterm::EventHandler;
 
 use crate::brief::{Brief, BriefError};
 use crate::dispatch::event::{DispatchId, Event};
 use crate::dispatch::state::Phase;
 use crate::inbox::InboxEntry;
+use crate::ui::form::{BriefDraft, FormOutcome, NewBriefForm};
 use crate::ui::theme::Theme;
 
 pub use navigation::{Focus, TranscriptScroll};
+pub use review::{PatchState, PatchText};
+pub use search::{Direction, MAX_QUERY_CHARS, Search};
 pub use view::{
     BoundedRing, ClippedText, CollectedResult, CostMeter, DEFAULT_TRANSCRIPT_CAPACITY,
     DispatchPlan, DispatchView, ImagePullProgress, MAX_DISPLAY_TEXT_BYTES, MAX_WARNINGS, Outcome,
@@ -43,6 +50,17 @@ impl InboxRow {
                 line: error_line(error),
                 reason: error.to_string(),
             },
+        }
+    }
+
+    /// What the inbox is ordered by: the file's stem.
+    fn sort_key(&self) -> &str {
+        match self {
+            InboxRow::Brief(brief) => &brief.id,
+            InboxRow::Invalid { file, .. } => file
+                .file_stem()
+                .and_then(|stem| stem.to_str())
+                .unwrap_or_default(),
         }
     }
 
@@ -143,24 +161,58 @@ pub enum Msg {
     Back,
     /// Show the review gate again after `Back` left it.
     OpenReview,
+    /// Open the transcript search prompt.
+    SearchStart,
+    /// A key typed into the open search prompt.
+    SearchKey(KeyEvent),
+    /// Search for what the prompt holds and close it.
+    SearchCommit,
+    /// Close the search prompt without searching.
+    SearchCancel,
+    /// Jump to the next match of the committed search, towards older items.
+    SearchNext,
+    /// Jump to the next match towards newer items.
+    SearchPrevious,
+    /// The run record's patch of a collected dispatch, read for the review gate (or why not).
+    PatchLoaded {
+        dispatch: DispatchId,
+        patch: Result<String, String>,
+    },
+    /// Ctrl-C: the first press arms, a second one quits as `q` does.
+    Interrupt,
+    /// Open the new-brief form.
+    NewBrief,
+    /// A key typed into the open new-brief form.
+    FormKey(KeyEvent),
+    /// The form's brief was written to `file` and read back (or why not).
+    BriefSaved {
+        file: Option<PathBuf>,
+        saved: Result<Box<Brief>, String>,
+    },
 }
 
 /// What the app asks of the engine (sent as a `Command` through the `DispatchHandle`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Request {
     Dispatch {
-        brief: String,
+        brief: Box<Brief>,
     },
     Cancel(DispatchId),
     Approve(DispatchId),
     Discard(DispatchId),
     /// Cancel every dispatch and tear everything down before exiting.
     Shutdown,
+    /// Read the run record's patch of a dispatch whose result was collected.
+    LoadPatch(DispatchId),
+    /// Write the new-brief form's brief into the inbox.
+    SaveBrief(BriefDraft),
 }
 
 impl Request {
     fn verb(&self) -> &'static str {
         match self {
+            Request::LoadPatch(_) => "read the diff",
+            Request::SaveBrief(_) => "save the brief",
             Request::Dispatch { .. } => "dispatch",
             Request::Cancel(_) => "cancel",
             Request::Approve(_) => "approve",
@@ -205,6 +257,18 @@ pub struct App {
     help: bool,
     /// The dispatch whose review gate the person left with `Back`.
     review_left: Option<DispatchId>,
+    /// The first line of the patch the review gate shows.
+    review_scroll: usize,
+    /// The search prompt, while it is open.
+    search_prompt: Option<tui_input::Input>,
+    /// The committed search, highlighted in the transcript and walked by `n`/`N`.
+    search: Option<Search>,
+    /// A first Ctrl-C was pressed; a second one quits.
+    interrupt_armed: bool,
+    /// The new-brief form, while it is open.
+    form: Option<NewBriefForm>,
+    /// The form's brief is being written; keys wait until it is.
+    saving_brief: bool,
 }
 
 impl App {
@@ -238,6 +302,12 @@ impl App {
             scroll: TranscriptScroll::default(),
             help: false,
             review_left: None,
+            review_scroll: 0,
+            search_prompt: None,
+            search: None,
+            interrupt_armed: false,
+            form: None,
+            saving_brief: false,
         }
     }
 
@@ -254,9 +324,33 @@ impl App {
                 }
                 None
             }
+            Msg::PatchLoaded { dispatch, patch } => {
+                if let Some(view) = self.dispatches.get_mut(&dispatch) {
+                    view.patch = Some(match patch {
+                        Ok(text) => PatchState::Loaded(PatchText::new(text)),
+                        Err(reason) => PatchState::Unavailable(reason),
+                    });
+                    self.changed = true;
+                }
+                None
+            }
+            Msg::BriefSaved { file, saved } => {
+                self.saving_brief = false;
+                match saved {
+                    Ok(brief) => {
+                        self.form = None;
+                        let shown =
+                            file.map_or_else(|| brief.id.clone(), |f| f.display().to_string());
+                        self.set_status(format!("saved {shown}: Enter dispatches it"));
+                        self.add_brief(brief);
+                    }
+                    Err(reason) => self.set_status(format!("cannot save the brief: {reason}")),
+                }
+                None
+            }
             Msg::RequestFailed { request, reason } => {
                 if let Request::Dispatch { brief } = &request {
-                    self.requested.remove(brief);
+                    self.requested.remove(&brief.id);
                 }
                 self.set_status(format!("cannot {}: {reason}", request.verb()));
                 None
@@ -390,6 +484,26 @@ impl App {
         self.help
     }
 
+    /// The new-brief form, while it is open.
+    pub fn form(&self) -> Option<&NewBriefForm> {
+        self.form.as_ref()
+    }
+
+    /// The search prompt, while it is open.
+    pub fn search_prompt(&self) -> Option<&tui_input::Input> {
+        self.search_prompt.as_ref()
+    }
+
+    /// The committed search, if any.
+    pub fn search(&self) -> Option<&Search> {
+        self.search.as_ref()
+    }
+
+    /// The first patch line the review gate shows.
+    pub fn review_scroll(&self) -> usize {
+        self.review_scroll
+    }
+
     /// The selected dispatch when its review gate is showing: it awaits approval and the person has
     /// not left the gate with `Back`.
     pub fn reviewing(&self) -> Option<&DispatchView> {
@@ -414,7 +528,89 @@ impl App {
     }
 
     fn intent(&mut self, msg: Msg) -> Option<Request> {
+        if msg != Msg::Interrupt {
+            self.interrupt_armed = false;
+        }
         match msg {
+            Msg::Interrupt if self.interrupt_armed || self.quitting => self.intent(Msg::Quit),
+            Msg::Interrupt => {
+                self.interrupt_armed = true;
+                self.set_status("press Ctrl-C again to quit".to_owned());
+                None
+            }
+            Msg::NewBrief => {
+                let (repo, base) = self
+                    .selected_row()
+                    .into_iter()
+                    .chain(&self.rows)
+                    .find_map(|row| match row {
+                        InboxRow::Brief(brief) => {
+                            Some((brief.target.repo.clone(), brief.target.base.clone()))
+                        }
+                        InboxRow::Invalid { .. } => None,
+                    })
+                    .unwrap_or_default();
+                self.form = Some(NewBriefForm::new(&repo, &base));
+                self.changed = true;
+                None
+            }
+            Msg::FormKey(_) if self.saving_brief => None,
+            Msg::FormKey(key) => {
+                let outcome = self.form.as_mut()?.handle_key(key);
+                self.changed = true;
+                match outcome {
+                    FormOutcome::Editing => None,
+                    FormOutcome::Cancelled => {
+                        self.form = None;
+                        None
+                    }
+                    FormOutcome::Submitted(draft) => {
+                        self.saving_brief = true;
+                        self.set_status("saving the brief".to_owned());
+                        Some(Request::SaveBrief(draft))
+                    }
+                }
+            }
+            Msg::SearchStart => {
+                self.search_prompt = Some(tui_input::Input::default());
+                self.changed = true;
+                None
+            }
+            Msg::SearchKey(key) => {
+                if let Some(prompt) = &mut self.search_prompt {
+                    let before = prompt.clone();
+                    prompt.handle_event(&TerminalEvent::Key(key));
+                    if prompt.value().chars().count() > MAX_QUERY_CHARS {
+                        *prompt = before;
+                    }
+                    self.changed = true;
+                }
+                None
+            }
+            Msg::SearchCommit => {
+                let query = self.search_prompt.take()?.value().to_owned();
+                self.changed = true;
+                self.search = Search::new(&query);
+                if self.search.is_none() {
+                    self.set_status("search cleared".to_owned());
+                    return None;
+                }
+                self.focus = Focus::Transcript;
+                self.jump(Direction::Older, true);
+                None
+            }
+            Msg::SearchCancel => {
+                self.changed |= self.search_prompt.take().is_some();
+                None
+            }
+            Msg::SearchNext => {
+                self.jump(Direction::Older, false);
+                None
+            }
+            Msg::SearchPrevious => {
+                self.jump(Direction::Newer, false);
+                None
+            }
             Msg::SelectNext => {
                 if self.selected + 1 < self.rows.len() {
                     self.select(self.selected + 1);
@@ -430,6 +626,19 @@ impl App {
             Msg::FocusNext => {
                 self.focus = self.focus.next();
                 self.changed = true;
+                None
+            }
+            Msg::ScrollUp(lines) if self.reviewing().is_some() => {
+                let before = self.review_scroll;
+                self.review_scroll = self.review_scroll.saturating_sub(lines);
+                self.changed |= before != self.review_scroll;
+                None
+            }
+            Msg::ScrollDown(lines) if self.reviewing().is_some() => {
+                let last = self.patch_lines().saturating_sub(1);
+                let before = self.review_scroll;
+                self.review_scroll = self.review_scroll.saturating_add(lines).min(last);
+                self.changed |= before != self.review_scroll;
                 None
             }
             Msg::ScrollUp(lines) => {
@@ -468,6 +677,7 @@ impl App {
                     .is_some();
                 if waiting {
                     self.review_left = None;
+                    self.review_scroll = 0;
                     self.changed = true;
                 } else {
                     self.set_status("nothing is waiting for review here".to_owned());
@@ -504,6 +714,8 @@ impl App {
             Msg::Engine(_)
             | Msg::EngineBatch(_)
             | Msg::RequestFailed { .. }
+            | Msg::PatchLoaded { .. }
+            | Msg::BriefSaved { .. }
             | Msg::Tick(_)
             | Msg::ConfirmYes
             | Msg::ConfirmNo => None,
@@ -518,9 +730,13 @@ impl App {
                 if self.in_flight_elsewhere(&id) {
                     return None;
                 }
+                let brief = self.rows.iter().find_map(|row| match row {
+                    InboxRow::Brief(brief) if brief.id == id => Some(brief.clone()),
+                    _ => None,
+                })?;
                 self.requested.insert(id.clone());
                 self.set_status(format!("dispatching {id}"));
-                Some(Request::Dispatch { brief: id })
+                Some(Request::Dispatch { brief })
             }
             Confirm::Cancel(id) => match self.dispatches.get(&id) {
                 Some(view) if view.in_flight() => {
@@ -601,7 +817,63 @@ impl App {
     fn select(&mut self, index: usize) {
         self.selected = index;
         self.scroll = TranscriptScroll::default();
+        self.review_scroll = 0;
         self.changed = true;
+    }
+
+    /// Adds a brief just written to the inbox, in file-name order, and selects it.
+    fn add_brief(&mut self, brief: Box<Brief>) {
+        let id = brief.id.clone();
+        let at = self
+            .rows
+            .iter()
+            .position(|row| row.sort_key() > id.as_str())
+            .unwrap_or(self.rows.len());
+        self.rows.insert(at, InboxRow::Brief(brief));
+        self.focus = Focus::Inbox;
+        self.select(at);
+    }
+
+    /// How many lines the patch in the review gate has (0 while it is not loaded).
+    fn patch_lines(&self) -> usize {
+        match self.reviewing().and_then(|view| view.patch.as_ref()) {
+            Some(PatchState::Loaded(patch)) => patch.len(),
+            _ => 0,
+        }
+    }
+
+    /// Pins the transcript on the nearest match of the committed search, walking `direction` from
+    /// the item in view, and says where it landed.
+    fn jump(&mut self, direction: Direction, include_current: bool) {
+        let Some(search) = self.search.clone() else {
+            self.set_status("no search yet: / searches the transcript".to_owned());
+            return;
+        };
+        let query = text_preview(search.query());
+        let Some(view) = self.selected_dispatch() else {
+            self.set_status("no transcript to search here".to_owned());
+            return;
+        };
+        let ring = &view.transcript;
+        let (dropped, len) = (ring.dropped(), ring.len());
+        let from = self.scroll.bottom(dropped, len).unwrap_or_default();
+        match search.find(ring, from, direction, include_current) {
+            Some(found) => {
+                let item = dropped + found.index as u64;
+                self.scroll.pin(item);
+                let wrapped = if found.wrapped {
+                    " (wrapped round)"
+                } else {
+                    ""
+                };
+                self.set_status(format!(
+                    "{query}: item {} of {}{wrapped} · n older · N newer",
+                    item + 1,
+                    dropped + len as u64
+                ));
+            }
+            None => self.set_status(format!("no match for {query}")),
+        }
     }
 
     /// How many items the selected transcript dropped, and how many it keeps.
@@ -620,6 +892,11 @@ impl App {
         self.status = Some(message);
         self.changed = true;
     }
+}
+
+/// A query as the status line quotes it.
+fn text_preview(query: &str) -> String {
+    format!("“{query}”")
 }
 
 #[cfg(test)]

@@ -3,11 +3,12 @@
 //! engine runs on a task of its own, so a slow engine never freezes the keys (helix passes input in as
 //! a stream the same way, so tests drive the whole loop).
 
-use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chrono::Utc;
-use crossterm::event::Event as TerminalEvent;
+use crossterm::event::{Event as TerminalEvent, MouseEvent, MouseEventKind};
 use futures_util::future::BoxFuture;
 use futures_util::{Stream, StreamExt};
 use ratatui::Terminal;
@@ -15,11 +16,13 @@ use ratatui::backend::Backend;
 use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 
-use crate::brief::Brief;
 use crate::dispatch::dispatcher::DispatchHandle;
-use crate::dispatch::event::Event;
+use crate::dispatch::event::{DispatchId, Event, EventKind};
+use crate::dispatch::record::{MAX_PATCH_BYTES, PATCH_FILE};
 use crate::dispatch::run::Delivery;
-use crate::ui::app::{App, Confirm, InboxRow, Msg, Request};
+use crate::ui::app::{App, Confirm, Msg, Request};
+use crate::ui::form::{self, BriefDraft};
+use crate::ui::view::Pane;
 use crate::ui::{keymap, view};
 
 /// How often the clock advances live elapsed times and spinners.
@@ -48,11 +51,23 @@ pub enum Exit {
     Interrupted,
 }
 
+/// How many transcript items (or diff lines) one notch of the mouse wheel scrolls.
+const WHEEL_LINES: usize = 3;
+
+/// Where the theater reads and writes on disk.
+#[derive(Debug, Clone)]
+pub struct Directories {
+    /// The run records (`<state>/runs`), for the review gate's patch.
+    pub runs: PathBuf,
+    /// The inbox the new-brief form writes into (`.stet/briefs`).
+    pub inbox: PathBuf,
+}
+
 /// What a request to the engine came to, fed back into the loop.
 #[derive(Debug)]
 enum Reply {
-    /// The engine refused; the message tells the app why.
-    Refused(Msg),
+    /// Something for the app: the engine's refusal, or what was read from disk.
+    Update(Msg),
     /// Every dispatch has finished and torn down.
     ShutDown,
 }
@@ -68,41 +83,69 @@ pub async fn run<B: Backend>(
     events: mpsc::Receiver<Event>,
     interrupts: impl Stream<Item = ()> + Unpin,
     handle: DispatchHandle,
+    directories: Directories,
 ) -> Result<Exit> {
-    let briefs: HashMap<String, Brief> = app
-        .rows()
-        .iter()
-        .filter_map(|row| match row {
-            InboxRow::Brief(brief) => Some((brief.id.clone(), brief.as_ref().clone())),
-            InboxRow::Invalid { .. } => None,
-        })
-        .collect();
     let perform = move |request: Request| -> BoxFuture<'static, Option<Reply>> {
-        let brief = match &request {
-            Request::Dispatch { brief } => briefs.get(brief).cloned(),
-            Request::Cancel(_) | Request::Approve(_) | Request::Discard(_) | Request::Shutdown => {
-                None
+        match request {
+            Request::LoadPatch(dispatch) => {
+                Box::pin(load_patch(directories.runs.clone(), dispatch))
             }
-        };
-        Box::pin(ask_engine(handle.clone(), brief, request))
+            Request::SaveBrief(draft) => Box::pin(save_brief(directories.inbox.clone(), draft)),
+            request => Box::pin(ask_engine(handle.clone(), request)),
+        }
     };
     drive(terminal, app, input, events, interrupts, perform).await
 }
 
-/// Sends `request` through `handle`; dispatches wait for review (`Delivery::Review`).
-async fn ask_engine(
-    handle: DispatchHandle,
-    brief: Option<Brief>,
-    request: Request,
-) -> Option<Reply> {
-    let refusal = match &request {
-        Request::Dispatch { brief: id } => match brief {
-            Some(brief) => handle.dispatch(brief, Delivery::Review).await.err(),
-            None => {
-                let reason = format!("brief {id:?} is not in the inbox stet was started on");
-                return Some(Reply::Refused(Msg::RequestFailed { request, reason }));
-            }
+/// Reads the sanitized patch the run record of `dispatch` holds, on the blocking pool.
+async fn load_patch(runs: PathBuf, dispatch: DispatchId) -> Option<Reply> {
+    let path = runs.join(dispatch.to_string()).join(PATCH_FILE);
+    let read = tokio::task::spawn_blocking(move || read_patch(&path))
+        .await
+        .unwrap_or_else(|error| Err(format!("reading the diff stopped: {error}")));
+    Some(Reply::Update(Msg::PatchLoaded {
+        dispatch,
+        patch: read,
+    }))
+}
+
+/// Writes the form's brief into `inbox` on the blocking pool and reads it back.
+async fn save_brief(inbox: PathBuf, draft: BriefDraft) -> Option<Reply> {
+    let saved = tokio::task::spawn_blocking(move || form::save(&inbox, &draft))
+        .await
+        .map_err(|error| format!("saving stopped: {error}"))
+        .and_then(|saved| saved.map_err(|error| error.to_string()));
+    let msg = match saved {
+        Ok(entry) => Msg::BriefSaved {
+            saved: entry.brief.map(Box::new).map_err(|error| error.to_string()),
+            file: Some(entry.path),
         },
+        Err(reason) => Msg::BriefSaved {
+            file: None,
+            saved: Err(reason),
+        },
+    };
+    Some(Reply::Update(msg))
+}
+
+/// The patch at `path`, at most [`MAX_PATCH_BYTES`] and a note (the record caps it the same way).
+fn read_patch(path: &Path) -> std::result::Result<String, String> {
+    let file = std::fs::File::open(path).map_err(|error| format!("{}: {error}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_PATCH_BYTES as u64 + 4096)
+        .read_to_end(&mut bytes)
+        .map_err(|error| format!("{}: {error}", path.display()))?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Sends `request` through `handle`; dispatches wait for review (`Delivery::Review`).
+async fn ask_engine(handle: DispatchHandle, request: Request) -> Option<Reply> {
+    let refusal = match &request {
+        Request::Dispatch { brief } => handle
+            .dispatch(brief.as_ref().clone(), Delivery::Review)
+            .await
+            .err(),
+        Request::LoadPatch(_) | Request::SaveBrief(_) => None,
         Request::Cancel(dispatch) => handle.cancel(*dispatch).await.err(),
         Request::Approve(dispatch) => handle.approve(*dispatch).await.err(),
         Request::Discard(dispatch) => handle.discard(*dispatch).await.err(),
@@ -112,7 +155,7 @@ async fn ask_engine(
         }
     };
     refusal.map(|error| {
-        Reply::Refused(Msg::RequestFailed {
+        Reply::Update(Msg::RequestFailed {
             request,
             reason: error.to_string(),
         })
@@ -152,6 +195,10 @@ where
             biased;
             item = input.next(), if input_open => match item {
                 Some(Ok(TerminalEvent::Key(key))) => keymap::message_for(key, &app),
+                Some(Ok(TerminalEvent::Mouse(mouse))) => {
+                    let size = terminal.size().map_err(|error| LoopError::Draw(error.to_string()))?;
+                    wheel(mouse, &app, size.into())
+                }
                 Some(Ok(TerminalEvent::Resize(..))) => {
                     resized = true;
                     None
@@ -164,7 +211,7 @@ where
                 }
             },
             Some(reply) = replies.recv() => match reply {
-                Reply::Refused(msg) => Some(msg),
+                Reply::Update(msg) => Some(msg),
                 Reply::ShutDown => {
                     // The engine is the authority: everything has torn down, so whatever events are
                     // still queued are the last ones.
@@ -191,7 +238,13 @@ where
                 }
             },
             received = events.recv(), if events_open => match received {
-                Some(first) => Some(Msg::EngineBatch(drain(first, &mut events))),
+                Some(first) => {
+                    let batch = drain(first, &mut events);
+                    for dispatch in collected(&batch) {
+                        spawn_request(&mut perform, Request::LoadPatch(dispatch), &replies_sender);
+                    }
+                    Some(Msg::EngineBatch(batch))
+                }
                 None => {
                     events_open = false;
                     None
@@ -215,6 +268,31 @@ fn drain(first: Event, events: &mut mpsc::Receiver<Event>) -> Vec<Event> {
         }
     }
     batch
+}
+
+/// The dispatches in `batch` whose result was collected: their patch is worth reading.
+fn collected(batch: &[Event]) -> Vec<DispatchId> {
+    batch
+        .iter()
+        .filter(|event| matches!(event.kind, EventKind::Collected { .. }))
+        .map(|event| event.dispatch)
+        .collect()
+}
+
+/// What a turn of the mouse wheel means over the pane under the pointer (other mouse events mean
+/// nothing).
+fn wheel(mouse: MouseEvent, app: &App, area: ratatui::layout::Rect) -> Option<Msg> {
+    let up = match mouse.kind {
+        MouseEventKind::ScrollUp => true,
+        MouseEventKind::ScrollDown => false,
+        _ => return None,
+    };
+    match view::pane_at(app, area, mouse.column, mouse.row)? {
+        Pane::Inbox if up => Some(Msg::SelectPrevious),
+        Pane::Inbox => Some(Msg::SelectNext),
+        Pane::Transcript | Pane::Review if up => Some(Msg::ScrollUp(WHEEL_LINES)),
+        Pane::Transcript | Pane::Review => Some(Msg::ScrollDown(WHEEL_LINES)),
+    }
 }
 
 /// Quits on a signal as `q` then `y` would, whatever question was open.

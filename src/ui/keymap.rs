@@ -10,6 +10,10 @@ use crate::ui::app::{App, Focus, Msg};
 pub enum Context {
     /// A confirmation is waiting for an answer.
     Confirm,
+    /// The search prompt is open: every other key is typed into it.
+    Search,
+    /// The new-brief form is open: every key goes to it.
+    Form,
     /// The help overlay is open.
     Help,
     /// The review gate of the selected dispatch is showing.
@@ -27,6 +31,8 @@ impl Context {
     pub fn title(self) -> &'static str {
         match self {
             Context::Confirm => "confirmation",
+            Context::Search => "search prompt",
+            Context::Form => "new brief form",
             Context::Help => "help",
             Context::Review => "review gate",
             Context::Inbox => "inbox",
@@ -36,11 +42,13 @@ impl Context {
     }
 
     /// Every context, in the order the help overlay lists them.
-    pub const ALL: [Context; 6] = [
+    pub const ALL: [Context; 8] = [
         Context::Global,
         Context::Inbox,
         Context::Transcript,
         Context::Review,
+        Context::Form,
+        Context::Search,
         Context::Confirm,
         Context::Help,
     ];
@@ -69,6 +77,11 @@ const fn ctrl(c: char) -> Chord {
         code: KeyCode::Char(c),
         control: true,
     }
+}
+
+/// The message that hands key `code` (with `modifiers`) to the new-brief form.
+const fn form_key(code: KeyCode, modifiers: KeyModifiers) -> Msg {
+    Msg::FormKey(KeyEvent::new(code, modifiers))
 }
 
 /// One row of the keymap.
@@ -124,7 +137,57 @@ pub const KEYMAP: &[Binding] = &[
         "close help",
         Msg::ToggleHelp,
     ),
-    bind(Context::Help, &[ch('q'), ctrl('c')], "q", "quit", Msg::Quit),
+    bind(Context::Help, &[ch('q')], "q", "quit", Msg::Quit),
+    bind(Context::Help, &[ctrl('c')], "^C ^C", "quit", Msg::Interrupt),
+    bind(
+        Context::Form,
+        &[key(KeyCode::Tab)],
+        "Tab",
+        "next field",
+        form_key(KeyCode::Tab, KeyModifiers::NONE),
+    ),
+    bind(
+        Context::Form,
+        &[key(KeyCode::BackTab)],
+        "S-Tab",
+        "previous field",
+        form_key(KeyCode::BackTab, KeyModifiers::SHIFT),
+    ),
+    bind(
+        Context::Form,
+        &[key(KeyCode::Enter)],
+        "Enter",
+        "next field / add item",
+        form_key(KeyCode::Enter, KeyModifiers::NONE),
+    ),
+    bind(
+        Context::Form,
+        &[ctrl('s')],
+        "^S",
+        "save to the inbox",
+        form_key(KeyCode::Char('s'), KeyModifiers::CONTROL),
+    ),
+    bind(
+        Context::Form,
+        &[key(KeyCode::Esc)],
+        "Esc",
+        "cancel",
+        form_key(KeyCode::Esc, KeyModifiers::NONE),
+    ),
+    bind(
+        Context::Search,
+        &[key(KeyCode::Enter)],
+        "Enter",
+        "search",
+        Msg::SearchCommit,
+    ),
+    bind(
+        Context::Search,
+        &[key(KeyCode::Esc)],
+        "Esc",
+        "cancel",
+        Msg::SearchCancel,
+    ),
     bind(
         Context::Review,
         &[ch('p')],
@@ -133,6 +196,20 @@ pub const KEYMAP: &[Binding] = &[
         Msg::Approve,
     ),
     bind(Context::Review, &[ch('x')], "x", "discard", Msg::Discard),
+    bind(
+        Context::Review,
+        &[key(KeyCode::Down), ch('j')],
+        "j/↓",
+        "scroll the diff",
+        Msg::ScrollDown(1),
+    ),
+    bind(
+        Context::Review,
+        &[key(KeyCode::Up), ch('k')],
+        "k/↑",
+        "scroll the diff back",
+        Msg::ScrollUp(1),
+    ),
     bind(
         Context::Review,
         &[key(KeyCode::Esc)],
@@ -154,6 +231,7 @@ pub const KEYMAP: &[Binding] = &[
         "previous brief",
         Msg::SelectPrevious,
     ),
+    bind(Context::Inbox, &[ch('n')], "n", "new brief", Msg::NewBrief),
     bind(
         Context::Transcript,
         &[key(KeyCode::Down), ch('j')],
@@ -167,6 +245,20 @@ pub const KEYMAP: &[Binding] = &[
         "k/↑",
         "scroll up",
         Msg::ScrollUp(1),
+    ),
+    bind(
+        Context::Transcript,
+        &[ch('n')],
+        "n",
+        "older match",
+        Msg::SearchNext,
+    ),
+    bind(
+        Context::Transcript,
+        &[ch('N')],
+        "N",
+        "newer match",
+        Msg::SearchPrevious,
     ),
     bind(
         Context::Global,
@@ -183,12 +275,20 @@ pub const KEYMAP: &[Binding] = &[
         Msg::CancelSelected,
     ),
     bind(Context::Global, &[ch('?')], "?", "help", Msg::ToggleHelp),
+    bind(Context::Global, &[ch('q')], "q", "quit", Msg::Quit),
     bind(
         Context::Global,
-        &[ch('q'), ctrl('c')],
-        "q",
+        &[ctrl('c')],
+        "^C ^C",
         "quit",
-        Msg::Quit,
+        Msg::Interrupt,
+    ),
+    bind(
+        Context::Global,
+        &[ch('/')],
+        "/",
+        "search the transcript",
+        Msg::SearchStart,
     ),
     bind(Context::Global, &[ch('r')], "r", "review", Msg::OpenReview),
     bind(
@@ -225,6 +325,10 @@ pub const KEYMAP: &[Binding] = &[
 pub fn active_contexts(app: &App) -> &'static [Context] {
     if app.confirm().is_some() {
         &[Context::Confirm]
+    } else if app.form().is_some() {
+        &[Context::Form]
+    } else if app.search_prompt().is_some() {
+        &[Context::Search]
     } else if app.help_open() {
         &[Context::Help]
     } else if app.reviewing().is_some() {
@@ -252,14 +356,22 @@ pub fn message_for(key: KeyEvent, app: &App) -> Option<Msg> {
         return None;
     }
     let control = key.modifiers.contains(KeyModifiers::CONTROL);
-    active_bindings(app)
+    if app.form().is_some() {
+        // The form's bindings above only describe it: it reads every key itself.
+        return Some(Msg::FormKey(key));
+    }
+    let bound = active_bindings(app)
         .find(|binding| {
             binding
                 .chords
                 .iter()
                 .any(|chord| chord.code == key.code && chord.control == control)
         })
-        .map(|binding| binding.msg.clone())
+        .map(|binding| binding.msg.clone());
+    match bound {
+        None if app.search_prompt().is_some() => Some(Msg::SearchKey(key)),
+        bound => bound,
+    }
 }
 
 #[cfg(test)]
@@ -309,7 +421,7 @@ mod tests {
         );
         assert_eq!(
             message_for(press(KeyCode::Char('c'), KeyModifiers::CONTROL), &app),
-            Some(Msg::Quit)
+            Some(Msg::Interrupt)
         );
         assert_eq!(message_for(plain('c'), &app), Some(Msg::CancelSelected));
     }
@@ -332,6 +444,51 @@ mod tests {
             Some(Msg::ToggleHelp)
         );
         assert_eq!(message_for(plain('q'), &app), Some(Msg::Quit));
+    }
+
+    #[test]
+    fn the_search_prompt_takes_every_key_but_enter_and_esc() {
+        let mut app = empty_app();
+        app.update(message_for(plain('/'), &app).unwrap());
+        assert_eq!(
+            message_for(plain('q'), &app),
+            Some(Msg::SearchKey(plain('q')))
+        );
+        assert_eq!(
+            message_for(plain('j'), &app),
+            Some(Msg::SearchKey(plain('j')))
+        );
+        assert_eq!(
+            message_for(press(KeyCode::Enter, KeyModifiers::NONE), &app),
+            Some(Msg::SearchCommit)
+        );
+        assert_eq!(
+            message_for(press(KeyCode::Esc, KeyModifiers::NONE), &app),
+            Some(Msg::SearchCancel)
+        );
+    }
+
+    #[test]
+    fn n_walks_matches_in_the_transcript_and_opens_the_form_in_the_inbox() {
+        let mut app = empty_app();
+        assert_eq!(message_for(plain('n'), &app), Some(Msg::NewBrief));
+        app.update(Msg::NewBrief);
+        assert_eq!(
+            message_for(plain('q'), &app),
+            Some(Msg::FormKey(plain('q')))
+        );
+        assert_eq!(
+            message_for(press(KeyCode::Esc, KeyModifiers::NONE), &app),
+            Some(Msg::FormKey(press(KeyCode::Esc, KeyModifiers::NONE)))
+        );
+        app.update(Msg::FormKey(press(KeyCode::Esc, KeyModifiers::NONE)));
+        assert!(app.form().is_none());
+        app.update(Msg::FocusNext);
+        assert_eq!(message_for(plain('n'), &app), Some(Msg::SearchNext));
+        assert_eq!(
+            message_for(press(KeyCode::Char('N'), KeyModifiers::SHIFT), &app),
+            Some(Msg::SearchPrevious)
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod event_loop;
+pub mod form;
 pub mod keymap;
 pub mod panes;
 pub mod theme;

@@ -83,6 +83,14 @@ impl Theme {
             .add_modifier(Modifier::BOLD | Modifier::UNDERLINED)
     }
 
+    /// Text the transcript search matched.
+    pub fn search_match(self) -> Style {
+        match self {
+            Theme::Colour => Style::new().fg(Color::Black).bg(Color::Yellow),
+            Theme::Plain => Style::new().add_modifier(Modifier::REVERSED),
+        }
+    }
+
     /// A transcript item of `kind`.
     pub fn item(self, kind: ItemKind) -> Style {
         match kind {

@@ -5,7 +5,7 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span, Text};
 use ratatui::widgets::{Paragraph, Wrap};
 
-use crate::ui::app::{App, Focus, InboxRow};
+use crate::ui::app::{App, DispatchView, Focus, InboxRow};
 use crate::ui::keymap;
 use crate::ui::panes::{self, confirm, help, inbox, meter, review, text, timeline, transcript};
 
@@ -14,31 +14,123 @@ pub const MIN_WIDTH: u16 = 60;
 /// Below this many rows the panes cannot be read; a notice is drawn instead.
 pub const MIN_HEIGHT: u16 = 16;
 
+/// A pane the mouse can point at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pane {
+    Inbox,
+    Transcript,
+    Review,
+}
+
+/// Where the panes of the main screen go in `area`; `None` when it is too small to draw them.
+struct Screen {
+    inbox: Rect,
+    detail: Rect,
+    status: Rect,
+    footer: Rect,
+}
+
+impl Screen {
+    fn of(area: Rect) -> Option<Screen> {
+        if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+            return None;
+        }
+        let [main, status, footer] = Layout::vertical([
+            Constraint::Min(0),
+            Constraint::Length(1),
+            Constraint::Length(1),
+        ])
+        .areas(area);
+        let inbox_width = (area.width / 3).clamp(28, 48);
+        let [inbox, detail] =
+            Layout::horizontal([Constraint::Length(inbox_width), Constraint::Min(0)]).areas(main);
+        Some(Screen {
+            inbox,
+            detail,
+            status,
+            footer,
+        })
+    }
+
+    /// The main area the overlays are centred in.
+    fn main(&self) -> Rect {
+        self.inbox.union(self.detail)
+    }
+}
+
+/// The detail side of a running (or finished) dispatch: timeline and meter on top, transcript below.
+struct Detail {
+    timeline: Rect,
+    meter: Rect,
+    transcript: Rect,
+}
+
+impl Detail {
+    fn of(area: Rect, app: &App, view: &DispatchView) -> Detail {
+        let (now, theme) = (app.now(), app.theme());
+        let meter_width = (area.width * 45 / 100).saturating_sub(2);
+        let timeline_lines = timeline::lines(view, now, theme).len();
+        let meter_lines = meter::lines(
+            view,
+            app.cost_ceiling(),
+            now,
+            usize::from(meter_width),
+            theme,
+        )
+        .len();
+        let wanted = u16::try_from(timeline_lines.max(meter_lines) + 2).unwrap_or(u16::MAX);
+        let top_height = wanted.min(area.height / 2);
+        let [top, transcript] =
+            Layout::vertical([Constraint::Length(top_height), Constraint::Min(0)]).areas(area);
+        let [timeline, meter] =
+            Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(top);
+        Detail {
+            timeline,
+            meter,
+            transcript,
+        }
+    }
+}
+
+/// The pane at cell (`column`, `row`) of a screen of `area`, when it is one the wheel scrolls.
+pub fn pane_at(app: &App, area: Rect, column: u16, row: u16) -> Option<Pane> {
+    let screen = Screen::of(area)?;
+    let cell = ratatui::layout::Position::new(column, row);
+    if screen.inbox.contains(cell) {
+        return Some(Pane::Inbox);
+    }
+    if !screen.detail.contains(cell) {
+        return None;
+    }
+    if app.reviewing().is_some() {
+        return Some(Pane::Review);
+    }
+    let view = app.selected_dispatch()?;
+    Detail::of(screen.detail, app, view)
+        .transcript
+        .contains(cell)
+        .then_some(Pane::Transcript)
+}
+
 /// Draws `app` into `frame`.
 pub fn render(frame: &mut Frame, app: &App) {
     let area = frame.area();
-    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+    let Some(screen) = Screen::of(area) else {
         render_too_small(frame, area);
         return;
+    };
+    inbox::render(frame, screen.inbox, app);
+    render_detail(frame, screen.detail, app);
+    render_status(frame, screen.status, app);
+    render_footer(frame, screen.footer, app);
+    if let Some(form) = app.form() {
+        panes::form::render(frame, screen.main(), form, app.theme());
     }
-    let [main, status, footer] = Layout::vertical([
-        Constraint::Min(0),
-        Constraint::Length(1),
-        Constraint::Length(1),
-    ])
-    .areas(area);
-    let inbox_width = (area.width / 3).clamp(28, 48);
-    let [left, right] =
-        Layout::horizontal([Constraint::Length(inbox_width), Constraint::Min(0)]).areas(main);
-    inbox::render(frame, left, app);
-    render_detail(frame, right, app);
-    render_status(frame, status, app);
-    render_footer(frame, footer, app);
     if app.help_open() {
-        help::render(frame, main, app.theme());
+        help::render(frame, screen.main(), app.theme());
     }
     if let Some(question) = app.confirm() {
-        confirm::render(frame, main, question, app);
+        confirm::render(frame, screen.main(), question, app);
     }
 }
 
@@ -55,7 +147,7 @@ fn render_too_small(frame: &mut Frame, area: Rect) {
 fn render_detail(frame: &mut Frame, area: Rect, app: &App) {
     let theme = app.theme();
     if let Some(view) = app.reviewing() {
-        review::render(frame, area, view, theme);
+        review::render(frame, area, view, app.review_scroll(), theme);
         return;
     }
     let Some(view) = app.selected_dispatch() else {
@@ -63,30 +155,18 @@ fn render_detail(frame: &mut Frame, area: Rect, app: &App) {
         return;
     };
     let now = app.now();
-    let meter_width = (area.width * 45 / 100).saturating_sub(2);
-    let timeline_lines = timeline::lines(view, now, theme).len();
-    let meter_lines = meter::lines(
-        view,
-        app.cost_ceiling(),
-        now,
-        usize::from(meter_width),
-        theme,
-    )
-    .len();
-    let wanted = u16::try_from(timeline_lines.max(meter_lines) + 2).unwrap_or(u16::MAX);
-    let top_height = wanted.min(area.height / 2);
-    let [top, bottom] =
-        Layout::vertical([Constraint::Length(top_height), Constraint::Min(0)]).areas(area);
-    let [timeline_area, meter_area] =
-        Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(top);
-    timeline::render(frame, timeline_area, view, now, theme);
-    meter::render(frame, meter_area, view, app.cost_ceiling(), now, theme);
+    let detail = Detail::of(area, app, view);
+    timeline::render(frame, detail.timeline, view, now, theme);
+    meter::render(frame, detail.meter, view, app.cost_ceiling(), now, theme);
     transcript::render(
         frame,
-        bottom,
+        detail.transcript,
         view,
-        app.scroll(),
-        app.focus() == Focus::Transcript,
+        transcript::Viewport {
+            scroll: app.scroll(),
+            search: app.search(),
+            focused: app.focus() == Focus::Transcript,
+        },
         theme,
     );
 }
@@ -110,7 +190,10 @@ fn render_brief(frame: &mut Frame, area: Rect, app: &App) {
                 Line::raw(""),
             ];
             for item in &brief.items {
-                lines.push(Line::raw(format!("• {}", text::inert(&item.text))));
+                for (index, line) in item.text.lines().enumerate() {
+                    let lead = if index == 0 { "• " } else { "  " };
+                    lines.push(Line::raw(format!("{lead}{}", text::inert(line))));
+                }
             }
             lines.push(Line::raw(""));
             lines.push(Line::styled(
@@ -167,9 +250,24 @@ fn render_status(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
 }
 
-/// The keys active right now, from the keymap.
+/// The keys active right now, from the keymap; the search prompt while it is open.
 fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
     let theme = app.theme();
+    if let Some(prompt) = app.search_prompt() {
+        let width = usize::from(area.width.saturating_sub(1)).max(1);
+        let scroll = prompt.visual_scroll(width);
+        let shown: String = text::inert(prompt.value()).chars().skip(scroll).collect();
+        frame.render_widget(
+            Paragraph::new(Line::from(vec![
+                Span::styled("/", theme.key()),
+                Span::raw(text::truncate(&shown, width)),
+            ])),
+            area,
+        );
+        let column = (prompt.visual_cursor().saturating_sub(scroll) + 1).min(width);
+        frame.set_cursor_position((area.x + u16::try_from(column).unwrap_or(area.width), area.y));
+        return;
+    }
     let mut spans = Vec::new();
     for binding in keymap::active_bindings(app) {
         if !spans.is_empty() {

@@ -55,7 +55,7 @@ pub(super) struct Home {
 }
 
 impl Home {
-    fn new() -> Home {
+    pub(super) fn new() -> Home {
         let root = tempfile::tempdir().unwrap();
         std::fs::create_dir(root.path().join("config")).unwrap();
         Home { root }
@@ -93,7 +93,7 @@ impl Home {
         command
     }
 
-    fn demo_dir(&self) -> PathBuf {
+    pub(super) fn demo_dir(&self) -> PathBuf {
         self.path().join("demo")
     }
 }
@@ -191,13 +191,13 @@ fn scenario(steps: &[&str]) -> String {
 }
 
 /// A scenario that runs until it is stopped.
-fn forever() -> String {
+pub(super) fn forever() -> String {
     scenario(&["say = \"I will keep at it.\"", "forever = true"])
 }
 
 /// Fails loudly when Docker is missing, and builds the sandbox image once per test process so the
 /// stet processes of concurrent tests only ever look it up.
-fn docker_ready() {
+pub(super) fn docker_ready() {
     runtime().block_on(async {
         let _ = docker();
         sandbox_image().await;
@@ -457,7 +457,7 @@ impl Drop for Watched {
 }
 
 /// Sends `SIG<name>` to `pid` with kill(1): the crate's rustix has no `process` feature.
-fn signal(pid: u32, name: &str) -> ExitStatus {
+pub(super) fn signal(pid: u32, name: &str) -> ExitStatus {
     Command::new("kill")
         .arg(format!("-{name}"))
         .arg(pid.to_string())
@@ -470,11 +470,17 @@ fn signal(pid: u32, name: &str) -> ExitStatus {
 // ---------------------------------------------------------------------------------------------
 
 /// The names of every container, running or not, labelled as this dispatch's sandbox.
-fn containers_of(dispatch: DispatchId) -> Vec<String> {
-    let filters = HashMap::from([(
+pub(super) fn containers_of(dispatch: DispatchId) -> Vec<String> {
+    containers_where(
         "label",
-        vec![format!("{}={dispatch}", stet::runtime::DISPATCH_LABEL)],
-    )]);
+        format!("{}={dispatch}", stet::runtime::DISPATCH_LABEL),
+    )
+}
+
+/// The names of every container, running or not, that Docker lists for the filter `key`=`value`
+/// (`label`, `name`, ...).
+pub(super) fn containers_where(key: &str, value: String) -> Vec<String> {
+    let filters = HashMap::from([(key, vec![value])]);
     let options = ListContainersOptionsBuilder::default()
         .all(true)
         .filters(&filters)
@@ -528,7 +534,7 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// No container, no dispatch directory and no journal record of `dispatch` is left.
-fn assert_nothing_left(home: &Home, dispatch: DispatchId) {
+pub(super) fn assert_nothing_left(home: &Home, dispatch: DispatchId) {
     assert_eq!(
         containers_of(dispatch),
         Vec::<String>::new(),

@@ -1,41 +1,62 @@
 //! The theater in a real terminal: the built binary under tmux, driven by keys sent to the pane, its
-//! screen read with `capture-pane`, against the real Docker engine. What the engine did is read from
-//! the run record (`events.jsonl`, `result.json`) and the local forge's review records, so the test
-//! does not depend on how the panes word things; the screen is asserted for the inbox, for surviving
-//! a cancel, and for the shell coming back after `q`.
+//! screen read with `capture-pane` and asserted, against the real Docker engine. `stet demo` opens
+//! the theater on its scratch repository: one dispatch is cancelled, a second runs to the review gate
+//! and `p` opens the pull request on the local forge, and `q` gives the shell back with the terminal
+//! sane. SIGTERM gives it back too, at the inbox of a plain `stet` and with a demo dispatch running.
+//! What the screen says is checked against the run records, the local forge's review records, the
+//! journal and Docker; after stet exits the pane's shell reports its exit status and `stty -a`.
 //!
 //! Every wait polls for what it expects with an overall bound that fails the test with the screen.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use bollard::query_parameters::ListContainersOptionsBuilder;
-
+use stet::brief::Brief;
 use stet::dispatch::event::{DispatchId, Event, EventKind};
 use stet::dispatch::record::RunResult;
 use stet::dispatch::state::Phase;
 use stet::forge::local::ReviewRecord;
 
-use super::headless::{Project, STET_VARIABLES};
-use super::support::{docker, sandbox_image};
+use super::headless::{
+    Home, Project, STET_VARIABLES, assert_nothing_left, containers_of, containers_where,
+    docker_ready, forever, signal,
+};
+use super::support::git;
 
 /// The title of the brief of a [`Project`].
-const TITLE: &str = "Tidy the notes";
+const PROJECT_TITLE: &str = "Tidy the notes";
+
+/// The pane's size: wide enough that the timeline shows a teardown step's whole container name.
+const WIDTH: u16 = 200;
+const HEIGHT: u16 = 50;
+
+/// How fast the demo's scripted agent works here. Its first thought comes about 3 paces into the
+/// run and the rest of its work takes about 22 more, so a cancel or a signal sent once the thought
+/// is on screen lands while it runs; a whole run takes about 11 s.
+const PACE: &str = "0.5";
 
 /// How long any one thing may take to show up.
-const PATIENCE: Duration = Duration::from_secs(120);
+const PATIENCE: Duration = Duration::from_secs(90);
 
 /// How often the pane and the disk are looked at while waiting.
 const POLL: Duration = Duration::from_millis(100);
 
-/// What the theater's run left on disk, read from the project's run records.
-impl Project {
+/// Terminal modes a shell needs that raw mode turns off: echo and line editing.
+const SANE_FLAGS: [&str; 2] = ["echo", "icanon"];
+
+/// What the pane's shell prints once `stty -a` has printed everything.
+const STTY_END: &str = "end-of-stty";
+
+/// The marks the timeline draws in front of the phase in progress.
+const SPINNER: [char; 4] = ['◐', '◓', '◑', '◒'];
+
+/// What the theater's runs left on disk (read from the run records), and how the demo is run.
+impl Home {
     fn runs(&self) -> PathBuf {
-        self.home.state().join("runs")
+        self.state().join("runs")
     }
 
     /// The dispatches that have a run record, in no particular order.
@@ -70,55 +91,135 @@ impl Project {
         let text = std::fs::read_to_string(path).ok()?;
         serde_json::from_str(&text).ok()
     }
-}
 
-fn scenario(steps: &[&str]) -> String {
-    let mut text = String::from("model = \"tui-test-model\"\n");
-    for step in steps {
-        text.push_str("\n[[step]]\n");
-        text.push_str(step);
-        text.push('\n');
+    /// `stet demo --dir <home>/demo --pace PACE`.
+    fn demo_args(&self) -> Vec<String> {
+        vec![
+            "demo".to_owned(),
+            "--dir".to_owned(),
+            self.demo_dir().display().to_string(),
+            "--pace".to_owned(),
+            PACE.to_owned(),
+        ]
     }
-    text
+
+    /// What `stet demo` prints once the theater has given the terminal back.
+    fn demo_hints(&self) -> [String; 2] {
+        [
+            format!(
+                "stet demo: scratch repository {} (forge: {})",
+                self.demo_dir().join("repo").display(),
+                self.demo_dir().join("remote.git").display()
+            ),
+            format!(
+                "see the pull request with `stet reviews`; the run records are under {}/runs",
+                self.state().display()
+            ),
+        ]
+    }
 }
 
-/// A tmux server of the test's own (its socket in the project's home), one 200×50 session running
-/// `stet` in the repository, then printing its exit status and waiting.
+/// The demo's briefs as the inbox lists them (by file name), read from the assets.
+fn demo_briefs() -> Vec<Brief> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/demo/briefs");
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    paths.sort();
+    let briefs: Vec<Brief> = paths
+        .iter()
+        .map(|path| Brief::from_file(path).unwrap())
+        .collect();
+    assert!(briefs.len() >= 2, "the demo has two briefs: {paths:?}");
+    briefs
+}
+
+/// The start of the first thought of the demo scenario of brief `id`: short enough to fit on one
+/// row of the transcript pane.
+fn first_thought(id: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("assets/demo/scenarios")
+        .join(format!("{id}.toml"));
+    let scenario: toml::Value = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let thought = scenario["step"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|step| step.get("think")?.as_str())
+        .unwrap_or_else(|| panic!("{} has no thought", path.display()));
+    thought.lines().next().unwrap().chars().take(40).collect()
+}
+
+fn phases(events: &[Event]) -> Vec<Phase> {
+    events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::Phase { to, .. } => Some(*to),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Single-quotes `text` for sh.
+fn quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// A tmux server of the test's own (its socket in the test's home) with one [`WIDTH`]×[`HEIGHT`]
+/// session whose shell runs stet (writing its pid to a file first), then prints
+/// `stet exited with status N` and `stty -a` (then [`STTY_END`]), and waits.
 struct Tmux {
     socket: PathBuf,
+    pid_file: PathBuf,
 }
 
 impl Tmux {
-    fn start(project: &Project) -> Tmux {
+    /// Runs `stet <args>` in `dir`, with `home`'s XDG directories and HOME and no `STET_*`
+    /// variables.
+    fn start(home: &Home, dir: &Path, args: &[String]) -> Tmux {
         let tmux = Tmux {
-            socket: project.home.path().join("tmux.sock"),
+            socket: home.path().join("tmux.sock"),
+            pid_file: home.path().join("stet.pid"),
         };
-        let home = project.home.path();
-        let mut line = String::from("env");
+        let mut stet = String::from("env");
         for variable in STET_VARIABLES {
-            line.push_str(&format!(" -u {variable}"));
+            stet.push_str(&format!(" -u {variable}"));
         }
-        line.push_str(&format!(
-            " XDG_STATE_HOME='{}' XDG_CONFIG_HOME='{}' '{}'; echo \"stet exited with status $?\"; exec cat",
-            home.join("state").display(),
-            home.join("config").display(),
-            env!("CARGO_BIN_EXE_stet"),
-        ));
+        for (name, value) in [
+            ("HOME", home.path().to_owned()),
+            ("XDG_STATE_HOME", home.path().join("state")),
+            ("XDG_CONFIG_HOME", home.path().join("config")),
+        ] {
+            stet.push_str(&format!(" {name}={}", quoted(value.to_str().unwrap())));
+        }
+        stet.push(' ');
+        stet.push_str(&quoted(env!("CARGO_BIN_EXE_stet")));
+        for arg in args {
+            stet.push(' ');
+            stet.push_str(&quoted(arg));
+        }
+        // The inner shell writes its pid, then becomes stet: the pid is stet's.
+        let script = format!(
+            "sh -c 'echo $$ > \"$0\"; exec \"$@\"' {} {stet}\n\
+             echo \"stet exited with status $?\"\n\
+             stty -a\n\
+             echo {STTY_END}\n\
+             exec cat\n",
+            quoted(tmux.pid_file.to_str().unwrap())
+        );
+        let script_file = home.path().join("pane.sh");
+        std::fs::write(&script_file, script).unwrap();
         let started = tmux
             .command()
-            .args([
-                "new-session",
-                "-d",
-                "-x",
-                "200",
-                "-y",
-                "50",
-                "-s",
-                "theater",
-                "-c",
-            ])
-            .arg(&project.repo)
-            .args(["sh", "-c", &line])
+            .args(["new-session", "-d", "-s", "theater", "-x"])
+            .arg(WIDTH.to_string())
+            .arg("-y")
+            .arg(HEIGHT.to_string())
+            .arg("-c")
+            .arg(dir)
+            .arg("sh")
+            .arg(&script_file)
             .status()
             .unwrap();
         assert!(started.success(), "tmux new-session: {started}");
@@ -128,6 +229,7 @@ impl Tmux {
     fn command(&self) -> Command {
         let mut command = Command::new("tmux");
         command
+            .arg("-u")
             .arg("-S")
             .arg(&self.socket)
             .args(["-f", "/dev/null"]);
@@ -145,6 +247,51 @@ impl Tmux {
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
+    /// What tmux says of the pane for `format` (`#{alternate_on}`, ...).
+    fn display(&self, format: &str) -> String {
+        let output = self
+            .command()
+            .args(["display-message", "-p", "-t", "theater", format])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "tmux display-message: {output:?}");
+        String::from_utf8(output.stdout).unwrap().trim().to_owned()
+    }
+
+    /// Whether the pane shows the alternate screen.
+    fn alternate_on(&self) -> bool {
+        match self.display("#{alternate_on}").as_str() {
+            "0" => false,
+            "1" => true,
+            other => panic!("alternate_on is {other:?}"),
+        }
+    }
+
+    /// The pane terminal's `stty -a` words, read from outside while stet runs in it.
+    fn stty_from_outside(&self) -> Vec<String> {
+        let tty = self.display("#{pane_tty}");
+        let output = Command::new("stty")
+            .args(["-a", "-F", &tty])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "stty -a -F {tty}: {output:?}");
+        String::from_utf8(output.stdout)
+            .unwrap()
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The theater owns the terminal: the alternate screen is on and the terminal is raw.
+    fn assert_taken(&self) {
+        assert!(self.alternate_on(), "the alternate screen is off");
+        let stty = self.stty_from_outside();
+        for flag in SANE_FLAGS {
+            let off = format!("-{flag}");
+            assert!(stty.contains(&off), "the terminal is not raw: {stty:?}");
+        }
+    }
+
     /// Sends one key (tmux's name for it: `Enter`, `y`, ...).
     fn press(&self, key: &str) {
         let sent = self
@@ -153,6 +300,16 @@ impl Tmux {
             .status()
             .unwrap();
         assert!(sent.success(), "tmux send-keys {key}: {sent}");
+    }
+
+    /// Types `text` literally, each character a key.
+    fn type_text(&self, text: &str) {
+        let sent = self
+            .command()
+            .args(["send-keys", "-t", "theater", "-l", text])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "tmux send-keys -l {text:?}: {sent}");
     }
 
     /// Polls `probe` until it answers, failing with `what` and the screen after [`PATIENCE`].
@@ -171,178 +328,341 @@ impl Tmux {
         }
     }
 
-    /// Waits until the screen satisfies `test`; returns it.
-    fn until_screen(&self, what: &str, test: impl Fn(&str) -> bool) -> String {
+    /// Waits until the screen shows every one of `texts`; returns it.
+    fn until_shown(&self, what: &str, texts: &[&str]) -> String {
         self.until(what, || {
             let screen = self.screen();
-            test(&screen).then_some(screen)
+            texts
+                .iter()
+                .all(|text| screen.contains(text))
+                .then_some(screen)
         })
+    }
+
+    /// The pid of the stet the pane runs.
+    fn stet_pid(&self) -> u32 {
+        self.until("stet's pid file", || {
+            std::fs::read_to_string(&self.pid_file)
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+
+    /// Waits for stet to exit and the shell after it to run `stty -a`, then asserts the terminal
+    /// was given back: stet exited with `status` after printing only `printed` on the normal
+    /// screen, the alternate screen is off, and the terminal echoes and edits lines again.
+    fn assert_given_back(&self, status: i32, printed: &[String]) {
+        let screen = self.until("stet to exit and the shell to run stty -a", || {
+            let screen = self.screen();
+            screen.contains(STTY_END).then_some(screen)
+        });
+        let (above, below) = screen.split_once("stet exited with status ").unwrap();
+        let (exit_status, below) = below.split_once('\n').unwrap();
+        let (stty, _) = below.split_once(STTY_END).unwrap();
+        assert_eq!(
+            exit_status.trim(),
+            status.to_string(),
+            "the exit status:\n{screen}"
+        );
+        let left: Vec<&str> = above
+            .lines()
+            .map(str::trim_end)
+            .filter(|line| !line.is_empty())
+            .collect();
+        assert_eq!(
+            left, printed,
+            "what stet left on the shell's screen:\n{screen}"
+        );
+        assert!(!self.alternate_on(), "the alternate screen is still on");
+        let stty: Vec<&str> = stty.split_whitespace().collect();
+        for flag in SANE_FLAGS {
+            assert!(stty.contains(&flag), "stty -a lacks {flag}:\n{screen}");
+            let off = format!("-{flag}");
+            assert!(
+                !stty.contains(&off.as_str()),
+                "stty -a says {off}:\n{screen}"
+            );
+        }
     }
 }
 
 impl Drop for Tmux {
-    /// Ends the test's tmux server; a stet still running gets SIGHUP and tears down.
+    /// Ends the test's tmux server (a stet still running gets SIGHUP and tears down) and waits a
+    /// bounded while for that stet to be gone, so a failed test leaves no sandbox behind.
     fn drop(&mut self) {
         let _ = self.command().arg("kill-server").status();
+        let Some(pid) = std::fs::read_to_string(&self.pid_file)
+            .ok()
+            .and_then(|text| text.trim().parse::<u32>().ok())
+        else {
+            return;
+        };
+        let deadline = Instant::now() + PATIENCE;
+        while Instant::now() < deadline && Path::new(&format!("/proc/{pid}")).exists() {
+            std::thread::sleep(POLL);
+        }
     }
 }
 
-/// Whether the screen shows the inbox. The panes are being written: today the frame says how many
-/// briefs there are; the inbox pane will show the brief's title.
-fn shows_inbox(screen: &str) -> bool {
-    screen.contains(TITLE) || screen.contains("1 brief")
-}
-
-fn phases(events: &[Event]) -> Vec<Phase> {
-    events
+/// Whether a timeline line shows `phase` in progress (a spinner in front of its label).
+fn in_progress(screen: &str, phase: Phase) -> bool {
+    SPINNER
         .iter()
-        .filter_map(|event| match &event.kind {
-            EventKind::Phase { to, .. } => Some(*to),
-            _ => None,
-        })
-        .collect()
+        .any(|spinner| screen.contains(&format!("{spinner} {} ", phase.label())))
 }
 
-fn transcript_has(events: &[Event], text: &str) -> bool {
-    events.iter().any(|event| match &event.kind {
-        EventKind::Transcript(item) => item.text.as_str().contains(text),
-        _ => false,
-    })
-}
-
-fn torn_down(events: &[Event]) -> bool {
-    events
-        .iter()
-        .any(|event| matches!(event.kind, EventKind::TornDown { .. }))
-}
-
-/// The containers, running or not, labelled as `dispatch`'s sandbox.
-fn containers_of(dispatch: DispatchId) -> Vec<String> {
-    let filters = HashMap::from([(
-        "label",
-        vec![format!("{}={dispatch}", stet::runtime::DISPATCH_LABEL)],
-    )]);
-    let options = ListContainersOptionsBuilder::default()
-        .all(true)
-        .filters(&filters)
-        .build();
-    runtime().block_on(async {
-        docker()
-            .list_containers(Some(options))
-            .await
-            .unwrap()
+/// Dispatches the selected brief `id` (Enter, then `y` once the confirmation asks) and waits until
+/// the timeline shows it running past preflight and provisioning and the transcript shows `thought`.
+/// Returns its dispatch id (the run record not in `before`), whose record went through preflight and
+/// provisioning to running and whose sandbox container runs.
+fn dispatch_until_thinking(
+    tmux: &Tmux,
+    home: &Home,
+    id: &str,
+    thought: &str,
+    before: &[DispatchId],
+) -> DispatchId {
+    tmux.press("Enter");
+    tmux.until_shown("the dispatch confirmation", &[&format!("Dispatch {id}?")]);
+    tmux.press("y");
+    tmux.until(
+        "the timeline at running and the agent's first thought",
+        || {
+            let screen = tmux.screen();
+            (screen.contains("✓ preflight")
+                && screen.contains("✓ provisioning")
+                && in_progress(&screen, Phase::Running)
+                && screen.contains("[running]")
+                && screen.contains(thought))
+            .then_some(())
+        },
+    );
+    let dispatch = tmux.until("the dispatch's run record", || {
+        home.dispatches()
             .into_iter()
-            .flat_map(|summary| summary.names.unwrap_or_default())
-            .collect()
-    })
+            .find(|dispatch| !before.contains(dispatch))
+    });
+    let events = tmux.until("the running phase in the run record", || {
+        let events = home.events(dispatch);
+        phases(&events).contains(&Phase::Running).then_some(events)
+    });
+    assert_eq!(
+        phases(&events)[..3],
+        [Phase::Preflight, Phase::Provisioning, Phase::Running],
+        "{events:#?}"
+    );
+    assert_eq!(
+        containers_of(dispatch),
+        [dispatch.to_string()],
+        "the sandbox runs"
+    );
+    dispatch
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
+/// Nothing of `dispatch` is left: no container (labelled as its sandbox or named after it), no
+/// dispatch directory, no journal record.
+fn assert_gone(home: &Home, dispatch: DispatchId) {
+    assert_nothing_left(home, dispatch);
+    assert_eq!(
+        containers_where("name", dispatch.to_string()),
+        Vec::<String>::new(),
+        "a container named {dispatch}"
+    );
 }
 
 #[test]
-fn the_theater_dispatches_cancels_reviews_opens_the_pull_request_and_quits() {
-    runtime().block_on(async {
-        let _ = docker();
-        sandbox_image().await;
-    });
-    let project = Project::new(&scenario(&[
-        "say = \"I will keep at it.\"",
-        "forever = true",
-    ]));
-    let tmux = Tmux::start(&project);
+fn the_demo_theater_cancels_reviews_opens_the_pull_request_and_quits() {
+    docker_ready();
+    let home = Home::new();
+    let briefs = demo_briefs();
+    let (first, second) = (&briefs[0], &briefs[1]);
+    let tmux = Tmux::start(&home, home.path(), &home.demo_args());
     let started = Instant::now();
-    tmux.until_screen("the inbox", shows_inbox);
+
+    // The theater opens on the demo's inbox; nothing is dispatched until a person asks.
+    let inbox = tmux.until_shown(
+        "the demo's inbox",
+        &[
+            &format!("Inbox ({})", briefs.len()),
+            &format!("▸ [new] {}", first.title),
+            &format!("[new] {}", second.title),
+            "not dispatched yet: Enter dispatches it",
+        ],
+    );
     let opened = started.elapsed();
+    tmux.assert_taken();
+    assert!(inbox.contains("0 running"), "{inbox}");
+    assert_eq!(home.dispatches(), Vec::<DispatchId>::new());
 
-    // Enter asks to confirm the dispatch; y confirms.
-    tmux.press("Enter");
-    tmux.press("y");
-    let first = tmux.until("the first dispatch's run record", || {
-        project.dispatches().first().copied()
-    });
-    let running = tmux.until("the agent running and talking", || {
-        let events = project.events(first);
-        (phases(&events).contains(&Phase::Running) && transcript_has(&events, "I will keep at it"))
-            .then_some(events)
-    });
-    assert_eq!(
-        phases(&running)[..3],
-        [Phase::Preflight, Phase::Provisioning, Phase::Running],
-        "{running:#?}"
-    );
-    assert!(!containers_of(first).is_empty(), "the sandbox is running");
-
-    // c asks to confirm the cancel; y confirms.
+    // Enter + y dispatches the selected brief; c + y cancels it, and the timeline says how it ended
+    // and what was torn down.
+    let cancelled =
+        dispatch_until_thinking(&tmux, &home, &first.id, &first_thought(&first.id), &[]);
     tmux.press("c");
+    tmux.until_shown(
+        "the cancel confirmation",
+        &[
+            &format!("Cancel {}?", first.id),
+            &cancelled.to_string(),
+            "The agent is stopped and the sandbox torn down.",
+        ],
+    );
     tmux.press("y");
-    let cancelled = tmux.until("the cancelled result", || project.result(first));
-    assert_eq!(cancelled.outcome, Phase::Cancelled, "{cancelled:#?}");
-    assert!(
-        torn_down(&project.events(first)),
-        "the sandbox was torn down"
+    let screen = tmux.until_shown(
+        "the cancelled outcome and the teardown",
+        &[
+            &format!("[cancelled] {}", first.title),
+            "outcome: cancelled (exit 3)",
+            "teardown (",
+            &format!("✓ container {cancelled}"),
+            "✓ workspace ",
+            "✓ outputs directory ",
+            "✓ local credential ",
+        ],
     );
-    assert_eq!(containers_of(first), Vec::<String>::new());
-    assert!(
-        shows_inbox(&tmux.screen()),
-        "the theater is still up:\n{}",
-        tmux.screen()
-    );
+    assert!(!screen.contains('✗'), "a teardown step failed:\n{screen}");
+    let result = tmux.until("the cancelled result", || home.result(cancelled));
+    assert_eq!(result.outcome, Phase::Cancelled, "{result:#?}");
+    assert_gone(&home, cancelled);
 
-    // A second run that finishes waits for review; p pushes and opens the pull request.
-    project.set_scenario(&scenario(&[
-        "write = { path = \"src/notes.txt\", content = \"one\\ntwo\\nthree\\nfour\\n\" }",
-        "finish = \"Added four.\"",
-    ]));
+    // `/` searches the cancelled dispatch's transcript for its first thought and pins it in view;
+    // Tab gives the keys back to the inbox.
+    tmux.press("/");
+    tmux.type_text(&first_thought(&first.id));
     tmux.press("Enter");
-    tmux.press("y");
-    let second = tmux.until("the second dispatch's run record", || {
-        project.dispatches().into_iter().find(|id| *id != first)
+    tmux.until_shown(
+        "the search's match",
+        &["· n older · N newer", "— paused, G follows — /"],
+    );
+    tmux.press("Tab");
+
+    // The second brief runs to the review gate, which shows the diffstat; p pushes it and opens the
+    // pull request, which the inbox badge and the timeline name.
+    tmux.press("j");
+    tmux.until_shown(
+        "the second brief selected",
+        &[&format!("▸ [new] {}", second.title)],
+    );
+    let reviewed = dispatch_until_thinking(
+        &tmux,
+        &home,
+        &second.id,
+        &first_thought(&second.id),
+        &[cancelled],
+    );
+    let gate = tmux.until_shown(
+        "the review gate",
+        &[
+            &format!("Review — {}: awaiting approval", second.id),
+            "[awaiting review]",
+            "file(s) changed, +",
+            "M src/count.rs",
+            "M README.md",
+            "p push & open PR",
+            "diff --git a/",
+            "diff lines 1–",
+        ],
+    );
+    // The patch scrolls under j.
+    tmux.press("j");
+    tmux.until_shown("the diff scrolled by a line", &["diff lines 2–"]);
+    let recorded = tmux.until("the review gate in the run record", || {
+        let phases = phases(&home.events(reviewed));
+        phases.contains(&Phase::AwaitingApproval).then_some(phases)
     });
-    tmux.until("the review gate", || {
-        phases(&project.events(second))
-            .contains(&Phase::AwaitingApproval)
-            .then_some(())
-    });
+    assert!(
+        recorded.ends_with(&[Phase::Running, Phase::Collecting, Phase::AwaitingApproval]),
+        "{recorded:?}\n{gate}"
+    );
     tmux.press("p");
-    let review_file = project.home.state().join("reviews").join("1.json");
-    let review: ReviewRecord = tmux.until("the local forge's pull request", || {
-        let text = std::fs::read_to_string(&review_file).ok()?;
-        serde_json::from_str(&text).ok()
+    let review_file = home.state().join("reviews").join("1.json");
+    let screen = tmux.until_shown(
+        "the pull request on screen",
+        &[
+            "[PR #1]",
+            "outcome: done (exit 0)",
+            "pushed ",
+            &format!("PR #1 opened: {}", review_file.display()),
+        ],
+    );
+    let review: ReviewRecord = tmux.until("the local forge's review record", || {
+        serde_json::from_str(&std::fs::read_to_string(&review_file).ok()?).ok()
     });
     assert_eq!(review.number, 1);
     assert_eq!(review.base, "main");
-    let done = tmux.until("the reviewed result", || project.result(second));
-    assert_eq!(done.outcome, Phase::Done, "{done:#?}");
-    let second_phases = phases(&project.events(second));
+    let remote = home.demo_dir().join("remote.git");
+    assert_eq!(review.remote, remote);
     assert!(
-        second_phases.ends_with(&[
+        screen.contains(&format!("pushed {} → ", review.head)),
+        "the branch on screen is {}:\n{screen}",
+        review.head
+    );
+    let pushed = git(
+        &remote,
+        &[
+            "rev-parse",
+            "--verify",
+            &format!("refs/heads/{}", review.head),
+        ],
+    );
+    assert!(review.body.contains(&pushed), "{}", review.body);
+    let done = tmux.until("the reviewed result", || home.result(reviewed));
+    assert_eq!(done.outcome, Phase::Done, "{done:#?}");
+    let all_phases = phases(&home.events(reviewed));
+    assert!(
+        all_phases.ends_with(&[
             Phase::AwaitingApproval,
             Phase::Pushing,
             Phase::OpeningPr,
             Phase::Done
         ]),
-        "{second_phases:?}"
+        "{all_phases:?}"
     );
-    assert_eq!(containers_of(second), Vec::<String>::new());
+    assert_gone(&home, reviewed);
 
-    // q quits (nothing is running) and the terminal is given back.
+    // q quits (nothing is running): the shell is back with a sane terminal and, below where the
+    // theater was, the demo's closing hints.
     tmux.press("q");
-    let after = tmux.until_screen("stet to exit", |screen| screen.contains("stet exited"));
-    assert!(
-        after.contains("stet exited with status 0"),
-        "the exit status:\n{after}"
-    );
-    assert!(
-        !shows_inbox(&after),
-        "the alternate screen is gone:\n{after}"
-    );
+    tmux.assert_given_back(0, &home.demo_hints());
     eprintln!(
-        "tui: inbox shown after {opened:?}, whole run {:?}",
+        "tui: demo inbox shown after {opened:?}, whole run {:?}",
         started.elapsed()
     );
+}
+
+#[test]
+fn sigterm_at_the_inbox_gives_the_terminal_back() {
+    docker_ready();
+    let project = Project::new(&forever());
+    let tmux = Tmux::start(&project.home, &project.repo, &[]);
+    tmux.until_shown(
+        "the project's inbox",
+        &["Inbox (1)", &format!("▸ [new] {PROJECT_TITLE}")],
+    );
+    tmux.assert_taken();
+    assert!(signal(tmux.stet_pid(), "TERM").success());
+    // A first signal quits the way q does; the theater prints nothing.
+    tmux.assert_given_back(0, &[]);
+}
+
+#[test]
+fn sigterm_during_a_demo_dispatch_tears_it_down_and_gives_the_terminal_back() {
+    docker_ready();
+    let home = Home::new();
+    let briefs = demo_briefs();
+    let brief = &briefs[0];
+    let tmux = Tmux::start(&home, home.path(), &home.demo_args());
+    tmux.until_shown("the demo's inbox", &[&format!("▸ [new] {}", brief.title)]);
+    let dispatch = dispatch_until_thinking(&tmux, &home, &brief.id, &first_thought(&brief.id), &[]);
+    tmux.assert_taken();
+    assert!(signal(tmux.stet_pid(), "TERM").success());
+    // The signal cancels the dispatch, and stet waits for its teardown before it exits.
+    tmux.assert_given_back(0, &home.demo_hints());
+    let result = home
+        .result(dispatch)
+        .unwrap_or_else(|| panic!("no result for {dispatch}"));
+    assert_eq!(result.outcome, Phase::Cancelled, "{result:#?}");
+    assert_gone(&home, dispatch);
 }

@@ -70,6 +70,11 @@ impl TranscriptScroll {
         true
     }
 
+    /// Keeps item `item` (an absolute number, dropped items counted) at the bottom of the pane.
+    pub fn pin(&mut self, item: u64) {
+        self.pinned = Some(item);
+    }
+
     /// Follows the tail again; returns whether it was pinned.
     pub fn follow(&mut self) -> bool {
         self.pinned.take().is_some()

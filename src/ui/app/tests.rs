@@ -24,6 +24,13 @@ pub(crate) fn brief_entry(id: &str) -> InboxEntry {
     }
 }
 
+/// The request that dispatches brief `id` as [`brief_entry`] writes it.
+pub(crate) fn dispatch_request(id: &str) -> Request {
+    Request::Dispatch {
+        brief: Box::new(brief_entry(id).brief.unwrap()),
+    }
+}
+
 pub(crate) fn broken_entry() -> InboxEntry {
     let path = PathBuf::from("briefs/broken.toml");
     InboxEntry {
@@ -66,6 +73,10 @@ impl Script {
                 .unwrap(),
             ..Script::new(brief)
         }
+    }
+
+    pub(crate) fn id(&self) -> DispatchId {
+        self.dispatch
     }
 
     pub(crate) fn text(&self, text: &str) -> SanitizedText {
@@ -145,6 +156,41 @@ impl Script {
         )
     }
 
+    /// A changed file of a collected result.
+    pub(crate) fn changed(
+        &self,
+        path: &str,
+        change: ChangeKind,
+        insertions: usize,
+        deletions: usize,
+    ) -> ChangedPath {
+        ChangedPath {
+            path: self.text(path),
+            change,
+            insertions,
+            deletions,
+            binary: false,
+        }
+    }
+
+    /// Running → collecting at 40 s, the result of `files` collected (those in `protected` held),
+    /// then waiting for review at 42 s.
+    pub(crate) fn to_review(&self, files: Vec<ChangedPath>, protected: &[&str]) -> Vec<Event> {
+        let collected = EventKind::Collected {
+            commit: sha(),
+            reference: self.text(&format!("refs/stet/{}", self.brief)),
+            insertions: files.iter().map(|file| file.insertions).sum(),
+            deletions: files.iter().map(|file| file.deletions).sum(),
+            files,
+            protected: protected.iter().map(|path| self.text(path)).collect(),
+        };
+        vec![
+            self.phase(40, Phase::Running, Phase::Collecting),
+            self.at(41, collected),
+            self.phase(42, Phase::Collecting, Phase::AwaitingApproval),
+        ]
+    }
+
     /// Dispatched, then straight through to running.
     pub(crate) fn started(&self) -> Vec<Event> {
         vec![
@@ -174,9 +220,7 @@ fn a_demo_run_builds_the_timeline_meter_review_and_pull_request() {
     assert_eq!(app.badge("fix-greeting"), Badge::New);
     assert_eq!(
         dispatch_selected(&mut app),
-        Some(Request::Dispatch {
-            brief: "fix-greeting".to_owned()
-        })
+        Some(dispatch_request("fix-greeting"))
     );
     assert_eq!(app.badge("fix-greeting"), Badge::Queued);
 
@@ -498,9 +542,7 @@ fn a_second_dispatch_of_a_brief_in_flight_is_refused_locally() {
     app.update(Msg::Engine(script.finished(9, Phase::Failed)));
     assert_eq!(
         dispatch_selected(&mut app),
-        Some(Request::Dispatch {
-            brief: "a".to_owned()
-        }),
+        Some(dispatch_request("a")),
         "a finished brief can run again"
     );
 }
@@ -765,4 +807,188 @@ fn the_cost_ceiling_must_be_a_positive_amount() {
         app.set_cost_ceiling(Some(bad));
         assert_eq!(app.cost_ceiling(), None, "{bad}");
     }
+}
+
+fn type_query(app: &mut App, query: &str) {
+    assert_eq!(app.update(Msg::SearchStart), None);
+    for c in query.chars() {
+        app.update(Msg::SearchKey(crossterm::event::KeyEvent::from(
+            crossterm::event::KeyCode::Char(c),
+        )));
+    }
+}
+
+#[test]
+fn search_pins_the_nearest_older_match_and_walks_both_ways() {
+    let mut app = app(&["a"]);
+    let script = Script::fixed("a", 1);
+    dispatch_selected(&mut app);
+    app.update(Msg::EngineBatch(script.started()));
+    let lines = ["cargo build", "error: E0308", "ok", "Error again", "ok"];
+    app.update(Msg::EngineBatch(
+        lines
+            .iter()
+            .enumerate()
+            .map(|(n, text)| script.line(4 + n as i64, ItemKind::Output, text))
+            .collect(),
+    ));
+    let bottom = |app: &App| {
+        let view = app.selected_dispatch().unwrap();
+        app.scroll()
+            .bottom(view.transcript.dropped(), view.transcript.len())
+    };
+
+    type_query(&mut app, "error");
+    assert!(app.search_prompt().is_some());
+    assert_eq!(app.search(), None, "nothing is searched before Enter");
+    app.update(Msg::SearchCommit);
+    assert!(app.search_prompt().is_none());
+    assert_eq!(app.focus(), Focus::Transcript);
+    assert_eq!(
+        bottom(&app),
+        Some(3),
+        "the newest match at or above the view"
+    );
+    assert!(
+        app.status().unwrap().contains("item 4 of 5"),
+        "{:?}",
+        app.status()
+    );
+
+    app.update(Msg::SearchNext);
+    assert_eq!(bottom(&app), Some(1));
+    app.update(Msg::SearchNext);
+    assert_eq!(bottom(&app), Some(3), "wrapped round to the newest");
+    assert!(app.status().unwrap().contains("wrapped"));
+    app.update(Msg::SearchPrevious);
+    assert_eq!(bottom(&app), Some(1), "wrapped the other way");
+
+    type_query(&mut app, "Error");
+    app.update(Msg::SearchCommit);
+    assert_eq!(
+        bottom(&app),
+        Some(3),
+        "an upper-case letter makes it case-sensitive"
+    );
+    type_query(&mut app, "panic");
+    app.update(Msg::SearchCommit);
+    assert_eq!(app.status(), Some("no match for “panic”"));
+    type_query(&mut app, "x");
+    app.update(Msg::SearchCancel);
+    assert_eq!(
+        app.search().unwrap().query(),
+        "panic",
+        "Esc keeps the old search"
+    );
+}
+
+#[test]
+fn the_search_prompt_caps_its_length() {
+    let mut app = app(&["a"]);
+    type_query(&mut app, &"q".repeat(MAX_QUERY_CHARS + 10));
+    assert_eq!(
+        app.search_prompt().unwrap().value().chars().count(),
+        MAX_QUERY_CHARS
+    );
+}
+
+#[test]
+fn ctrl_c_quits_on_the_second_press_only() {
+    let mut app = app(&["a"]);
+    assert_eq!(app.update(Msg::Interrupt), None);
+    assert!(!app.is_quitting());
+    assert_eq!(app.status(), Some("press Ctrl-C again to quit"));
+    app.update(Msg::SelectNext);
+    assert_eq!(app.update(Msg::Interrupt), None, "another key disarmed it");
+    assert_eq!(app.update(Msg::Interrupt), Some(Request::Shutdown));
+    assert!(app.is_quitting());
+}
+
+#[test]
+fn the_review_gate_scrolls_its_patch_within_bounds() {
+    let mut app = app(&["a"]);
+    let script = Script::fixed("a", 1);
+    dispatch_selected(&mut app);
+    app.update(Msg::EngineBatch(script.started()));
+    app.update(Msg::EngineBatch(script.to_review(Vec::new(), &[])));
+    let view = app.reviewing().unwrap();
+    assert_eq!(view.patch, Some(PatchState::Loading));
+    app.update(Msg::ScrollDown(5));
+    assert_eq!(app.review_scroll(), 0, "nothing to scroll while loading");
+    app.update(Msg::PatchLoaded {
+        dispatch: script.id(),
+        patch: Ok("a\nb\nc\nd\n".to_owned()),
+    });
+    app.update(Msg::ScrollDown(2));
+    assert_eq!(app.review_scroll(), 2);
+    app.update(Msg::ScrollDown(10));
+    assert_eq!(app.review_scroll(), 3, "stops at the last line");
+    app.update(Msg::ScrollUp(1));
+    assert_eq!(app.review_scroll(), 2);
+    assert!(
+        app.scroll().is_following(),
+        "the transcript did not move under the gate"
+    );
+}
+
+#[test]
+fn the_new_brief_form_saves_through_a_request_and_the_brief_joins_the_inbox() {
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    let mut app = app(&["b-first", "d-last"]);
+    app.update(Msg::NewBrief);
+    let form = app.form().unwrap();
+    assert_eq!(form.value(crate::ui::form::Field::Repo), "demo/app");
+    assert_eq!(form.value(crate::ui::form::Field::Base), "main");
+    let key = |code| Msg::FormKey(KeyEvent::new(code, KeyModifiers::NONE));
+    for c in "Cut a release".chars() {
+        app.update(key(KeyCode::Char(c)));
+    }
+    for _ in 0..3 {
+        app.update(key(KeyCode::Tab));
+    }
+    for c in "tag it".chars() {
+        app.update(key(KeyCode::Char(c)));
+    }
+    let save = Msg::FormKey(KeyEvent::new(KeyCode::Char('s'), KeyModifiers::CONTROL));
+    let Some(Request::SaveBrief(draft)) = app.update(save.clone()) else {
+        panic!("no save asked for");
+    };
+    assert_eq!(draft.title, "Cut a release");
+    assert_eq!(draft.items, ["tag it"]);
+    assert_eq!(app.update(save), None, "keys wait while it is saved");
+
+    app.update(Msg::BriefSaved {
+        file: None,
+        saved: Err("briefs: permission denied".to_owned()),
+    });
+    assert!(app.form().is_some(), "a failed save keeps what was typed");
+    assert_eq!(
+        app.status(),
+        Some("cannot save the brief: briefs: permission denied")
+    );
+
+    let saved = brief_entry("c-release").brief.unwrap();
+    app.update(Msg::BriefSaved {
+        file: Some(PathBuf::from(".stet/briefs/c-release.toml")),
+        saved: Ok(Box::new(saved)),
+    });
+    assert!(app.form().is_none());
+    let ids: Vec<_> = app.rows().iter().filter_map(InboxRow::brief_id).collect();
+    assert_eq!(ids, ["b-first", "c-release", "d-last"]);
+    assert_eq!(app.selected(), Some(1), "the new brief is selected");
+    assert_eq!(
+        app.status(),
+        Some("saved .stet/briefs/c-release.toml: Enter dispatches it")
+    );
+}
+
+#[test]
+fn esc_closes_the_form_without_a_request() {
+    use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    let mut app = app(&[]);
+    app.update(Msg::NewBrief);
+    assert_eq!(app.form().unwrap().value(crate::ui::form::Field::Repo), "");
+    let esc = Msg::FormKey(KeyEvent::new(KeyCode::Esc, KeyModifiers::NONE));
+    assert_eq!(app.update(esc), None);
+    assert!(app.form().is_none());
 }

@@ -12,6 +12,7 @@ use crate::dispatch::event::{
 };
 use crate::dispatch::sanitize::SanitizedText;
 use crate::dispatch::state::Phase;
+use crate::ui::app::review::PatchState;
 
 /// How many transcript items a dispatch keeps for display unless told otherwise.
 pub const DEFAULT_TRANSCRIPT_CAPACITY: usize = 10_000;
@@ -250,6 +251,8 @@ pub struct DispatchView {
     pub image_pull: Option<ImagePullProgress>,
     pub warnings: BoundedRing<ClippedText>,
     pub collected: Option<CollectedResult>,
+    /// The collected result's patch, once asked for (the loop reads it from the run record).
+    pub patch: Option<PatchState>,
     pub pushed: Option<PushedBranch>,
     pub pull_request: Option<PullRequestLink>,
     pub teardown: Option<Teardown>,
@@ -281,6 +284,7 @@ impl DispatchView {
             image_pull: None,
             warnings: BoundedRing::new(MAX_WARNINGS),
             collected: None,
+            patch: None,
             pushed: None,
             pull_request: None,
             teardown: None,
@@ -362,6 +366,7 @@ impl DispatchView {
                     deletions,
                     protected,
                 });
+                self.patch = Some(PatchState::Loading);
             }
             EventKind::Pushed {
                 branch,

@@ -8,6 +8,7 @@ use futures_util::stream;
 use ratatui::backend::TestBackend;
 
 use super::*;
+use crate::brief::Brief;
 use crate::dispatch::event::{DispatchId, EventKind, ItemKind, TranscriptItem};
 use crate::dispatch::sanitize::TokenSanitizer;
 use crate::dispatch::state::Phase;
@@ -15,14 +16,24 @@ use crate::inbox::InboxEntry;
 
 const BRIEF: &str = "fix-greeting";
 
-fn app() -> App {
+fn entry() -> InboxEntry {
     let path = PathBuf::from(format!("briefs/{BRIEF}.toml"));
     let text = "title = \"Fix the greeting\"\nworkflow = \"implement\"\n\n[target]\nrepo = \"demo/app\"\nbase = \"main\"\n\n[[items]]\ntext = \"do it\"\n";
-    let entry = InboxEntry {
+    InboxEntry {
         brief: Brief::parse(BRIEF, &path, text),
         path,
-    };
-    App::new(&[entry], Utc::now())
+    }
+}
+
+fn app() -> App {
+    App::new(&[entry()], Utc::now())
+}
+
+/// The request that dispatches the brief of [`app`].
+fn dispatch_request() -> Request {
+    Request::Dispatch {
+        brief: Box::new(entry().brief.unwrap()),
+    }
 }
 
 /// The loop's collaborators, driven by hand: keys in, engine events in, signals in, and every
@@ -58,7 +69,7 @@ fn rig(refuse_first: bool) -> (Rig, Parts) {
             Request::Shutdown => Some(Reply::ShutDown),
             Request::Dispatch { .. } if refusals > 0 => {
                 refusals -= 1;
-                Some(Reply::Refused(Msg::RequestFailed {
+                Some(Reply::Update(Msg::RequestFailed {
                     request,
                     reason: "the dispatcher has stopped".to_owned(),
                 }))
@@ -143,6 +154,21 @@ impl Rig {
         ]
     }
 
+    /// Enter + y dispatches the brief, which the engine then runs.
+    async fn dispatch_running(&mut self) {
+        self.press(KeyCode::Enter);
+        self.press(KeyCode::Char('y'));
+        self.next_request().await;
+        self.engine(self.running()).await;
+    }
+
+    /// The dispatch ends with `outcome`; then `q` asks for the shutdown at once.
+    async fn finish_and_quit(&mut self, outcome: Phase) {
+        self.engine(self.finished(outcome)).await;
+        self.press(KeyCode::Char('q'));
+        assert_eq!(self.next_request().await, Request::Shutdown);
+    }
+
     fn finished(&self, outcome: Phase) -> Vec<EventKind> {
         vec![
             self.phase(Phase::Running, outcome),
@@ -174,19 +200,12 @@ async fn enter_dispatches_the_brief_c_cancels_it_and_q_quits_once_it_finished() 
     let script = async {
         rig.press(KeyCode::Enter);
         rig.press(KeyCode::Char('y'));
-        assert_eq!(
-            rig.next_request().await,
-            Request::Dispatch {
-                brief: BRIEF.to_owned()
-            }
-        );
+        assert_eq!(rig.next_request().await, dispatch_request());
         rig.engine(rig.running()).await;
         rig.press(KeyCode::Char('c'));
         rig.press(KeyCode::Char('y'));
         assert_eq!(rig.next_request().await, Request::Cancel(rig.dispatch));
-        rig.engine(rig.finished(Phase::Cancelled)).await;
-        rig.press(KeyCode::Char('q'));
-        assert_eq!(rig.next_request().await, Request::Shutdown);
+        rig.finish_and_quit(Phase::Cancelled).await;
     };
     let (exit, ()) = tokio::join!(drive_with(&mut terminal, parts), script);
     assert_eq!(exit.unwrap(), Exit::Quit);
@@ -209,10 +228,7 @@ async fn quitting_with_a_dispatch_running_waits_until_it_finished() {
     });
     let mut terminal = Terminal::new(TestBackend::new(80, 20)).unwrap();
     let script = async {
-        rig.press(KeyCode::Enter);
-        rig.press(KeyCode::Char('y'));
-        rig.next_request().await;
-        rig.engine(rig.running()).await;
+        rig.dispatch_running().await;
         rig.press(KeyCode::Char('q'));
         rig.press(KeyCode::Char('y'));
         assert_eq!(rig.next_request().await, Request::Shutdown);
@@ -233,9 +249,7 @@ async fn quitting_with_a_dispatch_running_waits_until_it_finished() {
 async fn a_refused_dispatch_can_be_asked_for_again() {
     let (mut rig, parts) = rig(true);
     let mut terminal = Terminal::new(TestBackend::new(80, 20)).unwrap();
-    let dispatch = Request::Dispatch {
-        brief: BRIEF.to_owned(),
-    };
+    let dispatch = dispatch_request();
     let script = async {
         rig.press(KeyCode::Enter);
         rig.press(KeyCode::Char('y'));
@@ -245,9 +259,7 @@ async fn a_refused_dispatch_can_be_asked_for_again() {
         rig.press(KeyCode::Char('y'));
         assert_eq!(rig.next_request().await, dispatch);
         rig.engine(rig.running()).await;
-        rig.engine(rig.finished(Phase::Done)).await;
-        rig.press(KeyCode::Char('q'));
-        assert_eq!(rig.next_request().await, Request::Shutdown);
+        rig.finish_and_quit(Phase::Done).await;
     };
     let (exit, ()) = tokio::join!(drive_with(&mut terminal, parts), script);
     assert_eq!(exit.unwrap(), Exit::Quit);
@@ -263,10 +275,7 @@ async fn a_signal_shuts_down_without_asking_and_a_second_one_exits_at_once() {
     });
     let mut terminal = Terminal::new(TestBackend::new(80, 20)).unwrap();
     let script = async {
-        rig.press(KeyCode::Enter);
-        rig.press(KeyCode::Char('y'));
-        rig.next_request().await;
-        rig.engine(rig.running()).await;
+        rig.dispatch_running().await;
         // A question is open when the signal comes: it is dismissed, not answered.
         rig.press(KeyCode::Char('c'));
         rig.signals.send(()).unwrap();
@@ -290,5 +299,179 @@ async fn a_resize_is_taken_and_a_broken_input_ends_the_loop_with_an_error() {
     assert!(
         matches!(&exit, Err(LoopError::Input(error)) if error.to_string() == "the terminal went away"),
         "{exit:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_collected_result_has_its_patch_read_for_the_review_gate() {
+    let (mut rig, parts) = rig(false);
+    let mut terminal = Terminal::new(TestBackend::new(80, 20)).unwrap();
+    let script = async {
+        rig.dispatch_running().await;
+        rig.engine(vec![EventKind::Collected {
+            commit: crate::ui::app::tests::sha(),
+            reference: rig.sanitizer.sanitize("refs/stet/x"),
+            files: Vec::new(),
+            insertions: 0,
+            deletions: 0,
+            protected: Vec::new(),
+        }])
+        .await;
+        assert_eq!(rig.next_request().await, Request::LoadPatch(rig.dispatch));
+        rig.finish_and_quit(Phase::Done).await;
+    };
+    let (exit, ()) = tokio::join!(drive_with(&mut terminal, parts), script);
+    assert_eq!(exit.unwrap(), Exit::Quit);
+}
+
+#[tokio::test]
+async fn the_patch_is_read_from_the_run_record_and_a_missing_one_says_where() {
+    let runs = tempfile::tempdir().unwrap();
+    let dispatch = DispatchId::new();
+    let missing = load_patch(runs.path().to_owned(), dispatch).await;
+    let Some(Reply::Update(Msg::PatchLoaded {
+        patch: Err(reason), ..
+    })) = missing
+    else {
+        panic!("{missing:?}");
+    };
+    assert!(reason.contains(&dispatch.to_string()), "{reason}");
+
+    let record = runs.path().join(dispatch.to_string());
+    std::fs::create_dir_all(&record).unwrap();
+    std::fs::write(record.join(PATCH_FILE), "+added\n").unwrap();
+    let read = load_patch(runs.path().to_owned(), dispatch).await;
+    assert!(
+        matches!(&read, Some(Reply::Update(Msg::PatchLoaded { dispatch: d, patch: Ok(text) })) if *d == dispatch && text == "+added\n"),
+        "{read:?}"
+    );
+}
+
+#[test]
+fn the_wheel_scrolls_the_pane_under_the_pointer() {
+    use crate::ui::app::tests::{Script, app as app_of, dispatch_selected};
+    use crossterm::event::{MouseButton, MouseEvent};
+    let mut app = app_of(&["a", "b"]);
+    let script = Script::fixed("a", 1);
+    dispatch_selected(&mut app);
+    app.update(Msg::EngineBatch(script.started()));
+    let area = ratatui::layout::Rect::new(0, 0, 100, 30);
+    let at = |kind, column, row| MouseEvent {
+        kind,
+        column,
+        row,
+        modifiers: KeyModifiers::NONE,
+    };
+    assert_eq!(
+        wheel(at(MouseEventKind::ScrollDown, 5, 5), &app, area),
+        Some(Msg::SelectNext)
+    );
+    assert_eq!(
+        wheel(at(MouseEventKind::ScrollUp, 60, 26), &app, area),
+        Some(Msg::ScrollUp(WHEEL_LINES))
+    );
+    assert_eq!(
+        wheel(
+            at(MouseEventKind::Down(MouseButton::Left), 60, 26),
+            &app,
+            area
+        ),
+        None,
+        "a click is not a scroll"
+    );
+    assert_eq!(
+        wheel(at(MouseEventKind::ScrollUp, 60, 29), &app, area),
+        None,
+        "the footer scrolls nothing"
+    );
+}
+
+/// An agent flooding the transcript from another thread never keeps a key waiting more than one
+/// batch: the events sent between the key press and the moment the loop makes the request the keys
+/// ask for stay within one drained batch and the channel's capacity, however long the flood lasts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooding_agent_never_holds_up_a_key_by_more_than_one_batch() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let (mut rig, mut parts) = rig(false);
+    let mut terminal = Terminal::new(TestBackend::new(120, 40)).unwrap();
+    let sent = Arc::new(AtomicU64::new(0));
+    let at_cancel = Arc::new(AtomicU64::new(0));
+    let mut inner = parts.perform;
+    parts.perform = {
+        let (sent, at_cancel) = (sent.clone(), at_cancel.clone());
+        Box::new(move |request| {
+            if matches!(request, Request::Cancel(_)) {
+                at_cancel.store(sent.load(Ordering::SeqCst), Ordering::SeqCst);
+            }
+            inner(request)
+        })
+    };
+    let script = async {
+        rig.dispatch_running().await;
+        let flood = {
+            let (events, sent, dispatch) = (rig.events.clone(), sent.clone(), rig.dispatch);
+            let line = rig
+                .sanitizer
+                .sanitize("flood flood flood flood flood flood");
+            tokio::spawn(async move {
+                loop {
+                    let item = EventKind::Transcript(TranscriptItem {
+                        item: ItemKind::Output,
+                        text: line.clone(),
+                    });
+                    if events
+                        .send(Event::new(dispatch, BRIEF, item))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                    sent.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        };
+        while sent.load(Ordering::SeqCst) < 50_000 {
+            tokio::task::yield_now().await;
+        }
+        let before = sent.load(Ordering::SeqCst);
+        rig.press(KeyCode::Char('c'));
+        rig.press(KeyCode::Char('y'));
+        assert_eq!(rig.next_request().await, Request::Cancel(rig.dispatch));
+        let taken = at_cancel.load(Ordering::SeqCst) - before;
+        let bound = (2 * MAX_BATCH + rig.events.max_capacity()) as u64;
+        assert!(
+            taken <= bound,
+            "{taken} events went ahead of the key (bound {bound})"
+        );
+        flood.abort();
+        rig.finish_and_quit(Phase::Cancelled).await;
+    };
+    let (exit, ()) = tokio::join!(drive_with(&mut terminal, parts), script);
+    assert_eq!(exit.unwrap(), Exit::Quit);
+}
+
+#[tokio::test]
+async fn a_saved_brief_is_written_into_the_inbox_and_read_back() {
+    let inbox = tempfile::tempdir().unwrap();
+    let draft = BriefDraft {
+        title: "Cut a release".to_owned(),
+        repo: "demo/app".to_owned(),
+        base: "main".to_owned(),
+        items: vec!["tag it".to_owned()],
+    };
+    let reply = save_brief(inbox.path().join("briefs"), draft).await;
+    let Some(Reply::Update(Msg::BriefSaved {
+        file: Some(file),
+        saved: Ok(brief),
+    })) = reply
+    else {
+        panic!("{reply:?}");
+    };
+    assert_eq!(file, inbox.path().join("briefs/cut-a-release.toml"));
+    assert_eq!(brief.title, "Cut a release");
+    assert_eq!(
+        Brief::from_file(&file).unwrap(),
+        *brief,
+        "what the inbox shows is what the file says"
     );
 }

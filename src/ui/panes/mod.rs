@@ -2,6 +2,7 @@
 //! reaches a `Span`, durations and times written one way, and the bordered block every pane sits in.
 
 pub mod confirm;
+pub mod form;
 pub mod help;
 pub mod inbox;
 pub mod meter;
@@ -12,6 +13,18 @@ pub mod transcript;
 
 #[cfg(test)]
 mod screens;
+
+/// `insta::assert_snapshot!` with the snapshot kept in `tests/snapshots/`, beside the suite's.
+#[cfg(test)]
+macro_rules! assert_screen {
+    ($shown:expr) => {
+        insta::with_settings!({ snapshot_path => "../../../tests/snapshots" }, {
+            insta::assert_snapshot!($shown)
+        })
+    };
+}
+#[cfg(test)]
+pub(crate) use assert_screen;
 
 use chrono::{DateTime, TimeDelta, Utc};
 use ratatui::layout::{Constraint, Flex, Layout, Rect};

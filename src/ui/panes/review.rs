@@ -7,7 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
 use crate::git::import::ChangeKind;
-use crate::ui::app::DispatchView;
+use crate::ui::app::{DispatchView, PatchState, PatchText};
 use crate::ui::keymap::{Context, KEYMAP};
 use crate::ui::panes::{pane_block, text};
 use crate::ui::theme::Theme;
@@ -21,8 +21,67 @@ fn change_mark(change: ChangeKind) -> &'static str {
     }
 }
 
-/// The lines of the gate for a pane `width` columns wide and `height` rows high, without the block.
-pub fn lines(view: &DispatchView, width: usize, height: usize, theme: Theme) -> Vec<Line<'static>> {
+/// The style of a patch line, by what it is.
+fn patch_style(line: &str, theme: Theme) -> ratatui::style::Style {
+    if line.starts_with("diff --git") {
+        theme.title()
+    } else if line.starts_with("+++") || line.starts_with("---") || line.starts_with("index ") {
+        theme.muted()
+    } else if line.starts_with("@@") {
+        theme.key()
+    } else if line.starts_with('+') {
+        theme.success()
+    } else if line.starts_with('-') {
+        theme.error()
+    } else {
+        ratatui::style::Style::new()
+    }
+}
+
+/// `rows` lines of `patch` from line `first`, each cut to `width` columns, with where they are.
+fn patch_window(
+    patch: &PatchText,
+    first: usize,
+    rows: usize,
+    width: usize,
+    theme: Theme,
+) -> Vec<Line<'static>> {
+    if rows == 0 {
+        return Vec::new();
+    }
+    let first = first.min(patch.len().saturating_sub(1));
+    let shown = rows - 1;
+    let mut lines: Vec<Line<'static>> = (first..patch.len())
+        .take(shown)
+        .filter_map(|index| patch.line(index))
+        .map(|line| {
+            Line::styled(
+                text::truncate(&text::inert(line), width),
+                patch_style(line, theme),
+            )
+        })
+        .collect();
+    let last = (first + lines.len()).min(patch.len());
+    lines.push(Line::styled(
+        format!(
+            "diff lines {}–{last} of {} · j/k scroll",
+            first + usize::from(last > 0),
+            patch.len()
+        ),
+        theme.muted(),
+    ));
+    lines
+}
+
+/// The lines of the gate for a pane `width` columns wide and `height` rows high, with the patch
+/// from line `scroll`, without the block.
+pub fn lines(
+    view: &DispatchView,
+    scroll: usize,
+    width: usize,
+    height: usize,
+    theme: Theme,
+) -> Vec<Line<'static>> {
     let mut head = Vec::new();
     let mut tail = Vec::new();
     if let Some(plan) = &view.plan {
@@ -85,8 +144,11 @@ pub fn lines(view: &DispatchView, width: usize, height: usize, theme: Theme) -> 
     tail.push(Line::from(keys));
 
     let room = height.saturating_sub(head.len() + tail.len());
-    let shown = if collected.files.len() > room {
-        room.saturating_sub(1)
+    // The file list gets a third of the room when there is a patch to show below it.
+    let has_patch = matches!(&view.patch, Some(PatchState::Loaded(patch)) if !patch.is_empty());
+    let file_room = if has_patch { (room / 3).max(2) } else { room };
+    let shown = if collected.files.len() > file_room {
+        file_room.saturating_sub(1)
     } else {
         collected.files.len()
     };
@@ -111,11 +173,29 @@ pub fn lines(view: &DispatchView, width: usize, height: usize, theme: Theme) -> 
             theme.muted(),
         ));
     }
+    let patch_room = height.saturating_sub(head.len() + tail.len() + 1);
+    match &view.patch {
+        Some(PatchState::Loaded(patch)) if !patch.is_empty() && patch_room > 1 => {
+            head.push(Line::raw(""));
+            head.extend(patch_window(patch, scroll, patch_room, width, theme));
+        }
+        Some(PatchState::Loading) if patch_room > 0 => {
+            head.push(Line::styled("reading the diff…", theme.muted()));
+        }
+        Some(PatchState::Unavailable(reason)) if patch_room > 0 => head.push(Line::styled(
+            text::truncate(
+                &format!("the diff cannot be shown: {}", text::inert(reason)),
+                width,
+            ),
+            theme.error(),
+        )),
+        _ => {}
+    }
     head.extend(tail);
     head
 }
 
-pub fn render(frame: &mut Frame, area: Rect, view: &DispatchView, theme: Theme) {
+pub fn render(frame: &mut Frame, area: Rect, view: &DispatchView, scroll: usize, theme: Theme) {
     let width = usize::from(area.width.saturating_sub(2));
     let height = usize::from(area.height.saturating_sub(2));
     let block = pane_block(
@@ -124,7 +204,7 @@ pub fn render(frame: &mut Frame, area: Rect, view: &DispatchView, theme: Theme) 
         theme,
     );
     frame.render_widget(
-        Paragraph::new(lines(view, width, height, theme)).block(block),
+        Paragraph::new(lines(view, scroll, width, height, theme)).block(block),
         area,
     );
 }

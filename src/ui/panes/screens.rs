@@ -1,19 +1,20 @@
 //! Snapshots of whole frames in each main state, built by feeding real engine events (through a
-//! real sanitizer) to the app, so a visible change to any pane shows up in review.
+//! real sanitizer) to the app, so a visible change to any pane shows up in review. They are kept in
+//! `tests/snapshots/` with the rest of the suite's.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use chrono::TimeDelta;
-use insta::assert_snapshot;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
-use crate::dispatch::event::{ChangedPath, EventKind, ItemKind, TeardownStepReport};
+use crate::dispatch::event::{EventKind, ItemKind, TeardownStepReport};
 use crate::dispatch::state::Phase;
 use crate::git::import::ChangeKind;
 use crate::inbox::InboxEntry;
-use crate::ui::app::tests::{Script, brief_entry, broken_entry, dispatch_selected, sha, t0};
+use crate::ui::app::tests::{Script, brief_entry, broken_entry, dispatch_selected, t0};
 use crate::ui::app::{App, Msg};
+use crate::ui::panes::assert_screen;
 use crate::ui::theme::Theme;
 use crate::ui::view::render;
 
@@ -78,7 +79,7 @@ fn transcript(script: &Script) -> Vec<crate::dispatch::event::Event> {
 #[test]
 fn empty_inbox() {
     let app = App::new(&[], t0());
-    assert_snapshot!(screen(&app, 100, 20));
+    assert_screen!(screen(&app, 100, 20));
 }
 
 #[test]
@@ -86,7 +87,7 @@ fn running_with_transcript() {
     let (mut app, script) = running(100);
     app.update(Msg::EngineBatch(transcript(&script)));
     tick(&mut app, 45);
-    assert_snapshot!(screen(&app, 100, 30));
+    assert_screen!(screen(&app, 100, 30));
 }
 
 #[test]
@@ -114,7 +115,7 @@ fn redacted_secret_in_the_transcript() {
         "the secret never reaches the screen"
     );
     assert!(shown.contains("[REDACTED:"));
-    assert_snapshot!(shown);
+    assert_screen!(shown);
 }
 
 #[test]
@@ -126,7 +127,7 @@ fn near_the_ceiling() {
         script.usage(70, 50_000, 9_000, 0.025, 0.045),
     ]));
     tick(&mut app, 70);
-    assert_snapshot!(screen(&app, 100, 24));
+    assert_screen!(screen(&app, 100, 24));
 }
 
 #[test]
@@ -157,53 +158,99 @@ fn timed_out() {
         script.finished(604, Phase::TimedOut),
     ]));
     tick(&mut app, 610);
-    assert_snapshot!(screen(&app, 100, 24));
+    assert_screen!(screen(&app, 100, 24));
 }
 
 #[test]
 fn review_with_diffstat() {
     let (mut app, script) = running(100);
-    let file = |path: &str, change, insertions, deletions| ChangedPath {
-        path: script.text(path),
-        change,
-        insertions,
-        deletions,
-        binary: false,
-    };
-    app.update(Msg::EngineBatch(vec![
-        script.phase(40, Phase::Running, Phase::Collecting),
-        script.at(
-            41,
-            EventKind::Collected {
-                commit: sha(),
-                reference: script.text("refs/stet/fix-greeting"),
-                files: vec![
-                    file("src/main.rs", ChangeKind::Modified, 3, 1),
-                    file("tests/greeting.rs", ChangeKind::Added, 24, 0),
-                    file(".github/workflows/ci.yml", ChangeKind::Modified, 1, 1),
-                ],
-                insertions: 28,
-                deletions: 2,
-                protected: vec![script.text(".github/workflows/ci.yml")],
-            },
-        ),
-        script.phase(42, Phase::Collecting, Phase::AwaitingApproval),
-    ]));
+    app.update(Msg::EngineBatch(script.to_review(
+        vec![
+            script.changed("src/main.rs", ChangeKind::Modified, 3, 1),
+            script.changed("tests/greeting.rs", ChangeKind::Added, 24, 0),
+            script.changed(".github/workflows/ci.yml", ChangeKind::Modified, 1, 1),
+        ],
+        &[".github/workflows/ci.yml"],
+    )));
     tick(&mut app, 50);
-    assert_snapshot!(screen(&app, 100, 24));
+    assert_screen!(screen(&app, 100, 24));
+}
+
+#[test]
+fn review_with_a_scrolled_diff() {
+    let (mut app, script) = running(100);
+    app.update(Msg::EngineBatch(script.to_review(
+        vec![script.changed("src/main.rs", ChangeKind::Modified, 2, 1)],
+        &[],
+    )));
+    let mut patch = String::from(
+        "diff --git a/src/main.rs b/src/main.rs\nindex 1111111..2222222 100644\n--- a/src/main.rs\n+++ b/src/main.rs\n@@ -10,5 +10,6 @@ fn main() {\n",
+    );
+    for n in 0..30 {
+        patch.push_str(&format!(" context line {n}\n"));
+    }
+    patch.push_str("-    println!(\"hello\");\n+    println!(\"hello, world\");\n+    // \u{1b}[2J escape kept inert\n");
+    app.update(Msg::PatchLoaded {
+        dispatch: script.id(),
+        patch: Ok(patch),
+    });
+    app.update(Msg::ScrollDown(28));
+    tick(&mut app, 50);
+    assert_screen!(screen(&app, 100, 24));
+}
+
+#[test]
+fn search_highlights_matches_and_pins_the_nearest() {
+    let (mut app, script) = running(100);
+    let mut lines: Vec<_> = (0..40)
+        .map(|n| {
+            let text = if n % 10 == 3 {
+                format!("line {n}: Greeting built here")
+            } else {
+                format!("line {n}: nothing to see")
+            };
+            script.line(4 + n, ItemKind::Output, &text)
+        })
+        .collect();
+    lines.push(script.line(50, ItemKind::Message, "done"));
+    app.update(Msg::EngineBatch(lines));
+    app.update(Msg::SearchStart);
+    for c in "greeting".chars() {
+        app.update(Msg::SearchKey(crossterm::event::KeyEvent::from(
+            crossterm::event::KeyCode::Char(c),
+        )));
+    }
+    app.update(Msg::SearchCommit);
+    app.update(Msg::SearchNext);
+    tick(&mut app, 60);
+    assert_screen!(screen(&app, 100, 24));
+}
+
+#[test]
+fn the_search_prompt_in_the_footer() {
+    let (mut app, _script) = running(100);
+    app.update(Msg::SearchStart);
+    for c in "panic".chars() {
+        app.update(Msg::SearchKey(crossterm::event::KeyEvent::from(
+            crossterm::event::KeyCode::Char(c),
+        )));
+    }
+    let shown = screen(&app, 100, 20);
+    let footer = shown.lines().last().unwrap();
+    assert!(footer.starts_with("\"/panic "), "{footer}");
 }
 
 #[test]
 fn help_overlay() {
     let mut app = App::new(&inbox(), t0());
     app.update(Msg::ToggleHelp);
-    assert_snapshot!(screen(&app, 100, 36));
+    assert_screen!(screen(&app, 100, 48));
 }
 
 #[test]
 fn too_small() {
     let app = App::new(&inbox(), t0());
-    assert_snapshot!(screen(&app, 50, 10));
+    assert_screen!(screen(&app, 50, 10));
     assert_eq!(screen(&app, 1, 1).trim(), "\"t\"");
 }
 
@@ -212,7 +259,7 @@ fn dispatch_confirmation() {
     let mut app = App::new(&inbox(), t0());
     app.set_cost_ceiling(Some(2.0));
     app.update(Msg::DispatchSelected);
-    assert_snapshot!(screen(&app, 100, 24));
+    assert_screen!(screen(&app, 100, 24));
 }
 
 #[test]
@@ -223,5 +270,5 @@ fn older_lines_dropped_from_view() {
         .collect();
     app.update(Msg::EngineBatch(lines));
     tick(&mut app, 20);
-    assert_snapshot!(screen(&app, 100, 24));
+    assert_screen!(screen(&app, 100, 24));
 }

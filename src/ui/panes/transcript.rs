@@ -9,7 +9,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
 use crate::dispatch::event::ItemKind;
-use crate::ui::app::{DispatchView, TranscriptLine, TranscriptScroll};
+use crate::ui::app::{DispatchView, Search, TranscriptLine, TranscriptScroll};
 use crate::ui::panes::{count, pane_block, text};
 use crate::ui::theme::Theme;
 
@@ -28,8 +28,46 @@ fn mark(kind: ItemKind) -> &'static str {
     }
 }
 
+/// Where the person is looking in the transcript and what they searched for.
+#[derive(Debug, Clone, Copy)]
+pub struct Viewport<'a> {
+    pub scroll: TranscriptScroll,
+    /// Its matches are highlighted.
+    pub search: Option<&'a Search>,
+    pub focused: bool,
+}
+
+/// Splits inert `line` into runs in `base` style and `[REDACTED:…]` markers in the redaction style,
+/// then marks what `search` matches.
+fn styled_runs(
+    line: &str,
+    base: Style,
+    search: Option<&Search>,
+    theme: Theme,
+) -> Vec<(String, Style)> {
+    let runs = redaction_runs(line, base, theme);
+    let Some(search) = search else {
+        return runs;
+    };
+    let mut marked = Vec::with_capacity(runs.len());
+    for (run, style) in runs {
+        let mut last = 0;
+        for found in search.pattern().find_iter(&run) {
+            if found.start() > last {
+                marked.push((run[last..found.start()].to_owned(), style));
+            }
+            marked.push((found.as_str().to_owned(), theme.search_match()));
+            last = found.end();
+        }
+        if last < run.len() || last == 0 {
+            marked.push((run[last..].to_owned(), style));
+        }
+    }
+    marked
+}
+
 /// Splits inert `line` into runs in `base` style and `[REDACTED:…]` markers in the redaction style.
-fn styled_runs(line: &str, base: Style, theme: Theme) -> Vec<(String, Style)> {
+fn redaction_runs(line: &str, base: Style, theme: Theme) -> Vec<(String, Style)> {
     let mut runs = Vec::new();
     let mut rest = line;
     while let Some(start) = rest.find(REDACTION_OPEN) {
@@ -49,15 +87,20 @@ fn styled_runs(line: &str, base: Style, theme: Theme) -> Vec<(String, Style)> {
     runs
 }
 
-/// The rows of one item wrapped to `width` columns, its mark on the first.
-pub fn item_rows(item: &TranscriptLine, width: usize, theme: Theme) -> Vec<Line<'static>> {
+/// The rows of one item wrapped to `width` columns, its mark on the first, `search`'s matches marked.
+pub fn item_rows(
+    item: &TranscriptLine,
+    width: usize,
+    search: Option<&Search>,
+    theme: Theme,
+) -> Vec<Line<'static>> {
     let base = theme.item(item.kind);
     let body_width = width.saturating_sub(2).max(1);
     let mut rows: Vec<Line<'static>> = Vec::new();
     for source_line in item.text.as_str().split('\n') {
         let mut row: Vec<Span<'static>> = Vec::new();
         let mut used = 0;
-        for (run, style) in styled_runs(&text::inert(source_line), base, theme) {
+        for (run, style) in styled_runs(&text::inert(source_line), base, search, theme) {
             let mut piece = String::new();
             for c in run.chars() {
                 let w = text::char_width(c);
@@ -96,13 +139,13 @@ pub fn item_rows(item: &TranscriptLine, width: usize, theme: Theme) -> Vec<Line<
 /// The rows that fill a pane `width` × `height` with the item at `scroll`'s bottom last.
 pub fn visible_rows(
     view: &DispatchView,
-    scroll: TranscriptScroll,
+    viewport: Viewport,
     width: usize,
     height: usize,
     theme: Theme,
 ) -> Vec<Line<'static>> {
     let ring = &view.transcript;
-    let Some(bottom) = scroll.bottom(ring.dropped(), ring.len()) else {
+    let Some(bottom) = viewport.scroll.bottom(ring.dropped(), ring.len()) else {
         return vec![Line::styled("no transcript yet", theme.muted())];
     };
     let mut blocks: Vec<Vec<Line<'static>>> = Vec::new();
@@ -116,7 +159,7 @@ pub fn visible_rows(
         let Some(item) = ring.items().get(index) else {
             break;
         };
-        let rows = item_rows(item, width, theme);
+        let rows = item_rows(item, width, viewport.search, theme);
         filled += rows.len();
         blocks.push(rows);
     }
@@ -142,22 +185,29 @@ pub fn render(
     frame: &mut Frame,
     area: Rect,
     view: &DispatchView,
-    scroll: TranscriptScroll,
-    focused: bool,
+    viewport: Viewport,
     theme: Theme,
 ) {
     let width = usize::from(area.width.saturating_sub(2));
     let height = usize::from(area.height.saturating_sub(2));
     let items = view.transcript.len() as u64 + view.transcript.dropped();
     let noun = if items == 1 { "item" } else { "items" };
-    let title = if scroll.is_following() {
-        format!("Transcript ({} {noun})", count(items))
-    } else {
-        format!("Transcript ({} {noun}) — paused, G follows", count(items))
-    };
+    let mut title = format!("Transcript ({} {noun})", count(items));
+    if !viewport.scroll.is_following() {
+        title.push_str(" — paused, G follows");
+    }
+    if let Some(search) = viewport.search {
+        title.push_str(&format!(
+            " — /{}",
+            text::truncate(&text::inert(search.query()), 24)
+        ));
+    }
     frame.render_widget(
-        Paragraph::new(visible_rows(view, scroll, width, height, theme))
-            .block(pane_block(title, focused, theme)),
+        Paragraph::new(visible_rows(view, viewport, width, height, theme)).block(pane_block(
+            title,
+            viewport.focused,
+            theme,
+        )),
         area,
     );
 }
