@@ -1,6 +1,6 @@
 //! `Config`: what a user sets once — which forge, which credential provider, the agent's identity,
 //! import limits, protected paths, how dispatches run (timeout, concurrency, cost ceiling, image,
-//! network) and which harness runs the agent. Read from the repository's `stet.toml` over the user's
+//! network), which harness runs the agent and which model endpoint the gateway forwards to. Read from the repository's `stet.toml` over the user's
 //! `$XDG_CONFIG_HOME/stet/config.toml` over defaults, field by field, with a few `STET_*` environment
 //! variables above both (DESIGN §6: flag > env > repository file > user file > default; the flags are
 //! main.rs's). Secrets are only ever referenced (`token_env`, `token_command`, `api_key_env`, a key
@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::dispatch::credential::SecretValue;
 use crate::forge::github::{GitHubSettings, RetryPolicy};
 use crate::forge::github_app::GitHubAppSettings;
 use crate::forge::protected::ProtectedPaths;
@@ -28,6 +29,7 @@ const DEFAULT_CREDENTIAL_TTL: Duration = Duration::from_secs(15 * 60);
 const DEFAULT_DISPATCH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 const DEFAULT_CONCURRENCY: usize = 2;
 const DEFAULT_PACE: f64 = 1.0;
+const DEFAULT_MODEL_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The wall-clock timeout of a dispatch, in seconds (`dispatch.timeout_secs`).
 pub const ENV_TIMEOUT_SECS: &str = "STET_TIMEOUT_SECS";
@@ -50,6 +52,11 @@ pub enum ConfigError {
     },
     #[error("{}: {message}", file.display())]
     Parse { file: PathBuf, message: String },
+    #[error("the model API key variable {variable} (model.api_key_env) {problem}")]
+    ModelKey {
+        variable: String,
+        problem: &'static str,
+    },
     #[error(
         "{}: field `{field}` holds a secret inline; reference it instead ({instead})",
         file.display()
@@ -168,9 +175,56 @@ impl Default for ScriptHarnessSettings {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct OpenHandsHarnessConfig {
     pub model: Option<String>,
+}
+
+/// The model endpoint the gateway forwards the agent's requests to (`[model]`); the key stays in
+/// stet's process and never enters the sandbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    /// The OpenAI-compatible upstream, e.g. a LiteLLM proxy's `https://…/v1`; `None`: no gateway.
     pub base_url: Option<String>,
     /// The environment variable of stet's own process that holds the model API key.
     pub api_key_env: Option<String>,
+    /// A price table over the built-in one (`assets/prices.toml` format).
+    pub prices: Option<PathBuf>,
+    /// The bound on one model request, from connecting to the end of its response.
+    pub request_timeout: Duration,
+}
+
+impl ModelConfig {
+    /// The model API key, read through `env` from the variable `api_key_env` names (`None` when it
+    /// names none); an unset, empty or non-UTF-8 variable is an error naming it.
+    pub fn api_key(
+        &self,
+        env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> Result<Option<SecretValue>> {
+        let Some(variable) = &self.api_key_env else {
+            return Ok(None);
+        };
+        let problem = |problem| ConfigError::ModelKey {
+            variable: variable.clone(),
+            problem,
+        };
+        let value = env(variable)
+            .ok_or_else(|| problem("is not set in stet's environment"))?
+            .into_string()
+            .map_err(|_| problem("is not valid UTF-8"))?;
+        if value.trim().is_empty() {
+            return Err(problem("is empty"));
+        }
+        Ok(Some(SecretValue::new(value)))
+    }
+}
+
+impl Default for ModelConfig {
+    fn default() -> ModelConfig {
+        ModelConfig {
+            base_url: None,
+            api_key_env: None,
+            prices: None,
+            request_timeout: DEFAULT_MODEL_REQUEST_TIMEOUT,
+        }
+    }
 }
 
 /// Which harness runs the agent, and each harness's settings (`[harness]`).
@@ -190,11 +244,7 @@ impl HarnessConfig {
             .model
             .clone()
             .ok_or(ConfigError::MissingModel)?;
-        Ok(OpenHandsSettings {
-            base_url: self.openhands.base_url.clone(),
-            api_key_env: self.openhands.api_key_env.clone(),
-            ..OpenHandsSettings::new(model)
-        })
+        Ok(OpenHandsSettings::new(model))
     }
 }
 
@@ -209,6 +259,7 @@ pub struct Config {
     pub protected_paths: ProtectedPaths,
     pub dispatch: DispatchSettings,
     pub harness: HarnessConfig,
+    pub model: ModelConfig,
 }
 
 impl Config {
@@ -308,6 +359,8 @@ struct Layer {
     model: Option<Sourced<String>>,
     base_url: Option<Sourced<String>>,
     api_key_env: Option<Sourced<String>>,
+    prices: Option<PathBuf>,
+    model_timeout_secs: Option<Sourced<u64>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -346,6 +399,7 @@ struct RawFile {
     review: Option<RawReview>,
     dispatch: Option<RawDispatch>,
     harness: Option<RawHarness>,
+    model: Option<RawModel>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -441,8 +495,21 @@ struct RawScript {
 #[serde(deny_unknown_fields)]
 struct RawOpenHands {
     model: Option<String>,
+    /// Only here to say where the endpoint went (`[model]`).
+    base_url: Option<toml::Value>,
+    /// Only here to say where the key's variable went (`[model]`).
+    api_key_env: Option<toml::Value>,
+    /// Only here to refuse an inline key with a useful message.
+    api_key: Option<toml::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawModel {
     base_url: Option<String>,
     api_key_env: Option<String>,
+    prices: Option<PathBuf>,
+    request_timeout_secs: Option<u64>,
     /// Only here to refuse an inline key with a useful message.
     api_key: Option<toml::Value>,
 }
@@ -542,13 +609,39 @@ impl Layer {
                     return Err(ConfigError::InlineSecret {
                         file: file.to_owned(),
                         field: "harness.openhands.api_key",
-                        instead: "api_key_env = \"OPENAI_API_KEY\"",
+                        instead: "api_key_env = \"OPENAI_API_KEY\" under [model]",
                     });
                 }
+                for (field, set) in [
+                    ("harness.openhands.base_url", openhands.base_url.is_some()),
+                    (
+                        "harness.openhands.api_key_env",
+                        openhands.api_key_env.is_some(),
+                    ),
+                ] {
+                    if set {
+                        return Err(invalid(
+                            &origin,
+                            field,
+                            "moved to [model] (base_url, api_key_env): the gateway keeps the key on the host",
+                        ));
+                    }
+                }
                 layer.model = openhands.model.map(|model| sourced(file, model));
-                layer.base_url = openhands.base_url.map(|url| sourced(file, url));
-                layer.api_key_env = openhands.api_key_env.map(|name| sourced(file, name));
             }
+        }
+        if let Some(model) = raw.model {
+            if model.api_key.is_some() {
+                return Err(ConfigError::InlineSecret {
+                    file: file.to_owned(),
+                    field: "model.api_key",
+                    instead: "api_key_env = \"OPENAI_API_KEY\"",
+                });
+            }
+            layer.base_url = model.base_url.map(|url| sourced(file, url));
+            layer.api_key_env = model.api_key_env.map(|name| sourced(file, name));
+            layer.prices = model.prices.map(resolve);
+            layer.model_timeout_secs = model.request_timeout_secs.map(|secs| sourced(file, secs));
         }
         Ok(layer)
     }
@@ -651,6 +744,8 @@ impl Layer {
             model: self.model.or(under.model),
             base_url: self.base_url.or(under.base_url),
             api_key_env: self.api_key_env.or(under.api_key_env),
+            prices: self.prices.or(under.prices),
+            model_timeout_secs: self.model_timeout_secs.or(under.model_timeout_secs),
         }
     }
 
@@ -821,37 +916,51 @@ impl Layer {
             },
             openhands: OpenHandsHarnessConfig {
                 model: non_empty(self.model, "harness.openhands.model")?,
-                base_url: match self.base_url {
-                    None => None,
-                    Some(Sourced { value, origin })
-                        if !(value.starts_with("http://") || value.starts_with("https://")) =>
-                    {
-                        return Err(invalid(
-                            &origin,
-                            "harness.openhands.base_url",
-                            &format!("{value:?} is not an http:// or https:// URL"),
-                        ));
-                    }
-                    Some(Sourced { value, .. }) => Some(value),
-                },
-                api_key_env: match self.api_key_env {
-                    None => None,
-                    Some(Sourced { value, origin })
-                        if value.is_empty()
-                            || !value
-                                .bytes()
-                                .all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
-                    {
-                        return Err(invalid(
-                            &origin,
-                            "harness.openhands.api_key_env",
-                            &format!(
-                                "{value:?} is not the name of an environment variable (letters, digits and _)"
-                            ),
-                        ));
-                    }
-                    Some(Sourced { value, .. }) => Some(value),
-                },
+            },
+        };
+        let model = ModelConfig {
+            base_url: match self.base_url {
+                None => None,
+                Some(Sourced { value, origin })
+                    if !(value.starts_with("http://") || value.starts_with("https://")) =>
+                {
+                    return Err(invalid(
+                        &origin,
+                        "model.base_url",
+                        &format!("{value:?} is not an http:// or https:// URL"),
+                    ));
+                }
+                Some(Sourced { value, .. }) => Some(value),
+            },
+            api_key_env: match self.api_key_env {
+                None => None,
+                Some(Sourced { value, origin })
+                    if value.is_empty()
+                        || !value
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
+                {
+                    return Err(invalid(
+                        &origin,
+                        "model.api_key_env",
+                        &format!(
+                            "{value:?} is not the name of an environment variable (letters, digits and _)"
+                        ),
+                    ));
+                }
+                Some(Sourced { value, .. }) => Some(value),
+            },
+            prices: self.prices,
+            request_timeout: match self.model_timeout_secs {
+                None => DEFAULT_MODEL_REQUEST_TIMEOUT,
+                Some(Sourced { value, origin }) if !(1..=3600).contains(&value) => {
+                    return Err(invalid(
+                        &origin,
+                        "model.request_timeout_secs",
+                        &format!("{value} is outside 1..=3600"),
+                    ));
+                }
+                Some(Sourced { value, .. }) => Duration::from_secs(value),
             },
         };
         Ok(Config {
@@ -863,6 +972,7 @@ impl Layer {
             protected_paths,
             dispatch,
             harness,
+            model,
         })
     }
 }
@@ -1163,8 +1273,11 @@ scenario = "scenarios/slow.toml"
 pace = 0.5
 [harness.openhands]
 model = "openai/gpt-4.1-mini"
+[model]
 base_url = "http://127.0.0.1:4000/v1"
 api_key_env = "USER_MODEL_KEY"
+prices = "prices.toml"
+request_timeout_secs = 90
 "#;
 
     #[test]
@@ -1197,17 +1310,19 @@ api_key_env = "USER_MODEL_KEY"
             config.harness.openhands,
             OpenHandsHarnessConfig {
                 model: Some("openai/gpt-4.1".to_owned()),
+            }
+        );
+        assert_eq!(
+            config.model,
+            ModelConfig {
                 base_url: Some("http://127.0.0.1:4000/v1".to_owned()),
                 api_key_env: Some("USER_MODEL_KEY".to_owned()),
+                prices: Some(PathBuf::from("/home/u/.config/stet/prices.toml")),
+                request_timeout: Duration::from_secs(90),
             }
         );
         let settings = config.harness.openhands_settings().unwrap();
         assert_eq!(settings.model, "openai/gpt-4.1");
-        assert_eq!(
-            settings.base_url.as_deref(),
-            Some("http://127.0.0.1:4000/v1")
-        );
-        assert_eq!(settings.api_key_env.as_deref(), Some("USER_MODEL_KEY"));
         assert_eq!(
             settings.version,
             crate::harness::openhands::OPENHANDS_VERSION
@@ -1314,16 +1429,19 @@ api_key_env = "USER_MODEL_KEY"
                 "[harness.openhands]\nmodel = \"\"\n",
                 "harness.openhands.model",
             ),
+            ("[model]\nbase_url = \"127.0.0.1:4000\"\n", "model.base_url"),
+            ("[model]\napi_key_env = \"MY KEY\"\n", "model.api_key_env"),
+            ("[model]\napi_key_env = \"\"\n", "model.api_key_env"),
             (
-                "[harness.openhands]\nbase_url = \"127.0.0.1:4000\"\n",
+                "[model]\nrequest_timeout_secs = 0\n",
+                "model.request_timeout_secs",
+            ),
+            (
+                "[harness.openhands]\nbase_url = \"http://127.0.0.1:4000/v1\"\n",
                 "harness.openhands.base_url",
             ),
             (
-                "[harness.openhands]\napi_key_env = \"MY KEY\"\n",
-                "harness.openhands.api_key_env",
-            ),
-            (
-                "[harness.openhands]\napi_key_env = \"\"\n",
+                "[harness.openhands]\napi_key_env = \"KEY\"\n",
                 "harness.openhands.api_key_env",
             ),
         ];
@@ -1354,23 +1472,48 @@ api_key_env = "USER_MODEL_KEY"
     }
 
     #[test]
+    fn the_model_key_is_read_from_the_named_variable_and_its_absence_named() {
+        let key = format!("fake-{}", uuid::Uuid::new_v4().simple());
+        let model = ModelConfig {
+            api_key_env: Some("STET_TEST_MODEL_KEY".to_owned()),
+            ..ModelConfig::default()
+        };
+        let found = model
+            .api_key(&|name| (name == "STET_TEST_MODEL_KEY").then(|| key.clone().into()))
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.expose_secret(), key);
+        for present in [None, Some(" ")] {
+            let error = model
+                .api_key(&|_| present.map(std::ffi::OsString::from))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("STET_TEST_MODEL_KEY"), "{error}");
+            assert!(error.contains("model.api_key_env"), "{error}");
+        }
+        assert!(ModelConfig::default().api_key(&|_| None).unwrap().is_none());
+    }
+
+    #[test]
     fn an_inline_model_api_key_is_refused_and_not_echoed() {
         let key = format!("fake-{}", uuid::Uuid::new_v4().simple());
-        let text = format!("[harness.openhands]\nmodel = \"m\"\napi_key = \"{key}\"\n");
-        let error = Config::from_layers(&[layer("/r/stet.toml", &text)]).unwrap_err();
-        let message = error.to_string();
-        assert!(
-            matches!(
-                error,
-                ConfigError::InlineSecret {
-                    field: "harness.openhands.api_key",
-                    ..
-                }
+        for (table, field) in [
+            (
+                "[harness.openhands]\nmodel = \"m\"",
+                "harness.openhands.api_key",
             ),
-            "{message}"
-        );
-        assert!(message.contains("api_key_env"), "{message}");
-        assert!(!message.contains(&key), "{message}");
+            ("[model]", "model.api_key"),
+        ] {
+            let text = format!("{table}\napi_key = \"{key}\"\n");
+            let error = Config::from_layers(&[layer("/r/stet.toml", &text)]).unwrap_err();
+            let message = error.to_string();
+            assert!(
+                matches!(error, ConfigError::InlineSecret { field: f, .. } if f == field),
+                "{message}"
+            );
+            assert!(message.contains("api_key_env"), "{message}");
+            assert!(!message.contains(&key), "{message}");
+        }
     }
 
     #[test]

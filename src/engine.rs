@@ -14,8 +14,11 @@ use crate::dispatch::credential::CredentialProvider;
 use crate::dispatch::dispatcher::{DispatchHandle, Dispatcher};
 use crate::dispatch::event::Event;
 use crate::dispatch::journal::Journal;
-use crate::dispatch::sanitize::SanitizerHandle;
-use crate::dispatch::service::{DispatchParts, DispatchService, DispatchSettings, SweepReport};
+use crate::dispatch::sanitize::{KnownValue, SanitizerHandle};
+use crate::dispatch::service::{
+    DispatchParts, DispatchService, DispatchSettings, GatewaySettings, SweepReport,
+};
+use crate::gateway::prices::PriceTable;
 use crate::harness::Harness;
 use crate::runtime::docker::DockerRuntime;
 use crate::runtime::{
@@ -44,6 +47,17 @@ pub enum EngineError {
     Forge(#[from] crate::forge::ForgeError),
     #[error("sweeping what earlier dispatches left behind: {0}")]
     Sweep(#[from] crate::dispatch::service::ServiceError),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("the model API key cannot be masked in output: {0}")]
+    MaskKey(crate::dispatch::sanitize::SanitizeError),
+    #[error("reading the price table {}: {source}", path.display())]
+    Prices {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Gateway(#[from] crate::gateway::GatewayError),
 }
 
 pub type Result<T> = std::result::Result<T, EngineError>;
@@ -86,6 +100,7 @@ impl Engine {
     /// Connects to Docker (an unreachable engine is an error that says so), makes the image present,
     /// builds the forge, and sweeps orphans of earlier runs.
     pub async fn assemble(options: EngineOptions, sanitizer: &SanitizerHandle) -> Result<Engine> {
+        let gateway = gateway_settings(&options.config.model, sanitizer)?;
         let runtime = DockerRuntime::connect().await?;
         let image = match options.image {
             ImageChoice::Configured(image) => image,
@@ -130,6 +145,7 @@ impl Engine {
                 agent: config.agent.clone(),
                 import: config.import,
                 protected: config.protected_paths.clone(),
+                gateway,
             },
         };
         Ok(Engine {
@@ -152,4 +168,39 @@ impl Engine {
         let (handle, task) = Dispatcher::start(self.service, self.parts, self.concurrency, events);
         (handle, receiver, task)
     }
+}
+
+/// The model gateway's settings when `[model] base_url` is set: the key read from the variable
+/// `api_key_env` names (and registered with the sanitizer, so it is masked wherever it could show),
+/// and the built-in price table with the user's file laid over it.
+fn gateway_settings(
+    model: &crate::config::ModelConfig,
+    sanitizer: &SanitizerHandle,
+) -> Result<Option<GatewaySettings>> {
+    let Some(upstream) = &model.base_url else {
+        return Ok(None);
+    };
+    let api_key = model.api_key(&|name| std::env::var_os(name))?;
+    if let Some(key) = &api_key {
+        KnownValue::new("model-key", key.expose_secret())
+            .and_then(|known| sanitizer.register(known))
+            .map_err(EngineError::MaskKey)?;
+    }
+    let builtin = PriceTable::builtin();
+    let prices = match &model.prices {
+        None => builtin,
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| EngineError::Prices {
+                path: path.clone(),
+                source,
+            })?;
+            PriceTable::from_toml(&text, &path.display().to_string())?.merged_over(&builtin)
+        }
+    };
+    Ok(Some(GatewaySettings {
+        upstream: upstream.clone(),
+        api_key,
+        prices: Arc::new(prices),
+        request_timeout: model.request_timeout,
+    }))
 }

@@ -253,7 +253,12 @@ enum Command {
 
     /// Keep a sandbox container alive until it is stopped (the container's main process).
     #[command(hide = true)]
-    SandboxIdle,
+    SandboxIdle {
+        /// Also relay the model port on the container's loopback (127.0.0.1:4141) to the gateway's
+        /// unix socket at this path.
+        #[arg(long, value_name = "SOCKET")]
+        relay: Option<PathBuf>,
+    },
 
     /// Manage the offline sandbox image.
     Image {
@@ -289,6 +294,10 @@ enum Command {
         /// line (the value is read from the environment, never passed as an argument). Repeatable.
         #[arg(long = "find-env-in-cmdlines", value_name = "NAME")]
         find_env_in_cmdlines: Vec<String>,
+
+        /// Report the probe's whole environment.
+        #[arg(long)]
+        environment: bool,
 
         /// Block until standard input closes (the children of --fork-up-to run this).
         #[arg(
@@ -387,12 +396,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             dispatch,
         }) => dispatch_runtime(demo(dir, pace, headless || cli.headless, dispatch)),
         Some(Command::Agent { command }) => agent(command),
-        Some(Command::SandboxIdle) => block_on(sandbox_idle()),
+        Some(Command::SandboxIdle { relay }) => block_on(sandbox_idle(relay)),
         Some(Command::Probe {
             connect,
             fork_up_to,
             allocate_mb,
             find_env_in_cmdlines,
+            environment,
             hold,
             emit_line_mb,
         }) => {
@@ -409,6 +419,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 fork_up_to,
                 allocate_mb,
                 find_env_in_cmdlines,
+                environment,
             })?;
             stet::probe::write_report(&report, &mut std::io::stdout().lock())?;
             Ok(ExitCode::SUCCESS)
@@ -758,7 +769,16 @@ async fn demo(
     let config_text = std::fs::read_to_string(&config_file)
         .with_context(|| format!("reading {}", config_file.display()))?;
     // Only the demo's own configuration: nothing the user configured changes what the demo does.
-    let config = stet::config::Config::from_layers(&[(config_file, config_text)])?;
+    let mut config = stet::config::Config::from_layers(&[(config_file, config_text)])?;
+    // The demo's own deterministic model on loopback, behind the real gateway: the agent's asks go
+    // through the relay and the gateway meters them, with no account anywhere.
+    let model = stet::scripted_model::ScriptedModel::serve(std::net::SocketAddr::from((
+        std::net::Ipv4Addr::LOCALHOST,
+        0,
+    )))
+    .await
+    .context("starting the demo's scripted model")?;
+    config.model.base_url = Some(model.base_url());
     let where_it_is = format!(
         "stet demo: scratch repository {} (forge: {})",
         setup.repo.display(),
@@ -784,6 +804,7 @@ async fn demo(
         // Nothing goes to stdout while the theater owns the screen; the hints come after it (not
         // at all when the terminal hung up).
         let end = open_theater(options, &inbox).await?;
+        model.shutdown().await;
         if end.shown {
             let _ = writeln!(std::io::stdout(), "{where_it_is}\n{closing_hint}");
         }
@@ -817,6 +838,7 @@ async fn demo(
     if !headless {
         println!("{closing_hint}");
     }
+    model.shutdown().await;
     Ok(code)
 }
 
@@ -1132,17 +1154,34 @@ async fn doctor() -> anyhow::Result<ExitCode> {
     })
 }
 
-/// A sandbox's main process: waits for SIGTERM or SIGINT (as PID 1 it must handle them itself).
-async fn sandbox_idle() -> anyhow::Result<ExitCode> {
+/// A sandbox's main process: waits for SIGTERM or SIGINT (as PID 1 it must handle them itself),
+/// relaying the model port to the gateway socket `relay` meanwhile when one is given. A relay that
+/// cannot listen ends it at once with exit code 1.
+async fn sandbox_idle(relay: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut terminate =
         signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    tokio::select! {
-        _ = terminate.recv() => {}
-        _ = interrupt.recv() => {}
+    let stopped = async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    };
+    let Some(socket) = relay else {
+        stopped.await;
+        return Ok(ExitCode::SUCCESS);
+    };
+    let address = stet::relay::RELAY_ADDR
+        .parse()
+        .context("reading the relay address")?;
+    match stet::relay::relay(address, socket, stopped).await {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(err) => {
+            eprintln!("stet sandbox-idle: {err}");
+            Ok(ExitCode::FAILURE)
+        }
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 fn check_branch(name: &str, base: Option<&str>) -> ExitCode {

@@ -78,6 +78,8 @@ pub struct ProbeRequest {
     pub allocate_mb: Option<u64>,
     /// Names of environment variables whose values are searched for in every process's command line.
     pub find_env_in_cmdlines: Vec<String>,
+    /// Report the probe's whole environment (to show what a sandbox's process is given).
+    pub environment: bool,
 }
 
 /// The one JSON object `stet probe` prints.
@@ -115,6 +117,9 @@ pub struct ProbeReport {
     pub allocate: Option<AllocateOutcome>,
     /// One entry per `--find-env-in-cmdlines`.
     pub cmdlines_containing: Vec<CmdlineMatches>,
+    /// `NAME=value` for every variable, sorted; present with `--environment`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment: Option<Vec<String>>,
 }
 
 /// One line of `/proc/self/mounts`.
@@ -236,6 +241,15 @@ pub fn run(request: &ProbeRequest) -> Result<ProbeReport> {
             .iter()
             .map(|name| find_env_in_cmdlines(name, Path::new("/proc")))
             .collect(),
+        environment: request.environment.then(|| {
+            let mut variables: Vec<String> = std::env::vars_os()
+                .map(|(name, value)| {
+                    format!("{}={}", name.to_string_lossy(), value.to_string_lossy())
+                })
+                .collect();
+            variables.sort();
+            variables
+        }),
     })
 }
 

@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use super::ask::{ModelClient, ModelEndpoint};
 use super::protocol::AgentRecord;
 use super::scenario::{Action, Leak, Step};
 use super::{AgentError, AgentOptions, Result};
@@ -41,14 +42,24 @@ enum Flow {
 pub(super) struct Actor<'a> {
     options: &'a AgentOptions,
     model: &'a str,
+    endpoint: Option<&'a ModelEndpoint>,
+    /// Made by the first `ask` step and kept for the others.
+    client: Option<ModelClient>,
     out: &'a mut dyn Write,
 }
 
 impl<'a> Actor<'a> {
-    pub(super) fn new(options: &'a AgentOptions, model: &'a str, out: &'a mut dyn Write) -> Self {
+    pub(super) fn new(
+        options: &'a AgentOptions,
+        model: &'a str,
+        endpoint: Option<&'a ModelEndpoint>,
+        out: &'a mut dyn Write,
+    ) -> Self {
         Actor {
             options,
             model,
+            endpoint,
+            client: None,
             out,
         }
     }
@@ -58,7 +69,7 @@ impl<'a> Actor<'a> {
     pub(super) fn perform(&mut self, steps: &[Step]) -> Result<u8> {
         for (offset, step) in steps.iter().enumerate() {
             self.pause(step.pause);
-            match self.act(offset + 1, &step.action) {
+            match self.act(offset + 1, step) {
                 Ok(Flow::Continue) => {}
                 Ok(Flow::Exit(code)) => return Ok(code),
                 Err(AgentError::Write(error)) => return Err(AgentError::Write(error)),
@@ -101,7 +112,7 @@ impl<'a> Actor<'a> {
         self.options.workspace.join(path)
     }
 
-    fn act(&mut self, step: usize, action: &Action) -> Result<Flow> {
+    fn act(&mut self, step: usize, Step { pause, action }: &Step) -> Result<Flow> {
         match action {
             Action::Say(text) => self.emit(AgentRecord::Message { text: text.clone() })?,
             Action::Think(text) => self.emit(AgentRecord::Thought { text: text.clone() })?,
@@ -191,6 +202,23 @@ impl<'a> Actor<'a> {
                 let result = connect(*address);
                 self.output(format!("connect {address}: {result}"))?;
             }
+            Action::Ask { prompt, stream } => {
+                self.ask(step, prompt, *stream)?;
+            }
+            Action::AskUntilRefused {
+                prompt,
+                max,
+                stream,
+            } => {
+                for asked in 0..*max {
+                    if asked > 0 {
+                        self.pause(*pause);
+                    }
+                    if !self.ask(step, prompt, *stream)? {
+                        break;
+                    }
+                }
+            }
             Action::Flood {
                 lines,
                 bytes_per_line,
@@ -216,6 +244,37 @@ impl<'a> Actor<'a> {
             }
         }
         Ok(Flow::Continue)
+    }
+
+    /// Asks the model `prompt`: its reply becomes a `message` record, a refusal or failure an `error`
+    /// record; returns whether the model replied. Having no model to ask (no gateway configured) is an
+    /// `error` record too, and the run goes on; a model URL that cannot be used ends it.
+    fn ask(&mut self, step: usize, prompt: &str, stream: bool) -> Result<bool> {
+        let client = match (&self.client, self.endpoint) {
+            (Some(client), _) => client,
+            (None, Some(endpoint)) => self
+                .client
+                .insert(ModelClient::new(step, endpoint, self.model)?),
+            (None, None) => {
+                self.emit(AgentRecord::Error {
+                    text: AgentError::NoModelUrl { step }.to_string(),
+                })?;
+                return Ok(false);
+            }
+        };
+        match client.ask(step, prompt, stream) {
+            Ok(text) => {
+                self.emit(AgentRecord::Message { text })?;
+                Ok(true)
+            }
+            Err(error @ (AgentError::ModelRefused { .. } | AgentError::Ask { .. })) => {
+                self.emit(AgentRecord::Error {
+                    text: error.to_string(),
+                })?;
+                Ok(false)
+            }
+            Err(error) => Err(error),
+        }
     }
 
     /// A message quoting the instruction file's first heading (or its first line), proving the file
@@ -486,8 +545,11 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use std::net::TcpListener;
 
-    use super::super::run;
+    use serde_json::json;
+
+    use super::super::{run, run_with_model};
     use super::*;
+    use crate::scripted_model::{Behaviour, ScriptedModel};
 
     /// A run of `steps` (TOML `[[step]]` tables) in a fresh workspace.
     struct Run {
@@ -502,6 +564,21 @@ mod tests {
     }
 
     fn act_out_in(workspace: tempfile::TempDir, steps: &str) -> Run {
+        act_out_using(workspace, steps, |options, out| run(options, out))
+    }
+
+    /// A run of `steps` whose asks go to `model`.
+    fn ask_out(model: Option<&ModelEndpoint>, steps: &str) -> Run {
+        act_out_using(tempfile::tempdir().unwrap(), steps, |options, out| {
+            run_with_model(options, model, out)
+        })
+    }
+
+    fn act_out_using(
+        workspace: tempfile::TempDir,
+        steps: &str,
+        runner: impl FnOnce(&AgentOptions, &mut Vec<u8>) -> Result<u8>,
+    ) -> Run {
         let files = tempfile::tempdir().unwrap();
         let scenario = files.path().join("scenario.toml");
         std::fs::write(&scenario, format!("model = \"demo-model\"\n{steps}")).unwrap();
@@ -514,7 +591,7 @@ mod tests {
             workspace: workspace.path().to_owned(),
         };
         let mut out = Vec::new();
-        let code = run(&options, &mut out);
+        let code = runner(&options, &mut out);
         let text = String::from_utf8(out).unwrap();
         let mut records = Vec::new();
         let mut raw = Vec::new();
@@ -919,5 +996,256 @@ say = "still here"
         let elapsed = started.elapsed();
         assert!(elapsed >= Duration::from_millis(200), "{elapsed:?}");
         assert!(elapsed < Duration::from_secs(2), "{elapsed:?}");
+    }
+
+    /// A scripted model on loopback, served by a runtime of its own while the agent, which is not
+    /// async, runs on the test's thread.
+    struct Upstream {
+        model: ScriptedModel,
+        _runtime: tokio::runtime::Runtime,
+    }
+
+    impl Upstream {
+        fn start() -> Upstream {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            let model = runtime
+                .block_on(ScriptedModel::serve("127.0.0.1:0".parse().unwrap()))
+                .unwrap();
+            Upstream {
+                model,
+                _runtime: runtime,
+            }
+        }
+
+        /// The endpoint of this model with a bearer token made up now.
+        fn endpoint(&self) -> ModelEndpoint {
+            let mut random = [0u8; 12];
+            getrandom::fill(&mut random).unwrap();
+            let key: String = random.iter().map(|byte| format!("{byte:02x}")).collect();
+            ModelEndpoint {
+                base_url: self.model.base_url(),
+                api_key: Some(format!("dummy-{key}")),
+                timeout: Duration::from_secs(30),
+            }
+        }
+    }
+
+    fn error_text(record: &AgentRecord) -> &str {
+        match record {
+            AgentRecord::Error { text } => text,
+            other => panic!("not an error record: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ask_prints_the_reply_plain_or_streamed_and_no_usage() {
+        let upstream = Upstream::start();
+        let endpoint = upstream.endpoint();
+        let run = ask_out(
+            Some(&endpoint),
+            "[[step]]\nask = { prompt = \"What should I do first?\" }\n[[step]]\nask = { prompt = \"And then?\", stream = true }\n[[step]]\nfinish = \"done\"\n",
+        );
+        assert_eq!(run.code.unwrap(), 0);
+        assert_eq!(
+            run.records,
+            vec![
+                message("step 1: What should I do first?"),
+                message("step 2: And then?"),
+                AgentRecord::Finish {
+                    summary: "done".into()
+                },
+            ]
+        );
+        let requests = upstream.model.requests();
+        assert_eq!(requests.len(), 2);
+        let bearer = format!("Bearer {}", endpoint.api_key.as_deref().unwrap());
+        for (request, (prompt, stream)) in requests
+            .iter()
+            .zip([("What should I do first?", false), ("And then?", true)])
+        {
+            assert_eq!(request.path, "/v1/chat/completions");
+            assert_eq!(request.header("authorization"), Some(bearer.as_str()));
+            assert_eq!(request.body["model"], json!("demo-model"));
+            assert_eq!(
+                request.body["messages"],
+                json!([{ "role": "user", "content": prompt }])
+            );
+            assert_eq!(request.body["stream"], json!(stream));
+        }
+    }
+
+    #[test]
+    fn a_refusal_is_an_error_record_naming_the_status_and_the_run_goes_on() {
+        let upstream = Upstream::start();
+        upstream.model.set_behaviour(Behaviour::TooManyRequests {
+            retry_after_secs: 7,
+        });
+        let run = ask_out(
+            Some(&upstream.endpoint()),
+            "[[step]]\nsay = \"asking\"\n[[step]]\nask = { prompt = \"hi\" }\n[[step]]\nask = { prompt = \"hi\", stream = true }\n[[step]]\nsay = \"still here\"\n",
+        );
+        assert_eq!(run.code.unwrap(), 0);
+        assert_eq!(run.records.len(), 4, "{:?}", run.records);
+        for (record, step) in run.records[1..3].iter().zip([2, 3]) {
+            assert_eq!(
+                error_text(record),
+                format!(
+                    "step {step}: ask: the model answered 429 Too Many Requests: rate limited by the scripted model (retry after 7 s)"
+                )
+            );
+        }
+        assert_eq!(run.records[3], message("still here"));
+
+        upstream.model.set_behaviour(Behaviour::ServerError);
+        let run = ask_out(
+            Some(&upstream.endpoint()),
+            "[[step]]\nask = { prompt = \"hi\" }\n",
+        );
+        assert_eq!(run.code.unwrap(), 0);
+        assert_eq!(
+            error_text(&run.records[0]),
+            "step 1: ask: the model answered 500 Internal Server Error: the scripted model failed"
+        );
+    }
+
+    #[test]
+    fn a_broken_reply_is_an_error_record_and_the_run_goes_on() {
+        let upstream = Upstream::start();
+        let endpoint = upstream.endpoint();
+        let steps = "[[step]]\nask = { prompt = \"hi\" }\n[[step]]\nask = { prompt = \"hi\", stream = true }\n[[step]]\nsay = \"next\"\n";
+        for (behaviour, plain, streamed) in [
+            (
+                Behaviour::MalformedJson,
+                "step 1: ask: the reply is not JSON",
+                "step 2: ask: a streamed chunk is not JSON",
+            ),
+            (
+                Behaviour::CutStream,
+                "step 1: ask: the reply broke off",
+                "step 2: ask: the reply stream broke after ",
+            ),
+        ] {
+            upstream.model.set_behaviour(behaviour);
+            let run = ask_out(Some(&endpoint), steps);
+            assert_eq!(run.code.unwrap(), 0, "{behaviour:?}");
+            assert_eq!(run.records.len(), 3, "{behaviour:?}: {:?}", run.records);
+            let (first, second) = (error_text(&run.records[0]), error_text(&run.records[1]));
+            assert!(first.starts_with(plain), "{behaviour:?}: {first}");
+            assert!(second.starts_with(streamed), "{behaviour:?}: {second}");
+            assert_eq!(run.records[2], message("next"));
+        }
+    }
+
+    #[test]
+    fn a_model_that_never_answers_is_given_up_after_the_timeout() {
+        let upstream = Upstream::start();
+        upstream.model.set_behaviour(Behaviour::Stall);
+        let endpoint = ModelEndpoint {
+            timeout: Duration::from_millis(200),
+            ..upstream.endpoint()
+        };
+        let started = std::time::Instant::now();
+        let run = ask_out(Some(&endpoint), "[[step]]\nask = { prompt = \"hi\" }\n");
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        assert_eq!(run.code.unwrap(), 0);
+        assert_eq!(
+            error_text(&run.records[0]),
+            "step 1: ask: no answer within 0.2 s"
+        );
+    }
+
+    #[test]
+    fn an_unreachable_model_is_an_error_record_naming_the_url() {
+        let closed = {
+            let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+            probe.local_addr().unwrap()
+        };
+        let endpoint = ModelEndpoint {
+            base_url: format!("http://{closed}/v1/"),
+            api_key: None,
+            timeout: Duration::from_secs(30),
+        };
+        let run = ask_out(
+            Some(&endpoint),
+            "[[step]]\nask_until_refused = { prompt = \"hi\", max = 5 }\n[[step]]\nsay = \"on\"\n",
+        );
+        assert_eq!(run.code.unwrap(), 0);
+        assert_eq!(run.records.len(), 2, "{:?}", run.records);
+        let text = error_text(&run.records[0]);
+        assert!(
+            text.starts_with(&format!(
+                "step 1: ask: cannot reach the model at http://{closed}/v1/chat/completions: "
+            )),
+            "{text}"
+        );
+        assert!(text.contains("refused"), "{text}");
+        assert_eq!(run.records[1], message("on"));
+    }
+
+    #[test]
+    fn ask_without_a_model_url_is_an_error_naming_the_step_and_the_run_goes_on() {
+        let run = ask_out(
+            None,
+            "[[step]]\nsay = \"first\"\n[[step]]\nask = { prompt = \"hi\" }\n[[step]]\nsay = \"after\"\n",
+        );
+        assert_eq!(run.records.len(), 3, "{:?}", run.records);
+        assert_eq!(
+            error_text(&run.records[1]),
+            "step 2: ask: STET_MODEL_URL is not set, so there is no model to ask"
+        );
+        assert_eq!(run.records[2], message("after"));
+
+        let endpoint = ModelEndpoint {
+            base_url: "https://127.0.0.1:4141/v1".into(),
+            api_key: None,
+            timeout: Duration::from_secs(30),
+        };
+        let run = ask_out(Some(&endpoint), "[[step]]\nask = { prompt = \"hi\" }\n");
+        assert_eq!(run.code.unwrap(), 1);
+        let text = error_text(&run.records[0]);
+        assert!(
+            text.starts_with("step 1: ask: the model URL \"https://127.0.0.1:4141/v1\""),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn ask_until_refused_asks_max_times_or_until_refused() {
+        let upstream = Upstream::start();
+        let run = ask_out(
+            Some(&upstream.endpoint()),
+            "[[step]]\nask_until_refused = { prompt = \"more?\", max = 3 }\n[[step]]\nask_until_refused = { prompt = \"streamed?\", max = 2, stream = true }\n",
+        );
+        assert_eq!(run.code.unwrap(), 0);
+        assert_eq!(
+            run.records,
+            vec![
+                message("step 1: more?"),
+                message("step 2: more?"),
+                message("step 3: more?"),
+                message("step 4: streamed?"),
+                message("step 5: streamed?"),
+            ]
+        );
+        assert_eq!(upstream.model.requests().len(), 5);
+
+        upstream.model.set_behaviour(Behaviour::ServerError);
+        let run = ask_out(
+            Some(&upstream.endpoint()),
+            "[[step]]\nask_until_refused = { prompt = \"more?\", max = 50 }\n[[step]]\nsay = \"stopped\"\n",
+        );
+        assert_eq!(run.code.unwrap(), 0);
+        assert_eq!(run.records.len(), 2, "{:?}", run.records);
+        assert!(
+            error_text(&run.records[0]).contains("500 Internal Server Error"),
+            "{:?}",
+            run.records
+        );
+        assert_eq!(run.records[1], message("stopped"));
+        assert_eq!(upstream.model.requests().len(), 6);
     }
 }

@@ -5,12 +5,19 @@
 //! [`scenario`]) and the staged instruction file and acts the scenario out step by step, printing one
 //! [`AgentRecord`] per line on stdout. The `script` harness reads those lines back.
 //!
+//! Its `ask` steps are the one way out: they ask a model over HTTP at the URL the harness passes in
+//! `STET_MODEL_URL`, in the sandbox the relay on the container's loopback that leads to stet's
+//! gateway on the host (see [`ask`]).
+//!
 //! The agent is deliberately untrusted: its edits may go anywhere, plant hooks or follow links, print
 //! secrets or flood its output, so the host's defences can be tested against it. A step that cannot
-//! be carried out (an edit that fails, a missing instruction file) is reported as an `error` record and
-//! ends the run with exit code 1; only a broken stdout or a bad scenario is an [`AgentError`].
+//! be carried out (an edit that fails, a missing instruction file, an unusable model URL) is
+//! reported as an `error` record and ends the run with exit code 1; a model that refuses or fails, or
+//! no model at all (no gateway configured), is an `error` record and the run goes on. Only a broken stdout or a bad scenario is an
+//! [`AgentError`] returned to the caller.
 
 mod act;
+pub mod ask;
 pub mod check;
 pub mod protocol;
 pub mod scenario;
@@ -18,6 +25,7 @@ pub mod scenario;
 use std::io::{Read as _, Write};
 use std::path::PathBuf;
 
+pub use ask::ModelEndpoint;
 pub use check::check;
 pub use protocol::AgentRecord;
 pub use scenario::{Action, Leak, Scenario, Step, parse_scenario};
@@ -98,6 +106,31 @@ pub enum AgentError {
     },
     #[error("step {step}: the system's random generator failed: {detail}")]
     Random { step: usize, detail: String },
+    #[error(
+        "step {step}: ask: {} is not set, so there is no model to ask",
+        ask::MODEL_URL_ENV
+    )]
+    NoModelUrl { step: usize },
+    #[error("step {step}: ask: the model URL {url:?} cannot be used: {problem}")]
+    ModelUrl {
+        step: usize,
+        url: String,
+        problem: String,
+    },
+    #[error(
+        "step {step}: ask: the model answered {status}{}",
+        ask::refusal_detail(message, retry_after)
+    )]
+    ModelRefused {
+        step: usize,
+        status: http::StatusCode,
+        /// The server's `error.message`, when its reply had one.
+        message: Option<String>,
+        /// The reply's `Retry-After`, when it had one.
+        retry_after: Option<String>,
+    },
+    #[error("step {step}: ask: {problem}")]
+    Ask { step: usize, problem: String },
     #[error("writing the agent's output: {0}")]
     Write(#[source] std::io::Error),
 }
@@ -118,13 +151,24 @@ pub struct AgentOptions {
 }
 
 /// Acts the scenario out, printing one record per line on `out`; returns the process exit code.
+/// `ask` steps go to the model the environment names ([`ModelEndpoint::from_environment`]).
 pub fn run(options: &AgentOptions, out: &mut dyn Write) -> Result<u8> {
+    run_with_model(options, ModelEndpoint::from_environment().as_ref(), out)
+}
+
+/// [`run`], with `ask` steps sent to `model` (none: each `ask` step is an `error` record). An `ask`
+/// step runs a small async runtime of its own, so this must not be called from async code.
+pub fn run_with_model(
+    options: &AgentOptions,
+    model: Option<&ModelEndpoint>,
+    out: &mut dyn Write,
+) -> Result<u8> {
     if !(options.pace.is_finite() && (0.0..=MAX_PACE).contains(&options.pace)) {
         return Err(AgentError::InvalidPace { pace: options.pace });
     }
     let text = read_scenario(&options.scenario)?;
     let scenario = parse_scenario(&options.scenario, &text)?;
-    act::Actor::new(options, &scenario.model, out).perform(&scenario.steps)
+    act::Actor::new(options, &scenario.model, model, out).perform(&scenario.steps)
 }
 
 fn read_scenario(file: &std::path::Path) -> Result<String> {

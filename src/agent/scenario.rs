@@ -2,7 +2,7 @@
 //! runs, so a mistake in a scenario is reported with its file, step and field instead of half-way
 //! through a run.
 //!
-//! A scenario is TOML: a top-level `model` (the name usage records report) and `[[step]]` tables,
+//! A scenario is TOML: a top-level `model` (the name usage records report and asks request) and `[[step]]` tables,
 //! counted from 1 in errors. Each step holds exactly one action key and an optional `pause` in seconds
 //! (slept before the action, multiplied by the run's pace):
 //!
@@ -17,6 +17,8 @@
 //! | `usage = { input_tokens, output_tokens, cached_tokens = 0, cost_usd }` | a `usage` record of the scenario's model |
 //! | `leak = { value = "…" }` or `leak = { shape = "github" }` | prints `export DEMO_TOKEN=<value>`, the second made up at run time |
 //! | `network = "ip:port"` | tries a TCP connection (2 s) and reports how it went |
+//! | `ask = { prompt, stream = false }` | posts `prompt` as a chat completion of the scenario's model to `$STET_MODEL_URL/chat/completions` (bearer `$STET_MODEL_KEY`), read as server-sent events when `stream`; the reply is a `message` record, no `usage` record (the host's gateway meters asks); a refusal (non-2xx), a failure or no `STET_MODEL_URL` at all is an `error` record and the run goes on |
+//! | `ask_until_refused = { prompt, max, stream = false }` | asks again and again, the step's pause between asks, until the model refuses or fails (an `error` record) or `max` asks are done, each reply a `message` record |
 //! | `flood = { lines, bytes_per_line }` | prints raw lines that are not records, as fast as it can |
 //! | `forever = true` | a `thought` every second until stopped |
 //! | `fail = { code, message }` | an `error` record, then exits with `code` |
@@ -42,6 +44,9 @@ pub const MAX_PAUSE_SECONDS: f64 = 3600.0;
 /// The longest line a `flood` step may print, in bytes.
 pub const MAX_FLOOD_LINE_BYTES: u64 = 64 * 1024 * 1024;
 
+/// The most asks one `ask_until_refused` step may make.
+pub const MAX_ASKS: u64 = 1_000_000;
+
 /// Every action key a step may hold.
 const ACTIONS: &[&str] = &[
     "say",
@@ -56,6 +61,8 @@ const ACTIONS: &[&str] = &[
     "usage",
     "leak",
     "network",
+    "ask",
+    "ask_until_refused",
     "flood",
     "forever",
     "fail",
@@ -114,6 +121,17 @@ pub enum Action {
     },
     Leak(Leak),
     Network(SocketAddr),
+    /// Ask the model `prompt`, reading the reply as a stream when `stream`.
+    Ask {
+        prompt: String,
+        stream: bool,
+    },
+    /// Ask the model `prompt` until it refuses or `max` asks are done.
+    AskUntilRefused {
+        prompt: String,
+        max: u64,
+        stream: bool,
+    },
     Flood {
         lines: u64,
         bytes_per_line: u64,
@@ -354,6 +372,25 @@ impl StepReader<'_> {
                 }
             }
             "leak" => Action::Leak(self.leak(value)?),
+            "ask" => {
+                let fields = self.fields(key, value, &["prompt", "stream"])?;
+                Action::Ask {
+                    prompt: fields.prompt()?,
+                    stream: fields.optional_flag("stream")?.unwrap_or(false),
+                }
+            }
+            "ask_until_refused" => {
+                let fields = self.fields(key, value, &["prompt", "max", "stream"])?;
+                let max = fields.count("max")?;
+                if !(1..=MAX_ASKS).contains(&max) {
+                    return Err(fields.error("max", format!("{max} is not from 1 to {MAX_ASKS}")));
+                }
+                Action::AskUntilRefused {
+                    prompt: fields.prompt()?,
+                    max,
+                    stream: fields.optional_flag("stream")?.unwrap_or(false),
+                }
+            }
             "flood" => {
                 let fields = self.fields(key, value, &["lines", "bytes_per_line"])?;
                 let bytes_per_line = fields.count("bytes_per_line")?;
@@ -527,6 +564,26 @@ impl Fields<'_> {
         self.reader.path(&format!("{}.{field}", self.action), value)
     }
 
+    /// The `prompt` field: text that is not blank.
+    fn prompt(&self) -> Result<String> {
+        let prompt = self.text("prompt")?;
+        if prompt.trim().is_empty() {
+            return Err(self.error("prompt", "is empty"));
+        }
+        Ok(prompt)
+    }
+
+    fn optional_flag(&self, field: &str) -> Result<Option<bool>> {
+        match self.table.get(field) {
+            None => Ok(None),
+            Some(Value::Boolean(flag)) => Ok(Some(*flag)),
+            Some(other) => Err(self.error(
+                field,
+                format!("must be true or false, not {}", other.type_str()),
+            )),
+        }
+    }
+
     fn count(&self, field: &str) -> Result<u64> {
         self.optional_count(field)?
             .ok_or_else(|| self.error(field, "is missing"))
@@ -626,6 +683,19 @@ leak = { shape = "github" }
 network = "1.1.1.1:443"
 
 [[step]]
+ask = { prompt = "What next?" }
+
+[[step]]
+ask = { prompt = "And then?", stream = true }
+
+[[step]]
+ask_until_refused = { prompt = "More?", max = 20 }
+pause = 0.5
+
+[[step]]
+ask_until_refused = { prompt = "Streamed?", max = 1, stream = true }
+
+[[step]]
 flood = { lines = 3, bytes_per_line = 10 }
 
 [[step]]
@@ -674,6 +744,24 @@ finish = "done"
                 &Action::Leak(Leak::Value("plain".into())),
                 &Action::Leak(Leak::GitHub),
                 &Action::Network("1.1.1.1:443".parse().unwrap()),
+                &Action::Ask {
+                    prompt: "What next?".into(),
+                    stream: false
+                },
+                &Action::Ask {
+                    prompt: "And then?".into(),
+                    stream: true
+                },
+                &Action::AskUntilRefused {
+                    prompt: "More?".into(),
+                    max: 20,
+                    stream: false
+                },
+                &Action::AskUntilRefused {
+                    prompt: "Streamed?".into(),
+                    max: 1,
+                    stream: true
+                },
                 &Action::Flood {
                     lines: 3,
                     bytes_per_line: 10
@@ -684,6 +772,7 @@ finish = "done"
         assert_eq!(scenario.steps[0].pause, 1.5);
         assert_eq!(scenario.steps[1].pause, 2.0);
         assert_eq!(scenario.steps[2].pause, 0.0);
+        assert_eq!(scenario.steps[15].pause, 0.5);
     }
 
     #[test]
@@ -798,6 +887,41 @@ finish = "done"
                 "model = \"m\"\n[[step]]\nnetwork = \"example.com:443\"\n",
                 "step 1: field `network`",
                 "\"example.com:443\"",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nask = \"hello\"\n",
+                "step 1: field `ask`",
+                "must be a table",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nask = { stream = true }\n",
+                "step 1: field `ask.prompt`",
+                "missing",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nask = { prompt = \"  \" }\n",
+                "step 1: field `ask.prompt`",
+                "empty",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nask = { prompt = \"a\", stream = \"yes\" }\n",
+                "step 1: field `ask.stream`",
+                "must be true or false",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nask = { prompt = \"a\", max = 2 }\n",
+                "step 1: field `ask.max`",
+                "not a field of `ask`",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nask_until_refused = { prompt = \"a\" }\n",
+                "step 1: field `ask_until_refused.max`",
+                "missing",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nask_until_refused = { prompt = \"a\", max = 0 }\n",
+                "step 1: field `ask_until_refused.max`",
+                "0 is not from 1",
             ),
             (
                 "model = \"m\"\n[[step]]\nfail = { code = 256, message = \"x\" }\n",

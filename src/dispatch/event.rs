@@ -270,6 +270,10 @@ pub struct Usage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
     pub total_cost_usd: f64,
+    /// How long the request took through the gateway, from its arrival to the response's last byte;
+    /// `None` for usage the agent reported itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<u64>,
 }
 
 #[cfg(test)]

@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 use crate::brief::Brief;
 use crate::dispatch::branch::{BranchValidator, CommitSha};
 use crate::dispatch::event::{
-    ChangedPath, DispatchId, Event, EventKind, PullRequestAction, TeardownStepReport, Usage,
+    ChangedPath, DispatchId, Event, EventKind, ItemKind, PullRequestAction, TeardownStepReport,
+    TranscriptItem, Usage,
 };
 use crate::dispatch::record::{PhaseSpan, RunRecord, RunResult, truncate};
 use crate::dispatch::sandbox::{
@@ -26,9 +27,11 @@ use crate::dispatch::sanitize::{KnownValue, SanitizedText, TokenSanitizer};
 use crate::dispatch::service::{DispatchParts, DispatchService};
 use crate::dispatch::state::{Input, Phase, transition};
 use crate::forge::{Preflight, Provenance, PullRequestDraft, PushBranch};
+use crate::gateway::{Gateway, GatewayConfig, GatewayEvent};
 use crate::git::import::{ImportRequest, Imported, import};
 use crate::harness::{
-    HarnessLaunch, HarnessOutcome, HarnessPlan, OutputParser, Parsed, StagedFile, UsageReport,
+    HarnessLaunch, HarnessOutcome, HarnessPlan, ModelAccess, OutputParser, PLACEHOLDER_KEY, Parsed,
+    StagedFile, UsageReport,
 };
 use crate::runtime::{NetworkPolicy, OutputLine, PullProgress};
 use crate::workflow::Workflow;
@@ -219,6 +222,26 @@ fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// The next event of the gateway, or never when there is none (a `select!` arm that stays quiet).
+async fn next_event(events: &mut Option<mpsc::Receiver<GatewayEvent>>) -> Option<GatewayEvent> {
+    match events {
+        Some(events) => events.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The keepalive command with the relay to the gateway's socket added (`stet sandbox-idle --relay`).
+fn relayed(keepalive: &[String]) -> Vec<String> {
+    let mut command = keepalive.to_vec();
+    command.push("--relay".to_owned());
+    command.push(format!(
+        "{}/{}",
+        crate::runtime::GATEWAY_MOUNT,
+        crate::relay::SOCKET_NAME
+    ));
+    command
+}
+
 fn count_redactions(text: &str) -> u64 {
     u64::try_from(text.matches("[REDACTED:").count()).unwrap_or(u64::MAX)
 }
@@ -250,6 +273,7 @@ impl Meter {
             cached_tokens: report.cached_tokens,
             cost_usd: report.cost_usd,
             total_cost_usd: self.cost_usd,
+            latency_ms: None,
         }
     }
 
@@ -316,6 +340,12 @@ struct Flow {
     record_error: Option<String>,
     /// This dispatch's concurrency slot, while it holds one.
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The model gateway, from provisioning until the agent's work is over.
+    gateway: Option<Gateway>,
+    /// What the gateway reports while the agent runs.
+    gateway_events: Option<mpsc::Receiver<GatewayEvent>>,
+    /// How the agent reaches the model (the relay in the sandbox), when a gateway runs.
+    model_access: Option<ModelAccess>,
 }
 
 impl Flow {
@@ -326,6 +356,10 @@ impl Flow {
         events: mpsc::Sender<Event>,
         control: DispatchControl,
     ) -> Flow {
+        let model_access = parts.settings.gateway.as_ref().map(|_| ModelAccess {
+            base_url: crate::relay::model_base_url(),
+            placeholder_key: PLACEHOLDER_KEY.to_owned(),
+        });
         let (record, record_error) = match RunRecord::create(service.state_dir(), run.id) {
             Ok(record) => (Some(record), None),
             Err(error) => {
@@ -366,6 +400,9 @@ impl Flow {
             plan: None,
             record_error,
             permit: None,
+            gateway: None,
+            gateway_events: None,
+            model_access,
         }
     }
 
@@ -507,6 +544,7 @@ impl Flow {
                 dispatch: self.run.id,
                 brief,
                 instructions: &instructions,
+                model: self.model_access.as_ref(),
             })
             .map_err(|error| Stop::Failed(format!("brief {}: {error}", brief.id)))
     }
@@ -519,7 +557,11 @@ impl Flow {
             limits: settings.limits,
             network: settings.network,
             user: settings.user,
-            keepalive: settings.keepalive.clone(),
+            keepalive: match &settings.gateway {
+                Some(_) => relayed(&settings.keepalive),
+                None => settings.keepalive.clone(),
+            },
+            gateway: settings.gateway.is_some(),
             workspace_source: Some(WorkspaceSource {
                 repository: self.parts.repository.clone(),
                 base: preflight.base_sha.clone(),
@@ -596,9 +638,11 @@ impl Flow {
         if self.stop.is_cancelled() {
             return Err(self.stop_reason());
         }
+        self.start_gateway(sandbox).await?;
         self.publisher.advance(Input::Provisioned, None).await;
-        let summary = self.run_agent(sandbox).await?;
-        self.facts.summary = summary;
+        let ran = self.run_agent(sandbox).await;
+        self.stop_gateway().await;
+        self.facts.summary = ran?;
         self.publisher.advance(Input::AgentFinished, None).await;
         let imported = self.collect(sandbox, preflight).await?;
         // The agent's work is over: the timeout no longer applies (a person reviewing is not timed).
@@ -768,27 +812,45 @@ impl Flow {
         let exec = sandbox.run(process, sender);
         tokio::pin!(exec);
         let mut exit = None;
-        loop {
+        let mut gateway = self.gateway_events.take();
+        let ran = loop {
             tokio::select! {
                 biased;
                 () = stop.cancelled() => {
                     self.record_pending(&mut lines, parser);
-                    return Err(self.stop_reason());
+                    break Err(self.stop_reason());
+                }
+                Some(event) = next_event(&mut gateway) => {
+                    if let Err(stop) = self.gateway_event(event, &stop).await {
+                        self.record_pending(&mut lines, parser);
+                        break Err(stop);
+                    }
                 }
                 line = lines.recv() => match line {
                     Some(line) => {
+                        let mut published = Ok(true);
                         for parsed in parser.parse(&line) {
-                            if !self.publish_parsed(parsed, &stop).await? {
-                                self.record_pending(&mut lines, parser);
-                                return Err(self.stop_reason());
+                            published = self.publish_parsed(parsed, &stop).await;
+                            if !matches!(published, Ok(true)) {
+                                break;
                             }
                         }
+                        match published {
+                            Ok(true) => {}
+                            Ok(false) => {
+                                self.record_pending(&mut lines, parser);
+                                break Err(self.stop_reason());
+                            }
+                            Err(stop) => break Err(stop),
+                        }
                     }
-                    None => break,
+                    None => break Ok(()),
                 },
                 result = &mut exec, if exit.is_none() => exit = Some(result),
             }
-        }
+        };
+        self.gateway_events = gateway;
+        ran?;
         let result = match exit {
             Some(result) => result,
             None => exec.await,
@@ -820,6 +882,93 @@ impl Flow {
                 }
             }
         }
+    }
+
+    /// Starts the model gateway on the socket in the sandbox's gateway directory (mounted at
+    /// `/run/stet`, where the relay in the sandbox reaches it), when a model endpoint is configured.
+    async fn start_gateway(&mut self, sandbox: &DispatchSandbox) -> Result<(), Stop> {
+        let Some(settings) = &self.parts.settings.gateway else {
+            return Ok(());
+        };
+        let socket = sandbox.paths().gateway.join(crate::relay::SOCKET_NAME);
+        let config = GatewayConfig {
+            upstream: settings.upstream.clone(),
+            api_key: settings.api_key.clone(),
+            prices: Arc::clone(&settings.prices),
+            ceiling_usd: self.parts.settings.cost_ceiling_usd,
+            request_timeout: settings.request_timeout,
+        };
+        let (gateway, events) = Gateway::start(&socket, config, self.sanitizer())
+            .await
+            .map_err(|error| Stop::Failed(format!("starting the model gateway: {error}")))?;
+        crate::dispatch::sandbox::hand_over(&socket, self.parts.settings.user)
+            .map_err(|error| Stop::Failed(format!("handing the model gateway over: {error}")))?;
+        self.gateway = Some(gateway);
+        self.gateway_events = Some(events);
+        Ok(())
+    }
+
+    /// Stops the model gateway (the agent's work is over, or the dispatch is being torn down); usage
+    /// it metered for requests that ended as the agent did still counts and is published.
+    async fn stop_gateway(&mut self) {
+        if let Some(gateway) = self.gateway.take() {
+            gateway.shutdown().await;
+        }
+        let Some(mut events) = self.gateway_events.take() else {
+            return;
+        };
+        while let Ok(event) = events.try_recv() {
+            let kind = match event {
+                GatewayEvent::Usage { report, .. } => EventKind::Usage(self.meter.add(report)),
+                GatewayEvent::Error { message } => EventKind::Transcript(TranscriptItem {
+                    item: ItemKind::Error,
+                    text: message,
+                }),
+                GatewayEvent::CeilingReached { .. } => continue,
+            };
+            self.publisher.emit(kind).await;
+        }
+    }
+
+    /// Publishes what the gateway reports: metered usage (held against the ceiling), a request that
+    /// went wrong as an error item, the ceiling reached as the stop it is.
+    async fn gateway_event(
+        &mut self,
+        event: GatewayEvent,
+        stop: &CancellationToken,
+    ) -> Result<(), Stop> {
+        match event {
+            GatewayEvent::Usage {
+                report, latency, ..
+            } => {
+                let mut usage = self.meter.add(report);
+                usage.latency_ms = Some(u64::try_from(latency.as_millis()).unwrap_or(u64::MAX));
+                self.publisher
+                    .emit_until(EventKind::Usage(usage), stop)
+                    .await;
+                if let Some(reason) = self.meter.over_ceiling() {
+                    return Err(Stop::CeilingHit(reason));
+                }
+            }
+            GatewayEvent::Error { message } => {
+                let item = TranscriptItem {
+                    item: ItemKind::Error,
+                    text: message,
+                };
+                self.publisher
+                    .emit_until(EventKind::Transcript(item), stop)
+                    .await;
+            }
+            GatewayEvent::CeilingReached {
+                spent_usd,
+                ceiling_usd,
+            } => {
+                return Err(Stop::CeilingHit(format!(
+                    "the model cost reached ${spent_usd:.4}, at or past the ceiling of ${ceiling_usd:.4}; the gateway refuses further requests"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// On a stop, the lines already read from the container still go to the run record (the
@@ -1073,6 +1222,7 @@ impl Flow {
     }
 
     async fn teardown(&mut self, sandbox: &DispatchSandbox) {
+        self.stop_gateway().await;
         let started = Instant::now();
         let report = sandbox.teardown().await;
         self.report_teardown(&report, started.elapsed()).await;

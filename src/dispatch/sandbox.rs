@@ -60,13 +60,16 @@ pub enum SandboxError {
 
 pub type Result<T> = std::result::Result<T, SandboxError>;
 
-/// Where a dispatch keeps its files: `<state>/dispatches/<dispatch id>/{workspace,outputs}`.
+/// Where a dispatch keeps its files: `<state>/dispatches/<dispatch id>/{workspace,outputs,gateway}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxPaths {
-    /// The dispatch's own directory, parent of the two below.
+    /// The dispatch's own directory, parent of the three below.
     pub root: PathBuf,
     pub workspace: PathBuf,
     pub outputs: PathBuf,
+    /// The model gateway's socket directory (made only for a dispatch with a gateway); it lives and
+    /// goes with the dispatch's directory, so the launch sweep reclaims it with the rest.
+    pub gateway: PathBuf,
 }
 
 impl SandboxPaths {
@@ -75,6 +78,7 @@ impl SandboxPaths {
         SandboxPaths {
             workspace: root.join("workspace"),
             outputs: root.join("outputs"),
+            gateway: root.join("gateway"),
             root,
         }
     }
@@ -120,6 +124,8 @@ pub struct SandboxRequest {
     pub keepalive: Vec<String>,
     /// What the workspace holds when the agent starts; `None` leaves it empty.
     pub workspace_source: Option<WorkspaceSource>,
+    /// Make the model gateway's socket directory and mount it (read-only) in the sandbox.
+    pub gateway: bool,
     pub credential: Option<CredentialRequest>,
 }
 
@@ -325,12 +331,19 @@ impl DispatchSandbox {
             report.steps.push(TeardownStep { resource, failure });
         }
         if report.steps.iter().all(|step| step.failure.is_none()) {
-            match std::fs::remove_dir(&self.paths.root) {
-                Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
-                    report.directory_failure =
-                        Some(format!("{}: {error}", self.paths.root.display()));
-                }
-                _ => {}
+            let gateway = &self.paths.gateway;
+            let removed = remove_tree(gateway)
+                .map_err(|error| format!("{}: {error}", gateway.display()))
+                .and_then(|()| {
+                    std::fs::remove_dir(&self.paths.root)
+                        .or_else(|error| match error.kind() {
+                            std::io::ErrorKind::NotFound => Ok(()),
+                            _ => Err(error),
+                        })
+                        .map_err(|error| format!("{}: {error}", self.paths.root.display()))
+                });
+            if let Err(failure) = removed {
+                report.directory_failure = Some(failure);
             }
         }
         if let Some(entry) = entry
@@ -483,6 +496,10 @@ async fn provision_steps(
     })?;
     create_private_dir(&sandbox.paths.outputs)?;
     hand_over(&sandbox.paths.outputs, request.user)?;
+    if request.gateway {
+        create_private_dir(&sandbox.paths.gateway)?;
+        hand_over(&sandbox.paths.gateway, request.user)?;
+    }
     stopped()?;
     tokio::select! {
         pulled = sandbox.runtime.ensure_image(&request.image, pull_progress) => pulled?,
@@ -495,6 +512,7 @@ async fn provision_steps(
         image: request.image.clone(),
         workspace: sandbox.paths.workspace.clone(),
         outputs: sandbox.paths.outputs.clone(),
+        gateway: request.gateway.then(|| sandbox.paths.gateway.clone()),
         limits: request.limits,
         network: request.network,
         user: request.user,
@@ -560,7 +578,8 @@ fn create_private_dir(path: &Path) -> Result<()> {
 }
 
 /// Hands the directory to the sandbox user when it is not theirs already (stet runs as root).
-fn hand_over(path: &Path, user: SandboxUser) -> Result<()> {
+/// Makes `path` the sandbox user's (a no-op when it already is, e.g. stet not running as root).
+pub(crate) fn hand_over(path: &Path, user: SandboxUser) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let owner = std::fs::metadata(path).map_err(io_error(path, "reading its owner"))?;
     if owner.uid() != user.uid || owner.gid() != user.gid {

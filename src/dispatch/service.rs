@@ -111,6 +111,18 @@ pub struct DispatchSettings {
     pub agent: Identity,
     pub import: ImportLimits,
     pub protected: ProtectedPaths,
+    /// The model gateway each dispatch runs; `None`: no model endpoint is configured.
+    pub gateway: Option<GatewaySettings>,
+}
+
+/// Where the model gateway forwards and with which key (which stays in stet's process).
+#[derive(Debug, Clone)]
+pub struct GatewaySettings {
+    /// The OpenAI-compatible upstream, e.g. `https://litellm.example/v1`.
+    pub upstream: String,
+    pub api_key: Option<crate::dispatch::credential::SecretValue>,
+    pub prices: Arc<crate::gateway::prices::PriceTable>,
+    pub request_timeout: Duration,
 }
 
 /// What dispatches need beyond the sweep's parts: where results go and which agent runs.

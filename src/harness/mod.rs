@@ -48,6 +48,19 @@ pub enum HarnessOutcome {
     Failed { reason: SanitizedText },
 }
 
+/// How the agent in the sandbox reaches the model: the relay's URL on the sandbox's own loopback
+/// and a placeholder key. The real key stays with stet's gateway on the host, which adds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelAccess {
+    /// E.g. `http://127.0.0.1:4141/v1`.
+    pub base_url: String,
+    /// What the agent sends as its key; the gateway drops it.
+    pub placeholder_key: String,
+}
+
+/// The placeholder key agents are given: plainly not a secret.
+pub const PLACEHOLDER_KEY: &str = "stet-gateway-holds-the-key";
+
 /// What a harness needs to know to start its agent on one dispatch.
 #[derive(Debug, Clone, Copy)]
 pub struct HarnessLaunch<'a> {
@@ -55,6 +68,8 @@ pub struct HarnessLaunch<'a> {
     pub brief: &'a Brief,
     /// The rendered instructions (the workflow template filled in with the brief).
     pub instructions: &'a str,
+    /// The model through stet's gateway; `None` when no model endpoint is configured.
+    pub model: Option<&'a ModelAccess>,
 }
 
 /// A file the host writes into the outputs directory before the agent starts.

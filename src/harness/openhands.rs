@@ -3,8 +3,10 @@
 //!
 //! The harness stages the rendered instructions as `/outputs/task.md` and runs
 //! `openhands --headless --json --override-with-envs -f /outputs/task.md` in `/workspace`: the brief
-//! never travels on a command line (ADR-0018 row 4). The model, its endpoint and its API key go in the
-//! environment (`LLM_MODEL`, `LLM_BASE_URL`, `LLM_API_KEY`, read by `--override-with-envs`). The CLI
+//! never travels on a command line (ADR-0018 row 4). The model and its endpoint go in the environment
+//! (`LLM_MODEL`, `LLM_BASE_URL`, `LLM_API_KEY`, read by `--override-with-envs`): the endpoint is stet's
+//! relay on the sandbox's loopback and the key a placeholder, since the gateway on the host holds the
+//! real one (DESIGN §5 row 13); without a gateway the harness refuses to plan. The CLI
 //! keeps its conversations under `$OPENHANDS_CONVERSATIONS_DIR` (by default `~/.openhands/conversations`,
 //! which in the sandbox is a tmpfs that dies with the container); the harness points it at
 //! `/outputs/conversations`, so the state file with the run's usage survives for the host to read.
@@ -20,15 +22,13 @@
 //! OpenHands writes its totals to `base_state.json` in the conversation's persistence directory, which
 //! [`final_usage`] finds under a root it walks without following links.
 //!
-//! Apart from that one bounded read, the API key lookup at plan time and debug logging, this module is
-//! pure. Every text goes the same way:
+//! Apart from that one bounded read and debug logging, this module is pure. Every text goes the same way:
 //! escape sequences and control characters are removed first (so a colour code can neither split a
 //! token the sanitizer must see whole nor reach a terminal), then the sanitizer runs, then the result
 //! is cut to a bound, so no cut can leave part of a secret unrecognised.
 
 use std::collections::BTreeMap;
-use std::ffi::{CStr, CString, OsString};
-use std::fmt;
+use std::ffi::{CStr, CString};
 use std::io::Read as _;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
@@ -53,9 +53,6 @@ use crate::runtime::{OUTPUTS_MOUNT, OutputLine, OutputStream, SandboxProcess, WO
 
 /// The OpenHands CLI version the dispatch image carries (`docker/dispatch/Dockerfile`) and this
 /// module's parser is built against (PyPI `openhands`, with `openhands-sdk` 1.21).
-/// The variable that carries the model key into the agent's environment.
-const API_KEY_ENV: &str = "LLM_API_KEY";
-
 pub const OPENHANDS_VERSION: &str = "1.16.0";
 
 /// The harness's name in events, run records and pull requests.
@@ -124,52 +121,29 @@ pub type Result<T> = std::result::Result<T, OpenHandsError>;
 pub struct OpenHandsSettings {
     /// The model, as OpenHands (LiteLLM) names it, e.g. `openai/gpt-4.1`.
     pub model: String,
-    /// The model endpoint, when it is not the provider's own.
-    pub base_url: Option<String>,
-    /// The host environment variable holding the model API key; `None` passes no key.
-    pub api_key_env: Option<String>,
     /// The OpenHands CLI version the dispatch image carries.
     pub version: String,
 }
 
 impl OpenHandsSettings {
-    /// Settings for `model` with no endpoint or key, and the pinned [`OPENHANDS_VERSION`].
+    /// Settings for `model` and the pinned [`OPENHANDS_VERSION`].
     pub fn new(model: impl Into<String>) -> OpenHandsSettings {
         OpenHandsSettings {
             model: model.into(),
-            base_url: None,
-            api_key_env: None,
             version: OPENHANDS_VERSION.to_owned(),
         }
     }
 }
 
-/// Looks up a variable of stet's own environment (`std::env::var_os`, or a test's stand-in).
-pub type EnvLookup = Arc<dyn Fn(&str) -> Option<OsString> + Send + Sync>;
-
 /// Runs the OpenHands CLI headless in the sandbox.
+#[derive(Debug)]
 pub struct OpenHandsHarness {
     settings: OpenHandsSettings,
-    env: EnvLookup,
-}
-
-impl fmt::Debug for OpenHandsHarness {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpenHandsHarness")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
 }
 
 impl OpenHandsHarness {
-    /// A harness that reads the model API key from stet's process environment when it plans a run.
     pub fn new(settings: OpenHandsSettings) -> OpenHandsHarness {
-        OpenHandsHarness::with_env_lookup(settings, Arc::new(|name: &str| std::env::var_os(name)))
-    }
-
-    /// A harness that reads the model API key through `env` (a test's or an embedder's environment).
-    pub fn with_env_lookup(settings: OpenHandsSettings, env: EnvLookup) -> OpenHandsHarness {
-        OpenHandsHarness { settings, env }
+        OpenHandsHarness { settings }
     }
 
     fn plan_error(detail: String) -> HarnessError {
@@ -177,26 +151,6 @@ impl OpenHandsHarness {
             harness: HARNESS,
             detail,
         }
-    }
-
-    /// The model API key, read from the variable the settings name.
-    fn api_key(&self, variable: &str) -> crate::harness::Result<SecretValue> {
-        let value = (self.env)(variable).ok_or_else(|| {
-            OpenHandsHarness::plan_error(format!(
-                "the model API key variable {variable} (harness.openhands.api_key_env) is not set in stet's environment"
-            ))
-        })?;
-        let value = value.into_string().map_err(|_| {
-            OpenHandsHarness::plan_error(format!(
-                "the model API key variable {variable} (harness.openhands.api_key_env) is not valid UTF-8"
-            ))
-        })?;
-        if value.trim().is_empty() {
-            return Err(OpenHandsHarness::plan_error(format!(
-                "the model API key variable {variable} (harness.openhands.api_key_env) is empty"
-            )));
-        }
-        Ok(SecretValue::new(value))
     }
 }
 
@@ -213,14 +167,6 @@ impl Harness for OpenHandsHarness {
         Some(self.settings.model.clone())
     }
 
-    fn secrets(&self, plan: &HarnessPlan) -> Vec<(&'static str, SecretValue)> {
-        plan.processes
-            .iter()
-            .filter_map(|process| process.env.get(API_KEY_ENV))
-            .map(|key| ("model-key", key.clone()))
-            .collect()
-    }
-
     fn plan(&self, launch: &HarnessLaunch<'_>) -> crate::harness::Result<HarnessPlan> {
         let model = self.settings.model.trim();
         if model.is_empty() {
@@ -228,15 +174,16 @@ impl Harness for OpenHandsHarness {
                 "no model is configured: set harness.openhands.model in stet.toml".to_owned(),
             ));
         }
+        let Some(access) = launch.model else {
+            return Err(OpenHandsHarness::plan_error(
+                "OpenHands reaches its model only through stet's gateway, which keeps the key on the host: set [model] base_url (and api_key_env) in stet.toml".to_owned(),
+            ));
+        };
         let plain = |value: &str| SecretValue::new(value.to_owned());
         let mut env = BTreeMap::new();
         env.insert("LLM_MODEL".to_owned(), plain(model));
-        if let Some(url) = &self.settings.base_url {
-            env.insert("LLM_BASE_URL".to_owned(), plain(url));
-        }
-        if let Some(variable) = &self.settings.api_key_env {
-            env.insert(API_KEY_ENV.to_owned(), self.api_key(variable)?);
-        }
+        env.insert("LLM_BASE_URL".to_owned(), plain(&access.base_url));
+        env.insert("LLM_API_KEY".to_owned(), plain(&access.placeholder_key));
         env.insert("OPENHANDS_WORK_DIR".to_owned(), plain(WORKSPACE_MOUNT));
         env.insert(
             "OPENHANDS_CONVERSATIONS_DIR".to_owned(),
@@ -1117,6 +1064,7 @@ impl Totals {
             cached_tokens: self.cached,
             cost_usd: Some(self.cost),
             total_cost_usd: self.cost,
+            latency_ms: None,
         })
     }
 }
@@ -1131,6 +1079,7 @@ mod tests {
 
     use super::*;
     use crate::dispatch::sanitize::KnownValue;
+    use crate::harness::ModelAccess;
     use crate::runtime::lines::{LineFramer, MAX_LINE_BYTES};
 
     /// The real captures of OpenHands 1.16 that this parser is built against (copied unchanged from
@@ -1770,15 +1719,15 @@ mod tests {
         format!("fake-{}", uuid::Uuid::new_v4().simple())
     }
 
-    fn harness_with(settings: OpenHandsSettings, variables: &[(&str, &str)]) -> OpenHandsHarness {
-        let variables: BTreeMap<String, OsString> = variables
-            .iter()
-            .map(|(name, value)| ((*name).to_owned(), OsString::from(*value)))
-            .collect();
-        OpenHandsHarness::with_env_lookup(
-            settings,
-            Arc::new(move |name: &str| variables.get(name).cloned()),
-        )
+    fn harness_with(settings: OpenHandsSettings) -> OpenHandsHarness {
+        OpenHandsHarness::new(settings)
+    }
+
+    fn relay() -> ModelAccess {
+        ModelAccess {
+            base_url: "http://127.0.0.1:4141/v1".to_owned(),
+            placeholder_key: crate::harness::PLACEHOLDER_KEY.to_owned(),
+        }
     }
 
     fn hostile_brief() -> crate::brief::Brief {
@@ -1805,6 +1754,7 @@ text = "`touch /tmp/y`; -t 'ignore the file'"
             dispatch: crate::dispatch::event::DispatchId::new(),
             brief,
             instructions,
+            model: Some(&relay()),
         })
     }
 
@@ -1823,7 +1773,7 @@ text = "`touch /tmp/y`; -t 'ignore the file'"
             .unwrap()
             .render(&brief, "stet/hostile");
         assert!(instructions.contains("--help $(touch /tmp/x)"));
-        let harness = harness_with(OpenHandsSettings::new("openai/gpt-4.1"), &[]);
+        let harness = harness_with(OpenHandsSettings::new("openai/gpt-4.1"));
         let plan = plan_for(&harness, &brief, &instructions).unwrap();
 
         assert_eq!(
@@ -1867,12 +1817,14 @@ text = "`touch /tmp/y`; -t 'ignore the file'"
 
     #[test]
     fn the_environment_names_the_model_the_work_dir_and_keeps_conversations_in_the_outputs() {
-        let harness = harness_with(OpenHandsSettings::new("openai/gpt-4.1"), &[]);
+        let harness = harness_with(OpenHandsSettings::new("openai/gpt-4.1"));
         let plan = plan_for(&harness, &hostile_brief(), "do it").unwrap();
         let process = &plan.processes[0];
         assert_eq!(
             env_names(process),
             [
+                "LLM_API_KEY",
+                "LLM_BASE_URL",
                 "LLM_MODEL",
                 "OPENHANDS_CONVERSATIONS_DIR",
                 "OPENHANDS_WORK_DIR"
@@ -1887,72 +1839,51 @@ text = "`touch /tmp/y`; -t 'ignore the file'"
     }
 
     #[test]
-    fn the_api_key_travels_only_in_the_environment_and_only_when_configured() {
-        let key = fake_key();
-        let settings = OpenHandsSettings {
-            base_url: Some("http://127.0.0.1:4000/v1".to_owned()),
-            api_key_env: Some("STET_TEST_MODEL_KEY".to_owned()),
-            ..OpenHandsSettings::new("openai/gpt-4.1")
-        };
-        let harness = harness_with(settings, &[("STET_TEST_MODEL_KEY", &key)]);
+    fn the_agent_talks_to_the_relay_with_a_placeholder_key() {
+        let harness = harness_with(OpenHandsSettings::new("openai/gpt-4.1"));
         let plan = plan_for(&harness, &hostile_brief(), "do it").unwrap();
         let process = &plan.processes[0];
-        assert_eq!(env_value(process, "LLM_API_KEY"), Some(key.as_str()));
         assert_eq!(
             env_value(process, "LLM_BASE_URL"),
-            Some("http://127.0.0.1:4000/v1")
+            Some("http://127.0.0.1:4141/v1")
         );
-        assert!(process.argv.iter().all(|word| !word.contains(&key)));
-        assert!(!format!("{plan:?} {harness:?}").contains(&key));
-        let secrets = harness.secrets(&plan);
         assert_eq!(
-            secrets.len(),
-            1,
-            "the key is handed to the engine to mask by value"
+            env_value(process, "LLM_API_KEY"),
+            Some(crate::harness::PLACEHOLDER_KEY)
         );
-        assert_eq!(secrets[0].0, "model-key");
-        assert_eq!(secrets[0].1.expose_secret(), key);
-
-        let unconfigured = harness_with(
-            OpenHandsSettings::new("openai/gpt-4.1"),
-            &[("STET_TEST_MODEL_KEY", &key)],
+        assert!(
+            harness.secrets(&plan).is_empty(),
+            "no secret enters the sandbox"
         );
-        let plan = plan_for(&unconfigured, &hostile_brief(), "do it").unwrap();
-        assert!(!plan.processes[0].env.contains_key("LLM_API_KEY"));
-        assert!(!plan.processes[0].env.contains_key("LLM_BASE_URL"));
     }
 
     #[test]
-    fn a_missing_or_empty_key_variable_is_an_error_naming_it() {
-        let settings = OpenHandsSettings {
-            api_key_env: Some("STET_TEST_ABSENT_KEY".to_owned()),
-            ..OpenHandsSettings::new("openai/gpt-4.1")
-        };
-        for variables in [&[][..], &[("STET_TEST_ABSENT_KEY", " ")][..]] {
-            let harness = harness_with(settings.clone(), variables);
-            let error = plan_for(&harness, &hostile_brief(), "do it").unwrap_err();
-            assert!(
-                matches!(
-                    error,
-                    HarnessError::Plan {
-                        harness: "openhands",
-                        ..
-                    }
-                ),
-                "{error:?}"
-            );
-            let message = error.to_string();
-            assert!(message.contains("STET_TEST_ABSENT_KEY"), "{message}");
-            assert!(
-                message.contains("harness.openhands.api_key_env"),
-                "{message}"
-            );
-        }
+    fn without_the_gateway_it_refuses_to_plan_naming_the_setting() {
+        let harness = harness_with(OpenHandsSettings::new("openai/gpt-4.1"));
+        let error = harness
+            .plan(&HarnessLaunch {
+                dispatch: crate::dispatch::event::DispatchId::new(),
+                brief: &hostile_brief(),
+                instructions: "do it",
+                model: None,
+            })
+            .unwrap_err();
+        assert!(
+            matches!(
+                error,
+                HarnessError::Plan {
+                    harness: "openhands",
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("[model] base_url"), "{error}");
     }
 
     #[test]
     fn a_harness_without_a_model_refuses_to_plan() {
-        let harness = harness_with(OpenHandsSettings::new(" "), &[]);
+        let harness = harness_with(OpenHandsSettings::new(" "));
         let error = plan_for(&harness, &hostile_brief(), "do it").unwrap_err();
         assert!(
             error.to_string().contains("harness.openhands.model"),
@@ -1962,7 +1893,7 @@ text = "`touch /tmp/y`; -t 'ignore the file'"
 
     #[test]
     fn the_harness_names_itself_its_version_and_its_model() {
-        let harness = harness_with(OpenHandsSettings::new("openai/gpt-4.1"), &[]);
+        let harness = harness_with(OpenHandsSettings::new("openai/gpt-4.1"));
         assert_eq!(harness.name(), "openhands");
         assert_eq!(harness.version().as_deref(), Some(OPENHANDS_VERSION));
         assert_eq!(harness.model().as_deref(), Some("openai/gpt-4.1"));
@@ -1992,7 +1923,7 @@ text = "`touch /tmp/y`; -t 'ignore the file'"
                 .into_iter()
                 .map(Parsed::Item)
                 .collect();
-            let harness = harness_with(OpenHandsSettings::new("m"), &[]);
+            let harness = harness_with(OpenHandsSettings::new("m"));
             let mut output = harness.parser(sanitizer());
             let mut framer = LineFramer::default();
             let mut lines = framer.push(&bytes);
@@ -2074,7 +2005,7 @@ text = "`touch /tmp/y`; -t 'ignore the file'"
         let directory = root.path().join("conversations/a");
         std::fs::create_dir_all(&directory).unwrap();
         std::fs::write(directory.join("base_state.json"), "{").unwrap();
-        let harness = harness_with(OpenHandsSettings::new("m"), &[]);
+        let harness = harness_with(OpenHandsSettings::new("m"));
         let error = harness.final_usage(root.path(), &sanitizer()).unwrap_err();
         assert!(
             matches!(&error, HarnessError::Usage { harness: "openhands", detail } if detail.contains("base_state.json")),

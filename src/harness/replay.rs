@@ -142,6 +142,7 @@ impl<W: Write> EventWriter<'_, W> {
                         cached_tokens: report.cached_tokens,
                         cost_usd: report.cost_usd,
                         total_cost_usd: self.total_cost_usd,
+                        latency_ms: None,
                     })
                 }
             };
@@ -279,6 +280,7 @@ mod tests {
             cached_tokens: 3,
             cost_usd: Some(0.75),
             total_cost_usd: 0.75,
+            latency_ms: None,
         };
         let mut out = Vec::new();
         let phase = replay(

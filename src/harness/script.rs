@@ -13,14 +13,16 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::agent::ask::{MODEL_KEY_ENV, MODEL_URL_ENV};
 use crate::agent::scenario::MAX_SCENARIO_BYTES;
 use crate::agent::{AgentError, AgentRecord, MAX_PACE, parse_scenario};
+use crate::dispatch::credential::SecretValue;
 use crate::dispatch::event::{ItemKind, TranscriptItem, Usage};
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 use crate::harness::text;
 use crate::harness::{
-    Harness, HarnessError, HarnessLaunch, HarnessOutcome, HarnessPlan, OutputParser, Parsed,
-    StagedFile, UsageReport,
+    Harness, HarnessError, HarnessLaunch, HarnessOutcome, HarnessPlan, ModelAccess, OutputParser,
+    Parsed, StagedFile, UsageReport,
 };
 use crate::image::BINARY_PATH;
 use crate::runtime::{OUTPUTS_MOUNT, OutputLine, OutputStream, SandboxProcess, WORKSPACE_MOUNT};
@@ -157,6 +159,25 @@ fn read_scenario(file: &Path) -> Result<String, ScriptError> {
     })
 }
 
+/// Where the scripted agent's `ask` steps reach the model: the relay's URL and the placeholder key,
+/// in `STET_MODEL_URL` and `STET_MODEL_KEY`; nothing without a gateway.
+fn model_environment(model: Option<&ModelAccess>) -> BTreeMap<String, SecretValue> {
+    model
+        .map(|access| {
+            BTreeMap::from([
+                (
+                    MODEL_URL_ENV.to_owned(),
+                    SecretValue::new(access.base_url.clone()),
+                ),
+                (
+                    MODEL_KEY_ENV.to_owned(),
+                    SecretValue::new(access.placeholder_key.clone()),
+                ),
+            ])
+        })
+        .unwrap_or_default()
+}
+
 impl Harness for ScriptHarness {
     fn name(&self) -> &'static str {
         HARNESS
@@ -199,7 +220,7 @@ impl Harness for ScriptHarness {
             ],
             processes: vec![SandboxProcess {
                 argv: argv.into(),
-                env: BTreeMap::new(),
+                env: model_environment(launch.model),
                 workdir: WORKSPACE_MOUNT.to_owned(),
             }],
         })
@@ -406,6 +427,7 @@ mod tests {
                 dispatch: DispatchId::new(),
                 brief,
                 instructions,
+                model: None,
             })
             .unwrap()
     }
@@ -568,6 +590,7 @@ mod tests {
             dispatch: DispatchId::new(),
             brief: &brief,
             instructions: "# Task\n",
+            model: None,
         };
         std::fs::write(&file, "model = \"m\"\n[[step]]\nsing = true\n").unwrap();
         let message = harness.plan(&launch).unwrap_err().to_string();

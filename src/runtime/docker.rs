@@ -14,15 +14,17 @@ use bollard::models::{ContainerCreateBody, ExecConfig, HostConfig, Mount, MountT
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, EventsOptionsBuilder,
     KillContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+    WaitContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use super::lines::LineFramer;
 use super::{
-    ContainerExit, ContainerRuntime, DISPATCH_LABEL, ExecExit, ImageRef, NetworkPolicy,
-    OUTPUTS_MOUNT, OutputLine, OutputStream, PullProgress, Removal, Result, RuntimeError,
-    SANDBOX_HOME, STATE_LABEL, SandboxContainer, SandboxProcess, SandboxSpec, WORKSPACE_MOUNT,
+    ContainerExit, ContainerRuntime, DISPATCH_LABEL, ExecExit, GATEWAY_MOUNT, ImageRef,
+    NetworkPolicy, OUTPUTS_MOUNT, OutputLine, OutputStream, PullProgress, Removal, Result,
+    RuntimeError, SANDBOX_HOME, STATE_LABEL, SandboxContainer, SandboxProcess, SandboxSpec,
+    WORKSPACE_MOUNT,
 };
 
 /// The Docker Engine, reached the usual way (`DOCKER_HOST`, else the local unix socket).
@@ -32,6 +34,30 @@ pub struct DockerRuntime {
 }
 
 impl DockerRuntime {
+    /// Waits (at most [`REMOVAL_WAIT`]) for a removal already in progress to complete.
+    async fn await_removal(&self, container: &str) -> Result<Removal> {
+        let options = WaitContainerOptionsBuilder::default()
+            .condition("removed")
+            .build();
+        let mut stream = self.docker.wait_container(container, Some(options));
+        match tokio::time::timeout(REMOVAL_WAIT, stream.next()).await {
+            Err(_) => Err(RuntimeError::Engine {
+                container: container.to_owned(),
+                operation: "remove",
+                detail: format!(
+                    "another removal of it was in progress and had not completed after {}s",
+                    REMOVAL_WAIT.as_secs()
+                ),
+            }),
+            Ok(Some(Err(error))) if is_status(&error, 404) => Ok(Removal::AlreadyGone),
+            // It was there when asked and is gone now.
+            Ok(Some(Ok(_)) | None | Some(Err(BollardError::DockerContainerWaitError { .. }))) => {
+                Ok(Removal::Removed)
+            }
+            Ok(Some(Err(error))) => Err(engine_error(container, "remove", error)),
+        }
+    }
+
     /// Connects and pings the engine, so an unreachable daemon is reported here, by name.
     pub async fn connect() -> Result<DockerRuntime> {
         let endpoint = std::env::var("DOCKER_HOST").ok();
@@ -63,6 +89,9 @@ pub fn hardened_create_body(spec: &SandboxSpec) -> Result<ContainerCreateBody> {
     }
     check_mount_source(&spec.workspace)?;
     check_mount_source(&spec.outputs)?;
+    if let Some(gateway) = &spec.gateway {
+        check_mount_source(gateway)?;
+    }
     let (entrypoint, cmd) = match spec.keepalive.split_first() {
         Some((program, args)) => (vec![program.clone()], args.to_vec()),
         None => {
@@ -80,13 +109,20 @@ pub fn hardened_create_body(spec: &SandboxSpec) -> Result<ContainerCreateBody> {
             spec.limits.tmpfs_bytes, spec.user.uid, spec.user.gid
         )
     };
-    let bind = |source: &Path, target: &str| Mount {
+    let bind = |source: &Path, target: &str, read_only: bool| Mount {
         target: Some(target.to_owned()),
         source: Some(source.to_string_lossy().into_owned()),
         typ: Some(MountType::BIND),
-        read_only: Some(false),
+        read_only: Some(read_only),
         ..Default::default()
     };
+    let mut mounts = vec![
+        bind(&spec.workspace, WORKSPACE_MOUNT, false),
+        bind(&spec.outputs, OUTPUTS_MOUNT, false),
+    ];
+    if let Some(gateway) = &spec.gateway {
+        mounts.push(bind(gateway, GATEWAY_MOUNT, true));
+    }
     let network_mode = match spec.network {
         NetworkPolicy::None => "none",
         NetworkPolicy::Bridge => "bridge",
@@ -107,10 +143,7 @@ pub fn hardened_create_body(spec: &SandboxSpec) -> Result<ContainerCreateBody> {
         open_stdin: Some(false),
         tty: Some(false),
         host_config: Some(HostConfig {
-            mounts: Some(vec![
-                bind(&spec.workspace, WORKSPACE_MOUNT),
-                bind(&spec.outputs, OUTPUTS_MOUNT),
-            ]),
+            mounts: Some(mounts),
             network_mode: Some(network_mode.to_owned()),
             memory: Some(spec.limits.memory_bytes),
             memory_swap: Some(spec.limits.memory_bytes),
@@ -178,6 +211,9 @@ impl DockerRuntime {
 }
 
 /// The flags whose silent dropping by the engine would leave a sandbox unbounded.
+/// How long a removal waits for another removal of the same container already in progress.
+const REMOVAL_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 const ENFORCED_FLAGS: [(&str, &str); 4] = [
     ("memory", "--memory"),
     ("swap", "--memory-swap"),
@@ -399,6 +435,13 @@ impl ContainerRuntime for DockerRuntime {
         match self.docker.remove_container(container, Some(options)).await {
             Ok(()) => Ok(Removal::Removed),
             Err(error) if is_status(&error, 404) => Ok(Removal::AlreadyGone),
+            // Another removal (say, by a process killed half-way through its teardown) is under
+            // way: the container is gone once it completes, which the engine tells us.
+            Err(error)
+                if is_status(&error, 409) && error.to_string().contains("already in progress") =>
+            {
+                self.await_removal(container).await
+            }
             Err(error) => Err(engine_error(container, "remove", error)),
         }
     }
@@ -489,6 +532,7 @@ mod tests {
             image: ImageRef::parse(&format!("sha256:{}", "a".repeat(64)), false).unwrap(),
             workspace,
             outputs,
+            gateway: None,
             limits: DispatchLimits::default(),
             network: NetworkPolicy::None,
             user: SandboxUser {

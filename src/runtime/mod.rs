@@ -35,6 +35,9 @@ pub fn state_label(state_dir: &std::path::Path) -> String {
 /// Where the workspace and the outputs directory appear inside a sandbox.
 pub const WORKSPACE_MOUNT: &str = "/workspace";
 pub const OUTPUTS_MOUNT: &str = "/outputs";
+/// Where the model gateway's socket directory is mounted, read-only (connecting to a socket needs no
+/// write access to the mount).
+pub const GATEWAY_MOUNT: &str = "/run/stet";
 /// The sandbox user's home directory (a tmpfs).
 pub const SANDBOX_HOME: &str = "/home/stet";
 
@@ -219,6 +222,9 @@ pub struct SandboxSpec {
     pub workspace: PathBuf,
     /// Bind-mounted read-write at [`OUTPUTS_MOUNT`].
     pub outputs: PathBuf,
+    /// The model gateway's socket directory, bind-mounted read-only at [`GATEWAY_MOUNT`]; `None`
+    /// when the dispatch has no gateway.
+    pub gateway: Option<PathBuf>,
     pub limits: DispatchLimits,
     pub network: NetworkPolicy,
     pub user: SandboxUser,

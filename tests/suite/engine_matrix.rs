@@ -1221,6 +1221,7 @@ impl FixtureBuilder {
             agent: default_agent(),
             import: ImportLimits::default(),
             protected: ProtectedPaths::default(),
+            gateway: None,
         };
         let parts = Arc::new(DispatchParts {
             repository: repo.clone(),

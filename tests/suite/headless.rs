@@ -160,7 +160,7 @@ impl Project {
     }
 
     /// `stet --headless --brief tidy-notes <extra>` in the repository.
-    fn headless(&self, extra: &[&str]) -> Command {
+    pub(super) fn headless(&self, extra: &[&str]) -> Command {
         let mut command = self.home.stet();
         command
             .current_dir(&self.repo)
@@ -180,7 +180,7 @@ fn toml_string(path: &Path) -> String {
 }
 
 /// A scenario of the scripted agent: the model line, then each step as given (TOML table bodies).
-fn scenario(steps: &[&str]) -> String {
+pub(super) fn scenario(steps: &[&str]) -> String {
     let mut text = String::from("model = \"headless-test-model\"\n");
     for step in steps {
         text.push_str("\n[[step]]\n");
@@ -217,20 +217,20 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// A stet process that ended.
 #[derive(Debug)]
-struct Finished {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-    events: Vec<Event>,
+pub(super) struct Finished {
+    pub(super) status: ExitStatus,
+    pub(super) stdout: String,
+    pub(super) stderr: String,
+    pub(super) events: Vec<Event>,
 }
 
 impl Finished {
-    fn code(&self) -> Option<i32> {
+    pub(super) fn code(&self) -> Option<i32> {
         self.status.code()
     }
 
     /// The one dispatch every event is about.
-    fn dispatch(&self) -> DispatchId {
+    pub(super) fn dispatch(&self) -> DispatchId {
         let first = self
             .events
             .first()
@@ -260,7 +260,7 @@ impl Finished {
     }
 
     /// The `finished` event's outcome, exit code and reason; it is the last event.
-    fn outcome(&self) -> (Phase, u8, Option<String>) {
+    pub(super) fn outcome(&self) -> (Phase, u8, Option<String>) {
         match self.events.last().map(|event| &event.kind) {
             Some(EventKind::Finished {
                 outcome,
@@ -280,7 +280,7 @@ impl Finished {
 
     /// The resources of the one `torn_down` event, asserting that no step failed and no teardown
     /// warning followed.
-    fn torn_down_cleanly(&self) -> Vec<String> {
+    pub(super) fn torn_down_cleanly(&self) -> Vec<String> {
         let torn: Vec<_> = self
             .events
             .iter()
@@ -316,7 +316,7 @@ impl Finished {
         self.events.iter().map(|event| event.kind.name()).collect()
     }
 
-    fn transcript(&self) -> Vec<(ItemKind, &str)> {
+    pub(super) fn transcript(&self) -> Vec<(ItemKind, &str)> {
         self.events
             .iter()
             .filter_map(|event| match &event.kind {
@@ -343,7 +343,7 @@ fn parse_event(line: &str) -> Event {
 }
 
 /// Runs `command` to its end; its stdout must be event lines.
-fn run(command: Command) -> Finished {
+pub(super) fn run(command: Command) -> Finished {
     let mut finished = run_text(command);
     finished.events = finished.stdout.lines().map(parse_event).collect();
     finished
@@ -724,7 +724,31 @@ fn the_demo_runs_headless_from_brief_to_pull_request() {
         Vec::<PathBuf>::new()
     );
 
-    insta::assert_snapshot!("demo_events", normalize(&finished.stdout, &home));
+    // The gateway meters each of the agent's four asks; its reports reach the stream on their own
+    // channel, so where they fall among the agent's lines varies and they are checked apart.
+    let totals: Vec<f64> = events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::Usage(usage) => {
+                assert_eq!(usage.model.as_str(), "stet-demo-model");
+                assert!(usage.cost_usd.is_some_and(|cost| cost > 0.0), "{usage:?}");
+                Some(usage.total_cost_usd)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(totals.len(), 4, "{totals:?}");
+    assert!(
+        totals.windows(2).all(|pair| pair[0] < pair[1]),
+        "{totals:?}"
+    );
+    let agent_lines: String = finished
+        .stdout
+        .lines()
+        .filter(|line| !line.contains(r#""kind":"usage""#))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    insta::assert_snapshot!("demo_events", normalize(&agent_lines, &home));
     insta::assert_snapshot!("demo_review", normalize(&review_text, &home));
 }
 

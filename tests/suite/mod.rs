@@ -4,6 +4,7 @@ mod canary;
 mod cli;
 mod engine_matrix;
 mod forge_local;
+mod gateway;
 mod git_http;
 mod git_workspace;
 mod github;

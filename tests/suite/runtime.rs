@@ -20,7 +20,7 @@ use stet::dispatch::sandbox::{
 use stet::runtime::docker::DockerRuntime;
 use stet::runtime::{
     ContainerRuntime, DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, OutputLine,
-    OutputStream, SandboxProcess, SandboxUser, WORKSPACE_MOUNT,
+    OutputStream, Removal, SandboxProcess, SandboxUser, WORKSPACE_MOUNT,
 };
 
 use super::support;
@@ -80,6 +80,7 @@ async fn request(
         network,
         user: SandboxUser::for_invoker(DEFAULT_SANDBOX_UID).unwrap(),
         keepalive: vec![STET.into(), "sandbox-idle".into()],
+        gateway: false,
         workspace_source: None,
         credential: Some(CredentialRequest {
             provider: provider.clone(),
@@ -557,4 +558,29 @@ async fn a_twenty_megabyte_line_that_is_not_utf8_arrives_in_bounded_pieces() {
         !last.2 && rest.iter().all(|piece| piece.2),
         "one line, split into continuing pieces"
     );
+}
+
+/// Two removals of one container at once (a sweep racing a teardown another process began) both
+/// end with it gone, neither as an error: the second waits for the first's removal to complete.
+#[tokio::test]
+async fn concurrent_removals_of_one_container_both_succeed() {
+    let f = fixture().await;
+    for _ in 0..3 {
+        let sandbox = f
+            .sandbox(DispatchLimits::default(), NetworkPolicy::None)
+            .await;
+        let name = sandbox.container().to_owned();
+        let (first, second) =
+            tokio::join!(f.runtime.remove(&name, true), f.runtime.remove(&name, true));
+        assert!(first.is_ok(), "{first:?}");
+        assert!(second.is_ok(), "{second:?}");
+        assert!(
+            matches!(
+                (first.unwrap(), second.unwrap()),
+                (Removal::Removed, _) | (_, Removal::Removed)
+            ),
+            "one of them removed it"
+        );
+        assert_eq!(sandbox.teardown().await.first_failure(), None);
+    }
 }

@@ -141,6 +141,7 @@ impl Script {
                 cached_tokens: input / 2,
                 cost_usd: Some(cost),
                 total_cost_usd: total,
+                latency_ms: None,
             }),
         )
     }

@@ -1,0 +1,481 @@
+//! The gateway's lifecycle and shared state: the unix socket, the accept loop, the cost ledger and
+//! the event channel. Request handling lives in `forward`, response metering in `metered`.
+
+mod forward;
+mod metered;
+
+use std::convert::Infallible;
+use std::net::IpAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::HeaderValue;
+use http_body_util::Full;
+use hyper::Uri;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::UnixListener;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::{JoinHandle, JoinSet};
+
+use super::GatewayError;
+use super::prices::PriceTable;
+use crate::dispatch::credential::SecretValue;
+use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
+use crate::harness::UsageReport;
+
+/// The longest socket path `sun_path` holds (108 bytes including the terminating NUL).
+pub(super) const MAX_SOCKET_PATH: usize = 107;
+
+/// Events the receiver may fall behind by before further `Usage` and `Error` events are dropped (and
+/// counted); `CeilingReached` has a slot of its own and is never dropped.
+const EVENT_CAPACITY: usize = 1024;
+
+/// How long an idle upstream connection is kept for reuse.
+const POOL_IDLE: Duration = Duration::from_secs(30);
+
+/// The upstream client: HTTPS with the webpki roots, or plain HTTP (loopback only, checked at start).
+type UpstreamClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// What a gateway needs to know for one dispatch.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// OpenAI-compatible upstream base URL, e.g. `https://litellm.example/v1` or `http://127.0.0.1:9/v1`.
+    /// Requests for `/v1/<rest>` go to `<upstream>/<rest>`. Plain `http` only to a loopback host; a URL
+    /// with userinfo, a query or a fragment is refused at start (the error never echoes the userinfo).
+    pub upstream: String,
+    /// Sent upstream as `Authorization: Bearer <key>`; `None` sends no `Authorization`.
+    pub api_key: Option<SecretValue>,
+    /// The fallback when a response carries no `x-litellm-response-cost` header.
+    pub prices: Arc<PriceTable>,
+    /// Per-dispatch ceiling in dollars; `None` = no ceiling. Once the metered cost reaches it, every
+    /// further request is answered 402 without reaching the upstream. Requests already in flight
+    /// when it is crossed finish (their cost counts); each request's output is capped to what the
+    /// remaining budget pays for. Responses whose cost nobody knows (no cost header, model not in the
+    /// table) count nothing toward it.
+    pub ceiling_usd: Option<f64>,
+    /// Whole-request bound (connect + response head + body); a slow upstream becomes an error, never a
+    /// hang. It bounds streamed responses too, so it must cover the longest generation allowed.
+    pub request_timeout: Duration,
+}
+
+/// What the gateway reports to the engine. Every text in it has passed the sanitizer, and none holds
+/// a request or response body.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GatewayEvent {
+    /// One metered response.
+    Usage {
+        report: UsageReport,
+        /// From the request's arrival to the response's last byte.
+        latency: Duration,
+        /// The response was a server-sent event stream.
+        streamed: bool,
+    },
+    /// Something the agent's request ran into (upstream down, 429 + Retry-After, 5xx, malformed
+    /// JSON, SSE cut, refused path, ceiling refusal): one line saying what and which request path.
+    Error { message: SanitizedText },
+    /// Accumulated cost reached the ceiling (sent once); the engine then ends the dispatch as
+    /// `CostCeilingHit`.
+    CeilingReached { spent_usd: f64, ceiling_usd: f64 },
+}
+
+/// A running gateway: one per dispatch. Dropping it stops serving and removes the socket, like
+/// [`Gateway::shutdown`] without waiting for the connections to be torn down.
+#[derive(Debug)]
+pub struct Gateway {
+    socket: PathBuf,
+    shared: Arc<Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl Gateway {
+    /// Binds a unix socket at `socket` (its parent directory must exist; refused if `socket` exists or
+    /// is longer than the 107-byte `sun_path` limit), restricts it to its owner (mode 0600) and serves
+    /// HTTP/1.1 on it in a background task. Returns the gateway and the receiver of its events.
+    ///
+    /// The receiver is bounded: when it falls 1024 events behind, further `Usage` and
+    /// `Error` events are dropped and counted ([`Gateway::dropped_events`]) rather than slowing the
+    /// agent's requests; `CeilingReached` has a reserved slot and always arrives.
+    pub async fn start(
+        socket: &Path,
+        config: GatewayConfig,
+        sanitizer: Arc<TokenSanitizer>,
+    ) -> Result<(Gateway, mpsc::Receiver<GatewayEvent>), GatewayError> {
+        let upstream = Upstream::parse(&config.upstream)?;
+        let authorization = match &config.api_key {
+            Some(key) => Some(bearer(key)?),
+            None => None,
+        };
+        let listener = bind(socket)?;
+
+        let (events, receiver) = mpsc::channel(EVENT_CAPACITY + 1);
+        let ceiling_permit = match config.ceiling_usd {
+            Some(_) => events.clone().try_reserve_owned().ok(),
+            None => None,
+        };
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_webpki_roots()
+            .https_or_http()
+            .enable_http1()
+            .build();
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(POOL_IDLE)
+            .build(connector);
+        let shared = Arc::new(Shared {
+            client,
+            upstream,
+            authorization,
+            prices: config.prices,
+            ceiling_usd: config.ceiling_usd,
+            request_timeout: config.request_timeout,
+            sanitizer,
+            events,
+            ledger: Mutex::new(Ledger {
+                spent_usd: 0.0,
+                ceiling_permit,
+            }),
+            dropped: AtomicU64::new(0),
+            shutting_down: AtomicBool::new(false),
+        });
+        let (stop, stopped) = oneshot::channel();
+        let accept = tokio::spawn(accept_loop(listener, Arc::clone(&shared), stopped));
+        Ok((
+            Gateway {
+                socket: socket.to_owned(),
+                shared,
+                stop: Some(stop),
+                accept: Some(accept),
+            },
+            receiver,
+        ))
+    }
+
+    /// The socket the gateway serves on.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Total metered cost so far, in dollars (responses whose cost nobody knows add nothing).
+    pub fn spent_usd(&self) -> f64 {
+        self.shared.spent_usd()
+    }
+
+    /// How many `Usage` and `Error` events were dropped because the receiver fell behind.
+    pub fn dropped_events(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Stops accepting, ends in-flight requests (their agents see the connection close) and waits for
+    /// that, then removes the socket file. Idempotent with the drop that follows.
+    pub async fn shutdown(mut self) {
+        self.shared.shutting_down.store(true, Ordering::Relaxed);
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.await;
+        }
+        remove_socket(&self.socket);
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some(accept) = self.accept.take() {
+            self.shared.shutting_down.store(true, Ordering::Relaxed);
+            // Aborting the accept task drops its `JoinSet`, which aborts every connection task.
+            accept.abort();
+            remove_socket(&self.socket);
+        }
+    }
+}
+
+fn remove_socket(socket: &Path) {
+    match std::fs::remove_file(socket) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => tracing::warn!(
+            "could not remove the gateway socket {}: {err}",
+            socket.display()
+        ),
+    }
+}
+
+fn bind(socket: &Path) -> Result<UnixListener, GatewayError> {
+    let len = socket.as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        return Err(GatewayError::SocketPathTooLong {
+            path: socket.to_owned(),
+            len,
+        });
+    }
+    if socket.symlink_metadata().is_ok() {
+        return Err(GatewayError::SocketExists(socket.to_owned()));
+    }
+    let parent = match socket.parent() {
+        Some(parent) if parent.as_os_str().is_empty() => Path::new("."),
+        Some(parent) => parent,
+        None => Path::new("/"),
+    };
+    if !parent.is_dir() {
+        return Err(GatewayError::SocketDir(parent.to_owned()));
+    }
+    let listener = UnixListener::bind(socket).map_err(|source| match source.kind() {
+        std::io::ErrorKind::AddrInUse => GatewayError::SocketExists(socket.to_owned()),
+        _ => GatewayError::Bind {
+            path: socket.to_owned(),
+            source,
+        },
+    })?;
+    // The socket is created with the umask's mode; tighten it before anything is served on it (the
+    // dispatch's state directory it lives in is private too).
+    if let Err(source) = std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600)) {
+        drop(listener);
+        remove_socket(socket);
+        return Err(GatewayError::SocketMode {
+            path: socket.to_owned(),
+            source,
+        });
+    }
+    Ok(listener)
+}
+
+fn bearer(key: &SecretValue) -> Result<HeaderValue, GatewayError> {
+    let mut value = Vec::with_capacity(7 + key.expose_secret().len());
+    value.extend_from_slice(b"Bearer ");
+    value.extend_from_slice(key.expose_secret().as_bytes());
+    let mut header = HeaderValue::from_bytes(&value).map_err(|_| GatewayError::ApiKey)?;
+    zeroize::Zeroize::zeroize(&mut value);
+    header.set_sensitive(true);
+    Ok(header)
+}
+
+async fn accept_loop(
+    listener: UnixListener,
+    shared: Arc<Shared>,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = &mut stopped => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    connections.spawn(serve_connection(stream, Arc::clone(&shared)));
+                }
+                Err(err) => {
+                    // Out of descriptors and the like: back off instead of spinning.
+                    tracing::warn!("the gateway could not accept a connection: {err}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+    drop(listener);
+    connections.shutdown().await;
+}
+
+async fn serve_connection(stream: tokio::net::UnixStream, shared: Arc<Shared>) {
+    let service = hyper::service::service_fn(move |request| {
+        let shared = Arc::clone(&shared);
+        async move { Ok::<_, Infallible>(forward::handle(shared, request).await) }
+    });
+    // A connection error is the agent's side going away; what matters was reported per request.
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+}
+
+/// The validated upstream base URL, without a trailing `/`.
+#[derive(Debug)]
+struct Upstream {
+    base: String,
+}
+
+impl Upstream {
+    fn parse(raw: &str) -> Result<Upstream, GatewayError> {
+        let refuse = |reason: &str| GatewayError::Upstream {
+            url: shown_url(raw),
+            reason: reason.to_owned(),
+        };
+        let uri: Uri = raw
+            .parse()
+            .map_err(|_| refuse("not a valid absolute URL"))?;
+        let authority = uri.authority().ok_or_else(|| refuse("it names no host"))?;
+        if authority.as_str().contains('@') {
+            return Err(refuse(
+                "it carries userinfo; give the key through the API key setting instead",
+            ));
+        }
+        if uri.query().is_some() || raw.contains('#') {
+            return Err(refuse("a base URL takes no query or fragment"));
+        }
+        match uri.scheme_str() {
+            Some("https") => {}
+            Some("http") => {
+                let host = authority
+                    .host()
+                    .trim_start_matches('[')
+                    .trim_end_matches(']');
+                let loopback = host.eq_ignore_ascii_case("localhost")
+                    || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+                if !loopback {
+                    return Err(refuse(
+                        "plain http is allowed only to a loopback host; use https",
+                    ));
+                }
+            }
+            _ => {
+                return Err(refuse(
+                    "the scheme must be https (or http to a loopback host)",
+                ));
+            }
+        }
+        Ok(Upstream {
+            base: format!(
+                "{}://{}{}",
+                uri.scheme_str().unwrap_or("https"),
+                authority,
+                uri.path().trim_end_matches('/')
+            ),
+        })
+    }
+
+    /// The upstream URI for `rest` (the path after `/v1/`) and the agent's query string.
+    fn uri(&self, rest: &str, query: Option<&str>) -> Result<Uri, http::uri::InvalidUri> {
+        match query {
+            Some(query) => format!("{}/{rest}?{query}", self.base).parse(),
+            None => format!("{}/{rest}", self.base).parse(),
+        }
+    }
+}
+
+/// `raw` safe to show in an error: userinfo, query and fragment withheld.
+fn shown_url(raw: &str) -> String {
+    let (scheme, rest) = match raw.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, raw),
+    };
+    let withheld = rest.contains(['?', '#']);
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((_, host)) => format!("<userinfo withheld>@{host}"),
+        None => authority.to_owned(),
+    };
+    let mut shown = match scheme {
+        Some(scheme) => format!("{scheme}://{authority}{path}"),
+        None => format!("{authority}{path}"),
+    };
+    if withheld {
+        shown.push_str(" (query withheld)");
+    }
+    shown
+}
+
+/// The running total and the reserved slot for `CeilingReached`.
+#[derive(Debug)]
+struct Ledger {
+    spent_usd: f64,
+    /// Taken (and used) the first time spent reaches the ceiling.
+    ceiling_permit: Option<mpsc::OwnedPermit<GatewayEvent>>,
+}
+
+/// What every request handler shares with the gateway.
+#[derive(Debug)]
+struct Shared {
+    client: UpstreamClient,
+    upstream: Upstream,
+    authorization: Option<HeaderValue>,
+    prices: Arc<PriceTable>,
+    ceiling_usd: Option<f64>,
+    request_timeout: Duration,
+    sanitizer: Arc<TokenSanitizer>,
+    events: mpsc::Sender<GatewayEvent>,
+    ledger: Mutex<Ledger>,
+    dropped: AtomicU64,
+    /// Set by shutdown and drop, so responses ended by it say so.
+    shutting_down: AtomicBool,
+}
+
+impl Shared {
+    fn spent_usd(&self) -> f64 {
+        self.ledger
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .spent_usd
+    }
+
+    /// `(spent, ceiling)` when the ceiling is reached; sends `CeilingReached` if it has not been sent
+    /// (a ceiling of zero is reached before any response).
+    fn ceiling_reached(&self) -> Option<(f64, f64)> {
+        let ceiling = self.ceiling_usd?;
+        let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
+        let spent = ledger.spent_usd;
+        if spent < ceiling {
+            return None;
+        }
+        ledger.announce(ceiling);
+        Some((spent, ceiling))
+    }
+
+    /// What is left under the ceiling, when there is one.
+    fn remaining_usd(&self) -> Option<f64> {
+        let ceiling = self.ceiling_usd?;
+        Some((ceiling - self.spent_usd()).max(0.0))
+    }
+
+    /// Adds one response's cost; announces the ceiling when this brings spent to or past it.
+    fn record_cost(&self, cost_usd: f64) {
+        let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
+        ledger.spent_usd += cost_usd;
+        if let Some(ceiling) = self.ceiling_usd
+            && ledger.spent_usd >= ceiling
+        {
+            ledger.announce(ceiling);
+        }
+    }
+
+    fn emit(&self, event: GatewayEvent) {
+        if self.events.try_send(event).is_err() {
+            let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            tracing::warn!(
+                dropped,
+                "gateway event receiver is behind or gone; event dropped"
+            );
+        }
+    }
+
+    /// Reports a problem: made one line, sanitized, sent as a `GatewayEvent::Error`.
+    fn error(&self, message: &str) {
+        let line: String = message
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        self.emit(GatewayEvent::Error {
+            message: self.sanitizer.sanitize(&line),
+        });
+    }
+}
+
+impl Ledger {
+    /// Sends `CeilingReached` through the reserved slot, the first time only.
+    fn announce(&mut self, ceiling_usd: f64) {
+        if let Some(permit) = self.ceiling_permit.take() {
+            permit.send(GatewayEvent::CeilingReached {
+                spent_usd: self.spent_usd,
+                ceiling_usd,
+            });
+        }
+    }
+}

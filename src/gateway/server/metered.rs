@@ -1,0 +1,289 @@
+//! The response body on its way to the agent: passed through frame by frame as it arrives (a stream is
+//! never buffered whole), teed into the meter, bounded by the request's deadline, and concluded
+//! exactly once — at its end, when it is cut, when it times out, or when it is dropped — into a
+//! `Usage` event, the cost ledger and, when something went wrong, an `Error` event.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+
+use super::forward::{BoxError, describe};
+use super::{GatewayEvent, Shared};
+use crate::gateway::usage::{self, Metered, SseScanner};
+use crate::harness::UsageReport;
+
+/// The largest non-streaming body kept for reading its usage; a larger one passes unmetered.
+const MAX_METERED_BODY: usize = 32 * 1024 * 1024;
+
+/// How a response's bytes are read for usage.
+#[derive(Debug)]
+pub(super) enum Meter {
+    /// Not metered: `/v1/models`, or an error status.
+    Off,
+    /// A whole JSON body, kept until its end.
+    Json { body: Vec<u8>, overflow: bool },
+    /// A server-sent event stream, scanned as it passes.
+    Sse(SseScanner),
+}
+
+impl Meter {
+    /// A meter for a whole JSON body.
+    pub(super) fn json() -> Meter {
+        Meter::Json {
+            body: Vec::new(),
+            overflow: false,
+        }
+    }
+
+    fn push(&mut self, data: &[u8]) {
+        match self {
+            Meter::Off => {}
+            Meter::Json { body, overflow } => {
+                if *overflow || body.len() + data.len() > MAX_METERED_BODY {
+                    *overflow = true;
+                    *body = Vec::new();
+                } else {
+                    body.extend_from_slice(data);
+                }
+            }
+            Meter::Sse(scanner) => scanner.push(data),
+        }
+    }
+}
+
+/// How a response body ended.
+#[derive(Debug)]
+enum End {
+    Complete,
+    /// The upstream's body failed (connection cut, malformed chunking); the text says how.
+    Cut(String),
+    TimedOut,
+    /// Dropped before its end: the agent went away, or the gateway shut down.
+    Dropped,
+}
+
+/// Who the response belongs to, for its events.
+#[derive(Debug)]
+pub(super) struct Report {
+    pub(super) shared: Arc<Shared>,
+    /// `POST /v1/chat/completions`: what events name the request by.
+    pub(super) label: String,
+    /// The request's `model`, the pricing fallback.
+    pub(super) request_model: Option<String>,
+    /// The upstream's own cost report, when it made one.
+    pub(super) header_cost: Option<f64>,
+    pub(super) start: Instant,
+}
+
+/// The upstream's response body, metered on its way to the agent.
+pub(super) struct MeteredBody {
+    inner: Incoming,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    meter: Meter,
+    /// Taken when the body concludes.
+    report: Option<Report>,
+}
+
+impl MeteredBody {
+    pub(super) fn new(
+        inner: Incoming,
+        deadline: tokio::time::Instant,
+        meter: Meter,
+        report: Report,
+    ) -> MeteredBody {
+        MeteredBody {
+            inner,
+            deadline: Box::pin(tokio::time::sleep_until(deadline)),
+            meter,
+            report: Some(report),
+        }
+    }
+
+    fn conclude(&mut self, end: End) {
+        if let Some(report) = self.report.take() {
+            let meter = std::mem::replace(&mut self.meter, Meter::Off);
+            report.conclude(meter, end);
+        }
+    }
+}
+
+impl Body for MeteredBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        if this.report.is_none() {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.meter.push(data);
+                }
+                // A body with a length is complete with its last byte: hyper stops polling there and
+                // drops the body, so it must conclude now rather than at a `None` that never comes.
+                if this.inner.is_end_stream() {
+                    this.conclude(End::Complete);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(err))) => {
+                this.conclude(End::Cut(describe(&err)));
+                Poll::Ready(Some(Err(err.into())))
+            }
+            Poll::Ready(None) => {
+                this.conclude(End::Complete);
+                Poll::Ready(None)
+            }
+            Poll::Pending => match this.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    this.conclude(End::TimedOut);
+                    Poll::Ready(Some(Err(
+                        "stet gateway: the model upstream did not finish the response in time"
+                            .into(),
+                    )))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    /// Ended once concluded; before that the body is polled to its end (or its last byte), so that
+    /// it concludes as complete rather than as dropped.
+    fn is_end_stream(&self) -> bool {
+        self.report.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for MeteredBody {
+    fn drop(&mut self) {
+        // hyper drops an empty body (`Content-Length: 0`) without polling it: that one is complete.
+        let end = if self.inner.is_end_stream() {
+            End::Complete
+        } else {
+            End::Dropped
+        };
+        self.conclude(end);
+    }
+}
+
+impl Report {
+    fn conclude(self, meter: Meter, end: End) {
+        let latency = self.start.elapsed();
+        let label = &self.label;
+        let complete = matches!(end, End::Complete);
+        // `None` when not metered; `problem` when the meter could not read what it was given.
+        let (metered, streamed, problem): (Option<Metered>, bool, Option<String>) = match meter {
+            Meter::Off => (None, false, None),
+            Meter::Json { .. } if !complete => (Some(Metered::default()), false, None),
+            Meter::Json { overflow: true, .. } => (
+                None,
+                false,
+                Some(format!(
+                    "{label}: the response is over {} MiB, too large to read its usage; this request is not metered",
+                    MAX_METERED_BODY >> 20
+                )),
+            ),
+            Meter::Json { body, .. } => match usage::from_json(&body) {
+                Ok(metered) => (Some(metered), false, None),
+                Err(err) => (
+                    None,
+                    false,
+                    Some(format!(
+                        "{label}: {err}; its usage could not be read (the body was passed to the agent unchanged)"
+                    )),
+                ),
+            },
+            Meter::Sse(scanner) => (Some(scanner.finish().metered), true, None),
+        };
+        let usage = metered.as_ref().and_then(|metered| metered.usage);
+        if let (Some(metered), Some(tokens)) = (&metered, usage) {
+            self.record(metered, tokens, latency, streamed);
+        }
+
+        let what = if streamed { "stream" } else { "body" };
+        let unmetered = if metered.is_some() && usage.is_none() {
+            "; this request is not metered"
+        } else {
+            ""
+        };
+        let ended = match end {
+            End::Complete => (metered.is_some() && usage.is_none()).then(|| {
+                format!("{label}: the response carried no usage; this request is not metered")
+            }),
+            End::Cut(how) if streamed && usage.is_none() => Some(format!(
+                "{label}: the response stream was cut before usage ({how}){unmetered}"
+            )),
+            End::Cut(how) => Some(format!(
+                "{label}: the response {what} was cut ({how}){unmetered}"
+            )),
+            End::TimedOut => {
+                let timeout = self.shared.request_timeout;
+                Some(format!(
+                    "{label}: the model upstream did not finish the response {what} within {timeout:?}; the agent's response was cut{unmetered}"
+                ))
+            }
+            End::Dropped if self.shared.shutting_down.load(Ordering::Relaxed) => Some(format!(
+                "{label}: the gateway shut down before the response {what} ended{unmetered}"
+            )),
+            End::Dropped => Some(format!(
+                "{label}: the agent closed the connection before the response {what} ended{unmetered}"
+            )),
+        };
+        for message in [problem, ended].into_iter().flatten() {
+            self.shared.error(&message);
+        }
+    }
+
+    /// One metered response: its `Usage` event and its cost on the ledger.
+    fn record(
+        &self,
+        metered: &Metered,
+        tokens: usage::TokenCounts,
+        latency: std::time::Duration,
+        streamed: bool,
+    ) {
+        let shared = &self.shared;
+        let model = metered.model.as_ref().or(self.request_model.as_ref());
+        let cost_usd = self.header_cost.or_else(|| {
+            [metered.model.as_ref(), self.request_model.as_ref()]
+                .into_iter()
+                .flatten()
+                .find_map(|model| {
+                    shared
+                        .prices
+                        .cost(model, tokens.input, tokens.output, tokens.cached)
+                })
+        });
+        shared.emit(GatewayEvent::Usage {
+            report: UsageReport {
+                model: shared
+                    .sanitizer
+                    .sanitize(model.map_or("unknown", String::as_str)),
+                input_tokens: tokens.input,
+                output_tokens: tokens.output,
+                cached_tokens: tokens.cached,
+                cost_usd,
+            },
+            latency,
+            streamed,
+        });
+        if let Some(cost) = cost_usd {
+            shared.record_cost(cost);
+        }
+    }
+}

@@ -1,0 +1,1091 @@
+//! End-to-end tests of the gateway: a scripted OpenAI-compatible upstream on loopback that records
+//! every request it receives, and an agent-side HTTP/1.1 client on the gateway's unix socket.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::net::{TcpListener, UnixStream};
+use tokio::sync::mpsc;
+
+use super::prices::PriceTable;
+use super::{Gateway, GatewayConfig, GatewayError, GatewayEvent};
+use crate::dispatch::credential::SecretValue;
+use crate::dispatch::sanitize::TokenSanitizer;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A guard against a hung test: every wait is bounded (the assertion is on the outcome, never on time).
+async fn within<F: std::future::Future>(future: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(20), future)
+        .await
+        .expect("the test waited 20 s for something that should be immediate")
+}
+
+/// One request as the upstream received it.
+#[derive(Debug, Clone)]
+struct Recorded {
+    path: String,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Recorded {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+}
+
+/// One piece of a scripted stream.
+enum Chunk {
+    Data(String),
+    /// The upstream fails the body: the connection is cut mid-stream.
+    Cut,
+}
+
+/// What the upstream answers the next request with.
+enum Reply {
+    Full {
+        status: u16,
+        headers: Vec<(&'static str, String)>,
+        body: String,
+    },
+    /// An event stream whose chunks the test hands over one by one.
+    Stream(mpsc::UnboundedReceiver<Chunk>),
+    /// Never answers.
+    Hang,
+}
+
+fn ok_json(body: Value) -> Reply {
+    Reply::Full {
+        status: 200,
+        headers: vec![("content-type", "application/json".to_owned())],
+        body: body.to_string(),
+    }
+}
+
+fn chat_completion(model: &str, prompt: u64, completion: u64, cached: u64) -> Value {
+    serde_json::json!({
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "done"}, "finish_reason": "stop"}],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}
+        }
+    })
+}
+
+/// The scripted upstream: answers requests from a queue of replies and records each request.
+struct Upstream {
+    base: String,
+    requests: Arc<Mutex<Vec<Recorded>>>,
+    replies: Arc<Mutex<VecDeque<Reply>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Upstream {
+    async fn start() -> Upstream {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}/v1", listener.local_addr().unwrap());
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let replies = Arc::new(Mutex::new(VecDeque::new()));
+        let (log, queue) = (Arc::clone(&requests), Arc::clone(&replies));
+        let task = tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let (log, queue) = (Arc::clone(&log), Arc::clone(&queue));
+                connections.spawn(async move {
+                    let service = hyper::service::service_fn(move |request| {
+                        upstream_answer(request, Arc::clone(&log), Arc::clone(&queue))
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Upstream {
+            base,
+            requests,
+            replies,
+            task,
+        }
+    }
+
+    fn reply(&self, reply: Reply) {
+        self.replies.lock().unwrap().push_back(reply);
+    }
+
+    fn requests(&self) -> Vec<Recorded> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+async fn upstream_answer(
+    request: Request<Incoming>,
+    log: Arc<Mutex<Vec<Recorded>>>,
+    queue: Arc<Mutex<VecDeque<Reply>>>,
+) -> Result<Response<BoxBody<Bytes, BoxError>>, Infallible> {
+    let (parts, body) = request.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    log.lock().unwrap().push(Recorded {
+        path: parts.uri.to_string(),
+        headers: parts.headers,
+        body,
+    });
+    let reply = queue.lock().unwrap().pop_front();
+    let response = match reply {
+        Some(Reply::Full {
+            status,
+            headers,
+            body,
+        }) => {
+            let mut response = Response::new(
+                Full::new(Bytes::from(body))
+                    .map_err(|never| match never {})
+                    .boxed(),
+            );
+            *response.status_mut() = StatusCode::from_u16(status).unwrap();
+            for (name, value) in headers {
+                response.headers_mut().insert(name, value.parse().unwrap());
+            }
+            response
+        }
+        Some(Reply::Stream(chunks)) => {
+            let frames = futures_util::stream::unfold(chunks, |mut chunks| async move {
+                match chunks.recv().await {
+                    Some(Chunk::Data(data)) => Some((Ok(Frame::data(Bytes::from(data))), chunks)),
+                    Some(Chunk::Cut) => Some((Err(BoxError::from("scripted cut")), chunks)),
+                    None => None,
+                }
+            });
+            let mut response = Response::new(BoxBody::new(StreamBody::new(frames)));
+            response
+                .headers_mut()
+                .insert("content-type", "text/event-stream".parse().unwrap());
+            response
+        }
+        Some(Reply::Hang) => std::future::pending().await,
+        None => Response::builder()
+            .status(599)
+            .body(
+                Full::new(Bytes::from_static(b"no scripted reply"))
+                    .map_err(|never| match never {})
+                    .boxed(),
+            )
+            .unwrap(),
+    };
+    Ok(response)
+}
+
+/// A key made up at test time, so no literal in the tree looks like a credential.
+fn random_key() -> String {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).unwrap();
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("stet-test-{hex}")
+}
+
+/// A gateway in front of a scripted upstream.
+struct Rig {
+    _dir: tempfile::TempDir,
+    socket: PathBuf,
+    gateway: Gateway,
+    events: mpsc::Receiver<GatewayEvent>,
+    upstream: Upstream,
+    key: String,
+}
+
+fn config(upstream: &str, key: &str, ceiling_usd: Option<f64>, timeout: Duration) -> GatewayConfig {
+    GatewayConfig {
+        upstream: upstream.to_owned(),
+        api_key: Some(SecretValue::new(key.to_owned())),
+        prices: Arc::new(PriceTable::builtin()),
+        ceiling_usd,
+        request_timeout: timeout,
+    }
+}
+
+/// A sanitizer that does NOT know the key: events stay free of it because the gateway never writes it.
+fn sanitizer() -> Arc<TokenSanitizer> {
+    Arc::new(TokenSanitizer::new().unwrap())
+}
+
+async fn rig_with(ceiling_usd: Option<f64>, timeout: Duration) -> Rig {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("model.sock");
+    let key = random_key();
+    let (gateway, events) = Gateway::start(
+        &socket,
+        config(&upstream.base, &key, ceiling_usd, timeout),
+        sanitizer(),
+    )
+    .await
+    .unwrap();
+    Rig {
+        _dir: dir,
+        socket,
+        gateway,
+        events,
+        upstream,
+        key,
+    }
+}
+
+async fn rig() -> Rig {
+    rig_with(None, Duration::from_secs(20)).await
+}
+
+impl Rig {
+    async fn next_event(&mut self) -> GatewayEvent {
+        within(self.events.recv()).await.unwrap()
+    }
+
+    /// The events already sent, without waiting.
+    fn pending_events(&mut self) -> Vec<GatewayEvent> {
+        let mut events = Vec::new();
+        while let Ok(event) = self.events.try_recv() {
+            events.push(event);
+        }
+        events
+    }
+
+    async fn next_error(&mut self) -> String {
+        match self.next_event().await {
+            GatewayEvent::Error { message } => message.into_string(),
+            other => panic!("expected an error event, got {other:?}"),
+        }
+    }
+}
+
+/// Opens a connection to the gateway's socket and sends one request.
+/// A streamed chat completion the upstream holds open after its first chunk, which the client has
+/// read: the sender scripts (or withholds) the rest.
+async fn held_stream(rig: &Rig) -> (mpsc::UnboundedSender<Chunk>, Response<Incoming>) {
+    let (chunks, scripted) = mpsc::unbounded_channel();
+    rig.upstream.reply(Reply::Stream(scripted));
+    let mut response = send(
+        &rig.socket,
+        "POST",
+        "/v1/chat/completions",
+        &[],
+        &chat_request("m"),
+    )
+    .await;
+    chunks.send(Chunk::Data("data: {}\n\n".to_owned())).unwrap();
+    within(response.body_mut().frame()).await.unwrap().unwrap();
+    (chunks, response)
+}
+
+async fn send(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Response<Incoming> {
+    let stream = within(UnixStream::connect(socket)).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let mut request = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", "127.0.0.1:4000");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    within(sender.send_request(request)).await.unwrap()
+}
+
+/// Sends one request and reads the whole reply.
+async fn call(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (StatusCode, HeaderMap, String) {
+    let response = send(
+        socket,
+        method,
+        path,
+        &[("content-type", "application/json")],
+        body,
+    )
+    .await;
+    let (parts, body) = response.into_parts();
+    let body = within(body.collect()).await.unwrap().to_bytes();
+    (
+        parts.status,
+        parts.headers,
+        String::from_utf8(body.to_vec()).unwrap(),
+    )
+}
+
+/// A plain chat completion of the demo model, through the gateway at `socket`.
+async fn chat(socket: &Path) -> (StatusCode, HeaderMap, String) {
+    call(
+        socket,
+        "POST",
+        "/v1/chat/completions",
+        &chat_request("stet-demo-model"),
+    )
+    .await
+}
+
+fn chat_request(model: &str) -> String {
+    serde_json::json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}).to_string()
+}
+
+fn expect_usage(event: GatewayEvent) -> (crate::harness::UsageReport, bool) {
+    match event {
+        GatewayEvent::Usage {
+            report, streamed, ..
+        } => (report, streamed),
+        other => panic!("expected a usage event, got {other:?}"),
+    }
+}
+
+fn approx(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-12
+}
+
+#[tokio::test]
+async fn the_host_key_goes_upstream_and_the_agents_credentials_do_not() {
+    let mut rig = rig().await;
+    let reply = chat_completion("stet-demo-model", 10, 5, 0).to_string();
+    rig.upstream.reply(Reply::Full {
+        status: 200,
+        headers: vec![("content-type", "application/json".to_owned())],
+        body: reply.clone(),
+    });
+    let response = send(
+        &rig.socket,
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", "Bearer dummy-agent-key"),
+            ("cookie", "session=agent"),
+            ("x-api-key", "dummy-agent-key"),
+            ("content-type", "application/json"),
+        ],
+        &chat_request("stet-demo-model"),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = within(response.into_body().collect())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(
+        body,
+        reply.as_bytes(),
+        "the response passes through unchanged"
+    );
+
+    let requests = rig.upstream.requests();
+    assert_eq!(requests.len(), 1);
+    let seen = &requests[0];
+    assert_eq!(seen.path, "/v1/chat/completions");
+    let authorization: Vec<_> = seen.headers.get_all("authorization").iter().collect();
+    assert_eq!(authorization, [format!("Bearer {}", rig.key).as_str()]);
+    assert!(seen.headers.get("cookie").is_none());
+    assert!(seen.headers.get("x-api-key").is_none());
+    assert_eq!(seen.headers["content-type"], "application/json");
+    assert_eq!(
+        seen.body,
+        chat_request("stet-demo-model").as_bytes(),
+        "an unchanged request passes byte for byte"
+    );
+
+    let event = rig.next_event().await;
+    let rest = rig.pending_events();
+    let everything = format!("{event:?} {:?} {rest:?}", rig.gateway);
+    assert!(
+        !everything.contains(&rig.key),
+        "the key leaked: {everything}"
+    );
+}
+
+#[tokio::test]
+async fn a_gateway_without_a_key_sends_no_authorization() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("model.sock");
+    let mut config = config(&upstream.base, "unused", None, Duration::from_secs(20));
+    config.api_key = None;
+    let (_gateway, _events) = Gateway::start(&socket, config, sanitizer()).await.unwrap();
+    upstream.reply(ok_json(serde_json::json!({"object": "list", "data": []})));
+    let response = send(
+        &socket,
+        "GET",
+        "/v1/models?limit=2",
+        &[("authorization", "Bearer dummy")],
+        "",
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let requests = upstream.requests();
+    assert_eq!(requests[0].path, "/v1/models?limit=2");
+    assert!(requests[0].headers.get("authorization").is_none());
+}
+
+#[tokio::test]
+async fn non_streaming_usage_is_metered_at_table_prices() {
+    let mut rig = rig().await;
+    rig.upstream
+        .reply(ok_json(chat_completion("stet-demo-model", 1000, 100, 200)));
+    let (status, _, _) = chat(&rig.socket).await;
+    assert_eq!(status, StatusCode::OK);
+    let (report, streamed) = expect_usage(rig.next_event().await);
+    assert!(!streamed);
+    assert_eq!(report.model.as_str(), "stet-demo-model");
+    assert_eq!(
+        (
+            report.input_tokens,
+            report.output_tokens,
+            report.cached_tokens
+        ),
+        (1000, 100, 200)
+    );
+    // 800 uncached × $3 + 200 cached × $0.30 + 100 output × $15, per million.
+    let expected = (800.0 * 3.0 + 200.0 * 0.30 + 100.0 * 15.0) / 1e6;
+    assert!(approx(report.cost_usd.unwrap(), expected), "{report:?}");
+    assert!(approx(rig.gateway.spent_usd(), expected));
+
+    // The responses API, priced by the request's model when the response names an unknown one.
+    rig.upstream.reply(ok_json(serde_json::json!({
+        "object": "response",
+        "model": "stet-demo-model-2099-01-01",
+        "usage": {"input_tokens": 50, "output_tokens": 10, "input_tokens_details": {"cached_tokens": 0}}
+    })));
+    let (status, _, _) = call(
+        &rig.socket,
+        "POST",
+        "/v1/responses",
+        &serde_json::json!({"model": "stet-demo-model", "input": "hi"}).to_string(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (report, _) = expect_usage(rig.next_event().await);
+    assert_eq!(report.model.as_str(), "stet-demo-model-2099-01-01");
+    assert!(
+        approx(report.cost_usd.unwrap(), (50.0 * 3.0 + 10.0 * 15.0) / 1e6),
+        "{report:?}"
+    );
+    assert_eq!(rig.upstream.requests()[1].path, "/v1/responses");
+
+    // A model nobody prices is metered in tokens, at no known cost.
+    rig.upstream
+        .reply(ok_json(chat_completion("mystery", 5, 5, 0)));
+    call(
+        &rig.socket,
+        "POST",
+        "/v1/chat/completions",
+        &chat_request("mystery"),
+    )
+    .await;
+    let (report, _) = expect_usage(rig.next_event().await);
+    assert_eq!((report.output_tokens, report.cost_usd), (5, None));
+}
+
+#[tokio::test]
+async fn the_litellm_cost_header_wins_over_the_table() {
+    let mut rig = rig().await;
+    rig.upstream.reply(Reply::Full {
+        status: 200,
+        headers: vec![
+            ("content-type", "application/json".to_owned()),
+            ("x-litellm-response-cost", "0.0425".to_owned()),
+        ],
+        body: chat_completion("stet-demo-model", 1000, 100, 0).to_string(),
+    });
+    chat(&rig.socket).await;
+    let (report, _) = expect_usage(rig.next_event().await);
+    assert_eq!(report.cost_usd, Some(0.0425));
+    assert!(approx(rig.gateway.spent_usd(), 0.0425));
+}
+
+#[tokio::test]
+async fn an_event_stream_passes_through_as_it_arrives_and_is_metered_from_its_last_chunk() {
+    let mut rig = rig().await;
+    let (chunks, scripted) = mpsc::unbounded_channel();
+    rig.upstream.reply(Reply::Stream(scripted));
+    let request =
+        serde_json::json!({"model": "stet-demo-model", "stream": true, "messages": []}).to_string();
+    let mut response = send(&rig.socket, "POST", "/v1/chat/completions", &[], &request).await;
+    assert_eq!(response.status(), StatusCode::OK);
+
+    let first = "data: {\"model\":\"stet-demo-model\",\"choices\":[{\"delta\":{\"content\":\"Hel\"}}],\"usage\":null}\n\n";
+    chunks.send(Chunk::Data(first.to_owned())).unwrap();
+    // The client sees the first chunk while the upstream still holds the last one.
+    let mut seen = Vec::new();
+    while seen.len() < first.len() {
+        let frame = within(response.body_mut().frame()).await.unwrap().unwrap();
+        seen.extend_from_slice(frame.data_ref().unwrap());
+    }
+    assert_eq!(seen, first.as_bytes());
+    assert!(
+        rig.pending_events().is_empty(),
+        "nothing is metered before the stream ends"
+    );
+
+    let last = concat!(
+        "data: {\"model\":\"stet-demo-model\",\"choices\":[],\"usage\":{\"prompt_tokens\":40,",
+        "\"completion_tokens\":20,\"prompt_tokens_details\":{\"cached_tokens\":10}}}\n\n",
+        "data: [DONE]\n\n"
+    );
+    chunks.send(Chunk::Data(last.to_owned())).unwrap();
+    drop(chunks);
+    let rest = within(response.into_body().collect())
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(rest, last.as_bytes());
+
+    let (report, streamed) = expect_usage(rig.next_event().await);
+    assert!(streamed);
+    assert_eq!(
+        (
+            report.input_tokens,
+            report.output_tokens,
+            report.cached_tokens
+        ),
+        (40, 20, 10)
+    );
+    let expected = (30.0 * 3.0 + 10.0 * 0.30 + 20.0 * 15.0) / 1e6;
+    assert!(approx(report.cost_usd.unwrap(), expected), "{report:?}");
+
+    let forwarded = rig.upstream.requests()[0].json();
+    assert_eq!(
+        forwarded["stream_options"],
+        serde_json::json!({"include_usage": true})
+    );
+    assert_eq!(forwarded["stream"], true);
+}
+
+#[tokio::test]
+async fn an_event_stream_cut_mid_way_ends_for_the_agent_and_is_reported() {
+    let mut rig = rig().await;
+    let (chunks, scripted) = mpsc::unbounded_channel();
+    rig.upstream.reply(Reply::Stream(scripted));
+    let request = serde_json::json!({"model": "stet-demo-model", "stream": true}).to_string();
+    let mut response = send(&rig.socket, "POST", "/v1/chat/completions", &[], &request).await;
+    let first = "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n";
+    chunks.send(Chunk::Data(first.to_owned())).unwrap();
+    let frame = within(response.body_mut().frame()).await.unwrap().unwrap();
+    assert!(first.as_bytes().starts_with(frame.data_ref().unwrap()));
+    chunks.send(Chunk::Cut).unwrap();
+
+    // The agent's stream ends: an error (the body was not completed), never a hang.
+    let ended = within(response.into_body().collect()).await;
+    assert!(
+        ended.is_err(),
+        "a cut stream must not look complete to the agent"
+    );
+    let message = rig.next_error().await;
+    assert!(message.contains("POST /v1/chat/completions"), "{message}");
+    assert!(message.contains("cut before usage"), "{message}");
+    assert!(rig.pending_events().is_empty());
+    assert_eq!(rig.gateway.spent_usd(), 0.0);
+}
+
+#[tokio::test]
+async fn unknown_routes_get_404_and_never_reach_the_upstream() {
+    let mut rig = rig().await;
+    for (method, path) in [
+        ("GET", "/v1/files"),
+        ("POST", "/v2/chat/completions"),
+        ("GET", "/v1/chat/completions"),
+        ("POST", "/v1/models"),
+    ] {
+        let (status, headers, body) = call(&rig.socket, method, path, "{}").await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path}");
+        assert_eq!(headers["content-type"], "application/json");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["error"]["type"], "stet_gateway");
+        assert!(body["error"]["message"].as_str().unwrap().contains(path));
+        let message = rig.next_error().await;
+        assert!(
+            message.contains(&format!("{method} {path}")) && message.contains("404"),
+            "{message}"
+        );
+    }
+    assert!(rig.upstream.requests().is_empty());
+}
+
+#[tokio::test]
+async fn past_the_ceiling_requests_are_refused_before_the_upstream() {
+    // One response of 100 + 100 tokens of stet-demo-model costs $0.0018.
+    let mut rig = rig_with(Some(0.001), Duration::from_secs(20)).await;
+    rig.upstream
+        .reply(ok_json(chat_completion("stet-demo-model", 100, 100, 0)));
+    let (status, _, _) = chat(&rig.socket).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the request in flight when the ceiling is crossed finishes"
+    );
+    expect_usage(rig.next_event().await);
+    match rig.next_event().await {
+        GatewayEvent::CeilingReached {
+            spent_usd,
+            ceiling_usd,
+        } => {
+            assert!(approx(spent_usd, 0.0018), "{spent_usd}");
+            assert_eq!(ceiling_usd, 0.001);
+        }
+        other => panic!("expected CeilingReached, got {other:?}"),
+    }
+
+    for _ in 0..2 {
+        rig.upstream
+            .reply(ok_json(chat_completion("stet-demo-model", 1, 1, 0)));
+        let (status, headers, body) = chat(&rig.socket).await;
+        assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+        assert!(headers.get("retry-after").is_none());
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["error"]["type"], "stet_gateway");
+        assert_eq!(body["error"]["code"], "cost_ceiling_reached");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("cost ceiling")
+        );
+        let message = rig.next_error().await;
+        assert!(
+            message.contains("POST /v1/chat/completions") && message.contains("ceiling"),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        rig.upstream.requests().len(),
+        1,
+        "the upstream saw nothing after the ceiling"
+    );
+    assert!(
+        !rig.pending_events()
+            .iter()
+            .any(|event| matches!(event, GatewayEvent::CeilingReached { .. })),
+        "CeilingReached is sent once"
+    );
+}
+
+#[tokio::test]
+async fn a_zero_ceiling_refuses_the_first_request_and_says_so_once() {
+    let mut rig = rig_with(Some(0.0), Duration::from_secs(20)).await;
+    let (status, _, _) = call(&rig.socket, "POST", "/v1/responses", "{}").await;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+    assert!(matches!(
+        rig.next_event().await,
+        GatewayEvent::CeilingReached { .. }
+    ));
+    assert!(matches!(rig.next_event().await, GatewayEvent::Error { .. }));
+    call(&rig.socket, "POST", "/v1/responses", "{}").await;
+    assert!(matches!(rig.next_event().await, GatewayEvent::Error { .. }));
+    assert!(rig.upstream.requests().is_empty());
+}
+
+#[tokio::test]
+async fn the_output_cap_shrinks_with_the_remaining_budget() {
+    // $0.01 at $15 per million output tokens pays for 666 tokens.
+    let mut rig = rig_with(Some(0.01), Duration::from_secs(20)).await;
+    rig.upstream
+        .reply(ok_json(chat_completion("stet-demo-model", 100, 100, 0)));
+    chat(&rig.socket).await;
+    expect_usage(rig.next_event().await);
+    assert_eq!(rig.upstream.requests()[0].json()["max_tokens"], 666);
+
+    // $0.0018 spent: $0.0082 left pays for 546.
+    rig.upstream
+        .reply(ok_json(chat_completion("stet-demo-model", 1, 1, 0)));
+    chat(&rig.socket).await;
+    expect_usage(rig.next_event().await);
+    assert_eq!(rig.upstream.requests()[1].json()["max_tokens"], 546);
+
+    // A smaller cap of the agent's own stands; the responses API's field is `max_output_tokens`.
+    rig.upstream
+        .reply(ok_json(chat_completion("stet-demo-model", 1, 1, 0)));
+    let request = serde_json::json!({"model": "stet-demo-model", "max_tokens": 12}).to_string();
+    call(&rig.socket, "POST", "/v1/chat/completions", &request).await;
+    expect_usage(rig.next_event().await);
+    assert_eq!(rig.upstream.requests()[2].json()["max_tokens"], 12);
+    rig.upstream
+        .reply(ok_json(serde_json::json!({"model": "stet-demo-model"})));
+    call(
+        &rig.socket,
+        "POST",
+        "/v1/responses",
+        &serde_json::json!({"model": "stet-demo-model"}).to_string(),
+    )
+    .await;
+    assert!(
+        rig.upstream.requests()[3].json()["max_output_tokens"]
+            .as_u64()
+            .unwrap()
+            < 546
+    );
+}
+
+#[tokio::test]
+async fn an_upstream_that_is_down_gets_502_and_an_event() {
+    let free_port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("model.sock");
+    let upstream = format!("http://127.0.0.1:{free_port}/v1");
+    let (_gateway, mut events) = Gateway::start(
+        &socket,
+        config(&upstream, &random_key(), None, Duration::from_secs(20)),
+        sanitizer(),
+    )
+    .await
+    .unwrap();
+    let (status, _, body) = call(&socket, "POST", "/v1/chat/completions", &chat_request("m")).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["code"], "upstream_unreachable");
+    match within(events.recv()).await.unwrap() {
+        GatewayEvent::Error { message } => {
+            let message = message.as_str();
+            assert!(message.contains("POST /v1/chat/completions"), "{message}");
+            assert!(
+                message.contains("could not be reached") && message.contains("502"),
+                "{message}"
+            );
+            assert!(!message.contains('\n'));
+        }
+        other => panic!("expected an error event, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_rate_limit_passes_through_with_its_retry_after() {
+    let mut rig = rig().await;
+    let body = r#"{"error":{"message":"slow down","type":"rate_limit"}}"#;
+    rig.upstream.reply(Reply::Full {
+        status: 429,
+        headers: vec![
+            ("retry-after", "7".to_owned()),
+            ("content-type", "application/json".to_owned()),
+        ],
+        body: body.to_owned(),
+    });
+    let (status, headers, text) = call(
+        &rig.socket,
+        "POST",
+        "/v1/chat/completions",
+        &chat_request("m"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(headers["retry-after"], "7");
+    assert_eq!(text, body);
+    let message = rig.next_error().await;
+    assert!(
+        message.contains("429") && message.contains("Retry-After: 7"),
+        "{message}"
+    );
+    assert!(message.contains("POST /v1/chat/completions"), "{message}");
+    assert!(
+        rig.pending_events().is_empty(),
+        "an error status is not metered"
+    );
+}
+
+#[tokio::test]
+async fn an_upstream_server_error_passes_through_and_is_reported() {
+    let mut rig = rig().await;
+    rig.upstream.reply(Reply::Full {
+        status: 500,
+        headers: vec![],
+        body: "internal trouble".to_owned(),
+    });
+    let (status, _, text) = call(&rig.socket, "POST", "/v1/responses", "{}").await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(text, "internal trouble");
+    let message = rig.next_error().await;
+    assert!(
+        message.contains("POST /v1/responses") && message.contains("500"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("internal trouble"),
+        "no bodies in events: {message}"
+    );
+}
+
+#[tokio::test]
+async fn malformed_json_passes_through_unchanged_and_is_reported_unmetered() {
+    let mut rig = rig().await;
+    let broken = r#"{"id":"x","usage":{"prompt_tokens":3"#;
+    rig.upstream.reply(Reply::Full {
+        status: 200,
+        headers: vec![("content-type", "application/json".to_owned())],
+        body: broken.to_owned(),
+    });
+    let (status, _, text) = call(
+        &rig.socket,
+        "POST",
+        "/v1/chat/completions",
+        &chat_request("m"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(text, broken);
+    let message = rig.next_error().await;
+    assert!(
+        message.contains("not JSON") && message.contains("usage could not be read"),
+        "{message}"
+    );
+    assert!(rig.pending_events().is_empty());
+}
+
+#[tokio::test]
+async fn a_response_without_usage_is_reported_as_unmetered() {
+    let mut rig = rig().await;
+    rig.upstream
+        .reply(ok_json(serde_json::json!({"model": "m", "choices": []})));
+    call(
+        &rig.socket,
+        "POST",
+        "/v1/chat/completions",
+        &chat_request("m"),
+    )
+    .await;
+    let message = rig.next_error().await;
+    assert!(message.contains("carried no usage"), "{message}");
+    // `/v1/models` is not metered and reports nothing.
+    rig.upstream
+        .reply(ok_json(serde_json::json!({"object": "list", "data": []})));
+    let (status, _, _) = call(&rig.socket, "GET", "/v1/models", "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(rig.pending_events().is_empty());
+}
+
+#[tokio::test]
+async fn an_upstream_that_never_answers_gets_504_within_the_timeout() {
+    let mut rig = rig_with(None, Duration::from_millis(300)).await;
+    rig.upstream.reply(Reply::Hang);
+    let (status, _, body) = call(
+        &rig.socket,
+        "POST",
+        "/v1/chat/completions",
+        &chat_request("m"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["code"], "upstream_timeout");
+    let message = rig.next_error().await;
+    assert!(
+        message.contains("did not answer within") && message.contains("504"),
+        "{message}"
+    );
+    assert_eq!(rig.upstream.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn a_stream_that_stalls_is_cut_at_the_timeout() {
+    let mut rig = rig_with(None, Duration::from_millis(300)).await;
+    let (chunks, response) = held_stream(&rig).await;
+    // The upstream holds the rest back (the sender stays alive): the gateway ends it at the deadline.
+    let ended = within(response.into_body().collect()).await;
+    assert!(ended.is_err());
+    let message = rig.next_error().await;
+    assert!(
+        message.contains("did not finish the response stream within"),
+        "{message}"
+    );
+    drop(chunks);
+}
+
+#[tokio::test]
+async fn the_socket_is_private_and_removed_at_shutdown_or_drop() {
+    let rig = rig().await;
+    let mode = std::fs::metadata(&rig.socket).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert_eq!(rig.gateway.socket(), rig.socket);
+    let socket = rig.socket.clone();
+    rig.gateway.shutdown().await;
+    assert!(!socket.exists());
+    assert!(UnixStream::connect(&socket).await.is_err());
+
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("model.sock");
+    let upstream = Upstream::start().await;
+    let (gateway, _events) = Gateway::start(
+        &socket,
+        config(&upstream.base, &random_key(), None, Duration::from_secs(1)),
+        sanitizer(),
+    )
+    .await
+    .unwrap();
+    assert!(socket.exists());
+    drop(gateway);
+    assert!(!socket.exists());
+}
+
+#[tokio::test]
+async fn shutdown_ends_a_request_in_flight() {
+    let rig = rig().await;
+    let (chunks, response) = held_stream(&rig).await;
+    let Rig {
+        gateway,
+        mut events,
+        ..
+    } = rig;
+    within(gateway.shutdown()).await;
+    assert!(within(response.into_body().collect()).await.is_err());
+    match within(events.recv()).await.unwrap() {
+        GatewayEvent::Error { message } => {
+            assert!(message.as_str().contains("gateway shut down"), "{message}")
+        }
+        other => panic!("expected an error event, got {other:?}"),
+    }
+    drop(chunks);
+}
+
+#[tokio::test]
+async fn start_refuses_an_existing_path_a_long_path_and_a_missing_directory() {
+    let rig = rig().await;
+    let second = Gateway::start(
+        &rig.socket,
+        config(
+            &rig.upstream.base,
+            &random_key(),
+            None,
+            Duration::from_secs(1),
+        ),
+        sanitizer(),
+    )
+    .await;
+    match second {
+        Err(err @ GatewayError::SocketExists(_)) => {
+            assert!(
+                err.to_string().contains(&rig.socket.display().to_string()),
+                "{err}"
+            )
+        }
+        other => panic!("expected SocketExists, got {other:?}"),
+    }
+    // The first gateway still serves.
+    rig.upstream
+        .reply(ok_json(serde_json::json!({"object": "list", "data": []})));
+    let (status, _, _) = call(&rig.socket, "GET", "/v1/models", "").await;
+    assert_eq!(status, StatusCode::OK);
+
+    let dir = tempfile::tempdir().unwrap();
+    let long = dir.path().join("x".repeat(120));
+    let err = Gateway::start(
+        &long,
+        config(&rig.upstream.base, "k", None, Duration::from_secs(1)),
+        sanitizer(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(err, GatewayError::SocketPathTooLong { .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains(&long.display().to_string()));
+
+    let missing = dir.path().join("nope").join("model.sock");
+    let err = Gateway::start(
+        &missing,
+        config(&rig.upstream.base, "k", None, Duration::from_secs(1)),
+        sanitizer(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, GatewayError::SocketDir(_)), "{err:?}");
+    assert!(err.to_string().contains("nope"));
+}
+
+#[tokio::test]
+async fn start_refuses_upstreams_it_must_not_talk_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("model.sock");
+    let secret = random_key();
+    for (url, reason) in [
+        ("http://models.example.com/v1".to_owned(), "loopback"),
+        (
+            format!("https://user:{secret}@models.example.com/v1"),
+            "userinfo",
+        ),
+        (
+            format!("https://models.example.com/v1?key={secret}"),
+            "query",
+        ),
+        ("ftp://127.0.0.1/v1".to_owned(), "scheme"),
+        ("not a url".to_owned(), "valid"),
+        ("/v1".to_owned(), "host"),
+    ] {
+        let err = Gateway::start(
+            &socket,
+            config(&url, "k", None, Duration::from_secs(1)),
+            sanitizer(),
+        )
+        .await
+        .unwrap_err();
+        let message = err.to_string();
+        assert!(
+            matches!(err, GatewayError::Upstream { .. }),
+            "{url}: {err:?}"
+        );
+        assert!(message.contains(reason), "{url}: {message}");
+        assert!(
+            !message.contains(&secret),
+            "the error echoes a secret: {message}"
+        );
+        assert!(!socket.exists(), "a refused start binds nothing");
+    }
+    for url in [
+        "http://127.0.0.1:9/v1",
+        "http://localhost:4000/v1/",
+        "http://[::1]:9/v1",
+        "https://models.example.com/v1",
+    ] {
+        let (gateway, _events) = Gateway::start(
+            &socket,
+            config(url, "k", None, Duration::from_secs(1)),
+            sanitizer(),
+        )
+        .await
+        .unwrap_or_else(|err| panic!("{url}: {err}"));
+        gateway.shutdown().await;
+    }
+}

@@ -1,0 +1,379 @@
+//! Reading token usage and cost out of model responses: whole JSON bodies, server-sent event streams
+//! and LiteLLM's cost header. Pure functions; the gateway feeds them the bytes it forwards.
+//!
+//! Both OpenAI shapes are understood: chat completions (`prompt_tokens`, `completion_tokens`,
+//! `prompt_tokens_details.cached_tokens`) and the responses API (`input_tokens`, `output_tokens`,
+//! `input_tokens_details.cached_tokens`, nested under `response` in its `response.completed` event).
+
+use serde_json::Value;
+
+/// The response header in which LiteLLM reports a request's cost in dollars.
+pub const LITELLM_COST_HEADER: &str = "x-litellm-response-cost";
+
+/// Token counts of one request, as the API reports them (`input` includes `cached`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TokenCounts {
+    /// Input (prompt) tokens, the cached ones included.
+    pub input: u64,
+    /// Output (completion) tokens, reasoning tokens included.
+    pub output: u64,
+    /// Input tokens served from the provider's prompt cache.
+    pub cached: u64,
+}
+
+/// What a response says about itself: the model that answered and its usage, each when present.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Metered {
+    /// The response's `model` (the upstream's name for it, often a dated variant).
+    pub model: Option<String>,
+    /// The response's token counts.
+    pub usage: Option<TokenCounts>,
+}
+
+/// A response body that is not JSON: its usage cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the response body is not JSON ({0})")]
+pub struct NotJson(String);
+
+/// Usage and model from a whole (non-streaming) JSON response body.
+pub fn from_json(body: &[u8]) -> Result<Metered, NotJson> {
+    let value: Value = serde_json::from_slice(body).map_err(|err| {
+        let what = match err.classify() {
+            serde_json::error::Category::Eof => "it ends early",
+            _ => "syntax error",
+        };
+        NotJson(format!(
+            "{what} at line {} column {}",
+            err.line(),
+            err.column()
+        ))
+    })?;
+    let mut metered = Metered::default();
+    absorb(&value, &mut metered);
+    Ok(metered)
+}
+
+/// Usage from one `usage` object of either API shape; `None` when it has neither shape's counts.
+pub fn usage_from_value(usage: &Value) -> Option<TokenCounts> {
+    let count = |key: &str| usage.get(key).and_then(Value::as_u64);
+    let cached = |details: &str| {
+        usage
+            .get(details)
+            .and_then(|d| d.get("cached_tokens"))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    if let (Some(input), Some(output)) = (count("prompt_tokens"), count("completion_tokens")) {
+        return Some(TokenCounts {
+            input,
+            output,
+            cached: cached("prompt_tokens_details"),
+        });
+    }
+    if let (Some(input), Some(output)) = (count("input_tokens"), count("output_tokens")) {
+        return Some(TokenCounts {
+            input,
+            output,
+            cached: cached("input_tokens_details"),
+        });
+    }
+    None
+}
+
+/// A request's cost from LiteLLM's [`LITELLM_COST_HEADER`]: a finite, non-negative decimal, else `None`.
+pub fn header_cost(value: &[u8]) -> Option<f64> {
+    let text = std::str::from_utf8(value).ok()?.trim();
+    let cost: f64 = text.parse().ok()?;
+    (cost.is_finite() && cost >= 0.0).then_some(cost)
+}
+
+/// Takes the model and the usage from one JSON document (a whole body or one SSE event's data):
+/// top level first, then the responses API's `response` object. A later document overrides an
+/// earlier one, so the last usage seen in a stream wins; `"usage": null` chunks change nothing.
+fn absorb(value: &Value, metered: &mut Metered) {
+    for scope in [Some(value), value.get("response")].into_iter().flatten() {
+        if let Some(model) = scope.get("model").and_then(Value::as_str) {
+            metered.model = Some(model.to_owned());
+        }
+        if let Some(usage) = scope.get("usage").and_then(usage_from_value) {
+            metered.usage = Some(usage);
+        }
+    }
+}
+
+/// Longest SSE line kept; a longer line (never a usage line in practice) is skipped, bounding memory.
+const MAX_SSE_LINE: usize = 4 * 1024 * 1024;
+
+/// Reads a server-sent event stream as it passes, in chunks split anywhere, and keeps the last usage.
+#[derive(Debug, Default)]
+pub struct SseScanner {
+    /// The current line so far (without its end).
+    line: Vec<u8>,
+    /// The current line is over [`MAX_SSE_LINE`]: skip to its end.
+    skipping: bool,
+    /// The `data:` lines of the current event, joined with `\n`.
+    data: Vec<u8>,
+    has_data: bool,
+    metered: Metered,
+    done: bool,
+}
+
+impl SseScanner {
+    /// A scanner at the start of a stream.
+    pub fn new() -> SseScanner {
+        SseScanner::default()
+    }
+
+    /// Feeds the next bytes of the stream.
+    pub fn push(&mut self, mut chunk: &[u8]) {
+        while !chunk.is_empty() {
+            match memchr::memchr(b'\n', chunk) {
+                Some(end) => {
+                    self.extend_line(&chunk[..end]);
+                    self.end_line();
+                    chunk = &chunk[end + 1..];
+                }
+                None => {
+                    self.extend_line(chunk);
+                    chunk = &[];
+                }
+            }
+        }
+    }
+
+    /// The end of the stream: an event not closed by a blank line still counts.
+    pub fn finish(mut self) -> SseSummary {
+        if !self.line.is_empty() {
+            self.end_line();
+        }
+        self.dispatch();
+        SseSummary {
+            metered: self.metered,
+            done: self.done,
+        }
+    }
+
+    fn extend_line(&mut self, bytes: &[u8]) {
+        if self.skipping {
+            return;
+        }
+        if self.line.len() + bytes.len() > MAX_SSE_LINE {
+            self.line.clear();
+            self.skipping = true;
+        } else {
+            self.line.extend_from_slice(bytes);
+        }
+    }
+
+    fn end_line(&mut self) {
+        if std::mem::take(&mut self.skipping) {
+            return;
+        }
+        let mut line = std::mem::take(&mut self.line);
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+        if line.is_empty() {
+            self.dispatch();
+        } else if let Some(rest) = line.strip_prefix(b"data:") {
+            let rest = rest.strip_prefix(b" ").unwrap_or(rest);
+            if self.has_data {
+                self.data.push(b'\n');
+            }
+            self.data.extend_from_slice(rest);
+            self.has_data = true;
+        }
+        // Other fields (`event:`, `id:`, `retry:`) and comments carry no usage.
+        line.clear();
+        self.line = line;
+    }
+
+    fn dispatch(&mut self) {
+        if !std::mem::take(&mut self.has_data) {
+            return;
+        }
+        let data = std::mem::take(&mut self.data);
+        if data.trim_ascii() == b"[DONE]" {
+            self.done = true;
+        } else if let Ok(value) = serde_json::from_slice::<Value>(&data) {
+            absorb(&value, &mut self.metered);
+        }
+    }
+}
+
+/// What a whole event stream said.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SseSummary {
+    /// The last model and the last usage any event carried.
+    pub metered: Metered,
+    /// The stream sent OpenAI's `data: [DONE]` terminator.
+    pub done: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    const CHAT: &str = r#"{"id":"c1","model":"gpt-4o-2024-08-06","choices":[],"usage":{"prompt_tokens":120,"completion_tokens":30,"total_tokens":150,"prompt_tokens_details":{"cached_tokens":100}}}"#;
+    const RESPONSES: &str = r#"{"id":"r1","object":"response","model":"o4-mini","output":[],"usage":{"input_tokens":50,"output_tokens":7,"input_tokens_details":{"cached_tokens":20},"output_tokens_details":{"reasoning_tokens":3}}}"#;
+
+    #[test]
+    fn chat_completion_usage_is_read() {
+        let metered = from_json(CHAT.as_bytes()).unwrap();
+        assert_eq!(metered.model.as_deref(), Some("gpt-4o-2024-08-06"));
+        assert_eq!(
+            metered.usage,
+            Some(TokenCounts {
+                input: 120,
+                output: 30,
+                cached: 100
+            })
+        );
+    }
+
+    #[test]
+    fn responses_api_usage_is_read() {
+        let metered = from_json(RESPONSES.as_bytes()).unwrap();
+        assert_eq!(metered.model.as_deref(), Some("o4-mini"));
+        assert_eq!(
+            metered.usage,
+            Some(TokenCounts {
+                input: 50,
+                output: 7,
+                cached: 20
+            })
+        );
+    }
+
+    #[test]
+    fn missing_or_partial_usage_is_none_and_garbage_is_not_json() {
+        let metered = from_json(br#"{"model":"m","usage":{"prompt_tokens":3}}"#).unwrap();
+        assert_eq!(metered.usage, None);
+        assert_eq!(
+            from_json(br#"{"object":"list","data":[]}"#).unwrap(),
+            Metered::default()
+        );
+        assert!(from_json(b"{\"usage\": {").is_err());
+        assert!(from_json(b"<html>bad gateway</html>").is_err());
+    }
+
+    #[test]
+    fn the_litellm_cost_header_must_be_a_finite_non_negative_decimal() {
+        assert_eq!(header_cost(b"0.00123"), Some(0.00123));
+        assert_eq!(header_cost(b" 2 "), Some(2.0));
+        assert_eq!(header_cost(b"1e-4"), Some(0.0001));
+        for bad in [&b""[..], b"-1", b"NaN", b"inf", b"$0.01", b"\xff"] {
+            assert_eq!(header_cost(bad), None, "{bad:?}");
+        }
+    }
+
+    fn chat_stream() -> String {
+        let mut stream = String::new();
+        for word in ["Hel", "lo"] {
+            stream.push_str(&format!(
+                "data: {{\"model\":\"gpt-4o\",\"choices\":[{{\"delta\":{{\"content\":\"{word}\"}}}}],\"usage\":null}}\n\n"
+            ));
+        }
+        stream.push_str(": keep-alive comment\n\n");
+        stream.push_str("data: {\"model\":\"gpt-4o\",\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":4}}}\r\n\r\n");
+        stream.push_str("data: [DONE]\n\n");
+        stream
+    }
+
+    #[test]
+    fn sse_usage_is_read_however_the_stream_is_split() {
+        let stream = chat_stream();
+        let expected = SseSummary {
+            metered: Metered {
+                model: Some("gpt-4o".to_owned()),
+                usage: Some(TokenCounts {
+                    input: 11,
+                    output: 2,
+                    cached: 4,
+                }),
+            },
+            done: true,
+        };
+        for split in 0..=stream.len() {
+            let mut scanner = SseScanner::new();
+            scanner.push(&stream.as_bytes()[..split]);
+            scanner.push(&stream.as_bytes()[split..]);
+            assert_eq!(scanner.finish(), expected, "split at {split}");
+        }
+        let mut scanner = SseScanner::new();
+        for byte in stream.as_bytes() {
+            scanner.push(std::slice::from_ref(byte));
+        }
+        assert_eq!(scanner.finish(), expected);
+    }
+
+    #[test]
+    fn sse_cut_before_usage_has_no_usage_and_no_done() {
+        let stream = chat_stream();
+        let cut = stream
+            .find("data: {\"model\":\"gpt-4o\",\"choices\":[],")
+            .unwrap()
+            + 20;
+        let mut scanner = SseScanner::new();
+        scanner.push(&stream.as_bytes()[..cut]);
+        let summary = scanner.finish();
+        assert_eq!(summary.metered.usage, None);
+        assert!(!summary.done);
+    }
+
+    #[test]
+    fn responses_api_stream_is_metered_from_response_completed() {
+        let stream = concat!(
+            "event: response.created\n",
+            "data: {\"type\":\"response.created\",\"response\":{\"model\":\"o4-mini\",\"usage\":null}}\n\n",
+            "event: response.output_text.delta\n",
+            "data: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}\n\n",
+            "event: response.completed\n",
+            "data: {\"type\":\"response.completed\",\"response\":{\"model\":\"o4-mini-2025-04-16\",",
+            "\"usage\":{\"input_tokens\":9,\"output_tokens\":5,\"input_tokens_details\":{\"cached_tokens\":0}}}}\n\n",
+        );
+        let mut scanner = SseScanner::new();
+        scanner.push(stream.as_bytes());
+        let summary = scanner.finish();
+        assert_eq!(summary.metered.model.as_deref(), Some("o4-mini-2025-04-16"));
+        assert_eq!(
+            summary.metered.usage,
+            Some(TokenCounts {
+                input: 9,
+                output: 5,
+                cached: 0
+            })
+        );
+        assert!(!summary.done);
+    }
+
+    #[test]
+    fn multi_line_data_and_an_unterminated_last_event_are_read() {
+        let mut scanner = SseScanner::new();
+        scanner.push(b"data: {\"usage\":\ndata: {\"input_tokens\":1,\"output_tokens\":2}}");
+        assert_eq!(
+            scanner.finish().metered.usage,
+            Some(TokenCounts {
+                input: 1,
+                output: 2,
+                cached: 0
+            })
+        );
+    }
+
+    #[test]
+    fn an_overlong_line_is_skipped_and_the_stream_read_on() {
+        let mut scanner = SseScanner::new();
+        scanner.push(b"data: ");
+        scanner.push(&vec![b'x'; MAX_SSE_LINE + 10]);
+        scanner.push(b"\n\ndata: {\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}\n\n");
+        let summary = scanner.finish();
+        assert_eq!(summary.metered.usage.map(|u| u.output), Some(1));
+
+        let mut scanner = SseScanner::new();
+        scanner.push(&vec![b'y'; MAX_SSE_LINE + 1]);
+        assert!(scanner.line.len() <= MAX_SSE_LINE);
+    }
+}

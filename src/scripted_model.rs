@@ -1,0 +1,1120 @@
+//! A deterministic OpenAI-compatible model server on loopback: the upstream of `stet demo` and of
+//! the gateway's tests, so that the whole model path (agent → relay → gateway → upstream) runs with
+//! no account and no network. Its replies and their `usage` follow from the requests alone (and
+//! their order), it records every request it receives, and it can be told to misbehave (429, 500,
+//! malformed JSON, a stream cut short, no answer at all) so the gateway's handling of each can be
+//! tested.
+//!
+//! Routes: `POST /v1/chat/completions` (plain JSON, or server-sent events with `"stream": true`,
+//! ending with a usage chunk when `stream_options.include_usage` is true), `POST /v1/responses`
+//! (plain JSON only) and `GET /v1/models`. Any other path is 404.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt as _, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::{JoinHandle, JoinSet};
+
+/// The model the scripted server lists and the demo's scenarios name.
+pub const DEMO_MODEL: &str = "stet-demo-model";
+
+/// The header LiteLLM reports a response's cost in, in dollars.
+pub const COST_HEADER: &str = "x-litellm-response-cost";
+
+/// The largest request body read; a larger one is refused with 413.
+const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+
+/// How many characters of the question a reply quotes.
+const QUOTED_CHARS: usize = 60;
+
+/// How many content chunks a streamed reply is split into (fewer when it is shorter).
+const STREAM_PIECES: usize = 3;
+
+/// The fixed part of every request's prompt tokens (a system prompt the scripted model pretends to
+/// have).
+const PROMPT_TOKEN_BASE: u64 = 50;
+
+/// Roughly how many bytes of text make one token.
+const BYTES_PER_TOKEN: usize = 4;
+
+type Body = BoxBody<Bytes, std::io::Error>;
+
+/// What the scripted model received: one HTTP request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelRequest {
+    /// The request's path, without its query.
+    pub path: String,
+    /// Every header, names in lower case, values as (lossy) text, in the order received.
+    pub headers: Vec<(String, String)>,
+    /// The body as JSON; `Null` when empty, a JSON string holding the text when it is not JSON.
+    pub body: Value,
+}
+
+impl ModelRequest {
+    /// The value of the first header called `name` (lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(header, _)| header == name)
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+/// How the scripted model answers the requests on its routes from now on (tests use the
+/// misbehaviours; the default is [`Behaviour::Normal`]). Unknown paths are 404 whatever the
+/// behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Behaviour {
+    /// Deterministic replies with usage.
+    #[default]
+    Normal,
+    /// 429 with `Retry-After` and an OpenAI-style error body.
+    TooManyRequests { retry_after_secs: u64 },
+    /// 500 with an OpenAI-style error body.
+    ServerError,
+    /// 200 whose body (or, streaming, whose first event) is not valid JSON.
+    MalformedJson,
+    /// 200 whose body stops part-way and the connection breaks: a stream cut mid-way.
+    CutStream,
+    /// Receives the request and never answers.
+    Stall,
+}
+
+/// What the server shares with its connections.
+#[derive(Debug, Default)]
+struct State {
+    requests: Mutex<Vec<ModelRequest>>,
+    behaviour: Mutex<Behaviour>,
+    cost_usd: Mutex<Option<f64>>,
+    /// Requests on the two completion routes so far: numbers the replies.
+    asked: AtomicU64,
+}
+
+impl State {
+    fn behaviour(&self) -> Behaviour {
+        *self
+            .behaviour
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn cost_usd(&self) -> Option<f64> {
+        *self.cost_usd.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A scripted model serving in a background task; stopped by [`ScriptedModel::shutdown`] or when
+/// dropped.
+#[derive(Debug)]
+pub struct ScriptedModel {
+    address: SocketAddr,
+    state: Arc<State>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl ScriptedModel {
+    /// Serves on `addr` (e.g. `127.0.0.1:0`) in a background task of the current runtime.
+    pub async fn serve(addr: SocketAddr) -> std::io::Result<ScriptedModel> {
+        let listener = TcpListener::bind(addr).await?;
+        let address = listener.local_addr()?;
+        let state = Arc::new(State::default());
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(accept(listener, Arc::clone(&state), stopped));
+        Ok(ScriptedModel {
+            address,
+            state,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// The OpenAI-style base URL: `http://127.0.0.1:<port>/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.address)
+    }
+
+    /// Every request received, in order.
+    pub fn requests(&self) -> Vec<ModelRequest> {
+        self.state
+            .requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// How the next responses behave.
+    pub fn set_behaviour(&self, behaviour: Behaviour) {
+        *self
+            .state
+            .behaviour
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = behaviour;
+    }
+
+    /// When `Some`, successful completions carry [`COST_HEADER`] with this many dollars.
+    pub fn set_cost_header(&self, usd: Option<f64>) {
+        *self
+            .state
+            .cost_usd
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = usd;
+    }
+
+    /// Stops accepting, cuts the open connections (stalled ones included) and waits for the server
+    /// task to end.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for ScriptedModel {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// Accepts connections until `stopped`, serving each in its own task; then ends them all.
+async fn accept(listener: TcpListener, state: Arc<State>, mut stopped: oneshot::Receiver<()>) {
+    let mut connections = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut stopped => break,
+            accepted = listener.accept() => accepted,
+        };
+        while connections.try_join_next().is_some() {}
+        let Ok((stream, _)) = accepted else {
+            // A connection that failed before it was accepted concerns no one else.
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let state = Arc::clone(&state);
+        connections.spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let state = Arc::clone(&state);
+                async move { Ok::<_, Infallible>(answer(&state, request).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+    connections.shutdown().await;
+}
+
+/// The routes the scripted model serves.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Route {
+    ChatCompletions,
+    Responses,
+    Models,
+}
+
+/// Records `request` and answers it as the current behaviour says.
+async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
+    let (parts, body) = request.into_parts();
+    let bytes = match Limited::new(body, MAX_REQUEST_BYTES).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) => {
+            return error_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!("cannot read the request body: {error}"),
+            );
+        }
+    };
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+    };
+    let path = parts.uri.path().to_owned();
+    state
+        .requests
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(ModelRequest {
+            path: path.clone(),
+            headers: parts
+                .headers
+                .iter()
+                .map(|(name, value)| {
+                    (
+                        name.as_str().to_owned(),
+                        String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                    )
+                })
+                .collect(),
+            body: body.clone(),
+        });
+
+    let (route, method) = match path.as_str() {
+        "/v1/chat/completions" => (Route::ChatCompletions, Method::POST),
+        "/v1/responses" => (Route::Responses, Method::POST),
+        "/v1/models" => (Route::Models, Method::GET),
+        _ => {
+            return error_response(
+                StatusCode::NOT_FOUND,
+                &format!("no route {path} on the scripted model"),
+            );
+        }
+    };
+    if parts.method != method {
+        return error_response(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &format!("{path} takes {method}, not {}", parts.method),
+        );
+    }
+    let number = if route == Route::Models {
+        0
+    } else {
+        state.asked.fetch_add(1, Ordering::SeqCst) + 1
+    };
+    match state.behaviour() {
+        Behaviour::Normal => {}
+        Behaviour::TooManyRequests { retry_after_secs } => {
+            let mut response = error_response(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate limited by the scripted model",
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+            return response;
+        }
+        Behaviour::ServerError => {
+            return error_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the scripted model failed",
+            );
+        }
+        Behaviour::MalformedJson => return malformed(route, &body),
+        Behaviour::CutStream => return cut(route, &body, number, bytes.len()),
+        Behaviour::Stall => return std::future::pending().await,
+    }
+    let mut response = match route {
+        Route::Models => return json_response(StatusCode::OK, &models()),
+        Route::ChatCompletions if is_streaming(&body) => {
+            sse_response(chat_events(&body, number, bytes.len()))
+        }
+        Route::ChatCompletions => {
+            json_response(StatusCode::OK, &chat_completion(&body, number, bytes.len()))
+        }
+        Route::Responses if is_streaming(&body) => {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                "the scripted model does not stream /v1/responses",
+            );
+        }
+        Route::Responses => json_response(StatusCode::OK, &response(&body, number, bytes.len())),
+    };
+    if let Some(usd) = state.cost_usd()
+        && let Ok(value) = HeaderValue::from_str(&usd.to_string())
+    {
+        response.headers_mut().insert(COST_HEADER, value);
+    }
+    response
+}
+
+fn is_streaming(body: &Value) -> bool {
+    body.get("stream").and_then(Value::as_bool) == Some(true)
+}
+
+/// The reply to a completion request, whether it was cut at the request's token limit, and its
+/// usage.
+struct Reply {
+    text: String,
+    truncated: bool,
+    prompt_tokens: u64,
+    completion_tokens: u64,
+}
+
+impl Reply {
+    /// "step N: <the first 60 characters of the question>", cut to the request's output token
+    /// `limit` when it has one; tokens from the request's and the reply's sizes.
+    fn to(question: Option<String>, limit: Option<u64>, number: u64, request_bytes: usize) -> Self {
+        let quoted: String = question
+            .as_deref()
+            .map(|text| text.trim().chars().take(QUOTED_CHARS).collect())
+            .unwrap_or_else(|| "(no question)".to_owned());
+        let mut text = format!("step {number}: {quoted}");
+        let mut truncated = false;
+        if let Some(limit) = limit {
+            let allowed = usize::try_from(limit)
+                .unwrap_or(usize::MAX)
+                .saturating_mul(BYTES_PER_TOKEN);
+            if text.len() > allowed {
+                let mut end = allowed;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.truncate(end);
+                truncated = true;
+            }
+        }
+        Reply {
+            prompt_tokens: (request_bytes / BYTES_PER_TOKEN) as u64 + PROMPT_TOKEN_BASE,
+            completion_tokens: text.len().div_ceil(BYTES_PER_TOKEN) as u64,
+            text,
+            truncated,
+        }
+    }
+
+    fn chat_usage(&self) -> Value {
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": { "cached_tokens": 0 },
+        })
+    }
+
+    fn finish_reason(&self) -> &'static str {
+        if self.truncated { "length" } else { "stop" }
+    }
+}
+
+/// The text of a message's `content`: a string, or the text parts of an array.
+fn content_text(content: &Value) -> Option<String> {
+    match content {
+        Value::String(text) => Some(text.clone()),
+        Value::Array(parts) => Some(
+            parts
+                .iter()
+                .filter_map(|part| part.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+        _ => None,
+    }
+}
+
+/// The last user message of a list of messages or input items.
+fn last_user_text(items: &[Value]) -> Option<String> {
+    items
+        .iter()
+        .rev()
+        .find(|item| item.get("role").and_then(Value::as_str) == Some("user"))
+        .and_then(|item| item.get("content"))
+        .and_then(content_text)
+}
+
+fn model_name(body: &Value) -> &str {
+    body.get("model")
+        .and_then(Value::as_str)
+        .unwrap_or(DEMO_MODEL)
+}
+
+fn chat_reply(body: &Value, number: u64, request_bytes: usize) -> Reply {
+    let question = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .and_then(|messages| last_user_text(messages));
+    let limit = ["max_completion_tokens", "max_tokens"]
+        .iter()
+        .find_map(|field| body.get(*field).and_then(Value::as_u64));
+    Reply::to(question, limit, number, request_bytes)
+}
+
+fn chat_completion(body: &Value, number: u64, request_bytes: usize) -> Value {
+    let reply = chat_reply(body, number, request_bytes);
+    json!({
+        "id": format!("chatcmpl-stet-{number}"),
+        "object": "chat.completion",
+        "created": 0,
+        "model": model_name(body),
+        "choices": [{
+            "index": 0,
+            "message": { "role": "assistant", "content": reply.text },
+            "finish_reason": reply.finish_reason(),
+        }],
+        "usage": reply.chat_usage(),
+    })
+}
+
+/// The `data:` payloads of a streamed chat completion, `[DONE]` last.
+fn chat_events(body: &Value, number: u64, request_bytes: usize) -> Vec<String> {
+    let reply = chat_reply(body, number, request_bytes);
+    let include_usage = body
+        .pointer("/stream_options/include_usage")
+        .and_then(Value::as_bool)
+        == Some(true);
+    let model = model_name(body);
+    let chunk = |choices: Value, usage: Option<Value>| {
+        let mut chunk = json!({
+            "id": format!("chatcmpl-stet-{number}"),
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": model,
+            "choices": choices,
+        });
+        if include_usage {
+            chunk["usage"] = usage.unwrap_or(Value::Null);
+        }
+        chunk.to_string()
+    };
+    let characters: Vec<char> = reply.text.chars().collect();
+    let piece = characters.len().div_ceil(STREAM_PIECES).max(1);
+    let mut events: Vec<String> = characters
+        .chunks(piece)
+        .enumerate()
+        .map(|(index, piece)| {
+            let content: String = piece.iter().collect();
+            let delta = if index == 0 {
+                json!({ "role": "assistant", "content": content })
+            } else {
+                json!({ "content": content })
+            };
+            chunk(
+                json!([{ "index": 0, "delta": delta, "finish_reason": null }]),
+                None,
+            )
+        })
+        .collect();
+    events.push(chunk(
+        json!([{ "index": 0, "delta": {}, "finish_reason": reply.finish_reason() }]),
+        None,
+    ));
+    if include_usage {
+        events.push(chunk(json!([]), Some(reply.chat_usage())));
+    }
+    events.push("[DONE]".to_owned());
+    events
+}
+
+fn response(body: &Value, number: u64, request_bytes: usize) -> Value {
+    let question = match body.get("input") {
+        Some(Value::String(text)) => Some(text.clone()),
+        Some(Value::Array(items)) => last_user_text(items),
+        _ => None,
+    };
+    let limit = body.get("max_output_tokens").and_then(Value::as_u64);
+    let reply = Reply::to(question, limit, number, request_bytes);
+    let mut answer = json!({
+        "id": format!("resp-stet-{number}"),
+        "object": "response",
+        "created_at": 0,
+        "model": model_name(body),
+        "status": "completed",
+        "output": [{
+            "type": "message",
+            "id": format!("msg-stet-{number}"),
+            "role": "assistant",
+            "status": "completed",
+            "content": [{ "type": "output_text", "text": reply.text, "annotations": [] }],
+        }],
+        "usage": {
+            "input_tokens": reply.prompt_tokens,
+            "output_tokens": reply.completion_tokens,
+            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+            "input_tokens_details": { "cached_tokens": 0 },
+            "output_tokens_details": { "reasoning_tokens": 0 },
+        },
+    });
+    if reply.truncated {
+        answer["status"] = json!("incomplete");
+        answer["incomplete_details"] = json!({ "reason": "max_output_tokens" });
+    }
+    answer
+}
+
+fn models() -> Value {
+    json!({
+        "object": "list",
+        "data": [{ "id": DEMO_MODEL, "object": "model", "created": 0, "owned_by": "stet" }],
+    })
+}
+
+/// A 200 whose JSON breaks off: a streamed reply's first event, or a plain body.
+fn malformed(route: Route, body: &Value) -> Response<Body> {
+    if route == Route::ChatCompletions && is_streaming(body) {
+        sse_response(vec![
+            "{\"id\": \"chatcmpl-stet\", \"choices\": [".to_owned(),
+            "[DONE]".to_owned(),
+        ])
+    } else {
+        let mut response =
+            full_response(StatusCode::OK, Bytes::from_static(b"{\"id\": \"x\", \"ch"));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        response
+    }
+}
+
+/// A 200 whose body stops part-way, after which the connection breaks.
+fn cut(route: Route, body: &Value, number: u64, request_bytes: usize) -> Response<Body> {
+    let (content_type, first_part) = match route {
+        Route::ChatCompletions if is_streaming(body) => {
+            let first = chat_events(body, number, request_bytes)
+                .into_iter()
+                .next()
+                .unwrap_or_default();
+            ("text/event-stream", format!("data: {first}\n\n"))
+        }
+        Route::ChatCompletions => (
+            "application/json",
+            half(chat_completion(body, number, request_bytes).to_string()),
+        ),
+        Route::Responses => (
+            "application/json",
+            half(response(body, number, request_bytes).to_string()),
+        ),
+        Route::Models => ("application/json", half(models().to_string())),
+    };
+    let first = futures_util::stream::once(async move {
+        Ok::<_, std::io::Error>(Frame::data(Bytes::from(first_part)))
+    });
+    let broken = futures_util::stream::once(async {
+        // Waiting once lets the connection send the head and the first part (it flushes whenever
+        // the body waits), so the client sees a reply that breaks off rather than none at all.
+        tokio::task::yield_now().await;
+        Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionAborted,
+            "the scripted model cut the reply",
+        ))
+    });
+    let mut response =
+        Response::new(StreamBody::new(futures_util::StreamExt::chain(first, broken)).boxed());
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// The first half of `text` (on a character boundary).
+fn half(mut text: String) -> String {
+    let mut end = text.len() / 2;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text
+}
+
+fn full_response(status: StatusCode, bytes: Bytes) -> Response<Body> {
+    let mut response = Response::new(
+        Full::new(bytes)
+            .map_err(|never: Infallible| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = status;
+    response
+}
+
+fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
+    let mut response = full_response(status, Bytes::from(value.to_string()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// An OpenAI-style error: `{"error": {"message", "type", "code"}}`.
+fn error_response(status: StatusCode, message: &str) -> Response<Body> {
+    json_response(
+        status,
+        &json!({
+            "error": {
+                "message": message,
+                "type": "scripted_model_error",
+                "code": status.as_u16(),
+            }
+        }),
+    )
+}
+
+/// Server-sent events, one frame per `data:` payload.
+fn sse_response(events: Vec<String>) -> Response<Body> {
+    let frames = events.into_iter().map(|event| {
+        Ok::<_, std::io::Error>(Frame::data(Bytes::from(format!("data: {event}\n\n"))))
+    });
+    let mut response = Response::new(StreamBody::new(futures_util::stream::iter(frames)).boxed());
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use hyper_util::client::legacy::Client;
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use hyper_util::rt::TokioExecutor;
+
+    use super::*;
+
+    fn client() -> Client<HttpConnector, Full<Bytes>> {
+        Client::builder(TokioExecutor::new()).build_http()
+    }
+
+    /// A bearer token made up now, so that no secret-looking value is written in the repository.
+    fn fresh_key() -> String {
+        let mut random = [0u8; 16];
+        getrandom::fill(&mut random).unwrap();
+        let hex: String = random.iter().map(|byte| format!("{byte:02x}")).collect();
+        format!("test-{hex}")
+    }
+
+    struct Answer {
+        status: StatusCode,
+        headers: http::HeaderMap,
+        body: std::result::Result<Bytes, String>,
+    }
+
+    impl Answer {
+        fn json(&self) -> Value {
+            serde_json::from_slice(self.body.as_ref().unwrap()).unwrap()
+        }
+        fn text(&self) -> String {
+            String::from_utf8(self.body.clone().unwrap().to_vec()).unwrap()
+        }
+    }
+
+    async fn send(
+        model: &ScriptedModel,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Answer {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(format!("http://{}{path}", model.address()));
+        if body.is_some() {
+            request = request.header(header::CONTENT_TYPE, "application/json");
+        }
+        let request = request
+            .body(Full::new(Bytes::from(
+                body.map(|body| body.to_string()).unwrap_or_default(),
+            )))
+            .unwrap();
+        let response = client().request(request).await.unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map(|collected| collected.to_bytes())
+            .map_err(|error| error.to_string());
+        Answer {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    async fn chat(model: &ScriptedModel, body: Value) -> Answer {
+        send(model, Method::POST, "/v1/chat/completions", Some(body)).await
+    }
+
+    fn question(text: &str) -> Value {
+        json!({
+            "model": DEMO_MODEL,
+            "messages": [
+                { "role": "system", "content": "be brief" },
+                { "role": "user", "content": "an earlier question" },
+                { "role": "assistant", "content": "an answer" },
+                { "role": "user", "content": text },
+            ],
+        })
+    }
+
+    /// The `data:` payloads of an event stream.
+    fn events(text: &str) -> Vec<String> {
+        assert!(text.ends_with("\n\n"), "{text:?}");
+        text.split("\n\n")
+            .filter(|event| !event.is_empty())
+            .map(|event| event.strip_prefix("data: ").unwrap().to_owned())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn chat_completions_answer_deterministically_with_usage() {
+        let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let long = "Please rename the greeting function and update every caller in the crate.";
+        let body = question(long);
+        let request_bytes = body.to_string().len() as u64;
+        let answer = chat(&model, body.clone()).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(
+            answer.headers[header::CONTENT_TYPE],
+            HeaderValue::from_static("application/json")
+        );
+        assert!(answer.headers.get(COST_HEADER).is_none());
+        let reply = answer.json();
+        let expected = format!("step 1: {}", &long[..60]);
+        assert_eq!(reply["choices"][0]["message"]["content"], json!(expected));
+        assert_eq!(reply["choices"][0]["finish_reason"], json!("stop"));
+        assert_eq!(reply["model"], json!(DEMO_MODEL));
+        let completion = (expected.len() as u64).div_ceil(4);
+        assert_eq!(
+            reply["usage"],
+            json!({
+                "prompt_tokens": request_bytes / 4 + 50,
+                "completion_tokens": completion,
+                "total_tokens": request_bytes / 4 + 50 + completion,
+                "prompt_tokens_details": { "cached_tokens": 0 },
+            })
+        );
+        // The same request again: the same reply but for its number.
+        let again = chat(&model, body).await.json();
+        assert_eq!(
+            again["choices"][0]["message"]["content"],
+            json!(format!("step 2: {}", &long[..60]))
+        );
+        assert_eq!(again["usage"], reply["usage"]);
+        model.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn every_request_is_recorded_with_its_headers_and_body() {
+        let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let key = fresh_key();
+        let body = question("hi");
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(format!("{}/chat/completions?trace=1", model.base_url()))
+            .header(header::AUTHORIZATION, format!("Bearer {key}"))
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        let response = client().request(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        send(&model, Method::GET, "/v1/models", None).await;
+        send(&model, Method::POST, "/v1/nothing", Some(json!("x"))).await;
+
+        let requests = model.requests();
+        assert_eq!(
+            requests.iter().map(|r| r.path.as_str()).collect::<Vec<_>>(),
+            vec!["/v1/chat/completions", "/v1/models", "/v1/nothing"]
+        );
+        assert_eq!(
+            requests[0].header("authorization"),
+            Some(format!("Bearer {key}").as_str())
+        );
+        assert_eq!(requests[0].body, body);
+        assert_eq!(requests[1].body, Value::Null);
+        assert_eq!(requests[1].header("authorization"), None);
+        assert_eq!(requests[2].body, json!("x"));
+        model.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_streamed_chat_completion_comes_in_chunks_with_usage_when_asked() {
+        let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let mut plain = question("stream this answer to me please");
+        plain["stream"] = json!(true);
+        let mut with_usage = plain.clone();
+        with_usage["stream_options"] = json!({ "include_usage": true });
+
+        for (number, body) in [(1, plain), (2, with_usage)] {
+            let include_usage = number == 2;
+            let answer = chat(&model, body.clone()).await;
+            assert_eq!(answer.status, StatusCode::OK);
+            assert_eq!(
+                answer.headers[header::CONTENT_TYPE],
+                HeaderValue::from_static("text/event-stream")
+            );
+            let events = events(&answer.text());
+            assert_eq!(events.last().unwrap(), "[DONE]");
+            let chunks: Vec<Value> = events[..events.len() - 1]
+                .iter()
+                .map(|event| serde_json::from_str(event).unwrap())
+                .collect();
+            assert!(
+                chunks
+                    .iter()
+                    .all(|chunk| chunk["object"] == json!("chat.completion.chunk"))
+            );
+            let content: String = chunks
+                .iter()
+                .filter_map(|chunk| chunk["choices"][0]["delta"]["content"].as_str())
+                .collect();
+            let expected = format!("step {number}: stream this answer to me please");
+            assert_eq!(content, expected);
+            let pieces = chunks
+                .iter()
+                .filter(|chunk| chunk["choices"][0]["delta"]["content"].is_string())
+                .count();
+            assert_eq!(pieces, 3);
+            assert_eq!(chunks[0]["choices"][0]["delta"]["role"], json!("assistant"));
+            let usage: Vec<&Value> = chunks
+                .iter()
+                .filter(|chunk| chunk["usage"].is_object())
+                .map(|chunk| &chunk["usage"])
+                .collect();
+            if include_usage {
+                assert_eq!(usage.len(), 1);
+                let last = chunks.last().unwrap();
+                assert_eq!(last["choices"], json!([]));
+                let request_bytes = body.to_string().len() as u64;
+                assert_eq!(
+                    last["usage"]["prompt_tokens"],
+                    json!(request_bytes / 4 + 50)
+                );
+                assert_eq!(
+                    last["usage"]["completion_tokens"],
+                    json!((expected.len() as u64).div_ceil(4))
+                );
+                assert_eq!(
+                    chunks[chunks.len() - 2]["choices"][0]["finish_reason"],
+                    json!("stop")
+                );
+            } else {
+                assert!(usage.is_empty(), "{events:?}");
+                assert!(chunks.iter().all(|chunk| chunk.get("usage").is_none()));
+                assert_eq!(
+                    chunks.last().unwrap()["choices"][0]["finish_reason"],
+                    json!("stop")
+                );
+            }
+        }
+        model.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn the_output_token_limit_cuts_the_reply() {
+        let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let mut body = question("a question long enough to need more than two tokens");
+        body["max_tokens"] = json!(2);
+        let reply = chat(&model, body).await.json();
+        assert_eq!(reply["choices"][0]["message"]["content"], json!("step 1: "));
+        assert_eq!(reply["choices"][0]["finish_reason"], json!("length"));
+        assert_eq!(reply["usage"]["completion_tokens"], json!(2));
+        let reply = send(
+            &model,
+            Method::POST,
+            "/v1/responses",
+            Some(json!({ "model": "m", "input": "another question", "max_output_tokens": 1 })),
+        )
+        .await
+        .json();
+        assert_eq!(reply["output"][0]["content"][0]["text"], json!("step"));
+        assert_eq!(reply["status"], json!("incomplete"));
+        assert_eq!(reply["usage"]["output_tokens"], json!(1));
+        model.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn responses_answer_with_output_text_and_usage() {
+        let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let by_string = json!({ "model": "other-model", "input": "what is two and two" });
+        let by_items = json!({
+            "model": DEMO_MODEL,
+            "input": [
+                { "role": "user", "content": [{ "type": "input_text", "text": "first" }] },
+                { "role": "user", "content": [{ "type": "input_text", "text": "second" }] },
+            ],
+        });
+        let reply = send(
+            &model,
+            Method::POST,
+            "/v1/responses",
+            Some(by_string.clone()),
+        )
+        .await
+        .json();
+        assert_eq!(
+            reply["output"][0]["content"][0]["text"],
+            json!("step 1: what is two and two")
+        );
+        assert_eq!(reply["model"], json!("other-model"));
+        let request_bytes = by_string.to_string().len() as u64;
+        assert_eq!(
+            reply["usage"]["input_tokens"],
+            json!(request_bytes / 4 + 50)
+        );
+        assert_eq!(
+            reply["usage"]["output_tokens"],
+            json!(("step 1: what is two and two".len() as u64).div_ceil(4))
+        );
+        let reply = send(&model, Method::POST, "/v1/responses", Some(by_items))
+            .await
+            .json();
+        assert_eq!(
+            reply["output"][0]["content"][0]["text"],
+            json!("step 2: second")
+        );
+        let mut streamed = by_string;
+        streamed["stream"] = json!(true);
+        let refused = send(&model, Method::POST, "/v1/responses", Some(streamed)).await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+        model.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn models_lists_the_demo_model_and_other_paths_are_not_found() {
+        let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let answer = send(&model, Method::GET, "/v1/models", None).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(answer.json()["data"][0]["id"], json!(DEMO_MODEL));
+        for path in ["/v1/embeddings", "/", "/v1/models/extra"] {
+            let answer = send(&model, Method::GET, path, None).await;
+            assert_eq!(answer.status, StatusCode::NOT_FOUND, "{path}");
+            assert!(answer.json()["error"]["message"].is_string());
+        }
+        let answer = send(&model, Method::GET, "/v1/chat/completions", None).await;
+        assert_eq!(answer.status, StatusCode::METHOD_NOT_ALLOWED);
+        model.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn the_cost_header_is_sent_only_when_set() {
+        let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        model.set_cost_header(Some(0.0125));
+        let answer = chat(&model, question("cost?")).await;
+        assert_eq!(
+            answer.headers[COST_HEADER],
+            HeaderValue::from_static("0.0125")
+        );
+        let mut streamed = question("cost?");
+        streamed["stream"] = json!(true);
+        let answer = chat(&model, streamed).await;
+        assert_eq!(
+            answer.headers[COST_HEADER],
+            HeaderValue::from_static("0.0125")
+        );
+        model.set_cost_header(None);
+        let answer = chat(&model, question("cost?")).await;
+        assert!(answer.headers.get(COST_HEADER).is_none());
+        model.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn misbehaviours_answer_as_told_until_changed() {
+        let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let mut streamed = question("x");
+        streamed["stream"] = json!(true);
+
+        model.set_behaviour(Behaviour::TooManyRequests {
+            retry_after_secs: 7,
+        });
+        for _ in 0..2 {
+            let answer = chat(&model, question("x")).await;
+            assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
+            assert_eq!(answer.headers[header::RETRY_AFTER], HeaderValue::from(7u64));
+            assert!(answer.json()["error"]["message"].is_string());
+        }
+
+        model.set_behaviour(Behaviour::ServerError);
+        let answer = chat(&model, question("x")).await;
+        assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(answer.json()["error"]["message"].is_string());
+
+        model.set_behaviour(Behaviour::MalformedJson);
+        let answer = chat(&model, question("x")).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert!(serde_json::from_slice::<Value>(answer.body.as_ref().unwrap()).is_err());
+        let answer = chat(&model, streamed.clone()).await;
+        let events = events(&answer.text());
+        assert!(serde_json::from_str::<Value>(&events[0]).is_err());
+        assert_eq!(events.last().unwrap(), "[DONE]");
+
+        model.set_behaviour(Behaviour::CutStream);
+        for body in [question("x"), streamed.clone()] {
+            let answer = chat(&model, body).await;
+            assert_eq!(answer.status, StatusCode::OK);
+            assert!(answer.body.is_err(), "the body arrived whole");
+        }
+        let answer = send(
+            &model,
+            Method::POST,
+            "/v1/responses",
+            Some(json!({"input": "x"})),
+        )
+        .await;
+        assert!(answer.body.is_err(), "the body arrived whole");
+
+        model.set_behaviour(Behaviour::Normal);
+        let answer = chat(&model, question("x")).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert!(answer.json()["choices"][0]["message"]["content"].is_string());
+        model.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_stalled_model_never_answers_and_still_shuts_down() {
+        let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        model.set_behaviour(Behaviour::Stall);
+        let address = model.address();
+        let pending = tokio::spawn(async move {
+            let request = Request::builder()
+                .method(Method::POST)
+                .uri(format!("http://{address}/v1/chat/completions"))
+                .body(Full::new(Bytes::from(question("x").to_string())))
+                .unwrap();
+            client().request(request).await
+        });
+        // The request has arrived once it is recorded; it is then left without an answer.
+        while model.requests().is_empty() {
+            tokio::task::yield_now().await;
+        }
+        assert!(!pending.is_finished());
+        model.shutdown().await;
+        // Shutting down cut the stalled connection: the client sees it closed, not an answer.
+        assert!(pending.await.unwrap().is_err());
+    }
+
+    #[tokio::test]
+    async fn dropping_the_server_stops_it() {
+        let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let address = model.address();
+        drop(model);
+        // The aborted task releases the listener once the runtime has run the abort; until then
+        // connections still arrive in its backlog.
+        while tokio::net::TcpStream::connect(address).await.is_ok() {
+            tokio::task::yield_now().await;
+        }
+        let refused = tokio::net::TcpStream::connect(address).await.unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+    }
+}

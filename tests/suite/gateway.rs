@@ -1,0 +1,322 @@
+//! The model gateway end to end, against the real Docker engine: the scripted agent asks a scripted
+//! OpenAI-compatible upstream (on the test's loopback) through the relay in a `--network none`
+//! sandbox and the gateway on the host. What the upstream received is checked (the key arrives there
+//! and nowhere else), as is everything the dispatch showed and kept.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+use stet::dispatch::event::{EventKind, ItemKind};
+use stet::dispatch::state::Phase;
+use stet::scripted_model::{Behaviour, ModelRequest, ScriptedModel};
+
+use super::headless::{Project, docker_ready, run, scenario};
+
+/// The variable of stet's environment that holds the model key in these tests.
+const KEY_ENV: &str = "STET_TEST_GATEWAY_KEY";
+
+/// A model key made up at run time, shaped like no real provider's.
+fn canary_key() -> String {
+    format!("canary-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A scripted upstream on loopback, served by `runtime`'s workers while the test runs stet.
+fn upstream(runtime: &tokio::runtime::Runtime) -> ScriptedModel {
+    runtime
+        .block_on(ScriptedModel::serve(SocketAddr::from((
+            Ipv4Addr::LOCALHOST,
+            0,
+        ))))
+        .unwrap()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+impl Project {
+    /// Points the project's `[model]` at `upstream`, the key in [`KEY_ENV`]; `extra` lines go into
+    /// the `[model]` table too.
+    fn use_model(&self, upstream: &ScriptedModel, extra: &str) {
+        let config = self.repo.join("stet.toml");
+        let mut text = std::fs::read_to_string(&config).unwrap();
+        text.push_str(&format!(
+            "\n[model]\nbase_url = \"{}\"\napi_key_env = \"{KEY_ENV}\"\n{extra}",
+            upstream.base_url()
+        ));
+        std::fs::write(config, text).unwrap();
+    }
+}
+
+fn chat_requests(upstream: &ScriptedModel) -> Vec<ModelRequest> {
+    upstream
+        .requests()
+        .into_iter()
+        .filter(|request| request.path == "/v1/chat/completions")
+        .collect()
+}
+
+/// Every file under `dir`, read as (lossy) text.
+fn files_under(dir: &std::path::Path) -> Vec<(std::path::PathBuf, String)> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_under(&path));
+        } else {
+            let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
+            found.push((path, text));
+        }
+    }
+    found
+}
+
+#[test]
+fn asks_reach_the_upstream_with_the_hosts_key_which_never_enters_the_sandbox() {
+    docker_ready();
+    let runtime = runtime();
+    let upstream = upstream(&runtime);
+    let key = canary_key();
+    let project = Project::new(&scenario(&[
+        "ask = { prompt = \"Which file holds the notes?\" }",
+        "ask = { prompt = \"Summarise the notes.\", stream = true }",
+        "run = [\"stet\", \"probe\", \"--environment\", \"--connect\", \"1.1.1.1:443\", \"--connect\", \"127.0.0.1:4141\"]",
+        "append = { path = \"src/notes.txt\", content = \"four\\n\" }",
+        "finish = \"Added a fourth note.\"",
+    ]));
+    project.use_model(&upstream, "");
+    let mut command = project.headless(&[]);
+    command.env(KEY_ENV, &key);
+    let finished = run(command);
+    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+
+    // The upstream saw both asks, each with the host's key and not the agent's placeholder.
+    let asks = chat_requests(&upstream);
+    assert_eq!(asks.len(), 2, "{asks:#?}");
+    for ask in &asks {
+        assert_eq!(
+            ask.header("authorization"),
+            Some(format!("Bearer {key}").as_str())
+        );
+        assert_eq!(ask.body["model"], "headless-test-model");
+    }
+    assert_eq!(asks[1].body["stream"], true);
+    assert_eq!(
+        asks[1].body["stream_options"]["include_usage"], true,
+        "the gateway asks a stream for its usage"
+    );
+
+    // Both were metered, the streamed one from its final chunk.
+    let usages: Vec<_> = finished
+        .events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::Usage(usage) => Some(usage.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(usages.len(), 2, "{usages:#?}");
+    for usage in &usages {
+        assert!(
+            usage.input_tokens > 0 && usage.output_tokens > 0,
+            "{usage:?}"
+        );
+        assert!(
+            usage.latency_ms.is_some(),
+            "the gateway timed it: {usage:?}"
+        );
+    }
+    assert!(
+        usages[1].total_cost_usd >= usages[0].total_cost_usd,
+        "{usages:?}"
+    );
+
+    // The agent read its replies; its environment held the relay and a placeholder, not the key.
+    let transcript = finished.transcript();
+    let said: Vec<&str> = transcript
+        .iter()
+        .filter(|(kind, _)| *kind == ItemKind::Message)
+        .map(|(_, text)| *text)
+        .collect();
+    assert!(
+        said.iter()
+            .any(|text| text.contains("Which file holds the notes?")),
+        "{said:#?}"
+    );
+    let output: String = transcript
+        .iter()
+        .filter(|(kind, _)| *kind == ItemKind::Output)
+        .map(|(_, text)| format!("{text}\n"))
+        .collect();
+    assert!(
+        output.contains("STET_MODEL_URL=http://127.0.0.1:4141/v1"),
+        "{output}"
+    );
+    assert!(
+        output.contains(&format!(
+            "STET_MODEL_KEY={}",
+            stet::harness::PLACEHOLDER_KEY
+        )),
+        "{output}"
+    );
+    assert!(
+        !output.contains(&key),
+        "the key reached the sandbox: {output}"
+    );
+    // The sandbox still reaches nothing beyond its loopback, where the relay listens.
+    let probe: serde_json::Value = output
+        .lines()
+        .find_map(|line| serde_json::from_str(line).ok())
+        .expect("the probe's report");
+    let connected: Vec<(String, bool)> = probe["connect"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|outcome| {
+            (
+                outcome["address"].as_str().unwrap_or_default().to_owned(),
+                outcome["ok"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        connected,
+        [
+            ("1.1.1.1:443".to_owned(), false),
+            ("127.0.0.1:4141".to_owned(), true)
+        ],
+        "{probe:#}"
+    );
+
+    // The key is in no sink: stdout, stderr, the run record, the logs.
+    assert!(!finished.stdout.contains(&key));
+    assert!(!finished.stderr.contains(&key));
+    for (path, text) in files_under(&project.home.state()) {
+        assert!(!text.contains(&key), "{} holds the key", path.display());
+    }
+    assert_eq!(finished.outcome().0, Phase::Done);
+    finished.torn_down_cleanly();
+    runtime.block_on(upstream.shutdown());
+}
+
+#[test]
+fn the_ceiling_refuses_further_asks_and_ends_the_dispatch() {
+    docker_ready();
+    let runtime = runtime();
+    let upstream = upstream(&runtime);
+    let project = Project::new(&scenario(&[
+        "ask_until_refused = { prompt = \"Keep going.\", max = 40 }",
+        "finish = \"Never reached.\"",
+    ]));
+    // The test's model is priced by a price file of the user's, over the built-in table.
+    let prices = project.home.path().join("prices.toml");
+    std::fs::write(
+        &prices,
+        "[models.\"headless-test-model\"]\ninput = 10.0\noutput = 30.0\n",
+    )
+    .unwrap();
+    project.use_model(
+        &upstream,
+        &format!(
+            "prices = {}\n",
+            toml::Value::String(prices.display().to_string())
+        ),
+    );
+    let mut command = project.headless(&["--cost-ceiling", "0.003"]);
+    command.env(KEY_ENV, canary_key());
+    let finished = run(command);
+    let (outcome, code, reason) = finished.outcome();
+    assert_eq!(
+        (outcome, code),
+        (Phase::CostCeilingHit, 5),
+        "{reason:?}\n{finished:#?}"
+    );
+    let total = finished
+        .events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::Usage(usage) => Some(usage.total_cost_usd),
+            _ => None,
+        })
+        .fold(0.0, f64::max);
+    assert!(total >= 0.003, "the meter reached the ceiling: {total}");
+    // Every request the upstream answered was metered; at most one more was in flight when the
+    // ceiling was crossed, and none came after.
+    let answered = chat_requests(&upstream).len();
+    let metered = finished
+        .events
+        .iter()
+        .filter(|event| matches!(event.kind, EventKind::Usage(_)))
+        .count();
+    assert!(
+        answered <= metered + 1 && answered < 40,
+        "{answered} requests reached the upstream, {metered} metered"
+    );
+    finished.torn_down_cleanly();
+    runtime.block_on(upstream.shutdown());
+}
+
+#[test]
+fn a_failing_upstream_is_an_error_in_the_transcript_and_the_run_goes_on() {
+    docker_ready();
+    let runtime = runtime();
+    let upstream = upstream(&runtime);
+    upstream.set_behaviour(Behaviour::TooManyRequests {
+        retry_after_secs: 7,
+    });
+    let project = Project::new(&scenario(&[
+        "ask = { prompt = \"Anyone there?\" }",
+        "append = { path = \"src/notes.txt\", content = \"four\\n\" }",
+        "finish = \"Worked without the model.\"",
+    ]));
+    project.use_model(&upstream, "request_timeout_secs = 5\n");
+    let mut command = project.headless(&[]);
+    command.env(KEY_ENV, canary_key());
+    let finished = run(command);
+    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+    let errors: Vec<&str> = finished
+        .transcript()
+        .into_iter()
+        .filter(|(kind, _)| *kind == ItemKind::Error)
+        .map(|(_, text)| text)
+        .collect();
+    assert!(
+        errors.iter().any(|text| text.contains("429")),
+        "the agent saw the refusal: {errors:#?}"
+    );
+    assert!(
+        errors.iter().any(|text| text.contains("7")),
+        "the gateway said when to retry: {errors:#?}"
+    );
+    finished.torn_down_cleanly();
+
+    // An upstream that never answers is cut off at the request timeout, not at the dispatch's.
+    upstream.set_behaviour(Behaviour::Stall);
+    let project = Project::new(&scenario(&[
+        "ask = { prompt = \"Hello?\" }",
+        "append = { path = \"src/notes.txt\", content = \"four\\n\" }",
+        "finish = \"Gave up on the model.\"",
+    ]));
+    project.use_model(&upstream, "request_timeout_secs = 2\n");
+    let mut command = project.headless(&["--timeout", "5m"]);
+    command.env(KEY_ENV, canary_key());
+    let finished = run(command);
+    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+    assert!(
+        finished
+            .transcript()
+            .iter()
+            .any(|(kind, text)| *kind == ItemKind::Error && text.contains("within 2s")),
+        "{:#?}",
+        finished.transcript()
+    );
+    runtime.block_on(upstream.shutdown());
+}
