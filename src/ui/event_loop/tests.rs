@@ -475,3 +475,42 @@ async fn a_saved_brief_is_written_into_the_inbox_and_read_back() {
         "what the inbox shows is what the file says"
     );
 }
+
+/// Keys drive search and scrolling through the loop: `/greeting` + Enter pins the match, `k` scrolls
+/// on from it, and the transcript says so in its title on the last frame drawn.
+#[tokio::test]
+async fn search_and_scroll_through_the_loop() {
+    let (mut rig, parts) = rig(false);
+    let mut terminal = Terminal::new(TestBackend::new(100, 24)).unwrap();
+    let script = async {
+        rig.dispatch_running().await;
+        let lines = (0..30)
+            .map(|n| {
+                EventKind::Transcript(TranscriptItem {
+                    item: ItemKind::Output,
+                    text: rig.sanitizer.sanitize(&format!("line {n}")),
+                })
+            })
+            .collect();
+        rig.engine(lines).await;
+        rig.press(KeyCode::Char('/'));
+        for c in "greeting".chars() {
+            rig.press(KeyCode::Char(c));
+        }
+        rig.press(KeyCode::Enter);
+        rig.press(KeyCode::Char('k'));
+        // A request after the keys: by the time it arrives they have all been acted on.
+        rig.press(KeyCode::Char('c'));
+        rig.press(KeyCode::Char('y'));
+        assert_eq!(rig.next_request().await, Request::Cancel(rig.dispatch));
+        rig.finish_and_quit(Phase::Cancelled).await;
+    };
+    let (exit, ()) = tokio::join!(drive_with(&mut terminal, parts), script);
+    assert_eq!(exit.unwrap(), Exit::Quit);
+    let shown = terminal.backend().to_string();
+    assert!(shown.contains("— paused, G follows — /greeting"), "{shown}");
+    assert!(
+        !shown.contains("line 29"),
+        "scrolled away from the tail: {shown}"
+    );
+}
