@@ -666,3 +666,52 @@ fn sigterm_during_a_demo_dispatch_tears_it_down_and_gives_the_terminal_back() {
     assert_eq!(result.outcome, Phase::Cancelled, "{result:#?}");
     assert_gone(&home, dispatch);
 }
+
+/// The agent floods its output as fast as it can; a key pressed meanwhile is acted on while the flood
+/// is still arriving (the help overlay opens before the flood's lines have all been recorded), and
+/// a cancel in the middle of it stops it with the usual teardown.
+#[test]
+fn a_key_is_acted_on_while_the_agent_floods() {
+    docker_ready();
+    const FLOOD_LINES: usize = 600_000;
+    let project = Project::new(&format!(
+        "model = \"m\"\n[[step]]\nsay = \"Flooding now.\"\n[[step]]\nflood = {{ lines = {FLOOD_LINES}, bytes_per_line = 50 }}\n[[step]]\nforever = true\n"
+    ));
+    let home = &project.home;
+    let tmux = Tmux::start(home, &project.repo, &[]);
+    tmux.until_shown("the project's inbox", &["Inbox (1)"]);
+    tmux.press("Enter");
+    tmux.until_shown("the dispatch confirmation", &["Dispatch tidy-notes?"]);
+    tmux.press("y");
+    tmux.until_shown(
+        "the flood on screen",
+        &["abcdefghijklmnopqrstuvwxyzabcdefghij"],
+    );
+    tmux.press("?");
+    tmux.until_shown("the help overlay", &["Keys", "close help"]);
+    let dispatch = home.dispatches()[0];
+    let flooded = |events: &[Event]| {
+        events
+            .iter()
+            .filter(|event| {
+                matches!(&event.kind, EventKind::Transcript(item) if item.text.as_str().starts_with("abcdefghij"))
+            })
+            .count()
+    };
+    let recorded = flooded(&home.events(dispatch));
+    assert!(
+        recorded < FLOOD_LINES,
+        "the key waited for the whole flood: {recorded} of {FLOOD_LINES} lines were recorded first"
+    );
+    tmux.press("Escape");
+    tmux.press("c");
+    tmux.until_shown("the cancel confirmation", &["Cancel tidy-notes?"]);
+    tmux.press("y");
+    tmux.until_shown(
+        "the cancelled outcome",
+        &["outcome: cancelled (exit 3)", "teardown ("],
+    );
+    assert_gone(home, dispatch);
+    tmux.press("q");
+    tmux.assert_given_back(0, &[]);
+}
