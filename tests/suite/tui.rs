@@ -568,6 +568,10 @@ fn the_demo_theater_cancels_reviews_opens_the_pull_request_and_quits() {
     // The patch scrolls under j.
     tmux.press("j");
     tmux.until_shown("the diff scrolled by a line", &["diff lines 2–"]);
+    // A turn of the mouse wheel over the gate (an SGR mouse report, as a terminal sends it) scrolls
+    // it three lines further.
+    tmux.type_text("\u{1b}[<65;120;20M");
+    tmux.until_shown("the diff scrolled by the wheel", &["diff lines 5–"]);
     let recorded = tmux.until("the review gate in the run record", || {
         let phases = phases(&home.events(reviewed));
         phases.contains(&Phase::AwaitingApproval).then_some(phases)
