@@ -95,6 +95,15 @@ fn rig(refuse_first: bool) -> (Rig, Parts) {
     (rig, parts)
 }
 
+/// Makes the rig's engine never answer a shutdown: only the dispatches' ends let the loop exit.
+fn withhold_shutdown(parts: &mut Parts) {
+    let mut inner = std::mem::replace(&mut parts.perform, Box::new(|_| Box::pin(async { None })));
+    parts.perform = Box::new(move |request| {
+        let work = inner(request);
+        Box::pin(async move { work.await.filter(|reply| !matches!(reply, Reply::ShutDown)) })
+    });
+}
+
 fn receiver_stream<T: Send + 'static>(
     receiver: mpsc::UnboundedReceiver<T>,
 ) -> stream::BoxStream<'static, T> {
@@ -220,12 +229,7 @@ async fn enter_dispatches_the_brief_c_cancels_it_and_q_quits_once_it_finished() 
 #[tokio::test]
 async fn quitting_with_a_dispatch_running_waits_until_it_finished() {
     let (mut rig, mut parts) = rig(false);
-    // This engine never answers the shutdown: only the dispatch's end lets the loop exit.
-    let mut inner = parts.perform;
-    parts.perform = Box::new(move |request| {
-        let work = inner(request);
-        Box::pin(async move { work.await.filter(|reply| !matches!(reply, Reply::ShutDown)) })
-    });
+    withhold_shutdown(&mut parts);
     let mut terminal = Terminal::new(TestBackend::new(80, 20)).unwrap();
     let script = async {
         rig.dispatch_running().await;
@@ -268,11 +272,7 @@ async fn a_refused_dispatch_can_be_asked_for_again() {
 #[tokio::test]
 async fn a_signal_shuts_down_without_asking_and_a_second_one_exits_at_once() {
     let (mut rig, mut parts) = rig(false);
-    let mut inner = parts.perform;
-    parts.perform = Box::new(move |request| {
-        let work = inner(request);
-        Box::pin(async move { work.await.filter(|reply| !matches!(reply, Reply::ShutDown)) })
-    });
+    withhold_shutdown(&mut parts);
     let mut terminal = Terminal::new(TestBackend::new(80, 20)).unwrap();
     let script = async {
         rig.dispatch_running().await;
