@@ -85,22 +85,26 @@ fn asks_reach_the_upstream_with_the_hosts_key_which_never_enters_the_sandbox() {
     let runtime = runtime();
     let upstream = upstream(&runtime);
     let key = canary_key();
+    // The third ask quotes the key (as if it had leaked from elsewhere) and the scripted model echoes
+    // the question: the model traffic shown in the transcript must carry it masked.
+    let echoed = format!("ask = {{ prompt = \"{key} was in the logs\" }}");
     let project = Project::new(&scenario(&[
         "ask = { prompt = \"Which file holds the notes?\" }",
         "ask = { prompt = \"Summarise the notes.\", stream = true }",
+        &echoed,
         "run = [\"stet\", \"probe\", \"--environment\", \"--connect\", \"1.1.1.1:443\", \"--connect\", \"127.0.0.1:4141\"]",
         "append = { path = \"src/notes.txt\", content = \"four\\n\" }",
         "finish = \"Added a fourth note.\"",
     ]));
     project.use_model(&upstream, "");
-    let mut command = project.headless(&[]);
+    let mut command = project.headless(&["--push"]);
     command.env(KEY_ENV, &key);
     let finished = run(command);
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
 
     // The upstream saw both asks, each with the host's key and not the agent's placeholder.
     let asks = chat_requests(&upstream);
-    assert_eq!(asks.len(), 2, "{asks:#?}");
+    assert_eq!(asks.len(), 3, "{asks:#?}");
     for ask in &asks {
         assert_eq!(
             ask.header("authorization"),
@@ -123,7 +127,7 @@ fn asks_reach_the_upstream_with_the_hosts_key_which_never_enters_the_sandbox() {
             _ => None,
         })
         .collect();
-    assert_eq!(usages.len(), 2, "{usages:#?}");
+    assert_eq!(usages.len(), 3, "{usages:#?}");
     for usage in &usages {
         assert!(
             usage.input_tokens > 0 && usage.output_tokens > 0,
@@ -150,6 +154,11 @@ fn asks_reach_the_upstream_with_the_hosts_key_which_never_enters_the_sandbox() {
         said.iter()
             .any(|text| text.contains("Which file holds the notes?")),
         "{said:#?}"
+    );
+    assert!(
+        said.iter()
+            .any(|text| text.contains("[REDACTED:model-key] was in the logs")),
+        "the echoed key is shown masked: {said:#?}"
     );
     let output: String = transcript
         .iter()
@@ -196,12 +205,32 @@ fn asks_reach_the_upstream_with_the_hosts_key_which_never_enters_the_sandbox() {
         "{probe:#}"
     );
 
-    // The key is in no sink: stdout, stderr, the run record, the logs.
+    // The key is in no sink: stdout, stderr, the run record, the logs, the pull request (the local
+    // forge's review record is under the state directory), the pushed commit.
     assert!(!finished.stdout.contains(&key));
     assert!(!finished.stderr.contains(&key));
-    for (path, text) in files_under(&project.home.state()) {
+    let state = files_under(&project.home.state());
+    assert!(
+        state
+            .iter()
+            .any(|(path, _)| path.to_string_lossy().contains("reviews")),
+        "a pull request was opened: {:?}",
+        state.iter().map(|(path, _)| path).collect::<Vec<_>>()
+    );
+    for (path, text) in state {
         assert!(!text.contains(&key), "{} holds the key", path.display());
     }
+    let sha = finished
+        .events
+        .iter()
+        .find_map(|event| match &event.kind {
+            EventKind::Pushed { sha, .. } => Some(sha.as_str().to_owned()),
+            _ => None,
+        })
+        .expect("a pushed event");
+    let message = super::support::git(&project.remote, &["log", "--format=%B", "-1", &sha]);
+    assert!(message.contains("Added a fourth note."), "{message}");
+    assert!(!message.contains(&key), "{message}");
     assert_eq!(finished.outcome().0, Phase::Done);
     finished.torn_down_cleanly();
     runtime.block_on(upstream.shutdown());

@@ -103,7 +103,7 @@ impl Home {
 pub(super) struct Project {
     pub(super) home: Home,
     pub(super) repo: PathBuf,
-    remote: PathBuf,
+    pub(super) remote: PathBuf,
     scenario: PathBuf,
 }
 
