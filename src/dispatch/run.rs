@@ -820,12 +820,17 @@ impl Flow {
                     self.record_pending(&mut lines, parser);
                     break Err(self.stop_reason());
                 }
-                Some(event) = next_event(&mut gateway) => {
-                    if let Err(stop) = self.gateway_event(event, &stop).await {
+                Some(event) = next_event(&mut gateway) => match self.gateway_event(event, &stop).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        self.record_pending(&mut lines, parser);
+                        break Err(self.stop_reason());
+                    }
+                    Err(stop) => {
                         self.record_pending(&mut lines, parser);
                         break Err(stop);
                     }
-                }
+                },
                 line = lines.recv() => match line {
                     Some(line) => {
                         let mut published = Ok(true);
@@ -865,22 +870,30 @@ impl Flow {
         parsed: Parsed,
         stop: &CancellationToken,
     ) -> Result<bool, Stop> {
+        let kind = self.parsed_kind(parsed);
+        self.publish_until(kind, stop).await
+    }
+
+    /// The event a parsed item or usage report becomes; usage is added to the meter.
+    fn parsed_kind(&mut self, parsed: Parsed) -> EventKind {
         match parsed {
-            Parsed::Item(item) => Ok(self
-                .publisher
-                .emit_until(EventKind::Transcript(item), stop)
-                .await),
-            Parsed::Usage(report) => {
-                let usage = self.meter.add(report);
-                let delivered = self
-                    .publisher
-                    .emit_until(EventKind::Usage(usage), stop)
-                    .await;
-                match self.meter.over_ceiling() {
-                    Some(reason) => Err(Stop::CeilingHit(reason)),
-                    None => Ok(delivered),
-                }
-            }
+            Parsed::Item(item) => EventKind::Transcript(item),
+            Parsed::Usage(report) => EventKind::Usage(self.meter.add(report)),
+        }
+    }
+
+    /// Publishes `kind` unless `stop` fires while a slow consumer holds it up (`Ok(false)`); usage is
+    /// then held against the ceiling.
+    async fn publish_until(
+        &mut self,
+        kind: EventKind,
+        stop: &CancellationToken,
+    ) -> Result<bool, Stop> {
+        let usage = matches!(kind, EventKind::Usage(_));
+        let delivered = self.publisher.emit_until(kind, stop).await;
+        match self.meter.over_ceiling().filter(|_| usage) {
+            Some(reason) => Err(Stop::CeilingHit(reason)),
+            None => Ok(delivered),
         }
     }
 
@@ -918,15 +931,9 @@ impl Flow {
             return;
         };
         while let Ok(event) = events.try_recv() {
-            let kind = match event {
-                GatewayEvent::Usage { report, .. } => EventKind::Usage(self.meter.add(report)),
-                GatewayEvent::Error { message } => EventKind::Transcript(TranscriptItem {
-                    item: ItemKind::Error,
-                    text: message,
-                }),
-                GatewayEvent::CeilingReached { .. } => continue,
-            };
-            self.publisher.emit(kind).await;
+            if let Ok(kind) = self.gateway_kind(event) {
+                self.publisher.emit(kind).await;
+            }
         }
     }
 
@@ -936,39 +943,33 @@ impl Flow {
         &mut self,
         event: GatewayEvent,
         stop: &CancellationToken,
-    ) -> Result<(), Stop> {
+    ) -> Result<bool, Stop> {
+        let kind = self.gateway_kind(event)?;
+        self.publish_until(kind, stop).await
+    }
+
+    /// The event a gateway report becomes (usage is added to the meter, with the request's latency);
+    /// the ceiling reached is the stop it causes.
+    fn gateway_kind(&mut self, event: GatewayEvent) -> Result<EventKind, Stop> {
         match event {
             GatewayEvent::Usage {
                 report, latency, ..
             } => {
                 let mut usage = self.meter.add(report);
                 usage.latency_ms = Some(u64::try_from(latency.as_millis()).unwrap_or(u64::MAX));
-                self.publisher
-                    .emit_until(EventKind::Usage(usage), stop)
-                    .await;
-                if let Some(reason) = self.meter.over_ceiling() {
-                    return Err(Stop::CeilingHit(reason));
-                }
+                Ok(EventKind::Usage(usage))
             }
-            GatewayEvent::Error { message } => {
-                let item = TranscriptItem {
-                    item: ItemKind::Error,
-                    text: message,
-                };
-                self.publisher
-                    .emit_until(EventKind::Transcript(item), stop)
-                    .await;
-            }
+            GatewayEvent::Error { message } => Ok(EventKind::Transcript(TranscriptItem {
+                item: ItemKind::Error,
+                text: message,
+            })),
             GatewayEvent::CeilingReached {
                 spent_usd,
                 ceiling_usd,
-            } => {
-                return Err(Stop::CeilingHit(format!(
-                    "the model cost reached ${spent_usd:.4}, at or past the ceiling of ${ceiling_usd:.4}; the gateway refuses further requests"
-                )));
-            }
+            } => Err(Stop::CeilingHit(format!(
+                "the model cost reached ${spent_usd:.4}, at or past the ceiling of ${ceiling_usd:.4}; the gateway refuses further requests"
+            ))),
         }
-        Ok(())
     }
 
     /// On a stop, the lines already read from the container still go to the run record (the
@@ -980,10 +981,7 @@ impl Flow {
     ) {
         while let Ok(line) = lines.try_recv() {
             for parsed in parser.parse(&line) {
-                let kind = match parsed {
-                    Parsed::Item(item) => EventKind::Transcript(item),
-                    Parsed::Usage(report) => EventKind::Usage(self.meter.add(report)),
-                };
+                let kind = self.parsed_kind(parsed);
                 self.publisher.record_only(kind);
             }
         }
