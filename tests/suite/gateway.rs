@@ -11,7 +11,7 @@ use stet::dispatch::event::{EventKind, ItemKind};
 use stet::dispatch::state::Phase;
 use stet::scripted_model::{Behaviour, ModelRequest, ScriptedModel};
 
-use super::headless::{Project, docker_ready, run, scenario};
+use super::headless::{Project, docker_ready, files_under, run, scenario};
 
 /// The variable of stet's environment that holds the model key in these tests.
 const KEY_ENV: &str = "STET_TEST_GATEWAY_KEY";
@@ -61,22 +61,15 @@ fn chat_requests(upstream: &ScriptedModel) -> Vec<ModelRequest> {
         .collect()
 }
 
-/// Every file under `dir`, read as (lossy) text.
-fn files_under(dir: &std::path::Path) -> Vec<(std::path::PathBuf, String)> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            found.extend(files_under(&path));
-        } else {
+/// Every file under `dir` with its contents, read as (lossy) text.
+fn texts_under(dir: &std::path::Path) -> Vec<(std::path::PathBuf, String)> {
+    files_under(dir)
+        .into_iter()
+        .map(|path| {
             let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap()).into_owned();
-            found.push((path, text));
-        }
-    }
-    found
+            (path, text)
+        })
+        .collect()
 }
 
 #[test]
@@ -209,7 +202,7 @@ fn asks_reach_the_upstream_with_the_hosts_key_which_never_enters_the_sandbox() {
     // forge's review record is under the state directory), the pushed commit.
     assert!(!finished.stdout.contains(&key));
     assert!(!finished.stderr.contains(&key));
-    let state = files_under(&project.home.state());
+    let state = texts_under(&project.home.state());
     assert!(
         state
             .iter()

@@ -519,7 +519,7 @@ fn entries(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// Every file below `dir`, depth first.
-fn files_under(dir: &Path) -> Vec<PathBuf> {
+pub(super) fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for path in entries(dir) {
         let metadata = std::fs::symlink_metadata(&path).unwrap();
