@@ -23,7 +23,7 @@ fn request(image: &ImageRef) -> anyhow::Result<SandboxRequest> {
         network: NetworkPolicy::None,
         user: SandboxUser::for_invoker(DEFAULT_SANDBOX_UID)?,
         keepalive: vec!["/usr/local/bin/stet".into(), "sandbox-idle".into()],
-        gateway: false,
+        gateway: None,
         workspace_source: None,
         credential: Some(CredentialRequest {
             provider: Arc::new(LocalCredentialProvider::default()),

@@ -4,9 +4,12 @@
 //! own report of which limits it enforces is checked here, before a dispatch ever relies on it.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use bollard::Docker;
+
+use crate::dispatch::socket_dir::SocketPlace;
+use crate::state_dir::StateDirError;
 
 /// Below this much free space in the state directory, a dispatch's workspace may not fit.
 const LOW_DISK_BYTES: u64 = 2 * 1024 * 1024 * 1024;
@@ -85,10 +88,11 @@ impl fmt::Display for DoctorReport {
     }
 }
 
-/// Runs every check against `docker` (None: the engine could not be reached, `unreachable` says why).
+/// Runs every check against `docker` (`Err`: the client could not be made, it says why) for the
+/// state directory `state` (`Err`: there is none, it says why).
 pub async fn diagnose(
     docker: Result<Docker, String>,
-    state_dir: &Path,
+    state: Result<PathBuf, StateDirError>,
     binary: &Path,
 ) -> DoctorReport {
     let mut report = DoctorReport::default();
@@ -101,18 +105,67 @@ pub async fn diagnose(
             "start the Docker daemon, or point DOCKER_HOST at a running engine",
         )),
     }
-    report.checks.push(disk_check(state_dir));
+    match state {
+        Ok(state_dir) => {
+            report.checks.push(state_check(&state_dir));
+            report
+                .checks
+                .push(socket_check(&SocketPlace::for_installation(&state_dir)));
+            report.checks.push(disk_check(&state_dir));
+        }
+        Err(error) => report.checks.push(Check::problem(
+            "state",
+            Status::Fail,
+            error.problem(),
+            error.fix(),
+        )),
+    }
     report
+}
+
+/// The state directory can be made private and written.
+fn state_check(state_dir: &Path) -> Check {
+    match crate::state_dir::prepare(state_dir) {
+        Ok(()) => Check::ok(
+            "state",
+            format!("{} (private, writable)", state_dir.display()),
+        ),
+        Err(error) => Check::problem("state", Status::Fail, error.problem(), error.fix()),
+    }
+}
+
+/// Where the model gateways' sockets go, and that the place can be made private there.
+fn socket_check(place: &SocketPlace) -> Check {
+    match place.prepare() {
+        Ok(()) => Check::ok("gateway sockets", format!("in {place}")),
+        Err(error) => Check::problem(
+            "gateway sockets",
+            Status::Fail,
+            error.problem(),
+            &error.fix(),
+        ),
+    }
 }
 
 async fn engine_checks(docker: &Docker, binary: &Path, report: &mut DoctorReport) {
     if let Err(error) = docker.ping().await {
-        report.checks.push(Check::problem(
-            "engine",
-            Status::Fail,
-            format!("not reachable at {}: {error}", crate::image::docker_host()),
-            "start the Docker daemon, or point DOCKER_HOST at a running engine",
-        ));
+        let host = crate::image::docker_host();
+        report
+            .checks
+            .push(match crate::runtime::docker::socket_denied(&host) {
+                Some(denied) => Check::problem(
+                    "engine",
+                    Status::Fail,
+                    denied.to_string(),
+                    "join the socket's group (then log in again), or use an engine you may reach",
+                ),
+                None => Check::problem(
+                    "engine",
+                    Status::Fail,
+                    format!("not reachable at {host}: {error}"),
+                    "start the Docker daemon, or point DOCKER_HOST at a running engine",
+                ),
+            });
         return;
     }
     match docker.version().await {
@@ -286,7 +339,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let report = diagnose(
             Err("connection refused".into()),
-            dir.path(),
+            Ok(dir.path().join("stet")),
             Path::new("/nonexistent"),
         )
         .await;
@@ -295,6 +348,10 @@ mod tests {
         assert!(text.contains("[FAIL] engine: connection refused"), "{text}");
         assert!(text.contains("fix: start the Docker daemon"), "{text}");
         assert!(text.contains("disk: "), "{text}");
+        assert!(text.contains("[ok  ] state: "), "{text}");
+        assert!(text.contains("] gateway sockets: "), "{text}");
+        let place = SocketPlace::for_installation(&dir.path().join("stet"));
+        std::fs::remove_dir(place.root()).unwrap();
         assert!(
             text.ends_with("until the failures above are fixed\n"),
             "{text}"

@@ -58,6 +58,8 @@ pub enum EngineError {
     },
     #[error(transparent)]
     Gateway(#[from] crate::gateway::GatewayError),
+    #[error("the model gateway's socket directory: {0}")]
+    SocketDir(#[from] crate::dispatch::socket_dir::SocketDirError),
 }
 
 pub type Result<T> = std::result::Result<T, EngineError>;
@@ -122,6 +124,10 @@ impl Engine {
         let providers: Vec<Arc<dyn CredentialProvider>> = vec![Arc::clone(&setup.credentials)];
         let service =
             DispatchService::new(Arc::new(runtime), journal, &options.state_dir, providers);
+        if gateway.is_some() {
+            // Every dispatch's gateway socket goes here: refuse at launch, not at the first dispatch.
+            service.socket_place().prepare()?;
+        }
         let sweep = service.sweep_orphans().await?;
         let config = &options.config;
         let parts = DispatchParts {

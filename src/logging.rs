@@ -3,12 +3,14 @@
 //! The logger never writes to the terminal (the TUI owns it); records go to a daily file in
 //! `$XDG_STATE_HOME/stet/logs/` through `tracing-appender`'s background writer. Each formatted record
 //! is redacted whole before it is queued, with the values the [`SanitizerHandle`] knows at that moment.
+//! The directory is mode 0700 and every file 0600, whatever the umask ([`crate::private_files`]).
 
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use chrono::NaiveDate;
 use tracing_appender::non_blocking::{NonBlocking, WorkerGuard};
-use tracing_appender::rolling::{RollingFileAppender, Rotation};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 
@@ -20,19 +22,18 @@ pub const LOG_FILTER_ENV: &str = "STET_LOG";
 /// How many daily log files are kept.
 const KEPT_LOG_FILES: usize = 14;
 
+/// A day's log file is `stet.<YYYY-MM-DD>.log`.
+const LOG_PREFIX: &str = "stet.";
+const LOG_SUFFIX: &str = ".log";
+
 #[derive(Debug, thiserror::Error)]
 pub enum LoggingError {
-    #[error("neither XDG_STATE_HOME nor HOME is set, so stet has no state directory")]
-    NoStateDir,
-    #[error("cannot create the log directory {path}: {source}")]
-    CreateDir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("cannot create the log directory {}: {}", .0.path.display(), .0.source)]
+    CreateDir(crate::private_files::PrivateDirError),
     #[error("cannot open a log file in {path}: {source}")]
     Open {
         path: PathBuf,
-        source: tracing_appender::rolling::InitError,
+        source: std::io::Error,
     },
     #[error("invalid {LOG_FILTER_ENV} filter {filter:?}: {source}")]
     Filter {
@@ -44,18 +45,6 @@ pub enum LoggingError {
 }
 
 pub type Result<T> = std::result::Result<T, LoggingError>;
-
-/// `$XDG_STATE_HOME/stet`, or `~/.local/state/stet`: runs, journal and logs live here.
-pub fn state_dir() -> Result<PathBuf> {
-    let base = match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
-        Some(dir) => PathBuf::from(dir),
-        None => std::env::var_os("HOME")
-            .filter(|v| !v.is_empty())
-            .map(|home| PathBuf::from(home).join(".local").join("state"))
-            .ok_or(LoggingError::NoStateDir)?,
-    };
-    Ok(base.join("stet"))
-}
 
 /// Keeps the background log writer alive; dropping it flushes what is queued.
 #[must_use = "dropping the guard stops the log writer"]
@@ -75,20 +64,11 @@ pub fn subscriber(
     dir: &Path,
     sanitizer: SanitizerHandle,
 ) -> Result<(impl tracing::Subscriber + Send + Sync + 'static, LogGuard)> {
-    std::fs::create_dir_all(dir).map_err(|source| LoggingError::CreateDir {
+    crate::private_files::create_dir_all(dir).map_err(LoggingError::CreateDir)?;
+    let appender = DailyLog::open(dir).map_err(|source| LoggingError::Open {
         path: dir.to_owned(),
         source,
     })?;
-    let appender = RollingFileAppender::builder()
-        .rotation(Rotation::DAILY)
-        .filename_prefix("stet")
-        .filename_suffix("log")
-        .max_log_files(KEPT_LOG_FILES)
-        .build(dir)
-        .map_err(|source| LoggingError::Open {
-            path: dir.to_owned(),
-            source,
-        })?;
     let (writer, worker) = tracing_appender::non_blocking(appender);
     let filter_text = std::env::var(LOG_FILTER_ENV).unwrap_or_else(|_| "info".to_owned());
     let filter = EnvFilter::try_new(&filter_text).map_err(|source| LoggingError::Filter {
@@ -101,6 +81,78 @@ pub fn subscriber(
         .with_writer(SanitizingMakeWriter { writer, sanitizer })
         .finish();
     Ok((subscriber, LogGuard { _worker: worker }))
+}
+
+/// The day's log file, opened (mode 0600) when the first record of a day arrives; files beyond the
+/// newest [`KEPT_LOG_FILES`] are removed then.
+struct DailyLog {
+    dir: PathBuf,
+    day: NaiveDate,
+    file: File,
+}
+
+impl DailyLog {
+    fn open(dir: &Path) -> std::io::Result<DailyLog> {
+        let day = chrono::Utc::now().date_naive();
+        let file = open_day(dir, day)?;
+        prune(dir);
+        Ok(DailyLog {
+            dir: dir.to_owned(),
+            day,
+            file,
+        })
+    }
+}
+
+impl Write for DailyLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let today = chrono::Utc::now().date_naive();
+        if today != self.day {
+            self.file = open_day(&self.dir, today)?;
+            self.day = today;
+            prune(&self.dir);
+        }
+        self.file.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+fn open_day(dir: &Path, day: NaiveDate) -> std::io::Result<File> {
+    let path = dir.join(format!(
+        "{LOG_PREFIX}{}{LOG_SUFFIX}",
+        day.format("%Y-%m-%d")
+    ));
+    let file = crate::private_files::options()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    crate::private_files::seal(&file)?;
+    Ok(file)
+}
+
+/// Removes the oldest daily files past [`KEPT_LOG_FILES`] (their names sort by date). A file that
+/// cannot be removed stays; logging goes on.
+fn prune(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut days: Vec<PathBuf> = entries
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with(LOG_PREFIX) && name.ends_with(LOG_SUFFIX))
+        })
+        .collect();
+    days.sort();
+    let surplus = days.len().saturating_sub(KEPT_LOG_FILES);
+    for old in &days[..surplus] {
+        let _ = std::fs::remove_file(old);
+    }
 }
 
 /// Hands `tracing` one [`SanitizingRecord`] per log record.

@@ -559,7 +559,7 @@ fn engine_options(
     };
     Ok(EngineOptions {
         repository: root,
-        state_dir: logging::state_dir()?,
+        state_dir: stet::state_dir::prepare_default()?,
         timeout: args.timeout.unwrap_or(config.dispatch.timeout),
         cost_ceiling_usd: args.cost_ceiling.or(config.dispatch.cost_ceiling_usd),
         concurrency: config.dispatch.concurrency,
@@ -759,7 +759,7 @@ async fn demo(
         );
         return Ok(ExitCode::from(EXIT_USAGE));
     }
-    let state_dir = logging::state_dir()?;
+    let state_dir = stet::state_dir::prepare_default()?;
     let dir = dir.unwrap_or_else(|| state_dir.join("demo"));
     let setup = stet::demo::prepare(&dir)?;
     // The scratch forge was made anew: pull requests of an earlier demo refer to branches it no
@@ -1008,9 +1008,9 @@ async fn image_build_local(binary: Option<PathBuf>) -> anyhow::Result<ExitCode> 
 }
 
 async fn sweep() -> anyhow::Result<ExitCode> {
+    let state_dir = stet::state_dir::prepare_default()?;
     let handle = SanitizerHandle::new(TokenSanitizer::new()?);
     let _log_guard = install_logging(&handle);
-    let state_dir = logging::state_dir()?;
     let engine = match connect_engine().await {
         Ok(engine) => engine,
         Err(code) => return Ok(code),
@@ -1084,7 +1084,7 @@ fn transcript(
 }
 
 fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
-    let dir = logging::state_dir()?.join(stet::forge::local::REVIEWS_DIR);
+    let dir = stet::state_dir::locate()?.join(stet::forge::local::REVIEWS_DIR);
     let records = stet::forge::local::read_reviews(&dir)?;
     let mut out = std::io::stdout().lock();
     match number {
@@ -1142,10 +1142,9 @@ fn printable(text: &str) -> String {
 }
 
 async fn doctor() -> anyhow::Result<ExitCode> {
-    let state_dir = logging::state_dir()?;
     let binary = std::env::current_exe().context("finding the running stet executable")?;
     let docker = bollard::Docker::connect_with_defaults().map_err(|err| err.to_string());
-    let report = stet::doctor::diagnose(docker, &state_dir, &binary).await;
+    let report = stet::doctor::diagnose(docker, stet::state_dir::locate(), &binary).await;
     print!("{report}");
     Ok(if report.failed() {
         ExitCode::FAILURE
@@ -1267,8 +1266,11 @@ fn write_or_stop(output: &mut std::fs::File, bytes: &[u8]) -> anyhow::Result<boo
 
 /// Logs go to files only; if the state directory is unusable the command still runs, and says so.
 fn install_logging(handle: &SanitizerHandle) -> Option<logging::LogGuard> {
-    let installed =
-        logging::state_dir().and_then(|dir| logging::install(&dir.join("logs"), handle.clone()));
+    let installed = stet::state_dir::locate()
+        .map_err(anyhow::Error::from)
+        .and_then(|dir| {
+            logging::install(&dir.join("logs"), handle.clone()).map_err(anyhow::Error::from)
+        });
     match installed {
         Ok(guard) => Some(guard),
         Err(err) => {

@@ -36,6 +36,17 @@ impl DispatchId {
     pub fn new() -> DispatchId {
         DispatchId(uuid::Uuid::new_v4())
     }
+
+    /// The id's 32 hex digits, for names that must stay short (the gateway's socket directory).
+    pub fn hex(&self) -> String {
+        self.0.simple().to_string()
+    }
+
+    /// The dispatch whose [`DispatchId::hex`] is `text`.
+    pub fn from_hex(text: &str) -> Option<DispatchId> {
+        let uuid = uuid::Uuid::try_parse(text).ok()?;
+        (uuid.simple().to_string() == text).then_some(DispatchId(uuid))
+    }
 }
 
 impl Default for DispatchId {

@@ -35,7 +35,6 @@
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -47,8 +46,6 @@ use crate::dispatch::event::DispatchId;
 pub const JOURNAL_SCHEMA_VERSION: u32 = 1;
 
 const RECORD_EXTENSION: &str = "jsonl";
-const DIRECTORY_MODE: u32 = 0o700;
-const RECORD_MODE: u32 = 0o600;
 
 /// Why a journal operation failed. Every variant names the file or directory involved.
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +143,11 @@ pub enum Resource {
     Outputs {
         path: PathBuf,
     },
+    /// The model gateway's socket directory, in the account's runtime directory
+    /// ([`crate::dispatch::socket_dir`]).
+    SocketDir {
+        path: PathBuf,
+    },
     Credential {
         provider: String,
         id: CredentialId,
@@ -158,6 +160,9 @@ impl fmt::Display for Resource {
             Resource::Container { name } => write!(f, "container {name}"),
             Resource::Workspace { path } => write!(f, "workspace {}", path.display()),
             Resource::Outputs { path } => write!(f, "outputs directory {}", path.display()),
+            Resource::SocketDir { path } => {
+                write!(f, "gateway socket directory {}", path.display())
+            }
             Resource::Credential { provider, id } => write!(f, "{provider} credential {id}"),
         }
     }
@@ -438,13 +443,11 @@ impl Journal {
     /// 0700 too.
     pub fn open(dir: &Path) -> Result<Journal> {
         let owner = Owner::current()?;
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(DIRECTORY_MODE)
-            .create(dir)
-            .map_err(io_error("create the journal directory", dir))?;
-        fs::set_permissions(dir, fs::Permissions::from_mode(DIRECTORY_MODE))
-            .map_err(io_error("restrict the permissions of", dir))?;
+        crate::private_files::create_dir_all(dir).map_err(|error| JournalError::Io {
+            action: "create the journal directory",
+            path: error.path,
+            source: error.source,
+        })?;
         if let Some(parent) = dir.parent().filter(|parent| !parent.as_os_str().is_empty()) {
             sync_directory(parent)?;
         }
@@ -473,10 +476,9 @@ impl Journal {
 
     fn create(&self, dispatch: DispatchId, owner: Owner) -> Result<JournalEntry> {
         let path = self.dir.join(record_name(dispatch, owner));
-        let file = match OpenOptions::new()
+        let file = match crate::private_files::options()
             .append(true)
             .create_new(true)
-            .mode(RECORD_MODE)
             .open(&path)
         {
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
@@ -484,6 +486,8 @@ impl Journal {
             }
             opened => opened.map_err(io_error("create", &path))?,
         };
+        crate::private_files::seal(&file)
+            .map_err(io_error("restrict the permissions of", &path))?;
         let mut entry = JournalEntry {
             dispatch,
             path,
@@ -700,6 +704,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     fn status_line(comm: &str, state: char, start_time: u64) -> Vec<u8> {
         // Fields 4..=21, then the start time (22), then a few more like the kernel writes.

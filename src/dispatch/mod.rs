@@ -11,4 +11,5 @@ pub mod run;
 pub mod sandbox;
 pub mod sanitize;
 pub mod service;
+pub mod socket_dir;
 pub mod state;

@@ -2,7 +2,7 @@
 //! sanitized JSON Lines, the result as JSON, and the diff — so nothing the theater showed is lost when
 //! the window closes, and the inbox can show a brief's last run.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -94,10 +94,11 @@ impl RunRecord {
         create_private_dir(&state_dir.join(RUNS_DIR))?;
         create_private_dir(&dir)?;
         let path = dir.join(EVENTS_FILE);
-        let events = OpenOptions::new()
+        let events = crate::private_files::options()
             .create_new(true)
             .append(true)
             .open(&path)
+            .and_then(|file| crate::private_files::seal(&file).map(|()| file))
             .map_err(io_error(&path, "creating the events file"))?;
         Ok(RunRecord { dir, events })
     }
@@ -130,7 +131,8 @@ impl RunRecord {
         } else {
             contents.push_str(text);
         }
-        std::fs::write(&path, contents).map_err(io_error(&path, "writing the patch"))
+        crate::private_files::write(&path, contents.as_bytes())
+            .map_err(io_error(&path, "writing the patch"))
     }
 
     /// Writes `result.json` (replacing it atomically).
@@ -138,7 +140,8 @@ impl RunRecord {
         let path = self.dir.join(RESULT_FILE);
         let temporary = self.dir.join(format!("{RESULT_FILE}.tmp"));
         let json = serde_json::to_vec_pretty(result)?;
-        std::fs::write(&temporary, json).map_err(io_error(&temporary, "writing the result"))?;
+        crate::private_files::write(&temporary, &json)
+            .map_err(io_error(&temporary, "writing the result"))?;
         std::fs::rename(&temporary, &path).map_err(io_error(&path, "replacing the result"))
     }
 }
@@ -176,16 +179,11 @@ fn io_error(path: &Path, operation: &'static str) -> impl FnOnce(std::io::Error)
 }
 
 fn create_private_dir(path: &Path) -> Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    match std::fs::DirBuilder::new().mode(0o700).create(path) {
-        Ok(()) => Ok(()),
-        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => Ok(()),
-        Err(source) => Err(RecordError::Io {
-            path: path.to_owned(),
-            operation: "creating the directory",
-            source,
-        }),
-    }
+    crate::private_files::create_dir_all(path).map_err(|error| RecordError::Io {
+        path: error.path,
+        operation: "creating the directory",
+        source: error.source,
+    })
 }
 
 #[cfg(test)]

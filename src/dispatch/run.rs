@@ -561,7 +561,10 @@ impl Flow {
                 Some(_) => relayed(&settings.keepalive),
                 None => settings.keepalive.clone(),
             },
-            gateway: settings.gateway.is_some(),
+            gateway: settings
+                .gateway
+                .as_ref()
+                .map(|_| self.service.socket_place().clone()),
             workspace_source: Some(WorkspaceSource {
                 repository: self.parts.repository.clone(),
                 base: preflight.base_sha.clone(),
@@ -903,7 +906,13 @@ impl Flow {
         let Some(settings) = &self.parts.settings.gateway else {
             return Ok(());
         };
-        let socket = sandbox.paths().gateway.join(crate::relay::SOCKET_NAME);
+        let Some(directory) = &sandbox.paths().gateway else {
+            return Err(Stop::Failed(
+                "the sandbox was provisioned without the model gateway's socket directory"
+                    .to_owned(),
+            ));
+        };
+        let socket = directory.join(crate::relay::SOCKET_NAME);
         let config = GatewayConfig {
             upstream: settings.upstream.clone(),
             api_key: settings.api_key.clone(),

@@ -17,6 +17,7 @@ use crate::dispatch::branch::CommitSha;
 use crate::dispatch::credential::{CredentialProvider, RevokeOutcome, ScopedCredential};
 use crate::dispatch::event::DispatchId;
 use crate::dispatch::journal::{Journal, JournalEntry, JournalError, Resource};
+use crate::dispatch::socket_dir::{SocketDirError, SocketPlace};
 use crate::git::push::{PushError, fetch_commit};
 use crate::git::workspace::{WorkspaceError, materialize};
 use crate::runtime::{
@@ -56,33 +57,44 @@ pub enum SandboxError {
         "{path} is a symbolic link: a dispatch's files must stay inside the state directory {state_dir}"
     )]
     OutsideStateDir { path: PathBuf, state_dir: PathBuf },
+    #[error("the model gateway's socket directory {0}")]
+    SocketDir(#[from] SocketDirError),
 }
 
 pub type Result<T> = std::result::Result<T, SandboxError>;
 
-/// Where a dispatch keeps its files: `<state>/dispatches/<dispatch id>/{workspace,outputs,gateway}`.
+/// Where a dispatch keeps its files: `<state>/dispatches/<dispatch id>/{workspace,outputs}`, and
+/// the model gateway's socket directory in the account's runtime directory (the socket's path must
+/// stay short, whatever the state directory's is: [`crate::dispatch::socket_dir`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxPaths {
-    /// The dispatch's own directory, parent of the three below.
+    /// The dispatch's own directory, parent of the two below.
     pub root: PathBuf,
     pub workspace: PathBuf,
     pub outputs: PathBuf,
-    /// The model gateway's socket directory (made only for a dispatch with a gateway); it lives and
-    /// goes with the dispatch's directory, so the launch sweep reclaims it with the rest.
-    pub gateway: PathBuf,
+    /// The gateway's socket directory (only for a dispatch with a gateway), journaled on its own.
+    pub gateway: Option<PathBuf>,
 }
 
 impl SandboxPaths {
-    pub fn under(state_dir: &Path, dispatch: DispatchId) -> SandboxPaths {
-        let root = state_dir.join("dispatches").join(dispatch.to_string());
+    /// The paths of `dispatch`, whose gateway socket (if it has one) goes in `sockets`.
+    pub fn under(
+        state_dir: &Path,
+        sockets: Option<&SocketPlace>,
+        dispatch: DispatchId,
+    ) -> SandboxPaths {
+        let root = state_dir.join(DISPATCHES_DIR).join(dispatch.to_string());
         SandboxPaths {
             workspace: root.join("workspace"),
             outputs: root.join("outputs"),
-            gateway: root.join("gateway"),
+            gateway: sockets.map(|place| place.dispatch_dir(dispatch)),
             root,
         }
     }
 }
+
+/// The directory of the state that holds every dispatch's own directory.
+pub const DISPATCHES_DIR: &str = "dispatches";
 
 /// The dispatch's scoped credential: minted, journaled and revoked with the sandbox, used by the host
 /// push, and handed to the sandbox's processes only when asked (the ADR's default path does not).
@@ -124,8 +136,9 @@ pub struct SandboxRequest {
     pub keepalive: Vec<String>,
     /// What the workspace holds when the agent starts; `None` leaves it empty.
     pub workspace_source: Option<WorkspaceSource>,
-    /// Make the model gateway's socket directory and mount it (read-only) in the sandbox.
-    pub gateway: bool,
+    /// Where to make the model gateway's socket directory, mounted (read-only) in the sandbox;
+    /// `None`: the dispatch has no gateway.
+    pub gateway: Option<SocketPlace>,
     pub credential: Option<CredentialRequest>,
 }
 
@@ -217,8 +230,14 @@ impl DispatchSandbox {
         stop: &CancellationToken,
         pull_progress: Option<mpsc::Sender<PullProgress>>,
     ) -> std::result::Result<DispatchSandbox, ProvisionFailure> {
-        let paths = SandboxPaths::under(state_dir, request.dispatch);
+        let paths = SandboxPaths::under(state_dir, request.gateway.as_ref(), request.dispatch);
         refuse_links_below(state_dir, &paths.root).map_err(ProvisionFailure::before_anything)?;
+        if let Some(place) = &request.gateway {
+            // A socket place that cannot be made private fails the dispatch before anything exists.
+            place
+                .prepare()
+                .map_err(|error| ProvisionFailure::before_anything(error.into()))?;
+        }
         let mut entry = journal
             .begin(request.dispatch)
             .map_err(|error| ProvisionFailure::before_anything(error.into()))?;
@@ -311,7 +330,11 @@ impl DispatchSandbox {
             let failure = match &resource {
                 // The agent may still be running in a container that could not be removed: its
                 // files stay (journaled) rather than be deleted under it.
-                Resource::Workspace { .. } | Resource::Outputs { .. } if container_failed => {
+                Resource::Workspace { .. }
+                | Resource::Outputs { .. }
+                | Resource::SocketDir { .. }
+                    if container_failed =>
+                {
                     Some("left in place because the container could not be removed".to_owned())
                 }
                 _ => self.release(&resource).await.err(),
@@ -331,19 +354,13 @@ impl DispatchSandbox {
             report.steps.push(TeardownStep { resource, failure });
         }
         if report.steps.iter().all(|step| step.failure.is_none()) {
-            let gateway = &self.paths.gateway;
-            let removed = remove_tree(gateway)
-                .map_err(|error| format!("{}: {error}", gateway.display()))
-                .and_then(|()| {
-                    std::fs::remove_dir(&self.paths.root)
-                        .or_else(|error| match error.kind() {
-                            std::io::ErrorKind::NotFound => Ok(()),
-                            _ => Err(error),
-                        })
-                        .map_err(|error| format!("{}: {error}", self.paths.root.display()))
+            let removed =
+                std::fs::remove_dir(&self.paths.root).or_else(|error| match error.kind() {
+                    std::io::ErrorKind::NotFound => Ok(()),
+                    _ => Err(error),
                 });
-            if let Err(failure) = removed {
-                report.directory_failure = Some(failure);
+            if let Err(error) = removed {
+                report.directory_failure = Some(format!("{}: {error}", self.paths.root.display()));
             }
         }
         if let Some(entry) = entry
@@ -365,7 +382,9 @@ impl DispatchSandbox {
                 .await
                 .map(|_: Removal| ())
                 .map_err(|e| e.to_string()),
-            Resource::Workspace { path } | Resource::Outputs { path } => {
+            Resource::Workspace { path }
+            | Resource::Outputs { path }
+            | Resource::SocketDir { path } => {
                 // A large tree takes a while: off the async workers.
                 let path = path.clone();
                 tokio::task::spawn_blocking(move || remove_tree(&path).map_err(|e| e.to_string()))
@@ -405,7 +424,8 @@ pub(crate) fn teardown_order(resource: &Resource) -> u8 {
         Resource::Container { .. } => 0,
         Resource::Workspace { .. } => 1,
         Resource::Outputs { .. } => 2,
-        Resource::Credential { .. } => 3,
+        Resource::SocketDir { .. } => 3,
+        Resource::Credential { .. } => 4,
     }
 }
 
@@ -460,6 +480,9 @@ async fn provision_steps(
     entry.intend(Resource::Workspace {
         path: workspace.clone(),
     })?;
+    // Every directory on the way is private too (an older stet made them readable to all).
+    create_private_dir(&state_dir.join(DISPATCHES_DIR))?;
+    create_private_dir(&sandbox.paths.root)?;
     create_private_dir(&workspace)?;
     if let Some(source) = request.workspace_source.clone() {
         // Materialized while the directory is still stet's own (libgit2 refuses a directory owned by
@@ -496,9 +519,11 @@ async fn provision_steps(
     })?;
     create_private_dir(&sandbox.paths.outputs)?;
     hand_over(&sandbox.paths.outputs, request.user)?;
-    if request.gateway {
-        create_private_dir(&sandbox.paths.gateway)?;
-        hand_over(&sandbox.paths.gateway, request.user)?;
+    if let Some(place) = &request.gateway {
+        let dir = place.dispatch_dir(request.dispatch);
+        entry.intend(Resource::SocketDir { path: dir.clone() })?;
+        place.create_dispatch_dir(request.dispatch)?;
+        hand_over(&dir, request.user)?;
     }
     stopped()?;
     tokio::select! {
@@ -512,7 +537,7 @@ async fn provision_steps(
         image: request.image.clone(),
         workspace: sandbox.paths.workspace.clone(),
         outputs: sandbox.paths.outputs.clone(),
-        gateway: request.gateway.then(|| sandbox.paths.gateway.clone()),
+        gateway: sandbox.paths.gateway.clone(),
         limits: request.limits,
         network: request.network,
         user: request.user,
@@ -571,10 +596,11 @@ fn io_error(path: &Path, operation: &'static str) -> impl FnOnce(std::io::Error)
 
 /// Creates `path` (and its parents), readable by its owner only.
 fn create_private_dir(path: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(path).map_err(io_error(path, "creating the directory"))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
-        .map_err(io_error(path, "setting its mode"))
+    crate::private_files::create_dir_all(path).map_err(|error| SandboxError::Io {
+        path: error.path,
+        operation: "creating the directory",
+        source: error.source,
+    })
 }
 
 /// Hands the directory to the sandbox user when it is not theirs already (stet runs as root).
@@ -669,7 +695,7 @@ mod tests {
     fn a_symlinked_directory_below_the_state_dir_is_refused() {
         let state = tempfile::tempdir().unwrap();
         let elsewhere = tempfile::tempdir().unwrap();
-        let paths = SandboxPaths::under(state.path(), DispatchId::new());
+        let paths = SandboxPaths::under(state.path(), None, DispatchId::new());
         refuse_links_below(state.path(), &paths.root).unwrap();
         std::os::unix::fs::symlink(elsewhere.path(), state.path().join("dispatches")).unwrap();
         let error = refuse_links_below(state.path(), &paths.root)
@@ -687,12 +713,13 @@ mod tests {
                 provider: "local".into(),
                 id: crate::dispatch::credential::CredentialId::new("c".into()),
             },
+            Resource::SocketDir { path: "/s".into() },
             Resource::Outputs { path: "/o".into() },
             Resource::Container { name: "n".into() },
             Resource::Workspace { path: "/w".into() },
         ];
         resources.sort_by_key(teardown_order);
         assert!(matches!(resources[0], Resource::Container { .. }));
-        assert!(matches!(resources[3], Resource::Credential { .. }));
+        assert!(matches!(resources[4], Resource::Credential { .. }));
     }
 }

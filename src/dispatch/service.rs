@@ -22,6 +22,7 @@ use crate::runtime::{DispatchLimits, ImageRef, NetworkPolicy, SandboxUser};
 
 use crate::dispatch::credential::{CredentialProvider, Revocation};
 use crate::dispatch::journal::{Journal, JournalError, Resource};
+use crate::dispatch::socket_dir::SocketPlace;
 use crate::runtime::{ContainerRuntime, Removal, RuntimeError, state_label};
 
 #[derive(Debug, thiserror::Error)]
@@ -146,6 +147,8 @@ pub struct DispatchService {
     providers: HashMap<String, Arc<dyn CredentialProvider>>,
     /// Containers of other installations (other state directories) are never swept from here.
     state_label: String,
+    /// Where the model gateways' sockets go (short paths, whatever the state directory's length).
+    sockets: SocketPlace,
 }
 
 impl DispatchService {
@@ -164,7 +167,20 @@ impl DispatchService {
                 .map(|p| (p.name().to_owned(), p))
                 .collect(),
             state_label: state_label(state_dir),
+            sockets: SocketPlace::for_installation(state_dir),
         }
+    }
+
+    /// The same service with its gateway sockets in `sockets` (tests; the default follows the
+    /// process's `XDG_RUNTIME_DIR` and account).
+    pub fn with_socket_place(mut self, sockets: SocketPlace) -> DispatchService {
+        self.sockets = sockets;
+        self
+    }
+
+    /// Where the model gateways' sockets go.
+    pub fn socket_place(&self) -> &SocketPlace {
+        &self.sockets
     }
 
     pub fn runtime(&self) -> Arc<dyn ContainerRuntime> {
@@ -246,10 +262,12 @@ impl DispatchService {
                 Err(error) => report.failures.push(error.to_string()),
             }
         }
-        let dispatches = self.state_dir.join("dispatches");
+        let dispatches = self
+            .state_dir
+            .join(crate::dispatch::sandbox::DISPATCHES_DIR);
         let entries = match std::fs::read_dir(&dispatches) {
-            Ok(entries) => entries,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(report),
+            Ok(entries) => entries.flatten().map(|entry| entry.path()).collect(),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(source) => {
                 return Err(ServiceError::Io {
                     path: dispatches,
@@ -257,14 +275,25 @@ impl DispatchService {
                 });
             }
         };
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with("stet-dispatch-") && !live.contains(&name) {
-                let path = entry.path();
-                match crate::dispatch::sandbox::remove_tree(&path) {
-                    Ok(()) => report.directories_removed.push(path),
-                    Err(error) => report.failures.push(format!("{}: {error}", path.display())),
-                }
+        let stale_dispatch_dirs = entries.into_iter().filter(|path: &PathBuf| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with("stet-dispatch-") && !live.contains(name))
+        });
+        // Socket directories whose record is gone (this installation's only: the place is keyed by
+        // the state directory).
+        let present = self.sockets.present().map_err(|source| ServiceError::Io {
+            path: self.sockets.root().to_owned(),
+            source,
+        })?;
+        let stale_socket_dirs = present
+            .into_iter()
+            .filter(|(dispatch, _)| !live.contains(&dispatch.to_string()))
+            .map(|(_, path)| path);
+        for path in stale_dispatch_dirs.chain(stale_socket_dirs) {
+            match crate::dispatch::sandbox::remove_tree(&path) {
+                Ok(()) => report.directories_removed.push(path),
+                Err(error) => report.failures.push(format!("{}: {error}", path.display())),
             }
         }
         Ok(report)
@@ -284,7 +313,9 @@ impl DispatchService {
                 Ok(Removal::AlreadyGone) => Ok(()),
                 Err(error) => Err(error.to_string()),
             },
-            Resource::Workspace { path } | Resource::Outputs { path } => {
+            Resource::Workspace { path }
+            | Resource::Outputs { path }
+            | Resource::SocketDir { path } => {
                 let existed = path.exists();
                 crate::dispatch::sandbox::remove_tree(path)
                     .map_err(|e| format!("{}: {e}", path.display()))?;

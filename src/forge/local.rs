@@ -132,7 +132,8 @@ impl LocalForge {
     /// Writes a new record under the first free number from `record.number` on. Creating the file by
     /// hard link fails when the number is taken, so two dispatches opening at once never share one.
     fn create_record(&self, mut record: ReviewRecord) -> Result<ReviewRecord> {
-        std::fs::create_dir_all(&self.reviews).map_err(|e| store_error(&self.reviews, e))?;
+        crate::private_files::create_dir_all(&self.reviews)
+            .map_err(|error| store_error(&error.path, error.source))?;
         let staged = self
             .reviews
             .join(format!(".new-{}.json.tmp", uuid::Uuid::new_v4().simple()));
@@ -448,7 +449,7 @@ fn write_json(path: &Path, record: &ReviewRecord) -> Result<()> {
         path: path.to_owned(),
         detail: error.to_string(),
     })?;
-    std::fs::write(path, text + "\n").map_err(|e| store_error(path, e))
+    crate::private_files::write(path, (text + "\n").as_bytes()).map_err(|e| store_error(path, e))
 }
 
 fn store_error(path: &Path, error: std::io::Error) -> ForgeError {

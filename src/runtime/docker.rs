@@ -68,10 +68,10 @@ impl DockerRuntime {
             detail,
         };
         let docker = Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
-        docker
-            .ping()
-            .await
-            .map_err(|e| unreachable(e.to_string()))?;
+        if let Err(error) = docker.ping().await {
+            return Err(socket_denied(&crate::image::docker_host())
+                .unwrap_or_else(|| unreachable(error.to_string())));
+        }
         Ok(DockerRuntime { docker })
     }
 
@@ -79,6 +79,36 @@ impl DockerRuntime {
     pub fn client(&self) -> &Docker {
         &self.docker
     }
+}
+
+/// [`RuntimeError::SocketDenied`] when `host` is a unix socket this account may not connect to
+/// (present, but open only to a group the account is not in).
+pub fn socket_denied(host: &str) -> Option<RuntimeError> {
+    use std::os::unix::fs::MetadataExt;
+    let socket = Path::new(host.strip_prefix("unix://")?);
+    let refused = std::os::unix::net::UnixStream::connect(socket).err()?;
+    if refused.kind() != std::io::ErrorKind::PermissionDenied {
+        return None;
+    }
+    let gid = std::fs::metadata(socket).ok()?.gid();
+    Some(RuntimeError::SocketDenied {
+        socket: socket.to_owned(),
+        uid: rustix::process::geteuid().as_raw(),
+        group: group_name(
+            &std::fs::read_to_string("/etc/group").unwrap_or_default(),
+            gid,
+        ),
+    })
+}
+
+/// The name `/etc/group`'s `text` gives `gid`.
+fn group_name(text: &str, gid: u32) -> Option<String> {
+    text.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let id = fields.nth(1)?.parse::<u32>().ok()?;
+        (id == gid && !name.is_empty()).then(|| name.to_owned())
+    })
 }
 
 /// The hardened container configuration of a sandbox. Pure: unit-tested for what is set and for

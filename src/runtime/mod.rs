@@ -52,6 +52,18 @@ pub enum RuntimeError {
         detail: String,
     },
     #[error(
+        "Docker's socket {} is there, but you (uid {uid}) may not use it{}: add yourself to that group (`sudo usermod -aG {} $USER`, then log in again), or point DOCKER_HOST at an engine you may use",
+        .socket.display(),
+        .group.as_ref().map(|g| format!(": it is open to group {g} only")).unwrap_or_default(),
+        .group.as_deref().unwrap_or("docker")
+    )]
+    SocketDenied {
+        socket: std::path::PathBuf,
+        uid: u32,
+        /// The socket's group, by name, when `/etc/group` names it.
+        group: Option<String>,
+    },
+    #[error(
         "image {0:?} is not pinned: use name@sha256:<digest> or a local image id sha256:<id> (a tag can be moved underneath a dispatch)"
     )]
     UnpinnedImage(String),

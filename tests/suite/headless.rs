@@ -551,6 +551,15 @@ pub(super) fn assert_nothing_left(home: &Home, dispatch: DispatchId) {
         Vec::<PathBuf>::new(),
         "journal records of {dispatch}"
     );
+    // The gateway's socket directory, in the account's runtime directory (the child inherits this
+    // process's XDG_RUNTIME_DIR, so it is at the same place).
+    let sockets = stet::dispatch::socket_dir::SocketPlace::for_installation(&home.state());
+    let socket_dir = sockets.dispatch_dir(dispatch);
+    assert!(
+        std::fs::symlink_metadata(&socket_dir).is_err(),
+        "{} is left",
+        socket_dir.display()
+    );
 }
 
 /// Every object of a repository (reachable or not), as text.

@@ -1,3 +1,4 @@
+mod accounts;
 mod branch;
 mod brief;
 mod canary;

@@ -80,7 +80,7 @@ async fn request(
         network,
         user: SandboxUser::for_invoker(DEFAULT_SANDBOX_UID).unwrap(),
         keepalive: vec![STET.into(), "sandbox-idle".into()],
-        gateway: false,
+        gateway: None,
         workspace_source: None,
         credential: Some(CredentialRequest {
             provider: provider.clone(),
@@ -316,7 +316,7 @@ async fn a_host_only_credential_is_journaled_and_revoked_but_never_enters_the_sa
         "{error}"
     );
     assert!(
-        !stet::dispatch::sandbox::SandboxPaths::under(&f.state_dir, refused_dispatch)
+        !stet::dispatch::sandbox::SandboxPaths::under(&f.state_dir, None, refused_dispatch)
             .root
             .exists(),
         "the refused provisioning left files"

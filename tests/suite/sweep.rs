@@ -37,7 +37,7 @@ async fn provision(
         network: NetworkPolicy::None,
         user: SandboxUser::for_invoker(DEFAULT_SANDBOX_UID).unwrap(),
         keepalive: vec!["/usr/local/bin/stet".into(), "sandbox-idle".into()],
-        gateway: false,
+        gateway: None,
         workspace_source: None,
         credential: Some(CredentialRequest {
             provider: Arc::new(LocalCredentialProvider::default()),

@@ -1,0 +1,291 @@
+//! Where stet keeps its state — `$XDG_STATE_HOME/stet`, by default `~/.local/state/stet` — made
+//! private and proven writable before anything is written there. When it cannot be, the user gets
+//! one line naming the directory that failed and what to do, not a stack of causes: an unset `HOME`,
+//! a home or state directory that is not theirs, a read-only or full filesystem.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Why the state directory cannot be used; shown as the problem and then its fix, on one line.
+#[derive(Debug)]
+pub enum StateDirError {
+    /// Neither `XDG_STATE_HOME` nor `HOME` is set.
+    Unset,
+    RelativeHome(PathBuf),
+    /// `failed` is the directory that could not be made or written, on the way to `state`.
+    ReadOnly {
+        state: PathBuf,
+        failed: PathBuf,
+    },
+    Full {
+        state: PathBuf,
+        failed: PathBuf,
+    },
+    Denied {
+        state: PathBuf,
+        failed: PathBuf,
+        uid: u32,
+    },
+    NotADirectory {
+        state: PathBuf,
+        failed: PathBuf,
+    },
+    Unusable {
+        state: PathBuf,
+        failed: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl StateDirError {
+    /// What is wrong, naming the directory that failed.
+    pub fn problem(&self) -> String {
+        let cannot = |failed: &Path, why: &str, state: &Path| {
+            format!(
+                "{}: {why}, so stet cannot keep its state in {}",
+                failed.display(),
+                state.display()
+            )
+        };
+        match self {
+            StateDirError::Unset => {
+                "neither XDG_STATE_HOME nor HOME is set, so stet has nowhere to keep its state"
+                    .to_owned()
+            }
+            StateDirError::RelativeHome(home) => format!(
+                "HOME is {}, not an absolute path, so stet has nowhere to keep its state",
+                home.display()
+            ),
+            StateDirError::ReadOnly { state, failed } => {
+                cannot(failed, "read-only filesystem", state)
+            }
+            StateDirError::Full { state, failed } => cannot(failed, "no space left", state),
+            StateDirError::Denied { state, failed, uid } => {
+                cannot(failed, &format!("not writable by you (uid {uid})"), state)
+            }
+            StateDirError::NotADirectory { state, failed } => {
+                cannot(failed, "not a directory", state)
+            }
+            StateDirError::Unusable {
+                state,
+                failed,
+                source,
+            } => cannot(failed, &source.to_string(), state),
+        }
+    }
+
+    /// What to do about it.
+    pub fn fix(&self) -> &'static str {
+        match self {
+            StateDirError::Unset | StateDirError::RelativeHome(_) => {
+                "set HOME to your home directory (or XDG_STATE_HOME to a directory of yours)"
+            }
+            StateDirError::ReadOnly { .. } => {
+                "set XDG_STATE_HOME to a directory on a writable filesystem"
+            }
+            StateDirError::Full { .. } => {
+                "free space on that filesystem, or set XDG_STATE_HOME to a directory elsewhere"
+            }
+            StateDirError::Denied { .. } => {
+                "fix that directory's owner or mode, or set XDG_STATE_HOME to a directory of yours"
+            }
+            StateDirError::NotADirectory { .. } => {
+                "move it away, or set XDG_STATE_HOME to a directory of yours"
+            }
+            StateDirError::Unusable { .. } => "set XDG_STATE_HOME to a directory of yours",
+        }
+    }
+}
+
+impl std::fmt::Display for StateDirError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.problem(), self.fix())
+    }
+}
+
+/// Its message already says what the underlying error was.
+impl std::error::Error for StateDirError {}
+
+pub type Result<T> = std::result::Result<T, StateDirError>;
+
+/// `$XDG_STATE_HOME/stet`, or `$HOME/.local/state/stet`, as this process's environment says.
+pub fn locate() -> Result<PathBuf> {
+    locate_in(std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"))
+}
+
+/// [`locate`] from the two variables' values. A relative `XDG_STATE_HOME` is ignored, as the XDG
+/// specification asks; a relative `HOME` is refused (stet's state would move with the current
+/// directory).
+pub fn locate_in(xdg_state_home: Option<OsString>, home: Option<OsString>) -> Result<PathBuf> {
+    let xdg = xdg_state_home
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_absolute());
+    let base = match xdg {
+        Some(dir) => dir,
+        None => {
+            let home = home
+                .filter(|home| !home.is_empty())
+                .map(PathBuf::from)
+                .ok_or(StateDirError::Unset)?;
+            if !home.is_absolute() {
+                return Err(StateDirError::RelativeHome(home));
+            }
+            home.join(".local").join("state")
+        }
+    };
+    Ok(base.join("stet"))
+}
+
+/// [`locate`], then [`prepare`].
+pub fn prepare_default() -> Result<PathBuf> {
+    let state = locate()?;
+    prepare(&state)?;
+    Ok(state)
+}
+
+/// Makes `state` (mode 0700, and every parent it has to make) and proves it writable by creating
+/// and removing a file in it.
+pub fn prepare(state: &Path) -> Result<()> {
+    crate::private_files::create_dir_all(state).map_err(|error| {
+        // A directory that could not be made for want of permission names the one above it.
+        let denied = matches!(error.source.kind(), std::io::ErrorKind::PermissionDenied);
+        let failed = match error.path.parent() {
+            Some(parent) if denied && std::fs::symlink_metadata(&error.path).is_err() => {
+                parent.to_owned()
+            }
+            _ => error.path,
+        };
+        classify(state, failed, error.source)
+    })?;
+    let probe = state.join(format!(".write-test-{}", std::process::id()));
+    let written = crate::private_files::options()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .and_then(|mut file| {
+            let wrote = file.write_all(b"stet").and_then(|()| file.sync_all());
+            let _ = std::fs::remove_file(&probe);
+            wrote
+        });
+    written.map_err(|source| classify(state, state.to_owned(), source))
+}
+
+/// The one-line error for `source`, met at `failed` while preparing `state`.
+fn classify(state: &Path, failed: PathBuf, source: std::io::Error) -> StateDirError {
+    use rustix::io::Errno;
+    let state = state.to_owned();
+    let errno = source.raw_os_error().map(Errno::from_raw_os_error);
+    match errno {
+        Some(Errno::ROFS) => StateDirError::ReadOnly { state, failed },
+        Some(Errno::NOSPC | Errno::DQUOT) => StateDirError::Full { state, failed },
+        Some(Errno::ACCESS | Errno::PERM) => StateDirError::Denied {
+            state,
+            failed,
+            uid: rustix::process::geteuid().as_raw(),
+        },
+        Some(Errno::NOTDIR | Errno::EXIST) => StateDirError::NotADirectory {
+            state,
+            failed: first_non_directory(&failed).unwrap_or(failed),
+        },
+        _ => StateDirError::Unusable {
+            state,
+            failed,
+            source,
+        },
+    }
+}
+
+/// The first component of `path` that exists and is not a directory.
+fn first_non_directory(path: &Path) -> Option<PathBuf> {
+    let mut ancestors: Vec<&Path> = path.ancestors().collect();
+    ancestors.reverse();
+    ancestors
+        .into_iter()
+        .find(|dir| std::fs::metadata(dir).is_ok_and(|metadata| !metadata.is_dir()))
+        .map(Path::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn the_state_dir_follows_xdg_then_home() {
+        let at = |xdg: Option<&str>, home: Option<&str>| {
+            locate_in(xdg.map(OsString::from), home.map(OsString::from))
+        };
+        assert_eq!(
+            at(Some("/x/state"), Some("/home/m")).unwrap(),
+            Path::new("/x/state/stet")
+        );
+        assert_eq!(
+            at(None, Some("/home/m")).unwrap(),
+            Path::new("/home/m/.local/state/stet")
+        );
+        assert_eq!(
+            at(Some("relative"), Some("/home/m")).unwrap(),
+            Path::new("/home/m/.local/state/stet"),
+            "a relative XDG_STATE_HOME is ignored"
+        );
+        let unset = at(None, None).unwrap_err().to_string();
+        assert!(unset.contains("set HOME"), "{unset}");
+        assert!(matches!(at(Some(""), Some("")), Err(StateDirError::Unset)));
+        let relative = at(None, Some("home")).unwrap_err().to_string();
+        assert!(relative.contains("not an absolute path"), "{relative}");
+    }
+
+    #[test]
+    fn a_prepared_state_dir_is_private_and_keeps_no_probe() {
+        let root = tempfile::tempdir().unwrap();
+        let state = root.path().join("home/.local/state/stet");
+        prepare(&state).unwrap();
+        assert_eq!(std::fs::metadata(&state).unwrap().mode() & 0o7777, 0o700);
+        assert_eq!(std::fs::read_dir(&state).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_file_in_the_way_is_named() {
+        let root = tempfile::tempdir().unwrap();
+        let home = root.path().join("home");
+        std::fs::write(&home, "not a directory").unwrap();
+        let state = home.join(".local/state/stet");
+        let error = prepare(&state).unwrap_err();
+        assert!(
+            matches!(&error, StateDirError::NotADirectory { failed, .. } if *failed == home),
+            "{error}"
+        );
+        let line = error.to_string();
+        assert!(line.contains("set XDG_STATE_HOME"), "{line}");
+        assert!(!line.contains('\n'), "{line}");
+    }
+
+    #[test]
+    fn every_filesystem_refusal_is_one_line_with_the_path_and_the_fix() {
+        let state = Path::new("/srv/state/stet");
+        let cases = [
+            (
+                rustix::io::Errno::ROFS,
+                "read-only filesystem",
+                "writable filesystem",
+            ),
+            (rustix::io::Errno::NOSPC, "no space left", "free space"),
+            (rustix::io::Errno::DQUOT, "no space left", "free space"),
+            (
+                rustix::io::Errno::ACCESS,
+                "not writable by you",
+                "owner or mode",
+            ),
+        ];
+        for (errno, what, fix) in cases {
+            let source = std::io::Error::from_raw_os_error(errno.raw_os_error());
+            let line = classify(state, state.to_owned(), source).to_string();
+            assert!(line.starts_with("/srv/"), "{line}");
+            assert!(line.contains(what) && line.contains(fix), "{line}");
+            assert!(line.contains("/srv/state/stet"), "{line}");
+            assert!(!line.contains('\n'), "{line}");
+        }
+    }
+}
