@@ -670,7 +670,7 @@ fn the_demo_runs_headless_from_brief_to_pull_request() {
     assert_eq!(finished.outcome(), (Phase::Done, 0, None));
     let state = home.state().display().to_string();
     let resources = finished.torn_down_cleanly();
-    assert_eq!(resources.len(), 4, "{resources:?}");
+    assert_eq!(resources.len(), 5, "{resources:?}");
     assert_eq!(resources[0], format!("container {dispatch}"));
     assert_eq!(
         resources[1],
@@ -680,8 +680,16 @@ fn the_demo_runs_headless_from_brief_to_pull_request() {
         resources[2],
         format!("outputs directory {state}/dispatches/{dispatch}/outputs")
     );
+    let sockets = stet::dispatch::socket_dir::SocketPlace::for_installation(&home.state());
+    assert_eq!(
+        resources[3],
+        format!(
+            "gateway socket directory {}",
+            sockets.dispatch_dir(dispatch).display()
+        )
+    );
     assert!(
-        resources[3].starts_with("local credential local-"),
+        resources[4].starts_with("local credential local-"),
         "{resources:?}"
     );
 
