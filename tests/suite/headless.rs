@@ -613,7 +613,11 @@ fn events_file(home: &Home, dispatch: DispatchId) -> PathBuf {
 
 /// Replaces what differs from run to run, so the event stream can be compared with a snapshot.
 fn normalize(text: &str, home: &Home) -> String {
-    let text = text.replace(home.path().to_str().unwrap(), "[TMP]");
+    // The gateway's socket directory is in the account's runtime directory, which differs by account.
+    let sockets = stet::dispatch::socket_dir::SocketPlace::for_installation(&home.state());
+    let text = text
+        .replace(sockets.root().to_str().unwrap(), "[SOCKETS]")
+        .replace(home.path().to_str().unwrap(), "[TMP]");
     let uuid = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}";
     let rules = [
         (r#""ts":"[^"]*""#.to_owned(), r#""ts":"[TS]""#),
@@ -622,6 +626,7 @@ fn normalize(text: &str, home: &Home) -> String {
             r#""$1": "[TS]""#,
         ),
         (format!("stet-dispatch-{uuid}"), "stet-dispatch-[ID]"),
+        (r"\[SOCKETS\]/[0-9a-f]{32}".to_owned(), "[SOCKETS]/[ID]"),
         (format!("local-{uuid}"), "local-[CREDENTIAL]"),
         ("sha256:[0-9a-f]{64}".to_owned(), "sha256:[IMAGE]"),
         (r"\b[0-9a-f]{40}\b".to_owned(), "[SHA]"),
