@@ -7,7 +7,8 @@
 //! journal and Docker; after stet exits the pane's shell reports its exit status and `stty -a`.
 //! Killing the tmux session hangs the terminal up — during provisioning (a pull that never ends),
 //! while the agent runs, at the review gate and at the inbox, with SIGHUP (repeated) and without any
-//! signal: stet then cancels and tears down every dispatch before any sweep, and exits 3.
+//! signal, and under `stet --headless`: stet then cancels and tears down every dispatch before any
+//! sweep, and exits 3.
 //!
 //! Every wait polls for what it expects with an overall bound that fails the test with the screen.
 
@@ -788,6 +789,38 @@ fn hanging_up_at_the_review_gate_discards_the_run_without_any_signal() {
         "{phases:?}"
     );
     eprintln!("tui: hung up at the review gate; stet exited {took:?} later");
+}
+
+/// `stet --headless` in a terminal that goes away mid-run: its JSON Lines (stdout) and progress
+/// (stderr) now fail with EIO, and SIGHUP comes more than once. Nothing panics: it cancels, tears
+/// down and exits 3.
+#[test]
+fn hanging_up_the_terminal_of_stet_headless_tears_its_dispatch_down() {
+    docker_ready();
+    let project = Project::new(&forever());
+    let home = &project.home;
+    let args = ["--headless", "--brief", "tidy-notes", "--timeout", "2m"].map(str::to_owned);
+    let tmux = Tmux::start_to_hang_up(home, &project.repo, &args, Leader::DiesOfIt);
+    tmux.until_shown("the agent's first words", &["I will keep at it."]);
+    let dispatch = tmux.until("the dispatch's run record", || {
+        home.dispatches().first().copied()
+    });
+    assert_eq!(
+        containers_of(dispatch),
+        [dispatch.to_string()],
+        "the sandbox runs"
+    );
+    let pid = tmux.stet_pid();
+    let killed = Instant::now();
+    tmux.kill_session();
+    // stet may be gone already: whether these find it does not matter.
+    for _ in 0..2 {
+        let _ = signal(pid, "HUP");
+    }
+    let status = tmux.exit_status_after_hangup(home);
+    let took = killed.elapsed();
+    assert_torn_down_by_the_hangup(home, status, dispatch);
+    eprintln!("tui: hung up stet --headless; it exited {took:?} later");
 }
 
 /// With nothing running nothing is drawn that could fail, and with the pane's shell ignoring SIGHUP
