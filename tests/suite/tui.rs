@@ -527,10 +527,10 @@ fn log_tail(home: &Home) -> String {
 
 /// A registry on loopback whose pulls never finish: it answers docker's first probes (the TLS
 /// attempt with a plain-HTTP refusal, so docker falls back to HTTP as it does for a loopback
-/// registry; `GET /v2/` with "a registry"), then holds the manifest request unanswered until docker
-/// gives up the connection. A listener that answered nothing would let docker fail the pull after
-/// about 25 s (its TLS and ping timeouts); this one keeps provisioning in flight until it is
-/// cancelled.
+/// registry; `GET /v2/` with "a registry"), then never answers the manifest request. A listener that
+/// answered nothing would let docker fail the pull after about 25 s (its TLS and ping timeouts); this
+/// one keeps provisioning in flight until stet stops waiting. (Docker 20.10 keeps the request open
+/// even then: the engine does not abandon a pull its client gave up.)
 struct StalledRegistry {
     address: std::net::SocketAddr,
     /// One message per manifest request held.
@@ -570,7 +570,7 @@ impl StalledRegistry {
         } else if head.starts_with(b"GET /v2/ ") {
             b"HTTP/1.1 200 OK\r\nDocker-Distribution-API-Version: registry/2.0\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
         } else {
-            // The manifest (or anything else): never answered; held until docker lets go.
+            // The manifest (or anything else): never answered, held while docker holds it.
             let _ = requested.send(());
             let _ = connection.read_to_end(&mut Vec::new());
             return;
@@ -688,8 +688,8 @@ fn assert_torn_down_by_the_hangup(home: &Home, status: i32, dispatch: DispatchId
 
 /// The terminal goes away while a dispatch provisions: the image is pulled from a registry that
 /// never answers the manifest, so provisioning cannot finish first. The pane's shell dies of the
-/// hangup, so SIGHUP reaches stet too. stet cancels the pull, removes the workspace, outputs and
-/// credential, closes the journal record and exits 3.
+/// hangup, so SIGHUP reaches stet too. stet stops waiting for the pull, removes the workspace,
+/// outputs and credential, closes the journal record and exits 3.
 #[test]
 fn hanging_up_during_provisioning_tears_the_dispatch_down() {
     docker_ready();
