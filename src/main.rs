@@ -674,7 +674,14 @@ async fn open_theater(
         directories,
     )
     .await;
-    if matches!(exit, Ok(Exit::HungUp | Exit::Interrupted { hung_up: true })) {
+    // A SIGHUP someone sent by hand leaves the terminal there: that one is given back as usual.
+    let now = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    if matches!(exit, Ok(Exit::HungUp | Exit::Interrupted { hung_up: true }))
+        && tty_hung_up(&std::io::stdin(), Some(&now)).unwrap_or(true)
+    {
         session.hang_up();
     }
     let terminal_there = !session.is_gone();
@@ -785,11 +792,8 @@ fn terminal_input() -> anyhow::Result<
 }
 
 /// Resolves, with an EIO error, once the terminal on standard input hangs up: a thread of its own
-/// waits in poll(2) asking for no event at all, so only the hangup (or error) condition the kernel
-/// always reports wakes it.
+/// waits for it in poll(2) ([`tty_hung_up`]).
 fn stdin_hangup() -> anyhow::Result<impl Future<Output = std::io::Error>> {
-    use rustix::event::{PollFd, PollFlags};
-    use rustix::io::Errno;
     let tty = std::io::stdin()
         .as_fd()
         .try_clone_to_owned()
@@ -798,19 +802,19 @@ fn stdin_hangup() -> anyhow::Result<impl Future<Output = std::io::Error>> {
     std::thread::Builder::new()
         .name("stet-hangup".to_owned())
         .spawn(move || {
-            let gone = PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL;
             loop {
-                let mut watched = [PollFd::new(&tty, PollFlags::empty())];
-                match rustix::event::poll(&mut watched, None) {
-                    Ok(_) if watched[0].revents().intersects(gone) => break,
-                    Ok(_) | Err(Errno::INTR) => {}
+                match tty_hung_up(&tty, None) {
+                    Ok(true) => {
+                        let _ = hung_up.send(());
+                        return;
+                    }
+                    Ok(false) => {}
                     Err(error) => {
                         tracing::warn!(%error, "cannot watch the terminal for a hangup");
                         return;
                     }
                 }
             }
-            let _ = hung_up.send(());
         })
         .context("watching the terminal for a hangup")?;
     Ok(async move {
@@ -818,8 +822,29 @@ fn stdin_hangup() -> anyhow::Result<impl Future<Output = std::io::Error>> {
             // Not watched after all (the warning is in the log): never a hangup from here.
             std::future::pending::<()>().await;
         }
-        std::io::Error::from(Errno::IO)
+        std::io::Error::from(rustix::io::Errno::IO)
     })
+}
+
+/// Whether the terminal `tty` has hung up, waiting at most `timeout` for it (`None`: until it
+/// does). poll(2) is asked for no event at all, so only the hangup (or error) condition the kernel
+/// always reports wakes it.
+fn tty_hung_up(
+    tty: &impl AsFd,
+    timeout: Option<&rustix::event::Timespec>,
+) -> rustix::io::Result<bool> {
+    use rustix::event::{PollFd, PollFlags};
+    loop {
+        let mut watched = [PollFd::new(tty, PollFlags::empty())];
+        match rustix::event::poll(&mut watched, timeout) {
+            Ok(_) => {
+                let gone = PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL;
+                return Ok(watched[0].revents().intersects(gone));
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(error) => return Err(error),
+        }
+    }
 }
 
 /// Where the theater draws: standard output's file, with what is drawn held until the frame is

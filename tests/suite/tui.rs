@@ -1025,6 +1025,22 @@ fn sigterm_at_the_inbox_gives_the_terminal_back() {
     tmux.assert_given_back(0, &[]);
 }
 
+/// A SIGHUP sent by hand while the terminal is still there: stet takes it as a hangup (it quits
+/// and exits 3), but finds the terminal alive and gives it back.
+#[test]
+fn a_sighup_with_the_terminal_still_there_gives_it_back() {
+    docker_ready();
+    let project = Project::new(&forever());
+    let tmux = Tmux::start(&project.home, &project.repo, &[]);
+    tmux.until_shown(
+        "the project's inbox",
+        &["Inbox (1)", &format!("▸ [new] {PROJECT_TITLE}")],
+    );
+    tmux.assert_taken();
+    assert!(signal(tmux.stet_pid(), "HUP").success());
+    tmux.assert_given_back(3, &[]);
+}
+
 #[test]
 fn sigterm_during_a_demo_dispatch_tears_it_down_and_gives_the_terminal_back() {
     docker_ready();
