@@ -14,7 +14,8 @@ use crate::dispatch::event::{DispatchId, Event, EventKind, ItemKind};
 use crate::dispatch::run::Delivery;
 use crate::dispatch::state::Phase;
 
-/// Exit code when the run was interrupted by SIGINT/SIGTERM (every dispatch cancelled).
+/// Exit code when the run was interrupted by SIGINT/SIGTERM or its terminal hung up (every dispatch
+/// cancelled).
 pub const EXIT_CANCELLED: u8 = 3;
 /// Exit code for usage and configuration errors, including a refused dispatch.
 pub const EXIT_USAGE: u8 = 2;

@@ -5,6 +5,7 @@ use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -18,6 +19,7 @@ use stet::dispatch::service::DispatchService;
 use stet::headless::Output;
 use stet::logging;
 use stet::runtime::docker::DockerRuntime;
+use stet::ui::event_loop::Interrupt;
 
 /// Exit code for usage and configuration errors (DESIGN §6).
 const EXIT_USAGE: u8 = 2;
@@ -364,7 +366,8 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("stet: {err:#}");
+            // The terminal may be gone (a hung-up session): a failed write must not panic.
+            let _ = writeln!(std::io::stderr(), "stet: {err:#}");
             ExitCode::from(EXIT_USAGE)
         }
     }
@@ -442,58 +445,73 @@ fn dispatch_runtime(
         .block_on(command)
 }
 
-/// SIGINT, SIGTERM and SIGHUP, listened to from before the first dispatch starts.
+/// SIGINT, SIGTERM and SIGHUP, listened to from before the first dispatch starts, each told apart:
+/// a second SIGINT/SIGTERM exits at once, a SIGHUP never does (a hangup may deliver several).
 struct Interrupts {
-    streams: Vec<tokio::signal::unix::Signal>,
+    streams: Vec<(Interrupt, tokio::signal::unix::Signal)>,
 }
 
 impl Interrupts {
     fn install() -> anyhow::Result<Interrupts> {
         use tokio::signal::unix::{SignalKind, signal};
         let mut streams = Vec::new();
-        for kind in [
-            SignalKind::interrupt(),
-            SignalKind::terminate(),
-            SignalKind::hangup(),
+        for (interrupt, kind) in [
+            (Interrupt::Stop, SignalKind::interrupt()),
+            (Interrupt::Stop, SignalKind::terminate()),
+            (Interrupt::HangUp, SignalKind::hangup()),
         ] {
-            streams.push(signal(kind).context("installing the signal handlers")?);
+            streams.push((
+                interrupt,
+                signal(kind).context("installing the signal handlers")?,
+            ));
         }
         Ok(Interrupts { streams })
     }
 
-    /// Resolves at the next of the three signals.
-    async fn next(&mut self) {
-        let waits = self
-            .streams
-            .iter_mut()
-            .map(|stream| Box::pin(async move { stream.recv().await }));
-        futures_util::future::select_all(waits).await;
+    /// Resolves at the next of the three signals, saying which kind it was.
+    async fn next(&mut self) -> Interrupt {
+        let waits = self.streams.iter_mut().map(|(interrupt, stream)| {
+            Box::pin(async move {
+                stream.recv().await;
+                *interrupt
+            })
+        });
+        futures_util::future::select_all(waits).await.0
     }
 
     /// One item per signal, for the theater's event loop.
-    fn into_stream(self) -> impl futures_util::Stream<Item = ()> + Unpin {
+    fn into_stream(self) -> impl futures_util::Stream<Item = Interrupt> + Unpin {
         Box::pin(futures_util::stream::unfold(
             self,
             |mut interrupts| async move {
-                interrupts.next().await;
-                Some(((), interrupts))
+                let interrupt = interrupts.next().await;
+                Some((interrupt, interrupts))
             },
         ))
     }
 
     /// Watches for signals on its own task, so a consumer stuck writing to a slow reader never
-    /// delays a cancel: the first cancels every dispatch (and resolves the returned future), the
-    /// second exits at once with code 3 (the journal lets the next launch reclaim what is left).
+    /// delays a cancel: the first signal of any kind cancels every dispatch (and resolves the
+    /// returned future); a second SIGINT/SIGTERM exits at once with code 3 (the journal lets the next
+    /// launch reclaim what is left). SIGHUPs after the first signal change nothing: the teardown
+    /// goes on.
     fn watch(
         mut self,
         dispatcher: stet::dispatch::dispatcher::DispatchHandle,
     ) -> impl Future<Output = ()> {
         let (first, fired) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
-            self.next().await;
+            let interrupt = self.next().await;
+            tracing::info!(?interrupt, "signalled: cancelling every dispatch");
             let _ = first.send(());
             tokio::spawn(async move { dispatcher.shutdown().await });
-            self.next().await;
+            let mut stops = u32::from(interrupt == Interrupt::Stop);
+            while stops < 2 {
+                if self.next().await == Interrupt::Stop {
+                    stops += 1;
+                }
+            }
+            tracing::warn!("interrupted again: exiting before every teardown finished");
             let _ = writeln!(
                 std::io::stderr(),
                 "stet: interrupted again: exiting now; the next stet launch (or `stet sweep`) reclaims what is left"
@@ -600,14 +618,17 @@ fn on_a_terminal() -> bool {
 /// How a theater session ended.
 struct TheaterEnd {
     code: ExitCode,
-    /// Whether the theater was drawn (false when the engine could not be assembled: that error was
-    /// printed instead).
+    /// Whether the theater was drawn and the terminal is still there to print on (false when the
+    /// engine could not be assembled: that error was printed instead; false when the terminal went
+    /// away).
     shown: bool,
 }
 
 /// Assembles the engine `options` describe (sweeping what earlier runs left, reported on stderr
 /// before the screen is taken), then runs the theater over `inbox` on the terminal until the person
-/// quits or a signal ends it, and gives the terminal back. Dispatches wait for review; `p` pushes.
+/// quits, a signal ends it or the terminal goes away, and gives the terminal back (unless it went
+/// away: then nothing more is written to it, and the exit code is 3 once every dispatch has been
+/// cancelled and torn down). Dispatches wait for review; `p` pushes.
 async fn open_theater(
     options: stet::engine::EngineOptions,
     inbox: &stet::inbox::Inbox,
@@ -642,49 +663,83 @@ async fn open_theater(
     let mut app = stet::ui::app::App::new(inbox.entries(), chrono::Utc::now());
     app.set_theme(stet::ui::theme::Theme::from_env());
     app.set_cost_ceiling(ceiling);
-    let exit = {
-        let mut session = TerminalSession::enter()?;
-        stet::ui::event_loop::run(
-            &mut session.terminal,
-            app,
-            crossterm::event::EventStream::new(),
-            events,
-            interrupts.into_stream(),
-            dispatcher.clone(),
-            directories,
-        )
-        .await
+    let mut session = TerminalSession::enter()?;
+    let input = terminal_input()?;
+    let exit = stet::ui::event_loop::run(
+        &mut session.terminal,
+        app,
+        input,
+        events,
+        interrupts.into_stream(),
+        dispatcher.clone(),
+        directories,
+    )
+    .await;
+    // A SIGHUP someone sent by hand leaves the terminal there: that one is given back as usual.
+    let now = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
     };
+    if matches!(exit, Ok(Exit::HungUp | Exit::Interrupted { hung_up: true }))
+        && tty_hung_up(&std::io::stdin(), Some(&now)).unwrap_or(true)
+    {
+        session.hang_up();
+    }
+    let terminal_there = !session.is_gone();
+    drop(session);
     let code = match exit {
         Ok(Exit::Quit) => {
             dispatcher.shutdown().await;
             ExitCode::SUCCESS
         }
-        Ok(Exit::Interrupted) => {
-            eprintln!(
-                "stet: interrupted again: exiting now; the next stet launch (or `stet sweep`) reclaims what is left"
-            );
+        Ok(Exit::HungUp) => {
+            // The loop ended once every dispatch had torn down; this only confirms it.
+            dispatcher.shutdown().await;
+            tracing::info!("the terminal went away: every dispatch was cancelled and torn down");
+            ExitCode::from(stet::headless::EXIT_CANCELLED)
+        }
+        Ok(Exit::Interrupted { .. }) => {
+            tracing::warn!("interrupted again: exiting before every teardown finished");
+            if terminal_there {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "stet: interrupted again: exiting now; the next stet launch (or `stet sweep`) reclaims what is left"
+                );
+            }
             ExitCode::from(stet::headless::EXIT_CANCELLED)
         }
         Err(error) => {
-            eprintln!("stet: {error}; cancelling every dispatch and waiting for teardown");
+            tracing::error!(%error, "the theater stopped: cancelling every dispatch");
+            if terminal_there {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "stet: {error}; cancelling every dispatch and waiting for teardown"
+                );
+            }
             dispatcher.shutdown().await;
             ExitCode::FAILURE
         }
     };
-    Ok(TheaterEnd { code, shown: true })
+    Ok(TheaterEnd {
+        code,
+        shown: terminal_there,
+    })
 }
 
 /// The terminal in raw mode on the alternate screen, given back as it was when this is dropped (on
-/// return, on error, and while a panic on this thread unwinds). A panic hook installed before the
-/// terminal is touched restores it too, before the panic message is printed.
+/// return, on error, and while a panic on this thread unwinds) — unless it went away meanwhile, when
+/// nothing more is written to it. A panic hook installed before the terminal is touched restores it
+/// too, before the panic message is printed.
 struct TerminalSession {
-    terminal: ratatui::Terminal<ratatui::backend::CrosstermBackend<std::io::Stdout>>,
+    terminal: ratatui::Terminal<ratatui::backend::CrosstermBackend<TtyWriter>>,
+    /// Set once the terminal is known to be gone: by a write that failed so, or by [`Self::hang_up`].
+    gone: Arc<AtomicBool>,
 }
 
 impl TerminalSession {
     fn enter() -> anyhow::Result<TerminalSession> {
-        install_restoring_panic_hook();
+        let gone = Arc::new(AtomicBool::new(false));
+        install_restoring_panic_hook(Arc::clone(&gone));
         crossterm::terminal::enable_raw_mode().context("putting the terminal in raw mode")?;
         let entered = crossterm::execute!(
             std::io::stdout(),
@@ -693,28 +748,160 @@ impl TerminalSession {
             crossterm::cursor::Hide
         )
         .context("switching to the alternate screen")
-        .and_then(|()| {
-            ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout()))
+        .and_then(|()| TtyWriter::new(Arc::clone(&gone)))
+        .and_then(|writer| {
+            ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(writer))
                 .context("measuring the terminal")
         });
         match entered {
-            Ok(terminal) => Ok(TerminalSession { terminal }),
+            Ok(terminal) => Ok(TerminalSession { terminal, gone }),
             Err(error) => {
-                restore_terminal();
+                restore_terminal(&gone);
                 Err(error)
             }
         }
+    }
+
+    /// The terminal went away: nothing more is written to it, not even what restores it.
+    fn hang_up(&self) {
+        self.gone.store(true, Ordering::SeqCst);
+    }
+
+    fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::SeqCst)
     }
 }
 
 impl Drop for TerminalSession {
     fn drop(&mut self) {
-        restore_terminal();
+        restore_terminal(&self.gone);
     }
 }
 
-/// Leaves raw mode and the alternate screen; safe to call more than once.
-fn restore_terminal() {
+/// The terminal's keys, mouse and resizes, ending with an EIO error once the terminal hangs up.
+/// crossterm's reader does not notice a tty that hung up (it reads it again and again:
+/// crossterm-rs/crossterm#793), so the tty itself is watched as well.
+fn terminal_input() -> anyhow::Result<
+    impl futures_util::Stream<Item = std::io::Result<crossterm::event::Event>> + Unpin,
+> {
+    use futures_util::StreamExt;
+    let hangup = futures_util::stream::once(stdin_hangup()?).map(Err);
+    Ok(futures_util::stream::select(
+        crossterm::event::EventStream::new(),
+        Box::pin(hangup),
+    ))
+}
+
+/// Resolves, with an EIO error, once the terminal on standard input hangs up: a thread of its own
+/// waits for it in poll(2) ([`tty_hung_up`]).
+fn stdin_hangup() -> anyhow::Result<impl Future<Output = std::io::Error>> {
+    let tty = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .context("watching the terminal for a hangup")?;
+    let (hung_up, told) = tokio::sync::oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name("stet-hangup".to_owned())
+        .spawn(move || {
+            loop {
+                match tty_hung_up(&tty, None) {
+                    Ok(true) => {
+                        let _ = hung_up.send(());
+                        return;
+                    }
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot watch the terminal for a hangup");
+                        return;
+                    }
+                }
+            }
+        })
+        .context("watching the terminal for a hangup")?;
+    Ok(async move {
+        if told.await.is_err() {
+            // Not watched after all (the warning is in the log): never a hangup from here.
+            std::future::pending::<()>().await;
+        }
+        std::io::Error::from(rustix::io::Errno::IO)
+    })
+}
+
+/// Whether the terminal `tty` has hung up, waiting at most `timeout` for it (`None`: until it
+/// does). poll(2) is asked for no event at all, so only the hangup (or error) condition the kernel
+/// always reports wakes it.
+fn tty_hung_up(
+    tty: &impl AsFd,
+    timeout: Option<&rustix::event::Timespec>,
+) -> rustix::io::Result<bool> {
+    use rustix::event::{PollFd, PollFlags};
+    loop {
+        let mut watched = [PollFd::new(tty, PollFlags::empty())];
+        match rustix::event::poll(&mut watched, timeout) {
+            Ok(_) => {
+                let gone = PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL;
+                return Ok(watched[0].revents().intersects(gone));
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// Where the theater draws: standard output's file, with what is drawn held until the frame is
+/// flushed (no buffer of std's that would still try to write it at exit). A flush that finds the
+/// terminal gone ([`stet::ui::event_loop::terminal_gone`]) says so (the event loop then hangs up)
+/// and marks it gone; from then on whatever is written is dropped, so nothing — the cursor ratatui
+/// shows again when dropped included — reaches a dead terminal or fails there.
+struct TtyWriter {
+    file: std::fs::File,
+    frame: Vec<u8>,
+    gone: Arc<AtomicBool>,
+}
+
+impl TtyWriter {
+    fn new(gone: Arc<AtomicBool>) -> anyhow::Result<TtyWriter> {
+        let fd = std::io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .context("opening the terminal for drawing")?;
+        Ok(TtyWriter {
+            file: std::fs::File::from(fd),
+            frame: Vec::new(),
+            gone,
+        })
+    }
+}
+
+impl Write for TtyWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if !self.gone.load(Ordering::SeqCst) {
+            self.frame.extend_from_slice(bytes);
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let frame = std::mem::take(&mut self.frame);
+        if self.gone.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let written = self.file.write_all(&frame).and_then(|()| self.file.flush());
+        if let Err(error) = &written
+            && stet::ui::event_loop::terminal_gone(error)
+        {
+            self.gone.store(true, Ordering::SeqCst);
+        }
+        written
+    }
+}
+
+/// Leaves raw mode and the alternate screen, unless the terminal is `gone`; safe to call more than
+/// once.
+fn restore_terminal(gone: &AtomicBool) {
+    if gone.load(Ordering::SeqCst) {
+        return;
+    }
     let _ = crossterm::terminal::disable_raw_mode();
     let _ = crossterm::execute!(
         std::io::stdout(),
@@ -725,17 +912,18 @@ fn restore_terminal() {
 }
 
 /// A panic on the thread that draws restores the terminal before the message is printed. A panic
-/// on another thread (an engine task; the dispatcher turns it into a failed dispatch) goes to the log
-/// only, so it never scribbles over the theater.
-fn install_restoring_panic_hook() {
+/// on another thread (an engine task; the dispatcher turns it into a failed dispatch), or any panic
+/// once the terminal is `gone`, goes to the log only, so it never scribbles over the theater nor
+/// writes to a terminal that went away.
+fn install_restoring_panic_hook(gone: Arc<AtomicBool>) {
     let ui_thread = std::thread::current().id();
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        if std::thread::current().id() == ui_thread {
-            restore_terminal();
+        if std::thread::current().id() == ui_thread && !gone.load(Ordering::SeqCst) {
+            restore_terminal(&gone);
             previous(info);
         } else {
-            tracing::error!(panic = %info, "a task panicked");
+            tracing::error!(panic = %info, "panicked");
         }
     }));
 }
@@ -831,12 +1019,13 @@ async fn demo(
             progress: std::io::stderr().is_terminal(),
         }
     } else {
-        println!("{where_it_is}");
+        let _ = writeln!(std::io::stdout(), "{where_it_is}");
         Output::Human
     };
     let code = dispatch_and_watch(options, briefs, Delivery::Push, output).await?;
     if !headless {
-        println!("{closing_hint}");
+        // After a run whose terminal hung up, there is nobody to tell.
+        let _ = writeln!(std::io::stdout(), "{closing_hint}");
     }
     model.shutdown().await;
     Ok(code)
@@ -985,7 +1174,7 @@ fn block_on(
 /// The engine, or the exit-2 message saying it is unreachable.
 async fn connect_engine() -> Result<DockerRuntime, ExitCode> {
     DockerRuntime::connect().await.map_err(|err| {
-        eprintln!("stet: {err}");
+        let _ = writeln!(std::io::stderr(), "stet: {err}");
         ExitCode::from(EXIT_USAGE)
     })
 }

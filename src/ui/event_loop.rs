@@ -1,7 +1,8 @@
 //! The theater's event loop: one `select!` over the terminal's input, the engine's events, signals and
 //! a frame tick, feeding the pure app model and drawing only when it changed. What the app asks of the
 //! engine runs on a task of its own, so a slow engine never freezes the keys (helix passes input in as
-//! a stream the same way, so tests drive the whole loop).
+//! a stream the same way, so tests drive the whole loop). When the terminal goes away the loop stops
+//! drawing and reading it, and ends once every dispatch has been cancelled and torn down.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -31,6 +32,16 @@ pub const FRAME: Duration = Duration::from_millis(250);
 /// The most engine events folded into one frame: a flooding agent still leaves room for keys.
 const MAX_BATCH: usize = 4096;
 
+/// A signal the theater is told about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupt {
+    /// SIGINT or SIGTERM: someone asks stet to stop; a second one exits at once.
+    Stop,
+    /// SIGHUP: the terminal went away. The hangup and the shell's exit may each send one, so a
+    /// repeat means nothing more.
+    HangUp,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LoopError {
     #[error("reading the terminal's input: {0}")]
@@ -46,9 +57,32 @@ pub type Result<T> = std::result::Result<T, LoopError>;
 pub enum Exit {
     /// The person quit (or a signal asked to) and every dispatch has finished and torn down.
     Quit,
-    /// A second signal arrived while dispatches were still tearing down: exit now; the journal lets
-    /// the next launch (or `stet sweep`) reclaim what is left.
-    Interrupted,
+    /// The terminal went away (SIGHUP, its input ended or failed, or drawing to it failed): every
+    /// dispatch has been cancelled and has torn down, and nothing more may be written to it.
+    HungUp,
+    /// A second SIGINT/SIGTERM arrived while dispatches were still tearing down: exit now; the
+    /// journal lets the next launch (or `stet sweep`) reclaim what is left. `hung_up` says whether
+    /// the terminal had gone away before (then nothing more may be written to it).
+    Interrupted { hung_up: bool },
+}
+
+/// Whether `error`, from reading or writing the terminal, says the terminal is gone: EIO (a tty
+/// that hung up), ENXIO (no such device any more), EPIPE, or an unexpected end of input.
+pub fn terminal_gone(error: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::UnexpectedEof
+    ) || Errno::from_io_error(error)
+        .is_some_and(|errno| [Errno::IO, Errno::NXIO, Errno::PIPE].contains(&errno))
+}
+
+/// Whether a backend's `error` says the terminal is gone: an I/O error (at its top or anywhere in
+/// its sources) that [`terminal_gone`] recognises.
+fn backend_gone(error: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(error), |error| error.source())
+        .filter_map(|error| error.downcast_ref::<std::io::Error>())
+        .any(terminal_gone)
 }
 
 /// How many transcript items (or diff lines) one notch of the mouse wheel scrolls.
@@ -74,17 +108,23 @@ enum Reply {
 
 /// Runs the theater on `terminal` until the person quits and every dispatch has torn down.
 /// `input` is the terminal's event stream, `events` the engine's, `interrupts` yields once per
-/// SIGINT/SIGTERM/SIGHUP: the first quits the way `q` + `y` does, the second returns
-/// [`Exit::Interrupted`] at once.
-pub async fn run<B: Backend>(
+/// signal: the first SIGINT/SIGTERM quits the way `q` + `y` does, the second returns
+/// [`Exit::Interrupted`] at once. A SIGHUP, an end or a hangup error of `input`, or a draw that fails
+/// with one, means the terminal went away: the loop stops drawing and reading it, quits the same
+/// way, and returns [`Exit::HungUp`] once every dispatch has torn down, however many SIGHUPs follow.
+pub async fn run<B>(
     terminal: &mut Terminal<B>,
     app: App,
     input: impl Stream<Item = std::io::Result<TerminalEvent>> + Unpin,
     events: mpsc::Receiver<Event>,
-    interrupts: impl Stream<Item = ()> + Unpin,
+    interrupts: impl Stream<Item = Interrupt> + Unpin,
     handle: DispatchHandle,
     directories: Directories,
-) -> Result<Exit> {
+) -> Result<Exit>
+where
+    B: Backend,
+    B::Error: 'static,
+{
     let perform = move |request: Request| -> BoxFuture<'static, Option<Reply>> {
         match request {
             Request::LoadPatch(dispatch) => {
@@ -168,45 +208,69 @@ async fn drive<B, P>(
     mut app: App,
     mut input: impl Stream<Item = std::io::Result<TerminalEvent>> + Unpin,
     mut events: mpsc::Receiver<Event>,
-    mut interrupts: impl Stream<Item = ()> + Unpin,
+    mut interrupts: impl Stream<Item = Interrupt> + Unpin,
     mut perform: P,
 ) -> Result<Exit>
 where
     B: Backend,
+    B::Error: 'static,
     P: FnMut(Request) -> BoxFuture<'static, Option<Reply>>,
 {
     let (replies_sender, mut replies) = mpsc::unbounded_channel::<Reply>();
     let mut tick = tokio::time::interval(FRAME);
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let (mut input_open, mut events_open, mut interrupts_open) = (true, true, true);
-    let mut signals = 0u32;
+    let mut stops = 0u32;
+    let mut hung_up = false;
     let mut resized = false;
     loop {
-        if app.take_changed() || std::mem::take(&mut resized) {
-            terminal
-                .draw(|frame| view::render(frame, &app))
-                .map_err(|error| LoopError::Draw(error.to_string()))?;
+        if !hung_up
+            && (app.take_changed() || std::mem::take(&mut resized))
+            && let Err(error) = terminal.draw(|frame| view::render(frame, &app))
+        {
+            if !backend_gone(&error) {
+                return Err(LoopError::Draw(error.to_string()));
+            }
+            let cause = format!("drawing it failed: {error}");
+            hang_up(
+                &mut hung_up,
+                &cause,
+                &mut app,
+                &mut perform,
+                &replies_sender,
+            );
         }
         if app.can_exit() {
-            return Ok(Exit::Quit);
+            return Ok(ending(hung_up));
         }
+        // How the terminal went away, when this turn found out.
+        let mut went_away = None;
         // Keys first: a flooding agent never delays a keypress by more than one batch.
         let msg = tokio::select! {
             biased;
-            item = input.next(), if input_open => match item {
+            item = input.next(), if input_open && !hung_up => match item {
                 Some(Ok(TerminalEvent::Key(key))) => keymap::message_for(key, &app),
-                Some(Ok(TerminalEvent::Mouse(mouse))) => {
-                    let size = terminal.size().map_err(|error| LoopError::Draw(error.to_string()))?;
-                    wheel(mouse, &app, size.into())
-                }
+                Some(Ok(TerminalEvent::Mouse(mouse))) => match terminal.size() {
+                    Ok(size) => wheel(mouse, &app, size.into()),
+                    Err(error) if backend_gone(&error) => {
+                        went_away = Some(format!("measuring it failed: {error}"));
+                        None
+                    }
+                    Err(error) => return Err(LoopError::Draw(error.to_string())),
+                },
                 Some(Ok(TerminalEvent::Resize(..))) => {
                     resized = true;
                     None
                 }
                 Some(Ok(_)) => None,
+                Some(Err(error)) if terminal_gone(&error) => {
+                    went_away = Some(format!("reading it failed: {error}"));
+                    None
+                }
                 Some(Err(error)) => return Err(LoopError::Input(error)),
                 None => {
                     input_open = false;
+                    went_away = Some("its input ended".to_owned());
                     None
                 }
             },
@@ -218,18 +282,22 @@ where
                     if let Ok(first) = events.try_recv() {
                         app.update(Msg::EngineBatch(drain(first, &mut events)));
                     }
-                    return Ok(Exit::Quit);
+                    return Ok(ending(hung_up));
                 }
             },
             signal = interrupts.next(), if interrupts_open => match signal {
-                Some(()) => {
-                    signals += 1;
-                    if signals > 1 {
-                        return Ok(Exit::Interrupted);
+                Some(Interrupt::Stop) => {
+                    stops += 1;
+                    if stops > 1 {
+                        return Ok(Exit::Interrupted { hung_up });
                     }
                     if let Some(request) = quit_now(&mut app) {
                         spawn_request(&mut perform, request, &replies_sender);
                     }
+                    None
+                }
+                Some(Interrupt::HangUp) => {
+                    went_away = Some("SIGHUP".to_owned());
                     None
                 }
                 None => {
@@ -252,9 +320,46 @@ where
             },
             _ = tick.tick() => Some(Msg::Tick(Utc::now())),
         };
+        if let Some(cause) = went_away {
+            hang_up(
+                &mut hung_up,
+                &cause,
+                &mut app,
+                &mut perform,
+                &replies_sender,
+            );
+        }
         if let Some(request) = msg.and_then(|msg| app.update(msg)) {
             spawn_request(&mut perform, request, &replies_sender);
         }
+    }
+}
+
+/// How the loop ends once every dispatch has torn down.
+fn ending(hung_up: bool) -> Exit {
+    if hung_up { Exit::HungUp } else { Exit::Quit }
+}
+
+/// The terminal went away (`cause` says how): from now on nothing is drawn or read, and the app
+/// quits as on a signal. Once hung up, a repeat (another SIGHUP, a later failure) changes nothing.
+fn hang_up<P>(
+    hung_up: &mut bool,
+    cause: &str,
+    app: &mut App,
+    perform: &mut P,
+    replies: &mpsc::UnboundedSender<Reply>,
+) where
+    P: FnMut(Request) -> BoxFuture<'static, Option<Reply>>,
+{
+    if std::mem::replace(hung_up, true) {
+        return;
+    }
+    tracing::warn!(
+        cause,
+        "the terminal went away: cancelling every dispatch and waiting for every teardown"
+    );
+    if let Some(request) = quit_now(app) {
+        spawn_request(perform, request, replies);
     }
 }
 

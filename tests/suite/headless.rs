@@ -1170,6 +1170,40 @@ fn sigint_cancels_and_tears_down() {
     assert_nothing_left(&project.home, finished.dispatch());
 }
 
+/// A terminal that goes away may send SIGHUP more than once (the hangup, the shell's exit): the
+/// first cancels, and those that come while the dispatch tears down change nothing — stet still
+/// waits for every teardown and exits 3.
+#[test]
+fn repeated_sighups_cancel_and_wait_for_the_teardown() {
+    docker_ready();
+    let project = Project::new(&forever());
+    let mut watched = Watched::start(project.headless(&["--timeout", "2m"]));
+    watched.until("the first transcript item", |event| {
+        matches!(event.kind, EventKind::Transcript(_))
+    });
+    assert!(signal(watched.pid(), "HUP").success());
+    watched.until("the cancelled phase", |event| {
+        matches!(
+            event.kind,
+            EventKind::Phase {
+                to: Phase::Cancelled,
+                ..
+            }
+        )
+    });
+    // The teardown is under way now.
+    for _ in 0..2 {
+        assert!(signal(watched.pid(), "HUP").success());
+    }
+    let finished = watched.finish();
+    assert_eq!(finished.code(), Some(3), "{finished:#?}");
+    let (outcome, exit_code, _) = finished.outcome();
+    assert_eq!((outcome, exit_code), (Phase::Cancelled, 3));
+    let resources = finished.torn_down_cleanly();
+    assert_eq!(resources.len(), 4, "{resources:?}");
+    assert_nothing_left(&project.home, finished.dispatch());
+}
+
 /// Where a dispatch is SIGKILLed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum KillPoint {

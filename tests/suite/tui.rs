@@ -5,6 +5,10 @@
 //! sane. SIGTERM gives it back too, at the inbox of a plain `stet` and with a demo dispatch running.
 //! What the screen says is checked against the run records, the local forge's review records, the
 //! journal and Docker; after stet exits the pane's shell reports its exit status and `stty -a`.
+//! Killing the tmux session hangs the terminal up — during provisioning (a pull that never ends),
+//! while the agent runs, at the review gate and at the inbox, with SIGHUP (repeated) and without any
+//! signal, and under `stet --headless`: stet then cancels and tears down every dispatch before any
+//! sweep, and exits 3.
 //!
 //! Every wait polls for what it expects with an overall bound that fails the test with the screen.
 
@@ -22,7 +26,7 @@ use stet::forge::local::ReviewRecord;
 
 use super::headless::{
     Home, Project, STET_VARIABLES, assert_nothing_left, containers_of, containers_where,
-    docker_ready, forever, signal,
+    docker_ready, files_under, forever, signal,
 };
 use super::support::git;
 
@@ -166,9 +170,43 @@ fn quoted(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
 
+/// `stet <args>` for sh, with `home`'s XDG directories and HOME and no `STET_*` variables.
+fn stet_command(home: &Home, args: &[String]) -> String {
+    let mut stet = String::from("env");
+    for variable in STET_VARIABLES {
+        stet.push_str(&format!(" -u {variable}"));
+    }
+    for (name, value) in [
+        ("HOME", home.path().to_owned()),
+        ("XDG_STATE_HOME", home.path().join("state")),
+        ("XDG_CONFIG_HOME", home.path().join("config")),
+    ] {
+        stet.push_str(&format!(" {name}={}", quoted(value.to_str().unwrap())));
+    }
+    stet.push(' ');
+    stet.push_str(&quoted(env!("CARGO_BIN_EXE_stet")));
+    for arg in args {
+        stet.push(' ');
+        stet.push_str(&quoted(arg));
+    }
+    stet
+}
+
+/// How the session leader of a pane that is killed takes the hangup.
+#[derive(Debug, Clone, Copy)]
+enum Leader {
+    /// It dies of the SIGHUP, as a login shell does; the kernel then sends SIGHUP to stet's process
+    /// group as well, while the terminal already fails every read and write.
+    DiesOfIt,
+    /// It ignores SIGHUP (`trap '' HUP`, as `ssh host 'trap "" HUP; stet'` or a wrapper would): no
+    /// signal reaches stet, which must notice by itself that its terminal is gone.
+    IgnoresIt,
+}
+
 /// A tmux server of the test's own (its socket in the test's home) with one [`WIDTH`]×[`HEIGHT`]
 /// session whose shell runs stet (writing its pid to a file first), then prints
-/// `stet exited with status N` and `stty -a` (then [`STTY_END`]), and waits.
+/// `stet exited with status N` and `stty -a` (then [`STTY_END`]), and waits — or, started to be
+/// killed ([`Tmux::start_to_hang_up`]), writes stet's exit status to a file.
 struct Tmux {
     socket: PathBuf,
     pid_file: PathBuf,
@@ -178,36 +216,48 @@ impl Tmux {
     /// Runs `stet <args>` in `dir`, with `home`'s XDG directories and HOME and no `STET_*`
     /// variables.
     fn start(home: &Home, dir: &Path, args: &[String]) -> Tmux {
-        let tmux = Tmux {
-            socket: home.path().join("tmux.sock"),
-            pid_file: home.path().join("stet.pid"),
-        };
-        let mut stet = String::from("env");
-        for variable in STET_VARIABLES {
-            stet.push_str(&format!(" -u {variable}"));
-        }
-        for (name, value) in [
-            ("HOME", home.path().to_owned()),
-            ("XDG_STATE_HOME", home.path().join("state")),
-            ("XDG_CONFIG_HOME", home.path().join("config")),
-        ] {
-            stet.push_str(&format!(" {name}={}", quoted(value.to_str().unwrap())));
-        }
-        stet.push(' ');
-        stet.push_str(&quoted(env!("CARGO_BIN_EXE_stet")));
-        for arg in args {
-            stet.push(' ');
-            stet.push_str(&quoted(arg));
-        }
         // The inner shell writes its pid, then becomes stet: the pid is stet's.
         let script = format!(
-            "sh -c 'echo $$ > \"$0\"; exec \"$@\"' {} {stet}\n\
+            "sh -c 'echo $$ > \"$0\"; exec \"$@\"' {} {}\n\
              echo \"stet exited with status $?\"\n\
              stty -a\n\
              echo {STTY_END}\n\
              exec cat\n",
-            quoted(tmux.pid_file.to_str().unwrap())
+            quoted(Tmux::pid_file(home).to_str().unwrap()),
+            stet_command(home, args)
         );
+        Tmux::launch(home, dir, &script)
+    }
+
+    /// Runs `stet <args>` in `dir` as [`Tmux::start`] does, in a pane made to be killed: the pane's
+    /// shell is the session leader that takes the hangup as `leader` says; stet runs in a subshell
+    /// that ignores SIGHUP (stet installs its own handler) and writes stet's exit status to
+    /// [`Tmux::exit_file`] once stet is gone, touching the terminal no more.
+    fn start_to_hang_up(home: &Home, dir: &Path, args: &[String], leader: Leader) -> Tmux {
+        let exit_file = Tmux::exit_file(home);
+        let leader_trap = match leader {
+            Leader::DiesOfIt => "",
+            Leader::IgnoresIt => "trap '' HUP\n",
+        };
+        let script = format!(
+            "{leader_trap}( trap '' HUP\n\
+             sh -c 'echo $$ > \"$0\"; exec \"$@\"' {} {}\n\
+             echo $? > {}.part && mv {}.part {} )\n",
+            quoted(Tmux::pid_file(home).to_str().unwrap()),
+            stet_command(home, args),
+            quoted(exit_file.to_str().unwrap()),
+            quoted(exit_file.to_str().unwrap()),
+            quoted(exit_file.to_str().unwrap()),
+        );
+        Tmux::launch(home, dir, &script)
+    }
+
+    /// Starts the test's tmux server with one session whose pane runs `script` in `dir`.
+    fn launch(home: &Home, dir: &Path, script: &str) -> Tmux {
+        let tmux = Tmux {
+            socket: home.path().join("tmux.sock"),
+            pid_file: Tmux::pid_file(home),
+        };
         let script_file = home.path().join("pane.sh");
         std::fs::write(&script_file, script).unwrap();
         let started = tmux
@@ -224,6 +274,44 @@ impl Tmux {
             .unwrap();
         assert!(started.success(), "tmux new-session: {started}");
         tmux
+    }
+
+    fn pid_file(home: &Home) -> PathBuf {
+        home.path().join("stet.pid")
+    }
+
+    /// Where a pane of [`Tmux::start_to_hang_up`] writes stet's exit status.
+    fn exit_file(home: &Home) -> PathBuf {
+        home.path().join("stet.exit")
+    }
+
+    /// Kills the session as closing the terminal's window does: the pane's terminal hangs up (and
+    /// the test's tmux server, left without a session, exits).
+    fn kill_session(&self) {
+        let killed = self
+            .command()
+            .args(["kill-session", "-t", "theater"])
+            .status()
+            .unwrap();
+        assert!(killed.success(), "tmux kill-session: {killed}");
+    }
+
+    /// The exit status of the stet of a pane of [`Tmux::start_to_hang_up`], once it exited; fails
+    /// with the end of stet's log after [`PATIENCE`].
+    fn exit_status_after_hangup(&self, home: &Home) -> i32 {
+        let file = Tmux::exit_file(home);
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&file) {
+                return text.trim().parse().unwrap();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "waited {PATIENCE:?} for stet to exit after the hangup; its log ends:\n{}",
+                log_tail(home)
+            );
+            std::thread::sleep(POLL);
+        }
     }
 
     fn command(&self) -> Command {
@@ -389,20 +477,117 @@ impl Tmux {
 }
 
 impl Drop for Tmux {
-    /// Ends the test's tmux server (a stet still running gets SIGHUP and tears down) and waits a
-    /// bounded while for that stet to be gone, so a failed test leaves no sandbox behind.
+    /// Ends the test's tmux server (a stet still running gets SIGHUP and tears down), sends that stet
+    /// SIGTERM too (a pane that ignores SIGHUP passes none on; a first SIGTERM quits the way `q`
+    /// does), and waits a bounded while for it to be gone, so a failed test leaves no sandbox and no
+    /// stet behind.
     fn drop(&mut self) {
-        let _ = self.command().arg("kill-server").status();
+        // After a hangup test there is no server left to end: that says nothing.
+        let _ = self
+            .command()
+            .arg("kill-server")
+            .stderr(std::process::Stdio::null())
+            .status();
         let Some(pid) = std::fs::read_to_string(&self.pid_file)
             .ok()
             .and_then(|text| text.trim().parse::<u32>().ok())
         else {
             return;
         };
+        // Only while the pid is still this test's stet: a pid that ended may be reused.
+        let still_stet = || {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| cmdline.starts_with(env!("CARGO_BIN_EXE_stet").as_bytes()))
+        };
+        if still_stet() {
+            let _ = signal(pid, "TERM");
+        }
         let deadline = Instant::now() + PATIENCE;
-        while Instant::now() < deadline && Path::new(&format!("/proc/{pid}")).exists() {
+        while Instant::now() < deadline && still_stet() {
             std::thread::sleep(POLL);
         }
+    }
+}
+
+/// The last lines of stet's logs in `home`, to say what it was doing.
+fn log_tail(home: &Home) -> String {
+    let mut lines: Vec<String> = files_under(&home.state().join("logs"))
+        .iter()
+        .flat_map(|file| {
+            std::fs::read_to_string(file)
+                .unwrap_or_default()
+                .lines()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    lines.drain(..lines.len().saturating_sub(20));
+    lines.join("\n")
+}
+
+/// A registry on loopback whose pulls never finish: it answers docker's first probes (the TLS
+/// attempt with a plain-HTTP refusal, so docker falls back to HTTP as it does for a loopback
+/// registry; `GET /v2/` with "a registry"), then never answers the manifest request. A listener that
+/// answered nothing would let docker fail the pull after about 25 s (its TLS and ping timeouts); this
+/// one keeps provisioning in flight until stet stops waiting. (Docker 20.10 keeps the request open
+/// even then: the engine does not abandon a pull its client gave up.)
+struct StalledRegistry {
+    address: std::net::SocketAddr,
+    /// One message per manifest request held.
+    manifest_requests: std::sync::mpsc::Receiver<()>,
+}
+
+impl StalledRegistry {
+    fn start() -> StalledRegistry {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let (requested, manifest_requests) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for connection in listener.incoming() {
+                let Ok(connection) = connection else { continue };
+                let requested = requested.clone();
+                std::thread::spawn(move || StalledRegistry::serve(connection, &requested));
+            }
+        });
+        StalledRegistry {
+            address,
+            manifest_requests,
+        }
+    }
+
+    fn serve(mut connection: std::net::TcpStream, requested: &std::sync::mpsc::Sender<()>) {
+        use std::io::{Read, Write};
+        let mut head = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while !head.starts_with(&[0x16]) && !head.windows(4).any(|end| end == b"\r\n\r\n") {
+            match connection.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(read) => head.extend_from_slice(&chunk[..read]),
+            }
+        }
+        let answer: &[u8] = if head.starts_with(&[0x16]) {
+            b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        } else if head.starts_with(b"GET /v2/ ") {
+            b"HTTP/1.1 200 OK\r\nDocker-Distribution-API-Version: registry/2.0\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}"
+        } else {
+            // The manifest (or anything else): never answered, held while docker holds it.
+            let _ = requested.send(());
+            let _ = connection.read_to_end(&mut Vec::new());
+            return;
+        };
+        let _ = connection.write_all(answer);
+    }
+
+    /// `stet@sha256:<digest>` on this registry, pinned as stet requires.
+    fn image(&self) -> String {
+        format!("{}/stet@sha256:{}", self.address, "5".repeat(64))
+    }
+
+    /// Waits until docker asked for the manifest: the pull is under way and holds there.
+    fn until_pulling(&self) {
+        self.manifest_requests
+            .recv_timeout(PATIENCE)
+            .unwrap_or_else(|error| panic!("docker never asked for the manifest: {error}"));
     }
 }
 
@@ -470,6 +655,195 @@ fn assert_gone(home: &Home, dispatch: DispatchId) {
         Vec::<String>::new(),
         "a container named {dispatch}"
     );
+}
+
+/// After its terminal hung up, stet exited with `status` 3 having cancelled `dispatch` and torn it
+/// down, before any sweep: its result says cancelled, and no container, no dispatch directory and no
+/// journal record is left.
+fn assert_torn_down_by_the_hangup(home: &Home, status: i32, dispatch: DispatchId) {
+    assert_eq!(
+        status,
+        3,
+        "stet's exit status; its log ends:\n{}",
+        log_tail(home)
+    );
+    let result = home.result(dispatch).unwrap_or_else(|| {
+        panic!(
+            "no result for {dispatch}; the log ends:\n{}",
+            log_tail(home)
+        )
+    });
+    assert_eq!(result.outcome, Phase::Cancelled, "{result:#?}");
+    assert_gone(home, dispatch);
+    let dispatches: Vec<PathBuf> = std::fs::read_dir(home.state().join("dispatches"))
+        .map(|listing| listing.map(|entry| entry.unwrap().path()).collect())
+        .unwrap_or_default();
+    assert_eq!(dispatches, Vec::<PathBuf>::new(), "dispatch directories");
+    assert_eq!(
+        files_under(&home.state().join("journal")),
+        Vec::<PathBuf>::new(),
+        "journal records"
+    );
+}
+
+/// The terminal goes away while a dispatch provisions: the image is pulled from a registry that
+/// never answers the manifest, so provisioning cannot finish first. The pane's shell dies of the
+/// hangup, so SIGHUP reaches stet too. stet stops waiting for the pull, removes the workspace,
+/// outputs and credential, closes the journal record and exits 3.
+#[test]
+fn hanging_up_during_provisioning_tears_the_dispatch_down() {
+    docker_ready();
+    let registry = StalledRegistry::start();
+    let project = Project::new(&forever());
+    let home = &project.home;
+    // The image is a machine setting: the user's configuration names it, not the repository's.
+    let user_config = home.path().join("config/stet/config.toml");
+    std::fs::create_dir_all(user_config.parent().unwrap()).unwrap();
+    std::fs::write(
+        &user_config,
+        format!("[dispatch]\nimage = \"{}\"\n", registry.image()),
+    )
+    .unwrap();
+    let tmux = Tmux::start_to_hang_up(home, &project.repo, &[], Leader::DiesOfIt);
+    tmux.until_shown(
+        "the project's inbox",
+        &["Inbox (1)", &format!("▸ [new] {PROJECT_TITLE}")],
+    );
+    tmux.press("Enter");
+    tmux.until_shown("the dispatch confirmation", &["Dispatch tidy-notes?"]);
+    tmux.press("y");
+    registry.until_pulling();
+    tmux.until("the timeline at provisioning", || {
+        in_progress(&tmux.screen(), Phase::Provisioning).then_some(())
+    });
+    let dispatch = tmux.until("the dispatch's run record", || {
+        home.dispatches().first().copied()
+    });
+    let directory = home.state().join("dispatches").join(dispatch.to_string());
+    assert!(directory.is_dir(), "the workspace is made before the pull");
+    let killed = Instant::now();
+    tmux.kill_session();
+    let status = tmux.exit_status_after_hangup(home);
+    let took = killed.elapsed();
+    assert_torn_down_by_the_hangup(home, status, dispatch);
+    eprintln!("tui: hung up during provisioning; stet exited {took:?} later");
+}
+
+/// The terminal goes away while the demo's agent works, and SIGHUP comes more than once (the
+/// pane's shell dies of the hangup, so the kernel sends one; the test two more): stet cancels the
+/// run, waits for the container, workspace, outputs and credential to go, and exits 3.
+#[test]
+fn hanging_up_while_a_demo_dispatch_runs_tears_it_down_however_often_sighup_comes() {
+    docker_ready();
+    let home = Home::new();
+    let briefs = demo_briefs();
+    let brief = &briefs[0];
+    let tmux = Tmux::start_to_hang_up(&home, home.path(), &home.demo_args(), Leader::DiesOfIt);
+    tmux.until_shown("the demo's inbox", &[&format!("▸ [new] {}", brief.title)]);
+    let dispatch = dispatch_until_thinking(&tmux, &home, &brief.id, &first_thought(&brief.id), &[]);
+    let pid = tmux.stet_pid();
+    let killed = Instant::now();
+    tmux.kill_session();
+    // stet may be gone already: whether these find it does not matter.
+    for _ in 0..2 {
+        let _ = signal(pid, "HUP");
+    }
+    let status = tmux.exit_status_after_hangup(&home);
+    let took = killed.elapsed();
+    assert_torn_down_by_the_hangup(&home, status, dispatch);
+    eprintln!("tui: hung up while running; stet exited {took:?} later");
+}
+
+/// The terminal goes away while a run waits at the review gate, and no signal comes at all (the
+/// pane's shell ignores SIGHUP): stet notices by itself that its terminal is gone, discards the run
+/// and exits 3.
+#[test]
+fn hanging_up_at_the_review_gate_discards_the_run_without_any_signal() {
+    docker_ready();
+    let home = Home::new();
+    let briefs = demo_briefs();
+    let brief = &briefs[0];
+    let tmux = Tmux::start_to_hang_up(&home, home.path(), &home.demo_args(), Leader::IgnoresIt);
+    tmux.until_shown("the demo's inbox", &[&format!("▸ [new] {}", brief.title)]);
+    let dispatch = dispatch_until_thinking(&tmux, &home, &brief.id, &first_thought(&brief.id), &[]);
+    tmux.until_shown(
+        "the review gate",
+        &[
+            &format!("Review — {}: awaiting approval", brief.id),
+            "[awaiting review]",
+        ],
+    );
+    tmux.until("the review gate in the run record", || {
+        phases(&home.events(dispatch))
+            .contains(&Phase::AwaitingApproval)
+            .then_some(())
+    });
+    let killed = Instant::now();
+    tmux.kill_session();
+    let status = tmux.exit_status_after_hangup(&home);
+    let took = killed.elapsed();
+    assert_torn_down_by_the_hangup(&home, status, dispatch);
+    let phases = phases(&home.events(dispatch));
+    assert!(
+        phases.ends_with(&[Phase::AwaitingApproval, Phase::Cancelled]),
+        "{phases:?}"
+    );
+    eprintln!("tui: hung up at the review gate; stet exited {took:?} later");
+}
+
+/// `stet --headless` in a terminal that goes away mid-run: its JSON Lines (stdout) and progress
+/// (stderr) now fail with EIO, and SIGHUP comes more than once. Nothing panics: it cancels, tears
+/// down and exits 3.
+#[test]
+fn hanging_up_the_terminal_of_stet_headless_tears_its_dispatch_down() {
+    docker_ready();
+    let project = Project::new(&forever());
+    let home = &project.home;
+    let args = ["--headless", "--brief", "tidy-notes", "--timeout", "2m"].map(str::to_owned);
+    let tmux = Tmux::start_to_hang_up(home, &project.repo, &args, Leader::DiesOfIt);
+    tmux.until_shown("the agent's first words", &["I will keep at it."]);
+    let dispatch = tmux.until("the dispatch's run record", || {
+        home.dispatches().first().copied()
+    });
+    assert_eq!(
+        containers_of(dispatch),
+        [dispatch.to_string()],
+        "the sandbox runs"
+    );
+    let pid = tmux.stet_pid();
+    let killed = Instant::now();
+    tmux.kill_session();
+    // stet may be gone already: whether these find it does not matter.
+    for _ in 0..2 {
+        let _ = signal(pid, "HUP");
+    }
+    let status = tmux.exit_status_after_hangup(home);
+    let took = killed.elapsed();
+    assert_torn_down_by_the_hangup(home, status, dispatch);
+    eprintln!("tui: hung up stet --headless; it exited {took:?} later");
+}
+
+/// With nothing running nothing is drawn that could fail, and with the pane's shell ignoring SIGHUP
+/// no signal comes: stet still notices that its terminal went away, and exits 3 instead of staying
+/// behind for ever.
+#[test]
+fn hanging_up_at_the_inbox_without_any_signal_ends_stet() {
+    docker_ready();
+    let project = Project::new(&forever());
+    let home = &project.home;
+    let tmux = Tmux::start_to_hang_up(home, &project.repo, &[], Leader::IgnoresIt);
+    tmux.until_shown(
+        "the project's inbox",
+        &["Inbox (1)", &format!("▸ [new] {PROJECT_TITLE}")],
+    );
+    tmux.kill_session();
+    assert_eq!(
+        tmux.exit_status_after_hangup(home),
+        3,
+        "stet's exit status; its log ends:\n{}",
+        log_tail(home)
+    );
+    assert_eq!(home.dispatches(), Vec::<DispatchId>::new());
 }
 
 #[test]
@@ -651,6 +1025,22 @@ fn sigterm_at_the_inbox_gives_the_terminal_back() {
     tmux.assert_given_back(0, &[]);
 }
 
+/// A SIGHUP sent by hand while the terminal is still there: stet takes it as a hangup (it quits
+/// and exits 3), but finds the terminal alive and gives it back.
+#[test]
+fn a_sighup_with_the_terminal_still_there_gives_it_back() {
+    docker_ready();
+    let project = Project::new(&forever());
+    let tmux = Tmux::start(&project.home, &project.repo, &[]);
+    tmux.until_shown(
+        "the project's inbox",
+        &["Inbox (1)", &format!("▸ [new] {PROJECT_TITLE}")],
+    );
+    tmux.assert_taken();
+    assert!(signal(tmux.stet_pid(), "HUP").success());
+    tmux.assert_given_back(3, &[]);
+}
+
 #[test]
 fn sigterm_during_a_demo_dispatch_tears_it_down_and_gives_the_terminal_back() {
     docker_ready();
@@ -708,6 +1098,10 @@ fn a_key_is_acted_on_while_the_agent_floods() {
         "the key waited for the whole flood: {recorded} of {FLOOD_LINES} lines were recorded first"
     );
     tmux.press("Escape");
+    // An escape and a key read together are one Alt-key: press `c` only once the help is closed.
+    tmux.until("the help overlay closed", || {
+        (!tmux.screen().contains("close help")).then_some(())
+    });
     tmux.press("c");
     tmux.until_shown("the cancel confirmation", &["Cancel tidy-notes?"]);
     tmux.press("y");

@@ -1,11 +1,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use futures_util::stream;
-use ratatui::backend::TestBackend;
+use ratatui::backend::{ClearType, TestBackend, WindowSize};
+use ratatui::buffer::Cell;
+use ratatui::layout::{Position, Size};
+use rustix::io::Errno;
+use tokio::sync::oneshot;
 
 use super::*;
 use crate::brief::Brief;
@@ -41,7 +46,7 @@ fn dispatch_request() -> Request {
 struct Rig {
     keys: mpsc::UnboundedSender<std::io::Result<TerminalEvent>>,
     events: mpsc::Sender<Event>,
-    signals: mpsc::UnboundedSender<()>,
+    signals: mpsc::UnboundedSender<Interrupt>,
     asked: mpsc::UnboundedReceiver<Request>,
     sanitizer: Arc<TokenSanitizer>,
     dispatch: DispatchId,
@@ -51,7 +56,7 @@ struct Rig {
 struct Parts {
     input: stream::BoxStream<'static, std::io::Result<TerminalEvent>>,
     events: mpsc::Receiver<Event>,
-    interrupts: stream::BoxStream<'static, ()>,
+    interrupts: stream::BoxStream<'static, Interrupt>,
     perform: Box<dyn FnMut(Request) -> BoxFuture<'static, Option<Reply>> + Send>,
 }
 
@@ -102,6 +107,123 @@ fn withhold_shutdown(parts: &mut Parts) {
         let work = inner(request);
         Box::pin(async move { work.await.filter(|reply| !matches!(reply, Reply::ShutDown)) })
     });
+}
+
+/// Makes the rig's engine answer a shutdown only once the returned sender is told to: until then
+/// the dispatches are still tearing down.
+fn hold_shutdown_until_told(parts: &mut Parts) -> oneshot::Sender<()> {
+    let (tell, told) = oneshot::channel::<()>();
+    let mut told = Some(told);
+    let mut inner = std::mem::replace(&mut parts.perform, Box::new(|_| Box::pin(async { None })));
+    parts.perform = Box::new(move |request| {
+        let gate = matches!(request, Request::Shutdown)
+            .then(|| told.take())
+            .flatten();
+        let work = inner(request);
+        Box::pin(async move {
+            if let Some(gate) = gate {
+                gate.await.unwrap();
+            }
+            work.await
+        })
+    });
+    tell
+}
+
+/// What the transcript shows while the dispatch tears down after the terminal went away: it must
+/// never be drawn.
+const AFTER_HANGUP: &str = "Stopping: nobody is watching any more.";
+
+/// The screen shows what happened before the terminal went away, and nothing after.
+fn assert_drawn_only_before_the_hangup(shown: &str) {
+    assert!(
+        shown.contains("Looking at the greeting."),
+        "what ran before the hangup was drawn: {shown}"
+    );
+    assert!(
+        !shown.contains(AFTER_HANGUP),
+        "drawn after the hangup: {shown}"
+    );
+}
+
+/// Makes the error a terminal fails with.
+type MakeError = fn() -> std::io::Error;
+
+/// What a [`FailingBackend`] fails its frames with, once set.
+type Failure = Arc<Mutex<Option<MakeError>>>;
+
+/// A [`TestBackend`] that counts the frames it is asked to draw and, once `failure` holds an error
+/// maker, fails every frame with that error.
+struct FailingBackend {
+    screen: TestBackend,
+    failure: Failure,
+    frames: Arc<AtomicUsize>,
+}
+
+impl FailingBackend {
+    fn new(failure: &Failure, frames: &Arc<AtomicUsize>) -> Self {
+        FailingBackend {
+            screen: TestBackend::new(100, 24),
+            failure: Arc::clone(failure),
+            frames: Arc::clone(frames),
+        }
+    }
+}
+
+fn infallible<T>(result: std::result::Result<T, std::convert::Infallible>) -> std::io::Result<T> {
+    result.map_err(|never| match never {})
+}
+
+impl Backend for FailingBackend {
+    type Error = std::io::Error;
+
+    fn draw<'a, I>(&mut self, content: I) -> std::io::Result<()>
+    where
+        I: Iterator<Item = (u16, u16, &'a Cell)>,
+    {
+        self.frames
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if let Some(failure) = *self.failure.lock().unwrap() {
+            return Err(failure());
+        }
+        infallible(self.screen.draw(content))
+    }
+
+    fn hide_cursor(&mut self) -> std::io::Result<()> {
+        infallible(self.screen.hide_cursor())
+    }
+
+    fn show_cursor(&mut self) -> std::io::Result<()> {
+        infallible(self.screen.show_cursor())
+    }
+
+    fn get_cursor_position(&mut self) -> std::io::Result<Position> {
+        infallible(self.screen.get_cursor_position())
+    }
+
+    fn set_cursor_position<P: Into<Position>>(&mut self, position: P) -> std::io::Result<()> {
+        infallible(self.screen.set_cursor_position(position))
+    }
+
+    fn clear(&mut self) -> std::io::Result<()> {
+        infallible(self.screen.clear())
+    }
+
+    fn clear_region(&mut self, clear_type: ClearType) -> std::io::Result<()> {
+        infallible(self.screen.clear_region(clear_type))
+    }
+
+    fn size(&self) -> std::io::Result<Size> {
+        infallible(self.screen.size())
+    }
+
+    fn window_size(&mut self) -> std::io::Result<WindowSize> {
+        infallible(self.screen.window_size())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        infallible(self.screen.flush())
+    }
 }
 
 fn receiver_stream<T: Send + 'static>(
@@ -178,6 +300,30 @@ impl Rig {
         assert_eq!(self.next_request().await, Request::Shutdown);
     }
 
+    /// The dispatch reports its teardown ([`AFTER_HANGUP`] in its transcript, then its cancelled
+    /// phase) and the loop takes it: it is still running, and the dispatch not finished yet.
+    async fn tearing_down(&self) {
+        self.engine(vec![
+            self.says(AFTER_HANGUP),
+            self.phase(Phase::Running, Phase::Cancelled),
+        ])
+        .await;
+    }
+
+    /// The agent says `text`.
+    fn says(&self, text: &str) -> EventKind {
+        EventKind::Transcript(TranscriptItem {
+            item: ItemKind::Message,
+            text: self.sanitizer.sanitize(text),
+        })
+    }
+
+    /// Ends the terminal's input stream.
+    fn close_input(&mut self) {
+        let (open, _) = mpsc::unbounded_channel();
+        self.keys = open;
+    }
+
     fn finished(&self, outcome: Phase) -> Vec<EventKind> {
         vec![
             self.phase(Phase::Running, outcome),
@@ -190,7 +336,11 @@ impl Rig {
     }
 }
 
-async fn drive_with(terminal: &mut Terminal<TestBackend>, parts: Parts) -> Result<Exit> {
+async fn drive_with<B>(terminal: &mut Terminal<B>, parts: Parts) -> Result<Exit>
+where
+    B: Backend,
+    B::Error: 'static,
+{
     drive(
         terminal,
         app(),
@@ -278,13 +428,140 @@ async fn a_signal_shuts_down_without_asking_and_a_second_one_exits_at_once() {
         rig.dispatch_running().await;
         // A question is open when the signal comes: it is dismissed, not answered.
         rig.press(KeyCode::Char('c'));
-        rig.signals.send(()).unwrap();
+        rig.signals.send(Interrupt::Stop).unwrap();
         assert_eq!(rig.next_request().await, Request::Shutdown);
-        rig.signals.send(()).unwrap();
+        rig.signals.send(Interrupt::Stop).unwrap();
     };
     let (exit, ()) = tokio::join!(drive_with(&mut terminal, parts), script);
-    assert_eq!(exit.unwrap(), Exit::Interrupted);
+    assert_eq!(exit.unwrap(), Exit::Interrupted { hung_up: false });
     assert!(rig.asked.try_recv().is_err(), "no cancel was asked for");
+}
+
+/// The terminal hung up while a dispatch runs: the loop asks for the shutdown at once, takes the
+/// teardown's events without drawing any of them, lets the SIGHUPs that follow (the shell's exit
+/// sends another) change nothing, and ends hung up once the engine says everything has torn down.
+#[tokio::test]
+async fn a_hangup_shuts_down_draws_nothing_more_and_repeats_change_nothing() {
+    let (mut rig, mut parts) = rig(false);
+    let tell = hold_shutdown_until_told(&mut parts);
+    let mut terminal = Terminal::new(TestBackend::new(100, 24)).unwrap();
+    let script = async {
+        rig.dispatch_running().await;
+        rig.signals.send(Interrupt::HangUp).unwrap();
+        assert_eq!(rig.next_request().await, Request::Shutdown);
+        rig.signals.send(Interrupt::HangUp).unwrap();
+        rig.signals.send(Interrupt::HangUp).unwrap();
+        // Signals are taken before engine events: the loop took both repeats and went on.
+        rig.tearing_down().await;
+        tell.send(()).unwrap();
+    };
+    let (exit, ()) = tokio::join!(drive_with(&mut terminal, parts), script);
+    assert_eq!(exit.unwrap(), Exit::HungUp);
+    assert_drawn_only_before_the_hangup(&terminal.backend().to_string());
+    assert!(
+        rig.asked.try_recv().is_err(),
+        "one shutdown was asked for, nothing else"
+    );
+}
+
+/// With the terminal gone, SIGINT/SIGTERM still mean what they always do: the first changes nothing
+/// more (the shutdown is under way), the second exits at once — and says the terminal is gone.
+#[tokio::test]
+async fn after_a_hangup_a_second_stop_signal_still_exits_at_once() {
+    let (mut rig, mut parts) = rig(false);
+    withhold_shutdown(&mut parts);
+    let mut terminal = Terminal::new(TestBackend::new(100, 24)).unwrap();
+    let script = async {
+        rig.dispatch_running().await;
+        rig.signals.send(Interrupt::HangUp).unwrap();
+        assert_eq!(rig.next_request().await, Request::Shutdown);
+        rig.signals.send(Interrupt::Stop).unwrap();
+        rig.tearing_down().await;
+        rig.signals.send(Interrupt::Stop).unwrap();
+    };
+    let (exit, ()) = tokio::join!(drive_with(&mut terminal, parts), script);
+    assert_eq!(exit.unwrap(), Exit::Interrupted { hung_up: true });
+    assert_drawn_only_before_the_hangup(&terminal.backend().to_string());
+}
+
+/// The terminal's input fails the way a terminal that went away makes it fail (EIO from a tty that
+/// hung up, ENXIO, EPIPE, an unexpected end), or simply ends: each ends the loop as a hangup does.
+#[tokio::test]
+async fn an_input_that_fails_or_ends_because_the_terminal_went_away_ends_like_a_hangup() {
+    let endings: [(&str, Option<MakeError>); 5] = [
+        ("EIO", Some(|| Errno::IO.into())),
+        ("ENXIO", Some(|| Errno::NXIO.into())),
+        ("EPIPE", Some(|| Errno::PIPE.into())),
+        (
+            "an unexpected end",
+            Some(|| std::io::ErrorKind::UnexpectedEof.into()),
+        ),
+        ("the end of the input", None),
+    ];
+    for (ending, failure) in endings {
+        let (mut rig, mut parts) = rig(false);
+        let tell = hold_shutdown_until_told(&mut parts);
+        let mut terminal = Terminal::new(TestBackend::new(100, 24)).unwrap();
+        let script = async {
+            rig.dispatch_running().await;
+            match failure {
+                Some(error) => rig.keys.send(Err(error())).unwrap(),
+                None => rig.close_input(),
+            }
+            assert_eq!(rig.next_request().await, Request::Shutdown, "{ending}");
+            rig.tearing_down().await;
+            tell.send(()).unwrap();
+        };
+        let (exit, ()) = tokio::join!(drive_with(&mut terminal, parts), script);
+        assert_eq!(exit.unwrap(), Exit::HungUp, "{ending}");
+        assert_drawn_only_before_the_hangup(&terminal.backend().to_string());
+    }
+}
+
+/// A frame fails the way writing to a terminal that went away fails: the loop hangs up at that
+/// frame, tries no other, and ends once everything has torn down.
+#[tokio::test]
+async fn a_draw_that_finds_the_terminal_gone_ends_like_a_hangup() {
+    let failure = Arc::new(Mutex::new(None));
+    let frames = Arc::new(AtomicUsize::new(0));
+    let mut terminal = Terminal::new(FailingBackend::new(&failure, &frames)).unwrap();
+    let (mut rig, mut parts) = rig(false);
+    let tell = hold_shutdown_until_told(&mut parts);
+    let frame_count = || frames.load(std::sync::atomic::Ordering::SeqCst);
+    let script = async {
+        rig.dispatch_running().await;
+        *failure.lock().unwrap() = Some(|| Errno::IO.into());
+        let drawn = frame_count();
+        // Something to draw: that frame fails.
+        rig.engine(vec![rig.says("Still looking.")]).await;
+        assert_eq!(rig.next_request().await, Request::Shutdown);
+        rig.tearing_down().await;
+        tell.send(()).unwrap();
+        drawn
+    };
+    let (exit, drawn) = tokio::join!(drive_with(&mut terminal, parts), script);
+    assert_eq!(exit.unwrap(), Exit::HungUp);
+    assert_eq!(
+        frame_count() - drawn,
+        1,
+        "one frame failed and no other was tried"
+    );
+    assert_drawn_only_before_the_hangup(&terminal.backend().screen.to_string());
+}
+
+#[tokio::test]
+async fn a_draw_that_fails_otherwise_ends_the_loop_with_an_error() {
+    let failure: Failure = Arc::new(Mutex::new(Some(|| {
+        std::io::Error::other("the backend broke")
+    })));
+    let frames = Arc::new(AtomicUsize::new(0));
+    let mut terminal = Terminal::new(FailingBackend::new(&failure, &frames)).unwrap();
+    let (_rig, parts) = rig(false);
+    let exit = drive_with(&mut terminal, parts).await;
+    assert!(
+        matches!(&exit, Err(LoopError::Draw(reason)) if reason == "the backend broke"),
+        "{exit:?}"
+    );
 }
 
 #[tokio::test]
