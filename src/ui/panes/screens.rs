@@ -8,13 +8,13 @@ use chrono::TimeDelta;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
+use crate::config::RepositoryFile;
+use crate::config::trust::ContentHash;
 use crate::dispatch::event::{EventKind, ItemKind, TeardownStepReport};
 use crate::dispatch::state::Phase;
 use crate::git::import::ChangeKind;
 use crate::inbox::InboxEntry;
 use crate::ui::app::tests::{Script, brief_entry, broken_entry, dispatch_selected, t0};
-use crate::config::RepositoryFile;
-use crate::config::trust::ContentHash;
 use crate::ui::app::{App, Configuration, Msg};
 use crate::ui::panes::assert_screen;
 use crate::ui::theme::Theme;
