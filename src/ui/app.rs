@@ -81,6 +81,7 @@ fn error_line(error: &BriefError) -> Option<usize> {
         | BriefError::Branch { line, .. } => Some(*line),
         BriefError::Read { .. }
         | BriefError::NotAFile { .. }
+        | BriefError::Link { .. }
         | BriefError::TooLarge { .. }
         | BriefError::InvalidId { .. } => None,
     }

@@ -23,6 +23,9 @@ use super::headless::{
 };
 use super::support::{self, git};
 
+/// How long the theater may stay open when it should have refused to start.
+const THEATER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The variable holding the canary secret in stet's environment.
 const CANARY_ENV: &str = "STET_TEST_HOSTILE_CANARY";
 
@@ -62,12 +65,17 @@ impl Project {
     }
 
     /// `stet` (the theater) in the repository on a terminal of its own (`script` makes one): what
-    /// the terminal showed, and the exit code.
+    /// the terminal showed, and the exit code. A theater that opened instead of refusing is
+    /// stopped by SIGTERM after [`THEATER_PATIENCE`] (it then exits 3, not 2).
     fn theater(&self) -> (String, Option<i32>) {
         let mut command = Command::new("script");
         command
             .args(["--quiet", "--return", "--command"])
-            .arg(shell_quoted(env!("CARGO_BIN_EXE_stet")))
+            .arg(format!(
+                "timeout {} {}",
+                THEATER_PATIENCE.as_secs(),
+                shell_quoted(env!("CARGO_BIN_EXE_stet"))
+            ))
             .arg("/dev/null")
             .env("XDG_STATE_HOME", self.home.path().join("state"))
             .env("XDG_CONFIG_HOME", self.home.path().join("config"))
@@ -590,4 +598,43 @@ fn a_host_file_named_as_scenario_or_prices_or_linked_as_stet_toml_is_never_print
     let trusted = project.stet_here(&["trust"]).output().unwrap();
     assert_eq!(trusted.status.code(), Some(2), "a link cannot be trusted");
     assert!(!String::from_utf8_lossy(&trusted.stderr).contains(&secret));
+}
+
+#[test]
+fn a_brief_or_an_inbox_linked_to_a_host_file_is_never_read() {
+    let project = Project::new(&idle());
+    let secret = canary();
+    let host_file = plant_host_file(
+        &project.home,
+        "credentials.toml",
+        &format!("items = \"{secret}\""),
+    );
+    let briefs = project.repo.join(".stet/briefs");
+    std::os::unix::fs::symlink(&host_file, briefs.join("leak.toml")).unwrap();
+    let mut command = project.stet_here(&["--headless", "--all"]);
+    command.stdin(Stdio::null());
+    let finished = run(command);
+    assert_eq!(finished.code(), Some(2), "{finished:#?}");
+    assert!(
+        finished.stderr.contains(
+            "leak.toml: not read: a brief in the inbox must be a regular file, not a link"
+        ),
+        "{}",
+        finished.stderr
+    );
+    assert_never_shown(&project.home, &finished, &secret);
+
+    // The inbox directory itself a link to a directory of the user's.
+    std::fs::remove_dir_all(&briefs).unwrap();
+    std::os::unix::fs::symlink(project.home.path(), &briefs).unwrap();
+    let finished = run(project.stet_here(&["--headless", "--all"]));
+    assert_eq!(finished.code(), Some(2), "{finished:#?}");
+    assert!(
+        finished
+            .stderr
+            .contains("the inbox is the repository's and must not be a link"),
+        "{}",
+        finished.stderr
+    );
+    assert_never_shown(&project.home, &finished, &secret);
 }
