@@ -269,6 +269,23 @@ prices = "/home/u/.pgpass"
 }
 
 #[test]
+fn a_machine_setting_spelled_as_an_inline_table_or_a_dotted_key_is_refused_too() {
+    for text in [
+        "forge = { kind = \"github\", github = { token_command = [\"id\"] } }\n",
+        "forge.kind = \"github\"\nforge.github.token_command = [\"id\"]\n",
+        "[forge]\ngithub.token_command = [\"id\"]\nkind = \"github\"\n",
+        "[forge.github]\n\"token_command\" = [\"id\"]\n[forge]\nkind = \"github\"\n",
+    ] {
+        let refused = refusals(&[repository(text)]);
+        let fields: Vec<_> = refused.iter().map(|refusal| refusal.field).collect();
+        assert!(
+            fields.contains(&"forge.github.token_command") && fields.contains(&"forge.kind"),
+            "{text}: {refused:?}"
+        );
+    }
+}
+
+#[test]
 fn the_refusal_names_the_file_the_line_the_field_and_how_to_trust_it() {
     let error = Config::from_files(&[repository(
         "[dispatch]\nconcurrency = 1\n[forge.github]\ntoken_command = [\"sh\", \"-c\", \"id\"]\n",
