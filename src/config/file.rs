@@ -412,7 +412,7 @@ fn line_and_column(line_starts: &[usize], offset: usize) -> (usize, usize) {
 
 /// `text` with control characters (a terminal's escape sequences among them) replaced by U+FFFD,
 /// so a file's keys quoted in a message cannot drive the terminal it is printed on.
-pub(super) fn printable(text: &str) -> String {
+fn printable(text: &str) -> String {
     text.chars()
         .map(|c| {
             if c.is_control() && c != '\n' {

@@ -5,6 +5,7 @@
 //! one, so a person sees everything the file would have to give up in one message.
 
 use std::fmt::Display;
+use std::path::PathBuf;
 
 use toml::Spanned;
 
@@ -81,6 +82,8 @@ pub enum Rule {
 /// What a repository file the user has not trusted was refused.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refusal {
+    /// The repository's file.
+    pub file: PathBuf,
     pub line: usize,
     pub field: &'static str,
     pub why: String,
@@ -131,6 +134,7 @@ impl Layers {
             let origin = layer.origin(value.span());
             if layer.is_untrusted_repository() {
                 self.refusals.push(Refusal {
+                    file: origin.file(),
                     line: origin.line(),
                     field,
                     why: format!("is a machine setting: {}", reason.describe()),
@@ -182,6 +186,7 @@ impl Layers {
                     && value.get_ref() > beneath
                 {
                     self.refusals.push(Refusal {
+                        file: origin.file(),
                         line: origin.line(),
                         field,
                         why: format!(
@@ -235,6 +240,7 @@ impl Layers {
             let origin = layer.origin(value.span());
             if layer.is_untrusted_repository() && *value.get_ref() {
                 self.refusals.push(Refusal {
+                    file: origin.file(),
                     line: origin.line(),
                     field,
                     why: format!(
@@ -252,6 +258,13 @@ impl Layers {
     /// What was refused, in the order the settings were read.
     pub fn refusals(&self) -> &[Refusal] {
         &self.refusals
+    }
+
+    /// What was refused, in the file's order.
+    pub fn refusals_by_line(&self) -> Vec<Refusal> {
+        let mut refusals = self.refusals.clone();
+        refusals.sort_by_key(|refusal| refusal.line);
+        refusals
     }
 
     /// Every setting read so far, with its class.
@@ -296,6 +309,7 @@ mod tests {
         assert_eq!(
             read.refusals(),
             [Refusal {
+                file: PathBuf::from("/layer1/stet.toml"),
                 line: 4,
                 field: "dispatch.image",
                 why: "is a machine setting: it chooses the image the agent runs in".to_owned()

@@ -90,12 +90,8 @@ pub enum ConfigError {
         field: &'static str,
         problem: String,
     },
-    #[error("{}", untrusted_message(file, refusals))]
-    Untrusted {
-        /// The repository's file.
-        file: PathBuf,
-        refusals: Vec<Refusal>,
-    },
+    #[error("{}", untrusted_message(refusals))]
+    Untrusted { refusals: Vec<Refusal> },
     #[error("neither XDG_CONFIG_HOME nor HOME is set, so the user configuration cannot be found")]
     NoConfigDir,
     #[error(
@@ -112,7 +108,10 @@ pub type Result<T> = std::result::Result<T, ConfigError>;
 
 /// What an untrusted repository file was refused, each line naming the file, line and field, and
 /// how to trust the file.
-fn untrusted_message(file: &Path, refusals: &[Refusal]) -> String {
+fn untrusted_message(refusals: &[Refusal]) -> String {
+    let file = refusals
+        .first()
+        .map_or(Path::new(REPOSITORY_FILE), |refusal| refusal.file.as_path());
     let mut message = format!(
         "{}: this repository's configuration is not trusted, so it may only tighten project settings:",
         file.display()
@@ -120,7 +119,7 @@ fn untrusted_message(file: &Path, refusals: &[Refusal]) -> String {
     for refusal in refusals {
         message.push_str(&format!(
             "\n  {}:{}: field `{}` {}",
-            file.display(),
+            refusal.file.display(),
             refusal.line,
             refusal.field,
             refusal.why
@@ -492,6 +491,14 @@ pub enum Origin {
 }
 
 impl Origin {
+    /// The file; empty for a value that came from no file.
+    pub fn file(&self) -> PathBuf {
+        match self {
+            Origin::File { path, .. } => path.clone(),
+            Origin::Default | Origin::Environment(_) => PathBuf::new(),
+        }
+    }
+
     /// The line in the file; 0 for a value that came from no file.
     pub fn line(&self) -> usize {
         match self {

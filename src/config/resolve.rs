@@ -25,7 +25,7 @@ const DEFAULT_GIT_URL: &str = "https://github.com";
 pub(super) const DEFAULT_CREDENTIAL_TTL: Duration = Duration::from_secs(15 * 60);
 const DEFAULT_DISPATCH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 const DEFAULT_CONCURRENCY: usize = 2;
-pub(super) const DEFAULT_PACE: f64 = 1.0;
+const DEFAULT_PACE: f64 = 1.0;
 pub(super) const DEFAULT_MODEL_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Reads every setting out of `layers`, refuses what a repository file may not set, then checks and
@@ -125,13 +125,9 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         Some(DEFAULT_MODEL_REQUEST_TIMEOUT.as_secs()),
     );
     if !layers.refusals().is_empty() {
-        let file = match &repository_file {
-            RepositoryFile::Untrusted(path) => path.clone(),
-            RepositoryFile::None | RepositoryFile::Trusted { .. } => PathBuf::new(),
-        };
-        let mut refusals = layers.refusals().to_vec();
-        refusals.sort_by_key(|refusal| refusal.line);
-        return Err(ConfigError::Untrusted { file, refusals });
+        return Err(ConfigError::Untrusted {
+            refusals: layers.refusals_by_line(),
+        });
     }
 
     let forge_kind = forge_kind.map_or(ForgeKind::Local, |kind| kind.value);
