@@ -251,8 +251,9 @@ enum Command {
             credential provider, the network, a model, a price table or a scenario - come from your own \
             configuration ($XDG_CONFIG_HOME/stet/config.toml), the environment or flags. `stet trust` records \
             the file's path and the SHA-256 of its content in $XDG_STATE_HOME/stet/trust/trusted.json; from \
-            then on that file, at that path, may set any setting as your own configuration does, until one \
-            byte of it changes. A copy of it elsewhere is not trusted. It prints what the trust allows.",
+            then on that file, at that path, may set what your own configuration may (its protected paths \
+            still only add), until one byte of it changes. A copy of it elsewhere is not trusted. It prints \
+            what the trust allows.",
         after_help = "Examples:\n  stet trust\n  stet trust ~/src/app\n  stet trust --list\n  stet trust --revoke"
     )]
     Trust {
