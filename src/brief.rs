@@ -43,6 +43,12 @@ pub enum BriefError {
     NotAFile { file: PathBuf },
 
     #[error(
+        "{}: not read: a brief in the inbox must be a regular file, not a link (a link could point at any file of yours)",
+        shown_path(file)
+    )]
+    Link { file: PathBuf },
+
+    #[error(
         "{}: the brief is {size} bytes; briefs are limited to {limit} bytes (1 MiB)",
         shown_path(file)
     )]

@@ -304,7 +304,7 @@ mod tests {
     use super::*;
     use crate::agent::{AgentOptions, AgentRecord};
     use crate::brief::Brief;
-    use crate::config::{Config, ForgeConfig};
+    use crate::config::{Config, ConfigFile, FileRole, ForgeConfig};
 
     fn main_commit(path: &Path) -> git2::Oid {
         Repository::open(path)
@@ -379,7 +379,9 @@ mod tests {
         let setup = prepare(root.path()).unwrap();
         let file = setup.repo.join(REPOSITORY_FILE);
         let text = std::fs::read_to_string(&file).unwrap();
-        let config = Config::from_layers(&[(file, text)]).unwrap();
+        let config =
+            Config::from_files(&[ConfigFile::new(file, text, FileRole::TrustedRepository)])
+                .unwrap();
         assert_eq!(
             config.forge,
             ForgeConfig::Local {

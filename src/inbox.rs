@@ -12,6 +12,11 @@ use crate::brief::{Brief, BriefError};
 pub enum InboxError {
     #[error("cannot list the inbox directory {}: {error}", dir.display())]
     ReadDirectory { dir: PathBuf, error: io::Error },
+    #[error(
+        "{}: not read: the inbox is the repository's and must not be a link (a link could point at any directory of yours)",
+        link.display()
+    )]
+    Link { link: PathBuf },
 }
 
 /// Result of loading the inbox.
@@ -37,8 +42,20 @@ impl Inbox {
     }
 
     /// Reads every `*.toml` directly inside `dir` (not in subdirectories), ordered by the bytes of
-    /// the file name. A directory that does not exist is an empty inbox.
+    /// the file name. A directory that does not exist is an empty inbox. The inbox is the
+    /// repository's, so links are not followed: `dir` or its parent (`.stet`) being a link is an
+    /// error, and a brief that is a link is an invalid entry, unread (its errors would quote
+    /// whatever file of the user's it points at).
     pub fn load(dir: &Path) -> Result<Self> {
+        for link in [Some(dir), dir.parent()].into_iter().flatten() {
+            let is_link = std::fs::symlink_metadata(link)
+                .is_ok_and(|metadata| metadata.file_type().is_symlink());
+            if is_link {
+                return Err(InboxError::Link {
+                    link: link.to_owned(),
+                });
+            }
+        }
         let read_directory_error = |error| InboxError::ReadDirectory {
             dir: dir.to_owned(),
             error,
@@ -68,9 +85,17 @@ impl Inbox {
         });
         let entries = paths
             .into_iter()
-            .map(|path| InboxEntry {
-                brief: Brief::from_file(&path),
-                path,
+            .map(|path| {
+                let is_link = std::fs::symlink_metadata(&path)
+                    .is_ok_and(|metadata| metadata.file_type().is_symlink());
+                InboxEntry {
+                    brief: if is_link {
+                        Err(BriefError::Link { file: path.clone() })
+                    } else {
+                        Brief::from_file(&path)
+                    },
+                    path,
+                }
             })
             .collect();
         Ok(Self { entries })
@@ -93,6 +118,36 @@ mod tests {
             Inbox::default_dir(Path::new("/repo")),
             PathBuf::from("/repo/.stet/briefs")
         );
+    }
+
+    #[test]
+    fn a_linked_brief_or_inbox_is_never_read() {
+        let root = tempfile::tempdir().unwrap();
+        let secret = format!("canary{}", uuid::Uuid::new_v4().simple());
+        let host_file = root.path().join("host.toml");
+        std::fs::write(&host_file, format!("items = \"{secret}\"\n")).unwrap();
+        let inbox = root.path().join("repo/.stet/briefs");
+        std::fs::create_dir_all(&inbox).unwrap();
+        std::os::unix::fs::symlink(&host_file, inbox.join("leak.toml")).unwrap();
+        let loaded = Inbox::load(&inbox).unwrap();
+        let error = loaded.entries()[0].brief.as_ref().unwrap_err();
+        assert!(matches!(error, BriefError::Link { .. }), "{error}");
+        assert!(!error.to_string().contains(&secret), "{error}");
+
+        let linked = root.path().join("linked/.stet");
+        std::fs::create_dir_all(&linked).unwrap();
+        std::os::unix::fs::symlink(root.path(), linked.join("briefs")).unwrap();
+        assert!(matches!(
+            Inbox::load(&linked.join("briefs")),
+            Err(InboxError::Link { .. })
+        ));
+        let dot_stet = root.path().join("other");
+        std::fs::create_dir_all(&dot_stet).unwrap();
+        std::os::unix::fs::symlink(root.path().join("repo/.stet"), dot_stet.join(".stet")).unwrap();
+        assert!(matches!(
+            Inbox::load(&dot_stet.join(".stet/briefs")),
+            Err(InboxError::Link { .. })
+        ));
     }
 
     #[test]

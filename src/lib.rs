@@ -14,6 +14,7 @@ pub mod gateway;
 pub mod git;
 pub mod harness;
 pub mod headless;
+pub mod host_file;
 pub mod image;
 pub mod inbox;
 pub mod logging;

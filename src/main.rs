@@ -244,6 +244,33 @@ enum Command {
         number: Option<u64>,
     },
 
+    /// Let a repository's stet.toml set machine settings, until its content changes.
+    #[command(
+        long_about = "Let a repository's stet.toml set machine settings, until its content changes.\n\n\
+            A repository's own stet.toml is untrusted: it may only tighten project settings (add protected \
+            paths; lower limits, timeouts and ceilings; keep the network off). Machine settings - anything \
+            naming a command, an environment variable, a URL, a path outside the repository, an image, a \
+            credential provider, the network, a model, a price table or a scenario - come from your own \
+            configuration ($XDG_CONFIG_HOME/stet/config.toml), the environment or flags. `stet trust` records \
+            the file's path and the SHA-256 of its content in $XDG_STATE_HOME/stet/trust/trusted.json; from \
+            then on that file, at that path, may set what your own configuration may (its protected paths \
+            still only add), until one byte of it changes. A copy of it elsewhere is not trusted. It prints \
+            what the trust allows.",
+        after_help = "Examples:\n  stet trust\n  stet trust ~/src/app\n  stet trust --list\n  stet trust --revoke"
+    )]
+    Trust {
+        /// The repository (its directory or its stet.toml); default: the repository of the current
+        /// directory.
+        #[arg(value_name = "PATH")]
+        path: Option<PathBuf>,
+        /// Take the trust back: the file may only tighten project settings again.
+        #[arg(long, conflicts_with = "list")]
+        revoke: bool,
+        /// List the trusted files, and whether each still holds the content that was trusted.
+        #[arg(long, conflicts_with = "path")]
+        list: bool,
+    },
+
     /// Check that this machine can run stet's sandboxes, and say what to fix.
     #[command(
         long_about = "Check that this machine can run stet's sandboxes, and say what to fix.\n\n\
@@ -385,6 +412,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }) => block_on(image_build_local(binary)),
         Some(Command::Sweep) => block_on(sweep()),
         Some(Command::Doctor) => block_on(doctor()),
+        Some(Command::Trust { path, revoke, list }) => trust(path, revoke, list),
         Some(Command::Reviews { number }) => reviews(number),
         Some(Command::Transcript {
             path,
@@ -533,7 +561,8 @@ async fn headless(args: DispatchArgs, push: bool) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_USAGE));
     }
     let root = repository_root("run stet --headless")?;
-    let config = stet::config::Config::load(Some(&root))?;
+    let config = load_config(&root)?;
+    eprintln!("stet: configuration: {}", config.repository_file);
     let briefs = select_briefs(&root, &args)?;
     let options = engine_options(root, config, &args)?;
     let delivery = if push { Delivery::Push } else { Delivery::Keep };
@@ -556,6 +585,13 @@ fn repository_root(what: &str) -> anyhow::Result<PathBuf> {
         .workdir()
         .unwrap_or_else(|| repository.path())
         .to_owned())
+}
+
+/// The configuration for the repository at `root`: the user's, the repository's `stet.toml` (trusted
+/// when the user's trust record holds its path and content) and the environment.
+fn load_config(root: &std::path::Path) -> anyhow::Result<stet::config::Config> {
+    let trust = stet::config::trust::TrustStore::in_state_dir(&stet::state_dir::locate()?);
+    Ok(stet::config::Config::load(Some(root), &trust)?)
 }
 
 /// The engine for the repository at `root` as its configuration and the flags describe it: the
@@ -604,7 +640,7 @@ async fn theater(args: DispatchArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_USAGE));
     }
     let root = repository_root("run stet")?;
-    let config = stet::config::Config::load(Some(&root))?;
+    let config = load_config(&root)?;
     let inbox = stet::inbox::Inbox::load(&stet::inbox::Inbox::default_dir(&root))?;
     let options = engine_options(root, config, &args)?;
     Ok(open_theater(options, &inbox).await?.code)
@@ -638,6 +674,7 @@ async fn open_theater(
         runs: options.state_dir.join(stet::dispatch::record::RUNS_DIR),
         inbox: stet::inbox::Inbox::default_dir(&options.repository),
     };
+    let configuration = stet::ui::app::Configuration::of(&options.config.repository_file);
     let interrupts = Interrupts::install()?;
     let sanitizer = SanitizerHandle::new(TokenSanitizer::new()?);
     let _log_guard = install_logging(&sanitizer);
@@ -663,6 +700,7 @@ async fn open_theater(
     let mut app = stet::ui::app::App::new(inbox.entries(), chrono::Utc::now());
     app.set_theme(stet::ui::theme::Theme::from_env());
     app.set_cost_ceiling(ceiling);
+    app.set_configuration(configuration);
     let mut session = TerminalSession::enter()?;
     let input = terminal_input()?;
     let exit = stet::ui::event_loop::run(
@@ -953,11 +991,18 @@ async fn demo(
     // The scratch forge was made anew: pull requests of an earlier demo refer to branches it no
     // longer holds.
     stet::forge::local::LocalForge::new(setup.remote.clone(), &state_dir).close_open_reviews()?;
-    let config_file = setup.repo.join(stet::config::REPOSITORY_FILE);
-    let config_text = std::fs::read_to_string(&config_file)
-        .with_context(|| format!("reading {}", config_file.display()))?;
     // Only the demo's own configuration: nothing the user configured changes what the demo does.
-    let mut config = stet::config::Config::from_layers(&[(config_file, config_text)])?;
+    // stet wrote that file itself, so it is trusted: `stet` run in the scratch repository reads it
+    // as the demo does, until its content changes.
+    let written = stet::config::repository::read(&setup.repo)?
+        .context("the demo's scratch repository has no stet.toml")?;
+    stet::config::trust::TrustStore::in_state_dir(&state_dir)
+        .trust(&written.path, &written.hash)?;
+    let mut config = stet::config::Config::from_files(&[stet::config::ConfigFile::new(
+        written.path,
+        written.text,
+        stet::config::FileRole::TrustedRepository,
+    )])?;
     // The demo's own deterministic model on loopback, behind the real gateway: the agent's asks go
     // through the relay and the gateway meters them, with no account anywhere.
     let model = stet::scripted_model::ScriptedModel::serve(std::net::SocketAddr::from((
@@ -1328,6 +1373,82 @@ fn printable(text: &str) -> String {
             }
         })
         .collect()
+}
+
+/// `stet trust`: trusts, revokes or lists repository configuration files.
+fn trust(path: Option<PathBuf>, revoke: bool, list: bool) -> anyhow::Result<ExitCode> {
+    use stet::config::{Config, REPOSITORY_FILE, repository};
+    let store = stet::config::trust::TrustStore::in_state_dir(&stet::state_dir::locate()?);
+    let mut out = std::io::stdout().lock();
+    if list {
+        let entries = store.entries()?;
+        if entries.is_empty() {
+            writeln!(
+                out,
+                "no trusted files (the record is {})",
+                store.file().display()
+            )?;
+        }
+        for entry in entries {
+            let now = match entry.path.parent().map(repository::read) {
+                Some(Ok(Some(found))) if entry.covers(&found.path, &found.hash) => "trusted",
+                Some(Ok(Some(_))) => "changed since: not trusted",
+                Some(Ok(None)) => "gone",
+                None | Some(Err(_)) => "unreadable: not trusted",
+            };
+            writeln!(
+                out,
+                "{}  sha256 {}  since {}  ({now})",
+                entry.path.display(),
+                entry.sha256.chars().take(12).collect::<String>(),
+                entry.trusted_at.format("%Y-%m-%d %H:%M"),
+            )?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let root = match path {
+        Some(named) => repository::root_of(&named)?,
+        None => repository_root("run stet trust")?,
+    };
+    if revoke {
+        let file = repository::file_path(&root)?;
+        if store.revoke(&file)? {
+            writeln!(
+                out,
+                "no longer trusted: {}: it may only tighten project settings again",
+                file.display()
+            )?;
+        } else {
+            writeln!(out, "{} was not trusted", file.display())?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let found = repository::read(&root)?
+        .with_context(|| format!("{} has no {REPOSITORY_FILE} to trust", root.display()))?;
+    let allowed = Config::refused_untrusted(&found)?;
+    store.trust(&found.path, &found.hash)?;
+    writeln!(
+        out,
+        "trusted {} (sha256 {})",
+        found.path.display(),
+        found.hash
+    )?;
+    if allowed.is_empty() {
+        writeln!(
+            out,
+            "it sets nothing a repository's file may not set anyway"
+        )?;
+    } else {
+        writeln!(out, "it may now set:")?;
+        for refusal in &allowed {
+            writeln!(out, "  line {}: {}", refusal.line, refusal.field)?;
+        }
+    }
+    writeln!(
+        out,
+        "until its content changes; `stet trust --revoke` takes the trust back"
+    )?;
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn doctor() -> anyhow::Result<ExitCode> {

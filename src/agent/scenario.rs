@@ -70,6 +70,12 @@ const ACTIONS: &[&str] = &[
     "finish",
 ];
 
+/// Whether `key` is one of the scenario format's own keys (a top-level key or an action), which an
+/// error may name without quoting the file.
+pub fn is_format_key(key: &str) -> bool {
+    ACTIONS.contains(&key) || matches!(key, "model" | "step" | "pause")
+}
+
 /// A checked scenario.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
@@ -175,7 +181,7 @@ pub fn parse_scenario(source: &Path, text: &str) -> Result<Scenario> {
     }
     let table: Table = toml::from_str(text).map_err(|error| AgentError::ScenarioSyntax {
         file: source.to_owned(),
-        message: error.to_string().trim_end().to_owned(),
+        message: crate::host_file::toml_problem(text, &error, "not a scenario"),
     })?;
     let top = |field: &str, problem: String| AgentError::ScenarioField {
         file: source.to_owned(),

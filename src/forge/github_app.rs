@@ -98,8 +98,12 @@ impl GitHubAppCredentialProvider {
             std::fs::read(&settings.private_key)
                 .map_err(|err| refused(format!("private key {path}: {err}")))?,
         );
-        let key = jsonwebtoken::EncodingKey::from_rsa_pem(&pem)
-            .map_err(|err| refused(format!("private key {path} is not an RSA PEM key: {err}")))?;
+        // The parser's own message may quote the file (a PEM label, a byte of it): it is not shown.
+        let key = jsonwebtoken::EncodingKey::from_rsa_pem(&pem).map_err(|_| {
+            refused(format!(
+                "private key {path} is not an RSA private key in PEM format"
+            ))
+        })?;
         let client = build_client(
             &settings.api_url,
             ClientAuth::App {
@@ -302,6 +306,31 @@ impl CredentialProvider for FallbackCredentialProvider {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    #[tokio::test]
+    async fn a_private_key_that_is_some_other_file_is_named_and_never_quoted() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = format!("canary{}", uuid::Uuid::new_v4().simple());
+        for text in [
+            format!("-----BEGIN {secret}-----\nAAAA\n-----END OTHER-----\n"),
+            format!("-----BEGIN RSA PRIVATE KEY-----\n{secret}!\n-----END RSA PRIVATE KEY-----\n"),
+            format!("db.example.invalid:5432:app:admin:{secret}\n"),
+        ] {
+            let key = dir.path().join("pgpass");
+            std::fs::write(&key, &text).unwrap();
+            let error = GitHubAppCredentialProvider::new(GitHubAppSettings {
+                api_url: "https://api.github.com".to_owned(),
+                app_id: 1,
+                installation_id: 2,
+                private_key: key.clone(),
+            })
+            .err()
+            .unwrap()
+            .to_string();
+            assert!(error.contains(&key.display().to_string()), "{error}");
+            assert!(!error.contains(&secret), "{text:?}: {error}");
+        }
+    }
 
     #[test]
     fn a_token_is_asked_for_the_repository_name_only() {

@@ -395,7 +395,12 @@ mod tests {
     use std::path::PathBuf;
 
     fn config(text: &str) -> Config {
-        Config::from_layers(&[(PathBuf::from("/r/stet.toml"), text.to_owned())]).unwrap()
+        Config::from_files(&[crate::config::ConfigFile::new(
+            PathBuf::from("/home/u/.config/stet/config.toml"),
+            text,
+            crate::config::FileRole::User,
+        )])
+        .unwrap()
     }
 
     #[tokio::test]

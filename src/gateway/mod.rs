@@ -50,11 +50,11 @@ pub enum GatewayError {
     },
     #[error("price table {source_name}: {detail}")]
     PriceSyntax { source_name: String, detail: String },
-    #[error("price table {source_name}: model {model:?}, field `{field}`: {detail}")]
+    #[error("price table {source_name}: line {line}: field `{field}` {detail}")]
     PriceEntry {
         source_name: String,
-        model: String,
-        field: String,
-        detail: String,
+        line: usize,
+        field: &'static str,
+        detail: &'static str,
     },
 }

@@ -8,6 +8,9 @@
 
 use std::collections::HashMap;
 
+use serde::Deserialize;
+use toml::Spanned;
+
 use super::GatewayError;
 
 /// The built-in table, embedded at build time.
@@ -61,30 +64,49 @@ impl PriceTable {
 
     /// Parses a price file: `[models."<name>"]` tables with `input`, `output` and optional
     /// `cached_input` (defaulting to `input`), each a non-negative number of dollars per million tokens.
-    /// Errors name `source_name`, and the model and field at fault.
+    /// Errors name `source_name` and the line and field at fault, and quote nothing of the file: it
+    /// is a path configuration names, which could be any file of the user's.
     pub fn from_toml(text: &str, source_name: &str) -> Result<PriceTable, GatewayError> {
-        let syntax = |detail: String| GatewayError::PriceSyntax {
+        let file: PriceFile = toml::from_str(text).map_err(|err| GatewayError::PriceSyntax {
             source_name: source_name.to_owned(),
-            detail,
-        };
-        let root: toml::Table =
-            toml::from_str(text).map_err(|err| syntax(err.message().to_owned()))?;
+            detail: crate::host_file::toml_problem(
+                text,
+                &err,
+                "not a price table ([models.\"<name>\"] tables of input, output and cached_input, numbers of dollars per million tokens)",
+            ),
+        })?;
         let mut models = HashMap::new();
-        for (key, value) in &root {
-            if key != "models" {
-                return Err(syntax(format!(
-                    "unknown top-level key {key:?} (expected [models.\"<name>\"])"
-                )));
-            }
-            let Some(table) = value.as_table() else {
-                return Err(syntax(
-                    "`models` must be a table of [models.\"<name>\"] tables".to_owned(),
-                ));
+        for (model, entry) in file.models {
+            let fail = |span: std::ops::Range<usize>, field, detail| GatewayError::PriceEntry {
+                source_name: source_name.to_owned(),
+                line: crate::host_file::line_and_column(text, span.start).0,
+                field,
+                detail,
             };
-            for (model, entry) in table {
-                let price = parse_entry(model, entry, source_name)?;
-                models.insert(model.clone(), price);
-            }
+            let entry_span = entry.span();
+            let entry = entry.into_inner();
+            let number = |value: Option<Spanned<f64>>, field| match value {
+                None => Ok(None),
+                Some(value) if !value.get_ref().is_finite() || *value.get_ref() < 0.0 => Err(fail(
+                    value.span(),
+                    field,
+                    "must be a finite, non-negative number of dollars per million tokens",
+                )),
+                Some(value) => Ok(Some(value.into_inner())),
+            };
+            let input = number(entry.input, "input")?
+                .ok_or_else(|| fail(entry_span.clone(), "input", "is missing"))?;
+            let output = number(entry.output, "output")?
+                .ok_or_else(|| fail(entry_span.clone(), "output", "is missing"))?;
+            let cached_input = number(entry.cached_input, "cached_input")?.unwrap_or(input);
+            models.insert(
+                model,
+                ModelPrice {
+                    input,
+                    output,
+                    cached_input,
+                },
+            );
         }
         Ok(PriceTable { models })
     }
@@ -121,65 +143,21 @@ impl PriceTable {
     }
 }
 
-fn parse_entry(
-    model: &str,
-    entry: &toml::Value,
-    source_name: &str,
-) -> Result<ModelPrice, GatewayError> {
-    let fail = |field: &str, detail: String| GatewayError::PriceEntry {
-        source_name: source_name.to_owned(),
-        model: model.to_owned(),
-        field: field.to_owned(),
-        detail,
-    };
-    let Some(table) = entry.as_table() else {
-        return Err(fail(
-            "(entry)",
-            "must be a table with input, output and cached_input".to_owned(),
-        ));
-    };
-    if let Some(unknown) = table
-        .keys()
-        .find(|key| !matches!(key.as_str(), "input" | "output" | "cached_input"))
-    {
-        return Err(fail(
-            unknown,
-            "unknown field (expected input, output, cached_input)".to_owned(),
-        ));
-    }
-    let number = |field: &str| -> Result<Option<f64>, GatewayError> {
-        let Some(value) = table.get(field) else {
-            return Ok(None);
-        };
-        let dollars = match value {
-            toml::Value::Float(f) => *f,
-            toml::Value::Integer(i) => *i as f64,
-            other => {
-                return Err(fail(
-                    field,
-                    format!(
-                        "must be a number of dollars per million tokens, not a {}",
-                        other.type_str()
-                    ),
-                ));
-            }
-        };
-        if !dollars.is_finite() || dollars < 0.0 {
-            return Err(fail(
-                field,
-                format!("must be a finite, non-negative number, not {dollars}"),
-            ));
-        }
-        Ok(Some(dollars))
-    };
-    let input = number("input")?.ok_or_else(|| fail("input", "missing".to_owned()))?;
-    let output = number("output")?.ok_or_else(|| fail("output", "missing".to_owned()))?;
-    let cached_input = number("cached_input")?.unwrap_or(input);
-    Ok(ModelPrice {
-        input,
-        output,
-        cached_input,
-    })
+/// A price file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PriceFile {
+    #[serde(default)]
+    models: HashMap<String, Spanned<PriceEntry>>,
+}
+
+/// One model's prices as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PriceEntry {
+    input: Option<Spanned<f64>>,
+    output: Option<Spanned<f64>>,
+    cached_input: Option<Spanned<f64>>,
 }
 
 #[cfg(test)]
@@ -264,33 +242,63 @@ mod tests {
     }
 
     #[test]
-    fn parse_errors_name_the_source_the_model_and_the_field() {
+    fn parse_errors_name_the_source_the_line_and_the_field() {
         let cases = [
-            ("[models.\"m1\"]\ninput = 1\n", "output"),
-            ("[models.\"m1\"]\ninput = \"cheap\"\noutput = 1\n", "input"),
-            ("[models.\"m1\"]\ninput = 1\noutput = -2\n", "output"),
+            (
+                "[models.\"m1\"]\ninput = 1\n",
+                "line 1: field `output` is missing",
+            ),
+            (
+                "[models.\"m1\"]\ninput = 1\noutput = -2\n",
+                "line 3: field `output` must be",
+            ),
             (
                 "[models.\"m1\"]\ninput = 1\noutput = 2\ncached_input = nan\n",
-                "cached_input",
+                "line 4: field `cached_input` must be",
+            ),
+            (
+                "[models.\"m1\"]\ninput = \"cheap\"\noutput = 1\n",
+                "line 2, column 9: not a price table",
             ),
             (
                 "[models.\"m1\"]\ninput = 1\noutput = 2\ncahced_input = 1\n",
-                "cahced_input",
+                "line 4, column 1: not a price table",
+            ),
+            ("[models\ninput = 1", "line 1, column 8: not valid TOML"),
+            (
+                "[prices.\"m\"]\ninput = 1\n",
+                "line 1, column 2: not a price table",
             ),
         ];
-        for (text, field) in cases {
-            let err = PriceTable::from_toml(text, "my-prices.toml").unwrap_err();
+        for (text, wanted) in cases {
+            let err = PriceTable::from_toml(text, "mine.toml").unwrap_err();
             let message = err.to_string();
-            assert!(message.contains("my-prices.toml"), "{message}");
-            assert!(message.contains("\"m1\""), "{message}");
-            assert!(message.contains(&format!("`{field}`")), "{message}");
+            assert!(message.starts_with("price table mine.toml: "), "{message}");
+            assert!(message.contains(wanted), "{text:?}: {message}");
+            for quoted in ["m1", "cheap", "cahced", "prices"] {
+                assert!(!message.contains(quoted), "{text:?}: {message}");
+            }
         }
-        let err = PriceTable::from_toml("[models\ninput = 1", "broken.toml").unwrap_err();
-        assert!(err.to_string().contains("broken.toml"), "{err}");
-        let err = PriceTable::from_toml("[prices.\"m\"]\ninput = 1\n", "other.toml").unwrap_err();
-        assert!(
-            err.to_string().contains("other.toml") && err.to_string().contains("prices"),
-            "{err}"
-        );
+    }
+
+    #[test]
+    fn a_price_table_that_is_some_other_file_of_the_users_is_never_quoted() {
+        let secret = format!("canary{}", uuid::Uuid::new_v4().simple());
+        for text in [
+            format!("db.example.invalid:5432:app:admin:{secret}\n"),
+            format!("AWS_SECRET_ACCESS_KEY = \"{secret}\"\n"),
+            format!("[models.\"{secret}\"]\ninput = 1\n"),
+            format!("[models.m]\ninput = \"{secret}\"\noutput = 1\n"),
+        ] {
+            let message = PriceTable::from_toml(&text, "/home/u/.pgpass")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                message.starts_with("price table /home/u/.pgpass: line "),
+                "{message}"
+            );
+            assert!(!message.contains(&secret), "{text:?}: {message}");
+            assert!(!message.contains("AWS_SECRET"), "{text:?}: {message}");
+        }
     }
 }

@@ -74,6 +74,8 @@ pub enum ScriptError {
     TooLarge { file: PathBuf, limit: usize },
     #[error("{}: the scenario is not UTF-8 text", file.display())]
     NotUtf8 { file: PathBuf },
+    #[error("{}: not a scenario: {problem}", file.display())]
+    NotAScenario { file: PathBuf, problem: String },
     #[error(transparent)]
     Scenario(#[from] AgentError),
     #[error("the pace {pace} is not a number from 0 to {MAX_PACE}")]
@@ -121,10 +123,44 @@ impl ScriptHarness {
                     text.to_owned(),
                 )
             }
-            ScenarioSource::File(file) => (file.clone(), read_scenario(file)?),
+            ScenarioSource::File(file) => {
+                let text = read_scenario(file)?;
+                parse_scenario(file, &text).map_err(|error| ScriptError::NotAScenario {
+                    file: file.clone(),
+                    problem: without_content(&error),
+                })?;
+                return Ok(text);
+            }
         };
         parse_scenario(&name, &text)?;
         Ok(text)
+    }
+}
+
+/// What is wrong with a scenario file of the user's, quoting none of it (it may be any file:
+/// configuration names it): a syntax error is already placed in the parser's words, and a field is
+/// named only when it is one of the format's own keys.
+fn without_content(error: &AgentError) -> String {
+    let key = |field: &str| {
+        if crate::agent::scenario::is_format_key(field) {
+            format!("field `{field}`")
+        } else {
+            "a field".to_owned()
+        }
+    };
+    match error {
+        AgentError::ScenarioSyntax { message, .. } => message.clone(),
+        AgentError::ScenarioTooLarge { size, limit, .. } => {
+            format!("it is {size} bytes, more than {limit}")
+        }
+        AgentError::ScenarioField { field, .. } => format!(
+            "{} is not as a scenario needs it (a `model` and `[[step]]` tables)",
+            key(field)
+        ),
+        AgentError::StepField { step, field, .. } => {
+            format!("step {step}: {} is not as a step needs it", key(field))
+        }
+        _ => "it cannot be read as a scenario".to_owned(),
     }
 }
 
@@ -595,10 +631,62 @@ mod tests {
         std::fs::write(&file, "model = \"m\"\n[[step]]\nsing = true\n").unwrap();
         let message = harness.plan(&launch).unwrap_err().to_string();
         assert!(
-            message.contains("mine.toml: step 1: field `sing`"),
+            message
+                .contains("mine.toml: not a scenario: step 1: a field is not as a step needs it"),
             "{message}"
         );
+        assert!(
+            !message.contains("sing"),
+            "a key of the file is not quoted: {message}"
+        );
         assert!(message.contains("script harness"), "{message}");
+        std::fs::write(&file, "model = \"m\"\n[[step]]\nfinish = 5\n").unwrap();
+        let message = harness.plan(&launch).unwrap_err().to_string();
+        assert!(
+            message.contains("step 1: field `finish` is not as a step needs it"),
+            "the format's own keys are named: {message}"
+        );
+    }
+
+    #[test]
+    fn a_scenario_file_that_is_some_other_file_of_the_users_is_never_quoted() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = format!("canary{}", uuid::Uuid::new_v4().simple());
+        let brief = brief("anything", "A title");
+        let launch = HarnessLaunch {
+            dispatch: DispatchId::new(),
+            brief: &brief,
+            instructions: "# Task\n",
+            model: None,
+        };
+        for text in [
+            format!("db.example.invalid:5432:app:admin:{secret}\n"),
+            format!("TOKEN = \"{secret}\"\n"),
+            format!("{secret} = 1\n"),
+            format!("model = \"m\"\n[[step]]\nsay = \"hi\"\n{secret} = true\n"),
+            format!("model = \"m\"\n[[step]]\npause = \"{secret}\"\nsay = \"hi\"\n"),
+            format!("model = {secret}\n"),
+        ] {
+            let file = dir.path().join("pgpass");
+            std::fs::write(&file, &text).unwrap();
+            let harness = ScriptHarness::new(ScenarioSource::File(file), 0.0);
+            let message = harness.plan(&launch).unwrap_err().to_string();
+            assert!(message.contains("pgpass: not a scenario: "), "{message}");
+            assert!(!message.contains(&secret), "{text:?}: {message}");
+            assert!(!message.contains("admin"), "{text:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn a_scenario_that_cannot_be_read_or_played_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let brief = brief("anything", "A title");
+        let launch = HarnessLaunch {
+            dispatch: DispatchId::new(),
+            brief: &brief,
+            instructions: "# Task\n",
+            model: None,
+        };
 
         let missing = dir.path().join("missing.toml");
         let harness = ScriptHarness::new(ScenarioSource::File(missing), 0.0);

@@ -81,6 +81,7 @@ fn error_line(error: &BriefError) -> Option<usize> {
         | BriefError::Branch { line, .. } => Some(*line),
         BriefError::Read { .. }
         | BriefError::NotAFile { .. }
+        | BriefError::Link { .. }
         | BriefError::TooLarge { .. }
         | BriefError::InvalidId { .. } => None,
     }
@@ -232,6 +233,25 @@ pub enum Confirm {
     Quit,
 }
 
+/// The repository configuration file in effect, as the status line names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Configuration {
+    /// A few words: the file and whether it is trusted.
+    pub text: String,
+    /// A trusted file may have set machine settings, which the status line marks.
+    pub trusted: bool,
+}
+
+impl Configuration {
+    /// What the status line says of `file`; `None` when no repository file is in effect.
+    pub fn of(file: &crate::config::RepositoryFile) -> Option<Configuration> {
+        file.status().map(|text| Configuration {
+            text,
+            trusted: matches!(file, crate::config::RepositoryFile::Trusted { .. }),
+        })
+    }
+}
+
 /// The theater's whole state.
 #[derive(Debug, Clone)]
 pub struct App {
@@ -252,6 +272,8 @@ pub struct App {
     theme: Theme,
     /// The per-dispatch cost ceiling in dollars, when configured.
     cost_ceiling: Option<f64>,
+    /// Which repository configuration file is in effect and whether it is trusted.
+    configuration: Option<Configuration>,
     focus: Focus,
     scroll: TranscriptScroll,
     help: bool,
@@ -298,6 +320,7 @@ impl App {
             transcript_capacity: capacity,
             theme: Theme::default(),
             cost_ceiling: None,
+            configuration: None,
             focus: Focus::default(),
             scroll: TranscriptScroll::default(),
             help: false,
@@ -469,6 +492,16 @@ impl App {
 
     pub fn cost_ceiling(&self) -> Option<f64> {
         self.cost_ceiling
+    }
+
+    /// Says which repository configuration file is in effect (`None`: none is).
+    pub fn set_configuration(&mut self, configuration: Option<Configuration>) {
+        self.configuration = configuration;
+        self.changed = true;
+    }
+
+    pub fn configuration(&self) -> Option<&Configuration> {
+        self.configuration.as_ref()
     }
 
     pub fn focus(&self) -> Focus {

@@ -247,7 +247,24 @@ fn render_status(frame: &mut Frame, area: Rect, app: &App) {
         spans.push(Span::raw(" · "));
         spans.push(Span::raw(text::inert(status)));
     }
-    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+    let Some(configuration) = app.configuration() else {
+        frame.render_widget(Paragraph::new(Line::from(spans)), area);
+        return;
+    };
+    let note = text::inert(&configuration.text);
+    let width = u16::try_from(note.chars().count() + 1).unwrap_or(u16::MAX);
+    let [left, right] =
+        Layout::horizontal([Constraint::Min(0), Constraint::Length(width)]).areas(area);
+    frame.render_widget(Paragraph::new(Line::from(spans)), left);
+    let style = if configuration.trusted {
+        theme.warning()
+    } else {
+        theme.muted()
+    };
+    frame.render_widget(
+        Paragraph::new(Line::styled(note, style)).alignment(ratatui::layout::Alignment::Right),
+        right,
+    );
 }
 
 /// The keys active right now, from the keymap; the search prompt while it is open.

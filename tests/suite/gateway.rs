@@ -40,16 +40,13 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 impl Project {
-    /// Points the project's `[model]` at `upstream`, the key in [`KEY_ENV`]; `extra` lines go into
-    /// the `[model]` table too.
+    /// Points the user's `[model]` at `upstream`, the key in [`KEY_ENV`] (machine settings: the
+    /// user's own configuration names them); `extra` lines go into the `[model]` table too.
     fn use_model(&self, upstream: &ScriptedModel, extra: &str) {
-        let config = self.repo.join("stet.toml");
-        let mut text = std::fs::read_to_string(&config).unwrap();
-        text.push_str(&format!(
+        self.home.add_user_config(&format!(
             "\n[model]\nbase_url = \"{}\"\napi_key_env = \"{KEY_ENV}\"\n{extra}",
             upstream.base_url()
         ));
-        std::fs::write(config, text).unwrap();
     }
 }
 

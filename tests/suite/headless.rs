@@ -70,8 +70,22 @@ impl Home {
         self.path().join("state").join("stet")
     }
 
+    /// `$XDG_CONFIG_HOME/stet/config.toml`, the user's own configuration.
+    pub(super) fn user_config(&self) -> PathBuf {
+        self.path().join("config").join("stet").join("config.toml")
+    }
+
+    /// Appends `text` to the user's own configuration.
+    pub(super) fn add_user_config(&self, text: &str) {
+        let file = self.user_config();
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        let mut config = std::fs::read_to_string(&file).unwrap_or_default();
+        config.push_str(text);
+        std::fs::write(file, config).unwrap();
+    }
+
     /// The stet binary with this home's XDG directories and none of the caller's `STET_*` settings.
-    fn stet(&self) -> Command {
+    pub(super) fn stet(&self) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_stet"));
         command
             .env("XDG_STATE_HOME", self.path().join("state"))
@@ -98,8 +112,9 @@ impl Home {
     }
 }
 
-/// A small repository with one brief, a bare remote holding `main`, and a `stet.toml` selecting the
-/// local forge and the scripted agent playing [`Project::scenario`].
+/// A small repository with one brief, a bare remote holding `main`, a user configuration selecting
+/// the local forge and the scripted agent playing [`Project::scenario`], and a `stet.toml` of the
+/// repository's own with a project setting (no pauses).
 pub(super) struct Project {
     pub(super) home: Home,
     pub(super) repo: PathBuf,
@@ -135,15 +150,14 @@ impl Project {
             "title = \"Tidy the notes\"\nworkflow = \"implement\"\n\n[target]\nrepo = \"test/notes\"\nbase = \"main\"\n\n[[items]]\ntext = \"Tidy up the notes and say what changed.\"\n",
         )
         .unwrap();
-        std::fs::write(
-            repo.join("stet.toml"),
-            format!(
-                "[forge]\nkind = \"local\"\n\n[forge.local]\nremote = {}\n\n[harness]\nkind = \"script\"\n\n[harness.script]\nscenario = {}\npace = 0\n",
-                toml_string(&remote),
-                toml_string(&scenario_file)
-            ),
-        )
-        .unwrap();
+        // Where results go and which agent plays what are the user's to say (machine settings):
+        // the repository's own file holds only a project setting.
+        home.add_user_config(&format!(
+            "[forge]\nkind = \"local\"\n\n[forge.local]\nremote = {}\n\n[harness]\nkind = \"script\"\n\n[harness.script]\nscenario = {}\n",
+            toml_string(&remote),
+            toml_string(&scenario_file)
+        ));
+        std::fs::write(repo.join("stet.toml"), "[harness.script]\npace = 0\n").unwrap();
         git(&repo, &["add", "--all"]);
         git(&repo, &["commit", "--quiet", "-m", "The notes project"]);
         git(
@@ -175,7 +189,7 @@ impl Project {
     }
 }
 
-fn toml_string(path: &Path) -> String {
+pub(super) fn toml_string(path: &Path) -> String {
     toml::Value::String(path.to_str().unwrap().to_owned()).to_string()
 }
 

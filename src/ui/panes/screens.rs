@@ -8,12 +8,14 @@ use chrono::TimeDelta;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
+use crate::config::RepositoryFile;
+use crate::config::trust::ContentHash;
 use crate::dispatch::event::{EventKind, ItemKind, TeardownStepReport};
 use crate::dispatch::state::Phase;
 use crate::git::import::ChangeKind;
 use crate::inbox::InboxEntry;
 use crate::ui::app::tests::{Script, brief_entry, broken_entry, dispatch_selected, t0};
-use crate::ui::app::{App, Msg};
+use crate::ui::app::{App, Configuration, Msg};
 use crate::ui::panes::assert_screen;
 use crate::ui::theme::Theme;
 use crate::ui::view::render;
@@ -80,6 +82,23 @@ fn transcript(script: &Script) -> Vec<crate::dispatch::event::Event> {
 fn empty_inbox() {
     let app = App::new(&[], t0());
     assert_screen!(screen(&app, 100, 20));
+}
+
+#[test]
+fn the_status_line_names_the_repository_file_and_its_trust() {
+    let mut app = App::new(&inbox(), t0());
+    app.set_configuration(Configuration::of(&RepositoryFile::Untrusted(
+        "/src/app/stet.toml".into(),
+    )));
+    assert_screen!(screen(&app, 100, 20));
+    app.set_configuration(Configuration::of(&RepositoryFile::Trusted {
+        path: "/src/app/stet.toml".into(),
+        hash: ContentHash::of(b"[dispatch]\nimage = \"x\"\n"),
+    }));
+    let trusted = screen(&app, 100, 20);
+    let status = trusted.lines().nth(18).unwrap();
+    assert!(status.contains("0 running"), "{status}");
+    assert!(status.contains("stet.toml: trusted (sha256 "), "{status}");
 }
 
 #[test]

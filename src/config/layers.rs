@@ -1,0 +1,449 @@
+//! The merge: every setting is read across the layers (the user's file, the repository's, the
+//! environment, lowest first) by the rule of its class, and each read names the setting and its class
+//! once. A machine setting in a repository file the user has not trusted is refused; a project
+//! setting there may only tighten what lies beneath it. Refusals are gathered, not returned one by
+//! one, so a person sees everything the file would have to give up in one message.
+
+use std::fmt::Display;
+use std::path::PathBuf;
+
+use toml::Spanned;
+
+use super::Sourced;
+use super::file::{FileSettings, Layer};
+
+/// Whose a setting is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Only the user's own configuration, the environment, flags, or a trusted repository file may
+    /// set it.
+    Machine(Reason),
+    /// A repository's own file may set it, by `Rule`.
+    Project(Rule),
+}
+
+/// Why a setting is a machine setting: what it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    Command,
+    EnvironmentVariable,
+    Url,
+    HostPath,
+    Image,
+    CredentialProvider,
+    Forge,
+    Credential,
+    Identity,
+    Network,
+    Agent,
+    Model,
+    PriceTable,
+    Scenario,
+}
+
+impl Reason {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Reason::Command => "it names a command stet runs on your machine",
+            Reason::EnvironmentVariable => {
+                "it names an environment variable of yours whose value stet sends out"
+            }
+            Reason::Url => "it names a host stet sends your credentials to",
+            Reason::HostPath => "it names a path on your machine outside the repository",
+            Reason::Image => "it chooses the image the agent runs in",
+            Reason::CredentialProvider => "it chooses which credential stet mints and from what",
+            Reason::Forge => "it chooses where results are pushed and which token is read",
+            Reason::Credential => "it names which of your credentials stet uses",
+            Reason::Identity => "it is who your pushed commits say wrote them",
+            Reason::Network => "it lets the agent's container reach the network",
+            Reason::Agent => "it chooses the program that works with your model key",
+            Reason::Model => "it chooses the model you are billed for",
+            Reason::PriceTable => {
+                "it names a price table, which decides what counts toward your cost ceiling"
+            }
+            Reason::Scenario => "it names a scenario file to read from your machine",
+        }
+    }
+}
+
+/// How a repository's own file may change a project setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// To any valid value.
+    Free,
+    /// Only to a value no higher than the one beneath it.
+    AtMost,
+    /// Its entries are added to the ones beneath, never replacing them.
+    Adds,
+    /// Only off.
+    StaysOff,
+}
+
+/// What a repository file the user has not trusted was refused.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    /// The repository's file.
+    pub file: PathBuf,
+    pub line: usize,
+    pub field: &'static str,
+    pub why: String,
+}
+
+/// The layers of one configuration, lowest first, and what reading them refused.
+#[derive(Debug)]
+pub(super) struct Layers {
+    layers: Vec<Layer>,
+    refusals: Vec<Refusal>,
+    read: Vec<(&'static str, Class)>,
+}
+
+/// The lists of an "only add" setting, lowest first.
+#[derive(Debug)]
+pub(super) struct Lists<T> {
+    /// The highest list of a layer that is not a repository file; `None`: the default.
+    pub base: Option<Sourced<Vec<T>>>,
+    /// Every repository file's list, added to the base.
+    pub added: Vec<Sourced<Vec<T>>>,
+}
+
+/// Picks one setting out of a layer's settings.
+type Pick<T> = fn(&FileSettings) -> &Option<Spanned<T>>;
+
+impl Layers {
+    pub fn new(layers: Vec<Layer>) -> Layers {
+        Layers {
+            layers,
+            refusals: Vec::new(),
+            read: Vec::new(),
+        }
+    }
+
+    /// The highest layer's value; refused from a repository file the user has not trusted.
+    pub fn machine<T: Clone>(
+        &mut self,
+        field: &'static str,
+        reason: Reason,
+        pick: Pick<T>,
+    ) -> Option<Sourced<T>> {
+        self.read.push((field, Class::Machine(reason)));
+        let mut found = None;
+        for (rank, layer) in self.layers.iter().enumerate() {
+            let Some(value) = pick(&layer.settings) else {
+                continue;
+            };
+            let origin = layer.origin(value.span());
+            if layer.is_untrusted_repository() {
+                self.refusals.push(Refusal {
+                    file: origin.file(),
+                    line: origin.line(),
+                    field,
+                    why: format!("is a machine setting: {}", reason.describe()),
+                });
+                continue;
+            }
+            found = Some(Sourced::new(value.get_ref().clone(), origin, rank));
+        }
+        found
+    }
+
+    /// The highest layer's value, whichever layer set it.
+    pub fn free<T: Clone>(&mut self, field: &'static str, pick: Pick<T>) -> Option<Sourced<T>> {
+        self.read.push((field, Class::Project(Rule::Free)));
+        self.layers
+            .iter()
+            .enumerate()
+            .rev()
+            .find_map(|(rank, layer)| {
+                pick(&layer.settings).as_ref().map(|value| {
+                    Sourced::new(value.get_ref().clone(), layer.origin(value.span()), rank)
+                })
+            })
+    }
+
+    /// The highest layer's value; from a repository file the user has not trusted only when it is
+    /// no higher than the value beneath it (`default` when no lower layer set one; `None`: no bound).
+    pub fn at_most<T: Clone + PartialOrd + Display>(
+        &mut self,
+        field: &'static str,
+        pick: Pick<T>,
+        default: Option<T>,
+    ) -> Option<Sourced<T>> {
+        self.read.push((field, Class::Project(Rule::AtMost)));
+        let mut found: Option<Sourced<T>> = None;
+        for (rank, layer) in self.layers.iter().enumerate() {
+            let Some(value) = pick(&layer.settings) else {
+                continue;
+            };
+            let origin = layer.origin(value.span());
+            if layer.is_untrusted_repository() {
+                let beneath = match &found {
+                    Some(found) => Some((&found.value, found.origin.to_string())),
+                    None => default
+                        .as_ref()
+                        .map(|value| (value, "the default".to_owned())),
+                };
+                if let Some((beneath, from)) = beneath
+                    && value.get_ref() > beneath
+                {
+                    self.refusals.push(Refusal {
+                        file: origin.file(),
+                        line: origin.line(),
+                        field,
+                        why: format!(
+                            "= {} would raise it above {beneath} ({from}); a repository's file may only lower it",
+                            value.get_ref()
+                        ),
+                    });
+                    continue;
+                }
+            }
+            found = Some(Sourced::new(value.get_ref().clone(), origin, rank));
+        }
+        found
+    }
+
+    /// The lists to use, lowest first: the highest list of a layer that is not a repository file
+    /// (replacing the ones beneath it; `None` when none set one), then every repository file's list
+    /// added to it, trusted or not.
+    pub fn adds<T: Clone>(&mut self, field: &'static str, pick: Pick<Vec<T>>) -> Lists<T> {
+        self.read.push((field, Class::Project(Rule::Adds)));
+        let mut base = None;
+        let mut added = Vec::new();
+        for (rank, layer) in self.layers.iter().enumerate() {
+            let Some(value) = pick(&layer.settings) else {
+                continue;
+            };
+            let sourced = Sourced::new(value.get_ref().clone(), layer.origin(value.span()), rank);
+            if layer.is_repository() {
+                added.push(sourced);
+            } else {
+                base = Some(sourced);
+                added.clear();
+            }
+        }
+        Lists { base, added }
+    }
+
+    /// The highest layer's switch; a repository file the user has not trusted may only turn it off.
+    pub fn stays_off(
+        &mut self,
+        field: &'static str,
+        reason: Reason,
+        pick: Pick<bool>,
+    ) -> Option<Sourced<bool>> {
+        self.read.push((field, Class::Project(Rule::StaysOff)));
+        let mut found = None;
+        for (rank, layer) in self.layers.iter().enumerate() {
+            let Some(value) = pick(&layer.settings) else {
+                continue;
+            };
+            let origin = layer.origin(value.span());
+            if layer.is_untrusted_repository() && *value.get_ref() {
+                self.refusals.push(Refusal {
+                    file: origin.file(),
+                    line: origin.line(),
+                    field,
+                    why: format!(
+                        "= true is refused: a repository's file may only turn it off ({})",
+                        reason.describe()
+                    ),
+                });
+                continue;
+            }
+            found = Some(Sourced::new(*value.get_ref(), origin, rank));
+        }
+        found
+    }
+
+    /// What was refused, in the order the settings were read.
+    pub fn refusals(&self) -> &[Refusal] {
+        &self.refusals
+    }
+
+    /// What was refused, in the file's order.
+    pub fn refusals_by_line(&self) -> Vec<Refusal> {
+        let mut refusals = self.refusals.clone();
+        refusals.sort_by_key(|refusal| refusal.line);
+        refusals
+    }
+
+    /// Every setting read so far, with its class.
+    pub fn catalog(&self) -> &[(&'static str, Class)] {
+        &self.read
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::FileRole;
+
+    fn layers(files: &[(&str, FileRole)]) -> Layers {
+        Layers::new(
+            files
+                .iter()
+                .enumerate()
+                .map(|(index, (text, role))| {
+                    let path = format!("/layer{index}/stet.toml");
+                    Layer::parse(Path::new(&path), text, *role).unwrap()
+                })
+                .collect(),
+        )
+    }
+
+    const USER: FileRole = FileRole::User;
+    const REPO: FileRole = FileRole::Repository;
+    const TRUSTED: FileRole = FileRole::TrustedRepository;
+
+    #[test]
+    fn a_machine_setting_comes_from_the_user_or_a_trusted_file_never_an_untrusted_one() {
+        let mut read = layers(&[
+            ("[dispatch]\nimage = \"user\"\n", USER),
+            ("\n\n[dispatch]\nimage = \"repo\"\n", REPO),
+        ]);
+        let image = read.machine("dispatch.image", Reason::Image, |s| &s.dispatch.image);
+        assert_eq!(image.unwrap().value, "user");
+        assert_eq!(
+            read.refusals(),
+            [Refusal {
+                file: PathBuf::from("/layer1/stet.toml"),
+                line: 4,
+                field: "dispatch.image",
+                why: "is a machine setting: it chooses the image the agent runs in".to_owned()
+            }]
+        );
+
+        let mut read = layers(&[
+            ("[dispatch]\nimage = \"user\"\n", USER),
+            ("[dispatch]\nimage = \"repo\"\n", TRUSTED),
+        ]);
+        let image = read.machine("dispatch.image", Reason::Image, |s| &s.dispatch.image);
+        assert_eq!(image.unwrap().value, "repo");
+        assert!(read.refusals().is_empty());
+    }
+
+    #[test]
+    fn a_limit_only_goes_down_from_an_untrusted_file() {
+        let pick: Pick<u64> = |s| &s.dispatch.timeout_secs;
+        let cases = [
+            // (user, repository, wanted, refused)
+            (None, Some(600), Some(600), false),
+            (None, Some(1800), Some(1800), false),
+            (None, Some(1801), None, true),
+            (Some(3600), Some(3000), Some(3000), false),
+            (Some(3600), Some(3601), Some(3600), true),
+            (Some(600), Some(900), Some(600), true),
+        ];
+        for (user, repository, wanted, refused) in cases {
+            let mut files = Vec::new();
+            let user_text = user.map(|secs| format!("[dispatch]\ntimeout_secs = {secs}\n"));
+            let repository_text =
+                repository.map(|secs| format!("[dispatch]\ntimeout_secs = {secs}\n"));
+            if let Some(text) = &user_text {
+                files.push((text.as_str(), USER));
+            }
+            if let Some(text) = &repository_text {
+                files.push((text.as_str(), REPO));
+            }
+            let mut read = layers(&files);
+            let found = read.at_most("dispatch.timeout_secs", pick, Some(1800));
+            assert_eq!(found.map(|f| f.value), wanted, "{user:?} {repository:?}");
+            assert_eq!(
+                !read.refusals().is_empty(),
+                refused,
+                "{user:?} {repository:?}"
+            );
+        }
+
+        let mut read = layers(&[("[dispatch]\ntimeout_secs = 7200\n", TRUSTED)]);
+        let found = read.at_most("dispatch.timeout_secs", pick, Some(1800));
+        assert_eq!(found.unwrap().value, 7200, "a trusted file may raise it");
+    }
+
+    #[test]
+    fn a_ceiling_with_no_bound_beneath_may_be_set_and_only_lowered() {
+        let pick: Pick<f64> = |s| &s.dispatch.cost_ceiling_usd;
+        let mut read = layers(&[("[dispatch]\ncost_ceiling_usd = 2.5\n", REPO)]);
+        assert_eq!(
+            read.at_most("dispatch.cost_ceiling_usd", pick, None)
+                .unwrap()
+                .value,
+            2.5
+        );
+        let mut read = layers(&[
+            ("[dispatch]\ncost_ceiling_usd = 1\n", USER),
+            ("[dispatch]\ncost_ceiling_usd = 100\n", REPO),
+        ]);
+        assert_eq!(
+            read.at_most("dispatch.cost_ceiling_usd", pick, None)
+                .unwrap()
+                .value,
+            1.0
+        );
+        let refusal = &read.refusals()[0];
+        assert_eq!(refusal.field, "dispatch.cost_ceiling_usd");
+        assert!(
+            refusal.why.contains("/layer0/stet.toml:2"),
+            "{}",
+            refusal.why
+        );
+    }
+
+    #[test]
+    fn protected_paths_from_a_repository_file_add_and_the_users_replace() {
+        let pick: Pick<Vec<String>> = |s| &s.review.protected_paths;
+        let mut read = layers(&[("[review]\nprotected_paths = [\"docs/**\"]\n", REPO)]);
+        let lists = read.adds("review.protected_paths", pick);
+        assert!(lists.base.is_none(), "the default stays");
+        assert_eq!(lists.added[0].value, ["docs/**"]);
+
+        let mut read = layers(&[
+            ("[review]\nprotected_paths = [\"ci/**\"]\n", USER),
+            ("[review]\nprotected_paths = []\n", TRUSTED),
+        ]);
+        let lists = read.adds("review.protected_paths", pick);
+        assert_eq!(lists.base.unwrap().value, ["ci/**"]);
+        assert_eq!(lists.added.len(), 1);
+        assert!(
+            lists.added[0].value.is_empty(),
+            "an empty list adds nothing"
+        );
+        assert!(read.refusals().is_empty());
+    }
+
+    #[test]
+    fn the_network_only_stays_off_from_an_untrusted_file() {
+        let pick: Pick<bool> = |s| &s.dispatch.allow_network;
+        let mut read = layers(&[
+            ("[dispatch]\nallow_network = true\n", USER),
+            ("[dispatch]\nallow_network = false\n", REPO),
+        ]);
+        let found = read.stays_off("dispatch.allow_network", Reason::Network, pick);
+        assert!(!found.unwrap().value, "the repository turned it off");
+        assert!(read.refusals().is_empty());
+
+        let mut read = layers(&[("[dispatch]\nallow_network = true\n", REPO)]);
+        assert!(
+            read.stays_off("dispatch.allow_network", Reason::Network, pick)
+                .is_none()
+        );
+        assert_eq!(read.refusals()[0].line, 2);
+    }
+
+    #[test]
+    fn a_free_setting_comes_from_the_highest_layer() {
+        let mut read = layers(&[
+            ("[harness.script]\npace = 0.5\n", USER),
+            ("[harness.script]\npace = 3\n", REPO),
+        ]);
+        let pace = read.free("harness.script.pace", |s| &s.harness.script.pace);
+        assert_eq!(pace.unwrap().value, 3.0);
+        assert_eq!(
+            read.catalog(),
+            [("harness.script.pace", Class::Project(Rule::Free))]
+        );
+    }
+}

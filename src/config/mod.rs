@@ -1,0 +1,548 @@
+//! `Config`: what a user sets once — which forge, which credential provider, the agent's identity,
+//! import limits, protected paths, how dispatches run (timeout, concurrency, cost ceiling, image,
+//! network), which harness runs the agent and which model endpoint the gateway forwards to.
+//!
+//! Read from `$XDG_CONFIG_HOME/stet/config.toml` (the user's), then the repository's `stet.toml`,
+//! then a few `STET_*` environment variables (the flags are main.rs's). The repository is untrusted
+//! input (DESIGN §5 row 16): its file may set only *project* settings, and only to tighten them —
+//! protected paths add, limits, timeouts and ceilings go down, the network stays off. *Machine*
+//! settings (anything naming a command, an environment variable, a URL or host, a path outside the
+//! repository, an image, a credential provider, the network, a model, a price table or a scenario)
+//! come from the user's own file and the environment, or from a repository file the user trusted by
+//! its content ([`trust`], `stet trust`). Secrets are only ever referenced (`token_env`,
+//! `token_command`, `api_key_env`, a key file's path), never written inline: an inline one is refused.
+
+mod file;
+mod layers;
+pub mod repository;
+mod resolve;
+pub mod trust;
+pub mod url;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::dispatch::credential::SecretValue;
+use crate::forge::github::GitHubSettings;
+use crate::forge::github_app::GitHubAppSettings;
+use crate::forge::protected::ProtectedPaths;
+use crate::git::import::{Identity, ImportLimits};
+use crate::harness::openhands::OpenHandsSettings;
+
+pub use layers::{Class, Reason, Refusal, Rule};
+use trust::{ContentHash, TrustStore};
+
+/// The repository's own configuration file, at its root.
+pub const REPOSITORY_FILE: &str = "stet.toml";
+
+/// The wall-clock timeout of a dispatch, in seconds (`dispatch.timeout_secs`).
+pub const ENV_TIMEOUT_SECS: &str = "STET_TIMEOUT_SECS";
+/// How many dispatches run at once (`dispatch.concurrency`).
+pub const ENV_CONCURRENCY: &str = "STET_CONCURRENCY";
+/// The cost ceiling of a dispatch, in US dollars (`dispatch.cost_ceiling_usd`).
+pub const ENV_COST_CEILING_USD: &str = "STET_COST_CEILING_USD";
+/// The dispatch image (`dispatch.image`).
+pub const ENV_IMAGE: &str = "STET_IMAGE";
+/// The harness, `openhands` or `script` (`harness.kind`).
+pub const ENV_HARNESS: &str = "STET_HARNESS";
+
+/// Why configuration could not be used. Each names the file (and line) or the variable, and the field.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{}: cannot read the configuration: {source}", file.display())]
+    Read {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "{}: not read: a repository's {REPOSITORY_FILE} must be a regular file, not a link or anything else (a link could point at any file of yours)",
+        file.display()
+    )]
+    NotARegularFile { file: PathBuf },
+    #[error("{}: the configuration is larger than {limit} bytes", file.display())]
+    TooLarge { file: PathBuf, limit: u64 },
+    #[error("{}: the configuration is not UTF-8 text", file.display())]
+    NotUtf8 { file: PathBuf },
+    #[error("{}:{line}:{column}: {message}", file.display())]
+    Parse {
+        file: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("the model API key variable {variable} (model.api_key_env) {problem}")]
+    ModelKey {
+        variable: String,
+        problem: &'static str,
+    },
+    #[error("{origin}: field `{field}` holds a secret inline; reference it instead ({instead})")]
+    InlineSecret {
+        origin: Origin,
+        field: &'static str,
+        instead: &'static str,
+    },
+    #[error("{origin}: field `{field}`: {problem}")]
+    Invalid {
+        origin: Origin,
+        field: &'static str,
+        problem: String,
+    },
+    #[error("{}", untrusted_message(refusals))]
+    Untrusted { refusals: Vec<Refusal> },
+    #[error("neither XDG_CONFIG_HOME nor HOME is set, so the user configuration cannot be found")]
+    NoConfigDir,
+    #[error(
+        "harness.kind is \"openhands\" but field `harness.openhands.model` is not set: name the model under [harness.openhands] in your configuration ($XDG_CONFIG_HOME/stet/config.toml; e.g. model = \"openai/gpt-4.1\"), or run the scripted agent (harness.kind = \"script\", or {ENV_HARNESS}=script)"
+    )]
+    MissingModel,
+    #[error("{}: is neither a repository's directory nor its {REPOSITORY_FILE}", named.display())]
+    NotARepositoryFile { named: PathBuf },
+    #[error(transparent)]
+    Trust(#[from] trust::TrustError),
+}
+
+pub type Result<T> = std::result::Result<T, ConfigError>;
+
+/// What an untrusted repository file was refused, each line naming the file, line and field, and
+/// how to trust the file.
+fn untrusted_message(refusals: &[Refusal]) -> String {
+    let file = refusals
+        .first()
+        .map_or(Path::new(REPOSITORY_FILE), |refusal| refusal.file.as_path());
+    let mut message = format!(
+        "{}: this repository's configuration is not trusted, so it may only tighten project settings:",
+        file.display()
+    );
+    for refusal in refusals {
+        message.push_str(&format!(
+            "\n  {}:{}: field `{}` {}",
+            refusal.file.display(),
+            refusal.line,
+            refusal.field,
+            refusal.why
+        ));
+    }
+    let root = file.parent().unwrap_or(Path::new("."));
+    message.push_str(&format!(
+        "\nSet these in your own configuration ($XDG_CONFIG_HOME/stet/config.toml) instead, or, if you trust this file as it is now, run `stet trust {}` (the trust ends when the file changes).",
+        root.display()
+    ));
+    message
+}
+
+/// Which forge receives results.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ForgeConfig {
+    /// A repository on disk; `None` means the repository stet runs in.
+    Local {
+        remote: Option<PathBuf>,
+    },
+    GitHub(GitHubSettings),
+}
+
+/// Which provider mints a dispatch's scoped credential.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CredentialConfig {
+    /// The local forge's own short-lived tokens.
+    Local,
+    /// GitHub App installation tokens limited to the target repository.
+    GitHubApp(GitHubAppSettings),
+    /// The ADR's fallback: the primary token behind a short TTL; it never enters a sandbox.
+    Fallback,
+}
+
+/// How dispatches run (`[dispatch]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DispatchSettings {
+    /// The wall-clock limit of one dispatch; past it the dispatch ends `TimedOut`.
+    pub timeout: Duration,
+    /// How many dispatches may run at once.
+    pub concurrency: usize,
+    /// A dispatch whose model cost passes this ends `CostCeilingHit`; `None`: no ceiling.
+    pub cost_ceiling_usd: Option<f64>,
+    /// The dispatch image reference, checked (pinned by digest) when a dispatch starts; `None`: the
+    /// caller's own default.
+    pub image: Option<String>,
+    /// Let the sandbox reach the network; off, it runs with `--network none`.
+    pub allow_network: bool,
+}
+
+/// Which harness runs the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum HarnessKind {
+    /// The OpenHands CLI, headless (the product).
+    #[default]
+    #[serde(rename = "openhands")]
+    OpenHands,
+    /// `stet agent`, the scripted agent of the demo and the tests.
+    #[serde(rename = "script")]
+    Script,
+}
+
+impl HarnessKind {
+    /// The name used in configuration and in `STET_HARNESS`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HarnessKind::OpenHands => "openhands",
+            HarnessKind::Script => "script",
+        }
+    }
+}
+
+/// The scripted agent's settings (`[harness.script]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScriptHarnessSettings {
+    /// The scenario it plays; `None`: its built-in one.
+    pub scenario: Option<PathBuf>,
+    /// How fast it plays: delays are divided by this; 0 plays without delays.
+    pub pace: f64,
+}
+
+/// The OpenHands harness's settings (`[harness.openhands]`), before a dispatch needs them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct OpenHandsHarnessConfig {
+    pub model: Option<String>,
+}
+
+/// The model endpoint the gateway forwards the agent's requests to (`[model]`); the key stays in
+/// stet's process and never enters the sandbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    /// The OpenAI-compatible upstream, e.g. a LiteLLM proxy's `https://…/v1`; `None`: no gateway.
+    pub base_url: Option<String>,
+    /// The environment variable of stet's own process that holds the model API key.
+    pub api_key_env: Option<String>,
+    /// A price table over the built-in one (`assets/prices.toml` format).
+    pub prices: Option<PathBuf>,
+    /// The bound on one model request, from connecting to the end of its response.
+    pub request_timeout: Duration,
+}
+
+impl ModelConfig {
+    /// The model API key, read through `env` from the variable `api_key_env` names (`None` when it
+    /// names none); an unset, empty or non-UTF-8 variable is an error naming it.
+    pub fn api_key(
+        &self,
+        env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> Result<Option<SecretValue>> {
+        let Some(variable) = &self.api_key_env else {
+            return Ok(None);
+        };
+        let problem = |problem| ConfigError::ModelKey {
+            variable: variable.clone(),
+            problem,
+        };
+        let value = env(variable)
+            .ok_or_else(|| problem("is not set in stet's environment"))?
+            .into_string()
+            .map_err(|_| problem("is not valid UTF-8"))?;
+        if value.trim().is_empty() {
+            return Err(problem("is empty"));
+        }
+        Ok(Some(SecretValue::new(value)))
+    }
+}
+
+impl Default for ModelConfig {
+    fn default() -> ModelConfig {
+        ModelConfig {
+            base_url: None,
+            api_key_env: None,
+            prices: None,
+            request_timeout: resolve::DEFAULT_MODEL_REQUEST_TIMEOUT,
+        }
+    }
+}
+
+/// Which harness runs the agent, and each harness's settings (`[harness]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HarnessConfig {
+    pub kind: HarnessKind,
+    pub script: ScriptHarnessSettings,
+    pub openhands: OpenHandsHarnessConfig,
+}
+
+impl HarnessConfig {
+    /// The OpenHands harness's settings; an error naming `harness.openhands.model` when no model
+    /// is configured (there is no default model: the choice and its cost are the user's).
+    pub fn openhands_settings(&self) -> Result<OpenHandsSettings> {
+        let model = self
+            .openhands
+            .model
+            .clone()
+            .ok_or(ConfigError::MissingModel)?;
+        Ok(OpenHandsSettings::new(model))
+    }
+}
+
+/// Which repository file a configuration was read with, and whether it was trusted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RepositoryFile {
+    /// No repository file was read (there is none, or no repository).
+    None,
+    /// Read untrusted: project settings only, and only to tighten them.
+    Untrusted(PathBuf),
+    /// Read trusted: it could set machine settings too.
+    Trusted { path: PathBuf, hash: ContentHash },
+}
+
+impl RepositoryFile {
+    /// A few words for the theater's status line; `None` when no repository file was read.
+    pub fn status(&self) -> Option<String> {
+        match self {
+            RepositoryFile::None => None,
+            RepositoryFile::Untrusted(_) => Some(format!(
+                "{REPOSITORY_FILE}: not trusted (project settings only)"
+            )),
+            RepositoryFile::Trusted { hash, .. } => Some(format!(
+                "{REPOSITORY_FILE}: trusted (sha256 {})",
+                hash.short()
+            )),
+        }
+    }
+}
+
+impl fmt::Display for RepositoryFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RepositoryFile::None => write!(f, "no repository {REPOSITORY_FILE}"),
+            RepositoryFile::Untrusted(path) => write!(
+                f,
+                "{} (not trusted: it may only tighten project settings; `stet trust` lets it set machine settings)",
+                path.display()
+            ),
+            RepositoryFile::Trusted { path, hash } => write!(
+                f,
+                "{} (trusted: sha256 {}; machine settings allowed)",
+                path.display(),
+                hash.short()
+            ),
+        }
+    }
+}
+
+/// Everything configurable that the engine, the forge and the git layers need.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub forge: ForgeConfig,
+    pub credentials: CredentialConfig,
+    pub credential_ttl: Duration,
+    pub agent: Identity,
+    pub import: ImportLimits,
+    pub protected_paths: ProtectedPaths,
+    pub dispatch: DispatchSettings,
+    pub harness: HarnessConfig,
+    pub model: ModelConfig,
+    /// The repository file this configuration was read with.
+    pub repository_file: RepositoryFile,
+}
+
+/// Whose a configuration file is, which decides what it may set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileRole {
+    /// The user's own configuration: any setting.
+    User,
+    /// A repository's `stet.toml` the user has not trusted: project settings only, tighten-only.
+    Repository,
+    /// A repository's `stet.toml` the user trusted by its content (or that stet itself wrote).
+    TrustedRepository,
+}
+
+/// One configuration file's text, and whose it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigFile {
+    pub path: PathBuf,
+    pub text: String,
+    pub role: FileRole,
+}
+
+impl ConfigFile {
+    pub fn new(path: impl Into<PathBuf>, text: impl Into<String>, role: FileRole) -> ConfigFile {
+        ConfigFile {
+            path: path.into(),
+            text: text.into(),
+            role,
+        }
+    }
+}
+
+impl Config {
+    /// Reads the user file and, when `repository` is given, the repository's `stet.toml` over it
+    /// (trusted when `trust` holds its path and content), then the `STET_*` variables of the process
+    /// environment over both. Missing files are fine; every other problem is an error naming the
+    /// file or the variable.
+    pub fn load(repository: Option<&Path>, trust: &TrustStore) -> Result<Config> {
+        let mut files = Vec::new();
+        if let Some(user) = read_user_file()? {
+            files.push(user);
+        }
+        if let Some(root) = repository
+            && let Some(found) = repository::read(root)?
+        {
+            let role = if trust.is_trusted(&found.path, &found.hash)? {
+                FileRole::TrustedRepository
+            } else {
+                FileRole::Repository
+            };
+            files.push(ConfigFile::new(found.path, found.text, role));
+        }
+        Config::from_files_and_env(&files, &process_env)
+    }
+
+    /// Builds the configuration from `files`, lowest first, by their roles.
+    pub fn from_files(files: &[ConfigFile]) -> Result<Config> {
+        Config::from_files_and_env(files, &|_| None)
+    }
+
+    /// [`Config::from_files`] with the `STET_*` variables `env` finds above every file. A variable
+    /// that is empty counts as unset.
+    pub fn from_files_and_env(
+        files: &[ConfigFile],
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config> {
+        let mut repository_file = RepositoryFile::None;
+        let mut parsed = Vec::new();
+        for file in files {
+            parsed.push(file::Layer::parse(&file.path, &file.text, file.role)?);
+            match file.role {
+                FileRole::User => {}
+                FileRole::Repository => {
+                    repository_file = RepositoryFile::Untrusted(file.path.clone());
+                }
+                FileRole::TrustedRepository => {
+                    repository_file = RepositoryFile::Trusted {
+                        path: file.path.clone(),
+                        hash: ContentHash::of(file.text.as_bytes()),
+                    };
+                }
+            }
+        }
+        parsed.extend(file::Layer::from_env(env)?);
+        resolve::resolve(&mut layers::Layers::new(parsed), repository_file)
+    }
+
+    /// What the repository file `file` would be refused if it were not trusted, over the user's
+    /// configuration: what trusting it allows. Empty when it sets only what it may set anyway.
+    pub fn refused_untrusted(file: &repository::RepositoryFileText) -> Result<Vec<Refusal>> {
+        let mut files = Vec::new();
+        if let Some(user) = read_user_file()? {
+            files.push(user);
+        }
+        files.push(ConfigFile::new(
+            file.path.clone(),
+            file.text.clone(),
+            FileRole::Repository,
+        ));
+        match Config::from_files_and_env(&files, &process_env) {
+            Err(ConfigError::Untrusted { refusals, .. }) => Ok(refusals),
+            Ok(_) => Ok(Vec::new()),
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// Every setting stet reads, with its class (the table in docs/security.md).
+pub fn settings_catalog() -> Vec<(&'static str, Class)> {
+    let mut layers = layers::Layers::new(Vec::new());
+    // With no layer every read succeeds, so every setting is in the catalog.
+    let _ = resolve::resolve(&mut layers, RepositoryFile::None);
+    layers.catalog().to_vec()
+}
+
+/// The process environment, for the `STET_*` variables.
+fn process_env(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|value| value.to_string_lossy().into_owned())
+}
+
+/// The user's configuration file, when there is one.
+fn read_user_file() -> Result<Option<ConfigFile>> {
+    let file = user_file()?;
+    match std::fs::read_to_string(&file) {
+        Ok(text) => Ok(Some(ConfigFile::new(file, text, FileRole::User))),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(ConfigError::Read { file, source }),
+    }
+}
+
+/// `$XDG_CONFIG_HOME/stet/config.toml`, or `~/.config/stet/config.toml`.
+pub fn user_file() -> Result<PathBuf> {
+    let base = match std::env::var_os("XDG_CONFIG_HOME").filter(|v| !v.is_empty()) {
+        Some(dir) => PathBuf::from(dir),
+        None => std::env::var_os("HOME")
+            .filter(|v| !v.is_empty())
+            .map(|home| PathBuf::from(home).join(".config"))
+            .ok_or(ConfigError::NoConfigDir)?,
+    };
+    Ok(base.join("stet").join("config.toml"))
+}
+
+/// Where a setting's value came from, as errors name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// Nobody set it.
+    Default,
+    /// A file, at a line.
+    File { path: PathBuf, line: usize },
+    /// An environment variable.
+    Environment(&'static str),
+}
+
+impl Origin {
+    /// The file; empty for a value that came from no file.
+    pub fn file(&self) -> PathBuf {
+        match self {
+            Origin::File { path, .. } => path.clone(),
+            Origin::Default | Origin::Environment(_) => PathBuf::new(),
+        }
+    }
+
+    /// The line in the file; 0 for a value that came from no file.
+    pub fn line(&self) -> usize {
+        match self {
+            Origin::File { line, .. } => *line,
+            Origin::Default | Origin::Environment(_) => 0,
+        }
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Default => write!(f, "(default)"),
+            Origin::File { path, line } => write!(f, "{}:{line}", path.display()),
+            Origin::Environment(variable) => write!(f, "environment variable {variable}"),
+        }
+    }
+}
+
+/// A value and where it came from; `rank` is its layer's place, lowest first.
+#[derive(Debug, Clone)]
+struct Sourced<T> {
+    value: T,
+    origin: Origin,
+    rank: usize,
+}
+
+impl<T> Sourced<T> {
+    fn new(value: T, origin: Origin, rank: usize) -> Sourced<T> {
+        Sourced {
+            value,
+            origin,
+            rank,
+        }
+    }
+}
+
+/// Who commits a result when configuration names nobody (`.invalid` is reserved: it never delivers).
+pub fn default_agent() -> Identity {
+    Identity {
+        name: "stet agent".to_owned(),
+        email: "agent@stet.invalid".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,455 @@
+//! From layers to a [`Config`]: every setting is read once, by its class ([`Layers`]), before any
+//! value is checked, so a repository file the user has not trusted is refused as a whole; then each
+//! value is checked and built into the configuration, an error naming the file and line (or the
+//! variable) that set it. A new setting is a field in its section (`file.rs`) and a line here.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::file::{ForgeKind, ProviderKind};
+use super::layers::{Layers, Lists, Reason};
+use super::{
+    Config, ConfigError, CredentialConfig, DispatchSettings, ForgeConfig, HarnessConfig,
+    ModelConfig, OpenHandsHarnessConfig, Origin, RepositoryFile, Result, ScriptHarnessSettings,
+    Sourced, default_agent,
+};
+use crate::forge::github::{GitHubSettings, RetryPolicy};
+use crate::forge::github_app::GitHubAppSettings;
+use crate::forge::protected::{DEFAULT_PROTECTED, ProtectedPaths};
+use crate::forge::token::TokenSource;
+use crate::git::import::{Identity, ImportLimits};
+
+const DEFAULT_TOKEN_ENV: &str = "GITHUB_TOKEN";
+const DEFAULT_API_URL: &str = "https://api.github.com";
+const DEFAULT_GIT_URL: &str = "https://github.com";
+pub(super) const DEFAULT_CREDENTIAL_TTL: Duration = Duration::from_secs(15 * 60);
+const DEFAULT_DISPATCH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+const DEFAULT_CONCURRENCY: usize = 2;
+const DEFAULT_PACE: f64 = 1.0;
+pub(super) const DEFAULT_MODEL_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Reads every setting out of `layers`, refuses what a repository file may not set, then checks and
+/// builds the configuration.
+pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> Result<Config> {
+    let defaults = ImportLimits::default();
+    let forge_kind = layers.machine("forge.kind", Reason::Forge, |s| &s.forge.kind);
+    let remote = layers.machine("forge.local.remote", Reason::HostPath, |s| {
+        &s.forge.local.remote
+    });
+    let api_url = layers.machine("forge.github.api_url", Reason::Url, |s| {
+        &s.forge.github.api_url
+    });
+    let git_url = layers.machine("forge.github.git_url", Reason::Url, |s| {
+        &s.forge.github.git_url
+    });
+    let token_env = layers.machine("forge.github.token_env", Reason::EnvironmentVariable, |s| {
+        &s.forge.github.token_env
+    });
+    let token_command = layers.machine("forge.github.token_command", Reason::Command, |s| {
+        &s.forge.github.token_command
+    });
+    let provider = layers.machine("credentials.provider", Reason::CredentialProvider, |s| {
+        &s.credentials.provider
+    });
+    let ttl_seconds = layers.at_most(
+        "credentials.ttl_seconds",
+        |s| &s.credentials.ttl_seconds,
+        Some(DEFAULT_CREDENTIAL_TTL.as_secs()),
+    );
+    let app_id = layers.machine("credentials.github_app.app_id", Reason::Credential, |s| {
+        &s.credentials.github_app.app_id
+    });
+    let installation_id = layers.machine(
+        "credentials.github_app.installation_id",
+        Reason::Credential,
+        |s| &s.credentials.github_app.installation_id,
+    );
+    let private_key = layers.machine(
+        "credentials.github_app.private_key",
+        Reason::HostPath,
+        |s| &s.credentials.github_app.private_key,
+    );
+    let agent_name = layers.machine("agent.name", Reason::Identity, |s| &s.agent.name);
+    let agent_email = layers.machine("agent.email", Reason::Identity, |s| &s.agent.email);
+    let max_files = layers.at_most(
+        "import.max_files",
+        |s| &s.import.max_files,
+        Some(defaults.max_files),
+    );
+    let max_file_bytes = layers.at_most(
+        "import.max_file_bytes",
+        |s| &s.import.max_file_bytes,
+        Some(defaults.max_file_bytes),
+    );
+    let max_total_bytes = layers.at_most(
+        "import.max_total_bytes",
+        |s| &s.import.max_total_bytes,
+        Some(defaults.max_total_bytes),
+    );
+    let protected = layers.adds("review.protected_paths", |s| &s.review.protected_paths);
+    let timeout_secs = layers.at_most(
+        "dispatch.timeout_secs",
+        |s| &s.dispatch.timeout_secs,
+        Some(DEFAULT_DISPATCH_TIMEOUT.as_secs()),
+    );
+    let concurrency = layers.at_most(
+        "dispatch.concurrency",
+        |s| &s.dispatch.concurrency,
+        Some(DEFAULT_CONCURRENCY as u64),
+    );
+    let cost_ceiling_usd = layers.at_most(
+        "dispatch.cost_ceiling_usd",
+        |s| &s.dispatch.cost_ceiling_usd,
+        None,
+    );
+    let image = layers.machine("dispatch.image", Reason::Image, |s| &s.dispatch.image);
+    let allow_network = layers.stays_off("dispatch.allow_network", Reason::Network, |s| {
+        &s.dispatch.allow_network
+    });
+    let harness_kind = layers.machine("harness.kind", Reason::Agent, |s| &s.harness.kind);
+    let scenario = layers.machine("harness.script.scenario", Reason::Scenario, |s| {
+        &s.harness.script.scenario
+    });
+    let pace = layers.free("harness.script.pace", |s| &s.harness.script.pace);
+    let model = layers.machine("harness.openhands.model", Reason::Model, |s| {
+        &s.harness.openhands.model
+    });
+    let base_url = layers.machine("model.base_url", Reason::Url, |s| &s.model.base_url);
+    let api_key_env = layers.machine("model.api_key_env", Reason::EnvironmentVariable, |s| {
+        &s.model.api_key_env
+    });
+    let prices = layers.machine("model.prices", Reason::PriceTable, |s| &s.model.prices);
+    let model_timeout_secs = layers.at_most(
+        "model.request_timeout_secs",
+        |s| &s.model.request_timeout_secs,
+        Some(DEFAULT_MODEL_REQUEST_TIMEOUT.as_secs()),
+    );
+    if !layers.refusals().is_empty() {
+        return Err(ConfigError::Untrusted {
+            refusals: layers.refusals_by_line(),
+        });
+    }
+
+    let forge_kind = forge_kind.map_or(ForgeKind::Local, |kind| kind.value);
+    let api_url =
+        checked_url(api_url, "forge.github.api_url")?.unwrap_or_else(|| DEFAULT_API_URL.to_owned());
+    let git_url = checked_url(git_url, "forge.github.git_url")?;
+    let token = token_source(token_env, token_command)?;
+    let forge = match forge_kind {
+        ForgeKind::Local => ForgeConfig::Local {
+            remote: remote.map(Sourced::into_path),
+        },
+        ForgeKind::GitHub => ForgeConfig::GitHub(GitHubSettings {
+            api_url: api_url.clone(),
+            git_url: git_url.unwrap_or_else(|| DEFAULT_GIT_URL.to_owned()),
+            token: token.unwrap_or_else(|| TokenSource::Env(DEFAULT_TOKEN_ENV.to_owned())),
+            retry: RetryPolicy::default(),
+        }),
+    };
+    let provider = provider.unwrap_or(Sourced {
+        value: match forge_kind {
+            ForgeKind::Local => ProviderKind::Local,
+            ForgeKind::GitHub => ProviderKind::GitHubApp,
+        },
+        origin: Origin::Default,
+        rank: 0,
+    });
+    let credentials = match (forge_kind, provider.value) {
+        (ForgeKind::Local, ProviderKind::Local) => CredentialConfig::Local,
+        (ForgeKind::GitHub, ProviderKind::Fallback) => CredentialConfig::Fallback,
+        (ForgeKind::GitHub, ProviderKind::GitHubApp) => {
+            let missing = |field| {
+                ConfigError::Invalid {
+                origin: provider.origin.clone(),
+                field,
+                problem: "the github-app credential provider needs it (or set credentials.provider = \"fallback\")".to_owned(),
+            }
+            };
+            CredentialConfig::GitHubApp(GitHubAppSettings {
+                api_url,
+                app_id: app_id
+                    .ok_or_else(|| missing("credentials.github_app.app_id"))?
+                    .value,
+                installation_id: installation_id
+                    .ok_or_else(|| missing("credentials.github_app.installation_id"))?
+                    .value,
+                private_key: private_key
+                    .ok_or_else(|| missing("credentials.github_app.private_key"))?
+                    .into_path(),
+            })
+        }
+        (ForgeKind::Local, other) => {
+            return Err(ConfigError::Invalid {
+                origin: provider.origin,
+                field: "credentials.provider",
+                problem: format!(
+                    "{:?} mints GitHub credentials; the local forge uses provider \"local\"",
+                    other.label()
+                ),
+            });
+        }
+        (ForgeKind::GitHub, ProviderKind::Local) => {
+            return Err(ConfigError::Invalid {
+                origin: provider.origin,
+                field: "credentials.provider",
+                problem: "the local provider cannot mint GitHub credentials; use \"github-app\" or \"fallback\"".to_owned(),
+            });
+        }
+    };
+    let credential_ttl = match ttl_seconds {
+        None => DEFAULT_CREDENTIAL_TTL,
+        Some(Sourced { value, origin, .. }) if !(60..=3600).contains(&value) => {
+            return Err(invalid(
+                origin,
+                "credentials.ttl_seconds",
+                format!("{value} is outside 60..=3600: a scoped credential is short-lived"),
+            ));
+        }
+        Some(ttl) => Duration::from_secs(ttl.value),
+    };
+    let default_identity = default_agent();
+    let agent = Identity {
+        name: agent_name.map_or(default_identity.name, |name| name.value),
+        email: match agent_email {
+            None => default_identity.email,
+            Some(Sourced { value, origin, .. })
+                if !value.contains('@') || value.contains(['<', '>', '\n']) =>
+            {
+                return Err(invalid(
+                    origin,
+                    "agent.email",
+                    format!("{value:?} is not an email address"),
+                ));
+            }
+            Some(email) => email.value,
+        },
+    };
+    let import = ImportLimits {
+        max_files: max_files.map_or(defaults.max_files, |found| found.value),
+        max_file_bytes: max_file_bytes.map_or(defaults.max_file_bytes, |found| found.value),
+        max_total_bytes: max_total_bytes.map_or(defaults.max_total_bytes, |found| found.value),
+    };
+    let protected_paths = protected_paths(protected)?;
+    let dispatch = DispatchSettings {
+        timeout: match timeout_secs {
+            None => DEFAULT_DISPATCH_TIMEOUT,
+            Some(Sourced { value, origin, .. }) if !(60..=86_400).contains(&value) => {
+                return Err(invalid(
+                    origin,
+                    "dispatch.timeout_secs",
+                    format!("{value} is outside 60..=86400 (one minute to one day)"),
+                ));
+            }
+            Some(secs) => Duration::from_secs(secs.value),
+        },
+        concurrency: match concurrency {
+            None => DEFAULT_CONCURRENCY,
+            Some(Sourced { value, origin, .. }) => usize::try_from(value)
+                .ok()
+                .filter(|count| (1..=64).contains(count))
+                .ok_or_else(|| {
+                    invalid(
+                        origin,
+                        "dispatch.concurrency",
+                        format!("{value} is outside 1..=64"),
+                    )
+                })?,
+        },
+        cost_ceiling_usd: match cost_ceiling_usd {
+            None => None,
+            Some(Sourced { value, origin, .. }) if !value.is_finite() || value <= 0.0 => {
+                return Err(invalid(
+                    origin,
+                    "dispatch.cost_ceiling_usd",
+                    format!("{value} is not a positive number of US dollars"),
+                ));
+            }
+            Some(usd) => Some(usd.value),
+        },
+        image: non_empty(image, "dispatch.image")?,
+        allow_network: allow_network.is_some_and(|allowed| allowed.value),
+    };
+    let harness = HarnessConfig {
+        kind: harness_kind.map(|kind| kind.value).unwrap_or_default(),
+        script: ScriptHarnessSettings {
+            scenario: scenario.map(Sourced::into_path),
+            pace: match pace {
+                None => DEFAULT_PACE,
+                Some(Sourced { value, origin, .. }) if !(0.0..=100.0).contains(&value) => {
+                    return Err(invalid(
+                        origin,
+                        "harness.script.pace",
+                        format!("{value} is outside 0.0..=100.0"),
+                    ));
+                }
+                Some(pace) => pace.value,
+            },
+        },
+        openhands: OpenHandsHarnessConfig {
+            model: non_empty(model, "harness.openhands.model")?,
+        },
+    };
+    let model = ModelConfig {
+        base_url: checked_url(base_url, "model.base_url")?,
+        api_key_env: match api_key_env {
+            None => None,
+            Some(Sourced { value, origin, .. }) if !is_variable_name(&value) => {
+                return Err(invalid(
+                    origin,
+                    "model.api_key_env",
+                    format!(
+                        "{value:?} is not the name of an environment variable (letters, digits and _)"
+                    ),
+                ));
+            }
+            Some(name) => Some(name.value),
+        },
+        prices: prices.map(Sourced::into_path),
+        request_timeout: match model_timeout_secs {
+            None => DEFAULT_MODEL_REQUEST_TIMEOUT,
+            Some(Sourced { value, origin, .. }) if !(1..=3600).contains(&value) => {
+                return Err(invalid(
+                    origin,
+                    "model.request_timeout_secs",
+                    format!("{value} is outside 1..=3600"),
+                ));
+            }
+            Some(secs) => Duration::from_secs(secs.value),
+        },
+    };
+    Ok(Config {
+        forge,
+        credentials,
+        credential_ttl,
+        agent,
+        import,
+        protected_paths,
+        dispatch,
+        harness,
+        model,
+        repository_file,
+    })
+}
+
+/// The token reference of the highest layer that names one (a layer naming both was refused when it
+/// was parsed); a blank one is an error.
+fn token_source(
+    token_env: Option<Sourced<String>>,
+    token_command: Option<Sourced<Vec<String>>>,
+) -> Result<Option<TokenSource>> {
+    let env_wins = match (&token_env, &token_command) {
+        (Some(env), Some(command)) => env.rank > command.rank,
+        (Some(_), None) => true,
+        (None, _) => false,
+    };
+    if env_wins {
+        return match token_env {
+            Some(Sourced { value, origin, .. }) if value.trim().is_empty() => Err(invalid(
+                origin,
+                "forge.github.token_env",
+                "is empty".to_owned(),
+            )),
+            other => Ok(other.map(|name| TokenSource::Env(name.value))),
+        };
+    }
+    match token_command {
+        Some(Sourced { value, origin, .. })
+            if value
+                .first()
+                .is_none_or(|program| program.trim().is_empty()) =>
+        {
+            Err(invalid(
+                origin,
+                "forge.github.token_command",
+                "needs a program to run, e.g. [\"gh\", \"auth\", \"token\"]".to_owned(),
+            ))
+        }
+        other => Ok(other.map(|argv| TokenSource::Command(argv.value))),
+    }
+}
+
+/// The user's patterns (or the default ones) and every repository file's added to them, each list
+/// checked on its own so an error names the file that holds the pattern.
+fn protected_paths(Lists { base, added }: Lists<String>) -> Result<ProtectedPaths> {
+    if base.is_none() && added.is_empty() {
+        return Ok(ProtectedPaths::default());
+    }
+    let mut patterns: Vec<String> = match &base {
+        Some(_) => Vec::new(),
+        None => DEFAULT_PROTECTED.iter().map(|p| (*p).to_owned()).collect(),
+    };
+    for list in base.into_iter().chain(added) {
+        ProtectedPaths::new(&list.value).map_err(|error| {
+            invalid(
+                list.origin.clone(),
+                "review.protected_paths",
+                error.to_string(),
+            )
+        })?;
+        patterns.extend(list.value);
+    }
+    ProtectedPaths::new(&patterns)
+        .map_err(|error| invalid(Origin::Default, "review.protected_paths", error.to_string()))
+}
+
+/// The URL, checked by the one URL rule.
+fn checked_url(url: Option<Sourced<String>>, field: &'static str) -> Result<Option<String>> {
+    match url {
+        None => Ok(None),
+        Some(Sourced { value, origin, .. }) => match super::url::check(&value) {
+            Ok(()) => Ok(Some(value)),
+            Err(error) => Err(invalid(origin, field, error.to_string())),
+        },
+    }
+}
+
+/// The value, unless it is blank: then an error naming its origin and `field`.
+fn non_empty(value: Option<Sourced<String>>, field: &'static str) -> Result<Option<String>> {
+    match value {
+        Some(Sourced { value, origin, .. }) if value.trim().is_empty() => {
+            Err(invalid(origin, field, "is empty".to_owned()))
+        }
+        other => Ok(other.map(|sourced| sourced.value)),
+    }
+}
+
+fn is_variable_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_')
+}
+
+fn invalid(origin: Origin, field: &'static str, problem: String) -> ConfigError {
+    ConfigError::Invalid {
+        origin,
+        field,
+        problem,
+    }
+}
+
+impl Sourced<PathBuf> {
+    /// The path, `~/` expanded to the home directory and a relative path taken relative to the
+    /// directory of the file that names it.
+    fn into_path(self) -> PathBuf {
+        let directory = match &self.origin {
+            Origin::File { path, .. } => path.parent().unwrap_or(Path::new(".")).to_owned(),
+            Origin::Default | Origin::Environment(_) => PathBuf::from("."),
+        };
+        resolve_path(&directory, self.value)
+    }
+}
+
+/// `~/x` expands to the home directory; a relative path is relative to `directory`.
+fn resolve_path(directory: &Path, path: PathBuf) -> PathBuf {
+    if let Ok(rest) = path.strip_prefix("~")
+        && let Some(home) = std::env::var_os("HOME")
+    {
+        return PathBuf::from(home).join(rest);
+    }
+    if path.is_absolute() {
+        path
+    } else {
+        directory.join(path)
+    }
+}

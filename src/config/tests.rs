@@ -1,0 +1,1014 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::*;
+use crate::forge::token::TokenSource;
+
+fn user(text: &str) -> ConfigFile {
+    ConfigFile::new("/home/u/.config/stet/config.toml", text, FileRole::User)
+}
+
+fn repository(text: &str) -> ConfigFile {
+    ConfigFile::new("/src/app/stet.toml", text, FileRole::Repository)
+}
+
+fn trusted(text: &str) -> ConfigFile {
+    ConfigFile::new("/src/app/stet.toml", text, FileRole::TrustedRepository)
+}
+
+/// The refusals of `files`, which must be refused.
+fn refusals(files: &[ConfigFile]) -> Vec<Refusal> {
+    match Config::from_files(files) {
+        Err(ConfigError::Untrusted { refusals, .. }) => refusals,
+        other => panic!("not refused: {other:?}"),
+    }
+}
+
+#[test]
+fn no_files_give_the_local_forge_with_defaults() {
+    let config = Config::from_files(&[]).unwrap();
+    assert_eq!(config.forge, ForgeConfig::Local { remote: None });
+    assert_eq!(config.credentials, CredentialConfig::Local);
+    assert_eq!(config.credential_ttl, resolve::DEFAULT_CREDENTIAL_TTL);
+    assert_eq!(config.agent, default_agent());
+    assert_eq!(config.import, ImportLimits::default());
+    assert_eq!(config.protected_paths, ProtectedPaths::default());
+    assert_eq!(
+        config.dispatch,
+        DispatchSettings {
+            timeout: Duration::from_secs(1800),
+            concurrency: 2,
+            cost_ceiling_usd: None,
+            image: None,
+            allow_network: false,
+        }
+    );
+    assert_eq!(
+        config.harness,
+        HarnessConfig {
+            kind: HarnessKind::OpenHands,
+            script: ScriptHarnessSettings {
+                scenario: None,
+                pace: 1.0,
+            },
+            openhands: OpenHandsHarnessConfig::default(),
+        }
+    );
+    assert_eq!(config.model, ModelConfig::default());
+    assert_eq!(config.repository_file, RepositoryFile::None);
+}
+
+#[test]
+fn the_example_file_parses_and_states_the_defaults() {
+    let example = ConfigFile::new(
+        "assets/config.example.toml",
+        include_str!("../../assets/config.example.toml"),
+        FileRole::User,
+    );
+    assert_eq!(
+        Config::from_files(&[example]).unwrap(),
+        Config::from_files(&[]).unwrap()
+    );
+}
+
+const USER_GITHUB: &str = r#"
+[forge]
+kind = "github"
+[forge.github]
+token_command = ["gh", "auth", "token"]
+[credentials]
+provider = "github-app"
+ttl_seconds = 600
+[credentials.github_app]
+app_id = 11
+installation_id = 22
+private_key = "keys/app.pem"
+[agent]
+name = "Robot"
+email = "robot@example.invalid"
+"#;
+
+#[test]
+fn a_trusted_repository_file_wins_field_by_field_over_the_user_file() {
+    let repository_text = r#"
+[forge.github]
+api_url = "https://ghe.example.invalid/api/v3"
+[agent]
+email = "bot@example.invalid"
+[import]
+max_files = 10
+[review]
+protected_paths = [".github/**", "deploy/*.yml"]
+"#;
+    let config = Config::from_files(&[user(USER_GITHUB), trusted(repository_text)]).unwrap();
+    let ForgeConfig::GitHub(github) = &config.forge else {
+        panic!("{:?}", config.forge)
+    };
+    assert_eq!(github.api_url, "https://ghe.example.invalid/api/v3");
+    assert_eq!(github.git_url, "https://github.com");
+    assert_eq!(
+        github.token,
+        TokenSource::Command(vec!["gh".into(), "auth".into(), "token".into()])
+    );
+    let CredentialConfig::GitHubApp(app) = &config.credentials else {
+        panic!("{:?}", config.credentials)
+    };
+    assert_eq!((app.app_id, app.installation_id), (11, 22));
+    assert_eq!(
+        app.private_key,
+        Path::new("/home/u/.config/stet/keys/app.pem")
+    );
+    assert_eq!(app.api_url, "https://ghe.example.invalid/api/v3");
+    assert_eq!(config.credential_ttl, Duration::from_secs(600));
+    assert_eq!(config.agent.name, "Robot");
+    assert_eq!(config.agent.email, "bot@example.invalid");
+    assert_eq!(config.import.max_files, 10);
+    assert_eq!(
+        config.import.max_total_bytes,
+        ImportLimits::default().max_total_bytes
+    );
+    assert!(
+        config
+            .protected_paths
+            .matching(".github/CODEOWNERS")
+            .is_some()
+    );
+    assert!(config.protected_paths.matching("deploy/prod.yml").is_some());
+    assert_eq!(
+        config.repository_file,
+        RepositoryFile::Trusted {
+            path: PathBuf::from("/src/app/stet.toml"),
+            hash: trust::ContentHash::of(repository_text.as_bytes()),
+        }
+    );
+}
+
+/// One line per machine setting, as a hostile repository would write it.
+const EVERY_MACHINE_SETTING: &[(&str, &str)] = &[
+    ("[forge]\nkind = \"github\"", "forge.kind"),
+    (
+        "[forge.local]\nremote = \"/home/u/private.git\"",
+        "forge.local.remote",
+    ),
+    (
+        "[forge.github]\napi_url = \"https://evil.example\"",
+        "forge.github.api_url",
+    ),
+    (
+        "[forge.github]\ngit_url = \"https://evil.example\"",
+        "forge.github.git_url",
+    ),
+    (
+        "[forge.github]\ntoken_env = \"AWS_SECRET_ACCESS_KEY\"",
+        "forge.github.token_env",
+    ),
+    (
+        "[forge.github]\ntoken_command = [\"sh\", \"-c\", \"touch /tmp/x\"]",
+        "forge.github.token_command",
+    ),
+    (
+        "[credentials]\nprovider = \"fallback\"",
+        "credentials.provider",
+    ),
+    (
+        "[credentials.github_app]\napp_id = 1",
+        "credentials.github_app.app_id",
+    ),
+    (
+        "[credentials.github_app]\ninstallation_id = 2",
+        "credentials.github_app.installation_id",
+    ),
+    (
+        "[credentials.github_app]\nprivate_key = \"/home/u/.ssh/id_rsa\"",
+        "credentials.github_app.private_key",
+    ),
+    ("[agent]\nname = \"Maintainer\"", "agent.name"),
+    (
+        "[agent]\nemail = \"maintainer@example.invalid\"",
+        "agent.email",
+    ),
+    (
+        "[dispatch]\nimage = \"evil.example/x@sha256:00\"",
+        "dispatch.image",
+    ),
+    ("[dispatch]\nallow_network = true", "dispatch.allow_network"),
+    ("[harness]\nkind = \"script\"", "harness.kind"),
+    (
+        "[harness.script]\nscenario = \"/home/u/.pgpass\"",
+        "harness.script.scenario",
+    ),
+    (
+        "[harness.openhands]\nmodel = \"openai/o1-pro\"",
+        "harness.openhands.model",
+    ),
+    (
+        "[model]\nbase_url = \"https://evil.example/v1\"",
+        "model.base_url",
+    ),
+    (
+        "[model]\napi_key_env = \"GITHUB_TOKEN\"",
+        "model.api_key_env",
+    ),
+    ("[model]\nprices = \"/home/u/.pgpass\"", "model.prices"),
+];
+
+#[test]
+fn every_machine_setting_in_an_untrusted_repository_file_is_refused_with_its_line() {
+    for (text, field) in EVERY_MACHINE_SETTING {
+        let text = format!("# a comment\n{text}\n");
+        let refused = refusals(&[repository(&text)]);
+        assert_eq!(refused.len(), 1, "{text}: {refused:?}");
+        assert_eq!(refused[0].field, *field);
+        assert_eq!(refused[0].line, 3, "{text}");
+    }
+    let file = r#"
+[forge]
+kind = "github"
+[forge.local]
+remote = "/home/u/private.git"
+[forge.github]
+api_url = "https://evil.example"
+git_url = "https://evil.example"
+token_env = "AWS_SECRET_ACCESS_KEY"
+[credentials]
+provider = "fallback"
+[credentials.github_app]
+app_id = 1
+installation_id = 2
+private_key = "/home/u/.ssh/id_rsa"
+[agent]
+name = "Maintainer"
+email = "maintainer@example.invalid"
+[dispatch]
+image = "evil.example/x@sha256:00"
+allow_network = true
+[harness]
+kind = "script"
+[harness.script]
+scenario = "/home/u/.pgpass"
+[harness.openhands]
+model = "openai/o1-pro"
+[model]
+base_url = "https://evil.example/v1"
+api_key_env = "GITHUB_TOKEN"
+prices = "/home/u/.pgpass"
+"#;
+    let refused = refusals(&[user("[forge]\nkind = \"local\"\n"), repository(file)]);
+    let mut fields: Vec<_> = refused.iter().map(|refusal| refusal.field).collect();
+    fields.sort_unstable();
+    let mut wanted: Vec<_> = EVERY_MACHINE_SETTING
+        .iter()
+        .map(|(_, field)| *field)
+        .filter(|field| *field != "forge.github.token_command")
+        .collect();
+    wanted.sort_unstable();
+    assert_eq!(fields, wanted, "every one is named at once");
+    let lines: Vec<_> = refused.iter().map(|refusal| refusal.line).collect();
+    let mut sorted = lines.clone();
+    sorted.sort_unstable();
+    assert_eq!(lines, sorted, "in the file's order");
+}
+
+#[test]
+fn a_machine_setting_spelled_as_an_inline_table_or_a_dotted_key_is_refused_too() {
+    for text in [
+        "forge = { kind = \"github\", github = { token_command = [\"id\"] } }\n",
+        "forge.kind = \"github\"\nforge.github.token_command = [\"id\"]\n",
+        "[forge]\ngithub.token_command = [\"id\"]\nkind = \"github\"\n",
+        "[forge.github]\n\"token_command\" = [\"id\"]\n[forge]\nkind = \"github\"\n",
+    ] {
+        let refused = refusals(&[repository(text)]);
+        let fields: Vec<_> = refused.iter().map(|refusal| refusal.field).collect();
+        assert!(
+            fields.contains(&"forge.github.token_command") && fields.contains(&"forge.kind"),
+            "{text}: {refused:?}"
+        );
+    }
+}
+
+#[test]
+fn the_refusal_names_the_file_the_line_the_field_and_how_to_trust_it() {
+    let error = Config::from_files(&[repository(
+        "[dispatch]\nconcurrency = 1\n[forge.github]\ntoken_command = [\"sh\", \"-c\", \"id\"]\n",
+    )])
+    .unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.starts_with("/src/app/stet.toml: this repository's configuration is not trusted"),
+        "{message}"
+    );
+    assert!(
+        message.contains(
+            "/src/app/stet.toml:4: field `forge.github.token_command` is a machine setting: it names a command stet runs on your machine"
+        ),
+        "{message}"
+    );
+    assert!(message.contains("`stet trust /src/app`"), "{message}");
+    assert!(
+        message.contains("$XDG_CONFIG_HOME/stet/config.toml"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("\"id\""),
+        "the value is not echoed: {message}"
+    );
+}
+
+#[test]
+fn the_same_file_trusted_sets_what_it_was_refused() {
+    for (text, field) in EVERY_MACHINE_SETTING {
+        let text = format!("{text}\n");
+        let result = Config::from_files(&[trusted(&text)]);
+        assert!(
+            !matches!(result, Err(ConfigError::Untrusted { .. })),
+            "{field}: {result:?}"
+        );
+    }
+    let config = Config::from_files(&[trusted(
+        "[dispatch]\nallow_network = true\nimage = \"registry.example.invalid/x@sha256:00\"\n",
+    )])
+    .unwrap();
+    assert!(config.dispatch.allow_network);
+    assert_eq!(
+        config.dispatch.image.as_deref(),
+        Some("registry.example.invalid/x@sha256:00")
+    );
+}
+
+#[test]
+fn project_settings_only_tighten_from_an_untrusted_file() {
+    // Each: the repository's line, whether it is accepted.
+    let cases = [
+        ("[dispatch]\ntimeout_secs = 600", true),
+        ("[dispatch]\ntimeout_secs = 1800", true),
+        ("[dispatch]\ntimeout_secs = 1801", false),
+        ("[dispatch]\nconcurrency = 1", true),
+        ("[dispatch]\nconcurrency = 3", false),
+        ("[dispatch]\ncost_ceiling_usd = 2.5", true),
+        ("[dispatch]\nallow_network = false", true),
+        ("[dispatch]\nallow_network = true", false),
+        ("[import]\nmax_files = 10", true),
+        ("[import]\nmax_files = 200001", false),
+        ("[import]\nmax_file_bytes = 1024", true),
+        ("[import]\nmax_file_bytes = 104857601", false),
+        ("[import]\nmax_total_bytes = 1024", true),
+        ("[import]\nmax_total_bytes = 1073741825", false),
+        ("[credentials]\nttl_seconds = 300", true),
+        ("[credentials]\nttl_seconds = 901", false),
+        ("[model]\nrequest_timeout_secs = 60", true),
+        ("[model]\nrequest_timeout_secs = 301", false),
+        ("[review]\nprotected_paths = [\"docs/**\"]", true),
+        ("[review]\nprotected_paths = []", true),
+        ("[harness.script]\npace = 7", true),
+    ];
+    for (text, accepted) in cases {
+        let result = Config::from_files(&[repository(&format!("{text}\n"))]);
+        assert_eq!(result.is_ok(), accepted, "{text}: {result:?}");
+        if !accepted {
+            assert!(
+                matches!(result, Err(ConfigError::Untrusted { .. })),
+                "{text}: {result:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_lower_limit_wins_and_a_higher_one_names_what_it_would_raise() {
+    let user_limits =
+        user("[dispatch]\ntimeout_secs = 3600\ncost_ceiling_usd = 5\nconcurrency = 4\n");
+    let config = Config::from_files(&[
+        user_limits.clone(),
+        repository("[dispatch]\ntimeout_secs = 900\ncost_ceiling_usd = 1\nconcurrency = 1\nallow_network = false\n"),
+    ])
+    .unwrap();
+    assert_eq!(config.dispatch.timeout, Duration::from_secs(900));
+    assert_eq!(config.dispatch.cost_ceiling_usd, Some(1.0));
+    assert_eq!(config.dispatch.concurrency, 1);
+
+    let refused = refusals(&[
+        user_limits,
+        repository("[dispatch]\ntimeout_secs = 7200\ncost_ceiling_usd = 50\n"),
+    ]);
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    assert_eq!(refused[0].field, "dispatch.timeout_secs");
+    assert_eq!(refused[0].line, 2);
+    assert!(
+        refused[0]
+            .why
+            .contains("above 3600 (/home/u/.config/stet/config.toml:2)"),
+        "{}",
+        refused[0].why
+    );
+    assert_eq!(refused[1].field, "dispatch.cost_ceiling_usd");
+}
+
+#[test]
+fn the_users_network_is_turned_off_by_a_repository_and_never_on() {
+    let config = Config::from_files(&[
+        user("[dispatch]\nallow_network = true\n"),
+        repository("[dispatch]\nallow_network = false\n"),
+    ])
+    .unwrap();
+    assert!(!config.dispatch.allow_network);
+    let config = Config::from_files(&[
+        user("[dispatch]\nallow_network = false\n"),
+        repository("# nothing\n"),
+    ])
+    .unwrap();
+    assert!(!config.dispatch.allow_network);
+}
+
+#[test]
+fn protected_paths_from_a_repository_file_add_to_the_users() {
+    let config =
+        Config::from_files(&[repository("[review]\nprotected_paths = [\"docs/**\"]\n")]).unwrap();
+    assert!(
+        config
+            .protected_paths
+            .matching(".github/workflows/ci.yml")
+            .is_some()
+    );
+    assert!(config.protected_paths.matching("docs/a.md").is_some());
+
+    let config = Config::from_files(&[repository("[review]\nprotected_paths = []\n")]).unwrap();
+    assert_eq!(
+        config.protected_paths,
+        ProtectedPaths::default(),
+        "an empty list removes nothing"
+    );
+
+    let config = Config::from_files(&[
+        user("[review]\nprotected_paths = [\"ci/**\"]\n"),
+        trusted("[review]\nprotected_paths = [\"deploy/*\"]\n"),
+    ])
+    .unwrap();
+    assert!(config.protected_paths.matching("ci/x").is_some());
+    assert!(config.protected_paths.matching("deploy/prod").is_some());
+    assert!(
+        config
+            .protected_paths
+            .matching(".github/workflows/ci.yml")
+            .is_none(),
+        "the user's own list replaces the default"
+    );
+
+    let error = Config::from_files(&[
+        user("[review]\nprotected_paths = [\"ci/**\"]\n"),
+        repository("\n[review]\nprotected_paths = [\"/abs\"]\n"),
+    ])
+    .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("/src/app/stet.toml:3: field `review.protected_paths`"),
+        "{error}"
+    );
+}
+
+#[test]
+fn plain_http_beyond_loopback_is_refused_in_every_url_setting_even_the_users() {
+    for (table, field) in [
+        (
+            "[forge]\nkind = \"github\"\n[credentials]\nprovider = \"fallback\"\n[forge.github]\napi_url",
+            "forge.github.api_url",
+        ),
+        (
+            "[forge]\nkind = \"github\"\n[credentials]\nprovider = \"fallback\"\n[forge.github]\ngit_url",
+            "forge.github.git_url",
+        ),
+        ("[model]\nbase_url", "model.base_url"),
+    ] {
+        for (url, accepted) in [
+            ("http://example.com/v1", false),
+            ("http://192.168.1.10:4000", false),
+            ("https://user:secret@example.com/v1", false),
+            ("http://127.0.0.1:4000/v1", true),
+            ("http://[::1]:4000/v1", true),
+            ("http://localhost:4000/v1", true),
+            ("https://example.com/v1", true),
+        ] {
+            let text = format!("{table} = \"{url}\"\n");
+            let result = Config::from_files(&[user(&text)]);
+            assert_eq!(result.is_ok(), accepted, "{field} = {url}: {result:?}");
+            if let Err(error) = result {
+                assert!(
+                    matches!(&error, ConfigError::Invalid { field: f, .. } if *f == field),
+                    "{error}"
+                );
+                assert!(
+                    error
+                        .to_string()
+                        .starts_with("/home/u/.config/stet/config.toml:"),
+                    "{error}"
+                );
+                assert!(
+                    !error.to_string().contains("secret@") || url.contains("secret"),
+                    "{error}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn an_inline_token_or_key_is_refused_and_named_with_its_line() {
+    for role in [
+        FileRole::User,
+        FileRole::Repository,
+        FileRole::TrustedRepository,
+    ] {
+        for (text, field) in [
+            ("[forge.github]\ntoken = \"abc\"\n", "forge.github.token"),
+            (
+                "[credentials.github_app]\nprivate_key_pem = \"abc\"\n",
+                "credentials.github_app.private_key_pem",
+            ),
+        ] {
+            let error =
+                Config::from_files(&[ConfigFile::new("/r/stet.toml", text, role)]).unwrap_err();
+            let message = error.to_string();
+            assert!(
+                matches!(error, ConfigError::InlineSecret { .. }),
+                "{message}"
+            );
+            assert!(message.starts_with("/r/stet.toml:2: field `"), "{message}");
+            assert!(message.contains(field), "{message}");
+            assert!(!message.contains("abc"), "{message}");
+        }
+    }
+}
+
+#[test]
+fn unknown_fields_and_bad_values_name_the_file_the_line_and_the_column() {
+    let error = Config::from_files(&[user("[forge]\nkind = \"gitlab\"\n")]).unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.starts_with("/home/u/.config/stet/config.toml:2:8: "),
+        "{message}"
+    );
+    assert!(message.contains("gitlab"), "{message}");
+    let error = Config::from_files(&[repository("[agent]\nnmae = \"x\"\n")]).unwrap_err();
+    assert!(error.to_string().contains("nmae"), "{error}");
+    assert!(
+        error.to_string().starts_with("/src/app/stet.toml:2:"),
+        "{error}"
+    );
+}
+
+#[test]
+fn inconsistent_settings_are_refused_with_the_field() {
+    let cases = [
+        (
+            "[forge]\nkind = \"github\"\n",
+            "credentials.github_app.app_id",
+        ),
+        (
+            "[credentials]\nprovider = \"fallback\"\n",
+            "credentials.provider",
+        ),
+        (
+            "[forge]\nkind = \"github\"\n[credentials]\nprovider = \"local\"\n",
+            "credentials.provider",
+        ),
+        (
+            "[credentials]\nttl_seconds = 86400\n",
+            "credentials.ttl_seconds",
+        ),
+        ("[agent]\nemail = \"nobody\"\n", "agent.email"),
+        (
+            "[review]\nprotected_paths = [\"/abs\"]\n",
+            "review.protected_paths",
+        ),
+        (
+            "[forge.github]\ntoken_env = \"A\"\ntoken_command = [\"b\"]\n",
+            "forge.github.token_command",
+        ),
+        (
+            "[forge.github]\ntoken_command = []\n",
+            "forge.github.token_command",
+        ),
+        (
+            "[forge.github]\ntoken_env = \" \"\n",
+            "forge.github.token_env",
+        ),
+    ];
+    for (text, field) in cases {
+        let error = Config::from_files(&[user(text)]).unwrap_err();
+        assert!(
+            matches!(&error, ConfigError::Invalid { field: f, .. } if *f == field),
+            "{text}: {error}"
+        );
+    }
+}
+
+#[test]
+fn the_higher_files_token_reference_wins_whichever_kind_it_is() {
+    let config = Config::from_files(&[
+        user(USER_GITHUB),
+        trusted("[forge.github]\ntoken_env = \"MY_TOKEN\"\n"),
+    ])
+    .unwrap();
+    let ForgeConfig::GitHub(github) = config.forge else {
+        panic!()
+    };
+    assert_eq!(github.token, TokenSource::Env("MY_TOKEN".into()));
+}
+
+#[test]
+fn the_fallback_provider_needs_no_app_settings() {
+    let config = Config::from_files(&[user(
+        "[forge]\nkind = \"github\"\n[forge.github]\ntoken_env = \"MY_TOKEN\"\n[credentials]\nprovider = \"fallback\"\n",
+    )])
+    .unwrap();
+    assert_eq!(config.credentials, CredentialConfig::Fallback);
+    let ForgeConfig::GitHub(github) = config.forge else {
+        panic!()
+    };
+    assert_eq!(github.token, TokenSource::Env("MY_TOKEN".into()));
+}
+
+#[test]
+fn a_relative_path_is_relative_to_its_file() {
+    let config =
+        Config::from_files(&[trusted("[forge.local]\nremote = \"../upstream\"\n")]).unwrap();
+    assert_eq!(
+        config.forge,
+        ForgeConfig::Local {
+            remote: Some(PathBuf::from("/src/app/../upstream"))
+        }
+    );
+}
+
+/// An environment holding only `variables`.
+fn env_of(variables: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let variables: Vec<(String, String)> = variables
+        .iter()
+        .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+        .collect();
+    move |name: &str| {
+        variables
+            .iter()
+            .find(|(known, _)| known == name)
+            .map(|(_, value)| value.clone())
+    }
+}
+
+const USER_DISPATCH: &str = r#"
+[dispatch]
+timeout_secs = 600
+concurrency = 4
+cost_ceiling_usd = 2.5
+image = "registry.example.invalid/user@sha256:aaaa"
+allow_network = true
+[harness]
+kind = "script"
+[harness.script]
+scenario = "scenarios/slow.toml"
+pace = 0.5
+[harness.openhands]
+model = "openai/gpt-4.1-mini"
+[model]
+base_url = "http://127.0.0.1:4000/v1"
+api_key_env = "USER_MODEL_KEY"
+prices = "prices.toml"
+request_timeout_secs = 90
+"#;
+
+#[test]
+fn dispatch_and_harness_settings_come_from_the_files_field_by_field() {
+    let config = Config::from_files(&[
+        user(USER_DISPATCH),
+        repository(
+            "[dispatch]\nconcurrency = 1\ncost_ceiling_usd = 2\n[harness.script]\npace = 0\n",
+        ),
+    ])
+    .unwrap();
+    assert_eq!(
+        config.dispatch,
+        DispatchSettings {
+            timeout: Duration::from_secs(600),
+            concurrency: 1,
+            cost_ceiling_usd: Some(2.0),
+            image: Some("registry.example.invalid/user@sha256:aaaa".to_owned()),
+            allow_network: true,
+        }
+    );
+    assert_eq!(config.harness.kind, HarnessKind::Script);
+    assert_eq!(
+        config.harness.script,
+        ScriptHarnessSettings {
+            scenario: Some(PathBuf::from("/home/u/.config/stet/scenarios/slow.toml")),
+            pace: 0.0,
+        }
+    );
+    assert_eq!(
+        config.harness.openhands,
+        OpenHandsHarnessConfig {
+            model: Some("openai/gpt-4.1-mini".to_owned()),
+        }
+    );
+    assert_eq!(
+        config.model,
+        ModelConfig {
+            base_url: Some("http://127.0.0.1:4000/v1".to_owned()),
+            api_key_env: Some("USER_MODEL_KEY".to_owned()),
+            prices: Some(PathBuf::from("/home/u/.config/stet/prices.toml")),
+            request_timeout: Duration::from_secs(90),
+        }
+    );
+    assert_eq!(
+        config.repository_file,
+        RepositoryFile::Untrusted(PathBuf::from("/src/app/stet.toml"))
+    );
+    let settings = config.harness.openhands_settings().unwrap();
+    assert_eq!(settings.model, "openai/gpt-4.1-mini");
+    assert_eq!(
+        settings.version,
+        crate::harness::openhands::OPENHANDS_VERSION
+    );
+}
+
+#[test]
+fn the_environment_wins_over_every_file() {
+    let files = [
+        user(USER_DISPATCH),
+        trusted(
+            "[dispatch]\ntimeout_secs = 900\nimage = \"registry.example.invalid/repo@sha256:bbbb\"\n",
+        ),
+    ];
+    let env = env_of(&[
+        (ENV_TIMEOUT_SECS, "120"),
+        (ENV_CONCURRENCY, " 8 "),
+        (ENV_COST_CEILING_USD, "0.75"),
+        (ENV_IMAGE, "registry.example.invalid/env@sha256:cccc"),
+        (ENV_HARNESS, "openhands"),
+    ]);
+    let config = Config::from_files_and_env(&files, &env).unwrap();
+    assert_eq!(
+        config.dispatch,
+        DispatchSettings {
+            timeout: Duration::from_secs(120),
+            concurrency: 8,
+            cost_ceiling_usd: Some(0.75),
+            image: Some("registry.example.invalid/env@sha256:cccc".to_owned()),
+            allow_network: true,
+        }
+    );
+    assert_eq!(config.harness.kind, HarnessKind::OpenHands);
+
+    let blank = env_of(&[(ENV_TIMEOUT_SECS, ""), (ENV_HARNESS, "  ")]);
+    let config = Config::from_files_and_env(&files, &blank).unwrap();
+    assert_eq!(config.dispatch.timeout, Duration::from_secs(900));
+    assert_eq!(config.harness.kind, HarnessKind::Script);
+
+    let script = Config::from_files_and_env(&[], &env_of(&[(ENV_HARNESS, "script")])).unwrap();
+    assert_eq!(script.harness.kind, HarnessKind::Script);
+
+    let raised = Config::from_files_and_env(
+        &[repository("[dispatch]\ntimeout_secs = 600\n")],
+        &env_of(&[(ENV_TIMEOUT_SECS, "7200")]),
+    )
+    .unwrap();
+    assert_eq!(
+        raised.dispatch.timeout,
+        Duration::from_secs(7200),
+        "the environment is the user's: it may raise what a repository lowered"
+    );
+}
+
+#[test]
+fn bad_environment_values_name_the_variable_and_the_field() {
+    let cases = [
+        (ENV_TIMEOUT_SECS, "30m", "dispatch.timeout_secs"),
+        (ENV_TIMEOUT_SECS, "59", "dispatch.timeout_secs"),
+        (ENV_TIMEOUT_SECS, "86401", "dispatch.timeout_secs"),
+        (ENV_CONCURRENCY, "-1", "dispatch.concurrency"),
+        (ENV_CONCURRENCY, "0", "dispatch.concurrency"),
+        (ENV_CONCURRENCY, "65", "dispatch.concurrency"),
+        (ENV_COST_CEILING_USD, "five", "dispatch.cost_ceiling_usd"),
+        (ENV_COST_CEILING_USD, "0", "dispatch.cost_ceiling_usd"),
+        (ENV_COST_CEILING_USD, "NaN", "dispatch.cost_ceiling_usd"),
+        (ENV_COST_CEILING_USD, "inf", "dispatch.cost_ceiling_usd"),
+        (ENV_HARNESS, "aider", "harness.kind"),
+    ];
+    for (variable, value, field) in cases {
+        let error = Config::from_files_and_env(&[], &env_of(&[(variable, value)])).unwrap_err();
+        let message = error.to_string();
+        assert!(
+            matches!(&error, ConfigError::Invalid { field: f, .. } if *f == field),
+            "{variable}={value}: {message}"
+        );
+        assert!(
+            message.starts_with(&format!("environment variable {variable}: field `{field}`")),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn bad_dispatch_and_harness_values_name_the_file_the_line_and_the_field() {
+    let cases = [
+        ("[dispatch]\ntimeout_secs = 59\n", "dispatch.timeout_secs"),
+        (
+            "[dispatch]\ntimeout_secs = 86401\n",
+            "dispatch.timeout_secs",
+        ),
+        ("[dispatch]\nconcurrency = 0\n", "dispatch.concurrency"),
+        ("[dispatch]\nconcurrency = 65\n", "dispatch.concurrency"),
+        (
+            "[dispatch]\ncost_ceiling_usd = 0.0\n",
+            "dispatch.cost_ceiling_usd",
+        ),
+        (
+            "[dispatch]\ncost_ceiling_usd = -1.5\n",
+            "dispatch.cost_ceiling_usd",
+        ),
+        (
+            "[dispatch]\ncost_ceiling_usd = inf\n",
+            "dispatch.cost_ceiling_usd",
+        ),
+        (
+            "[dispatch]\ncost_ceiling_usd = nan\n",
+            "dispatch.cost_ceiling_usd",
+        ),
+        ("[dispatch]\nimage = \" \"\n", "dispatch.image"),
+        ("[harness.script]\npace = -0.1\n", "harness.script.pace"),
+        ("[harness.script]\npace = 100.5\n", "harness.script.pace"),
+        (
+            "[harness.openhands]\nmodel = \"\"\n",
+            "harness.openhands.model",
+        ),
+        ("[model]\nbase_url = \"127.0.0.1:4000\"\n", "model.base_url"),
+        ("[model]\napi_key_env = \"MY KEY\"\n", "model.api_key_env"),
+        ("[model]\napi_key_env = \"\"\n", "model.api_key_env"),
+        (
+            "[model]\nrequest_timeout_secs = 0\n",
+            "model.request_timeout_secs",
+        ),
+        (
+            "[harness.openhands]\nbase_url = \"http://127.0.0.1:4000/v1\"\n",
+            "harness.openhands.base_url",
+        ),
+        (
+            "[harness.openhands]\napi_key_env = \"KEY\"\n",
+            "harness.openhands.api_key_env",
+        ),
+    ];
+    for (text, field) in cases {
+        let error = Config::from_files(&[ConfigFile::new("/r/stet.toml", text, FileRole::User)])
+            .unwrap_err();
+        let message = error.to_string();
+        assert!(
+            matches!(&error, ConfigError::Invalid { field: f, .. } if *f == field),
+            "{text}: {message}"
+        );
+        assert!(
+            message.starts_with(&format!("/r/stet.toml:2: field `{field}`")),
+            "{message}"
+        );
+    }
+    for (text, wanted) in [
+        ("[harness]\nkind = \"aider\"\n", "aider"),
+        ("[dispatch]\ntimeout_secs = -5\n", "timeout_secs"),
+        ("[dispatch]\nallow_network = \"yes\"\n", "allow_network"),
+        ("[harness.openhands]\nmodle = \"x\"\n", "modle"),
+    ] {
+        let error = Config::from_files(&[ConfigFile::new("/r/stet.toml", text, FileRole::User)])
+            .unwrap_err();
+        let message = error.to_string();
+        assert!(matches!(error, ConfigError::Parse { .. }), "{message}");
+        assert!(message.starts_with("/r/stet.toml:2:"), "{message}");
+        assert!(
+            message.contains(wanted) || text.contains(wanted),
+            "{text}: {message}"
+        );
+    }
+}
+
+#[test]
+fn the_model_key_is_read_from_the_named_variable_and_its_absence_named() {
+    let key = format!("fake-{}", uuid::Uuid::new_v4().simple());
+    let model = ModelConfig {
+        api_key_env: Some("STET_TEST_MODEL_KEY".to_owned()),
+        ..ModelConfig::default()
+    };
+    let found = model
+        .api_key(&|name| (name == "STET_TEST_MODEL_KEY").then(|| key.clone().into()))
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.expose_secret(), key);
+    for present in [None, Some(" ")] {
+        let error = model
+            .api_key(&|_| present.map(std::ffi::OsString::from))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("STET_TEST_MODEL_KEY"), "{error}");
+        assert!(error.contains("model.api_key_env"), "{error}");
+    }
+    assert!(ModelConfig::default().api_key(&|_| None).unwrap().is_none());
+}
+
+#[test]
+fn an_inline_model_api_key_is_refused_and_not_echoed() {
+    let key = format!("fake-{}", uuid::Uuid::new_v4().simple());
+    for (table, field) in [
+        (
+            "[harness.openhands]\nmodel = \"m\"",
+            "harness.openhands.api_key",
+        ),
+        ("[model]", "model.api_key"),
+    ] {
+        let text = format!("{table}\napi_key = \"{key}\"\n");
+        let error = Config::from_files(&[repository(&text)]).unwrap_err();
+        let message = error.to_string();
+        assert!(
+            matches!(error, ConfigError::InlineSecret { field: f, .. } if f == field),
+            "{message}"
+        );
+        assert!(message.contains("api_key_env"), "{message}");
+        assert!(!message.contains(&key), "{message}");
+    }
+}
+
+#[test]
+fn the_openhands_harness_without_a_model_is_an_error_when_a_dispatch_needs_it() {
+    let config = Config::from_files(&[]).unwrap();
+    assert_eq!(config.harness.kind, HarnessKind::OpenHands);
+    let error = config.harness.openhands_settings().unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, ConfigError::MissingModel), "{message}");
+    assert!(message.contains("harness.openhands.model"), "{message}");
+    assert!(message.contains(ENV_HARNESS), "{message}");
+}
+
+#[test]
+fn whole_numbers_are_accepted_for_dollars_and_pace() {
+    let config = Config::from_files(&[repository(
+        "[dispatch]\ncost_ceiling_usd = 5\n[harness.script]\npace = 0\n",
+    )])
+    .unwrap();
+    assert_eq!(config.dispatch.cost_ceiling_usd, Some(5.0));
+    assert_eq!(config.harness.script.pace, 0.0);
+    assert_eq!(HarnessKind::OpenHands.as_str(), "openhands");
+    assert_eq!(HarnessKind::Script.as_str(), "script");
+}
+
+#[test]
+fn the_repository_file_in_effect_is_said_in_a_line() {
+    assert_eq!(RepositoryFile::None.to_string(), "no repository stet.toml");
+    assert_eq!(RepositoryFile::None.status(), None);
+    let untrusted = RepositoryFile::Untrusted(PathBuf::from("/src/app/stet.toml"));
+    assert!(
+        untrusted
+            .to_string()
+            .starts_with("/src/app/stet.toml (not trusted")
+    );
+    assert!(untrusted.to_string().contains("stet trust"));
+    assert_eq!(
+        untrusted.status().as_deref(),
+        Some("stet.toml: not trusted (project settings only)")
+    );
+    let trusted = RepositoryFile::Trusted {
+        path: PathBuf::from("/src/app/stet.toml"),
+        hash: trust::ContentHash::of(b"abc"),
+    };
+    assert_eq!(
+        trusted.to_string(),
+        "/src/app/stet.toml (trusted: sha256 ba7816bf8f01; machine settings allowed)"
+    );
+}
+
+/// The settings table of docs/security.md: `| `field` | machine |` or `| `field` | project: rule |`.
+fn documented_classes() -> Vec<(String, String)> {
+    let docs = include_str!("../../docs/security.md");
+    let start = docs
+        .find("<!-- settings table -->")
+        .expect("docs/security.md marks its settings table");
+    docs[start..]
+        .lines()
+        .skip_while(|line| !line.starts_with("| `"))
+        .take_while(|line| line.starts_with('|'))
+        .map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            (cells[1].trim_matches('`').to_owned(), cells[2].to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn the_settings_table_in_the_docs_is_the_codes() {
+    let code: Vec<(String, String)> = settings_catalog()
+        .into_iter()
+        .map(|(field, class)| {
+            let class = match class {
+                Class::Machine(_) => "machine".to_owned(),
+                Class::Project(Rule::Free) => "project".to_owned(),
+                Class::Project(Rule::AtMost) => "project: only lower".to_owned(),
+                Class::Project(Rule::Adds) => "project: only add".to_owned(),
+                Class::Project(Rule::StaysOff) => "project: only off".to_owned(),
+            };
+            (field.to_owned(), class)
+        })
+        .collect();
+    assert_eq!(documented_classes(), code);
+}
