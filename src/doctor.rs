@@ -105,6 +105,7 @@ pub async fn diagnose(
             "start the Docker daemon, or point DOCKER_HOST at a running engine",
         )),
     }
+    report.checks.push(sandbox_uid_check());
     match state {
         Ok(state_dir) => {
             report.checks.push(state_check(&state_dir));
@@ -121,6 +122,30 @@ pub async fn diagnose(
         )),
     }
     report
+}
+
+/// Sandboxes run as the invoking account; as root, as a fixed uid no host account or process may
+/// use.
+fn sandbox_uid_check() -> Check {
+    let uid = crate::runtime::DEFAULT_SANDBOX_UID;
+    let me = rustix::process::geteuid().as_raw();
+    if me != 0 {
+        return Check::ok("sandbox user", format!("sandboxes run as you (uid {me})"));
+    }
+    match crate::runtime::host_use_of(uid) {
+        None => Check::ok(
+            "sandbox user",
+            format!("sandboxes run as uid {uid}, which no account or process of this host uses"),
+        ),
+        Some(by) => Check::problem(
+            "sandbox user",
+            Status::Fail,
+            format!(
+                "sandboxes run as uid {uid}, but {by} uses it here: it could reach their files"
+            ),
+            "remove that account (or stop that process), or run stet as an ordinary user",
+        ),
+    }
 }
 
 /// The state directory can be made private and written.

@@ -41,6 +41,10 @@ pub enum EngineError {
     CurrentExe(std::io::Error),
     #[error("the sandbox user: {0}")]
     User(std::io::Error),
+    #[error(
+        "stet runs sandboxes as uid {uid} when it runs as root, but {by} has that uid on this host: a host process with it could reach a running sandbox's files; remove that account (or stop that process), or run stet as an ordinary user"
+    )]
+    SandboxUidInUse { uid: u32, by: String },
     #[error("journal: {0}")]
     Journal(#[from] crate::dispatch::journal::JournalError),
     #[error(transparent)]
@@ -63,6 +67,18 @@ pub enum EngineError {
 }
 
 pub type Result<T> = std::result::Result<T, EngineError>;
+
+/// The invoking user, or, when stet runs as root, the fixed sandbox uid provided no account or
+/// process of the host uses it.
+fn sandbox_user() -> Result<SandboxUser> {
+    let user = SandboxUser::for_invoker(DEFAULT_SANDBOX_UID).map_err(EngineError::User)?;
+    if user.uid == DEFAULT_SANDBOX_UID
+        && let Some(by) = crate::runtime::host_use_of(user.uid)
+    {
+        return Err(EngineError::SandboxUidInUse { uid: user.uid, by });
+    }
+    Ok(user)
+}
 
 /// Which image sandboxes run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,7 +156,7 @@ impl Engine {
                 image,
                 limits: DispatchLimits::default(),
                 network: options.network,
-                user: SandboxUser::for_invoker(DEFAULT_SANDBOX_UID).map_err(EngineError::User)?,
+                user: sandbox_user()?,
                 keepalive: vec![
                     crate::image::BINARY_PATH.to_owned(),
                     "sandbox-idle".to_owned(),

@@ -389,6 +389,7 @@ enum ImageCommand {
 }
 
 fn main() -> ExitCode {
+    keep_the_owners_access();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
@@ -398,6 +399,15 @@ fn main() -> ExitCode {
             ExitCode::from(EXIT_USAGE)
         }
     }
+}
+
+/// Takes the owner's bits out of the umask (keeping what it withholds from group and others): a
+/// umask such as 0277 would have git make directories stet itself cannot write into. What stet
+/// keeps private it makes 0600/0700 whatever the umask.
+fn keep_the_owners_access() {
+    use rustix::fs::Mode;
+    let inherited = rustix::process::umask(Mode::from_raw_mode(0o077));
+    rustix::process::umask(Mode::from_raw_mode(inherited.as_raw_mode() & 0o077));
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {

@@ -36,6 +36,19 @@ pub enum StateDirError {
         failed: PathBuf,
         source: std::io::Error,
     },
+    /// A directory (or link) on the way belongs to another account, which could swap or plant
+    /// what stet keeps (its journal says what stet removes).
+    Foreign {
+        state: PathBuf,
+        failed: PathBuf,
+        owner: u32,
+        uid: u32,
+    },
+    /// A directory on the way is writable by every account and not sticky.
+    OpenToOthers {
+        state: PathBuf,
+        failed: PathBuf,
+    },
 }
 
 impl StateDirError {
@@ -72,6 +85,19 @@ impl StateDirError {
                 failed,
                 source,
             } => cannot(failed, &source.to_string(), state),
+            StateDirError::Foreign {
+                state,
+                failed,
+                owner,
+                uid,
+            } => cannot(
+                failed,
+                &format!("belongs to uid {owner}, neither you (uid {uid}) nor root"),
+                state,
+            ),
+            StateDirError::OpenToOthers { state, failed } => {
+                cannot(failed, "writable by every account", state)
+            }
         }
     }
 
@@ -93,7 +119,12 @@ impl StateDirError {
             StateDirError::NotADirectory { .. } => {
                 "move it away, or set XDG_STATE_HOME to a directory of yours"
             }
-            StateDirError::Unusable { .. } => "set XDG_STATE_HOME to a directory of yours",
+            StateDirError::Unusable { .. } | StateDirError::Foreign { .. } => {
+                "set XDG_STATE_HOME to a directory of yours"
+            }
+            StateDirError::OpenToOthers { .. } => {
+                "set XDG_STATE_HOME to a directory only you can write"
+            }
         }
     }
 }
@@ -145,8 +176,12 @@ pub fn prepare_default() -> Result<PathBuf> {
 }
 
 /// Makes `state` (mode 0700, and every parent it has to make) and proves it writable by creating
-/// and removing a file in it.
+/// and removing a file in it. Every directory on the way that exists already must be this
+/// account's or root's, and not writable by every account unless sticky (as `/tmp` is); a link on
+/// the way must be this account's or root's too. Otherwise another account could plant a journal
+/// record naming what stet should remove.
 pub fn prepare(state: &Path) -> Result<()> {
+    check_trusted_path(state, rustix::process::geteuid().as_raw())?;
     crate::private_files::create_dir_all(state).map_err(|error| {
         // A directory that could not be made for want of permission names the one above it.
         let denied = matches!(error.source.kind(), std::io::ErrorKind::PermissionDenied);
@@ -169,6 +204,69 @@ pub fn prepare(state: &Path) -> Result<()> {
             wrote
         });
     written.map_err(|source| classify(state, state.to_owned(), source))
+}
+
+/// Checks the part of `state`'s path that exists: each link on it, and each directory it resolves
+/// to, belongs to `uid` or root; no directory is writable by every account unless it is sticky.
+fn check_trusted_path(state: &Path, uid: u32) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Some(existing) = state
+        .ancestors()
+        .find(|dir| std::fs::symlink_metadata(dir).is_ok())
+    else {
+        return Ok(());
+    };
+    let foreign = |failed: &Path, owner: u32| StateDirError::Foreign {
+        state: state.to_owned(),
+        failed: failed.to_owned(),
+        owner,
+        uid,
+    };
+    let outside = outside_owner();
+    let trusted_owner = |owner: u32| owner == uid || owner == 0 || Some(owner) == outside;
+    // The links as they are spelled: a link another account made can point anywhere later.
+    for prefix in existing.ancestors() {
+        if let Ok(metadata) = std::fs::symlink_metadata(prefix)
+            && metadata.file_type().is_symlink()
+            && !trusted_owner(metadata.uid())
+        {
+            return Err(foreign(prefix, metadata.uid()));
+        }
+    }
+    // The directories they lead to.
+    let canonical = std::fs::canonicalize(existing)
+        .map_err(|source| classify(state, existing.to_owned(), source))?;
+    for prefix in canonical.ancestors() {
+        let metadata = std::fs::metadata(prefix)
+            .map_err(|source| classify(state, prefix.to_owned(), source))?;
+        if !trusted_owner(metadata.uid()) {
+            return Err(foreign(prefix, metadata.uid()));
+        }
+        let sticky = metadata.mode() & 0o1000 != 0;
+        if metadata.is_dir() && metadata.mode() & 0o002 != 0 && !sticky {
+            return Err(StateDirError::OpenToOthers {
+                state: state.to_owned(),
+                failed: prefix.to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// In a user namespace other than the machine's own, files whose owners are outside it show the
+/// kernel's overflow uid: root's `/`, `/tmp` and `/home` among them. stet inside such a namespace
+/// cannot tell root from other accounts out there, so that uid is taken as root's.
+fn outside_owner() -> Option<u32> {
+    let map = std::fs::read_to_string("/proc/self/uid_map").ok()?;
+    let identity = map.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"];
+    if identity {
+        return None;
+    }
+    std::fs::read_to_string("/proc/sys/kernel/overflowuid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The one-line error for `source`, met at `failed` while preparing `state`.
@@ -260,6 +358,24 @@ mod tests {
         let line = error.to_string();
         assert!(line.contains("set XDG_STATE_HOME"), "{line}");
         assert!(!line.contains('\n'), "{line}");
+    }
+
+    #[test]
+    fn a_directory_open_to_every_account_on_the_way_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let open = root.path().join("shared");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let state = open.join("state/stet");
+        let error = prepare(&state).unwrap_err();
+        assert!(
+            matches!(&error, StateDirError::OpenToOthers { failed, .. } if *failed == open),
+            "{error}"
+        );
+        assert!(!state.exists(), "nothing was made below it");
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        prepare(&state).unwrap();
     }
 
     #[test]

@@ -102,6 +102,9 @@ pub enum JournalError {
     #[error("{}: refusing to adopt, its owner ({owner}) is still alive", .path.display())]
     OwnerAlive { path: PathBuf, owner: Owner },
 
+    #[error("{}: belongs to uid {owner}, not to this account (uid {uid}): not acted on", .path.display())]
+    Foreign { path: PathBuf, owner: u32, uid: u32 },
+
     #[error("{}: gone before it could be adopted (another process adopted or closed it)", .path.display())]
     Vanished { path: PathBuf },
 
@@ -152,6 +155,19 @@ pub enum Resource {
         provider: String,
         id: CredentialId,
     },
+}
+
+impl Resource {
+    /// What kind of resource this is, in words (`workspace`, `outputs directory`, ...).
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Resource::Container { .. } => "container",
+            Resource::Workspace { .. } => "workspace",
+            Resource::Outputs { .. } => "outputs directory",
+            Resource::SocketDir { .. } => "gateway socket directory",
+            Resource::Credential { .. } => "credential",
+        }
+    }
 }
 
 impl fmt::Display for Resource {
@@ -577,6 +593,20 @@ impl Journal {
             .append(true)
             .open(&from)
             .map_err(vanished_or("open", &from))?;
+        let file_owner = std::os::unix::fs::MetadataExt::uid(
+            &file
+                .metadata()
+                .map_err(io_error("read the owner of", &from))?,
+        );
+        let me = rustix::process::geteuid().as_raw();
+        if file_owner != me {
+            // Only this account writes its journal: a record of another's is not acted on.
+            return Err(JournalError::Foreign {
+                path: from,
+                owner: file_owner,
+                uid: me,
+            });
+        }
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)
             .map_err(io_error("read", &from))?;

@@ -7,6 +7,7 @@ pub mod error;
 pub mod event;
 pub mod journal;
 pub mod record;
+pub mod remove_tree;
 pub mod run;
 pub mod sandbox;
 pub mod sanitize;

@@ -17,6 +17,7 @@ use crate::dispatch::branch::CommitSha;
 use crate::dispatch::credential::{CredentialProvider, RevokeOutcome, ScopedCredential};
 use crate::dispatch::event::DispatchId;
 use crate::dispatch::journal::{Journal, JournalEntry, JournalError, Resource};
+use crate::dispatch::remove_tree::remove_tree;
 use crate::dispatch::socket_dir::{SocketDirError, SocketPlace};
 use crate::git::push::{PushError, fetch_commit};
 use crate::git::workspace::{WorkspaceError, materialize};
@@ -521,8 +522,15 @@ async fn provision_steps(
     hand_over(&sandbox.paths.outputs, request.user)?;
     if let Some(place) = &request.gateway {
         let dir = place.dispatch_dir(request.dispatch);
-        entry.intend(Resource::SocketDir { path: dir.clone() })?;
-        place.create_dispatch_dir(request.dispatch)?;
+        let resource = Resource::SocketDir { path: dir.clone() };
+        entry.intend(resource.clone())?;
+        if let Err(error) = place.create_dispatch_dir(request.dispatch) {
+            if matches!(error, SocketDirError::Taken { .. }) {
+                // Not made by this dispatch: its teardown must leave it where it is.
+                entry.released(&resource)?;
+            }
+            return Err(error.into());
+        }
         hand_over(&dir, request.user)?;
     }
     stopped()?;
@@ -615,55 +623,10 @@ pub(crate) fn hand_over(path: &Path, user: SandboxUser) -> Result<()> {
     Ok(())
 }
 
-/// Removes a directory tree an agent may have made hard to remove (read-only directories); never
-/// follows symbolic links. A tree that is already gone is fine.
-pub(crate) fn remove_tree(path: &Path) -> std::io::Result<()> {
-    match std::fs::remove_dir_all(path) {
-        Ok(()) => Ok(()),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(_) => {
-            make_writable(path)?;
-            match std::fs::remove_dir_all(path) {
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                other => other,
-            }
-        }
-    }
-}
-
-fn make_writable(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let metadata = std::fs::symlink_metadata(path)?;
-    if metadata.is_dir() {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))?;
-        for entry in std::fs::read_dir(path)? {
-            make_writable(&entry?.path())?;
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-
-    #[test]
-    fn a_tree_with_read_only_directories_is_removed() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("workspace");
-        let locked = root.join("a/b");
-        std::fs::create_dir_all(&locked).unwrap();
-        std::fs::write(locked.join("f"), "x").unwrap();
-        std::os::unix::fs::symlink("/etc", root.join("link-to-etc")).unwrap();
-        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o500)).unwrap();
-        std::fs::set_permissions(root.join("a"), std::fs::Permissions::from_mode(0o500)).unwrap();
-        remove_tree(&root).unwrap();
-        assert!(!root.exists());
-        assert!(Path::new("/etc").exists(), "the link target is untouched");
-        remove_tree(&root).unwrap();
-    }
 
     #[tokio::test]
     async fn the_credential_joins_the_env_and_the_callers_own_value_wins() {

@@ -21,7 +21,9 @@ use crate::harness::Harness;
 use crate::runtime::{DispatchLimits, ImageRef, NetworkPolicy, SandboxUser};
 
 use crate::dispatch::credential::{CredentialProvider, Revocation};
+use crate::dispatch::event::DispatchId;
 use crate::dispatch::journal::{Journal, JournalError, Resource};
+use crate::dispatch::sandbox::{DISPATCHES_DIR, SandboxPaths};
 use crate::dispatch::socket_dir::SocketPlace;
 use crate::runtime::{ContainerRuntime, Removal, RuntimeError, state_label};
 
@@ -230,7 +232,7 @@ impl DispatchService {
             let mut outstanding = entry.outstanding().to_vec();
             outstanding.sort_by_key(crate::dispatch::sandbox::teardown_order);
             for resource in outstanding {
-                match self.reclaim(&resource, &mut report).await {
+                match self.reclaim(record.dispatch, &resource, &mut report).await {
                     Ok(()) => entry.released(&resource)?,
                     Err(failure) => report
                         .failures
@@ -243,6 +245,18 @@ impl DispatchService {
             }
         }
 
+        // What exists is listed before the live dispatches are read: a dispatch journals itself
+        // before it creates anything, so whatever is listed here of one that just started is live.
+        let containers = self.runtime.list_sandboxes().await?;
+        let dispatch_dirs = self.listed_dispatch_dirs()?;
+        let socket_dirs = match self.sockets.present() {
+            Ok(present) => present,
+            Err(error) => {
+                // A place that fails the check is not listed at all: a link there is never followed.
+                report.failures.push(error.to_string());
+                Vec::new()
+            }
+        };
         let live: BTreeSet<String> = self
             .journal
             .records()?
@@ -251,7 +265,7 @@ impl DispatchService {
             .filter(|record| record.owner.is_alive())
             .map(|record| record.dispatch.to_string())
             .collect();
-        for container in self.runtime.list_sandboxes().await? {
+        for container in containers {
             let ours = container.state_label.as_deref() == Some(self.state_label.as_str());
             if !ours || live.contains(&container.dispatch) {
                 continue;
@@ -262,36 +276,13 @@ impl DispatchService {
                 Err(error) => report.failures.push(error.to_string()),
             }
         }
-        let dispatches = self
-            .state_dir
-            .join(crate::dispatch::sandbox::DISPATCHES_DIR);
-        let entries = match std::fs::read_dir(&dispatches) {
-            Ok(entries) => entries.flatten().map(|entry| entry.path()).collect(),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(source) => {
-                return Err(ServiceError::Io {
-                    path: dispatches,
-                    source,
-                });
-            }
-        };
-        let stale_dispatch_dirs = entries.into_iter().filter(|path: &PathBuf| {
-            path.file_name()
-                .and_then(|name| name.to_str())
-                .is_some_and(|name| name.starts_with("stet-dispatch-") && !live.contains(name))
-        });
-        // Socket directories whose record is gone (this installation's only: the place is keyed by
-        // the state directory).
-        let present = self.sockets.present().map_err(|source| ServiceError::Io {
-            path: self.sockets.root().to_owned(),
-            source,
-        })?;
-        let stale_socket_dirs = present
+        let stale = dispatch_dirs
             .into_iter()
+            .chain(socket_dirs)
             .filter(|(dispatch, _)| !live.contains(&dispatch.to_string()))
             .map(|(_, path)| path);
-        for path in stale_dispatch_dirs.chain(stale_socket_dirs) {
-            match crate::dispatch::sandbox::remove_tree(&path) {
+        for path in stale {
+            match crate::dispatch::remove_tree::remove_tree(&path) {
                 Ok(()) => report.directories_removed.push(path),
                 Err(error) => report.failures.push(format!("{}: {error}", path.display())),
             }
@@ -299,8 +290,44 @@ impl DispatchService {
         Ok(report)
     }
 
+    /// The dispatch directories under `<state>/dispatches`, by the dispatch they are named for.
+    fn listed_dispatch_dirs(&self) -> Result<Vec<(DispatchId, PathBuf)>> {
+        let dispatches = self.state_dir.join(DISPATCHES_DIR);
+        let entries = match std::fs::read_dir(&dispatches) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(ServiceError::Io {
+                    path: dispatches,
+                    source,
+                });
+            }
+        };
+        Ok(entries
+            .flatten()
+            .filter_map(|entry| {
+                let dispatch = entry.file_name().to_str()?.parse::<DispatchId>().ok()?;
+                Some((dispatch, entry.path()))
+            })
+            .collect())
+    }
+
+    /// The path a directory resource of `dispatch` must have: the one this installation gives it.
+    /// A journal record naming any other path is not acted on (the journal is in the user's own
+    /// state, but what it names is removed as the user).
+    fn own_path(&self, dispatch: DispatchId, resource: &Resource) -> Option<PathBuf> {
+        let paths = SandboxPaths::under(&self.state_dir, Some(&self.sockets), dispatch);
+        match resource {
+            Resource::Workspace { .. } => Some(paths.workspace),
+            Resource::Outputs { .. } => Some(paths.outputs),
+            Resource::SocketDir { .. } => paths.gateway,
+            Resource::Container { .. } | Resource::Credential { .. } => None,
+        }
+    }
+
     async fn reclaim(
         &self,
+        dispatch: DispatchId,
         resource: &Resource,
         report: &mut SweepReport,
     ) -> std::result::Result<(), String> {
@@ -316,8 +343,22 @@ impl DispatchService {
             Resource::Workspace { path }
             | Resource::Outputs { path }
             | Resource::SocketDir { path } => {
-                let existed = path.exists();
-                crate::dispatch::sandbox::remove_tree(path)
+                let own = self.own_path(dispatch, resource);
+                if own.as_deref().is_none_or(|own| !same_place(own, path)) {
+                    // Not acted on, and not kept either: no later sweep would act on it.
+                    report.failures.push(format!(
+                        "{dispatch}: the journal names {} for its {}, which is not that dispatch's own; left alone",
+                        path.display(),
+                        resource.kind_name()
+                    ));
+                    return Ok(());
+                }
+                if matches!(resource, Resource::SocketDir { .. }) {
+                    // Below a place that fails the check, nothing is removed.
+                    self.sockets.inspect().map_err(|error| error.to_string())?;
+                }
+                let existed = std::fs::symlink_metadata(path).is_ok();
+                crate::dispatch::remove_tree::remove_tree(path)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
                 if existed {
                     report.directories_removed.push(path.clone());
@@ -350,4 +391,18 @@ impl DispatchService {
             },
         }
     }
+}
+
+/// Whether `path` is `own`, spelled the same or reached through the same directory (a state
+/// directory named through a link, say).
+fn same_place(own: &Path, path: &Path) -> bool {
+    if own == path {
+        return true;
+    }
+    let canonical_parent = |p: &Path| {
+        p.parent()
+            .and_then(|parent| std::fs::canonicalize(parent).ok())
+    };
+    own.file_name() == path.file_name()
+        && canonical_parent(own).is_some_and(|parent| Some(parent) == canonical_parent(path))
 }

@@ -224,6 +224,26 @@ impl SocketPlace {
         ensure_private_dir(&self.root, self.uid)
     }
 
+    /// Checks the place as [`SocketPlace::prepare`] does, without making anything: `Ok(false)` when
+    /// this installation's directory does not exist (there is nothing in it), `Ok(true)` when it and
+    /// the account's directory above it are real directories of this account's, closed to others.
+    /// The sweep lists and removes only below a place that passes.
+    pub fn inspect(&self) -> Result<bool> {
+        for path in [&self.base, &self.root] {
+            match std::fs::symlink_metadata(path) {
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+                Err(source) => {
+                    return Err(SocketDirError::Inspect {
+                        path: path.clone(),
+                        source,
+                    });
+                }
+                Ok(metadata) => check_private(path, &metadata, self.uid)?,
+            }
+        }
+        Ok(true)
+    }
+
     /// Prepares the place and makes `dispatch`'s own directory in it, new (an existing one is
     /// refused) and mode 0700; returns its path.
     pub fn create_dispatch_dir(&self, dispatch: DispatchId) -> Result<PathBuf> {
@@ -240,16 +260,25 @@ impl SocketPlace {
         Ok(path)
     }
 
-    /// The dispatch directories present below this installation's directory, as `(dispatch, path)`.
-    pub fn present(&self) -> std::io::Result<Vec<(DispatchId, PathBuf)>> {
+    /// The dispatch directories present below this installation's directory, as `(dispatch, path)`;
+    /// none when the place is missing, and an error when it fails [`SocketPlace::inspect`] (it is
+    /// then not listed: a link planted there is never followed).
+    pub fn present(&self) -> Result<Vec<(DispatchId, PathBuf)>> {
+        if !self.inspect()? {
+            return Ok(Vec::new());
+        }
+        let inspect_error = |source| SocketDirError::Inspect {
+            path: self.root.clone(),
+            source,
+        };
         let entries = match std::fs::read_dir(&self.root) {
             Ok(entries) => entries,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(error) => return Err(error),
+            Err(error) => return Err(inspect_error(error)),
         };
         let mut present = Vec::new();
         for entry in entries {
-            let path = entry?.path();
+            let path = entry.map_err(inspect_error)?.path();
             if let Some(dispatch) = self.dispatch_of(&path) {
                 present.push((dispatch, path));
             }
@@ -306,6 +335,11 @@ fn ensure_private_dir(path: &Path, uid: u32) -> Result<()> {
         path: path.to_owned(),
         source,
     })?;
+    check_private(path, &metadata, uid)
+}
+
+/// A real directory (`metadata` is from `lstat`), owned by `uid`, closed to group and others.
+fn check_private(path: &Path, metadata: &std::fs::Metadata, uid: u32) -> Result<()> {
     let path = path.to_owned();
     if metadata.file_type().is_symlink() {
         return Err(SocketDirError::Link { path });

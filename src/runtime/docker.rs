@@ -94,20 +94,10 @@ pub fn socket_denied(host: &str) -> Option<RuntimeError> {
     Some(RuntimeError::SocketDenied {
         socket: socket.to_owned(),
         uid: rustix::process::geteuid().as_raw(),
-        group: group_name(
+        group: super::name_for_id(
             &std::fs::read_to_string("/etc/group").unwrap_or_default(),
             gid,
         ),
-    })
-}
-
-/// The name `/etc/group`'s `text` gives `gid`.
-fn group_name(text: &str, gid: u32) -> Option<String> {
-    text.lines().find_map(|line| {
-        let mut fields = line.split(':');
-        let name = fields.next()?;
-        let id = fields.nth(1)?.parse::<u32>().ok()?;
-        (id == gid && !name.is_empty()).then(|| name.to_owned())
     })
 }
 

@@ -225,6 +225,48 @@ impl SandboxUser {
     }
 }
 
+/// Who on this host already uses `uid`: an account `/etc/passwd` names, or a process of this pid
+/// namespace (a container's processes, in pid namespaces of their own, do not count). A host
+/// process with a sandbox's uid could reach that sandbox's files through `/proc/<pid>/root`, so
+/// stet, running as root, never runs sandboxes as a uid the host uses.
+pub fn host_use_of(uid: u32) -> Option<String> {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    if let Some(name) = name_for_id(&passwd, uid) {
+        return Some(format!("the account {name:?} (/etc/passwd)"));
+    }
+    let own_namespace = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        let uses = status
+            .lines()
+            .find_map(|line| line.strip_prefix("Uid:"))
+            .is_some_and(|ids| ids.split_whitespace().any(|id| id == uid.to_string()));
+        let here =
+            std::fs::read_link(entry.path().join("ns/pid")).ok() == Some(own_namespace.clone());
+        if uses && here {
+            return Some(format!("process {pid}"));
+        }
+    }
+    None
+}
+
+/// The name a `/etc/passwd`- or `/etc/group`-format `text` gives `id` (its third field).
+pub(crate) fn name_for_id(text: &str, id: u32) -> Option<String> {
+    text.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let listed = fields.nth(1)?.parse::<u32>().ok()?;
+        (listed == id && !name.is_empty()).then(|| name.to_owned())
+    })
+}
+
 /// Everything needed to create one sandbox container.
 #[derive(Debug, Clone)]
 pub struct SandboxSpec {

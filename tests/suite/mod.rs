@@ -10,6 +10,7 @@ mod git_http;
 mod git_workspace;
 mod github;
 mod headless;
+mod hostile_account;
 mod hostile_repo;
 mod image;
 mod journal;
