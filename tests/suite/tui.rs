@@ -697,13 +697,7 @@ fn hanging_up_during_provisioning_tears_the_dispatch_down() {
     let project = Project::new(&forever());
     let home = &project.home;
     // The image is a machine setting: the user's configuration names it, not the repository's.
-    let user_config = home.path().join("config/stet/config.toml");
-    std::fs::create_dir_all(user_config.parent().unwrap()).unwrap();
-    std::fs::write(
-        &user_config,
-        format!("[dispatch]\nimage = \"{}\"\n", registry.image()),
-    )
-    .unwrap();
+    home.add_user_config(&format!("\n[dispatch]\nimage = \"{}\"\n", registry.image()));
     let tmux = Tmux::start_to_hang_up(home, &project.repo, &[], Leader::DiesOfIt);
     tmux.until_shown(
         "the project's inbox",
