@@ -5,7 +5,7 @@
 //! Besides the added text as it is, the scan reads it rewritten the ways a secret is commonly hidden
 //! or wrapped: without whitespace (a value wrapped over lines, base64 at 76 columns), without the
 //! quotes and operators that join string pieces (`"ghp_…" + "…"`), without NUL bytes (UTF-16 text in
-//! a binary file), and base64-decoded. A known value is looked for in every reading; shape rules only
+//! a binary file), and base64- or hex-decoded. A known value is looked for in every reading; shape rules only
 //! where their context survives the rewriting (tokens, not `password = …` keywords). A shape match
 //! whose text the base already held (a moved file, an edited line around an old fixture) is not new
 //! and is not reported; a known value always is. Removed lines are not read: they are not pushed.
@@ -46,8 +46,17 @@ const PLACEHOLDERS: &[&str] = &[
     "test",
 ];
 
-/// The shortest run of base64 characters decoded and read again.
-const MIN_BASE64_RUN: usize = 24;
+/// The shortest run of encoded characters decoded and read again.
+const MIN_ENCODED_RUN: usize = 24;
+
+/// The longest piece of an encoded run decoded at once.
+const MAX_DECODED_RUN: usize = 64 * 1024;
+
+/// How much consecutive pieces of a long run share: more than the base64 of the longest known value.
+const DECODED_OVERLAP: usize = 2 * 1024;
+
+/// The most findings of each sort reported for one file (the gate holds the result at the first).
+pub const MAX_FINDINGS_PER_FILE: usize = 16;
 
 /// Whitespace and invisible format characters: what a value wrapped or padded over lines is spread by.
 static SPREAD: LazyLock<Option<Regex>> = LazyLock::new(|| {
@@ -66,6 +75,8 @@ static NULS: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"(?-u:\x00)+
 
 static BASE64_RUNS: LazyLock<Option<Regex>> =
     LazyLock::new(|| Regex::new(r"[A-Za-z0-9+/_-]{24,}").ok());
+
+static HEX_RUNS: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"[0-9A-Fa-f]{16,}").ok());
 
 /// What the base held (the diff's removed lines), read each way the added text is read, so a value
 /// already there is recognized however a reading rewrote it.
@@ -125,50 +136,48 @@ fn scan_added(
     if text.is_empty() {
         return;
     }
+    let line_of = |offset: usize| added.line_at(offset);
     for detection in sanitizer.detect(text) {
         file.add(
-            added.line_at(detection.start),
+            line_of(detection.start),
             text,
             &detection,
             true,
             &base.written,
         );
     }
+    file.read_decoded(text, sanitizer, &base.written, line_of);
+    // One rewritten reading at a time, so no more than two copies of the text are alive at once.
+    {
+        let joined = View::without(text, JOINERS.as_ref());
+        file.read(&joined.text, sanitizer, &base.joined, |offset| {
+            line_of(joined.original(offset))
+        });
+    }
+    if change.binary {
+        let unnulled = View::without(text, NULS.as_ref());
+        file.read(&unnulled.text, sanitizer, &base.unnulled, |offset| {
+            line_of(unnulled.original(offset))
+        });
+    }
     let spread = View::without(text, SPREAD.as_ref());
-    let joined = View::without(text, JOINERS.as_ref());
+    file.read(&spread.text, sanitizer, &base.spread, |offset| {
+        line_of(spread.original(offset))
+    });
+    file.read_decoded(&spread.text, sanitizer, &base.written, |offset| {
+        line_of(spread.original(offset))
+    });
     let spread_joined = View::without(&spread.text, JOINERS.as_ref());
-    let unnulled = change.binary.then(|| View::without(text, NULS.as_ref()));
-    // Each reading, and the reading it was made from when that is not the added text itself.
-    let readings = [
-        Some((&spread, None, &base.spread)),
-        Some((&joined, None, &base.joined)),
-        Some((&spread_joined, Some(&spread), &base.spread_joined)),
-        unnulled.as_ref().map(|view| (view, None, &base.unnulled)),
-    ];
-    for (view, made_from, held_before) in readings.into_iter().flatten() {
-        for detection in sanitizer.detect(&view.text) {
-            let offset = view.original(detection.start);
-            let offset = made_from.map_or(offset, |earlier: &View| earlier.original(offset));
-            file.add(
-                added.line_at(offset),
-                &view.text,
-                &detection,
-                false,
-                held_before,
-            );
-        }
-    }
-    for view in [&View::whole(text), &spread] {
-        for (start, decoded) in base64_decodings(&view.text) {
-            let line = added.line_at(view.original(start));
-            for detection in sanitizer.detect(&decoded) {
-                file.add(line, &decoded, &detection, true, &base.written);
-            }
-        }
-    }
+    file.read(
+        &spread_joined.text,
+        sanitizer,
+        &base.spread_joined,
+        |offset| line_of(spread.original(spread_joined.original(offset))),
+    );
 }
 
-/// The findings of one file, each line and kind once.
+/// The findings of one file, each line and kind once, at most [`MAX_FINDINGS_PER_FILE`] of each
+/// sort (by shape, known values).
 struct FileFindings {
     path: String,
     seen: HashSet<(Option<usize>, String)>,
@@ -176,6 +185,42 @@ struct FileFindings {
 }
 
 impl FileFindings {
+    /// Reads a rewritten `text`: known values and token shapes (keyword rules lose their context in
+    /// a rewriting); `line_of` maps an offset in `text` to its line.
+    fn read(
+        &mut self,
+        text: &[u8],
+        sanitizer: &Arc<TokenSanitizer>,
+        held_before: &[u8],
+        line_of: impl Fn(usize) -> Option<usize>,
+    ) {
+        for detection in sanitizer.detect(text) {
+            self.add(
+                line_of(detection.start),
+                text,
+                &detection,
+                false,
+                held_before,
+            );
+        }
+    }
+
+    /// Reads every encoded run of `text` decoded (base64 at each alignment, hex).
+    fn read_decoded(
+        &mut self,
+        text: &[u8],
+        sanitizer: &Arc<TokenSanitizer>,
+        held_before: &[u8],
+        line_of: impl Fn(usize) -> Option<usize>,
+    ) {
+        decodings(text, |start, decoded| {
+            let line = line_of(start);
+            for detection in sanitizer.detect(decoded) {
+                self.add(line, decoded, &detection, true, held_before);
+            }
+        });
+    }
+
     /// Adds what `detection` found in `text` (on `line`), unless it is an ordinary value a keyword
     /// rule caught, a shape match the base already held (`held_before`, read the same way), or
     /// (`as_written` false: a rewritten reading) a keyword rule out of its context.
@@ -198,7 +243,12 @@ impl FileFindings {
                 return;
             }
         }
-        if self.seen.insert((line, kind.to_owned())) {
+        let sorted = self
+            .found
+            .iter()
+            .filter(|finding| finding.known == detection.known)
+            .count();
+        if sorted < MAX_FINDINGS_PER_FILE && self.seen.insert((line, kind.to_owned())) {
             self.found.push(SecretFinding {
                 path: self.path.clone(),
                 line,
@@ -321,36 +371,62 @@ impl View {
     }
 }
 
-/// Each run of base64 characters long enough to hide a secret, decoded at each alignment it can
-/// start at: `(offset of the run, decoded bytes)`.
-fn base64_decodings(text: &[u8]) -> Vec<(usize, Vec<u8>)> {
-    let Some(runs) = BASE64_RUNS.as_ref() else {
-        return Vec::new();
-    };
-    let mut decoded = Vec::new();
-    for run in runs.find_iter(text) {
-        let bytes = run.as_bytes();
-        let standard = !bytes.iter().any(|b| matches!(b, b'-' | b'_'));
-        let url_safe = !bytes.iter().any(|b| matches!(b, b'+' | b'/'));
-        for shift in 0..4 {
-            let candidate = &bytes[shift.min(bytes.len())..];
-            let usable = &candidate[..candidate.len() - candidate.len() % 4];
-            if usable.len() < MIN_BASE64_RUN {
-                continue;
-            }
-            let attempt = if standard {
-                STANDARD_NO_PAD.decode(usable)
-            } else if url_safe {
-                URL_SAFE_NO_PAD.decode(usable)
-            } else {
-                continue;
-            };
-            if let Ok(bytes) = attempt {
-                decoded.push((run.start(), bytes));
+/// Each encoded run of `text` long enough to hide a secret, decoded: base64 at each alignment it can
+/// start at, hex at both. `each` gets the run's offset and the decoded bytes. A run longer than
+/// [`MAX_DECODED_RUN`] is decoded in overlapping windows, so the memory it takes stays bounded.
+fn decodings(text: &[u8], mut each: impl FnMut(usize, &[u8])) {
+    if let Some(runs) = BASE64_RUNS.as_ref() {
+        for run in runs.find_iter(text) {
+            for (offset, window) in windows(run.as_bytes()) {
+                let standard = !window.iter().any(|b| matches!(b, b'-' | b'_'));
+                let url_safe = !window.iter().any(|b| matches!(b, b'+' | b'/'));
+                for shift in 0..4 {
+                    let candidate = &window[shift.min(window.len())..];
+                    let usable = &candidate[..candidate.len() - candidate.len() % 4];
+                    if usable.len() < MIN_ENCODED_RUN {
+                        continue;
+                    }
+                    let decoded = if standard {
+                        STANDARD_NO_PAD.decode(usable)
+                    } else if url_safe {
+                        URL_SAFE_NO_PAD.decode(usable)
+                    } else {
+                        continue;
+                    };
+                    if let Ok(decoded) = decoded {
+                        each(run.start() + offset, &decoded);
+                    }
+                }
             }
         }
     }
-    decoded
+    if let Some(runs) = HEX_RUNS.as_ref() {
+        for run in runs.find_iter(text) {
+            for (offset, window) in windows(run.as_bytes()) {
+                for shift in 0..2 {
+                    let digits = &window[shift.min(window.len())..];
+                    let decoded: Vec<u8> = digits
+                        .chunks_exact(2)
+                        .filter_map(|pair| {
+                            let pair = std::str::from_utf8(pair).ok()?;
+                            u8::from_str_radix(pair, 16).ok()
+                        })
+                        .collect();
+                    each(run.start() + offset, &decoded);
+                }
+            }
+        }
+    }
+}
+
+/// `run` in windows of at most [`MAX_DECODED_RUN`] bytes, each starting a multiple of 4 bytes in and
+/// overlapping the next by more than any known value's encoding: `(offset, window)`.
+fn windows(run: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
+    let step = MAX_DECODED_RUN - DECODED_OVERLAP;
+    (0..run.len())
+        .step_by(step)
+        .take_while(move |start| *start == 0 || start + DECODED_OVERLAP < run.len())
+        .map(move |start| (start, &run[start..(start + MAX_DECODED_RUN).min(run.len())]))
 }
 
 #[cfg(test)]

@@ -160,6 +160,13 @@ fn a_known_value_is_found_in_every_disguise_even_if_the_base_held_it() {
         ("base64 wrapped at 16 columns", wrapped.join("\n")),
         ("utf-16", format!("\0\0{utf16}\0")),
         ("json escaped", serde_json::to_string(&value).unwrap()),
+        (
+            "hex",
+            value
+                .bytes()
+                .map(|byte| format!("{byte:02x}"))
+                .collect::<String>(),
+        ),
     ] {
         let findings = found(&[], &[("x.txt", &text)], &sanitizer);
         assert!(
@@ -222,6 +229,33 @@ fn a_generated_token_is_found_split_or_base64_encoded() {
 }
 
 #[test]
+fn a_token_deep_in_a_long_encoded_run_is_found_and_findings_per_file_are_bounded() {
+    let sanitizer = shapes_only();
+    let mut blob = "x".repeat(100 * 1024).into_bytes();
+    blob.extend_from_slice(format!(" {} ", github_token()).as_bytes());
+    let findings = found(&[], &[("big.b64", &STANDARD.encode(&blob))], &sanitizer);
+    assert_eq!(findings, vec![one("big.b64", 1, "github-token", false)]);
+
+    let many: String = (0..100)
+        .map(|_| format!("T={}\n", github_token()))
+        .collect();
+    let findings = found(&[], &[("many.env", &many)], &sanitizer);
+    assert_eq!(findings.len(), MAX_FINDINGS_PER_FILE);
+    let value = random_token(40).unwrap();
+    let findings = found(
+        &[],
+        &[("many.env", &format!("{many}KEY={value}\n"))],
+        &knowing("primary-token", &value),
+    );
+    assert!(
+        findings
+            .iter()
+            .any(|(_, line, _, known)| *known && *line == Some(101)),
+        "a known value is reported however many shapes came first: {findings:?}"
+    );
+}
+
+#[test]
 fn ordinary_code_and_hashes_are_not_secrets() {
     let sha = "3f1c2a9b8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a";
     let code = format!(
@@ -277,5 +311,6 @@ fn keyword_rules_count_for_a_literal_that_looks_like_a_secret() {
 
 #[test]
 fn the_rewriting_patterns_compile() {
-    assert!(SPREAD.is_some() && JOINERS.is_some() && NULS.is_some() && BASE64_RUNS.is_some());
+    assert!(SPREAD.is_some() && JOINERS.is_some() && NULS.is_some());
+    assert!(BASE64_RUNS.is_some() && HEX_RUNS.is_some());
 }
