@@ -1480,12 +1480,22 @@ fn needs_approval(gate: &GateReport) -> String {
     format!("the result needs a person's approval: {}", parts.join("; "))
 }
 
+/// The most held paths, or findings, a reason names; the `collected` event lists them all.
+const MAX_NAMED: usize = 12;
+
 fn joined<T: std::fmt::Display>(items: &[&T]) -> String {
-    items
+    let mut named: Vec<String> = items
         .iter()
+        .take(MAX_NAMED)
         .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
+        .collect();
+    if items.len() > MAX_NAMED {
+        named.push(format!(
+            "and {} more (listed in the collected event)",
+            items.len() - MAX_NAMED
+        ));
+    }
+    named.join(", ")
 }
 
 /// Aborts a task when dropped (the timeout timer must not outlive its dispatch).
@@ -1585,6 +1595,16 @@ mod tests {
     #[test]
     fn truncation_keeps_whole_characters() {
         assert_eq!(truncate("héllo", 2), "h");
+    }
+
+    #[test]
+    fn a_long_list_is_cut_with_a_count() {
+        let items: Vec<String> = (0..20).map(|n| format!("f{n}")).collect();
+        let items: Vec<&String> = items.iter().collect();
+        let text = joined(&items);
+        assert!(text.starts_with("f0, f1, "), "{text}");
+        assert!(text.contains("f11, and 8 more"), "{text}");
+        assert!(!text.contains("f12"), "{text}");
     }
 
     #[test]

@@ -140,6 +140,21 @@ fn folded(path: &str) -> String {
         .join("/")
 }
 
+/// Whether `name` has the shape of an NTFS 8.3 short name (`GITHUB~1`, `STET~1.TOM`): on Windows it
+/// may name a longer entry of the same directory, such as `.github` or `stet.toml`.
+fn is_short_name(name: &str) -> bool {
+    let (stem, extension) = name.split_once('.').unwrap_or((name, ""));
+    let Some((base, number)) = stem.rsplit_once('~') else {
+        return false;
+    };
+    (1..=6).contains(&base.len())
+        && !number.is_empty()
+        && number.bytes().all(|b| b.is_ascii_digit())
+        && !number.starts_with('0')
+        && extension.len() <= 3
+        && !extension.contains('.')
+}
+
 fn is(entry: Option<&Entry>, kind: EntryKind) -> bool {
     entry.is_some_and(|entry| entry.kind == kind)
 }
@@ -198,6 +213,14 @@ fn reasons(change: &PathChange, rules: &ProtectedPaths, links: &Links<'_>) -> Ve
             "reached as {} through the symlink {}: {rule}",
             printable(&alias),
             printable(link)
+        ));
+    }
+    if after.is_some()
+        && let Some(name) = path.split('/').find(|name| is_short_name(name))
+    {
+        reasons.push(format!(
+            "{} is an NTFS short name, which Windows may resolve to another file or directory",
+            printable(name)
         ));
     }
     if after.is_some()
@@ -389,6 +412,28 @@ mod tests {
             ),
             vec![
                 "Docs/workflows/x.yml (its directory Docs is the symlink docs on case-insensitive file systems)"
+            ]
+        );
+    }
+
+    #[test]
+    fn ntfs_short_names_are_held() {
+        assert_eq!(
+            held_of(
+                vec![
+                    change("GITHUB~1/workflows/x.yml", None, file()),
+                    change("STET~1.TOM", None, file()),
+                    change("docs/backup~1.txt", None, file()),
+                    change("notes~/x.txt", None, file()),
+                    change("a~0", None, file()),
+                    change("verylongname~1", None, file()),
+                ],
+                &[]
+            ),
+            vec![
+                "GITHUB~1/workflows/x.yml (GITHUB~1 is an NTFS short name, which Windows may resolve to another file or directory)",
+                "STET~1.TOM (STET~1.TOM is an NTFS short name, which Windows may resolve to another file or directory)",
+                "docs/backup~1.txt (backup~1.txt is an NTFS short name, which Windows may resolve to another file or directory)",
             ]
         );
     }
