@@ -134,9 +134,9 @@ pub fn read_changes(
     };
     let (old_tree, new_tree) = (tree_of(parent)?, tree_of(commit)?);
     let mut options = DiffOptions::new();
-    // Every file as text (a binary file's bytes are scanned too), no context, no attributes of the
-    // user's checkout deciding what is shown.
-    options.force_text(true).context_lines(0);
+    // Every file as text (a binary file's bytes are scanned too), no context lines.
+    // No size past which a file would be skipped as binary: the import already bounds every file.
+    options.force_text(true).context_lines(0).max_size(i64::MAX);
     let diff = repo
         .diff_tree_to_tree(Some(&old_tree), Some(&new_tree), Some(&mut options))
         .map_err(git("comparing the trees"))?;
@@ -309,12 +309,32 @@ pub(crate) mod trees {
     pub(crate) fn changes(before: &[Spec<'_>], after: &[Spec<'_>]) -> ResultChanges {
         let dir = tempfile::tempdir().unwrap();
         let repo = Repository::init_bare(dir.path()).unwrap();
-        let parent = commit(&repo, tree(&repo, before), &[]);
+        commit_and_read(&repo, dir.path(), before, after)
+    }
+
+    /// [`changes`] in a repository with a working tree whose attributes mark everything binary.
+    pub(crate) fn changes_under_binary_attributes(
+        before: &[Spec<'_>],
+        after: &[Spec<'_>],
+    ) -> ResultChanges {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        std::fs::write(dir.path().join(".gitattributes"), "* binary -diff -text\n").unwrap();
+        commit_and_read(&repo, dir.path(), before, after)
+    }
+
+    fn commit_and_read(
+        repo: &Repository,
+        path: &Path,
+        before: &[Spec<'_>],
+        after: &[Spec<'_>],
+    ) -> ResultChanges {
+        let parent = commit(repo, tree(repo, before), &[]);
         let parent_commit = repo
             .find_commit(Oid::from_str(parent.as_str()).unwrap())
             .unwrap();
-        let result = commit(&repo, tree(&repo, after), &[&parent_commit]);
-        read_changes(dir.path(), &parent, &result).unwrap()
+        let result = commit(repo, tree(repo, after), &[&parent_commit]);
+        read_changes(path, &parent, &result).unwrap()
     }
 }
 
@@ -382,6 +402,15 @@ mod tests {
                 ("swap".to_owned(), b"/etc/passwd".to_vec()),
             ]
         );
+    }
+
+    #[test]
+    fn the_users_attributes_never_hide_a_file_from_the_gate() {
+        let read = super::trees::changes_under_binary_attributes(
+            &[("a.txt", FILE, b"one\n")],
+            &[("a.txt", FILE, b"one\ntwo\n")],
+        );
+        assert_eq!(change(&read, "a.txt").added.text, b"two");
     }
 
     #[test]
