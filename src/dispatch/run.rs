@@ -1079,23 +1079,37 @@ impl Flow {
             let message = self.sanitize(&warning.to_string());
             self.publisher.emit(EventKind::Warning { message }).await;
         }
-        for held in &gate.held {
-            let message = self.sanitize(&format!(
-                "the result changes a protected path: {held}; it is held for review"
-            ));
-            self.publisher.emit(EventKind::Warning { message }).await;
+        let mut held_warnings: Vec<String> = gate
+            .held
+            .iter()
+            .map(|held| {
+                format!("the result changes a protected path: {held}; it is held for review")
+            })
+            .collect();
+        let mut secret_warnings: Vec<String> = gate
+            .secrets
+            .iter()
+            .map(|finding| {
+                if finding.known {
+                    format!(
+                        "the result holds a value stet itself handles: {finding}; it will not be pushed"
+                    )
+                } else {
+                    format!(
+                        "the result holds what looks like a secret: {finding}; it is held for review"
+                    )
+                }
+            })
+            .collect();
+        for warnings in [&mut held_warnings, &mut secret_warnings] {
+            if warnings.len() > MAX_NAMED {
+                let more = warnings.len() - MAX_NAMED;
+                warnings.truncate(MAX_NAMED);
+                warnings.push(format!("… and {more} more (listed in the collected event)"));
+            }
         }
-        for finding in &gate.secrets {
-            let message = if finding.known {
-                format!(
-                    "the result holds a value stet itself handles: {finding}; it will not be pushed"
-                )
-            } else {
-                format!(
-                    "the result holds what looks like a secret: {finding}; it is held for review"
-                )
-            };
-            let message = self.sanitize(&message);
+        for warning in held_warnings.into_iter().chain(secret_warnings) {
+            let message = self.sanitize(&warning);
             self.publisher.emit(EventKind::Warning { message }).await;
         }
         let files = diff

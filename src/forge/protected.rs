@@ -130,16 +130,6 @@ impl ProtectedRule {
     pub fn pattern(&self) -> &str {
         &self.text
     }
-
-    pub fn category(&self) -> Category {
-        self.category
-    }
-
-    /// Whether `path` (repository-relative) falls under this rule.
-    pub fn matches(&self, path: &str) -> bool {
-        let folded = fold_path(path);
-        match_segments(&self.segments, &folded)
-    }
 }
 
 /// `CI: .github/**`; a rule without wildcards is named by its category alone (`stet's own
