@@ -165,11 +165,22 @@ pub fn progress_line(event: &Event) -> Option<String> {
             insertions,
             deletions,
             reference,
+            gate,
             ..
-        } => format!(
-            "collected {} file(s), +{insertions} -{deletions}, kept at {reference}",
-            files.len()
-        ),
+        } => {
+            let mut line = format!(
+                "collected {} file(s), +{insertions} -{deletions}, kept at {reference}",
+                files.len()
+            );
+            if !gate.held.is_empty() || !gate.secrets.is_empty() {
+                line.push_str(&format!(
+                    "; held for approval: {} path(s), {} secret(s)",
+                    gate.held.len(),
+                    gate.secrets.len()
+                ));
+            }
+            line
+        }
         EventKind::Pushed { branch, sha, .. } => format!("pushed {branch} at {sha}"),
         EventKind::PullRequest {
             action,

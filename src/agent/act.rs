@@ -3,6 +3,7 @@
 
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::ExitStatusExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -167,6 +168,30 @@ impl<'a> Actor<'a> {
                     std::fs::create_dir_all(parent).map_err(&edit_error)?;
                 }
                 std::os::unix::fs::symlink(target, &full).map_err(edit_error)?;
+            }
+            Action::Chmod { path, mode } => {
+                self.command(format!("chmod {mode:o} {path}"))?;
+                let full = self.workspace_path(path);
+                std::fs::set_permissions(&full, std::fs::Permissions::from_mode(*mode))
+                    .map_err(edit_error(step, "chmod", &full))?;
+            }
+            Action::Plant { path, secret } => {
+                self.command(format!("append to {path} (1 line)"))?;
+                let value = match secret {
+                    Leak::Value(value) => value.clone(),
+                    Leak::GitHub => github_shaped_token(step)?,
+                };
+                let full = self.workspace_path(path);
+                let edit_error = edit_error(step, "append to", &full);
+                if let Some(parent) = full.parent() {
+                    std::fs::create_dir_all(parent).map_err(&edit_error)?;
+                }
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&full)
+                    .and_then(|mut file| file.write_all(format!("DEMO_TOKEN={value}\n").as_bytes()))
+                    .map_err(edit_error)?;
             }
             Action::Remove(path) => {
                 self.command(format!("remove {path}"))?;
@@ -818,6 +843,64 @@ say = "still here"
             assert!(body.bytes().all(|b| b.is_ascii_alphanumeric()), "{token}");
         }
         assert_ne!(tokens[0], tokens[1]);
+    }
+
+    #[test]
+    fn chmod_sets_the_mode_and_plant_appends_a_token_line_never_printing_it() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let workspace = tempfile::tempdir().unwrap();
+        std::fs::create_dir(workspace.path().join("bin")).unwrap();
+        std::fs::write(workspace.path().join("bin/run"), "#!/bin/sh\n").unwrap();
+        std::fs::write(workspace.path().join("app.env"), "MODE=dev\n").unwrap();
+        let run = act_out_in(
+            workspace,
+            r#"
+[[step]]
+chmod = { path = "bin/run", mode = 0o755 }
+[[step]]
+plant = { path = "app.env", shape = "github" }
+[[step]]
+plant = { path = "deep/new.txt", value = "plain-value" }
+[[step]]
+chmod = { path = "missing", mode = 0o755 }
+"#,
+        );
+        assert_eq!(
+            run.code.unwrap(),
+            1,
+            "a chmod of a missing file fails the run"
+        );
+        let root = run.workspace.path();
+        let mode = std::fs::metadata(root.join("bin/run"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o755);
+        let planted = std::fs::read_to_string(root.join("app.env")).unwrap();
+        let token = planted
+            .strip_prefix("MODE=dev\nDEMO_TOKEN=")
+            .and_then(|rest| rest.strip_suffix('\n'))
+            .unwrap();
+        let body = token.strip_prefix("ghp_").unwrap();
+        assert_eq!(body.len(), GITHUB_TOKEN_BODY);
+        assert_eq!(
+            std::fs::read_to_string(root.join("deep/new.txt")).unwrap(),
+            "DEMO_TOKEN=plain-value\n"
+        );
+        assert_eq!(
+            run.records[..3],
+            [
+                command("chmod 755 bin/run"),
+                command("append to app.env (1 line)"),
+                command("append to deep/new.txt (1 line)"),
+            ]
+        );
+        assert!(
+            run.records
+                .iter()
+                .all(|record| !format!("{record:?}").contains(token)),
+            "the planted token is never printed"
+        );
     }
 
     #[test]

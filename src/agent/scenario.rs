@@ -14,8 +14,10 @@
 //! | `write = { path, content }`, `append = { path, content }` | writes or appends to a file, making its directories |
 //! | `replace = { path, find, with }` | replaces the first `find` (an error when it is absent) |
 //! | `symlink = { path, target }`, `remove = "path"` | makes a symbolic link; removes a file, link or tree |
+//! | `chmod = { path, mode }` | sets a file's permission bits (`mode = 0o755` makes it executable) |
 //! | `usage = { input_tokens, output_tokens, cached_tokens = 0, cost_usd }` | a `usage` record of the scenario's model |
 //! | `leak = { value = "…" }` or `leak = { shape = "github" }` | prints `export DEMO_TOKEN=<value>`, the second made up at run time |
+//! | `plant = { path, value = "…" }` or `plant = { path, shape = "github" }` | appends the line `DEMO_TOKEN=<value>` to a file (made up at run time for a shape), making its directories |
 //! | `network = "ip:port"` | tries a TCP connection (2 s) and reports how it went |
 //! | `ask = { prompt, stream = false }` | posts `prompt` as a chat completion of the scenario's model to `$STET_MODEL_URL/chat/completions` (bearer `$STET_MODEL_KEY`), read as server-sent events when `stream`; the reply is a `message` record, no `usage` record (the host's gateway meters asks); a refusal (non-2xx), a failure or no `STET_MODEL_URL` at all is an `error` record and the run goes on |
 //! | `ask_until_refused = { prompt, max, stream = false }` | asks again and again, the step's pause between asks, until the model refuses or fails (an `error` record) or `max` asks are done, each reply a `message` record |
@@ -57,9 +59,11 @@ const ACTIONS: &[&str] = &[
     "append",
     "replace",
     "symlink",
+    "chmod",
     "remove",
     "usage",
     "leak",
+    "plant",
     "network",
     "ask",
     "ask_until_refused",
@@ -119,6 +123,11 @@ pub enum Action {
         target: String,
     },
     Remove(String),
+    /// Set the permission bits of `path`.
+    Chmod {
+        path: String,
+        mode: u32,
+    },
     Usage {
         input_tokens: u64,
         output_tokens: u64,
@@ -126,6 +135,11 @@ pub enum Action {
         cost_usd: Option<f64>,
     },
     Leak(Leak),
+    /// Append `DEMO_TOKEN=<the secret>` to the file at `path`.
+    Plant {
+        path: String,
+        secret: Leak,
+    },
     Network(SocketAddr),
     /// Ask the model `prompt`, reading the reply as a stream when `stream`.
     Ask {
@@ -161,7 +175,7 @@ impl Action {
     }
 }
 
-/// What a `leak` step prints.
+/// What a `leak` step prints, or a `plant` step writes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Leak {
     /// This exact value.
@@ -377,7 +391,28 @@ impl StepReader<'_> {
                     cost_usd: fields.optional_cost("cost_usd")?,
                 }
             }
-            "leak" => Action::Leak(self.leak(value)?),
+            "leak" => Action::Leak(self.leak("leak", value, &["value", "shape"])?),
+            "plant" => {
+                let fields = self.fields(key, value, &["path", "value", "shape"])?;
+                Action::Plant {
+                    path: fields.path("path")?,
+                    secret: self.leak(key, value, &["path", "value", "shape"])?,
+                }
+            }
+            "chmod" => {
+                let fields = self.fields(key, value, &["path", "mode"])?;
+                let mode = fields.count("mode")?;
+                let mode = u32::try_from(mode)
+                    .ok()
+                    .filter(|mode| *mode <= 0o7777)
+                    .ok_or_else(|| {
+                        fields.error("mode", format!("{mode:#o} is not a mode from 0 to 0o7777"))
+                    })?;
+                Action::Chmod {
+                    path: fields.path("path")?,
+                    mode,
+                }
+            }
             "ask" => {
                 let fields = self.fields(key, value, &["prompt", "stream"])?;
                 Action::Ask {
@@ -491,8 +526,8 @@ impl StepReader<'_> {
         })
     }
 
-    fn leak(&self, value: &Value) -> Result<Leak> {
-        let fields = self.fields("leak", value, &["value", "shape"])?;
+    fn leak(&self, action: &str, value: &Value, allowed: &[&str]) -> Result<Leak> {
+        let fields = self.fields(action, value, allowed)?;
         match (fields.table.get("value"), fields.table.get("shape")) {
             (Some(_), None) => Ok(Leak::Value(fields.text("value")?)),
             (None, Some(_)) => match fields.text("shape")?.as_str() {
@@ -502,7 +537,7 @@ impl StepReader<'_> {
                     format!("{shape:?} is not a known shape (only \"github\")"),
                 )),
             },
-            _ => Err(self.error("leak", "needs exactly one of `value` and `shape`")),
+            _ => Err(self.error(action, "needs exactly one of `value` and `shape`")),
         }
     }
 
@@ -677,6 +712,15 @@ symlink = { path = "link", target = "/etc/passwd" }
 remove = "a"
 
 [[step]]
+chmod = { path = "bin/run", mode = 0o755 }
+
+[[step]]
+plant = { path = "config/app.env", shape = "github" }
+
+[[step]]
+plant = { path = "notes.txt", value = "plain" }
+
+[[step]]
 usage = { input_tokens = 10, output_tokens = 5, cost_usd = 0.25 }
 
 [[step]]
@@ -741,6 +785,18 @@ finish = "done"
                     target: "/etc/passwd".into()
                 },
                 &Action::Remove("a".into()),
+                &Action::Chmod {
+                    path: "bin/run".into(),
+                    mode: 0o755
+                },
+                &Action::Plant {
+                    path: "config/app.env".into(),
+                    secret: Leak::GitHub
+                },
+                &Action::Plant {
+                    path: "notes.txt".into(),
+                    secret: Leak::Value("plain".into())
+                },
                 &Action::Usage {
                     input_tokens: 10,
                     output_tokens: 5,
@@ -778,7 +834,7 @@ finish = "done"
         assert_eq!(scenario.steps[0].pause, 1.5);
         assert_eq!(scenario.steps[1].pause, 2.0);
         assert_eq!(scenario.steps[2].pause, 0.0);
-        assert_eq!(scenario.steps[15].pause, 0.5);
+        assert_eq!(scenario.steps[18].pause, 0.5);
     }
 
     #[test]
@@ -887,6 +943,26 @@ finish = "done"
             (
                 "model = \"m\"\n[[step]]\nleak = { value = \"a\", shape = \"github\" }\n",
                 "step 1: field `leak`",
+                "exactly one",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nchmod = { path = \"a\", mode = 0o17777 }\n",
+                "step 1: field `chmod.mode`",
+                "0o17777 is not a mode",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nchmod = { path = \"a\" }\n",
+                "step 1: field `chmod.mode`",
+                "missing",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nplant = { shape = \"github\" }\n",
+                "step 1: field `plant.path`",
+                "missing",
+            ),
+            (
+                "model = \"m\"\n[[step]]\nplant = { path = \"a\" }\n",
+                "step 1: field `plant`",
                 "exactly one",
             ),
             (

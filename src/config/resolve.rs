@@ -15,7 +15,7 @@ use super::{
 };
 use crate::forge::github::{GitHubSettings, RetryPolicy};
 use crate::forge::github_app::GitHubAppSettings;
-use crate::forge::protected::{DEFAULT_PROTECTED, ProtectedPaths};
+use crate::forge::protected::ProtectedPaths;
 use crate::forge::token::TokenSource;
 use crate::git::import::{Identity, ImportLimits};
 
@@ -368,28 +368,20 @@ fn token_source(
     }
 }
 
-/// The user's patterns (or the default ones) and every repository file's added to them, each list
-/// checked on its own so an error names the file that holds the pattern.
+/// The built-in rules, the user's patterns and every repository file's, each list checked on its
+/// own so an error names the file that holds the pattern. Nothing removes a built-in rule.
 fn protected_paths(Lists { base, added }: Lists<String>) -> Result<ProtectedPaths> {
-    if base.is_none() && added.is_empty() {
-        return Ok(ProtectedPaths::default());
-    }
-    let mut patterns: Vec<String> = match &base {
-        Some(_) => Vec::new(),
-        None => DEFAULT_PROTECTED.iter().map(|p| (*p).to_owned()).collect(),
-    };
+    let mut paths = ProtectedPaths::default();
     for list in base.into_iter().chain(added) {
-        ProtectedPaths::new(&list.value).map_err(|error| {
+        paths = paths.extended(&list.value).map_err(|error| {
             invalid(
                 list.origin.clone(),
                 "review.protected_paths",
                 error.to_string(),
             )
         })?;
-        patterns.extend(list.value);
     }
-    ProtectedPaths::new(&patterns)
-        .map_err(|error| invalid(Origin::Default, "review.protected_paths", error.to_string()))
+    Ok(paths)
 }
 
 /// The URL, checked by the one URL rule.

@@ -448,8 +448,8 @@ fn protected_paths_from_a_repository_file_add_to_the_users() {
         config
             .protected_paths
             .matching(".github/workflows/ci.yml")
-            .is_none(),
-        "the user's own list replaces the default"
+            .is_some(),
+        "no list, not even the user's own, removes a built-in rule"
     );
 
     let error = Config::from_files(&[

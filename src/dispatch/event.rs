@@ -159,7 +159,8 @@ pub enum EventKind {
     /// Something a person should know that did not stop the dispatch (e.g. a teardown step failed).
     Warning { message: SanitizedText },
     /// stet imported the agent's work into a trusted commit, kept at `reference` in the repository.
-    /// `protected` lists changed paths held for review (e.g. CI workflows); the patch is in the run
+    /// `protected` lists changed paths held for review as `path (rule)`, `held` the same with the
+    /// rule apart, and `secrets` what the scan of the added content found; the patch is in the run
     /// record's `diff.patch`.
     Collected {
         commit: CommitSha,
@@ -167,8 +168,9 @@ pub enum EventKind {
         files: Vec<ChangedPath>,
         insertions: usize,
         deletions: usize,
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        protected: Vec<SanitizedText>,
+        /// What the review gate found (boxed: most results hold nothing, and events stay small).
+        #[serde(flatten)]
+        gate: Box<GateFindings>,
     },
     /// stet pushed the result commit to the forge.
     Pushed {
@@ -224,6 +226,41 @@ pub struct ChangedPath {
     pub deletions: usize,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub binary: bool,
+}
+
+/// What the review gate found in a collected result; each list is left out of the JSON when empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateFindings {
+    /// Each held path as `path (rule)`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub protected: Vec<SanitizedText>,
+    /// Each held path with its rule apart.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<HeldPathReport>,
+    /// What the scan of the added content found.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<SecretReport>,
+}
+
+/// A changed path held for a person's approval, and the rule (or rules) holding it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldPathReport {
+    pub path: SanitizedText,
+    pub rule: SanitizedText,
+}
+
+/// A secret in the content a result adds: where, and of what kind. Never the value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretReport {
+    pub path: SanitizedText,
+    /// The line of the new file; absent when the secret is in the path's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
+    /// The shape rule's label, or the known value's.
+    pub kind: SanitizedText,
+    /// A value stet itself handles: the result is never pushed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub known: bool,
 }
 
 /// One teardown step: the resource reclaimed and, when it failed, why (the rest still ran).

@@ -5,6 +5,7 @@ pub mod credential;
 pub mod dispatcher;
 pub mod error;
 pub mod event;
+pub mod gate;
 pub mod journal;
 pub mod record;
 pub mod remove_tree;

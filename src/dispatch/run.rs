@@ -15,9 +15,10 @@ use tokio_util::sync::CancellationToken;
 use crate::brief::Brief;
 use crate::dispatch::branch::{BranchValidator, CommitSha};
 use crate::dispatch::event::{
-    ChangedPath, DispatchId, Event, EventKind, ItemKind, PullRequestAction, TeardownStepReport,
-    TranscriptItem, Usage,
+    ChangedPath, DispatchId, Event, EventKind, GateFindings, HeldPathReport, ItemKind,
+    PullRequestAction, SecretReport, TeardownStepReport, TranscriptItem, Usage,
 };
+use crate::dispatch::gate::{GateReport, inspect, printable};
 use crate::dispatch::record::{PhaseSpan, RunRecord, RunResult, truncate};
 use crate::dispatch::sandbox::{
     BaseFetch, CredentialRequest, DispatchSandbox, SandboxError, SandboxRequest, TeardownReport,
@@ -28,6 +29,7 @@ use crate::dispatch::service::{DispatchParts, DispatchService};
 use crate::dispatch::state::{Input, Phase, transition};
 use crate::forge::{Preflight, Provenance, PullRequestDraft, PushBranch};
 use crate::gateway::{Gateway, GatewayConfig, GatewayEvent};
+use crate::git::changes::read_changes;
 use crate::git::import::{ImportRequest, Imported, import};
 use crate::harness::{
     HarnessLaunch, HarnessOutcome, HarnessPlan, ModelAccess, OutputParser, PLACEHOLDER_KEY, Parsed,
@@ -55,8 +57,8 @@ pub fn result_ref(dispatch: DispatchId) -> String {
 pub enum Delivery {
     /// Wait at `awaiting_approval` for a person's [`Decision`].
     Review,
-    /// Push and open the pull request without asking (`--headless --push`); a result that changes a
-    /// protected path is not pushed.
+    /// Push and open the pull request without asking (`--headless --push`); a result the review
+    /// gate holds (a dangerous path, a secret) is not pushed.
     Push,
     /// Keep the commit at [`result_ref`] and stop (`--headless` without `--push`).
     Keep,
@@ -650,28 +652,41 @@ impl Flow {
         let imported = self.collect(sandbox, preflight).await?;
         // The agent's work is over: the timeout no longer applies (a person reviewing is not timed).
         timer.abort();
-        let Some((commit, protected)) = imported else {
+        let Some((commit, gate)) = imported else {
             self.publisher.advance(Input::NothingToPush, None).await;
             return Ok(Ending {
                 reason: Some("the agent changed nothing; there is nothing to push".to_owned()),
             });
         };
+        let known = gate.known_values();
+        if !known.is_empty() {
+            // Whatever the delivery: no decision at review can push it.
+            return Err(Stop::Failed(format!(
+                "the result holds a value stet itself handles ({}); it is never pushed. It stays only at {} in this repository: remove it with `git update-ref -d {}` and rotate the value",
+                joined(&known),
+                result_ref(self.run.id),
+                result_ref(self.run.id)
+            )));
+        }
         match self.run.delivery {
             Delivery::Keep => {
-                let reason = format!(
+                let mut reason = format!(
                     "the result is kept at {} in the repository and was not pushed (run with --push to push it)",
                     result_ref(self.run.id)
                 );
+                if gate.needs_approval() {
+                    reason.push_str(&format!("; {}", needs_approval(&gate)));
+                }
                 let sanitized = self.sanitize(&reason);
                 self.publisher.advance(Input::Kept, Some(sanitized)).await;
                 return Ok(Ending {
                     reason: Some(reason),
                 });
             }
-            Delivery::Push if !protected.is_empty() => {
+            Delivery::Push if gate.needs_approval() => {
                 return Err(Stop::Failed(format!(
-                    "the result changes protected paths ({}); it was kept at {} and not pushed: review it and push it from the theater",
-                    protected.join(", "),
+                    "{}; it was kept at {} and not pushed: review it and push it from the theater",
+                    needs_approval(&gate),
                     result_ref(self.run.id)
                 )));
             }
@@ -996,13 +1011,13 @@ impl Flow {
         }
     }
 
-    /// Imports the workspace into a trusted commit kept at [`result_ref`]; `None` when nothing changed.
-    /// Returns the commit and the protected paths it changes.
+    /// Imports the workspace into a trusted commit kept at [`result_ref`] and passes it through the
+    /// review gate; `None` when nothing changed. Returns the commit and what the gate found.
     async fn collect(
         &mut self,
         sandbox: &DispatchSandbox,
         preflight: &Preflight,
-    ) -> Result<Option<(CommitSha, Vec<String>)>, Stop> {
+    ) -> Result<Option<(CommitSha, GateReport)>, Stop> {
         if self.stop.is_cancelled() {
             return Err(self.stop_reason());
         }
@@ -1014,6 +1029,8 @@ impl Flow {
         let limits = self.parts.settings.import;
         let reference = result_ref(self.run.id);
         let keep_at = reference.clone();
+        let rules = self.parts.settings.protected.clone();
+        let sanitizer = self.sanitizer();
         let imported = tokio::task::spawn_blocking(move || {
             let imported = import(&ImportRequest {
                 repository: &repository,
@@ -1024,10 +1041,14 @@ impl Flow {
                 limits,
             })
             .map_err(|error| format!("collecting the result: {error}"))?;
-            if let Imported::Committed { commit, .. } = &imported {
-                keep_result(&repository, &keep_at, commit)?;
-            }
-            Ok::<_, String>(imported)
+            let Imported::Committed { commit, .. } = &imported else {
+                return Ok::<_, String>((imported, GateReport::default()));
+            };
+            keep_result(&repository, &keep_at, commit)?;
+            let changes = read_changes(&repository, &parent, commit)
+                .map_err(|error| format!("reviewing the result: {error}"))?;
+            let gate = inspect(&changes, &rules, &sanitizer);
+            Ok((imported, gate))
         });
         let imported = self
             .guarded(imported)
@@ -1036,6 +1057,7 @@ impl Flow {
                 Stop::Failed(format!("collecting the result ended abnormally: {error}"))
             })?
             .map_err(Stop::Failed)?;
+        let (imported, gate) = imported;
         let (commit, diff, warnings) = match imported {
             Imported::Committed {
                 commit,
@@ -1057,16 +1079,37 @@ impl Flow {
             let message = self.sanitize(&warning.to_string());
             self.publisher.emit(EventKind::Warning { message }).await;
         }
-        let held = self
-            .parts
-            .settings
-            .protected
-            .held(diff.files.iter().map(|file| file.path.as_str()));
-        let protected: Vec<String> = held.iter().map(ToString::to_string).collect();
-        for change in &protected {
-            let message = self.sanitize(&format!(
-                "the result changes a protected path: {change}; it is held for review"
-            ));
+        let mut held_warnings: Vec<String> = gate
+            .held
+            .iter()
+            .map(|held| {
+                format!("the result changes a protected path: {held}; it is held for review")
+            })
+            .collect();
+        let mut secret_warnings: Vec<String> = gate
+            .secrets
+            .iter()
+            .map(|finding| {
+                if finding.known {
+                    format!(
+                        "the result holds a value stet itself handles: {finding}; it will not be pushed"
+                    )
+                } else {
+                    format!(
+                        "the result holds what looks like a secret: {finding}; it is held for review"
+                    )
+                }
+            })
+            .collect();
+        for warnings in [&mut held_warnings, &mut secret_warnings] {
+            if warnings.len() > MAX_NAMED {
+                let more = warnings.len() - MAX_NAMED;
+                warnings.truncate(MAX_NAMED);
+                warnings.push(format!("… and {more} more (listed in the collected event)"));
+            }
+        }
+        for warning in held_warnings.into_iter().chain(secret_warnings) {
+            let message = self.sanitize(&warning);
             self.publisher.emit(EventKind::Warning { message }).await;
         }
         let files = diff
@@ -1092,7 +1135,31 @@ impl Flow {
             files,
             insertions: diff.insertions,
             deletions: diff.deletions,
-            protected: protected.iter().map(|p| self.sanitize(p)).collect(),
+            gate: Box::new(GateFindings {
+                protected: gate
+                    .held
+                    .iter()
+                    .map(|held| self.sanitize(&held.to_string()))
+                    .collect(),
+                held: gate
+                    .held
+                    .iter()
+                    .map(|held| HeldPathReport {
+                        path: self.sanitize(&held.path),
+                        rule: self.sanitize(&held.rule()),
+                    })
+                    .collect(),
+                secrets: gate
+                    .secrets
+                    .iter()
+                    .map(|finding| SecretReport {
+                        path: self.sanitize(&finding.path),
+                        line: finding.line.and_then(|line| u64::try_from(line).ok()),
+                        kind: self.sanitize(&finding.kind),
+                        known: finding.known,
+                    })
+                    .collect(),
+            }),
         };
         self.publisher.emit(collected).await;
         self.facts.commit = Some(commit.clone());
@@ -1100,7 +1167,7 @@ impl Flow {
         if self.stop.is_cancelled() {
             return Err(self.stop_reason());
         }
-        Ok(Some((commit, protected)))
+        Ok(Some((commit, gate)))
     }
 
     fn commit_message(&self) -> SanitizedText {
@@ -1408,17 +1475,41 @@ fn stage(
     std::os::unix::fs::fchown(&handle, Some(user.uid), Some(user.gid))
 }
 
-/// A path as a person can read it: control characters shown as escapes.
-fn printable(path: &str) -> String {
-    path.chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
+/// What the review gate holds a result for, as one sentence.
+fn needs_approval(gate: &GateReport) -> String {
+    let mut parts = Vec::new();
+    if !gate.held.is_empty() {
+        parts.push(format!(
+            "it changes {}",
+            joined(&gate.held.iter().collect::<Vec<_>>())
+        ));
+    }
+    let shaped = gate.shaped_secrets();
+    if !shaped.is_empty() {
+        parts.push(format!(
+            "it holds what looks like a secret: {}",
+            joined(&shaped)
+        ));
+    }
+    format!("the result needs a person's approval: {}", parts.join("; "))
+}
+
+/// The most held paths, or findings, a reason names; the `collected` event lists them all.
+const MAX_NAMED: usize = 12;
+
+fn joined<T: std::fmt::Display>(items: &[&T]) -> String {
+    let mut named: Vec<String> = items
+        .iter()
+        .take(MAX_NAMED)
+        .map(ToString::to_string)
+        .collect();
+    if items.len() > MAX_NAMED {
+        named.push(format!(
+            "and {} more (listed in the collected event)",
+            items.len() - MAX_NAMED
+        ));
+    }
+    named.join(", ")
 }
 
 /// Aborts a task when dropped (the timeout timer must not outlive its dispatch).
@@ -1516,8 +1607,44 @@ mod tests {
     }
 
     #[test]
-    fn control_characters_in_paths_are_escaped() {
-        assert_eq!(printable("a\u{1b}[2Jb\n"), "a\\u{1b}[2Jb\\n");
+    fn truncation_keeps_whole_characters() {
         assert_eq!(truncate("héllo", 2), "h");
+    }
+
+    #[test]
+    fn a_long_list_is_cut_with_a_count() {
+        let items: Vec<String> = (0..20).map(|n| format!("f{n}")).collect();
+        let items: Vec<&String> = items.iter().collect();
+        let text = joined(&items);
+        assert!(text.starts_with("f0, f1, "), "{text}");
+        assert!(text.contains("f11, and 8 more"), "{text}");
+        assert!(!text.contains("f12"), "{text}");
+    }
+
+    #[test]
+    fn what_needs_approval_names_each_path_and_finding_with_its_rule() {
+        use crate::dispatch::gate::{HeldPath, SecretFinding};
+        let gate = GateReport {
+            held: vec![
+                HeldPath {
+                    path: "stet.toml".into(),
+                    reasons: vec!["stet's own configuration".into()],
+                },
+                HeldPath {
+                    path: "bin/run".into(),
+                    reasons: vec!["newly executable".into()],
+                },
+            ],
+            secrets: vec![SecretFinding {
+                path: "app.env".into(),
+                line: Some(2),
+                kind: "github-token".into(),
+                known: false,
+            }],
+        };
+        assert_eq!(
+            needs_approval(&gate),
+            "the result needs a person's approval: it changes stet.toml (stet's own configuration), bin/run (newly executable); it holds what looks like a secret: app.env line 2 (github-token)"
+        );
     }
 }

@@ -205,6 +205,17 @@ impl TokenSanitizer {
         out
     }
 
+    /// Every secret in `input`, in order, without redacting anything: where the shape rules and the
+    /// known values found one (the same decisions [`TokenSanitizer::redact`] makes), with its kind.
+    pub fn detect(self: &Arc<Self>, input: &[u8]) -> Vec<Detection> {
+        let mut sink = Vec::new();
+        let mut redactor = Redactor::new(Arc::clone(self));
+        redactor.detections = Some(Vec::new());
+        redactor.push(input, &mut sink);
+        redactor.finish(&mut sink);
+        redactor.detections.unwrap_or_default()
+    }
+
     /// Redacts a string, producing text that can be shown anywhere.
     pub fn sanitize(self: &Arc<Self>, input: &str) -> SanitizedText {
         let out = self.redact(input.as_bytes());
@@ -213,6 +224,17 @@ impl TokenSanitizer {
             Err(err) => String::from_utf8_lossy(err.as_bytes()).into_owned(),
         })
     }
+}
+
+/// One secret found in an input by [`TokenSanitizer::detect`]: the byte range it would be masked
+/// over, the kind its marker names (a rule's label or a known value's), and whether it is a value
+/// stet itself handles.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Detection {
+    pub start: usize,
+    pub end: usize,
+    pub kind: Arc<str>,
+    pub known: bool,
 }
 
 /// Text that has passed through the sanitizer. Event and error payloads hold this type, so anything
@@ -279,6 +301,8 @@ enum Mode {
     /// Inside a PEM private-key block: bytes are withheld until its END line.
     WithholdingPrivateKey {
         withheld: usize,
+        /// Where the block began, counted from the start of the stream.
+        opened: usize,
     },
     /// A token ran past the look-ahead window: its remaining token bytes are dropped.
     SwallowingToken,
@@ -301,6 +325,10 @@ pub struct Redactor {
     masked: u64,
     /// Each scanner's next hit, cached while the buffer is unchanged.
     lookaheads: Vec<Option<Lookahead>>,
+    /// How many bytes of the stream were dropped from the front of `buffer`.
+    consumed: usize,
+    /// What was masked, where, when the caller asked to know ([`TokenSanitizer::detect`]).
+    detections: Option<Vec<Detection>>,
 }
 
 /// What the scanner decided at one trigger.
@@ -312,6 +340,7 @@ enum Verdict {
         start: usize,
         end: usize,
         kind: Arc<str>,
+        known: bool,
         then: Mode,
     },
     /// A private-key block opens here; the marker comes once it closes.
@@ -329,6 +358,8 @@ impl Redactor {
             barrier: 0,
             mode: Mode::Scanning,
             masked: 0,
+            consumed: 0,
+            detections: None,
         }
     }
 
@@ -344,6 +375,18 @@ impl Redactor {
         self.masked += 1;
     }
 
+    /// Notes a masked span (stream offsets) when detections are being kept.
+    fn note(&mut self, start: usize, end: usize, kind: &str, known: bool) {
+        if let Some(detections) = self.detections.as_mut() {
+            detections.push(Detection {
+                start,
+                end,
+                kind: Arc::from(kind),
+                known,
+            });
+        }
+    }
+
     /// Feeds the next piece of the stream; appends whatever can already be decided to `out`.
     pub fn push(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
         self.buffer.extend_from_slice(chunk);
@@ -355,6 +398,7 @@ impl Redactor {
     /// Ends the stream: decides everything still held back and appends it to `out`.
     pub fn finish(&mut self, out: &mut Vec<u8>) {
         self.process(out, true);
+        self.consumed += self.buffer.len();
         self.buffer.clear();
         self.sent = 0;
         self.scan = 0;
@@ -371,8 +415,8 @@ impl Redactor {
         loop {
             let more = match self.mode {
                 Mode::Scanning => self.scan_step(out, at_end),
-                Mode::WithholdingPrivateKey { withheld } => {
-                    self.withhold_step(out, at_end, withheld)
+                Mode::WithholdingPrivateKey { withheld, opened } => {
+                    self.withhold_step(out, at_end, withheld, opened)
                 }
                 Mode::SwallowingToken => self.swallow_step(at_end),
             };
@@ -437,10 +481,12 @@ impl Redactor {
                 start,
                 end,
                 kind,
+                known,
                 then,
             } => {
                 self.send_until(out, start);
                 self.mark(out, &kind);
+                self.note(self.consumed + start, self.consumed + end, &kind, known);
                 self.sent = end;
                 self.scan = end;
                 self.barrier = end;
@@ -451,7 +497,10 @@ impl Redactor {
                 self.sent = end;
                 self.scan = end;
                 self.barrier = end;
-                self.mode = Mode::WithholdingPrivateKey { withheld: 0 };
+                self.mode = Mode::WithholdingPrivateKey {
+                    withheld: 0,
+                    opened: self.consumed + start,
+                };
             }
         }
         true
@@ -466,6 +515,7 @@ impl Redactor {
                     start: hit.start,
                     end: hit.end,
                     kind: Arc::clone(&sanitizer.known_labels[label]),
+                    known: true,
                     then: Mode::Scanning,
                 };
             }
@@ -505,6 +555,7 @@ impl Redactor {
                     start: start + secret.start(),
                     end: start + secret.end(),
                     kind: Arc::clone(&rule.label),
+                    known: false,
                     // A match that reaches the window's end may continue past it.
                     then: if start + secret.end() == hit.start + WINDOW && !at_end {
                         Mode::SwallowingToken
@@ -522,7 +573,13 @@ impl Redactor {
     }
 
     /// Inside a private-key block: look for its END line, withholding everything before it.
-    fn withhold_step(&mut self, out: &mut Vec<u8>, at_end: bool, withheld: usize) -> bool {
+    fn withhold_step(
+        &mut self,
+        out: &mut Vec<u8>,
+        at_end: bool,
+        withheld: usize,
+        opened: usize,
+    ) -> bool {
         let len = self.buffer.len();
         let budget = PRIVATE_KEY_CAP - withheld;
         let search_end = len.min(self.sent + budget);
@@ -539,6 +596,7 @@ impl Redactor {
             {
                 self.mark(out, "private-key");
                 self.sent += at + found_end;
+                self.note(opened, self.consumed + self.sent, "private-key", false);
                 self.scan = self.sent;
                 self.barrier = self.sent;
                 self.mode = Mode::Scanning;
@@ -546,7 +604,7 @@ impl Redactor {
             }
             if !at_end && end_line.len() < 128 && !end_line.contains(&b'\n') {
                 // The END line may still be arriving.
-                self.advance_withheld(at, withheld);
+                self.advance_withheld(at, withheld, opened);
                 return false;
             }
             from = at + 1;
@@ -555,6 +613,8 @@ impl Redactor {
             // No END within the cap (or before the stream ended): fail closed, nothing withheld is sent.
             self.mark(out, "private-key-unterminated");
             self.sent = search_end;
+            let end = self.consumed + self.sent;
+            self.note(opened, end, "private-key-unterminated", false);
             self.scan = search_end;
             self.barrier = search_end;
             self.mode = Mode::Scanning;
@@ -562,16 +622,17 @@ impl Redactor {
         }
         // Keep what could be the start of a split END marker.
         let keep = PRIVATE_KEY_END.len() - 1;
-        self.advance_withheld(pending.len().saturating_sub(keep), withheld);
+        self.advance_withheld(pending.len().saturating_sub(keep), withheld, opened);
         false
     }
 
-    fn advance_withheld(&mut self, by: usize, withheld: usize) {
+    fn advance_withheld(&mut self, by: usize, withheld: usize, opened: usize) {
         self.sent += by;
         self.scan = self.sent;
         self.barrier = self.sent;
         self.mode = Mode::WithholdingPrivateKey {
             withheld: withheld + by,
+            opened,
         };
     }
 
@@ -597,6 +658,7 @@ impl Redactor {
         if self.sent > 2 * LOOKBACK && self.sent > self.buffer.len() / 2 {
             let drop = self.sent - LOOKBACK;
             self.buffer.drain(..drop);
+            self.consumed += drop;
             self.sent -= drop;
             self.scan -= drop;
             self.barrier = self.barrier.saturating_sub(drop);

@@ -1,11 +1,95 @@
-//! Protected paths (DESIGN §5 row 15): a result that changes CI definitions (by default
-//! `.github/workflows/**`, which would run the agent's code with the repository's secrets) is held at
-//! review until a person approves it explicitly.
+//! Protected paths (DESIGN §5 rows 15 and 19): the paths whose change a person must approve before
+//! stet pushes it. By default: CI and automation that runs code with the repository's secrets or on
+//! developer machines, git's own per-repository configuration, the configuration coding agents read,
+//! and stet's own files. `review.protected_paths` adds to these; configuration never removes one.
+//!
+//! A rule is anchored at the repository's root unless it starts with `**/`: most tools read their
+//! file only at the root (GitHub's `.github/`, `stet.toml`, `.gitmodules`), and the rules that read
+//! nested copies say so (`**/AGENTS.md`, `**/.envrc`, `**/.gitattributes`, `**/action.yml`).
+//! Names are compared the way the file systems a branch is checked out on compare them, and then
+//! some: case folded (Unicode, not only ASCII), invisible format characters dropped (HFS+ ignores
+//! several), NTFS's trailing dots and spaces and `:stream` suffix cut off, and `\` read as a
+//! separator. Holding too much is the safe side.
 
 use std::fmt;
 
-/// The patterns held for approval when configuration names none.
-pub const DEFAULT_PROTECTED: &[&str] = &[".github/workflows/**"];
+/// What a rule protects, as the review gate names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Category {
+    /// CI definitions and the actions they run, with the repository's secrets.
+    Ci,
+    /// Files that run code on a developer's machine when they check the branch out or open it.
+    DeveloperMachines,
+    /// Git's per-repository configuration in the tree.
+    Git,
+    /// What coding agents read as their configuration or instructions.
+    Agent,
+    /// `stet.toml`.
+    StetConfiguration,
+    /// `.stet/` (the inbox of briefs).
+    StetFiles,
+    /// A pattern of `review.protected_paths`.
+    Configured,
+}
+
+impl Category {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Category::Ci => "CI",
+            Category::DeveloperMachines => "runs on developer machines",
+            Category::Git => "git configuration",
+            Category::Agent => "agent configuration",
+            Category::StetConfiguration => "stet's own configuration",
+            Category::StetFiles => "stet's own files",
+            Category::Configured => "review.protected_paths",
+        }
+    }
+}
+
+/// The rules held for approval whatever the configuration says, in the order they are tried.
+pub const DEFAULT_RULES: &[(&str, Category)] = &[
+    (".github/**", Category::Ci),
+    // `uses: ./any/dir` runs the action defined there, with the workflow's secrets.
+    ("**/action.yml", Category::Ci),
+    ("**/action.yaml", Category::Ci),
+    (".gitlab-ci.yml", Category::Ci),
+    (".gitlab/**", Category::Ci),
+    (".gitea/**", Category::Ci),
+    (".forgejo/**", Category::Ci),
+    (".circleci/**", Category::Ci),
+    (".buildkite/**", Category::Ci),
+    ("Jenkinsfile", Category::Ci),
+    ("azure-pipelines.yml", Category::Ci),
+    ("azure-pipelines.yaml", Category::Ci),
+    ("bitbucket-pipelines.yml", Category::Ci),
+    (".travis.yml", Category::Ci),
+    (".drone.yml", Category::Ci),
+    (".woodpecker.yml", Category::Ci),
+    (".woodpecker/**", Category::Ci),
+    (".pre-commit-config.yaml", Category::DeveloperMachines),
+    (".pre-commit-config.yml", Category::DeveloperMachines),
+    (".husky/**", Category::DeveloperMachines),
+    (".devcontainer/**", Category::DeveloperMachines),
+    (".devcontainer.json", Category::DeveloperMachines),
+    (".vscode/**", Category::DeveloperMachines),
+    // direnv loads the `.envrc` of every directory a shell enters.
+    ("**/.envrc", Category::DeveloperMachines),
+    // git reads the attributes of every directory; submodules and LFS read the root's files.
+    ("**/.gitattributes", Category::Git),
+    (".gitmodules", Category::Git),
+    (".lfsconfig", Category::Git),
+    (".claude/**", Category::Agent),
+    (".mcp.json", Category::Agent),
+    // Cursor reads nested rule directories; agents read the nearest AGENTS.md or CLAUDE.md.
+    ("**/.cursor/**", Category::Agent),
+    (".cursorrules", Category::Agent),
+    (".openhands/**", Category::Agent),
+    ("**/AGENTS.md", Category::Agent),
+    ("**/CLAUDE.md", Category::Agent),
+    // stet reads both at the root of the repository it runs in (found with `git rev-parse`).
+    ("stet.toml", Category::StetConfiguration),
+    (".stet/**", Category::StetFiles),
+];
 
 /// A pattern that cannot be used, with what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -22,89 +106,104 @@ pub type Result<T> = std::result::Result<T, PatternError>;
 enum Segment {
     /// `**`: any number of whole path segments, including none.
     AnyDepth,
-    /// A segment with `*` (any run of characters) and `?` (one character) wildcards.
-    Glob(Vec<char>),
+    /// A folded segment with `*` (any run of characters) and `?` (one character) wildcards.
+    Glob(Vec<Glob>),
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Glob {
+    AnyRun,
+    AnyOne,
+    Literal(char),
+}
+
+/// One rule: a pattern and what it protects.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Pattern {
+pub struct ProtectedRule {
     text: String,
     segments: Vec<Segment>,
+    category: Category,
 }
 
-/// A changed path that matched a protected pattern.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProtectedChange {
-    pub path: String,
-    pub pattern: String,
-}
-
-impl fmt::Display for ProtectedChange {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (protected by {})", self.path, self.pattern)
+impl ProtectedRule {
+    /// The pattern as it was written.
+    pub fn pattern(&self) -> &str {
+        &self.text
     }
 }
 
-/// The configured set of protected patterns. Matching ignores ASCII case, so a path that only some
-/// filesystems would treat as the workflows directory is held too: holding too much is the safe side.
+/// `CI: .github/**`; a rule without wildcards is named by its category alone (`stet's own
+/// configuration`), since the path it holds is its pattern.
+impl fmt::Display for ProtectedRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.text.contains(['*', '?']) {
+            write!(f, "{}: {}", self.category.describe(), self.text)
+        } else {
+            f.write_str(self.category.describe())
+        }
+    }
+}
+
+/// The rules a result's changed paths are held by: the defaults, then what configuration added.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProtectedPaths {
-    patterns: Vec<Pattern>,
+    rules: Vec<ProtectedRule>,
 }
 
 impl Default for ProtectedPaths {
     fn default() -> Self {
         ProtectedPaths {
-            patterns: DEFAULT_PROTECTED
+            rules: DEFAULT_RULES
                 .iter()
-                .filter_map(|text| Pattern::parse(text).ok())
+                .filter_map(|(text, category)| ProtectedRule::parse(text, *category).ok())
                 .collect(),
         }
     }
 }
 
 impl ProtectedPaths {
-    /// Checks every pattern: relative, no `.` or `..` segment, no empty segment.
+    /// The defaults plus `patterns` (`review.protected_paths`). Checks every pattern: relative, no
+    /// `.` or `..` segment, no empty segment.
     pub fn new<I, S>(patterns: I) -> Result<ProtectedPaths>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        let patterns = patterns
-            .into_iter()
-            .map(|text| Pattern::parse(text.as_ref()))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(ProtectedPaths { patterns })
+        ProtectedPaths::default().extended(patterns)
     }
 
-    /// The first pattern `path` (repository-relative, `/`-separated) falls under, if any.
-    pub fn matching(&self, path: &str) -> Option<&str> {
-        let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-        self.patterns
-            .iter()
-            .find(|pattern| match_segments(&pattern.segments, &segments))
-            .map(|pattern| pattern.text.as_str())
-    }
-
-    /// Every changed path that needs explicit approval, in the order given.
-    pub fn held<'a, I>(&self, changed: I) -> Vec<ProtectedChange>
+    /// These rules plus `patterns` (a later configuration layer adds, never removes); a pattern
+    /// already present is not added twice.
+    pub fn extended<I, S>(mut self, patterns: I) -> Result<ProtectedPaths>
     where
-        I: IntoIterator<Item = &'a str>,
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
     {
-        changed
-            .into_iter()
-            .filter_map(|path| {
-                self.matching(path).map(|pattern| ProtectedChange {
-                    path: path.to_owned(),
-                    pattern: pattern.to_owned(),
-                })
-            })
-            .collect()
+        for text in patterns {
+            let rule = ProtectedRule::parse(text.as_ref(), Category::Configured)?;
+            if !self.rules.iter().any(|known| known.text == rule.text) {
+                self.rules.push(rule);
+            }
+        }
+        Ok(self)
+    }
+
+    /// Every rule, in the order they are tried.
+    pub fn rules(&self) -> &[ProtectedRule] {
+        &self.rules
+    }
+
+    /// The first rule `path` (repository-relative, `/`-separated) falls under, if any.
+    pub fn matching(&self, path: &str) -> Option<&ProtectedRule> {
+        let folded = fold_path(path);
+        self.rules
+            .iter()
+            .find(|rule| match_segments(&rule.segments, &folded))
     }
 }
 
-impl Pattern {
-    fn parse(text: &str) -> Result<Pattern> {
+impl ProtectedRule {
+    fn parse(text: &str, category: Category) -> Result<ProtectedRule> {
         let problem = |problem| PatternError {
             pattern: text.to_owned(),
             problem,
@@ -127,39 +226,109 @@ impl Pattern {
                 glob if glob.contains("**") => Err(problem(
                     "uses '**' inside a segment; write it as a whole segment",
                 )),
-                glob => Ok(Segment::Glob(glob.chars().collect())),
+                glob => Ok(Segment::Glob(parse_glob(glob))),
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Pattern {
+        Ok(ProtectedRule {
             text: text.to_owned(),
             segments,
+            category,
         })
     }
 }
 
-fn match_segments(pattern: &[Segment], path: &[&str]) -> bool {
+fn parse_glob(segment: &str) -> Vec<Glob> {
+    let mut glob = Vec::new();
+    let mut literal = String::new();
+    let flush = |literal: &mut String, glob: &mut Vec<Glob>| {
+        glob.extend(fold_name(literal).into_iter().map(Glob::Literal));
+        literal.clear();
+    };
+    for character in segment.chars() {
+        match character {
+            '*' => {
+                flush(&mut literal, &mut glob);
+                glob.push(Glob::AnyRun);
+            }
+            '?' => {
+                flush(&mut literal, &mut glob);
+                glob.push(Glob::AnyOne);
+            }
+            other => literal.push(other),
+        }
+    }
+    flush(&mut literal, &mut glob);
+    glob
+}
+
+/// A path as folded segments: split at `/` and `\`, empty and `.` segments dropped.
+fn fold_path(path: &str) -> Vec<Vec<char>> {
+    path.split(['/', '\\'])
+        .filter(|segment| !segment.is_empty() && *segment != ".")
+        .map(fold_name)
+        .collect()
+}
+
+/// One name as a case-insensitive, normalizing file system would compare it: cut at an NTFS
+/// `:stream` suffix, invisible format characters dropped, case folded, trailing dots and spaces
+/// removed.
+pub fn fold_name(name: &str) -> Vec<char> {
+    let name = name.split(':').next().unwrap_or_default();
+    let mut folded: Vec<char> = name
+        .chars()
+        .filter(|character| !is_invisible(*character))
+        .flat_map(char::to_uppercase)
+        .flat_map(char::to_lowercase)
+        .collect();
+    while folded.last().is_some_and(|last| matches!(last, '.' | ' ')) {
+        folded.pop();
+    }
+    folded
+}
+
+/// Format and filler characters that draw nothing; HFS+ ignores several of them in names.
+fn is_invisible(character: char) -> bool {
+    matches!(
+        character,
+        '\u{00ad}'
+            | '\u{034f}'
+            | '\u{061c}'
+            | '\u{115f}'
+            | '\u{1160}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206f}'
+            | '\u{3164}'
+            | '\u{fe00}'..='\u{fe0f}'
+            | '\u{feff}'
+            | '\u{ffa0}'
+    )
+}
+
+fn match_segments(pattern: &[Segment], path: &[Vec<char>]) -> bool {
     match pattern.split_first() {
         None => path.is_empty(),
         Some((Segment::AnyDepth, rest)) => {
             (0..=path.len()).any(|skip| match_segments(rest, &path[skip..]))
         }
-        Some((Segment::Glob(glob), rest)) => path.split_first().is_some_and(|(first, tail)| {
-            let name: Vec<char> = first.chars().collect();
-            match_glob(glob, &name) && match_segments(rest, tail)
-        }),
+        Some((Segment::Glob(glob), rest)) => path
+            .split_first()
+            .is_some_and(|(first, tail)| match_glob(glob, first) && match_segments(rest, tail)),
     }
 }
 
-fn match_glob(glob: &[char], name: &[char]) -> bool {
+fn match_glob(glob: &[Glob], name: &[char]) -> bool {
     match glob.split_first() {
         None => name.is_empty(),
-        Some(('*', rest)) => (0..=name.len()).any(|skip| match_glob(rest, &name[skip..])),
-        Some(('?', rest)) => name
+        Some((Glob::AnyRun, rest)) => (0..=name.len()).any(|skip| match_glob(rest, &name[skip..])),
+        Some((Glob::AnyOne, rest)) => name
             .split_first()
             .is_some_and(|(_, tail)| match_glob(rest, tail)),
-        Some((literal, rest)) => name.split_first().is_some_and(|(first, tail)| {
-            first.eq_ignore_ascii_case(literal) && match_glob(rest, tail)
-        }),
+        Some((Glob::Literal(literal), rest)) => name
+            .split_first()
+            .is_some_and(|(first, tail)| first == literal && match_glob(rest, tail)),
     }
 }
 
@@ -168,28 +337,133 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
+    fn held_by(path: &str) -> Option<String> {
+        ProtectedPaths::default()
+            .matching(path)
+            .map(ToString::to_string)
+    }
+
     #[test]
-    fn the_default_holds_workflow_changes_and_nothing_else() {
+    fn the_default_holds_workflow_changes_and_the_rest_of_dot_github() {
         let protected = ProtectedPaths::default();
         for path in [
             ".github/workflows/ci.yml",
             ".github/workflows/nested/deploy.yaml",
             ".github/workflows",
             ".GitHub/Workflows/ci.yml",
+            ".github/CODEOWNERS",
+            ".github/actions/a/action.yml",
+            ".github/workflows-old/ci.yml",
+            ".github",
         ] {
             assert_eq!(
-                protected.matching(path),
-                Some(".github/workflows/**"),
+                protected.matching(path).map(ProtectedRule::pattern),
+                Some(".github/**"),
                 "{path}"
             );
         }
-        for path in [
-            ".github/CODEOWNERS",
-            "src/.github/workflows/ci.yml",
-            ".github/workflows-old/ci.yml",
-            "README.md",
-        ] {
+        for path in ["src/.github/workflows/ci.yml", "README.md", "github/x"] {
             assert_eq!(protected.matching(path), None, "{path}");
+        }
+    }
+
+    #[test]
+    fn every_default_rule_holds_its_paths_and_says_why() {
+        for (path, why) in [
+            (".github/actions/x/action.yml", "CI: .github/**"),
+            ("tools/deploy/action.yml", "CI: **/action.yml"),
+            ("action.yaml", "CI: **/action.yaml"),
+            (".gitlab-ci.yml", "CI"),
+            (".gitlab/ci/deploy.yml", "CI: .gitlab/**"),
+            (".gitea/workflows/x.yml", "CI: .gitea/**"),
+            (".forgejo/workflows/x.yml", "CI: .forgejo/**"),
+            (".circleci/config.yml", "CI: .circleci/**"),
+            (".buildkite/pipeline.yml", "CI: .buildkite/**"),
+            ("Jenkinsfile", "CI"),
+            ("azure-pipelines.yml", "CI"),
+            (".pre-commit-config.yaml", "runs on developer machines"),
+            (".husky/pre-commit", "runs on developer machines: .husky/**"),
+            (
+                ".devcontainer/devcontainer.json",
+                "runs on developer machines: .devcontainer/**",
+            ),
+            (
+                ".vscode/tasks.json",
+                "runs on developer machines: .vscode/**",
+            ),
+            (".envrc", "runs on developer machines: **/.envrc"),
+            (
+                "services/api/.envrc",
+                "runs on developer machines: **/.envrc",
+            ),
+            (".gitattributes", "git configuration: **/.gitattributes"),
+            (
+                "vendor/.gitattributes",
+                "git configuration: **/.gitattributes",
+            ),
+            (".gitmodules", "git configuration"),
+            (".lfsconfig", "git configuration"),
+            (".claude/settings.json", "agent configuration: .claude/**"),
+            (".mcp.json", "agent configuration"),
+            (".cursor/rules/x.mdc", "agent configuration: **/.cursor/**"),
+            (
+                ".openhands/microagents/repo.md",
+                "agent configuration: .openhands/**",
+            ),
+            ("AGENTS.md", "agent configuration: **/AGENTS.md"),
+            ("src/AGENTS.md", "agent configuration: **/AGENTS.md"),
+            ("CLAUDE.md", "agent configuration: **/CLAUDE.md"),
+            ("stet.toml", "stet's own configuration"),
+            (".stet/briefs/evil.toml", "stet's own files: .stet/**"),
+        ] {
+            assert_eq!(held_by(path).as_deref(), Some(why), "{path}");
+        }
+    }
+
+    #[test]
+    fn root_only_files_are_not_held_in_subdirectories() {
+        for path in [
+            "docs/stet.toml",
+            "examples/.stet/briefs/x.toml",
+            "sub/.github/workflows/ci.yml",
+            "sub/.gitmodules",
+            "sub/.pre-commit-config.yaml",
+            "sub/Jenkinsfile",
+            "sub/.vscode/settings.json",
+            "src/main.rs",
+            "stet.toml.example",
+            "docs/AGENTS.md.txt",
+            "actions.yml",
+        ] {
+            assert_eq!(held_by(path), None, "{path}");
+        }
+    }
+
+    #[test]
+    fn names_are_compared_the_way_case_insensitive_file_systems_compare_them() {
+        for path in [
+            "STET.TOML",
+            "Stet.Toml",
+            "stet.toml.",
+            "stet.toml .. ",
+            "stet.toml::$DATA",
+            "st\u{200c}et.toml",
+            "\u{feff}stet.toml",
+            "\u{017f}tet.toml",
+            "./stet.toml",
+            ".STET/BRIEFS/EVIL.TOML",
+            ".github\\workflows\\ci.yml",
+            "agents.md",
+            ".g\u{131}thub/x",
+        ] {
+            assert!(
+                ProtectedPaths::default().matching(path).is_some(),
+                "{path:?}"
+            );
+        }
+        // A look-alike letter from another script names another file on every file system.
+        for path in ["st\u{435}t.toml", ".g\u{456}thub/workflows/ci.yml"] {
+            assert_eq!(held_by(path), None, "{path:?}");
         }
     }
 
@@ -197,36 +471,51 @@ mod tests {
     fn wildcards_stay_inside_a_segment_and_double_star_spans_segments() {
         let protected =
             ProtectedPaths::new(["*.lock", "deploy/**/secrets-?.toml", "**/Makefile"]).unwrap();
-        assert_eq!(protected.matching("Cargo.lock"), Some("*.lock"));
-        assert_eq!(protected.matching("sub/Cargo.lock"), None);
+        let pattern = |path| protected.matching(path).map(ProtectedRule::pattern);
+        assert_eq!(pattern("Cargo.lock"), Some("*.lock"));
+        assert_eq!(pattern("sub/Cargo.lock"), None);
         assert_eq!(
-            protected.matching("deploy/secrets-a.toml"),
+            pattern("deploy/secrets-a.toml"),
             Some("deploy/**/secrets-?.toml")
         );
         assert_eq!(
-            protected.matching("deploy/eu/west/secrets-b.toml"),
+            pattern("deploy/eu/west/secrets-b.toml"),
             Some("deploy/**/secrets-?.toml")
         );
-        assert_eq!(protected.matching("deploy/secrets-ab.toml"), None);
-        assert_eq!(protected.matching("Makefile"), Some("**/Makefile"));
-        assert_eq!(protected.matching("a/b/Makefile"), Some("**/Makefile"));
+        assert_eq!(pattern("deploy/secrets-ab.toml"), None);
+        assert_eq!(pattern("Makefile"), Some("**/Makefile"));
+        assert_eq!(pattern("a/b/Makefile"), Some("**/Makefile"));
     }
 
     #[test]
-    fn held_lists_each_protected_change_with_its_pattern() {
-        let protected = ProtectedPaths::default();
-        let held = protected.held(["src/lib.rs", ".github/workflows/ci.yml", "README.md"]);
+    fn configuration_adds_to_the_defaults_and_never_removes_one() {
+        let protected = ProtectedPaths::new(["deploy/*.yml"]).unwrap();
         assert_eq!(
-            held,
-            vec![ProtectedChange {
-                path: ".github/workflows/ci.yml".into(),
-                pattern: ".github/workflows/**".into(),
-            }]
+            protected
+                .matching("deploy/prod.yml")
+                .map(ToString::to_string)
+                .as_deref(),
+            Some("review.protected_paths: deploy/*.yml")
+        );
+        assert!(protected.matching(".github/workflows/ci.yml").is_some());
+        assert!(protected.matching("stet.toml").is_some());
+        let again = protected
+            .clone()
+            .extended(["deploy/*.yml", ".github/**", "secrets.env"])
+            .unwrap();
+        assert_eq!(again.rules().len(), protected.rules().len() + 1);
+        assert_eq!(
+            again
+                .matching("secrets.env")
+                .map(ToString::to_string)
+                .as_deref(),
+            Some("review.protected_paths")
         );
         assert_eq!(
-            held[0].to_string(),
-            ".github/workflows/ci.yml (protected by .github/workflows/**)"
+            ProtectedPaths::new(Vec::<String>::new()).unwrap(),
+            ProtectedPaths::default()
         );
+        assert_eq!(ProtectedPaths::default().rules().len(), DEFAULT_RULES.len());
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! disposable workspace is materialized from the user's repository, its result is imported back by
 //! walking files (the workspace is never opened as a repository), and the host pushes the commit.
 
+pub mod changes;
 pub mod import;
 pub mod push;
 pub mod workspace;

@@ -484,6 +484,140 @@ async fn an_approval_at_review_pushes_and_is_done() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scoped_credential_written_into_the_result_is_never_pushed_not_even_approved() {
+    let fx = Fixture::builder().build();
+    // The agent writes the dispatch's own scoped credential into a file of its workspace.
+    let (provider, dispatches) = (Arc::clone(&fx.provider), fx.state.join("dispatches"));
+    fx.runtime.script(move |s| {
+        s.exec.hook = Some(Arc::new(move || {
+            let value = provider.minted().last().unwrap().value.clone();
+            let dispatch = std::fs::read_dir(&dispatches)
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap();
+            std::fs::write(
+                dispatch.path().join("workspace/deploy.txt"),
+                format!("token: {value}\n"),
+            )
+            .unwrap();
+        }))
+    });
+    let running = fx.start(brief("fix-login"), Delivery::Review);
+    // An approval sent before there is anything to review does not count, nor would a later one.
+    running.decide.send(Decision::Approve).await.unwrap();
+    let fin = running.finish().await;
+
+    assert_outcome(&fin, Phase::Failed, 1);
+    let reason = fin.reason();
+    assert!(
+        reason.contains("deploy.txt line 1 (the known value scoped-credential)"),
+        "{reason}"
+    );
+    assert!(reason.contains("never pushed"), "{reason}");
+    let value = fx.provider.minted()[0].value.clone();
+    assert!(!reason.contains(&value));
+    assert!(
+        !fin.path().contains(&Phase::AwaitingApproval),
+        "{:?}",
+        fin.path()
+    );
+    assert!(fx.forge.pushes().is_empty());
+    assert!(fx.forge.pull_requests().is_empty());
+    let secrets = fin
+        .events
+        .iter()
+        .find_map(|event| match &event.kind {
+            EventKind::Collected { gate, .. } => Some(gate.secrets.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(secrets.len(), 1);
+    assert_eq!(secrets[0].path.as_str(), "deploy.txt");
+    assert_eq!(secrets[0].line, Some(1));
+    assert_eq!(secrets[0].kind.as_str(), "scoped-credential");
+    assert!(secrets[0].known);
+    fx.assert_clean(&fin, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dangerous_path_or_a_secret_waits_at_review_and_only_an_approval_pushes_it() {
+    let fx = Fixture::builder().build();
+    let token = format!("ghp_{}", random_token(36).unwrap());
+    fx.runtime.script(|s| {
+        s.exec.edits = vec![
+            (
+                ".github/workflows/ci.yml".to_owned(),
+                "on: push\n".to_owned(),
+            ),
+            (
+                "config/app.env".to_owned(),
+                format!("MODE=dev\nGH={token}\n"),
+            ),
+        ]
+    });
+    let push = fx.start(brief("fix-login"), Delivery::Push).finish().await;
+    assert_outcome(&push, Phase::Failed, 1);
+    let reason = push.reason();
+    for named in [
+        "the result needs a person's approval",
+        ".github/workflows/ci.yml (CI: .github/**)",
+        "config/app.env line 2 (github-token)",
+        "not pushed",
+    ] {
+        assert!(reason.contains(named), "{named:?} not in {reason}");
+    }
+    assert!(!reason.contains(&token));
+    assert!(fx.forge.pushes().is_empty());
+
+    let mut running = fx.start(brief("fix-login"), Delivery::Review);
+    let collected = running
+        .log
+        .until("collected", |e| {
+            matches!(e.kind, EventKind::Collected { .. })
+        })
+        .await;
+    let EventKind::Collected { gate, .. } = &collected.kind else {
+        unreachable!()
+    };
+    assert_eq!(gate.held.len(), 1);
+    assert_eq!(gate.held[0].path.as_str(), ".github/workflows/ci.yml");
+    assert_eq!(gate.held[0].rule.as_str(), "CI: .github/**");
+    assert_eq!(
+        gate.protected[0].as_str(),
+        ".github/workflows/ci.yml (CI: .github/**)"
+    );
+    assert_eq!(gate.secrets.len(), 1);
+    assert_eq!(
+        (
+            gate.secrets[0].path.as_str(),
+            gate.secrets[0].line,
+            gate.secrets[0].kind.as_str()
+        ),
+        ("config/app.env", Some(2), "github-token")
+    );
+    running
+        .log
+        .until("awaiting approval", |e| {
+            is_phase(e, Phase::AwaitingApproval)
+        })
+        .await;
+    assert!(
+        fx.forge.pushes().is_empty(),
+        "nothing is pushed before the decision"
+    );
+    running.decide.send(Decision::Approve).await.unwrap();
+    let fin = running.finish().await;
+    assert_outcome(&fin, Phase::Done, 0);
+    assert_eq!(
+        fx.forge.pushes().len(),
+        1,
+        "a person's explicit approval pushes it"
+    );
+    fx.assert_clean(&fin, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_discard_at_review_ends_cancelled_with_nothing_pushed() {
     let fx = Fixture::builder().build();
     let mut running = fx.start(brief("fix-login"), Delivery::Review);

@@ -11,6 +11,7 @@ mod git_workspace;
 mod github;
 mod headless;
 mod hostile_account;
+mod hostile_agent;
 mod hostile_repo;
 mod image;
 mod journal;

@@ -461,6 +461,54 @@ fn a_handle_learns_values_for_every_later_user() {
     );
 }
 
+#[test]
+fn detect_finds_what_redact_masks_at_its_place_in_the_stream() {
+    let mut fake = Fake::new(21);
+    let token = format!("ghp_{}", fake.body(ALNUM, 36));
+    let known = fake.body(ALNUM, 32);
+    let sanitizer = Arc::new(
+        TokenSanitizer::with_known_values(vec![KnownValue::new("model-key", &known).unwrap()])
+            .unwrap(),
+    );
+    // Far enough into the input that the redactor has dropped context from its buffer.
+    let mut input = "ordinary text\n".repeat(4000);
+    let token_at = input.len() + "token = ".len();
+    input.push_str(&format!("token = {token}\n"));
+    let known_at = input.len() + "key: ".len();
+    input.push_str(&format!("key: {known}\n"));
+    let key_at = input.len();
+    input.push_str("-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n");
+    let key_end = input.len() - 1;
+    let found = sanitizer.detect(input.as_bytes());
+    let summary: Vec<(usize, usize, &str, bool)> = found
+        .iter()
+        .map(|d| (d.start, d.end, &*d.kind, d.known))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (token_at, token_at + token.len(), "github-token", false),
+            (known_at, known_at + known.len(), "model-key", true),
+            (key_at, key_end, "private-key", false),
+        ]
+    );
+    assert_eq!(&input[token_at..token_at + token.len()], token);
+}
+
+#[test]
+fn detect_reports_an_unterminated_private_key_from_where_it_opened() {
+    let input = "x\n-----BEGIN RSA PRIVATE KEY-----\nMIIB";
+    let found = sanitizer().detect(input.as_bytes());
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].start, 2);
+    assert_eq!(&*found[0].kind, "private-key-unterminated");
+    assert!(
+        sanitizer()
+            .detect(b"nothing to see: 3f1c2a9b8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a")
+            .is_empty()
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, .. ProptestConfig::default() })]
 
@@ -472,6 +520,18 @@ proptest! {
         cuts.sort_unstable();
         let whole = sanitizer.redact(&input);
         prop_assert_eq!(redact_chunked(&sanitizer, &input, &cuts), whole);
+    }
+
+    #[test]
+    fn detect_finds_one_detection_per_marker(seed in 0u64..1000) {
+        let sanitizer = sanitizer();
+        let input = corpus(seed);
+        let markers = sanitizer.redact(&input).windows(10).filter(|w| w == b"[REDACTED:").count();
+        let found = sanitizer.detect(&input);
+        prop_assert_eq!(found.len(), markers);
+        for pair in found.windows(2) {
+            prop_assert!(pair[0].end <= pair[1].start);
+        }
     }
 
     #[test]

@@ -8,7 +8,8 @@ use chrono::TimeDelta;
 use super::*;
 use crate::dispatch::branch::CommitSha;
 use crate::dispatch::event::{
-    ChangedPath, EventKind, ItemKind, PullRequestAction, TeardownStepReport, TranscriptItem, Usage,
+    ChangedPath, EventKind, GateFindings, HeldPathReport, ItemKind, PullRequestAction,
+    SecretReport, TeardownStepReport, TranscriptItem, Usage,
 };
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 use crate::git::import::ChangeKind;
@@ -174,16 +175,47 @@ impl Script {
         }
     }
 
-    /// Running → collecting at 40 s, the result of `files` collected (those in `protected` held),
-    /// then waiting for review at 42 s.
-    pub(crate) fn to_review(&self, files: Vec<ChangedPath>, protected: &[&str]) -> Vec<Event> {
+    /// Running → collecting at 40 s, the result of `files` collected (those in `held` held by their
+    /// rule), then waiting for review at 42 s.
+    pub(crate) fn to_review(&self, files: Vec<ChangedPath>, held: &[(&str, &str)]) -> Vec<Event> {
+        self.to_review_with_secrets(files, held, &[])
+    }
+
+    /// [`Script::to_review`], the scan having found `secrets` (path, line, kind).
+    pub(crate) fn to_review_with_secrets(
+        &self,
+        files: Vec<ChangedPath>,
+        held: &[(&str, &str)],
+        secrets: &[(&str, u64, &str)],
+    ) -> Vec<Event> {
         let collected = EventKind::Collected {
             commit: sha(),
             reference: self.text(&format!("refs/stet/{}", self.brief)),
             insertions: files.iter().map(|file| file.insertions).sum(),
             deletions: files.iter().map(|file| file.deletions).sum(),
             files,
-            protected: protected.iter().map(|path| self.text(path)).collect(),
+            gate: Box::new(GateFindings {
+                protected: held
+                    .iter()
+                    .map(|(path, rule)| self.text(&format!("{path} ({rule})")))
+                    .collect(),
+                held: held
+                    .iter()
+                    .map(|(path, rule)| HeldPathReport {
+                        path: self.text(path),
+                        rule: self.text(rule),
+                    })
+                    .collect(),
+                secrets: secrets
+                    .iter()
+                    .map(|(path, line, kind)| SecretReport {
+                        path: self.text(path),
+                        line: Some(*line),
+                        kind: self.text(kind),
+                        known: false,
+                    })
+                    .collect(),
+            }),
         };
         vec![
             self.phase(40, Phase::Running, Phase::Collecting),
@@ -273,7 +305,14 @@ fn a_demo_run_builds_the_timeline_meter_review_and_pull_request() {
                 }],
                 insertions: 3,
                 deletions: 1,
-                protected: vec![script.text(".github/workflows/ci.yml")],
+                gate: Box::new(GateFindings {
+                    protected: vec![script.text(".github/workflows/ci.yml (CI: .github/**)")],
+                    held: vec![HeldPathReport {
+                        path: script.text(".github/workflows/ci.yml"),
+                        rule: script.text("CI: .github/**"),
+                    }],
+                    secrets: Vec::new(),
+                }),
             },
         ),
         script.phase(42, Phase::Collecting, Phase::AwaitingApproval),
@@ -306,6 +345,7 @@ fn a_demo_run_builds_the_timeline_meter_review_and_pull_request() {
     let collected = view.collected.as_ref().unwrap();
     assert_eq!((collected.insertions, collected.deletions), (3, 1));
     assert_eq!(collected.protected.len(), 1);
+    assert_eq!(collected.held[0].rule.as_str(), "CI: .github/**");
     assert_eq!(view.warnings.items()[0].as_str(), "slow network");
     let id = view.id;
 

@@ -7,8 +7,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use crate::dispatch::branch::CommitSha;
 use crate::dispatch::event::{
-    ChangedPath, DispatchId, Event, EventKind, ItemKind, PullRequestAction, TeardownStepReport,
-    Usage,
+    ChangedPath, DispatchId, Event, EventKind, GateFindings, HeldPathReport, ItemKind,
+    PullRequestAction, SecretReport, TeardownStepReport, Usage,
 };
 use crate::dispatch::sanitize::SanitizedText;
 use crate::dispatch::state::Phase;
@@ -200,8 +200,12 @@ pub struct CollectedResult {
     pub files: Vec<ChangedPath>,
     pub insertions: usize,
     pub deletions: usize,
-    /// Changed paths held for review (e.g. CI workflows).
+    /// Changed paths held for review, as `path (rule)` (the only form older run records have).
     pub protected: Vec<SanitizedText>,
+    /// Changed paths held for review, each with the rule holding it.
+    pub held: Vec<HeldPathReport>,
+    /// Secrets the scan of the added content found.
+    pub secrets: Vec<SecretReport>,
 }
 
 /// The branch stet pushed.
@@ -356,8 +360,13 @@ impl DispatchView {
                 files,
                 insertions,
                 deletions,
-                protected,
+                gate,
             } => {
+                let GateFindings {
+                    protected,
+                    held,
+                    secrets,
+                } = *gate;
                 self.collected = Some(CollectedResult {
                     commit,
                     reference,
@@ -365,6 +374,8 @@ impl DispatchView {
                     insertions,
                     deletions,
                     protected,
+                    held,
+                    secrets,
                 });
                 self.patch = Some(PatchState::Loading);
             }

@@ -591,7 +591,7 @@ async fn a_collected_result_has_its_patch_read_for_the_review_gate() {
             files: Vec::new(),
             insertions: 0,
             deletions: 0,
-            protected: Vec::new(),
+            gate: Box::default(),
         }])
         .await;
         assert_eq!(rig.next_request().await, Request::LoadPatch(rig.dispatch));

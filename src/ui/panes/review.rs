@@ -1,5 +1,7 @@
 //! The review gate pane: what the agent changed (from stet's trusted import, not the agent's word),
-//! which protected paths it touched, and the keys that push it or throw it away.
+//! first of all any secret the scan found in it (the diff below shows it masked; the push would carry
+//! it in clear) and the paths held for approval with the rule holding each, then the files and the
+//! patch, and the keys that push it or throw it away.
 
 use ratatui::Frame;
 use ratatui::layout::Rect;
@@ -7,7 +9,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
 use crate::git::import::ChangeKind;
-use crate::ui::app::{DispatchView, PatchState, PatchText};
+use crate::ui::app::{CollectedResult, DispatchView, PatchState, PatchText};
 use crate::ui::keymap::{Context, KEYMAP};
 use crate::ui::panes::{pane_block, text};
 use crate::ui::theme::Theme;
@@ -19,6 +21,87 @@ fn change_mark(change: ChangeKind) -> &'static str {
         ChangeKind::Deleted => "D",
         ChangeKind::TypeChanged => "T",
     }
+}
+
+/// The most secrets, and held paths, listed one per line; the rest are counted.
+const MAX_LISTED: usize = 6;
+
+/// What needs a person's eyes before anything else: the secrets found, then the held paths.
+fn alerts(collected: &CollectedResult, width: usize, theme: Theme) -> Vec<Line<'static>> {
+    let mut lines = Vec::new();
+    let item = |text: String, lines: &mut Vec<Line<'static>>| {
+        lines.push(Line::raw(text::truncate(&format!("  {text}"), width)));
+    };
+    let secrets = &collected.secrets;
+    if !secrets.is_empty() {
+        lines.push(Line::styled(
+            text::truncate(
+                &format!(
+                    "✖ {} secret(s) in the result — masked below, in clear if pushed",
+                    secrets.len()
+                ),
+                width,
+            ),
+            theme.error(),
+        ));
+        for secret in secrets.iter().take(MAX_LISTED) {
+            let place = match secret.line {
+                Some(line) => format!("{} line {line}", text::inert(secret.path.as_str())),
+                None => format!("the name {}", text::inert(secret.path.as_str())),
+            };
+            item(
+                format!("{place}: {}", text::inert(secret.kind.as_str())),
+                &mut lines,
+            );
+        }
+        if secrets.len() > MAX_LISTED {
+            item(
+                format!("… and {} more", secrets.len() - MAX_LISTED),
+                &mut lines,
+            );
+        }
+    }
+    let held: Vec<String> = if collected.held.is_empty() {
+        collected
+            .protected
+            .iter()
+            .map(|held| text::inert(held.as_str()))
+            .collect()
+    } else {
+        collected
+            .held
+            .iter()
+            .map(|held| {
+                format!(
+                    "{}: {}",
+                    text::inert(held.path.as_str()),
+                    text::inert(held.rule.as_str())
+                )
+            })
+            .collect()
+    };
+    if !held.is_empty() {
+        lines.push(Line::styled(
+            text::truncate(
+                &format!(
+                    "⚠ {} path(s) held for your approval — read them before pushing:",
+                    held.len()
+                ),
+                width,
+            ),
+            theme.warning(),
+        ));
+        for entry in held.iter().take(MAX_LISTED) {
+            item(entry.clone(), &mut lines);
+        }
+        if held.len() > MAX_LISTED {
+            item(
+                format!("… and {} more", held.len() - MAX_LISTED),
+                &mut lines,
+            );
+        }
+    }
+    lines
 }
 
 /// The style of a patch line, by what it is.
@@ -116,22 +199,8 @@ pub fn lines(
         Span::raw(" "),
         Span::styled(format!("−{}", collected.deletions), theme.error()),
     ]));
+    head.extend(alerts(collected, width, theme));
     head.push(Line::raw(""));
-    for path in &collected.protected {
-        tail.push(Line::styled(
-            text::truncate(
-                &format!(
-                    "⚠ protected path changed: {} — read it before pushing",
-                    text::inert(path.as_str())
-                ),
-                width,
-            ),
-            theme.warning(),
-        ));
-    }
-    if !tail.is_empty() {
-        tail.insert(0, Line::raw(""));
-    }
     tail.push(Line::raw(""));
     let mut keys = Vec::new();
     for binding in KEYMAP.iter().filter(|b| b.context == Context::Review) {

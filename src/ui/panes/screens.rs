@@ -189,10 +189,59 @@ fn review_with_diffstat() {
             script.changed("tests/greeting.rs", ChangeKind::Added, 24, 0),
             script.changed(".github/workflows/ci.yml", ChangeKind::Modified, 1, 1),
         ],
-        &[".github/workflows/ci.yml"],
+        &[(".github/workflows/ci.yml", "CI: .github/**")],
     )));
     tick(&mut app, 50);
     assert_screen!(screen(&app, 100, 24));
+}
+
+#[test]
+fn review_holding_dangerous_paths_with_their_rules() {
+    let (mut app, script) = running(100);
+    app.update(Msg::EngineBatch(script.to_review(
+        vec![
+            script.changed("src/main.rs", ChangeKind::Modified, 3, 1),
+            script.changed("stet.toml", ChangeKind::Modified, 2, 0),
+            script.changed(".github/actions/a/action.yml", ChangeKind::Added, 9, 0),
+            script.changed("bin/run", ChangeKind::Added, 2, 0),
+            script.changed("ci", ChangeKind::Added, 1, 0),
+        ],
+        &[
+            ("stet.toml", "stet's own configuration"),
+            (".github/actions/a/action.yml", "CI: .github/**"),
+            ("bin/run", "newly executable"),
+            ("ci", "new symlink → .github, which is CI: .github/**"),
+        ],
+    )));
+    tick(&mut app, 50);
+    assert_screen!(screen(&app, 100, 24));
+}
+
+#[test]
+fn review_holding_a_secret_says_so_above_the_masked_diff() {
+    let (mut app, script) = running(100);
+    app.update(Msg::EngineBatch(script.to_review_with_secrets(
+        vec![script.changed("config/app.env", ChangeKind::Added, 2, 0)],
+        &[],
+        &[("config/app.env", 2, "github-token")],
+    )));
+    let token = format!("ghp_{}", "a1B2c3D4e5".repeat(4).get(..36).unwrap());
+    let patch = script.text(&format!(
+        "diff --git a/config/app.env b/config/app.env\nnew file mode 100644\n--- /dev/null\n+++ b/config/app.env\n@@ -0,0 +1,2 @@\n+MODE=production\n+GH_TOKEN={token}\n"
+    ));
+    app.update(Msg::PatchLoaded {
+        dispatch: script.id(),
+        patch: Ok(patch.into_string()),
+    });
+    tick(&mut app, 50);
+    let shown = screen(&app, 100, 24);
+    assert!(
+        !shown.contains(&token[4..]),
+        "the diff shows the secret masked"
+    );
+    assert!(shown.contains("[REDACTED:github-token]"));
+    assert!(shown.contains("1 secret(s) in the result"));
+    assert_screen!(shown);
 }
 
 #[test]

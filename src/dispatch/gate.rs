@@ -1,0 +1,169 @@
+//! The review gate (DESIGN §5 row 19): what in a collected result a person must see before it leaves
+//! the host. Dangerous paths are held for explicit approval ([`paths`]: protected rules, new or
+//! retargeted symbolic links, newly executable files, paths reached through a link); the content the
+//! result adds is scanned for secrets ([`secrets`]): a value stet itself handles is never pushed, and
+//! a shape match is held like a dangerous path. Pure: it reads what [`crate::git::changes`] read.
+
+mod paths;
+mod secrets;
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::dispatch::sanitize::TokenSanitizer;
+use crate::forge::protected::ProtectedPaths;
+use crate::git::changes::ResultChanges;
+
+/// A changed path held for explicit approval, and every reason it is held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldPath {
+    /// Repository-relative, control characters escaped.
+    pub path: String,
+    /// Each rule that holds it (`CI: .github/**`, `newly executable`, `new symlink → .github`).
+    pub reasons: Vec<String>,
+}
+
+impl HeldPath {
+    /// The reasons as one phrase.
+    pub fn rule(&self) -> String {
+        self.reasons.join("; ")
+    }
+}
+
+/// `stet.toml (stet's own configuration)`.
+impl fmt::Display for HeldPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.path, self.rule())
+    }
+}
+
+/// A secret in what the result adds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretFinding {
+    /// Repository-relative, control characters escaped.
+    pub path: String,
+    /// The line of the new file it is on; `None` when it is in the path's name.
+    pub line: Option<usize>,
+    /// The shape rule's label, or the known value's (`github-token`, `model-key`).
+    pub kind: String,
+    /// A value stet itself handles (scoped credential, primary token, model key): never pushed.
+    pub known: bool,
+}
+
+/// `config/app.env line 3 (github-token)`; a known value says so (`... (the known value model-key)`).
+impl fmt::Display for SecretFinding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{} line {line}", self.path)?,
+            None => write!(f, "the name {}", self.path)?,
+        }
+        if self.known {
+            write!(f, " (the known value {})", self.kind)
+        } else {
+            write!(f, " ({})", self.kind)
+        }
+    }
+}
+
+/// What the gate found in one result.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GateReport {
+    pub held: Vec<HeldPath>,
+    pub secrets: Vec<SecretFinding>,
+}
+
+impl GateReport {
+    /// Findings of values stet itself handles: the result must never be pushed.
+    pub fn known_values(&self) -> Vec<&SecretFinding> {
+        self.secrets
+            .iter()
+            .filter(|finding| finding.known)
+            .collect()
+    }
+
+    /// Findings by shape: the result waits for a person.
+    pub fn shaped_secrets(&self) -> Vec<&SecretFinding> {
+        self.secrets
+            .iter()
+            .filter(|finding| !finding.known)
+            .collect()
+    }
+
+    /// Whether a person must approve the result before it is pushed.
+    pub fn needs_approval(&self) -> bool {
+        !self.held.is_empty() || !self.secrets.is_empty()
+    }
+}
+
+/// Reads `changes` against the path `rules` and the `sanitizer`'s shape rules and known values.
+pub fn inspect(
+    changes: &ResultChanges,
+    rules: &ProtectedPaths,
+    sanitizer: &Arc<TokenSanitizer>,
+) -> GateReport {
+    GateReport {
+        held: paths::held(changes, rules),
+        secrets: secrets::scan(changes, sanitizer),
+    }
+}
+
+/// Text as a person can read it: control characters shown as escapes.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn holds_and_findings_read_as_a_person_would_say_them() {
+        let held = HeldPath {
+            path: "bin/run".into(),
+            reasons: vec!["CI: .github/**".into(), "newly executable".into()],
+        };
+        assert_eq!(
+            held.to_string(),
+            "bin/run (CI: .github/**; newly executable)"
+        );
+        let shaped = SecretFinding {
+            path: "app.env".into(),
+            line: Some(3),
+            kind: "github-token".into(),
+            known: false,
+        };
+        assert_eq!(shaped.to_string(), "app.env line 3 (github-token)");
+        let known = SecretFinding {
+            line: None,
+            kind: "model-key".into(),
+            known: true,
+            ..shaped.clone()
+        };
+        assert_eq!(
+            known.to_string(),
+            "the name app.env (the known value model-key)"
+        );
+        let report = GateReport {
+            held: Vec::new(),
+            secrets: vec![shaped, known],
+        };
+        assert_eq!(report.known_values().len(), 1);
+        assert_eq!(report.shaped_secrets().len(), 1);
+        assert!(report.needs_approval());
+        assert!(!GateReport::default().needs_approval());
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(printable("a\u{1b}[2Jb\n"), "a\\u{1b}[2Jb\\n");
+    }
+}
