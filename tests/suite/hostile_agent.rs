@@ -285,13 +285,9 @@ fn assert_secret_refused(steps: &[&str], secrets: &[(&str, u64, &str)]) -> Refus
 /// A project whose `[model]` (in the user's configuration) has the key `key` in [`KEY_ENV`], on a
 /// loopback endpoint nothing is asked of.
 fn with_model_key(project: Project) -> Project {
-    let config = project.home.path().join("config").join("stet");
-    std::fs::create_dir_all(&config).unwrap();
-    std::fs::write(
-        config.join("config.toml"),
-        format!("[model]\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key_env = \"{KEY_ENV}\"\n"),
-    )
-    .unwrap();
+    project.home.add_user_config(&format!(
+        "\n[model]\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key_env = \"{KEY_ENV}\"\n"
+    ));
     project
 }
 

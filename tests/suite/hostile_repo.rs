@@ -388,7 +388,7 @@ fn protected_paths_from_the_repository_only_add_to_the_users() {
     assert_eq!((outcome, code), (Phase::Failed, 1), "{finished:#?}");
     let reason = reason.unwrap();
     assert!(
-        reason.contains("changes protected paths (.github/workflows/ci.yml"),
+        reason.contains("it changes .github/workflows/ci.yml (CI: .github/**)"),
         "the default stays: {reason}"
     );
     assert_eq!(branches(&project.remote), before, "nothing was pushed");
@@ -400,11 +400,10 @@ fn protected_paths_from_the_repository_only_add_to_the_users() {
     let finished = run(project.headless(&["--push"]));
     let (outcome, _, reason) = finished.outcome();
     assert_eq!(outcome, Phase::Failed, "{finished:#?}");
+    let reason = reason.unwrap();
     assert!(
-        reason
-            .unwrap()
-            .contains("docs/guide.md (protected by docs/**)"),
-        "the repository's pattern is added"
+        reason.contains("docs/guide.md (review.protected_paths: docs/**)"),
+        "the repository's pattern is added: {reason}"
     );
     assert_eq!(branches(&project.remote), before, "nothing was pushed");
 }
