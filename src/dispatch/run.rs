@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::brief::Brief;
 use crate::dispatch::branch::{BranchValidator, CommitSha};
+use crate::dispatch::display;
 use crate::dispatch::event::{
     ChangedPath, DispatchId, Event, EventKind, ItemKind, PullRequestAction, TeardownStepReport,
     TranscriptItem, Usage,
@@ -1103,14 +1104,21 @@ impl Flow {
         Ok(Some((commit, protected)))
     }
 
+    /// The brief's title, the agent's summary made inert the way the pull request shows it (a forge
+    /// renders a commit message as markdown when it fills in a pull request), and where it came from;
+    /// no invisible character anywhere.
     fn commit_message(&self) -> SanitizedText {
         let brief = &self.run.brief;
-        let mut message = brief.title.trim().to_owned();
+        let mut message = display::without_invisible(brief.title.trim())
+            .text
+            .into_owned();
         if let Some(summary) = self.facts.summary.as_deref().map(str::trim)
             && !summary.is_empty()
         {
+            let shown =
+                display::forge_text(&self.sanitizer(), truncate(summary, MAX_SUMMARY_BYTES));
             message.push_str("\n\n");
-            message.push_str(truncate(summary, MAX_SUMMARY_BYTES));
+            message.push_str(shown.text.as_str());
         }
         message.push_str(&format!(
             "\n\nDispatched by stet from brief {} ({}).",
@@ -1408,17 +1416,9 @@ fn stage(
     std::os::unix::fs::fchown(&handle, Some(user.uid), Some(user.gid))
 }
 
-/// A path as a person can read it: control characters shown as escapes.
+/// A path as a person can read it: control and invisible characters shown as escapes.
 fn printable(path: &str) -> String {
-    path.chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
+    display::escaped_invisible(path).into_owned()
 }
 
 /// Aborts a task when dropped (the timeout timer must not outlive its dispatch).
@@ -1518,6 +1518,10 @@ mod tests {
     #[test]
     fn control_characters_in_paths_are_escaped() {
         assert_eq!(printable("a\u{1b}[2Jb\n"), "a\\u{1b}[2Jb\\n");
+        assert_eq!(
+            printable("invoice\u{202e}fdp.exe\u{200b}"),
+            "invoice\\u{202e}fdp.exe\\u{200b}"
+        );
         assert_eq!(truncate("héllo", 2), "h");
     }
 }
