@@ -3,5 +3,6 @@
 //! walking files (the workspace is never opened as a repository), and the host pushes the commit.
 
 pub mod import;
+mod pack;
 pub mod push;
 pub mod workspace;
