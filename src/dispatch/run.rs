@@ -29,7 +29,7 @@ use crate::dispatch::service::{DispatchParts, DispatchService};
 use crate::dispatch::state::{Input, Phase, transition};
 use crate::forge::{Preflight, Provenance, PullRequestDraft, PushBranch};
 use crate::gateway::{Gateway, GatewayConfig, GatewayEvent};
-use crate::git::import::{ImportRequest, Imported, import};
+use crate::git::import::{ImportRequest, Imported, import_until};
 use crate::harness::{
     HarnessLaunch, HarnessOutcome, HarnessPlan, ModelAccess, OutputParser, PLACEHOLDER_KEY, Parsed,
     StagedFile, UsageReport,
@@ -1015,16 +1015,19 @@ impl Flow {
         let limits = self.parts.settings.import;
         let reference = result_ref(self.run.id);
         let keep_at = reference.clone();
+        // The import goes on in its thread when the dispatch stops; told so, it ends writing nothing.
+        let stop = self.stop.clone();
         let imported = tokio::task::spawn_blocking(move || {
-            let imported = import(&ImportRequest {
+            let request = ImportRequest {
                 repository: &repository,
                 workspace: &workspace,
                 parent: &parent,
                 identity: &identity,
                 message: &message,
                 limits,
-            })
-            .map_err(|error| format!("collecting the result: {error}"))?;
+            };
+            let imported = import_until(&request, &|| stop.is_cancelled())
+                .map_err(|error| format!("collecting the result: {error}"))?;
             if let Imported::Committed { commit, .. } = &imported {
                 keep_result(&repository, &keep_at, commit)?;
             }
