@@ -10,6 +10,7 @@ mod git_http;
 mod git_workspace;
 mod github;
 mod headless;
+mod hostile_agent_text;
 mod image;
 mod journal;
 mod push;
