@@ -17,6 +17,9 @@ use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 /// GitHub refuses longer titles.
 const MAX_TITLE_CHARS: usize = 256;
 
+/// The longest model name the provenance block shows (a name the agent reported has no other bound).
+const MAX_MODEL_CHARS: usize = 128;
+
 /// The marker that opens the provenance block; an update replaces everything from it on.
 pub const PROVENANCE_MARKER: &str = "<!-- stet:provenance -->";
 
@@ -151,7 +154,13 @@ pub fn provenance_block(p: &Provenance) -> String {
         "Model",
         p.model
             .as_deref()
-            .map(|model| table_cell_code(&without_invisible(model).text))
+            .map(|model| {
+                let shown = without_invisible(model).text;
+                match shown.char_indices().nth(MAX_MODEL_CHARS) {
+                    Some((cut, _)) => table_cell_code(&format!("{}…", &shown[..cut])),
+                    None => table_cell_code(&shown),
+                }
+            })
             .filter(|shown| !shown.is_empty())
             .unwrap_or_else(|| "not reported".to_owned()),
     );
@@ -368,6 +377,12 @@ text = "Add a regression test."
         );
         p.model = Some("\u{200b}".into());
         assert!(provenance_block(&p).contains("| Model | not reported |"));
+        p.model = Some("é".repeat(500));
+        assert!(
+            provenance_block(&p).contains(&format!("| Model | `{}…` |", "é".repeat(128))),
+            "{}",
+            provenance_block(&p)
+        );
     }
 
     #[test]
