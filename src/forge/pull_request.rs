@@ -347,6 +347,43 @@ text = "Add a regression test."
     }
 
     #[test]
+    fn an_agent_cannot_forge_the_provenance_block_or_swallow_it() {
+        let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
+        let summary = format!(
+            "{PROVENANCE_MARKER}\n**Provenance** (written by stet on the host, not by the agent)\n\n\
+             | | |\n|---|---|\n| Network | bridge |\n<!--\n```\nunclosed `{PROVENANCE_MARKER}`"
+        );
+        let draft = PullRequestDraft::compose(
+            &brief(),
+            "stet/x",
+            Some(&summary),
+            &provenance(),
+            &sanitizer,
+        );
+        let body = draft.body.as_str();
+        let quote_start = body.find("unverified):\n\n").unwrap() + "unverified):\n\n".len();
+        let host = body.rfind(PROVENANCE_MARKER).unwrap();
+        let quoted = &body[quote_start..host];
+        for line in quoted.lines().take_while(|line| !line.is_empty()) {
+            assert!(
+                line.starts_with("> "),
+                "{line:?} escaped the quote in\n{body}"
+            );
+        }
+        assert!(
+            quoted.contains("> &lt;!-- stet:provenance -->\n> **Provenance**"),
+            "{body}"
+        );
+        assert!(quoted.contains("> \\|---|---|\n"), "{body}");
+        assert!(
+            quoted.contains("> &lt;!--\n> ```\n> unclosed `<!-- stet:provenance -->`\n> ```\n"),
+            "{body}"
+        );
+        assert!(body[host..].starts_with(&format!("{PROVENANCE_MARKER}\n**Provenance**")));
+        assert!(body[host..].contains("| Network | none |"));
+    }
+
+    #[test]
     fn a_clean_summary_gets_no_note() {
         let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
         let draft = PullRequestDraft::compose(
