@@ -9,7 +9,7 @@
 //! written `&amp;`), no line a table could be built on, and no URL, `www.` host or e-mail address.
 //! Every URL goes into a code span, which no forge links, fetches or parses. Code spans and fenced
 //! blocks the agent wrote keep their text, inside delimiters chosen here so nothing can close them
-//! early (and fences lose their info string: `mermaid`, `math`, `geojson` blocks render live).
+//! early; fences lose their info string, since a `mermaid`, `math` or `geojson` block renders live.
 //!
 //! On top of the invariant, the usual constructs get a readable rendering:
 //!
