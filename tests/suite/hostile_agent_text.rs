@@ -181,6 +181,7 @@ fn a_summary_and_model_full_of_remote_markup_reach_the_forge_shown_not_live() {
         &[
             "usage = { input_tokens = 10, output_tokens = 5, cost_usd = 0.001 }".to_owned(),
             write("src/notes.txt", "one\ntwo\nthree\nfour\n"),
+            write("notes/\u{202e}txt.exe", "named to read backwards\n"),
             finish(&summary),
         ],
     ));
@@ -259,6 +260,18 @@ fn a_summary_and_model_full_of_remote_markup_reach_the_forge_shown_not_live() {
         finish.ends_with("Reversed: exe.txt and isolated, zerowidth, tags."),
         "{finish}"
     );
+    // A path cannot lose a character without naming another file: it shows the control instead.
+    let paths: Vec<&str> = finished
+        .events
+        .iter()
+        .find_map(|event| match &event.kind {
+            EventKind::Collected { files, .. } => {
+                Some(files.iter().map(|file| file.path.as_str()).collect())
+            }
+            _ => None,
+        })
+        .expect("a collected event");
+    assert!(paths.contains(&"notes/\\u{202e}txt.exe"), "{paths:?}");
     assert_nothing_left(&project.home, dispatch);
 }
 
