@@ -1337,13 +1337,14 @@ fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
             for record in &records {
                 writeln!(
                     out,
-                    "#{:<4} {:<6} {} -> {}  {}  ({}, updated {})",
+                    "#{:<4} {:<6} {} -> {}  {}  ({} at {}, updated {})",
                     record.number,
                     record.state.as_str(),
                     record.head,
                     record.base,
                     printable(&record.title),
                     record.repo,
+                    record.remote.display(),
                     record.updated.format("%Y-%m-%d %H:%M")
                 )?;
             }

@@ -107,17 +107,10 @@ pub fn inspect(
     }
 }
 
-/// Text as a person can read it: control characters shown as escapes.
+/// A path as a person can read it: control and invisible characters shown as escapes (the one
+/// display policy's rule for names, where dropping a character would name another file).
 pub fn printable(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
+    crate::dispatch::display::escaped_invisible(text).into_owned()
 }
 
 #[cfg(test)]
@@ -165,5 +158,9 @@ mod tests {
     #[test]
     fn control_characters_are_escaped() {
         assert_eq!(printable("a\u{1b}[2Jb\n"), "a\\u{1b}[2Jb\\n");
+        assert_eq!(
+            printable("invoice\u{202e}fdp.exe\u{200b}"),
+            "invoice\\u{202e}fdp.exe\\u{200b}"
+        );
     }
 }

@@ -3,6 +3,7 @@
 pub mod branch;
 pub mod credential;
 pub mod dispatcher;
+pub mod display;
 pub mod error;
 pub mod event;
 pub mod gate;

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::brief::Brief;
 use crate::dispatch::branch::{BranchValidator, CommitSha};
+use crate::dispatch::display;
 use crate::dispatch::event::{
     ChangedPath, DispatchId, Event, EventKind, GateFindings, HeldPathReport, ItemKind,
     PullRequestAction, SecretReport, TeardownStepReport, TranscriptItem, Usage,
@@ -30,7 +31,7 @@ use crate::dispatch::state::{Input, Phase, transition};
 use crate::forge::{Preflight, Provenance, PullRequestDraft, PushBranch};
 use crate::gateway::{Gateway, GatewayConfig, GatewayEvent};
 use crate::git::changes::read_changes;
-use crate::git::import::{ImportRequest, Imported, import};
+use crate::git::import::{ImportRequest, Imported, import_until};
 use crate::harness::{
     HarnessLaunch, HarnessOutcome, HarnessPlan, ModelAccess, OutputParser, PLACEHOLDER_KEY, Parsed,
     StagedFile, UsageReport,
@@ -1031,16 +1032,19 @@ impl Flow {
         let keep_at = reference.clone();
         let rules = self.parts.settings.protected.clone();
         let sanitizer = self.sanitizer();
+        // The import goes on in its thread when the dispatch stops; told so, it ends writing nothing.
+        let stop = self.stop.clone();
         let imported = tokio::task::spawn_blocking(move || {
-            let imported = import(&ImportRequest {
+            let request = ImportRequest {
                 repository: &repository,
                 workspace: &workspace,
                 parent: &parent,
                 identity: &identity,
                 message: &message,
                 limits,
-            })
-            .map_err(|error| format!("collecting the result: {error}"))?;
+            };
+            let imported = import_until(&request, &|| stop.is_cancelled())
+                .map_err(|error| format!("collecting the result: {error}"))?;
             let Imported::Committed { commit, .. } = &imported else {
                 return Ok::<_, String>((imported, GateReport::default()));
             };
@@ -1170,14 +1174,21 @@ impl Flow {
         Ok(Some((commit, gate)))
     }
 
+    /// The brief's title, the agent's summary made inert the way the pull request shows it (a forge
+    /// renders a commit message as markdown when it fills in a pull request), and where it came from;
+    /// no invisible character anywhere.
     fn commit_message(&self) -> SanitizedText {
         let brief = &self.run.brief;
-        let mut message = brief.title.trim().to_owned();
+        let mut message = display::without_invisible(brief.title.trim())
+            .text
+            .into_owned();
         if let Some(summary) = self.facts.summary.as_deref().map(str::trim)
             && !summary.is_empty()
         {
+            let shown =
+                display::forge_text(&self.sanitizer(), truncate(summary, MAX_SUMMARY_BYTES));
             message.push_str("\n\n");
-            message.push_str(truncate(summary, MAX_SUMMARY_BYTES));
+            message.push_str(shown.text.as_str());
         }
         message.push_str(&format!(
             "\n\nDispatched by stet from brief {} ({}).",

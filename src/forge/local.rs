@@ -2,6 +2,14 @@
 //! "remote" is a git repository on disk (by default the user's own); a push writes the branch there
 //! through git2 like any other push, and a pull request is a review record under `<state>/reviews/`
 //! that the inbox and `stet` can show and that a later dispatch can update.
+//!
+//! Records of every remote share one directory and one sequence of numbers, so `stet reviews N` names
+//! one record. Each belongs to the remote it was opened on, identified by the canonical path of that
+//! repository's common git directory (the same for every spelling of its path, every symbolic link
+//! to it and every worktree of it): a brief of another remote can neither read, update nor close it,
+//! whatever `repo` label and `pr` number it gives. Records written before the identity was kept have
+//! none; it is worked out from their `remote` when they are read, and written into them the next time
+//! they change.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -30,6 +38,10 @@ pub struct ReviewRecord {
     /// The brief's `target.repo`: a label here, the remote is `remote`.
     pub repo: String,
     pub remote: PathBuf,
+    /// The remote's identity: the canonical path of its common git directory, as it was when the
+    /// record was opened. Absent from records written before stet kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_git_dir: Option<PathBuf>,
     pub title: String,
     pub body: String,
     pub base: String,
@@ -77,12 +89,16 @@ impl LocalForge {
     }
 
     /// Closes every open review of this forge's remote (e.g. when that repository was made anew, as
-    /// `stet demo` does); returns their numbers.
+    /// `stet demo` does); returns their numbers. A remote that does not exist has none.
     pub fn close_open_reviews(&self) -> Result<Vec<u64>> {
+        let Ok(identity) = remote_git_dir(&self.remote) else {
+            return Ok(Vec::new());
+        };
         let mut closed = Vec::new();
         for mut record in self.reviews()? {
-            if record.state == ReviewState::Open && record.remote == self.remote {
+            if record.state == ReviewState::Open && belongs_to(&record, &identity) {
                 record.state = ReviewState::Closed;
+                record.remote_git_dir = Some(identity.clone());
                 record.updated = Utc::now();
                 self.replace_record(&record)?;
                 closed.push(record.number);
@@ -95,23 +111,24 @@ impl LocalForge {
         self.reviews.join(format!("{number}.json"))
     }
 
+    /// Review `number` of this forge's remote under `target.repo`; a record of another remote is not
+    /// found, exactly as one that does not exist.
     fn record(&self, target: &Target, number: u64) -> Result<ReviewRecord> {
+        let not_found = || ForgeError::PullRequestNotFound {
+            forge: FORGE,
+            repo: target.repo.clone(),
+            number,
+        };
         let path = self.record_path(number);
         if !path.exists() {
-            return Err(ForgeError::PullRequestNotFound {
-                forge: FORGE,
-                repo: target.repo.clone(),
-                number,
-            });
+            return Err(not_found());
         }
-        let record = read_record(&path)?;
-        if record.repo != target.repo {
-            return Err(ForgeError::PullRequestNotFound {
-                forge: FORGE,
-                repo: target.repo.clone(),
-                number,
-            });
+        let identity = remote_git_dir(&self.remote)?;
+        let mut record = read_record(&path)?;
+        if record.repo != target.repo || !belongs_to(&record, &identity) {
+            return Err(not_found());
         }
+        record.remote_git_dir = Some(identity);
         Ok(record)
     }
 
@@ -258,12 +275,13 @@ impl Forge for LocalForge {
         target: &Target,
         draft: &PullRequestDraft,
     ) -> Result<PullRequest> {
+        let identity = remote_git_dir(&self.remote)?;
         let existing = self.reviews()?;
         let duplicate = existing.iter().find(|record| {
             record.state == ReviewState::Open
-                && record.remote == self.remote
                 && record.head == draft.head
                 && record.base == draft.base
+                && belongs_to(record, &identity)
         });
         if let Some(existing) = duplicate {
             return Err(ForgeError::PullRequestExists {
@@ -279,6 +297,7 @@ impl Forge for LocalForge {
             number: existing.last().map_or(1, |last| last.number + 1),
             repo: target.repo.clone(),
             remote: self.remote.clone(),
+            remote_git_dir: Some(identity),
             title: draft.title.as_str().to_owned(),
             body: draft.body.as_str().to_owned(),
             base: draft.base.clone(),
@@ -330,6 +349,21 @@ pub fn read_reviews(dir: &Path) -> Result<Vec<ReviewRecord>> {
     }
     records.sort_by_key(|record| record.number);
     Ok(records)
+}
+
+/// The identity of the repository at `remote`: the canonical path of its common git directory.
+pub fn remote_git_dir(remote: &Path) -> Result<PathBuf> {
+    let repository = open_remote(remote)?;
+    std::fs::canonicalize(repository.commondir()).map_err(|error| store_error(remote, error))
+}
+
+/// Whether `record` was opened on the remote whose identity is `identity`. A record without one is
+/// identified by its `remote` as it resolves now; one whose remote is gone belongs to no remote.
+fn belongs_to(record: &ReviewRecord, identity: &Path) -> bool {
+    match &record.remote_git_dir {
+        Some(recorded) => recorded == identity,
+        None => remote_git_dir(&record.remote).is_ok_and(|resolved| resolved == identity),
+    }
 }
 
 fn open_remote(remote: &Path) -> Result<git2::Repository> {
@@ -465,5 +499,136 @@ fn git_error(remote: &Path, error: &git2::Error) -> ForgeError {
         forge: FORGE,
         path: remote.to_owned(),
         detail: error.message().to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn repository(path: &Path) -> git2::Repository {
+        let repository = git2::Repository::init(path).unwrap();
+        let signature = git2::Signature::now("user", "user@stet.invalid").unwrap();
+        let tree = repository
+            .find_tree(repository.index().unwrap().write_tree().unwrap())
+            .unwrap();
+        repository
+            .commit(Some("HEAD"), &signature, &signature, "base", &tree, &[])
+            .unwrap();
+        drop(tree);
+        repository
+    }
+
+    fn record(remote: &Path, remote_git_dir: Option<PathBuf>) -> ReviewRecord {
+        let now = Utc::now();
+        ReviewRecord {
+            number: 1,
+            repo: "test/notes".into(),
+            remote: remote.to_owned(),
+            remote_git_dir,
+            title: "t".into(),
+            body: "b".into(),
+            base: "main".into(),
+            head: "stet/x".into(),
+            state: ReviewState::Open,
+            created: now,
+            updated: now,
+        }
+    }
+
+    #[test]
+    fn every_spelling_link_and_worktree_of_a_repository_is_one_remote() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = dir.path().join("app");
+        let repo = repository(&app);
+        std::os::unix::fs::symlink(&app, dir.path().join("link")).unwrap();
+        repo.worktree("side", &dir.path().join("side"), None)
+            .unwrap();
+        let identity = remote_git_dir(&app).unwrap();
+        assert_eq!(identity, std::fs::canonicalize(app.join(".git")).unwrap());
+        for spelling in [
+            app.join("."),
+            app.join("../app/"),
+            app.join(".git"),
+            dir.path().join("link"),
+            dir.path().join("side"),
+        ] {
+            assert_eq!(
+                remote_git_dir(&spelling).unwrap(),
+                identity,
+                "{}",
+                spelling.display()
+            );
+        }
+        let other = dir.path().join("other");
+        repository(&other);
+        assert_ne!(remote_git_dir(&other).unwrap(), identity);
+        assert!(remote_git_dir(&dir.path().join("gone")).is_err());
+    }
+
+    #[test]
+    fn a_record_belongs_to_the_remote_it_names_and_an_old_one_to_where_its_path_leads() {
+        let dir = tempfile::tempdir().unwrap();
+        let (app, other) = (dir.path().join("app"), dir.path().join("other"));
+        repository(&app);
+        repository(&other);
+        let (app_id, other_id) = (
+            remote_git_dir(&app).unwrap(),
+            remote_git_dir(&other).unwrap(),
+        );
+        // The identity recorded wins over the path, which may lead elsewhere by now.
+        let kept = record(&other, Some(app_id.clone()));
+        assert!(belongs_to(&kept, &app_id) && !belongs_to(&kept, &other_id));
+        // A record written before the identity was kept: its path decides.
+        let old = record(&app.join("."), None);
+        assert!(belongs_to(&old, &app_id) && !belongs_to(&old, &other_id));
+        let orphan = record(&dir.path().join("gone"), None);
+        assert!(!belongs_to(&orphan, &app_id));
+    }
+
+    #[test]
+    fn a_record_written_by_the_previous_version_still_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("1.json");
+        std::fs::write(
+            &path,
+            r#"{"number":1,"repo":"test/notes","remote":"/nowhere","title":"t","body":"b","base":"main","head":"stet/x","state":"open","created":"2025-01-01T00:00:00Z","updated":"2025-01-01T00:00:00Z"}"#,
+        )
+        .unwrap();
+        let record = read_record(&path).unwrap();
+        assert_eq!((record.number, &record.remote_git_dir), (1, &None));
+        let written = serde_json::to_value(&record).unwrap();
+        assert!(written.get("remote_git_dir").is_none(), "{written}");
+    }
+
+    #[tokio::test]
+    async fn a_brief_of_another_remote_finds_no_review_under_the_same_label_and_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let (app, other) = (dir.path().join("app"), dir.path().join("other"));
+        repository(&app);
+        repository(&other);
+        let first = LocalForge::new(app.clone(), &state);
+        let created = first
+            .create_record(record(&app, Some(remote_git_dir(&app).unwrap())))
+            .unwrap();
+        assert_eq!(created.number, 1);
+        let target = Target {
+            repo: "test/notes".into(),
+            base: "main".into(),
+            branch: None,
+            pr: Some(1),
+        };
+        let second = LocalForge::new(other, &state);
+        assert!(matches!(
+            second.record(&target, 1),
+            Err(ForgeError::PullRequestNotFound { number: 1, .. })
+        ));
+        assert_eq!(first.record(&target, 1).unwrap().title, "t");
+        let through_a_link = dir.path().join("link");
+        std::os::unix::fs::symlink(&app, &through_a_link).unwrap();
+        let same = LocalForge::new(through_a_link, &state);
+        assert_eq!(same.record(&target, 1).unwrap().number, 1);
     }
 }

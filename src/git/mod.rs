@@ -4,5 +4,6 @@
 
 pub mod changes;
 pub mod import;
+mod pack;
 pub mod push;
 pub mod workspace;

@@ -1,19 +1,22 @@
-//! Agent text made safe to show, shared by the harness parsers: terminal escape sequences and control
-//! characters removed, secrets masked, and a bound on length with a note saying how much was cut.
+//! Agent text made safe to show, shared by the harness parsers: terminal escape sequences removed,
+//! every character the display policy does not show ([`crate::dispatch::display::invisible`]) left
+//! out, secrets masked, and a bound on length with a note saying how much was cut.
 
 use std::borrow::Cow;
 use std::iter::Peekable;
 use std::str::Chars;
 use std::sync::Arc;
 
+use crate::dispatch::display::{Treatment, treatment};
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 
 /// Room left at the end of a cut text for the note saying how much was cut.
 const NOTE_ROOM: usize = 40;
 
-/// `text` made safe to show: escape sequences and control characters removed (newlines and tabs kept,
-/// a lone carriage return read as a newline), secrets masked, then cut to `limit` bytes with a note
-/// saying how many more there were (`dropped` of them already passed over before).
+/// `text` made safe to show: escape sequences, control characters and invisible characters removed
+/// (newlines and tabs kept, a lone carriage return or a line separator read as a newline), secrets
+/// masked, then cut to `limit` bytes with a note saying how many more there were (`dropped` of them
+/// already passed over before).
 pub(crate) fn bounded_text(
     sanitizer: &Arc<TokenSanitizer>,
     text: &str,
@@ -33,13 +36,10 @@ pub(crate) fn bounded_text(
     sanitizer.sanitize(&format!("{}… ({more} bytes more)", &shown[..cut]))
 }
 
-/// `text` without terminal escape sequences and without control characters other than newline and
-/// tab.
+/// `text` without terminal escape sequences and without the characters the display policy removes;
+/// every line break a newline.
 pub(crate) fn displayable(text: &str) -> Cow<'_, str> {
-    if !text
-        .chars()
-        .any(|c| c.is_control() && c != '\n' && c != '\t')
-    {
+    if text.chars().all(|c| treatment(c) == Treatment::Keep) {
         return Cow::Borrowed(text);
     }
     let mut shown = String::with_capacity(text.len());
@@ -54,8 +54,11 @@ pub(crate) fn displayable(text: &str) -> Cow<'_, str> {
             }
             '\u{1b}' => skip_escape(&mut chars),
             '\u{9b}' => skip_csi(&mut chars),
-            c if c.is_control() => {}
-            c => shown.push(c),
+            c => match treatment(c) {
+                Treatment::Keep => shown.push(c),
+                Treatment::Remove => {}
+                Treatment::LineBreak => shown.push('\n'),
+            },
         }
     }
     Cow::Owned(shown)
@@ -117,5 +120,23 @@ fn skip_control_string(chars: &mut Peekable<Chars<'_>>) {
                 chars.next();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn transcript_text_holds_no_invisible_character() {
+        let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
+        let shown = bounded_text(
+            &sanitizer,
+            "rm \u{202e}gpj.exe\u{202c} \u{2066}x\u{2069}\u{200b}\u{feff}\u{e0041}\u{2028}next\u{85}line",
+            1024,
+            0,
+        );
+        assert_eq!(shown.as_str(), "rm gpj.exe x\nnext\nline");
     }
 }

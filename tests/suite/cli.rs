@@ -266,6 +266,8 @@ async fn reviews_lists_and_shows_local_pull_requests_without_terminal_escapes() 
     assert!(empty.status.success());
     assert!(String::from_utf8_lossy(&empty.stdout).starts_with("no reviews yet"));
 
+    // Reviews belong to a remote that exists (the local forge knows it by its git directory).
+    git2::Repository::init(state.path().join("repo")).unwrap();
     let forge =
         stet::forge::local::LocalForge::new(state.path().join("repo"), &state.path().join("stet"));
     let sanitizer = std::sync::Arc::new(stet::dispatch::sanitize::TokenSanitizer::new().unwrap());
@@ -287,6 +289,14 @@ async fn reviews_lists_and_shows_local_pull_requests_without_terminal_escapes() 
     let listed = String::from_utf8(listed.stdout).unwrap();
     assert!(
         listed.starts_with("#1    open   stet/fix -> main  Fix the loop  (demo/app"),
+        "{listed}"
+    );
+    // Two remotes may share a label: the listing names the remote too.
+    assert!(
+        listed.contains(&format!(
+            "(demo/app at {}, updated ",
+            state.path().join("repo").display()
+        )),
         "{listed}"
     );
     let shown = stet(state.path()).args(["reviews", "1"]).output().unwrap();

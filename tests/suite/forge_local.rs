@@ -432,3 +432,166 @@ async fn a_bare_remote_or_another_checkout_receives_the_objects_and_the_checked_
         preflight.base_sha.as_str()
     );
 }
+
+/// Two repositories whose briefs both say `repo = "demo/app"`: each one's forge sees only its own
+/// reviews, whatever number a brief names.
+#[tokio::test]
+async fn a_brief_of_another_remote_can_neither_read_update_nor_close_a_review() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let first_repo = user_repository(&dir.path().join("first"));
+    let second_repo = user_repository(&dir.path().join("second"));
+    let first = LocalForge::new(first_repo.clone(), &state);
+    let second = LocalForge::new(second_repo.clone(), &state);
+
+    let preflight = first.preflight(&target(None)).await.unwrap();
+    let commit = loose_commit(&first_repo, preflight.base_sha.as_str(), "x.txt", "1\n");
+    push(
+        &first,
+        &first_repo,
+        &target(None),
+        &preflight,
+        &commit,
+        "stet/review",
+    )
+    .await
+    .unwrap();
+    let opened = first
+        .open_pull_request(
+            &target(None),
+            &draft("stet/review", "the first repository's"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(opened.number, 1);
+    let record_file = state.join("reviews").join("1.json");
+    let written = std::fs::read(&record_file).unwrap();
+
+    // The second repository holds a branch of the same name, as a hostile clone could.
+    let preflight = second.preflight(&target(None)).await.unwrap();
+    let theirs = loose_commit(&second_repo, preflight.base_sha.as_str(), "y.txt", "2\n");
+    git(
+        &second_repo,
+        &["update-ref", "refs/heads/stet/review", theirs.as_str()],
+    );
+    let error = second.preflight(&target(Some(1))).await.unwrap_err();
+    assert!(
+        matches!(error, ForgeError::PullRequestNotFound { number: 1, .. }),
+        "{error}"
+    );
+    let error = second
+        .update_pull_request(&target(Some(1)), 1, &draft("stet/review", "overwritten"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ForgeError::PullRequestNotFound { number: 1, .. }),
+        "{error}"
+    );
+    assert_eq!(second.close_open_reviews().unwrap(), Vec::<u64>::new());
+    assert_eq!(
+        std::fs::read(&record_file).unwrap(),
+        written,
+        "review #1 changed"
+    );
+
+    // The same head and base are free on the second remote: its review is its own, #2.
+    let reopened = second
+        .open_pull_request(
+            &target(None),
+            &draft("stet/review", "the second repository's"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(reopened.number, 2);
+    let records = first.reviews().unwrap();
+    assert!(
+        records[0].body.contains("> the first repository's"),
+        "{}",
+        records[0].body
+    );
+    assert!(
+        records[1].body.contains("> the second repository's"),
+        "{}",
+        records[1].body
+    );
+    assert_ne!(records[0].remote_git_dir, records[1].remote_git_dir);
+    // The first repository's forge, named through another spelling of its path, still finds #1.
+    let spelled = LocalForge::new(first_repo.join("."), &state);
+    let head = spelled
+        .preflight(&target(Some(1)))
+        .await
+        .unwrap()
+        .head
+        .unwrap();
+    assert_eq!((head.number, head.sha), (1, commit));
+}
+
+/// A review record written before records kept their remote's identity lists, shows and updates
+/// from its own remote, gains the identity when it changes, and stays out of another's reach.
+#[tokio::test]
+async fn a_record_of_the_previous_version_keeps_working_for_its_own_remote_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let first_repo = user_repository(&dir.path().join("first"));
+    let second_repo = user_repository(&dir.path().join("second"));
+    let first = LocalForge::new(first_repo.clone(), &state);
+    let preflight = first.preflight(&target(None)).await.unwrap();
+    let commit = loose_commit(&first_repo, preflight.base_sha.as_str(), "x.txt", "1\n");
+    push(
+        &first,
+        &first_repo,
+        &target(None),
+        &preflight,
+        &commit,
+        "stet/old",
+    )
+    .await
+    .unwrap();
+    std::fs::create_dir_all(state.join("reviews")).unwrap();
+    let old = serde_json::json!({
+        "number": 1,
+        "repo": "demo/app",
+        "remote": first_repo,
+        "title": "Demo change",
+        "body": "written by the previous version",
+        "base": "main",
+        "head": "stet/old",
+        "state": "open",
+        "created": "2025-01-01T00:00:00Z",
+        "updated": "2025-01-01T00:00:00Z",
+    });
+    std::fs::write(state.join("reviews/1.json"), old.to_string()).unwrap();
+    assert_eq!(first.reviews().unwrap()[0].remote_git_dir, None);
+
+    let second = LocalForge::new(second_repo, &state);
+    let error = second
+        .update_pull_request(&target(Some(1)), 1, &draft("stet/old", "overwritten"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, ForgeError::PullRequestNotFound { .. }),
+        "{error}"
+    );
+
+    let head = first
+        .preflight(&target(Some(1)))
+        .await
+        .unwrap()
+        .head
+        .unwrap();
+    assert_eq!(head.branch, "stet/old");
+    first
+        .update_pull_request(&target(Some(1)), 1, &draft("stet/old", "updated"))
+        .await
+        .unwrap();
+    let record = &first.reviews().unwrap()[0];
+    assert!(record.body.contains("> updated"), "{}", record.body);
+    assert_eq!(
+        record.remote_git_dir.as_deref(),
+        Some(
+            std::fs::canonicalize(first_repo.join(".git"))
+                .unwrap()
+                .as_path()
+        )
+    );
+}

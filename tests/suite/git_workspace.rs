@@ -718,22 +718,28 @@ fn edits_additions_deletions_modes_and_links_become_exactly_one_commit() {
 fn only_new_content_is_written_to_the_object_store() {
     let fixture = Fixture::new();
     let workspace = fixture.workspace();
-    let loose = |repo: &Path| {
-        git(repo, &["count-objects", "-v"])
-            .lines()
-            .find_map(|line| line.strip_prefix("count: "))
-            .unwrap()
-            .parse::<u32>()
-            .unwrap()
+    // (loose objects, objects in packs, packs)
+    let counts = |repo: &Path| {
+        let report = git(repo, &["count-objects", "-v"]);
+        let field = |name: &str| {
+            report
+                .lines()
+                .find_map(|line| line.strip_prefix(name))
+                .unwrap()
+                .parse::<u32>()
+                .unwrap()
+        };
+        (field("count: "), field("in-pack: "), field("packs: "))
     };
-    let before = loose(&fixture.repo);
+    let (loose, in_pack, packs) = counts(&fixture.repo);
     write(&workspace, "src/lib.rs", "pub fn changed() {}\n");
     let (commit, _, _) = committed(fixture.import(&workspace));
     assert_eq!(
-        loose(&fixture.repo),
-        before + 4,
-        "one blob, the trees of src/ and of the root, and the commit"
+        counts(&fixture.repo),
+        (loose, in_pack + 4, packs + 1),
+        "one pack of one blob, the trees of src/ and of the root, and the commit"
     );
+    git(&fixture.repo, &["fsck", "--no-dangling"]);
     assert_eq!(
         git(&fixture.repo, &["cat-file", "-t", commit.as_str()]),
         "commit"

@@ -12,6 +12,7 @@ mod github;
 mod headless;
 mod hostile_account;
 mod hostile_agent;
+mod hostile_agent_text;
 mod hostile_repo;
 mod image;
 mod journal;

@@ -15,6 +15,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use super::forward::{BoxError, describe};
 use super::{GatewayEvent, Shared};
+use crate::dispatch::display::without_invisible;
 use crate::gateway::usage::{self, Metered, SseScanner};
 use crate::harness::UsageReport;
 
@@ -273,7 +274,7 @@ impl Report {
             report: UsageReport {
                 model: shared
                     .sanitizer
-                    .sanitize(model.map_or("unknown", String::as_str)),
+                    .sanitize(&without_invisible(model.map_or("unknown", String::as_str)).text),
                 input_tokens: tokens.input,
                 output_tokens: tokens.output,
                 cached_tokens: tokens.cached,

