@@ -119,6 +119,7 @@ impl<'a> Actor<'a> {
             Action::Think(text) => self.emit(AgentRecord::Thought { text: text.clone() })?,
             Action::ReadInstructions => self.read_instructions()?,
             Action::Run(argv) => self.run_program(step, argv)?,
+            Action::Daemon(argv) => self.start_daemon(step, argv)?,
             Action::Write { path, content } => {
                 self.command(format!("write {path} ({})", lines(content)))?;
                 let full = self.workspace_path(path);
@@ -334,6 +335,46 @@ impl<'a> Actor<'a> {
 
     /// Runs `argv` in the workspace, each line it prints becoming an `output` record, then its exit
     /// status. A program that cannot start or exits non-zero does not end the run.
+    /// Starts `argv` with no stdio and does not wait for it: it outlives this agent.
+    fn start_daemon(&mut self, step: usize, argv: &[String]) -> Result<()> {
+        self.command(format!("{} &", shown_argv(argv)))?;
+        let Some((program, args)) = argv.split_first() else {
+            return Ok(());
+        };
+        let started = self.executable(program).and_then(|executable| {
+            Command::new(executable)
+                .args(args)
+                .current_dir(&self.options.workspace)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+        });
+        match started {
+            // Not waited for: it is reparented when this process ends.
+            Ok(child) => self.emit(AgentRecord::Output {
+                text: format!("started process {} in the background", child.id()),
+            }),
+            Err(source) => self.emit(AgentRecord::Error {
+                text: AgentError::Start {
+                    step,
+                    program: program.clone(),
+                    source,
+                }
+                .to_string(),
+            }),
+        }
+    }
+
+    /// The program `name` runs: the agent's own executable for `stet`.
+    fn executable(&self, name: &str) -> std::io::Result<PathBuf> {
+        if name == "stet" {
+            std::env::current_exe()
+        } else {
+            Ok(PathBuf::from(name))
+        }
+    }
+
     fn run_program(&mut self, step: usize, argv: &[String]) -> Result<()> {
         self.command(shown_argv(argv))?;
         let Some((program, args)) = argv.split_first() else {
@@ -344,17 +385,13 @@ impl<'a> Actor<'a> {
             program: program.clone(),
             source,
         };
-        let executable = if program == "stet" {
-            match std::env::current_exe() {
-                Ok(path) => path,
-                Err(source) => {
-                    return self.emit(AgentRecord::Error {
-                        text: start_error(source).to_string(),
-                    });
-                }
+        let executable = match self.executable(program) {
+            Ok(path) => path,
+            Err(source) => {
+                return self.emit(AgentRecord::Error {
+                    text: start_error(source).to_string(),
+                });
             }
-        } else {
-            PathBuf::from(program)
         };
         let spawned = Command::new(executable)
             .args(args)
@@ -742,6 +779,52 @@ remove = "old"
         };
         assert!(text.starts_with("step 1: remove "), "{text}");
         assert!(text.contains("missing"), "{text}");
+    }
+
+    #[test]
+    fn a_daemon_is_started_and_not_waited_for() {
+        let workspace = tempfile::tempdir().unwrap();
+        // The background process waits for the test to open this FIFO, then leaves a marker.
+        let fifo = workspace.path().join("release");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let marker = workspace.path().join("written-later");
+        let script = format!(
+            "cat {} > /dev/null; touch {}",
+            fifo.display(),
+            marker.display()
+        );
+        let run = act_out_in(
+            workspace,
+            &format!(
+                "[[step]]\ndaemon = [\"/bin/sh\", \"-c\", {script:?}]\n[[step]]\ndaemon = [\"/nonexistent/program\"]\n[[step]]\nsay = \"done\"\n"
+            ),
+        );
+        assert_eq!(run.code.unwrap(), 0);
+        assert!(!marker.exists(), "the agent did not wait for it");
+        std::fs::write(&fifo, "go").unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !marker.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the background process never ran on"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let AgentRecord::Output { text } = &run.records[1] else {
+            panic!("{:?}", run.records)
+        };
+        assert!(text.ends_with("in the background"), "{text}");
+        let AgentRecord::Error { text } = &run.records[3] else {
+            panic!("{:?}", run.records)
+        };
+        assert!(text.starts_with("step 2: cannot start"), "{text}");
+        assert_eq!(run.records[4], message("done"));
     }
 
     #[test]

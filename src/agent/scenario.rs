@@ -55,6 +55,7 @@ const ACTIONS: &[&str] = &[
     "think",
     "read_instructions",
     "run",
+    "daemon",
     "write",
     "append",
     "replace",
@@ -105,6 +106,9 @@ pub enum Action {
     ReadInstructions,
     /// Run a program in the workspace; `argv[0] == "stet"` is the agent's own executable.
     Run(Vec<String>),
+    /// Start a program in the workspace and leave it running in the background, past the agent's
+    /// own end (what a hostile agent does to keep working while a person reviews).
+    Daemon(Vec<String>),
     Write {
         path: String,
         content: String,
@@ -347,7 +351,8 @@ impl StepReader<'_> {
                 self.must_be_true(key, value)?;
                 Action::Forever
             }
-            "run" => Action::Run(self.argv(value)?),
+            "run" => Action::Run(self.argv(key, value)?),
+            "daemon" => Action::Daemon(self.argv(key, value)?),
             "network" => Action::Network(self.address(value)?),
             "write" | "append" => {
                 let fields = self.fields(key, value, &["path", "content"])?;
@@ -488,10 +493,10 @@ impl StepReader<'_> {
         }
     }
 
-    fn argv(&self, value: &Value) -> Result<Vec<String>> {
+    fn argv(&self, key: &str, value: &Value) -> Result<Vec<String>> {
         let Value::Array(items) = value else {
             return Err(self.error(
-                "run",
+                key,
                 format!("must be an array of strings, not {}", value.type_str()),
             ));
         };
@@ -500,19 +505,19 @@ impl StepReader<'_> {
             .enumerate()
             .map(|(index, item)| match item {
                 Value::String(arg) if arg.contains('\0') => Err(self.error(
-                    &format!("run[{index}]"),
+                    &format!("{key}[{index}]"),
                     format!("{arg:?} holds a NUL byte"),
                 )),
                 Value::String(arg) => Ok(arg.clone()),
                 other => Err(self.error(
-                    &format!("run[{index}]"),
+                    &format!("{key}[{index}]"),
                     format!("must be a string, not {}", other.type_str()),
                 )),
             })
             .collect::<Result<Vec<String>>>()?;
         match argv.first() {
             Some(program) if !program.is_empty() => Ok(argv),
-            _ => Err(self.error("run", "needs a program to run")),
+            _ => Err(self.error(key, "needs a program to run")),
         }
     }
 

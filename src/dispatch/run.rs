@@ -650,7 +650,21 @@ impl Flow {
         self.stop_gateway().await;
         self.facts.summary = ran?;
         self.publisher.advance(Input::AgentFinished, None).await;
+        // Nothing of the agent runs from here on (a process it left in the background included):
+        // not while its result is collected, not while a person reviews it.
+        sandbox.remove_container().await.map_err(|failure| {
+            Stop::Failed(format!(
+                "the agent's container could not be removed once its work was over: {failure}; nothing is collected or pushed while it may still run"
+            ))
+        })?;
         let imported = self.collect(sandbox, preflight).await?;
+        // The review needs only the imported commit.
+        if let Err(failure) = sandbox.remove_agent_files().await {
+            let message = self.sanitize(&format!(
+                "the agent's files were not removed after collecting: {failure}; the teardown tries again"
+            ));
+            self.publisher.emit(EventKind::Warning { message }).await;
+        }
         // The agent's work is over: the timeout no longer applies (a person reviewing is not timed).
         timer.abort();
         let Some((commit, gate)) = imported else {

@@ -202,6 +202,9 @@ pub struct DispatchSandbox {
     /// `Some` until the teardown ran.
     state: Mutex<Option<JournalEntry>>,
     report: Mutex<Option<TeardownReport>>,
+    /// Steps released before the teardown (the agent's container and files, once the result is
+    /// collected); the teardown's report starts with them.
+    released_early: Mutex<Vec<TeardownStep>>,
 }
 
 impl DispatchSandbox {
@@ -251,6 +254,7 @@ impl DispatchSandbox {
             inject_credential: request.credential.as_ref().is_some_and(|c| c.into_sandbox),
             state: Mutex::new(None),
             report: Mutex::new(None),
+            released_early: Mutex::new(Vec::new()),
         };
         let provisioned = provision_steps(
             &mut entry,
@@ -310,24 +314,69 @@ impl DispatchSandbox {
         Ok(self.runtime.exec(&self.container, &merged, output).await?)
     }
 
-    /// Reaps the container, removes the workspace and the outputs, revokes the credential, and closes
-    /// the journal record. Runs once; every later call returns the first report.
-    pub async fn teardown(&self) -> TeardownReport {
-        let mut report_slot = self.report.lock().await;
-        if let Some(report) = report_slot.as_ref() {
-            return report.clone();
-        }
+    /// Removes the container and, with it, everything the agent still runs there (a process it
+    /// left in the background included): once the agent's work is over nothing of it may run while
+    /// the result is collected or reviewed. Its files stay for the import. Returns why it failed.
+    pub async fn remove_container(&self) -> std::result::Result<(), String> {
+        self.release_early(|resource| matches!(resource, Resource::Container { .. }))
+            .await
+    }
+
+    /// Removes the workspace, the outputs and the socket directory once the result is collected
+    /// (the review needs only the imported commit); left in place while the container is not gone.
+    /// The credential stays for the host's push. Returns why it failed.
+    pub async fn remove_agent_files(&self) -> std::result::Result<(), String> {
+        self.release_early(|resource| {
+            matches!(
+                resource,
+                Resource::Workspace { .. } | Resource::Outputs { .. } | Resource::SocketDir { .. }
+            )
+        })
+        .await
+    }
+
+    /// Releases the outstanding resources `wanted` picks, in teardown order and journaled; what
+    /// succeeded joins the teardown's report, what failed stays for the teardown to retry.
+    async fn release_early(
+        &self,
+        wanted: impl Fn(&Resource) -> bool,
+    ) -> std::result::Result<(), String> {
+        let mut state = self.state.lock().await;
+        let Some(entry) = state.as_mut() else {
+            return Err(SandboxError::TornDown(self.dispatch).to_string());
+        };
         let mut report = TeardownReport::default();
-        let mut entry = self.state.lock().await.take();
-        let outstanding: Vec<Resource> = entry
-            .as_ref()
-            .map(|e| e.outstanding().to_vec())
-            .unwrap_or_default();
-        // Container first (it holds the mounts), then files, then the credential.
-        let mut ordered = outstanding;
-        ordered.sort_by_key(teardown_order);
-        let mut container_failed = false;
-        for resource in ordered {
+        let picked: Vec<Resource> = entry
+            .outstanding()
+            .iter()
+            .filter(|resource| wanted(resource))
+            .cloned()
+            .collect();
+        self.release_all(entry, picked, &mut report).await;
+        if let Some(failure) = report.first_failure() {
+            return Err(failure.to_owned());
+        }
+        self.released_early.lock().await.extend(report.steps);
+        Ok(())
+    }
+
+    /// Releases `resources` in teardown order (container first: it holds the mounts; the
+    /// credential last), crossing each off in `entry` once it is gone, into `report`.
+    async fn release_all(
+        &self,
+        entry: &mut JournalEntry,
+        mut resources: Vec<Resource>,
+        report: &mut TeardownReport,
+    ) {
+        resources.sort_by_key(teardown_order);
+        let mut container_failed = entry
+            .outstanding()
+            .iter()
+            .any(|held| matches!(held, Resource::Container { .. }))
+            && !resources
+                .iter()
+                .any(|resource| matches!(resource, Resource::Container { .. }));
+        for resource in resources {
             let failure = match &resource {
                 // The agent may still be running in a container that could not be removed: its
                 // files stay (journaled) rather than be deleted under it.
@@ -344,7 +393,6 @@ impl DispatchSandbox {
                 container_failed = true;
             }
             if failure.is_none()
-                && let Some(entry) = entry.as_mut()
                 && let Err(error) = entry.released(&resource)
             {
                 report.journal_failure.get_or_insert(error.to_string());
@@ -353,6 +401,25 @@ impl DispatchSandbox {
                 tracing::warn!(dispatch = %self.dispatch, ?resource, %failure, "teardown step failed");
             }
             report.steps.push(TeardownStep { resource, failure });
+        }
+    }
+
+    /// Reaps the container, removes the workspace and the outputs, revokes the credential, and closes
+    /// the journal record. Runs once; every later call returns the first report, which starts with
+    /// what was released early.
+    pub async fn teardown(&self) -> TeardownReport {
+        let mut report_slot = self.report.lock().await;
+        if let Some(report) = report_slot.as_ref() {
+            return report.clone();
+        }
+        let mut report = TeardownReport {
+            steps: std::mem::take(&mut *self.released_early.lock().await),
+            ..TeardownReport::default()
+        };
+        let mut entry = self.state.lock().await.take();
+        if let Some(entry) = entry.as_mut() {
+            let outstanding = entry.outstanding().to_vec();
+            self.release_all(entry, outstanding, &mut report).await;
         }
         if report.steps.iter().all(|step| step.failure.is_none()) {
             let removed =

@@ -33,7 +33,7 @@ use stet::dispatch::dispatcher::{DispatchHandle, Dispatcher, DispatcherError};
 use stet::dispatch::event::{
     DispatchId, Event, EventKind, ItemKind, PullRequestAction, TranscriptItem, Usage,
 };
-use stet::dispatch::journal::Journal;
+use stet::dispatch::journal::{Journal, Resource};
 use stet::dispatch::record::{EVENTS_FILE, PATCH_FILE, RESULT_FILE, read_result, run_dir};
 use stet::dispatch::run::{Decision, Delivery, DispatchControl, DispatchRun, result_ref};
 use stet::dispatch::sanitize::{KnownValue, SanitizerHandle, TokenSanitizer};
@@ -461,6 +461,21 @@ async fn an_approval_at_review_pushes_and_is_done() {
         fx.forge.pushes().is_empty(),
         "nothing is pushed before the decision"
     );
+    // Nothing of the agent is left while a person reviews: no container (nor anything running in
+    // it), no workspace, no outputs; only the credential the push needs stays journaled.
+    let dispatch = running.id;
+    assert!(fx.runtime.log().live.is_empty(), "the container is gone");
+    assert!(!fx.dispatch_dir(dispatch).join("workspace").exists());
+    assert!(!fx.dispatch_dir(dispatch).join("outputs").exists());
+    let records = fx.journal.records().unwrap().records;
+    assert!(
+        matches!(
+            records[0].resources.as_slice(),
+            [Resource::Credential { .. }]
+        ),
+        "{:?}",
+        records[0].resources
+    );
     running.decide.send(Decision::Approve).await.unwrap();
     let fin = running.finish().await;
 
@@ -800,10 +815,47 @@ async fn usage_past_the_cost_ceiling_ends_the_dispatch_with_exit_code_5() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_teardown_failure_keeps_the_outcome_warns_and_stays_journaled() {
     let fx = Fixture::builder().build();
-    fx.runtime.script(|s| s.remove_fails = true);
+    fx.runtime.script(|s| {
+        s.exec.code = 2;
+        s.remove_fails = true;
+    });
     let fin = fx.run(brief("fix-login"), Delivery::Keep).await;
 
-    assert_outcome(&fin, Phase::Done, 0);
+    assert_outcome(&fin, Phase::Failed, 1);
+    assert_eq!(
+        fin.reason(),
+        format!("the agent ({AGENT_PROGRAM}) exited with code 2"),
+        "the teardown's failure does not replace the outcome"
+    );
+    assert_teardown_left_the_agents_parts(&fx, &fin);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_that_cannot_be_removed_after_the_agent_stops_the_dispatch_before_collecting() {
+    let fx = Fixture::builder().build();
+    fx.runtime.script(|s| s.remove_fails = true);
+    let fin = fx.run(brief("fix-login"), Delivery::Push).await;
+
+    assert_outcome(&fin, Phase::Failed, 1);
+    assert!(
+        fin.reason()
+            .starts_with("the agent's container could not be removed once its work was over: ")
+            && fin
+                .reason()
+                .ends_with("nothing is collected or pushed while it may still run"),
+        "{}",
+        fin.reason()
+    );
+    assert!(!fin.has("collected"), "nothing is collected");
+    assert_eq!(fx.result_ref(fin.id), None);
+    assert!(fx.forge.pushes().is_empty());
+    assert_teardown_left_the_agents_parts(&fx, &fin);
+}
+
+/// The teardown after a container that could not be removed: the container, workspace and outputs
+/// steps failed (the agent may still run there, so its files are not deleted under it), the
+/// credential step ran, a warning says so, and what is left stays journaled for the sweep.
+fn assert_teardown_left_the_agents_parts(fx: &Fixture, fin: &Finished) {
     let steps = fin
         .events
         .iter()
@@ -833,11 +885,9 @@ async fn a_teardown_failure_keeps_the_outcome_warns_and_stays_journaled() {
         EventKind::Warning { message } if message.as_str().starts_with("teardown: ")
     )));
     assert!(!fx.result(fin.id).teardown_failures.is_empty());
-
-    let dir = fx.dispatch_dir(fin.id);
-    assert_left_for_the_sweep(&fx, &fin, &dir);
+    assert_left_for_the_sweep(fx, fin, &dir);
     fx.assert_credentials_revoked_once(1);
-    fx.assert_run_record(&fin);
+    fx.assert_run_record(fin);
 }
 
 /// When the container could not be removed, it and the dispatch's files stay journaled (and on disk)

@@ -26,7 +26,7 @@ use stet::forge::local::ReviewRecord;
 
 use super::headless::{
     Home, Project, STET_VARIABLES, assert_nothing_left, containers_of, containers_where,
-    docker_ready, files_under, forever, signal,
+    docker_ready, files_under, forever, scenario, signal,
 };
 use super::support::git;
 
@@ -746,6 +746,51 @@ fn hanging_up_while_a_demo_dispatch_runs_tears_it_down_however_often_sighup_come
     let took = killed.elapsed();
     assert_torn_down_by_the_hangup(&home, status, dispatch);
     eprintln!("tui: hung up while running; stet exited {took:?} later");
+}
+
+/// A hostile agent leaves a process running in the background and finishes: while a person
+/// reviews its result, nothing of it runs any more. Its container (and so that process) is gone
+/// before the result is collected, and its workspace and outputs once it is; the review needs only
+/// the imported commit, which the gate's diff shows.
+#[test]
+fn nothing_of_the_agent_runs_while_a_person_reviews() {
+    docker_ready();
+    let project = Project::new(&scenario(&[
+        "daemon = [\"stet\", \"sandbox-idle\"]",
+        "write = { path = \"src/notes.txt\", content = \"one\\ntwo\\nthree\\nfour\\n\" }",
+        "finish = \"Added a fourth note, and left a helper running.\"",
+    ]));
+    let home = &project.home;
+    let tmux = Tmux::start(home, &project.repo, &[]);
+    tmux.until_shown(
+        "the project's inbox",
+        &["Inbox (1)", &format!("▸ [new] {PROJECT_TITLE}")],
+    );
+    tmux.press("Enter");
+    tmux.until_shown("the dispatch confirmation", &["Dispatch tidy-notes?"]);
+    tmux.press("y");
+    tmux.until_shown(
+        "the review gate",
+        &["Review — tidy-notes: awaiting approval", "+four"],
+    );
+    let dispatch = home.dispatches()[0];
+    let events = home.events(dispatch);
+    assert!(
+        events.iter().any(|event| matches!(&event.kind, EventKind::Transcript(item) if item.text.as_str().contains("in the background"))),
+        "the agent started its background process: {events:#?}"
+    );
+    assert_eq!(
+        containers_of(dispatch),
+        Vec::<String>::new(),
+        "no container at review"
+    );
+    let directory = home.state().join("dispatches").join(dispatch.to_string());
+    assert!(!directory.join("workspace").exists() && !directory.join("outputs").exists());
+    tmux.press("x");
+    tmux.until_shown("the discarded outcome", &["outcome: cancelled (exit 3)"]);
+    assert_gone(home, dispatch);
+    tmux.press("q");
+    tmux.assert_given_back(0, &[]);
 }
 
 /// The terminal goes away while a run waits at the review gate, and no signal comes at all (the
