@@ -109,7 +109,10 @@ def scratch_repo(root, briefs, scenario_text, concurrency):
     (repo / "README.md").write_text("bench\n")
     scenario = root / "scenario.toml"
     scenario.write_text(scenario_text)
-    (repo / "stet.toml").write_text(
+    # Machine settings (and a concurrency above the default) are the user's, not the repository's.
+    config = root / "config" / "stet"
+    config.mkdir(parents=True)
+    (config / "config.toml").write_text(
         f'[forge]\nkind = "local"\n[forge.local]\nremote = "{remote}"\n'
         f'[harness]\nkind = "script"\n[harness.script]\nscenario = "{scenario}"\npace = 1.0\n'
         f'[dispatch]\nconcurrency = {concurrency}\n'
