@@ -472,15 +472,21 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// Runs a dispatching command on a runtime with worker threads (git and the import run on the
 /// blocking pool while events flow).
+/// When the command is over, work still on the blocking pool (an import or a review gate a cancelled
+/// dispatch no longer waits for; its teardown is done) is given this long before stet exits anyway.
+const BLOCKING_WORK_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn dispatch_runtime(
     command: impl std::future::Future<Output = anyhow::Result<ExitCode>>,
 ) -> anyhow::Result<ExitCode> {
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .context("starting the async runtime")?
-        .block_on(command)
+        .context("starting the async runtime")?;
+    let outcome = runtime.block_on(command);
+    runtime.shutdown_timeout(BLOCKING_WORK_GRACE);
+    outcome
 }
 
 /// SIGINT, SIGTERM and SIGHUP, listened to from before the first dispatch starts, each told apart:

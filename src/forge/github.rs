@@ -33,6 +33,7 @@ use crate::brief::Target;
 use crate::dispatch::branch::CommitSha;
 use crate::dispatch::credential::SecretValue;
 use crate::dispatch::sanitize::{KnownValue, SanitizerHandle};
+use crate::forge::checkout_remotes::CheckoutRemotes;
 
 const FORGE: &str = "github";
 
@@ -589,6 +590,8 @@ struct PullRequestBody {
 pub struct GitHubForge {
     rest: Rest,
     git_url: String,
+    /// The only repositories a brief may target: those the user's checkout has as remotes.
+    remotes: CheckoutRemotes,
 }
 
 impl fmt::Debug for GitHubForge {
@@ -604,18 +607,24 @@ impl fmt::Debug for GitHubForge {
 impl GitHubForge {
     /// Reads the primary token from its source and builds the forge with it ([`GitHubForge::with_token`]).
     /// Must run inside the async runtime.
-    pub fn new(settings: GitHubSettings, sanitizer: SanitizerHandle) -> Result<GitHubForge> {
+    pub fn new(
+        settings: GitHubSettings,
+        sanitizer: SanitizerHandle,
+        remotes: CheckoutRemotes,
+    ) -> Result<GitHubForge> {
         let token = resolve_token(&settings.token)?;
-        GitHubForge::with_token(settings, token, sanitizer)
+        GitHubForge::with_token(settings, token, sanitizer, remotes)
     }
 
     /// Teaches the primary token to the sanitizer (`primary-token`) so no sink can show it, and keeps
     /// it inside the REST client. For a caller that already read the token from `settings.token` and
-    /// needs it once more (the fallback credential provider), so its source runs only once.
+    /// needs it once more (the fallback credential provider), so its source runs only once. Briefs
+    /// may target only the repositories in `remotes` ([`CheckoutRemotes`]).
     pub fn with_token(
         settings: GitHubSettings,
         token: SecretValue,
         sanitizer: SanitizerHandle,
+        remotes: CheckoutRemotes,
     ) -> Result<GitHubForge> {
         web_url(&settings.git_url, "git_url")?;
         let token_error = |detail: String| ForgeError::Token {
@@ -632,7 +641,14 @@ impl GitHubForge {
         Ok(GitHubForge {
             rest: Rest::new(client, &settings.api_url, settings.retry, sanitizer),
             git_url: settings.git_url.trim_end_matches('/').to_owned(),
+            remotes,
         })
+    }
+
+    /// The host of `git_url`, which the checkout's remotes are matched on.
+    pub fn git_host(git_url: &str) -> Result<String> {
+        let uri = web_url(git_url, "git_url")?;
+        Ok(uri.host().unwrap_or_default().to_owned())
     }
 
     /// Fails unless `reply` is a success about pull request `number` (404: it does not exist).
@@ -749,6 +765,16 @@ impl Forge for GitHubForge {
     }
 
     async fn preflight(&self, target: &Target) -> Result<Preflight> {
+        if !self.remotes.allows(&target.repo) {
+            return Err(ForgeError::NotThisCheckout {
+                forge: FORGE,
+                repo: target.repo.clone(),
+                remotes: match self.remotes.repositories() {
+                    [] => "none".to_owned(),
+                    own => own.join(", "),
+                },
+            });
+        }
         let repo = repo_path(&target.repo)?;
         let reply = self.rest.send(Method::GET, &repo, None).await?;
         if reply.status == StatusCode::NOT_FOUND {

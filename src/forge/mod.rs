@@ -2,6 +2,7 @@
 //! host, never by the container. `GitHubForge` holds the primary token privately; `LocalForge` needs no
 //! account. Both push with the dispatch's scoped credential only.
 
+pub mod checkout_remotes;
 pub mod github;
 pub mod github_app;
 pub mod local;
@@ -30,6 +31,14 @@ pub use pull_request::{Provenance, PullRequestDraft};
 /// never carry a token (they are built from status codes and forge messages that were sanitized).
 #[derive(Debug, thiserror::Error)]
 pub enum ForgeError {
+    #[error(
+        "{forge}: the brief targets {repo}, but this checkout's remotes on the forge are {remotes}: a brief may target only the repository it belongs to (to dispatch against {repo}, add it as a remote: `git remote add <name> <its URL>`)"
+    )]
+    NotThisCheckout {
+        forge: &'static str,
+        repo: String,
+        remotes: String,
+    },
     #[error("{forge}: repository {repo:?} was not found, or the token cannot see it")]
     RepositoryNotFound { forge: &'static str, repo: String },
     #[error("{forge}: base branch {base:?} does not exist in {repo}")]
@@ -262,10 +271,15 @@ pub fn from_config(
         ),
         ForgeConfig::GitHub(settings) => {
             let token = github::resolve_token(&settings.token)?;
+            let remotes = checkout_remotes::CheckoutRemotes::of_checkout(
+                repository,
+                &github::GitHubForge::git_host(&settings.git_url)?,
+            );
             let forge = github::GitHubForge::with_token(
                 settings.clone(),
                 token.clone(),
                 sanitizer.clone(),
+                remotes,
             )?;
             (Arc::new(forge), Some(token))
         }

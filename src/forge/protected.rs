@@ -66,12 +66,37 @@ pub const DEFAULT_RULES: &[(&str, Category)] = &[
     (".drone.yml", Category::Ci),
     (".woodpecker.yml", Category::Ci),
     (".woodpecker/**", Category::Ci),
+    ("appveyor.yml", Category::Ci),
+    (".appveyor.yml", Category::Ci),
+    (".cirrus.yml", Category::Ci),
+    (".semaphore/**", Category::Ci),
+    ("cloudbuild.yaml", Category::Ci),
+    ("cloudbuild.yml", Category::Ci),
+    ("buildspec.yml", Category::Ci),
+    (".tekton/**", Category::Ci),
+    (".builds/**", Category::Ci),
+    (".zuul.yaml", Category::Ci),
+    (".teamcity/**", Category::Ci),
+    ("bitrise.yml", Category::Ci),
+    ("codemagic.yaml", Category::Ci),
+    // Deploy previews build the branch with the site's secrets.
+    ("netlify.toml", Category::Ci),
+    ("vercel.json", Category::Ci),
     (".pre-commit-config.yaml", Category::DeveloperMachines),
     (".pre-commit-config.yml", Category::DeveloperMachines),
     (".husky/**", Category::DeveloperMachines),
     (".devcontainer/**", Category::DeveloperMachines),
     (".devcontainer.json", Category::DeveloperMachines),
-    (".vscode/**", Category::DeveloperMachines),
+    // Editors run the tasks and settings of nested folders opened on their own too.
+    ("**/.vscode/**", Category::DeveloperMachines),
+    ("**/*.code-workspace", Category::DeveloperMachines),
+    (".idea/**", Category::DeveloperMachines),
+    (".gitpod.yml", Category::DeveloperMachines),
+    (".zed/**", Category::DeveloperMachines),
+    (".nvim.lua", Category::DeveloperMachines),
+    (".exrc", Category::DeveloperMachines),
+    ("mise.toml", Category::DeveloperMachines),
+    (".mise.toml", Category::DeveloperMachines),
     // direnv loads the `.envrc` of every directory a shell enters.
     ("**/.envrc", Category::DeveloperMachines),
     // git reads the attributes of every directory; submodules and LFS read the root's files.
@@ -86,6 +111,20 @@ pub const DEFAULT_RULES: &[(&str, Category)] = &[
     (".openhands/**", Category::Agent),
     ("**/AGENTS.md", Category::Agent),
     ("**/CLAUDE.md", Category::Agent),
+    ("**/GEMINI.md", Category::Agent),
+    (".gemini/**", Category::Agent),
+    (".windsurfrules", Category::Agent),
+    (".windsurf/**", Category::Agent),
+    (".clinerules", Category::Agent),
+    (".clinerules/**", Category::Agent),
+    (".roo/**", Category::Agent),
+    (".aider.conf.yml", Category::Agent),
+    (".continue/**", Category::Agent),
+    (".junie/**", Category::Agent),
+    (".amazonq/**", Category::Agent),
+    (".kiro/**", Category::Agent),
+    (".goosehints", Category::Agent),
+    (".openhands_instructions", Category::Agent),
     // stet reads both at the root of the repository it runs in (found with `git rev-parse`).
     ("stet.toml", Category::StetConfiguration),
     (".stet/**", Category::StetFiles),
@@ -144,6 +183,11 @@ impl fmt::Display for ProtectedRule {
     }
 }
 
+/// The longest pattern configuration may add, in characters.
+const MAX_PATTERN_CHARS: usize = 256;
+/// The most rules in all, the built-in ones included: each changed path is matched against each.
+const MAX_RULES: usize = 512;
+
 /// The rules a result's changed paths are held by: the defaults, then what configuration added.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProtectedPaths {
@@ -182,6 +226,12 @@ impl ProtectedPaths {
         for text in patterns {
             let rule = ProtectedRule::parse(text.as_ref(), Category::Configured)?;
             if !self.rules.iter().any(|known| known.text == rule.text) {
+                if self.rules.len() >= MAX_RULES {
+                    return Err(PatternError {
+                        pattern: rule.text,
+                        problem: "is one pattern too many: at most 512 rules in all",
+                    });
+                }
                 self.rules.push(rule);
             }
         }
@@ -210,6 +260,9 @@ impl ProtectedRule {
         };
         if text.trim().is_empty() {
             return Err(problem("is empty"));
+        }
+        if text.chars().count() > MAX_PATTERN_CHARS {
+            return Err(problem("is longer than 256 characters"));
         }
         if text.starts_with('/') {
             return Err(problem(
@@ -307,29 +360,41 @@ fn is_invisible(character: char) -> bool {
     )
 }
 
+/// Whether `pattern` matches the whole of `path`, in time linear in the product of their lengths
+/// (no backtracking: a hostile pattern such as `**/**/**/…/x` costs no more than a plain one).
 fn match_segments(pattern: &[Segment], path: &[Vec<char>]) -> bool {
-    match pattern.split_first() {
-        None => path.is_empty(),
-        Some((Segment::AnyDepth, rest)) => {
-            (0..=path.len()).any(|skip| match_segments(rest, &path[skip..]))
+    // `rest[j]`: whether the pattern from the current element on matches `path[j..]`.
+    let mut rest = vec![false; path.len() + 1];
+    rest[path.len()] = true;
+    for element in pattern.iter().rev() {
+        let mut here = vec![false; path.len() + 1];
+        for j in (0..=path.len()).rev() {
+            here[j] = match element {
+                Segment::AnyDepth => rest[j] || (j < path.len() && here[j + 1]),
+                Segment::Glob(glob) => j < path.len() && rest[j + 1] && match_glob(glob, &path[j]),
+            };
         }
-        Some((Segment::Glob(glob), rest)) => path
-            .split_first()
-            .is_some_and(|(first, tail)| match_glob(glob, first) && match_segments(rest, tail)),
+        rest = here;
     }
+    rest[0]
 }
 
+/// Whether `glob` matches the whole of `name`, in time linear in the product of their lengths.
 fn match_glob(glob: &[Glob], name: &[char]) -> bool {
-    match glob.split_first() {
-        None => name.is_empty(),
-        Some((Glob::AnyRun, rest)) => (0..=name.len()).any(|skip| match_glob(rest, &name[skip..])),
-        Some((Glob::AnyOne, rest)) => name
-            .split_first()
-            .is_some_and(|(_, tail)| match_glob(rest, tail)),
-        Some((Glob::Literal(literal), rest)) => name
-            .split_first()
-            .is_some_and(|(first, tail)| first == literal && match_glob(rest, tail)),
+    let mut rest = vec![false; name.len() + 1];
+    rest[name.len()] = true;
+    for element in glob.iter().rev() {
+        let mut here = vec![false; name.len() + 1];
+        for j in (0..=name.len()).rev() {
+            here[j] = match element {
+                Glob::AnyRun => rest[j] || (j < name.len() && here[j + 1]),
+                Glob::AnyOne => j < name.len() && rest[j + 1],
+                Glob::Literal(literal) => j < name.len() && name[j] == *literal && rest[j + 1],
+            };
+        }
+        rest = here;
     }
+    rest[0]
 }
 
 #[cfg(test)]
@@ -389,8 +454,27 @@ mod tests {
             ),
             (
                 ".vscode/tasks.json",
-                "runs on developer machines: .vscode/**",
+                "runs on developer machines: **/.vscode/**",
             ),
+            (
+                "packages/app/.vscode/tasks.json",
+                "runs on developer machines: **/.vscode/**",
+            ),
+            (
+                "team.code-workspace",
+                "runs on developer machines: **/*.code-workspace",
+            ),
+            (
+                ".idea/workspace.xml",
+                "runs on developer machines: .idea/**",
+            ),
+            ("mise.toml", "runs on developer machines"),
+            ("appveyor.yml", "CI"),
+            (".semaphore/semaphore.yml", "CI: .semaphore/**"),
+            ("netlify.toml", "CI"),
+            ("GEMINI.md", "agent configuration: **/GEMINI.md"),
+            (".windsurf/rules/x.md", "agent configuration: .windsurf/**"),
+            (".clinerules", "agent configuration"),
             (".envrc", "runs on developer machines: **/.envrc"),
             (
                 "services/api/.envrc",
@@ -429,7 +513,7 @@ mod tests {
             "sub/.gitmodules",
             "sub/.pre-commit-config.yaml",
             "sub/Jenkinsfile",
-            "sub/.vscode/settings.json",
+            "sub/.idea/workspace.xml",
             "src/main.rs",
             "stet.toml.example",
             "docs/AGENTS.md.txt",

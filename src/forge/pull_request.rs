@@ -78,7 +78,12 @@ impl PullRequestDraft {
             "This change was made by an AI coding agent dispatched by stet, from this brief:\n\n",
         );
         for item in &brief.items {
-            let _ = write!(body, "- {}", item.text.trim());
+            // A repository ships its own briefs: their text is made inert like the agent's, and
+            // each line after the first stays inside its list item.
+            let shown = forge_text(sanitizer, item.text.trim());
+            let mut lines = shown.text.as_str().lines();
+            let _ = write!(body, "- {}", lines.next().unwrap_or_default());
+            let rest: Vec<&str> = lines.collect();
             if let Some(anchor) = &item.anchor {
                 match anchor.lines {
                     Some((first, last)) => {
@@ -90,6 +95,9 @@ impl PullRequestDraft {
                 }
             }
             body.push('\n');
+            for line in rest {
+                let _ = writeln!(body, "  {line}");
+            }
         }
         if let Some(summary) = agent_summary.map(str::trim).filter(|s| !s.is_empty()) {
             let shown = forge_text(sanitizer, summary);

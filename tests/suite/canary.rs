@@ -23,6 +23,7 @@ use stet::brief::Brief;
 use stet::dispatch::branch::CommitSha;
 use stet::dispatch::credential::{LocalCredentialProvider, ScopedCredential};
 use stet::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
+use stet::forge::checkout_remotes::CheckoutRemotes;
 use stet::forge::github::{GitHubForge, GitHubSettings, RetryPolicy};
 use stet::forge::pull_request::PROVENANCE_MARKER;
 use stet::forge::token::TokenSource;
@@ -177,11 +178,15 @@ impl Bench {
         let forge = GitHubForge::new(
             GitHubSettings {
                 api_url: api.uri(),
-                git_url,
+                git_url: git_url.clone(),
                 token,
                 retry: RetryPolicy::default(),
             },
             sanitizer.clone(),
+            CheckoutRemotes::from_urls(
+                [format!("{git_url}/octo/app.git")],
+                &GitHubForge::git_host(&git_url).unwrap(),
+            ),
         )
         .unwrap();
         Bench {

@@ -23,6 +23,7 @@ use stet::dispatch::credential::{
 };
 use stet::dispatch::event::DispatchId;
 use stet::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
+use stet::forge::checkout_remotes::CheckoutRemotes;
 use stet::forge::github::{GitHubForge, GitHubSettings, RetryPolicy};
 use stet::forge::github_app::{
     FallbackCredentialProvider, GitHubAppCredentialProvider, GitHubAppSettings,
@@ -32,6 +33,11 @@ use stet::forge::token::{TokenError, TokenSource};
 use stet::forge::{Forge, ForgeError, Provenance, PullRequestDraft, ResolvedHead};
 
 const GIT_URL: &str = "https://git.example";
+
+/// The checkout the briefs come from has `octo/app` as its remote on the forge.
+fn own_remotes() -> CheckoutRemotes {
+    CheckoutRemotes::from_urls([format!("{GIT_URL}/octo/app.git")], "git.example")
+}
 
 /// A token-like random value, made now (no secret-shaped literal lives in the repository).
 fn fake_token() -> String {
@@ -79,6 +85,7 @@ async fn fixture_with(retry: RetryPolicy) -> Fixture {
             retry,
         },
         sanitizer.clone(),
+        own_remotes(),
     )
     .unwrap();
     Fixture {
@@ -178,6 +185,24 @@ fn calls(requests: &[Request], verb: &str, at: &str) -> usize {
 
 /// A brief's own branch that already exists is refused at preflight, before any agent runs; an absent
 /// one (404) is fine.
+#[tokio::test]
+async fn a_brief_may_target_only_a_repository_the_checkout_has_as_a_remote() {
+    let fx = fixture().await;
+    let mut steered = target("main", None);
+    steered.repo = "victim/app".to_owned();
+    let err = fx.forge.preflight(&steered).await.unwrap_err();
+    assert!(
+        matches!(&err, ForgeError::NotThisCheckout { repo, remotes, .. } if repo == "victim/app" && remotes == "octo/app"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("git remote add"), "{err}");
+    let asked = fx.server.received_requests().await.unwrap_or_default();
+    assert!(
+        asked.is_empty(),
+        "the forge was not asked anything: {asked:?}"
+    );
+}
+
 #[tokio::test]
 async fn preflight_refuses_a_brief_branch_that_already_exists() {
     let f = fixture().await;
@@ -780,6 +805,7 @@ async fn the_token_can_come_from_an_environment_variable() {
             retry: quick(),
         },
         SanitizerHandle::new(TokenSanitizer::new().unwrap()),
+        own_remotes(),
     )
     .unwrap();
 
@@ -802,6 +828,7 @@ async fn a_missing_environment_variable_is_named() {
             retry: quick(),
         },
         SanitizerHandle::new(TokenSanitizer::new().unwrap()),
+        own_remotes(),
     )
     .unwrap_err();
 
@@ -832,6 +859,7 @@ async fn the_token_can_come_from_a_command() {
             retry: quick(),
         },
         SanitizerHandle::new(TokenSanitizer::new().unwrap()),
+        own_remotes(),
     )
     .unwrap();
     let err = forge.preflight(&target("main", None)).await.unwrap_err();

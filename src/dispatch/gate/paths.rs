@@ -91,9 +91,11 @@ impl<'a> Links<'a> {
         Resolved::Inside(done.join("/"))
     }
 
-    /// Other names `path` is reached by through links, each with the link it goes through.
-    fn aliases(&self, path: &str) -> Vec<(String, &'a str)> {
+    /// Other names `path` is reached by through links, each with the link it goes through, and
+    /// whether there were more than [`MAX_ALIASES`] to check (then the path is held unchecked).
+    fn aliases(&self, path: &str) -> (Vec<(String, &'a str)>, bool) {
         let mut found = Vec::new();
+        let mut exhausted = false;
         let mut seen = HashSet::from([folded(path)]);
         let mut queue = VecDeque::from([path.to_owned()]);
         while let Some(current) = queue.pop_front() {
@@ -109,14 +111,19 @@ impl<'a> Links<'a> {
                         alias.push('/');
                         alias.push_str(rest);
                     }
-                    if found.len() < MAX_ALIASES && seen.insert(folded(&alias)) {
-                        found.push((alias.clone(), *link));
-                        queue.push_back(alias);
+                    if !seen.insert(folded(&alias)) {
+                        continue;
                     }
+                    if found.len() == MAX_ALIASES {
+                        exhausted = true;
+                        continue;
+                    }
+                    found.push((alias.clone(), *link));
+                    queue.push_back(alias);
                 }
             }
         }
-        found
+        (found, exhausted)
     }
 
     /// A link whose name an ancestor directory of `path` folds to without being it.
@@ -204,7 +211,8 @@ fn reasons(change: &PathChange, rules: &ProtectedPaths, links: &Links<'_>) -> Ve
     if is(after, EntryKind::Executable) && !is(before, EntryKind::Executable) {
         reasons.push("newly executable".to_owned());
     }
-    if let Some((alias, link, rule)) = links.aliases(path).into_iter().find_map(|(alias, link)| {
+    let (aliases, exhausted) = links.aliases(path);
+    if let Some((alias, link, rule)) = aliases.into_iter().find_map(|(alias, link)| {
         rules
             .matching(&alias)
             .map(|rule| (alias.clone(), link, rule.to_string()))
@@ -213,6 +221,11 @@ fn reasons(change: &PathChange, rules: &ProtectedPaths, links: &Links<'_>) -> Ve
             "reached as {} through the symlink {}: {rule}",
             printable(&alias),
             printable(link)
+        ));
+    } else if exhausted {
+        // Not every name it is reached by was checked: hold it rather than guess.
+        reasons.push(format!(
+            "reached through links under more than {MAX_ALIASES} names, too many to check"
         ));
     }
     if after.is_some()
@@ -457,6 +470,7 @@ mod tests {
         assert_eq!(links.resolve("../x"), Resolved::Outside);
         let aliases: Vec<String> = links
             .aliases(".stet/briefs/x.toml")
+            .0
             .into_iter()
             .map(|(alias, _)| alias)
             .collect();

@@ -73,12 +73,41 @@ impl KnownValue {
         out.push(percent_encode(raw, false));
         out.push(percent_encode(raw, true));
         out.push(json_escape(&self.value));
+        // The ways source code spells a string byte by byte: an agent that writes the value into a
+        // file escaped so is still caught (and shown masked).
+        for (form, separator) in BYTE_FORMS {
+            let spelled: Vec<String> = raw.iter().map(|&byte| form(byte)).collect();
+            out.push(spelled.join(separator));
+        }
         out.retain(|s| s.len() >= MIN_ENCODED_FRAGMENT);
         out.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         out.dedup();
         out.into_iter().map(zeroize::Zeroizing::new).collect()
     }
 }
+
+/// One byte as source code escapes it, and what goes between two such bytes.
+type ByteForm = (fn(u8) -> String, &'static str);
+
+/// Every byte-by-byte spelling of a value that is masked: percent-encoding of every byte, C and
+/// JSON escapes, byte arrays, HTML character references and plain hex, in either case.
+const BYTE_FORMS: &[ByteForm] = &[
+    (|b| format!("%{b:02x}"), ""),
+    (|b| format!("%{b:02X}"), ""),
+    (|b| format!("\\x{b:02x}"), ""),
+    (|b| format!("\\x{b:02X}"), ""),
+    (|b| format!("\\u{b:04x}"), ""),
+    (|b| format!("\\u{b:04X}"), ""),
+    (|b| format!("0x{b:02x}"), ", "),
+    (|b| format!("0x{b:02X}"), ", "),
+    (|b| format!("0x{b:02x}"), ","),
+    (|b| format!("0x{b:02X}"), ","),
+    (|b| format!("&#{b};"), ""),
+    (|b| format!("&#x{b:x};"), ""),
+    (|b| format!("&#x{b:X};"), ""),
+    (|b| format!("{b:02x}"), ""),
+    (|b| format!("{b:02X}"), ""),
+];
 
 /// The base64 characters of `raw` that do not depend on its neighbours when `raw` starts `shift`
 /// bytes into a 3-byte group of a longer encoded blob.
@@ -159,6 +188,44 @@ mod tests {
         assert!(spellings.contains(&"pa%20ss%22wo%2Frd%5Cx".to_owned()));
         assert!(spellings.contains(&"pa%20ss%22wo%2frd%5cx".to_owned()));
         assert!(spellings.contains(&r#"pa ss\"wo/rd\\x"#.to_owned()));
+    }
+
+    #[test]
+    fn a_value_escaped_byte_by_byte_the_ways_source_code_does_is_masked() {
+        let value = format!(
+            "key-{}",
+            crate::dispatch::credential::random_token(24).unwrap()
+        );
+        let sanitizer = std::sync::Arc::new(
+            crate::dispatch::sanitize::TokenSanitizer::with_known_values(vec![
+                KnownValue::new("model-key", &value).unwrap(),
+            ])
+            .unwrap(),
+        );
+        let bytes = value.as_bytes();
+        let spelled = |form: &dyn Fn(u8) -> String, separator: &str| {
+            bytes
+                .iter()
+                .map(|&b| form(b))
+                .collect::<Vec<_>>()
+                .join(separator)
+        };
+        for written in [
+            spelled(&|b| format!("\\x{b:02x}"), ""),
+            spelled(&|b| format!("\\u{b:04X}"), ""),
+            spelled(&|b| format!("0x{b:02x}"), ", "),
+            spelled(&|b| format!("%{b:02X}"), ""),
+            spelled(&|b| format!("&#{b};"), ""),
+            spelled(&|b| format!("{b:02x}"), ""),
+        ] {
+            let line = format!("const KEY: &str = \"{written}\";");
+            let shown = sanitizer.sanitize(&line);
+            assert_eq!(
+                shown.as_str(),
+                "const KEY: &str = \"[REDACTED:model-key]\";",
+                "{written}"
+            );
+        }
     }
 
     #[test]

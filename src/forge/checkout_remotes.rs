@@ -1,0 +1,143 @@
+//! Which forge repositories a checkout's briefs may target: the ones its own remotes point at.
+//!
+//! A brief's `target.repo` decides where the user's token reads the base from, pushes the agent's
+//! branch and opens the pull request. A cloned repository ships its own briefs, so a brief naming
+//! another repository of the user's would copy that repository's code into the agent's workspace
+//! and push agent-written code there. The checkout's remotes live in its `.git/config`, which is
+//! the user's (a clone never carries it): a brief may target a repository only when one of them
+//! points at it on the forge's host. To dispatch against another repository, add it as a remote.
+
+use std::path::Path;
+
+/// The `owner/name` repositories, on one host, that a checkout's remotes point at (lower-cased,
+/// since the forge compares names without case).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CheckoutRemotes {
+    repositories: Vec<String>,
+}
+
+impl CheckoutRemotes {
+    /// The repositories the remotes of the checkout at `checkout` point at on `host` (none when it
+    /// cannot be opened as a repository, or has no such remote).
+    pub fn of_checkout(checkout: &Path, host: &str) -> CheckoutRemotes {
+        let Ok(repository) = git2::Repository::open(checkout) else {
+            return CheckoutRemotes::default();
+        };
+        let mut urls = Vec::new();
+        if let Ok(names) = repository.remotes() {
+            for name in names.iter().flatten().flatten() {
+                let Ok(remote) = repository.find_remote(name) else {
+                    continue;
+                };
+                urls.extend(remote.url().ok().map(str::to_owned));
+                urls.extend(remote.pushurl().ok().flatten().map(str::to_owned));
+            }
+        }
+        CheckoutRemotes::from_urls(urls, host)
+    }
+
+    /// The repositories of `urls` on `host`.
+    pub fn from_urls(urls: impl IntoIterator<Item = String>, host: &str) -> CheckoutRemotes {
+        let mut repositories: Vec<String> = urls
+            .into_iter()
+            .filter_map(|url| repository_at(&url, host))
+            .collect();
+        repositories.sort();
+        repositories.dedup();
+        CheckoutRemotes { repositories }
+    }
+
+    /// Whether a brief of this checkout may target `repo` (`owner/name`).
+    pub fn allows(&self, repo: &str) -> bool {
+        self.repositories
+            .iter()
+            .any(|own| own == &repo.to_ascii_lowercase())
+    }
+
+    /// The repositories, for an error that says which a brief may target.
+    pub fn repositories(&self) -> &[String] {
+        &self.repositories
+    }
+}
+
+/// The `owner/name` (lower-cased) a remote URL points at, when it is on `host`: `https://host/o/n`,
+/// `ssh://[user@]host[:port]/o/n`, `[user@]host:o/n`, each with or without `.git`.
+fn repository_at(url: &str, host: &str) -> Option<String> {
+    let (authority, path) = if let Some((_, rest)) = url.split_once("://") {
+        rest.split_once('/')?
+    } else {
+        // scp-like syntax: [user@]host:path
+        let (authority, path) = url.split_once(':')?;
+        if authority.contains('/') {
+            return None;
+        }
+        (authority, path)
+    };
+    let authority = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let remote_host = authority.split(':').next()?;
+    if !remote_host.eq_ignore_ascii_case(host) {
+        return None;
+    }
+    let path = path.trim_matches('/');
+    let path = path.strip_suffix(".git").unwrap_or(path);
+    let (owner, name) = path.split_once('/')?;
+    let plain = |part: &str| {
+        !part.is_empty()
+            && part
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    (plain(owner) && plain(name)).then(|| format!("{owner}/{name}").to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn every_remote_spelling_on_the_host_names_its_repository() {
+        let remotes = CheckoutRemotes::from_urls(
+            [
+                "https://github.com/Octo/App.git",
+                "https://x-access-token@github.com/octo/tools/",
+                "ssh://git@github.com:22/octo/ssh.git",
+                "git@github.com:octo/scp",
+                "https://gitlab.com/octo/elsewhere.git",
+                "/srv/git/octo/local.git",
+                "https://github.com/octo/too/deep",
+            ]
+            .map(str::to_owned),
+            "github.com",
+        );
+        assert_eq!(
+            remotes.repositories(),
+            ["octo/app", "octo/scp", "octo/ssh", "octo/tools"]
+        );
+        assert!(remotes.allows("octo/app") && remotes.allows("OCTO/APP"));
+        assert!(!remotes.allows("octo/elsewhere"));
+        assert!(!remotes.allows("victim/app"));
+    }
+
+    #[test]
+    fn a_checkout_lists_its_remotes_and_a_directory_that_is_none_lists_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let repository = git2::Repository::init(dir.path()).unwrap();
+        repository
+            .remote("origin", "https://github.com/hostile/project.git")
+            .unwrap();
+        repository
+            .remote("upstream", "git@github.com:octo/app.git")
+            .unwrap();
+        let remotes = CheckoutRemotes::of_checkout(dir.path(), "github.com");
+        assert_eq!(remotes.repositories(), ["hostile/project", "octo/app"]);
+        let empty = tempfile::tempdir().unwrap();
+        assert!(
+            CheckoutRemotes::of_checkout(empty.path(), "github.com")
+                .repositories()
+                .is_empty()
+        );
+    }
+}
