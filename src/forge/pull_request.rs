@@ -81,9 +81,10 @@ impl PullRequestDraft {
             // A repository ships its own briefs: their text is made inert like the agent's, and
             // each line after the first stays inside its list item.
             let shown = forge_text(sanitizer, item.text.trim());
-            let mut lines = shown.text.as_str().lines();
-            let _ = write!(body, "- {}", lines.next().unwrap_or_default());
-            let rest: Vec<&str> = lines.collect();
+            for (index, line) in shown.text.as_str().lines().enumerate() {
+                let lead = if index == 0 { "- " } else { "\n  " };
+                let _ = write!(body, "{lead}{line}");
+            }
             if let Some(anchor) = &item.anchor {
                 match anchor.lines {
                     Some((first, last)) => {
@@ -95,9 +96,6 @@ impl PullRequestDraft {
                 }
             }
             body.push('\n');
-            for line in rest {
-                let _ = writeln!(body, "  {line}");
-            }
         }
         if let Some(summary) = agent_summary.map(str::trim).filter(|s| !s.is_empty()) {
             let shown = forge_text(sanitizer, summary);
