@@ -23,28 +23,28 @@ use stet::dispatch::state::Phase;
 use super::headless::{STET_VARIABLES, containers_of, docker_ready, files_under};
 
 /// An account other than the one running the tests, for the checks only root can make.
-const OTHER_UID: u32 = 65534;
+pub(super) const OTHER_UID: u32 = 65534;
 
-fn me() -> u32 {
+pub(super) fn me() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
-fn running_as_root() -> bool {
+pub(super) fn running_as_root() -> bool {
     me() == 0
 }
 
 /// A user's directories: a home at `<tmp>/home/margaret` and the state wherever the test says.
-struct Account {
-    root: tempfile::TempDir,
-    state_home: PathBuf,
+pub(super) struct Account {
+    pub(super) root: tempfile::TempDir,
+    pub(super) state_home: PathBuf,
     /// `XDG_RUNTIME_DIR`, when the test gives the account one.
-    runtime_dir: Option<PathBuf>,
+    pub(super) runtime_dir: Option<PathBuf>,
 }
 
 impl Account {
     /// An account whose `XDG_STATE_HOME` is `state_home` below its temporary root (`None`: the XDG
     /// default, `~/.local/state`).
-    fn new(state_home: Option<&str>) -> Account {
+    pub(super) fn new(state_home: Option<&str>) -> Account {
         let root = tempfile::tempdir().unwrap();
         let home = root.path().join("home/margaret");
         std::fs::create_dir_all(&home).unwrap();
@@ -59,16 +59,16 @@ impl Account {
         }
     }
 
-    fn home(&self) -> PathBuf {
+    pub(super) fn home(&self) -> PathBuf {
         self.root.path().join("home/margaret")
     }
 
-    fn state(&self) -> PathBuf {
+    pub(super) fn state(&self) -> PathBuf {
         self.state_home.join("stet")
     }
 
     /// Gives the account a private `XDG_RUNTIME_DIR` (mode 0700, as a login session has).
-    fn with_runtime_dir(mut self) -> Account {
+    pub(super) fn with_runtime_dir(mut self) -> Account {
         let dir = self.root.path().join("run/user");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
@@ -78,7 +78,7 @@ impl Account {
 
     /// The stet binary, copied where another account can run it when the tests run as root (the
     /// build directory may be in root's home).
-    fn binary(&self) -> PathBuf {
+    pub(super) fn binary(&self) -> PathBuf {
         let built = PathBuf::from(env!("CARGO_BIN_EXE_stet"));
         if !running_as_root() {
             return built;
@@ -93,7 +93,7 @@ impl Account {
     }
 
     /// Where this account's gateway sockets go, as stet chooses it.
-    fn sockets(&self) -> SocketPlace {
+    pub(super) fn sockets(&self) -> SocketPlace {
         SocketPlace::choose(
             self.runtime_dir.clone().map(Into::into),
             me(),
@@ -102,12 +102,12 @@ impl Account {
     }
 
     /// `stet <args>` as this account: its home and directories, none of the caller's `STET_*` or XDG
-    /// settings, run through `sh` under `umask`.
-    fn stet(&self, umask: &str, args: &[&str]) -> Command {
+    /// settings, run through `sh` after the shell commands `setup` (a umask, a ulimit).
+    pub(super) fn stet(&self, setup: &str, args: &[&str]) -> Command {
         let mut command = Command::new("sh");
         command
             .arg("-c")
-            .arg(format!("umask {umask}; exec \"$0\" \"$@\""))
+            .arg(format!("{setup}; exec \"$0\" \"$@\""))
             .arg(self.binary())
             .args(args)
             .env("HOME", self.home())
@@ -133,7 +133,7 @@ fn events(stdout: &[u8]) -> Vec<Event> {
         .collect()
 }
 
-fn mode(path: &Path) -> u32 {
+pub(super) fn mode(path: &Path) -> u32 {
     std::fs::symlink_metadata(path).unwrap().mode() & 0o7777
 }
 
@@ -176,7 +176,7 @@ fn the_demo_works_with_a_state_dir_of_any_length_and_keeps_its_files_private() {
     let account = Account::new(Some(&long));
     assert!(account.state().as_os_str().len() > 200);
     let run = account
-        .stet("000", &["demo", "--headless", "--pace", "0"])
+        .stet("umask 000", &["demo", "--headless", "--pace", "0"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);
@@ -239,7 +239,7 @@ fn a_killed_dispatch_leaves_its_socket_dir_to_the_sweep_and_no_other_account_rea
     let account = Account::new(None).with_runtime_dir();
     let mut child = account
         .stet(
-            "022",
+            "umask 022",
             &["demo", "--headless", "--pace", "1", "--timeout", "2m"],
         )
         .stdout(Stdio::piped())
@@ -310,7 +310,7 @@ fn a_killed_dispatch_leaves_its_socket_dir_to_the_sweep_and_no_other_account_rea
     assert!(journaled.contains(&wanted), "{journaled}");
     assert!(socket_dir.exists());
 
-    let swept = account.stet("022", &["sweep"]).output().unwrap();
+    let swept = account.stet("umask 022", &["sweep"]).output().unwrap();
     let report = String::from_utf8_lossy(&swept.stdout);
     assert_eq!(swept.status.code(), Some(0), "{report}");
     assert!(
@@ -335,7 +335,7 @@ fn one_line_error(output: Output) -> String {
 #[test]
 fn an_unset_or_unusable_home_is_one_line_naming_the_path_and_the_fix() {
     let account = Account::new(None);
-    let mut unset = account.stet("022", &["sweep"]);
+    let mut unset = account.stet("umask 022", &["sweep"]);
     unset.env_remove("HOME").env_remove("XDG_STATE_HOME");
     let line = one_line_error(unset.output().unwrap());
     assert!(
@@ -346,7 +346,7 @@ fn an_unset_or_unusable_home_is_one_line_naming_the_path_and_the_fix() {
 
     let file_home = account.root.path().join("home-is-a-file");
     std::fs::write(&file_home, "").unwrap();
-    let mut file = account.stet("022", &["sweep"]);
+    let mut file = account.stet("umask 022", &["sweep"]);
     file.env("HOME", &file_home).env_remove("XDG_STATE_HOME");
     let line = one_line_error(file.output().unwrap());
     assert!(
@@ -358,7 +358,7 @@ fn an_unset_or_unusable_home_is_one_line_naming_the_path_and_the_fix() {
     let locked = account.root.path().join("locked-home");
     std::fs::create_dir(&locked).unwrap();
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
-    let mut denied = account.stet("022", &["sweep"]);
+    let mut denied = account.stet("umask 022", &["sweep"]);
     denied.env("HOME", &locked).env_remove("XDG_STATE_HOME");
     if running_as_root() {
         std::fs::set_permissions(account.root.path(), std::fs::Permissions::from_mode(0o755))
@@ -422,7 +422,7 @@ fn a_docker_socket_closed_to_the_account_says_so() {
     let closed = account.root.path().join("docker.sock");
     let _listener = std::os::unix::net::UnixListener::bind(&closed).unwrap();
     std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o000)).unwrap();
-    let mut sweep = account.stet("022", &["sweep"]);
+    let mut sweep = account.stet("umask 022", &["sweep"]);
     let socket = if running_as_root() {
         std::fs::set_permissions(account.root.path(), std::fs::Permissions::from_mode(0o755))
             .unwrap();

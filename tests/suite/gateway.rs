@@ -5,6 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use super::support::serving_runtime;
+
 use std::net::{Ipv4Addr, SocketAddr};
 
 use stet::dispatch::event::{EventKind, ItemKind};
@@ -28,14 +30,6 @@ fn upstream(runtime: &tokio::runtime::Runtime) -> ScriptedModel {
             Ipv4Addr::LOCALHOST,
             0,
         ))))
-        .unwrap()
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
         .unwrap()
 }
 
@@ -72,7 +66,7 @@ fn texts_under(dir: &std::path::Path) -> Vec<(std::path::PathBuf, String)> {
 #[test]
 fn asks_reach_the_upstream_with_the_hosts_key_which_never_enters_the_sandbox() {
     docker_ready();
-    let runtime = runtime();
+    let runtime = serving_runtime();
     let upstream = upstream(&runtime);
     let key = canary_key();
     // The third ask quotes the key (as if it had leaked from elsewhere) and the scripted model echoes
@@ -229,7 +223,7 @@ fn asks_reach_the_upstream_with_the_hosts_key_which_never_enters_the_sandbox() {
 #[test]
 fn the_ceiling_refuses_further_asks_and_ends_the_dispatch() {
     docker_ready();
-    let runtime = runtime();
+    let runtime = serving_runtime();
     let upstream = upstream(&runtime);
     let project = Project::new(&scenario(&[
         "ask_until_refused = { prompt = \"Keep going.\", max = 40 }",
@@ -286,7 +280,7 @@ fn the_ceiling_refuses_further_asks_and_ends_the_dispatch() {
 #[test]
 fn a_failing_upstream_is_an_error_in_the_transcript_and_the_run_goes_on() {
     docker_ready();
-    let runtime = runtime();
+    let runtime = serving_runtime();
     let upstream = upstream(&runtime);
     upstream.set_behaviour(Behaviour::TooManyRequests {
         retry_after_secs: 7,

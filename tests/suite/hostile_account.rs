@@ -11,104 +11,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use stet::dispatch::event::{DispatchId, Event, EventKind};
 
-use super::headless::{STET_VARIABLES, docker_ready};
-
-/// An account other than the one running the tests (root only).
-const OTHER_UID: u32 = 65534;
-
-fn me() -> u32 {
-    rustix::process::geteuid().as_raw()
-}
-
-fn running_as_root() -> bool {
-    me() == 0
-}
-
-fn mode(path: &Path) -> u32 {
-    std::fs::symlink_metadata(path).unwrap().mode() & 0o7777
-}
-
-/// A home, a state directory and a private `XDG_RUNTIME_DIR`, all in a temporary directory.
-struct Victim {
-    root: tempfile::TempDir,
-    state_home: PathBuf,
-    runtime_dir: Option<PathBuf>,
-}
-
-impl Victim {
-    fn new() -> Victim {
-        let root = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let home = root.path().join("home/victim");
-        std::fs::create_dir_all(&home).unwrap();
-        Victim {
-            state_home: home.join(".local/state"),
-            root,
-            runtime_dir: None,
-        }
-    }
-
-    fn with_runtime_dir(mut self) -> Victim {
-        let dir = self.root.path().join("run/user");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-        self.runtime_dir = Some(dir);
-        self
-    }
-
-    fn home(&self) -> PathBuf {
-        self.root.path().join("home/victim")
-    }
-
-    fn state(&self) -> PathBuf {
-        self.state_home.join("stet")
-    }
-
-    fn binary(&self) -> PathBuf {
-        let built = PathBuf::from(env!("CARGO_BIN_EXE_stet"));
-        if !running_as_root() {
-            return built;
-        }
-        let copy = self.root.path().join("bin/stet");
-        if !copy.exists() {
-            std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
-            std::fs::copy(&built, &copy).unwrap();
-            std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
-        copy
-    }
-
-    /// `stet <args>` with this account's directories, after the shell commands `setup` (a umask, a
-    /// ulimit).
-    fn stet(&self, setup: &str, args: &[&str]) -> Command {
-        let mut command = Command::new("sh");
-        command
-            .arg("-c")
-            .arg(format!("{setup}; exec \"$0\" \"$@\""))
-            .arg(self.binary())
-            .args(args)
-            .env("HOME", self.home())
-            .env("XDG_STATE_HOME", &self.state_home)
-            .env_remove("XDG_CONFIG_HOME")
-            .env_remove("XDG_RUNTIME_DIR")
-            .current_dir(self.home())
-            .stdin(Stdio::null());
-        if let Some(dir) = &self.runtime_dir {
-            command.env("XDG_RUNTIME_DIR", dir);
-        }
-        for variable in STET_VARIABLES {
-            command.env_remove(variable);
-        }
-        command
-    }
-}
+use super::accounts::{Account, OTHER_UID, me, mode, running_as_root};
+use super::headless::docker_ready;
 
 /// A directory of the victim's that happens to hold a directory named like a dispatch's socket
 /// directory (32 hex digits: systemd's `/var/log/journal/<machine-id>` is one, for root).
@@ -128,7 +39,7 @@ fn precious_tree(parent: &Path) -> (PathBuf, PathBuf) {
 #[test]
 fn the_sweep_never_follows_a_link_planted_in_the_socket_place() {
     docker_ready();
-    let victim = Victim::new().with_runtime_dir();
+    let victim = Account::new(None).with_runtime_dir();
     let (precious, file) = precious_tree(victim.root.path());
     // The state directory exists first, so its label is the one stet computes.
     std::fs::create_dir_all(victim.state()).unwrap();
@@ -153,7 +64,7 @@ fn the_sweep_never_follows_a_link_planted_in_the_socket_place() {
 /// so that the dispatches of tests running meanwhile are not refused.
 #[test]
 fn a_uid_a_host_process_uses_is_found_so_no_sandbox_runs_as_it() {
-    let victim = Victim::new();
+    let victim = Account::new(None);
     let doctor = victim.stet("umask 022", &["doctor"]).output().unwrap();
     let report = String::from_utf8_lossy(&doctor.stdout);
     if !running_as_root() {
@@ -193,7 +104,7 @@ fn a_uid_a_host_process_uses_is_found_so_no_sandbox_runs_as_it() {
 #[test]
 fn a_state_directory_another_account_could_plant_is_refused_and_nothing_it_names_is_swept() {
     // Any account can meet a directory every account may write on the way.
-    let victim = Victim::new();
+    let victim = Account::new(None);
     let shared = victim.root.path().join("shared");
     std::fs::create_dir(&shared).unwrap();
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -251,7 +162,7 @@ fn a_state_directory_another_account_could_plant_is_refused_and_nothing_it_names
     );
 
     // As root: the state directory a link another account planted to a directory of root's.
-    let victim = Victim::new();
+    let victim = Account::new(None);
     let target = victim.root.path().join("etc-like");
     std::fs::create_dir(&target).unwrap();
     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -279,7 +190,7 @@ fn a_state_directory_another_account_could_plant_is_refused_and_nothing_it_names
 #[test]
 fn an_agent_cannot_make_its_files_outlive_the_dispatch() {
     docker_ready();
-    let victim = Victim::new();
+    let victim = Account::new(None);
     let setup = "umask 022; ulimit -n 1024";
     let mut child = victim
         .stet(

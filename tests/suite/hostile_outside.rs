@@ -41,17 +41,9 @@ use stet::scripted_model::ScriptedModel;
 
 use super::git_http::GitHttpServer;
 use super::headless::{Home, Project, docker_ready, run, scenario, toml_string};
-use super::support::git;
+use super::support::{git, serving_runtime};
 
 const ATTACKER: &str = "attacker.example";
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 // ---------------------------------------------------------------------------------------------
 // Claim 4 (and docs/security.md residual 27): what reaches the forge is inert. The brief is the
@@ -124,7 +116,7 @@ text = """Tidy up the notes.
 #[test]
 fn a_brief_cannot_steer_the_push_to_another_repository() {
     docker_ready();
-    let runtime = runtime();
+    let runtime = serving_runtime();
     let home = Home::new();
     let served = home.path().join("served");
     let server = GitHttpServer::start(&served, Arc::new(|_, _, _| true));
@@ -250,7 +242,7 @@ fn a_brief_cannot_steer_the_push_to_another_repository() {
 const KEY_ENV: &str = "STET_TEST_ATTACK14_KEY";
 
 fn ceiling_run(model: &str) -> (super::headless::Finished, usize) {
-    let runtime = runtime();
+    let runtime = serving_runtime();
     let upstream: ScriptedModel = runtime
         .block_on(ScriptedModel::serve(std::net::SocketAddr::from((
             std::net::Ipv4Addr::LOCALHOST,

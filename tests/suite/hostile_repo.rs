@@ -21,7 +21,7 @@ use stet::scripted_model::ScriptedModel;
 use super::headless::{
     Finished, Home, Project, STET_VARIABLES, docker_ready, files_under, run, scenario, toml_string,
 };
-use super::support::{self, git};
+use super::support::{self, git, serving_runtime};
 
 /// How long the theater may stay open when it should have refused to start.
 const THEATER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(60);
@@ -120,15 +120,6 @@ fn assert_refused(finished: &Finished, project: &Project, fields: &[(&str, usize
         "says how to trust it: {}",
         finished.stderr
     );
-}
-
-/// A multi-threaded runtime whose workers serve the test's listeners while stet runs.
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// A scripted OpenAI-compatible server on loopback that records every request it receives.
@@ -230,7 +221,7 @@ fn a_token_command_never_runs_until_the_file_is_trusted_and_one_changed_byte_end
 #[test]
 fn a_secret_an_environment_variable_holds_never_reaches_a_listener_of_the_repositorys_choice() {
     docker_ready();
-    let runtime = runtime();
+    let runtime = serving_runtime();
     let upstream = listener(&runtime);
     let secret = canary();
     let project = Project::new(&scenario(&[
@@ -331,7 +322,7 @@ fn connected(finished: &Finished, address: &str) -> String {
 #[test]
 fn the_network_stays_off_whatever_an_untrusted_file_says() {
     docker_ready();
-    let runtime = runtime();
+    let runtime = serving_runtime();
     let (_listener, address) = runtime.block_on(support::host_listener());
     let project = Project::new(&scenario(&[
         &format!("network = \"{address}\""),
@@ -525,7 +516,7 @@ fn assert_never_shown(home: &Home, finished: &Finished, secret: &str) {
 #[test]
 fn a_host_file_named_as_scenario_or_prices_or_linked_as_stet_toml_is_never_printed() {
     docker_ready();
-    let runtime = runtime();
+    let runtime = serving_runtime();
     let upstream = listener(&runtime);
     let project = Project::new(&idle());
     let secret = canary();

@@ -212,3 +212,13 @@ pub fn provenance(credential_kind: &str, base: &str, commit: &str) -> stet::forg
         commit: stet::dispatch::branch::CommitSha::parse(commit).unwrap(),
     }
 }
+
+/// A multi-threaded runtime whose worker serves a test's own listeners (a fake API, a scripted model)
+/// while the stet binary runs.
+pub fn serving_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
