@@ -249,18 +249,70 @@ fn count_redactions(text: &str) -> u64 {
     u64::try_from(text.matches("[REDACTED:").count()).unwrap_or(u64::MAX)
 }
 
-/// Model usage so far, and the ceiling it is held against.
+/// Model usage so far, and the ceiling it is held against. When the model gateway runs, its cost
+/// ledger is the one source of spend: the meter copies its settled total, and what the agent reports
+/// of its own usage is kept only to be compared with it at the end.
 #[derive(Debug, Default)]
 struct Meter {
     input_tokens: u64,
     output_tokens: u64,
     cached_tokens: u64,
     cost_usd: f64,
+    /// The most the gateway's requests in flight held at once.
+    peak_reserved_usd: f64,
     model: Option<SanitizedText>,
     ceiling_usd: Option<f64>,
+    /// The gateway meters this dispatch.
+    gateway: bool,
+    /// What the agent reported of its own usage while the gateway metered: `(tokens, cost)`.
+    agent_reported: (u64, f64),
 }
 
 impl Meter {
+    /// One request the gateway settled; the total is the ledger's.
+    fn add_settled(
+        &mut self,
+        report: UsageReport,
+        totals: crate::gateway::ledger::Totals,
+    ) -> Usage {
+        let mut usage = self.add(report);
+        self.cost_usd = totals.settled_usd;
+        self.peak_reserved_usd = self.peak_reserved_usd.max(totals.peak_reserved_usd);
+        usage.total_cost_usd = totals.settled_usd;
+        usage
+    }
+
+    /// Usage the agent reported itself: counted when nothing else meters the dispatch, otherwise
+    /// kept for [`Meter::reconcile`] (`None`: nothing to publish).
+    fn add_reported(&mut self, report: UsageReport) -> Option<Usage> {
+        if !self.gateway {
+            return Some(self.add(report));
+        }
+        let tokens = report.input_tokens.saturating_add(report.output_tokens);
+        self.agent_reported.0 = self.agent_reported.0.saturating_add(tokens);
+        if let Some(cost) = report.cost_usd.filter(|c| c.is_finite() && *c > 0.0) {
+            self.agent_reported.1 += cost;
+        }
+        None
+    }
+
+    /// The harness's whole-run record compared with the gateway's figures: a warning when they
+    /// differ. Never replaces them.
+    fn reconcile(&self, usage: &Usage) -> Option<String> {
+        let (tokens, cost) = (
+            usage.input_tokens.saturating_add(usage.output_tokens),
+            usage.total_cost_usd,
+        );
+        let metered = self.input_tokens.saturating_add(self.output_tokens);
+        let cost_differs = (cost - self.cost_usd).abs() > 0.0001_f64.max(self.cost_usd * 0.01);
+        (tokens != metered || cost_differs).then(|| {
+            format!(
+                "the agent's own usage record ({tokens} tokens, ${cost:.4}) differs from what the model gateway metered ({metered} tokens, ${:.4}); stet counts the gateway's",
+                self.cost_usd
+            )
+        })
+    }
+
     fn add(&mut self, report: UsageReport) -> Usage {
         self.input_tokens = self.input_tokens.saturating_add(report.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(report.output_tokens);
@@ -387,6 +439,7 @@ impl Flow {
             },
             meter: Meter {
                 ceiling_usd: parts.settings.cost_ceiling_usd,
+                gateway: parts.settings.gateway.is_some(),
                 ..Meter::default()
             },
             facts: Facts {
@@ -811,6 +864,12 @@ impl Flow {
                     ))
                 })?;
         match final_usage {
+            Ok(Some(usage)) if self.meter.gateway => {
+                if let Some(warning) = self.meter.reconcile(&usage) {
+                    let message = self.sanitize(&warning);
+                    self.publisher.emit(EventKind::Warning { message }).await;
+                }
+            }
             Ok(Some(usage)) => {
                 self.meter.settle(&usage);
                 self.publisher.emit(EventKind::Usage(usage)).await;
@@ -903,15 +962,18 @@ impl Flow {
         parsed: Parsed,
         stop: &CancellationToken,
     ) -> Result<bool, Stop> {
-        let kind = self.parsed_kind(parsed);
-        self.publish_until(kind, stop).await
+        match self.parsed_kind(parsed) {
+            Some(kind) => self.publish_until(kind, stop).await,
+            None => Ok(true),
+        }
     }
 
-    /// The event a parsed item or usage report becomes; usage is added to the meter.
-    fn parsed_kind(&mut self, parsed: Parsed) -> EventKind {
+    /// The event a parsed item or usage report becomes (`None`: nothing to publish); usage is added
+    /// to the meter.
+    fn parsed_kind(&mut self, parsed: Parsed) -> Option<EventKind> {
         match parsed {
-            Parsed::Item(item) => EventKind::Transcript(item),
-            Parsed::Usage(report) => EventKind::Usage(self.meter.add(report)),
+            Parsed::Item(item) => Some(EventKind::Transcript(item)),
+            Parsed::Usage(report) => self.meter.add_reported(report).map(EventKind::Usage),
         }
     }
 
@@ -992,9 +1054,12 @@ impl Flow {
     fn gateway_kind(&mut self, event: GatewayEvent) -> Result<EventKind, Stop> {
         match event {
             GatewayEvent::Usage {
-                report, latency, ..
+                report,
+                totals,
+                latency,
+                ..
             } => {
-                let mut usage = self.meter.add(report);
+                let mut usage = self.meter.add_settled(report, totals);
                 usage.latency_ms = Some(u64::try_from(latency.as_millis()).unwrap_or(u64::MAX));
                 Ok(EventKind::Usage(usage))
             }
@@ -1020,8 +1085,9 @@ impl Flow {
     ) {
         while let Ok(line) = lines.try_recv() {
             for parsed in parser.parse(&line) {
-                let kind = self.parsed_kind(parsed);
-                self.publisher.record_only(kind);
+                if let Some(kind) = self.parsed_kind(parsed) {
+                    self.publisher.record_only(kind);
+                }
             }
         }
     }
@@ -1308,6 +1374,8 @@ impl Flow {
             input_tokens: has_usage.then_some(self.meter.input_tokens),
             output_tokens: has_usage.then_some(self.meter.output_tokens),
             cost_usd: has_usage.then_some(self.meter.cost_usd),
+            peak_reserved_usd: (self.meter.peak_reserved_usd > 0.0)
+                .then_some(self.meter.peak_reserved_usd),
             network: match self.parts.settings.network {
                 NetworkPolicy::None => "none".to_owned(),
                 NetworkPolicy::Bridge => "bridge".to_owned(),
@@ -1583,6 +1651,72 @@ mod tests {
         let mut unlimited = Meter::default();
         unlimited.add(report(Some(1e9)));
         assert!(unlimited.over_ceiling().is_none());
+    }
+
+    #[test]
+    fn with_the_gateway_its_ledger_is_the_total_and_the_agents_figures_only_reconcile() {
+        let s = sanitizer();
+        let mut meter = Meter {
+            ceiling_usd: Some(1.0),
+            gateway: true,
+            ..Meter::default()
+        };
+        let report = |model: &str, cost| UsageReport {
+            model: s.sanitize(model),
+            input_tokens: 100,
+            output_tokens: 10,
+            cached_tokens: 0,
+            cost_usd: cost,
+        };
+        let totals = |settled_usd| crate::gateway::ledger::Totals {
+            settled_usd,
+            reserved_usd: 0.0,
+            peak_reserved_usd: 0.4,
+            open: 0,
+        };
+        let usage = meter.add_settled(report("gpt-4o", Some(0.2)), totals(0.2));
+        assert_eq!(usage.total_cost_usd, 0.2);
+        // The agent's own figures never move the total, the model or the tokens.
+        assert!(meter.add_reported(report("alias", Some(5.0))).is_none());
+        assert_eq!(
+            (
+                meter.cost_usd,
+                meter.input_tokens,
+                meter.model.as_ref().unwrap().as_str()
+            ),
+            (0.2, 100, "gpt-4o")
+        );
+        assert!(meter.over_ceiling().is_none());
+        // The ledger's figure is the total, even where it counted a reservation no usage reported.
+        meter.add_settled(report("gpt-4o", Some(0.3)), totals(0.7));
+        assert_eq!(meter.cost_usd, 0.7);
+        assert_eq!(meter.peak_reserved_usd, 0.4);
+        // The harness's final record, $0.0 for an alias LiteLLM does not price, is a warning.
+        let final_usage = |tokens: u64, cost: f64| Usage {
+            model: s.sanitize("alias"),
+            input_tokens: tokens,
+            output_tokens: 0,
+            cached_tokens: 0,
+            cost_usd: Some(cost),
+            total_cost_usd: cost,
+            latency_ms: None,
+        };
+        let warning = meter.reconcile(&final_usage(220, 0.0)).unwrap();
+        assert!(
+            warning.contains("$0.0000") && warning.contains("$0.7000"),
+            "{warning}"
+        );
+        assert!(meter.reconcile(&final_usage(220, 0.7)).is_none());
+        assert_eq!(meter.cost_usd, 0.7);
+        // Without the gateway the agent's report is the only one, and counts.
+        let mut alone = Meter::default();
+        assert_eq!(
+            alone
+                .add_reported(report("m", Some(0.5)))
+                .unwrap()
+                .total_cost_usd,
+            0.5
+        );
     }
 
     #[test]

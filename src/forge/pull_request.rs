@@ -34,7 +34,11 @@ pub struct Provenance {
     pub model: Option<String>,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
+    /// What the model gateway's ledger settled (or the agent reported, without a gateway).
     pub cost_usd: Option<f64>,
+    /// The most the ledger held for requests in flight at once, under a cost ceiling: with
+    /// `cost_usd`, the spend the ceiling was defended against.
+    pub peak_reserved_usd: Option<f64>,
     /// `none` or `bridge`.
     pub network: String,
     /// The scoped credential's provider (`local`, `github-app`, `fallback`).
@@ -183,8 +187,13 @@ pub fn provenance_block(p: &Provenance) -> String {
     );
     row(
         "Cost",
-        p.cost_usd
-            .map_or("not reported".to_owned(), |usd| format!("${usd:.4}")),
+        match (p.cost_usd, p.peak_reserved_usd) {
+            (None, _) => "not reported".to_owned(),
+            (Some(usd), Some(reserved)) if reserved > 0.0 => {
+                format!("${usd:.4} settled (at most ${reserved:.4} reserved at once)")
+            }
+            (Some(usd), _) => format!("${usd:.4}"),
+        },
     );
     row("Network", p.network.clone());
     row(
@@ -247,6 +256,7 @@ text = "Add a regression test."
             input_tokens: Some(1200),
             output_tokens: Some(340),
             cost_usd: Some(0.0123),
+            peak_reserved_usd: None,
             network: "none".into(),
             credential_kind: "github-app".into(),
             redactions: 2,

@@ -3,11 +3,13 @@
 //! The container keeps `--network none`. Per dispatch, stet serves HTTP/1.1 on a unix socket in the
 //! dispatch's state directory, bind-mounted into the container, where an in-sandbox relay forwards a
 //! loopback port to it byte for byte. The gateway forwards the OpenAI-compatible routes to the
-//! configured upstream, adding the model API key that never enters the container; it meters every
-//! response's tokens and cost (the upstream's own cost report first, stet's [`prices::PriceTable`] as
-//! the fallback) and refuses requests once the dispatch's cost ceiling is reached. What it reports
+//! configured upstream, adding the model API key that never enters the container. Under a cost
+//! ceiling each request reserves its worst case on the dispatch's [`ledger::CostLedger`] first and
+//! is refused when that does not fit; every response settles its reservation with its cost (the
+//! upstream's own report first, stet's [`prices::PriceTable`] as the fallback). What it reports
 //! comes out as [`GatewayEvent`]s, sanitized and free of request and response bodies.
 
+pub mod ledger;
 pub mod prices;
 mod server;
 pub mod usage;

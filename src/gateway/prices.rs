@@ -122,17 +122,21 @@ impl PriceTable {
         PriceTable { models }
     }
 
-    /// The prices of `model`: the exact name first, then the name after each `/` in turn
-    /// (`openrouter/openai/gpt-4o` → `openai/gpt-4o` → `gpt-4o`).
+    /// The prices of `model`, by these rules in turn: the exact name; the name after each `/`
+    /// (`openrouter/openai/gpt-4o` → `openai/gpt-4o` → `gpt-4o`); then each of those without a
+    /// trailing snapshot date (`gpt-4o-2024-08-06`, `claude-3-5-haiku-20241022` and
+    /// `claude-sonnet-4@20250514` are priced as `gpt-4o`, `claude-3-5-haiku`, `claude-sonnet-4`). A
+    /// snapshot priced differently from its alias needs an entry of its own, which the exact name finds
+    /// first.
     pub fn price(&self, model: &str) -> Option<&ModelPrice> {
-        let mut name = model;
-        loop {
-            if let Some(price) = self.models.get(name) {
-                return Some(price);
-            }
-            let (_, rest) = name.split_once('/')?;
-            name = rest;
-        }
+        let names = || {
+            std::iter::successors(Some(model), |name| {
+                name.split_once('/').map(|(_, rest)| rest)
+            })
+        };
+        names()
+            .find_map(|name| self.models.get(name))
+            .or_else(|| names().find_map(|name| self.models.get(without_snapshot_date(name)?)))
     }
 
     /// A request's cost in dollars, `None` when the model is not in the table. `input` includes the
@@ -141,6 +145,24 @@ impl PriceTable {
         self.price(model)
             .map(|price| price.cost(input, output, cached))
     }
+}
+
+/// `name` without a trailing snapshot date: `-YYYY-MM-DD`, `-YYYYMMDD`, or anything after an `@`
+/// (Vertex AI's `model@version`); `None` when it has none.
+fn without_snapshot_date(name: &str) -> Option<&str> {
+    if let Some((alias, _)) = name.split_once('@') {
+        return Some(alias).filter(|alias| !alias.is_empty());
+    }
+    let digits = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    let (head, last) = name.rsplit_once('-')?;
+    if last.len() == 8 && digits(last) {
+        return Some(head).filter(|head| !head.is_empty());
+    }
+    // `-YYYY-MM-DD`: the last three dash-separated parts are 4, 2 and 2 digits.
+    let (head, month) = head.rsplit_once('-')?;
+    let (alias, year) = head.rsplit_once('-')?;
+    let dated = year.len() == 4 && month.len() == 2 && last.len() == 2;
+    (dated && digits(year) && digits(month) && digits(last) && !alias.is_empty()).then_some(alias)
 }
 
 /// A price file as written.
@@ -223,10 +245,40 @@ mod tests {
         assert_eq!(table.price("openai/gpt-4o").unwrap().input, 1.0);
         assert_eq!(table.price("openrouter/openai/gpt-4o").unwrap().input, 1.0);
         assert_eq!(table.price("azure/gpt-4o").unwrap().input, 5.0);
-        assert_eq!(table.price("gpt-4o-2024-08-06"), None);
+        assert_eq!(table.price("gpt-4o-mini"), None);
         assert_eq!(table.cost("nobody/knows", 1, 1, 0), None);
         // `cached_input` defaults to `input`.
         assert_eq!(table.price("gpt-4o").unwrap().cached_input, 1.0);
+    }
+
+    #[test]
+    fn a_snapshot_date_is_stripped_after_an_exact_miss() {
+        let table = PriceTable::from_toml(
+            "[models.\"gpt-4o\"]\ninput = 1\noutput = 2\n[models.\"gpt-4o-2024-05-13\"]\ninput = 5\noutput = 15\n[models.\"claude-sonnet-4\"]\ninput = 3\noutput = 15\n",
+            "test",
+        )
+        .unwrap();
+        for (model, input) in [
+            ("gpt-4o-2024-08-06", 1.0),
+            ("openai/gpt-4o-2024-08-06", 1.0),
+            ("gpt-4o-2024-05-13", 5.0),
+            ("azure/gpt-4o-2024-05-13", 5.0),
+            ("claude-sonnet-4-20250514", 3.0),
+            ("claude-sonnet-4@20250514", 3.0),
+            ("vertex_ai/claude-sonnet-4@20250514", 3.0),
+        ] {
+            assert_eq!(table.price(model).map(|p| p.input), Some(input), "{model}");
+        }
+        for model in [
+            "gpt-4o-20240806x",
+            "gpt-4o-2024-8-06",
+            "gpt-4o-mini-2024-07-18",
+            "-2024-08-06",
+            "@2024",
+            "gpt-4o-1234567",
+        ] {
+            assert_eq!(table.price(model), None, "{model}");
+        }
     }
 
     #[test]

@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::GatewayError;
+use super::ledger::{CostLedger, Refusal, Reservation, Totals, WorstCase};
 use super::prices::PriceTable;
 use crate::dispatch::credential::SecretValue;
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
@@ -54,11 +55,11 @@ pub struct GatewayConfig {
     pub api_key: Option<SecretValue>,
     /// The fallback when a response carries no `x-litellm-response-cost` header.
     pub prices: Arc<PriceTable>,
-    /// Per-dispatch ceiling in dollars; `None` = no ceiling. Once the metered cost reaches it, every
-    /// further request is answered 402 without reaching the upstream. Requests already in flight
-    /// when it is crossed finish (their cost counts); each request's output is capped to what the
-    /// remaining budget pays for. Responses whose cost nobody knows (no cost header, model not in the
-    /// table) count nothing toward it.
+    /// Per-dispatch ceiling in dollars; `None` = no ceiling. Under one, each request reserves its
+    /// worst case on the [`CostLedger`] before it is forwarded (its output capped to what is left),
+    /// a model the table does not price is refused until the endpoint reports costs itself, and a
+    /// response whose cost is never learnt counts its whole reservation. Once nothing more fits,
+    /// every further request is answered 402 without reaching the upstream.
     pub ceiling_usd: Option<f64>,
     /// Whole-request bound (connect + response head + body); a slow upstream becomes an error, never a
     /// hang. It bounds streamed responses too, so it must cover the longest generation allowed.
@@ -69,9 +70,11 @@ pub struct GatewayConfig {
 /// a request or response body.
 #[derive(Debug, Clone, PartialEq)]
 pub enum GatewayEvent {
-    /// One metered response.
+    /// One settled request: its usage (tokens of zero when its cost was counted at its reservation)
+    /// and the ledger after it.
     Usage {
         report: UsageReport,
+        totals: Totals,
         /// From the request's arrival to the response's last byte.
         latency: Duration,
         /// The response was a server-sent event stream.
@@ -139,7 +142,7 @@ impl Gateway {
             sanitizer,
             events,
             ledger: Mutex::new(Ledger {
-                spent_usd: 0.0,
+                book: CostLedger::new(config.ceiling_usd),
                 ceiling_permit,
             }),
             dropped: AtomicU64::new(0),
@@ -163,9 +166,9 @@ impl Gateway {
         &self.socket
     }
 
-    /// Total metered cost so far, in dollars (responses whose cost nobody knows add nothing).
-    pub fn spent_usd(&self) -> f64 {
-        self.shared.spent_usd()
+    /// The ledger now: settled spend, what requests in flight hold, and the most ever held.
+    pub fn totals(&self) -> Totals {
+        self.shared.totals()
     }
 
     /// How many `Usage` and `Error` events were dropped because the receiver fell behind.
@@ -383,11 +386,11 @@ fn shown_url(raw: &str) -> String {
     shown
 }
 
-/// The running total and the reserved slot for `CeilingReached`.
+/// The dispatch's cost ledger and the reserved slot for `CeilingReached`.
 #[derive(Debug)]
 struct Ledger {
-    spent_usd: f64,
-    /// Taken (and used) the first time spent reaches the ceiling.
+    book: CostLedger,
+    /// Taken (and used) the first time the ceiling is reached.
     ceiling_permit: Option<mpsc::OwnedPermit<GatewayEvent>>,
 }
 
@@ -409,41 +412,56 @@ struct Shared {
 }
 
 impl Shared {
-    fn spent_usd(&self) -> f64 {
-        self.ledger
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .spent_usd
+    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn totals(&self) -> Totals {
+        self.ledger().book.totals()
     }
 
     /// `(spent, ceiling)` when the ceiling is reached; sends `CeilingReached` if it has not been sent
     /// (a ceiling of zero is reached before any response).
     fn ceiling_reached(&self) -> Option<(f64, f64)> {
-        let ceiling = self.ceiling_usd?;
-        let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
-        let spent = ledger.spent_usd;
-        if spent < ceiling {
+        let mut ledger = self.ledger();
+        let ceiling = ledger.book.ceiling_usd()?;
+        if !ledger.book.reached() {
             return None;
         }
-        ledger.announce(ceiling);
-        Some((spent, ceiling))
+        ledger.announce();
+        Some((ledger.book.totals().settled_usd, ceiling))
     }
 
-    /// What is left under the ceiling, when there is one.
-    fn remaining_usd(&self) -> Option<f64> {
-        let ceiling = self.ceiling_usd?;
-        Some((ceiling - self.spent_usd()).max(0.0))
-    }
-
-    /// Adds one response's cost; announces the ceiling when this brings spent to or past it.
-    fn record_cost(&self, cost_usd: f64) {
-        let mut ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
-        ledger.spent_usd += cost_usd;
-        if let Some(ceiling) = self.ceiling_usd
-            && ledger.spent_usd >= ceiling
-        {
-            ledger.announce(ceiling);
+    /// Admits a request to the ledger. A refusal that leaves the dispatch nothing it can still do
+    /// announces the ceiling.
+    fn admit(self: &Arc<Self>, worst: &WorstCase, model: Option<&str>) -> Result<Hold, Refusal> {
+        let mut ledger = self.ledger();
+        match ledger.book.admit(worst) {
+            Ok(reservation) => Ok(Hold {
+                shared: Arc::clone(self),
+                reservation: Some(reservation),
+                model: model.map(str::to_owned),
+            }),
+            Err(refusal) => {
+                if matches!(refusal, Refusal::Reached { .. }) {
+                    ledger.announce();
+                }
+                Err(refusal)
+            }
         }
+    }
+
+    /// Sends `CeilingReached` (once) when settled spend has reached the ceiling.
+    fn announce_if_reached(&self) {
+        let mut ledger = self.ledger();
+        if ledger.book.reached() {
+            ledger.announce();
+        }
+    }
+
+    /// Notes the endpoint reports costs itself.
+    fn endpoint_reports_cost(&self) {
+        self.ledger().book.endpoint_reports_cost();
     }
 
     fn emit(&self, event: GatewayEvent) {
@@ -470,12 +488,92 @@ impl Shared {
 
 impl Ledger {
     /// Sends `CeilingReached` through the reserved slot, the first time only.
-    fn announce(&mut self, ceiling_usd: f64) {
+    fn announce(&mut self) {
+        let Some(ceiling_usd) = self.book.ceiling_usd() else {
+            return;
+        };
         if let Some(permit) = self.ceiling_permit.take() {
             permit.send(GatewayEvent::CeilingReached {
-                spent_usd: self.spent_usd,
+                spent_usd: self.book.totals().settled_usd,
                 ceiling_usd,
             });
         }
+    }
+}
+
+/// An admitted request's reservation, settled exactly once: by [`Hold::settle`] with what the
+/// request cost, or, when it is dropped unsettled (the agent went away, the gateway shut down), at
+/// the whole reservation.
+#[derive(Debug)]
+pub(super) struct Hold {
+    shared: Arc<Shared>,
+    reservation: Option<Reservation>,
+    /// The request's `model`, named by the usage a dropped hold reports.
+    model: Option<String>,
+}
+
+impl Hold {
+    /// What the request holds.
+    pub(super) fn reserved_usd(&self) -> f64 {
+        self.reservation.as_ref().map_or(0.0, |held| held.usd)
+    }
+
+    /// The output cap the request must be sent with, when the ceiling sets one.
+    pub(super) fn output_cap(&self) -> Option<u64> {
+        self.reservation.as_ref().and_then(|held| held.output_cap)
+    }
+
+    /// Settles with `cost_usd` (`None`: unknown, the reservation counts). Returns what was counted
+    /// and the ledger after it; the caller reports the usage and then
+    /// [`Shared::announce_if_reached`], so that the usage that reached the ceiling comes first.
+    pub(super) fn settle(mut self, cost_usd: Option<f64>) -> (f64, Totals) {
+        self.settle_once(cost_usd)
+    }
+
+    fn settle_once(&mut self, cost_usd: Option<f64>) -> (f64, Totals) {
+        let Some(reservation) = self.reservation.take() else {
+            return (0.0, self.shared.totals());
+        };
+        let counted = cost_usd
+            .filter(|cost| cost.is_finite())
+            .map_or(reservation.usd, |cost| cost.max(0.0));
+        let totals = self.shared.ledger().book.settle(reservation, cost_usd);
+        (counted, totals)
+    }
+}
+
+impl Drop for Hold {
+    /// The request ended before its response did (the agent went away, the upstream timed out, the
+    /// gateway shut down): what it may have cost is unknown, so its reservation counts, and says so.
+    fn drop(&mut self) {
+        if self.reservation.is_none() {
+            return;
+        }
+        let (counted, totals) = self.settle_once(None);
+        if counted <= 0.0 {
+            self.shared.announce_if_reached();
+            return;
+        }
+        let model = self.model.as_deref().unwrap_or("unknown");
+        self.shared.emit(GatewayEvent::Usage {
+            report: UsageReport {
+                model: self
+                    .shared
+                    .sanitizer
+                    .sanitize(&crate::dispatch::display::without_invisible(model).text),
+                input_tokens: 0,
+                output_tokens: 0,
+                cached_tokens: 0,
+                cost_usd: Some(counted),
+            },
+            totals,
+            latency: Duration::ZERO,
+            streamed: false,
+        });
+        self.shared.error(&format!(
+            "a request for `{}` ended before its response; its cost is unknown and counts as the ${counted:.4} it had reserved",
+            model.chars().take(160).collect::<String>()
+        ));
+        self.shared.announce_if_reached();
     }
 }

@@ -481,7 +481,7 @@ async fn non_streaming_usage_is_metered_at_table_prices() {
     // 800 uncached × $3 + 200 cached × $0.30 + 100 output × $15, per million.
     let expected = (800.0 * 3.0 + 200.0 * 0.30 + 100.0 * 15.0) / 1e6;
     assert!(approx(report.cost_usd.unwrap(), expected), "{report:?}");
-    assert!(approx(rig.gateway.spent_usd(), expected));
+    assert!(approx(rig.gateway.totals().settled_usd, expected));
 
     // The responses API, priced by the request's model when the response names an unknown one.
     rig.upstream.reply(ok_json(serde_json::json!({
@@ -533,7 +533,7 @@ async fn the_litellm_cost_header_wins_over_the_table() {
     chat(&rig.socket).await;
     let (report, _) = expect_usage(rig.next_event().await);
     assert_eq!(report.cost_usd, Some(0.0425));
-    assert!(approx(rig.gateway.spent_usd(), 0.0425));
+    assert!(approx(rig.gateway.totals().settled_usd, 0.0425));
 }
 
 #[tokio::test]
@@ -617,7 +617,7 @@ async fn an_event_stream_cut_mid_way_ends_for_the_agent_and_is_reported() {
     assert!(message.contains("POST /v1/chat/completions"), "{message}");
     assert!(message.contains("cut before usage"), "{message}");
     assert!(rig.pending_events().is_empty());
-    assert_eq!(rig.gateway.spent_usd(), 0.0);
+    assert_eq!(rig.gateway.totals().settled_usd, 0.0);
 }
 
 #[tokio::test]
@@ -719,20 +719,29 @@ async fn a_zero_ceiling_refuses_the_first_request_and_says_so_once() {
 
 #[tokio::test]
 async fn the_output_cap_shrinks_with_the_remaining_budget() {
-    // $0.01 at $15 per million output tokens pays for 666 tokens.
+    // What is left after the input's worst case (a token a byte at $3 per million) pays for output
+    // at $15 per million.
+    let input_usd = chat_request("stet-demo-model").len() as f64 * 3.0 / 1e6;
+    let affordable = |left: f64| ((left - input_usd) / 15e-6).floor() as u64;
     let mut rig = rig_with(Some(0.01), Duration::from_secs(20)).await;
     rig.upstream
         .reply(ok_json(chat_completion("stet-demo-model", 100, 100, 0)));
     chat(&rig.socket).await;
     expect_usage(rig.next_event().await);
-    assert_eq!(rig.upstream.requests()[0].json()["max_tokens"], 666);
+    assert_eq!(
+        rig.upstream.requests()[0].json()["max_tokens"],
+        affordable(0.01)
+    );
 
-    // $0.0018 spent: $0.0082 left pays for 546.
+    // $0.0018 spent: less is left.
     rig.upstream
         .reply(ok_json(chat_completion("stet-demo-model", 1, 1, 0)));
     chat(&rig.socket).await;
     expect_usage(rig.next_event().await);
-    assert_eq!(rig.upstream.requests()[1].json()["max_tokens"], 546);
+    assert_eq!(
+        rig.upstream.requests()[1].json()["max_tokens"],
+        affordable(0.0082)
+    );
 
     // A smaller cap of the agent's own stands; the responses API's field is `max_output_tokens`.
     rig.upstream
@@ -750,11 +759,18 @@ async fn the_output_cap_shrinks_with_the_remaining_budget() {
         &serde_json::json!({"model": "stet-demo-model"}).to_string(),
     )
     .await;
+    // $0.0018 and two requests of 1 + 1 tokens ($0.000018 each) spent; this body is shorter.
+    let body_usd = serde_json::json!({"model": "stet-demo-model"})
+        .to_string()
+        .len() as f64
+        * 3e-6;
+    let left = 0.01 - 0.0018 - 2.0 * 18e-6 - body_usd;
+    let capped = rig.upstream.requests()[3].json()["max_output_tokens"]
+        .as_u64()
+        .unwrap();
     assert!(
-        rig.upstream.requests()[3].json()["max_output_tokens"]
-            .as_u64()
-            .unwrap()
-            < 546
+        capped.abs_diff((left / 15e-6).floor() as u64) <= 1,
+        "{capped} for ${left}"
     );
 }
 
@@ -1088,4 +1104,199 @@ async fn start_refuses_upstreams_it_must_not_talk_to() {
         .unwrap_or_else(|err| panic!("{url}: {err}"));
         gateway.shutdown().await;
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A hostile agent against the cost ledger. Each test states the bound it checks.
+// ---------------------------------------------------------------------------------------------
+
+/// The most a request can cost as the upstream received it: a token a byte of input (plus the
+/// attachment allowance, none here) at the demo model's $3 per million, and its output cap times its
+/// choices at $15 per million.
+fn worst_as_sent(request: &Recorded) -> f64 {
+    let body = request.json();
+    let cap = body["max_tokens"].as_u64().expect("an output cap was sent");
+    let choices = body["n"].as_u64().unwrap_or(1);
+    request.body.len() as f64 * 3e-6 + (cap * choices) as f64 * 15e-6
+}
+
+/// Bound: spend. 150 requests at once under a $0.01 ceiling: what reaches the upstream can cost at
+/// most the ceiling together, the rest are held back with a retry, and the ledger ends at or below it.
+#[tokio::test]
+async fn parallel_requests_cannot_reserve_past_the_ceiling_together() {
+    let ceiling = 0.01;
+    let mut rig = rig_with(Some(ceiling), Duration::from_secs(2)).await;
+    for _ in 0..150 {
+        rig.upstream.reply(Reply::Hang);
+    }
+    let body = serde_json::json!({"model": "stet-demo-model", "max_tokens": 40, "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..150 {
+        let (socket, body) = (rig.socket.clone(), body.clone());
+        calls.spawn(async move { call(&socket, "POST", "/v1/chat/completions", &body).await });
+    }
+    let mut held = 0;
+    let mut timed_out = 0;
+    while let Some(reply) = calls.join_next().await {
+        let (status, headers, _) = reply.unwrap();
+        match status {
+            StatusCode::TOO_MANY_REQUESTS => {
+                assert!(headers.get("retry-after").is_some());
+                held += 1;
+            }
+            StatusCode::GATEWAY_TIMEOUT => timed_out += 1,
+            other => panic!("unexpected {other}"),
+        }
+    }
+    let forwarded = rig.upstream.requests();
+    assert_eq!(forwarded.len(), timed_out);
+    assert_eq!(held + timed_out, 150);
+    let worst: f64 = forwarded.iter().map(worst_as_sent).sum();
+    assert!(
+        worst <= ceiling + 1e-9,
+        "{} requests reached the upstream, able to cost ${worst:.4} together",
+        forwarded.len()
+    );
+    assert!(timed_out > 1, "more than one request fits: {timed_out}");
+    // Nobody learnt what the hung requests cost: each counts its whole reservation.
+    let totals = rig.gateway.totals();
+    assert!(totals.settled_usd <= ceiling + 1e-9, "{totals:?}");
+    assert!(totals.peak_reserved_usd <= ceiling + 1e-9, "{totals:?}");
+    assert_eq!(totals.open, 0);
+    assert!(
+        rig.pending_events()
+            .iter()
+            .any(|event| matches!(event, GatewayEvent::Usage { report, .. } if report.cost_usd.is_some_and(|cost| cost > 0.0))),
+        "the counted reservations are reported as usage"
+    );
+}
+
+/// Bound: spend. `"n": 128` asks for 128 answers: the output cap shares what is left among them.
+#[tokio::test]
+async fn many_choices_share_the_output_cap() {
+    let ceiling = 0.05;
+    let mut rig = rig_with(Some(ceiling), Duration::from_secs(20)).await;
+    rig.upstream
+        .reply(ok_json(chat_completion("stet-demo-model", 10, 10, 0)));
+    let body = serde_json::json!({"model": "stet-demo-model", "n": 128, "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let (status, _, _) = call(&rig.socket, "POST", "/v1/chat/completions", &body).await;
+    assert_eq!(status, StatusCode::OK);
+    expect_usage(rig.next_event().await);
+    let sent = &rig.upstream.requests()[0];
+    assert_eq!(sent.json()["n"], 128);
+    let worst = worst_as_sent(sent);
+    assert!(worst <= ceiling, "${worst}");
+    assert!(worst > ceiling * 0.9, "the cap uses what is left: ${worst}");
+}
+
+/// Bound: metering. A stream asked for without usage is made to carry it, and is metered.
+#[tokio::test]
+async fn a_stream_asked_for_without_usage_is_metered_all_the_same() {
+    let mut rig = rig().await;
+    let (chunks, scripted) = mpsc::unbounded_channel();
+    rig.upstream.reply(Reply::Stream(scripted));
+    let body = serde_json::json!({"model": "stet-demo-model", "stream": true, "stream_options": {"include_usage": false}}).to_string();
+    let response = send(&rig.socket, "POST", "/v1/chat/completions", &[], &body).await;
+    assert_eq!(
+        rig.upstream.requests()[0].json()["stream_options"]["include_usage"],
+        true
+    );
+    chunks
+        .send(Chunk::Data(format!(
+            "data: {}\n\ndata: [DONE]\n\n",
+            chat_completion("stet-demo-model", 1000, 100, 0)
+        )))
+        .unwrap();
+    drop(chunks);
+    within(response.into_body().collect()).await.unwrap();
+    let (report, streamed) = expect_usage(rig.next_event().await);
+    assert!(streamed);
+    assert_eq!(report.output_tokens, 100);
+    assert!(approx(rig.gateway.totals().settled_usd, 0.0045));
+}
+
+/// Bound: spend. Under a ceiling a model the price table does not list never reaches an endpoint that
+/// has not reported a cost; once it has, such a request runs alone, holding all that is left.
+#[tokio::test]
+async fn an_unpriced_model_is_refused_until_the_endpoint_reports_cost() {
+    let mut rig = rig_with(Some(1.0), Duration::from_secs(20)).await;
+    let (status, _, body) = call(
+        &rig.socket,
+        "POST",
+        "/v1/chat/completions",
+        &chat_request("o1-pro"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["code"], "model_not_priced");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("`o1-pro`") && message.contains("[model] prices"),
+        "{message}"
+    );
+    let event = rig.next_error().await;
+    assert!(
+        event.contains("`o1-pro`") && event.contains("prices"),
+        "{event}"
+    );
+    assert!(rig.upstream.requests().is_empty());
+
+    // A priced request's response carries LiteLLM's own cost: the endpoint reports costs.
+    rig.upstream.reply(Reply::Full {
+        status: 200,
+        headers: vec![
+            ("content-type", "application/json".to_owned()),
+            ("x-litellm-response-cost", "0.25".to_owned()),
+        ],
+        body: chat_completion("stet-demo-model", 1, 1, 0).to_string(),
+    });
+    chat(&rig.socket).await;
+    expect_usage(rig.next_event().await);
+    rig.upstream.reply(Reply::Full {
+        status: 200,
+        headers: vec![
+            ("content-type", "application/json".to_owned()),
+            ("x-litellm-response-cost", "0.5".to_owned()),
+        ],
+        body: chat_completion("o1-pro", 1, 1, 0).to_string(),
+    });
+    let (status, _, _) = call(
+        &rig.socket,
+        "POST",
+        "/v1/chat/completions",
+        &chat_request("o1-pro"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (report, _) = expect_usage(rig.next_event().await);
+    assert_eq!(report.cost_usd, Some(0.5));
+    assert!(approx(rig.gateway.totals().settled_usd, 0.75));
+}
+
+/// Bound: spend. A response whose usage never comes counts what it reserved, not nothing.
+#[tokio::test]
+async fn a_response_without_usage_counts_its_reservation_under_a_ceiling() {
+    let mut rig = rig_with(Some(0.01), Duration::from_secs(20)).await;
+    rig.upstream
+        .reply(ok_json(serde_json::json!({"model": "stet-demo-model"})));
+    chat(&rig.socket).await;
+    let (report, _) = expect_usage(rig.next_event().await);
+    let counted = report.cost_usd.unwrap();
+    // It had reserved all the budget, to the last whole output token.
+    assert!((0.01 - 15e-6..=0.01).contains(&counted), "{counted}");
+    let message = rig.next_error().await;
+    assert!(
+        message.contains("counts as the $0.0100 it had reserved"),
+        "{message}"
+    );
+    assert_eq!(rig.gateway.totals().settled_usd, counted);
+    // Nothing is left for another request: the ceiling is reached.
+    let (status, _, _) = chat(&rig.socket).await;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+    assert!(matches!(
+        rig.next_event().await,
+        GatewayEvent::CeilingReached { .. }
+    ));
+    assert_eq!(rig.upstream.requests().len(), 1);
 }

@@ -439,6 +439,7 @@ fn provenance() -> Provenance {
         input_tokens: None,
         output_tokens: None,
         cost_usd: None,
+        peak_reserved_usd: None,
         network: "none".into(),
         credential_kind: "github-app".into(),
         redactions: 0,

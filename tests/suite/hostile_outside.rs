@@ -289,13 +289,23 @@ fn an_agent_cannot_escape_the_cost_ceiling_by_naming_an_unpriced_model() {
     // The control: the model the user priced hits the ceiling.
     let (priced, _) = ceiling_run("headless-test-model");
     assert_eq!(priced.outcome().0, Phase::CostCeilingHit, "{priced:#?}");
-    // The agent asks for a model of its own choosing (an expensive one the table does not list).
+    // The agent asks for a model of its own choosing (an expensive one the table does not list), on
+    // an endpoint that reports no cost: nothing of it reaches the upstream, and the refusal names
+    // the model and the fix.
     let (unpriced, answered) = ceiling_run("o1-pro");
-    let (outcome, code, reason) = unpriced.outcome();
     assert_eq!(
-        (outcome, code),
-        (Phase::CostCeilingHit, 5),
-        "the agent's own model choice ({answered} requests answered for o1-pro) counted nothing toward the $0.003 ceiling: {reason:?}"
+        answered, 0,
+        "the agent's own model choice reached the upstream {answered} times under the $0.003 ceiling: {unpriced:#?}"
+    );
+    let refusal = unpriced
+        .transcript()
+        .into_iter()
+        .map(|(_, text)| text.to_owned())
+        .find(|text| text.contains("`o1-pro`"))
+        .unwrap_or_else(|| panic!("no refusal names the model: {unpriced:#?}"));
+    assert!(
+        refusal.contains("[model] prices") || refusal.contains("`[model] prices`"),
+        "{refusal}"
     );
 }
 

@@ -204,6 +204,7 @@ pub fn provenance(credential_kind: &str, base: &str, commit: &str) -> stet::forg
         input_tokens: None,
         output_tokens: None,
         cost_usd: None,
+        peak_reserved_usd: None,
         network: "none".into(),
         credential_kind: credential_kind.into(),
         redactions: 3,

@@ -1,10 +1,14 @@
-//! One agent request: routed, admitted (cost ceiling, size), rewritten (streamed usage, output cap),
-//! sent upstream with the host's key, and its response handed back through the meter.
+//! One agent request: routed, read, admitted to the cost ledger (its worst case reserved), rewritten
+//! (streamed usage, output cap), sent upstream with the host's key, and its response handed back
+//! through the meter, which settles the reservation.
 //!
 //! Replies the gateway makes itself carry an OpenAI-style error body
 //! (`{"error":{"message":..,"type":"stet_gateway","code":..}}`), so agents surface them as API errors:
-//! 404 for a route it does not serve, 402 once the cost ceiling is reached (402 rather than 429, which
-//! OpenAI clients retry: a ceiling does not lift by waiting), 413 for a body over 32 MiB, 400 for an
+//! 404 for a route it does not serve; 402 once the cost ceiling leaves too little for the request
+//! (402 rather than 429, which OpenAI clients retry: a ceiling does not lift by waiting); 429 with
+//! `Retry-After` while what is left is held by requests in flight; 400 under a ceiling for a request
+//! whose cost cannot be bounded (a model the price table does not list on an endpoint that reports
+//! no cost, input stored upstream, a body that is not JSON); 413 for a body over 32 MiB, 400 for an
 //! unreadable one, 408 when the agent's body does not arrive in time, 502 when the upstream cannot be
 //! reached and 504 when it does not answer within the request timeout. The upstream's own statuses
 //! (429 with `Retry-After`, 5xx, …) pass through unchanged.
@@ -20,8 +24,9 @@ use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use serde_json::{Map, Value};
 
-use super::Shared;
 use super::metered::{Meter, MeteredBody, Report};
+use super::{Hold, Shared};
+use crate::gateway::ledger::{Refusal, WorstCase};
 use crate::gateway::prices::PriceTable;
 use crate::gateway::usage::{self, SseScanner};
 
@@ -32,8 +37,15 @@ pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The largest request body forwarded.
 const MAX_REQUEST_BODY: usize = 32 * 1024 * 1024;
 
-/// The longest request path an event or error body repeats.
+/// The longest request path or model name an event or error body repeats.
 const MAX_SHOWN_PATH: usize = 160;
+
+/// Input tokens reserved for each image or file part beyond its bytes: an image named by URL is a
+/// few bytes in the request and up to a few thousand tokens to the model.
+const TOKENS_PER_ATTACHMENT: u64 = 4096;
+
+/// How long a retry is suggested while the budget is held by requests in flight.
+const HELD_RETRY_AFTER_SECS: u32 = 2;
 
 /// The routes the gateway serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,7 +154,6 @@ pub(super) async fn handle(
         }
     };
 
-    let prepared = prepare(route, body, &shared.prices, shared.remaining_usd());
     let Ok(uri) = shared.upstream.uri(route.rest(), parts.uri.query()) else {
         shared.error(&format!(
             "{label}: refused, its query string is not a valid URL part (400)"
@@ -153,12 +164,35 @@ pub(super) async fn handle(
             "stet gateway: the query string is not valid",
         );
     };
-    let headers = upstream_headers(
-        &parts.headers,
-        shared.authorization.as_ref(),
-        prepared.body.len(),
-    );
-    let mut upstream_request = Request::new(Full::new(prepared.body));
+    let mut prepared = match prepare(route, body, &shared.prices, shared.ceiling_usd.is_some()) {
+        Ok(prepared) => prepared,
+        Err(unbounded) => {
+            shared.error(&format!(
+                "{label}: refused under the cost ceiling, {unbounded} (400)"
+            ));
+            return error_reply(
+                StatusCode::BAD_REQUEST,
+                "cost_not_bounded",
+                &format!(
+                    "stet gateway: under the stet cost ceiling a request's cost must be bounded before it is sent, and {unbounded}"
+                ),
+            );
+        }
+    };
+    let (hold, body) = match admit(
+        &shared,
+        &label,
+        prepared.worst.as_ref(),
+        prepared.model.as_deref(),
+    ) {
+        Ok(hold) => {
+            let cap = hold.as_ref().and_then(Hold::output_cap);
+            (hold, prepared.body(route, cap))
+        }
+        Err(reply) => return *reply,
+    };
+    let headers = upstream_headers(&parts.headers, shared.authorization.as_ref(), body.len());
+    let mut upstream_request = Request::new(Full::new(body));
     *upstream_request.method_mut() = parts.method;
     *upstream_request.uri_mut() = uri;
     *upstream_request.headers_mut() = headers;
@@ -167,6 +201,11 @@ pub(super) async fn handle(
         match tokio::time::timeout_at(deadline, shared.client.request(upstream_request)).await {
             Ok(Ok(response)) => response,
             Ok(Err(err)) => {
+                // A request that never connected cost nothing; one cut after it was sent may have.
+                if let Some(hold) = hold {
+                    hold.settle(err.is_connect().then_some(0.0));
+                    shared.announce_if_reached();
+                }
                 shared.error(&format!(
                     "{label}: the model upstream could not be reached: {} (502)",
                     describe(&err)
@@ -196,6 +235,9 @@ pub(super) async fn handle(
         .headers()
         .get(usage::LITELLM_COST_HEADER)
         .and_then(|value| usage::header_cost(value.as_bytes()));
+    if header_cost.is_some() {
+        shared.endpoint_reports_cost();
+    }
     let meter = if route.metered() && status.is_success() {
         let event_stream = response
             .headers()
@@ -217,11 +259,21 @@ pub(super) async fn handle(
     };
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    let hold = match hold {
+        // A refusal or failure by the upstream is not billed (unless it says otherwise).
+        Some(hold) if !status.is_success() => {
+            hold.settle(Some(header_cost.unwrap_or(0.0)));
+            shared.announce_if_reached();
+            None
+        }
+        hold => hold,
+    };
     let report = Report {
         shared,
         label,
         request_model: prepared.model,
         header_cost,
+        hold,
         start,
     };
     Response::from_parts(
@@ -255,105 +307,319 @@ fn report_status(shared: &Shared, label: &str, status: StatusCode, headers: &Hea
     }
 }
 
-/// An agent request body after the gateway's rewrites.
+/// An agent request as read, with what the ledger needs to know of it.
 #[derive(Debug, PartialEq)]
 struct Prepared {
-    body: Bytes,
+    /// The body as received: what is sent when nothing needs rewriting.
+    raw: Bytes,
+    /// The request, when it is a JSON object on a metered route.
+    request: Option<Map<String, Value>>,
+    /// `request` already differs from `raw` (a stream made to report usage).
+    changed: bool,
     /// The request's `model`, the pricing fallback when the response does not name one the table knows.
     model: Option<String>,
+    /// What the request may cost at most; `None` on a route that is not metered.
+    worst: Option<WorstCase>,
 }
 
-/// Rewrites a JSON request body where the gateway must; any other body passes unchanged.
+/// Reads an agent request for the ledger and makes it meterable: a chat-completions stream is made to
+/// report its usage (`stream_options.include_usage` set to true, whatever the agent chose), so that
+/// no streamed request goes unmetered.
 ///
-/// * A chat-completions request with `"stream": true` and no `stream_options` gets
-///   `"stream_options": {"include_usage": true}`, so the stream's last chunk carries usage. A client
-///   that set `stream_options` itself is left alone: its choice stands, and a stream without usage is
-///   reported as unmetered.
-/// * Under a cost ceiling, when the table knows the model's output price, the output cap is set to the
-///   most output tokens the remaining budget pays for (at least 1) unless the request already asks for
-///   no more: `max_output_tokens` on `/v1/responses`; on chat completions, whichever of
-///   `max_completion_tokens` and `max_tokens` the request names, else `max_tokens`. The cap counts
-///   output alone (input is not known before the response), so a request may still end slightly past
-///   the ceiling; it keeps one request from running far beyond it.
-fn prepare(route: Route, body: Bytes, prices: &PriceTable, remaining_usd: Option<f64>) -> Prepared {
-    let unchanged = |body: Bytes, model: Option<String>| Prepared { body, model };
+/// Under a ceiling (`bounded`) its worst case must be knowable: a body that is not a JSON object
+/// naming its model, a chat `n` that is not a positive whole number, and input or work the request
+/// only refers to (a stored response, conversation, prompt or file; a tool the provider runs
+/// itself; audio output) are refused with the reason. Without a ceiling any body passes.
+///
+/// The worst case counts each byte of the body as an input token (tokenizers spend at least a byte
+/// a token; JSON spends more), [`TOKENS_PER_ATTACHMENT`] more for each image or file part, at the
+/// model's input price (cached input is cheaper, so this bounds it), and each output token at the
+/// output price times `n`.
+fn prepare(
+    route: Route,
+    raw: Bytes,
+    prices: &PriceTable,
+    bounded: bool,
+) -> Result<Prepared, String> {
+    let unread = |raw: Bytes| Prepared {
+        raw,
+        request: None,
+        changed: false,
+        model: None,
+        worst: None,
+    };
     if !route.metered() {
-        return unchanged(body, None);
+        return Ok(unread(raw));
     }
-    let Ok(Value::Object(mut request)) = serde_json::from_slice::<Value>(&body) else {
-        return unchanged(body, None);
+    let Ok(Value::Object(mut request)) = serde_json::from_slice::<Value>(&raw) else {
+        if bounded {
+            return Err("the request body is not a JSON object".to_owned());
+        }
+        return Ok(Prepared {
+            worst: Some(WorstCase::Unpriced {
+                model: String::new(),
+            }),
+            ..unread(raw)
+        });
     };
     let model = request
         .get("model")
         .and_then(Value::as_str)
         .map(str::to_owned);
     let mut changed = false;
-
-    if route == Route::ChatCompletions
-        && request.get("stream") == Some(&Value::Bool(true))
-        && !request.contains_key("stream_options")
-    {
-        request.insert(
-            "stream_options".to_owned(),
-            serde_json::json!({ "include_usage": true }),
-        );
-        changed = true;
-    }
-
-    let output_price = model
-        .as_deref()
-        .and_then(|m| prices.price(m))
-        .map(|price| price.output);
-    if let (Some(remaining), Some(per_million)) = (remaining_usd, output_price)
-        && per_million > 0.0
-    {
-        let affordable = (remaining * 1_000_000.0 / per_million).floor();
-        // `as` saturates; a budget this large caps nothing in practice.
-        let cap = (affordable as u64).max(1);
-        let fields: &[&str] = match route {
-            Route::Responses => &["max_output_tokens"],
-            _ => {
-                let named: Vec<&str> = ["max_completion_tokens", "max_tokens"]
-                    .into_iter()
-                    .filter(|field| request.contains_key(*field))
-                    .collect();
-                if named.len() == 2 {
-                    &["max_completion_tokens", "max_tokens"]
-                } else if named == ["max_completion_tokens"] {
-                    &["max_completion_tokens"]
-                } else {
-                    &["max_tokens"]
-                }
-            }
-        };
-        for field in fields {
-            changed |= cap_field(&mut request, field, cap);
+    if route == Route::ChatCompletions && request.get("stream") == Some(&Value::Bool(true)) {
+        let options = request
+            .entry("stream_options")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !options.is_object() {
+            *options = Value::Object(Map::new());
+        }
+        if let Value::Object(options) = options
+            && options.get("include_usage") != Some(&Value::Bool(true))
+        {
+            options.insert("include_usage".to_owned(), Value::Bool(true));
+            changed = true;
         }
     }
-
-    if !changed {
-        return unchanged(body, model);
+    if bounded && let Some(reason) = unbounded_part(route, &request) {
+        return Err(reason);
     }
-    match serde_json::to_vec(&Value::Object(request)) {
-        Ok(rewritten) => Prepared {
-            body: Bytes::from(rewritten),
-            model,
+    let worst = match model.as_deref().and_then(|name| prices.price(name)) {
+        None if bounded && model.is_none() => {
+            return Err("the request names no model to price".to_owned());
+        }
+        None => WorstCase::Unpriced {
+            model: model.clone().unwrap_or_default(),
         },
-        Err(_) => unchanged(body, model),
+        Some(price) => {
+            let choices = match request.get("n") {
+                None | Some(Value::Null) => 1,
+                Some(n) => match n.as_u64().filter(|n| *n > 0) {
+                    Some(n) => n,
+                    None if bounded => {
+                        return Err("its `n` is not a positive whole number".to_owned());
+                    }
+                    None => 1,
+                },
+            };
+            let attachments = attachments(&Value::Object(request.clone()));
+            let input_tokens = (raw.len() as u64)
+                .saturating_add(attachments.saturating_mul(TOKENS_PER_ATTACHMENT));
+            WorstCase::Priced {
+                input_usd: input_tokens as f64 * price.input / 1_000_000.0,
+                per_output_token_usd: price.output * choices as f64 / 1_000_000.0,
+                asked_output_tokens: output_fields(route, &request)
+                    .iter()
+                    .filter_map(|field| request.get(*field).and_then(Value::as_u64))
+                    .min(),
+            }
+        }
+    };
+    Ok(Prepared {
+        raw,
+        request: Some(request),
+        changed,
+        model,
+        worst: Some(worst),
+    })
+}
+
+impl Prepared {
+    /// The body to send: the one received unless the request was rewritten or `cap` must be set on
+    /// its output fields.
+    fn body(&mut self, route: Route, cap: Option<u64>) -> Bytes {
+        let Some(request) = self.request.as_mut() else {
+            return self.raw.clone();
+        };
+        let mut changed = self.changed;
+        if let Some(cap) = cap {
+            for field in output_fields(route, request) {
+                changed |= cap_field(request, field, cap);
+            }
+        }
+        if !changed {
+            return self.raw.clone();
+        }
+        match serde_json::to_vec(request) {
+            Ok(rewritten) => Bytes::from(rewritten),
+            Err(_) => self.raw.clone(),
+        }
     }
 }
 
-/// Sets `field` to `cap` unless it already holds a number no larger; true when it changed.
+/// The fields that cap a request's output: `max_output_tokens` on `/v1/responses`; on chat
+/// completions whichever of `max_completion_tokens` and `max_tokens` the request names, else
+/// `max_tokens`.
+fn output_fields(route: Route, request: &Map<String, Value>) -> &'static [&'static str] {
+    match route {
+        Route::Responses => &["max_output_tokens"],
+        _ => match (
+            request.contains_key("max_completion_tokens"),
+            request.contains_key("max_tokens"),
+        ) {
+            (true, true) => &["max_completion_tokens", "max_tokens"],
+            (true, false) => &["max_completion_tokens"],
+            _ => &["max_tokens"],
+        },
+    }
+}
+
+/// Sets `field` to `cap` unless it already holds a whole number no larger; true when it changed.
 fn cap_field(request: &mut Map<String, Value>, field: &str, cap: u64) -> bool {
     let within = request
         .get(field)
-        .and_then(Value::as_f64)
-        .is_some_and(|asked| asked <= cap as f64);
+        .and_then(Value::as_u64)
+        .is_some_and(|asked| asked <= cap);
     if within {
         return false;
     }
     request.insert(field.to_owned(), Value::from(cap));
     true
+}
+
+/// What in a request makes its cost unknowable before its response, said as the refusal says it.
+fn unbounded_part(route: Route, request: &Map<String, Value>) -> Option<String> {
+    for field in [
+        "previous_response_id",
+        "conversation",
+        "prompt",
+        "background",
+    ] {
+        let set = request
+            .get(field)
+            .is_some_and(|value| !value.is_null() && *value != Value::Bool(false));
+        if route == Route::Responses && set {
+            return Some(format!(
+                "`{field}` makes the provider add input or work stet cannot see"
+            ));
+        }
+    }
+    if request.contains_key("web_search_options") {
+        return Some(
+            "`web_search_options` asks the provider to search, at a price of its own".to_owned(),
+        );
+    }
+    if request.contains_key("audio")
+        || request
+            .get("modalities")
+            .and_then(Value::as_array)
+            .is_some_and(|modalities| modalities.iter().any(|m| m.as_str() == Some("audio")))
+    {
+        return Some("audio output is priced apart from the text the price table lists".to_owned());
+    }
+    if let Some(tools) = request.get("tools").and_then(Value::as_array) {
+        let hosted = tools.iter().find_map(|tool| {
+            let kind = tool
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("function");
+            (!matches!(kind, "function" | "custom")).then_some(kind)
+        });
+        if let Some(kind) = hosted {
+            return Some(format!(
+                "the tool of type `{}` is run by the provider, at a price of its own",
+                shown_text(kind)
+            ));
+        }
+    }
+    names_stored_file(&Value::Object(request.clone()))
+        .then(|| "a `file_id` names a file stored upstream, of a size stet cannot see".to_owned())
+}
+
+/// Whether any object in `value` names a stored file (`file_id`).
+fn names_stored_file(value: &Value) -> bool {
+    match value {
+        Value::Object(map) => {
+            map.get("file_id").is_some_and(|id| !id.is_null())
+                || map.values().any(names_stored_file)
+        }
+        Value::Array(items) => items.iter().any(names_stored_file),
+        _ => false,
+    }
+}
+
+/// The image and file parts of a request: objects whose `type` is one of the attachment kinds, or
+/// that carry an `image_url`.
+fn attachments(value: &Value) -> u64 {
+    match value {
+        Value::Object(map) => {
+            let own = map.get("type").and_then(Value::as_str).is_some_and(|kind| {
+                matches!(
+                    kind,
+                    "image_url" | "input_image" | "file" | "input_file" | "image"
+                )
+            });
+            u64::from(own).saturating_add(map.values().map(attachments).sum())
+        }
+        Value::Array(items) => items.iter().map(attachments).sum(),
+        _ => 0,
+    }
+}
+
+/// Admits a prepared request to the ledger: its hold (`None` on a route that is not metered), or the
+/// reply that refuses it.
+fn admit(
+    shared: &Arc<Shared>,
+    label: &str,
+    worst: Option<&WorstCase>,
+    model: Option<&str>,
+) -> Result<Option<Hold>, Box<Response<GatewayBody>>> {
+    let Some(worst) = worst else {
+        return Ok(None);
+    };
+    match shared.admit(worst, model) {
+        Ok(hold) => Ok(Some(hold)),
+        Err(Refusal::Reached {
+            spent_usd,
+            ceiling_usd,
+            needed_usd,
+        }) => {
+            shared.error(&format!(
+                "{label}: refused, the stet cost ceiling of ${ceiling_usd:.4} leaves too little for it (${spent_usd:.4} spent, ${needed_usd:.4} needed at least) (402)"
+            ));
+            Err(Box::new(error_reply(
+                StatusCode::PAYMENT_REQUIRED,
+                "cost_ceiling_reached",
+                &format!(
+                    "stet gateway: the stet cost ceiling of ${ceiling_usd:.4} for this dispatch is reached (${spent_usd:.4} spent, ${needed_usd:.4} needed for this request at least); no further model requests are forwarded"
+                ),
+            )))
+        }
+        Err(Refusal::Held {
+            reserved_usd,
+            available_usd,
+            needed_usd,
+        }) => {
+            shared.error(&format!(
+                "{label}: held back, requests in flight hold ${reserved_usd:.4} of the cost ceiling and ${available_usd:.4} is free, ${needed_usd:.4} needed (429)"
+            ));
+            let mut reply = error_reply(
+                StatusCode::TOO_MANY_REQUESTS,
+                "cost_budget_held",
+                &format!(
+                    "stet gateway: what is left under the stet cost ceiling is held by requests in flight (${reserved_usd:.4}); retry when they finish"
+                ),
+            );
+            reply.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(HELD_RETRY_AFTER_SECS),
+            );
+            Err(Box::new(reply))
+        }
+        Err(Refusal::UnknownPrice { model }) => {
+            let model = shown_text(&model);
+            shared.error(&format!(
+                "{label}: refused, the model `{model}` has no price in stet's price table and the endpoint reports no cost, so the cost ceiling cannot hold it; price it in the file `[model] prices` names (400)"
+            ));
+            Err(Box::new(error_reply(
+                StatusCode::BAD_REQUEST,
+                "model_not_priced",
+                &format!(
+                    "stet gateway: the model `{model}` has no price in stet's price table and the endpoint reports no cost, so the stet cost ceiling cannot hold it; add [models.\"{model}\"] with input and output prices to the file the `[model] prices` setting names"
+                ),
+            )))
+        }
+    }
 }
 
 /// The agent's headers as sent upstream: its credentials and cookies, `Host`, hop-by-hop headers,
@@ -436,6 +702,16 @@ fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
         .collect()
 }
 
+/// A text of the agent's (a path, a model name) as events and replies repeat it: bounded in length,
+/// control characters made spaces (the sanitizer runs on it later).
+fn shown_text(text: &str) -> String {
+    let text: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    shown_path(&text)
+}
+
 /// The request path as events repeat it: bounded in length (the sanitizer runs on it later).
 fn shown_path(path: &str) -> String {
     if path.len() <= MAX_SHOWN_PATH {
@@ -487,14 +763,35 @@ mod tests {
 
     use super::*;
 
+    use crate::gateway::ledger::CostLedger;
+
+    /// The body sent for `body` under a ceiling of `remaining` (`None`: no ceiling), as the ledger
+    /// admits it.
     fn prepared_json(route: Route, body: Value, remaining: Option<f64>) -> Value {
-        let prepared = prepare(
+        let mut prepared = prepare(
             route,
             Bytes::from(body.to_string()),
             &PriceTable::builtin(),
-            remaining,
-        );
-        serde_json::from_slice(&prepared.body).unwrap()
+            remaining.is_some(),
+        )
+        .unwrap();
+        let cap = CostLedger::new(remaining)
+            .admit(prepared.worst.as_ref().unwrap())
+            .unwrap()
+            .output_cap;
+        serde_json::from_slice(&prepared.body(route, cap)).unwrap()
+    }
+
+    fn worst(route: Route, body: Value) -> WorstCase {
+        prepare(
+            route,
+            Bytes::from(body.to_string()),
+            &PriceTable::builtin(),
+            true,
+        )
+        .unwrap()
+        .worst
+        .unwrap()
     }
 
     #[test]
@@ -511,24 +808,23 @@ mod tests {
     }
 
     #[test]
-    fn streaming_chat_requests_ask_for_usage_unless_the_client_chose() {
-        let body = prepared_json(
-            Route::ChatCompletions,
+    fn every_streaming_chat_request_asks_for_usage_whatever_the_agent_chose() {
+        for asked in [
             serde_json::json!({"model": "m", "stream": true}),
-            None,
-        );
-        assert_eq!(
-            body["stream_options"],
-            serde_json::json!({"include_usage": true})
-        );
+            serde_json::json!({"model": "m", "stream": true, "stream_options": {"include_usage": false}}),
+            serde_json::json!({"model": "m", "stream": true, "stream_options": "no"}),
+        ] {
+            let body = prepared_json(Route::ChatCompletions, asked.clone(), None);
+            assert_eq!(body["stream_options"]["include_usage"], true, "{asked}");
+        }
         let body = prepared_json(
             Route::ChatCompletions,
-            serde_json::json!({"model": "m", "stream": true, "stream_options": {"include_usage": false}}),
+            serde_json::json!({"model": "m", "stream": true, "stream_options": {"include_obfuscation": false}}),
             None,
         );
         assert_eq!(
             body["stream_options"],
-            serde_json::json!({"include_usage": false})
+            serde_json::json!({"include_obfuscation": false, "include_usage": true})
         );
         let body = prepared_json(
             Route::ChatCompletions,
@@ -546,9 +842,168 @@ mod tests {
     }
 
     #[test]
+    fn the_worst_case_counts_every_byte_each_attachment_and_every_choice() {
+        // stet-demo-model: $3 per million input tokens, $15 per million output tokens.
+        let request = serde_json::json!({"model": "stet-demo-model", "n": 4, "max_tokens": 100});
+        let bytes = request.to_string().len() as f64;
+        assert_eq!(
+            worst(Route::ChatCompletions, request),
+            WorstCase::Priced {
+                input_usd: bytes * 3.0 / 1e6,
+                per_output_token_usd: 4.0 * 15.0 / 1e6,
+                asked_output_tokens: Some(100),
+            }
+        );
+        let request = serde_json::json!({"model": "stet-demo-model", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "look"},
+            {"type": "image_url", "image_url": {"url": "https://example.invalid/a.png"}},
+            {"type": "image_url", "image_url": {"url": "https://example.invalid/b.png"}}
+        ]}]});
+        let bytes = request.to_string().len() as f64;
+        let WorstCase::Priced { input_usd, .. } = worst(Route::ChatCompletions, request) else {
+            panic!("priced");
+        };
+        let tokens = bytes + 2.0 * TOKENS_PER_ATTACHMENT as f64;
+        assert!(
+            (input_usd - tokens * 3.0 / 1e6).abs() < 1e-12,
+            "{input_usd}"
+        );
+        // Both caps named: the smaller is what is asked; the responses API has its own field.
+        let WorstCase::Priced {
+            asked_output_tokens,
+            ..
+        } = worst(
+            Route::ChatCompletions,
+            serde_json::json!({"model": "stet-demo-model", "max_tokens": 70, "max_completion_tokens": 50}),
+        )
+        else {
+            panic!("priced");
+        };
+        assert_eq!(asked_output_tokens, Some(50));
+        let WorstCase::Priced {
+            asked_output_tokens,
+            ..
+        } = worst(
+            Route::Responses,
+            serde_json::json!({"model": "stet-demo-model", "max_output_tokens": 30, "max_tokens": 5}),
+        )
+        else {
+            panic!("priced");
+        };
+        assert_eq!(asked_output_tokens, Some(30));
+        // Dated snapshots and prefixes find their price; an unknown model is unpriced.
+        assert!(matches!(
+            worst(
+                Route::ChatCompletions,
+                serde_json::json!({"model": "openai/gpt-4o-2024-08-06"})
+            ),
+            WorstCase::Priced { .. }
+        ));
+        assert_eq!(
+            worst(
+                Route::ChatCompletions,
+                serde_json::json!({"model": "o1-pro"})
+            ),
+            WorstCase::Unpriced {
+                model: "o1-pro".to_owned()
+            }
+        );
+    }
+
+    #[test]
+    fn under_a_ceiling_a_request_whose_cost_cannot_be_bounded_is_refused() {
+        let refused = [
+            (
+                Route::Responses,
+                serde_json::json!({"model": "gpt-4o", "previous_response_id": "resp_1"}),
+                "previous_response_id",
+            ),
+            (
+                Route::Responses,
+                serde_json::json!({"model": "gpt-4o", "conversation": "conv_1"}),
+                "conversation",
+            ),
+            (
+                Route::Responses,
+                serde_json::json!({"model": "gpt-4o", "prompt": {"id": "pmpt_1"}}),
+                "prompt",
+            ),
+            (
+                Route::Responses,
+                serde_json::json!({"model": "gpt-4o", "background": true}),
+                "background",
+            ),
+            (
+                Route::Responses,
+                serde_json::json!({"model": "gpt-4o", "tools": [{"type": "web_search"}]}),
+                "web_search",
+            ),
+            (
+                Route::Responses,
+                serde_json::json!({"model": "gpt-4o", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}]}),
+                "file_id",
+            ),
+            (
+                Route::ChatCompletions,
+                serde_json::json!({"model": "gpt-4o", "web_search_options": {}}),
+                "web_search_options",
+            ),
+            (
+                Route::ChatCompletions,
+                serde_json::json!({"model": "gpt-4o", "modalities": ["text", "audio"]}),
+                "audio",
+            ),
+            (
+                Route::ChatCompletions,
+                serde_json::json!({"model": "gpt-4o", "n": 0}),
+                "`n`",
+            ),
+            (
+                Route::ChatCompletions,
+                serde_json::json!({"model": "gpt-4o", "n": "128"}),
+                "`n`",
+            ),
+            (
+                Route::ChatCompletions,
+                serde_json::json!({"messages": []}),
+                "no model",
+            ),
+        ];
+        for (route, body, named) in refused {
+            let raw = Bytes::from(body.to_string());
+            let reason = prepare(route, raw.clone(), &PriceTable::builtin(), true).unwrap_err();
+            assert!(reason.contains(named), "{body}: {reason}");
+            // Without a ceiling the same request passes as it came.
+            let mut prepared = prepare(route, raw.clone(), &PriceTable::builtin(), false).unwrap();
+            assert_eq!(prepared.body(route, None), raw, "{body}");
+        }
+        let reason = prepare(
+            Route::ChatCompletions,
+            Bytes::from_static(b"not json"),
+            &PriceTable::builtin(),
+            true,
+        )
+        .unwrap_err();
+        assert!(reason.contains("not a JSON object"), "{reason}");
+        // Function tools are the agent's own.
+        assert!(
+            prepare(
+                Route::ChatCompletions,
+                Bytes::from(serde_json::json!({"model": "gpt-4o", "tools": [{"type": "function", "function": {"name": "f"}}]}).to_string()),
+                &PriceTable::builtin(),
+                true
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
     fn the_output_cap_follows_the_remaining_budget() {
-        // stet-demo-model: $15 per million output tokens; $0.0015 pays for 100.
-        let chat = |body: Value| prepared_json(Route::ChatCompletions, body, Some(0.0015));
+        // stet-demo-model: $15 per million output tokens. $0.0015 plus the input's cost pays for 100.
+        let chat = |body: Value| {
+            let input = body.to_string().len() as f64 * 3.0 / 1e6;
+            prepared_json(Route::ChatCompletions, body, Some(0.0015 + input + 1e-12))
+        };
         assert_eq!(
             chat(serde_json::json!({"model": "stet-demo-model"}))["max_tokens"],
             100
@@ -561,31 +1016,21 @@ mod tests {
             chat(serde_json::json!({"model": "stet-demo-model", "max_tokens": 4000}))["max_tokens"],
             100
         );
-        let both =
+        let named =
             chat(serde_json::json!({"model": "stet-demo-model", "max_completion_tokens": 500}));
-        assert_eq!(both["max_completion_tokens"], 100);
-        assert!(both.get("max_tokens").is_none());
-        let responses = prepared_json(
-            Route::Responses,
-            serde_json::json!({"model": "openai/stet-demo-model"}),
-            Some(0.0015),
+        assert_eq!(named["max_completion_tokens"], 100);
+        assert!(named.get("max_tokens").is_none());
+        // `n` choices share the budget.
+        assert_eq!(
+            chat(serde_json::json!({"model": "stet-demo-model", "n": 4}))["max_tokens"],
+            25
         );
+        let body = serde_json::json!({"model": "openai/stet-demo-model"});
+        let input = body.to_string().len() as f64 * 3.0 / 1e6;
+        let responses = prepared_json(Route::Responses, body, Some(0.0015 + input + 1e-12));
         assert_eq!(responses["max_output_tokens"], 100);
         assert!(responses.get("max_tokens").is_none());
-        // Nearly nothing left still lets one token through; unknown models and no ceiling cap nothing.
-        assert_eq!(
-            prepared_json(
-                Route::ChatCompletions,
-                serde_json::json!({"model": "stet-demo-model"}),
-                Some(0.0)
-            )["max_tokens"],
-            1
-        );
-        assert!(
-            chat(serde_json::json!({"model": "unpriced"}))
-                .get("max_tokens")
-                .is_none()
-        );
+        // No ceiling caps nothing.
         assert!(
             prepared_json(
                 Route::ChatCompletions,
@@ -600,33 +1045,25 @@ mod tests {
     #[test]
     fn bodies_the_gateway_does_not_change_pass_byte_for_byte() {
         let raw = Bytes::from_static(b"{ \"model\" : \"m\",  \"messages\": [] }");
-        let prepared = prepare(
+        let mut prepared = prepare(
             Route::ChatCompletions,
             raw.clone(),
             &PriceTable::builtin(),
-            None,
-        );
-        assert_eq!(
-            prepared,
-            Prepared {
-                body: raw,
-                model: Some("m".to_owned())
-            }
-        );
+            false,
+        )
+        .unwrap();
+        assert_eq!(prepared.model.as_deref(), Some("m"));
+        assert_eq!(prepared.body(Route::ChatCompletions, None), raw);
         let garbage = Bytes::from_static(b"not json");
-        let prepared = prepare(
+        let mut prepared = prepare(
             Route::ChatCompletions,
             garbage.clone(),
             &PriceTable::builtin(),
-            Some(1.0),
-        );
-        assert_eq!(
-            prepared,
-            Prepared {
-                body: garbage,
-                model: None
-            }
-        );
+            false,
+        )
+        .unwrap();
+        assert_eq!(prepared.model, None);
+        assert_eq!(prepared.body(Route::ChatCompletions, Some(5)), garbage);
     }
 
     #[test]

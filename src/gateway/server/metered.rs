@@ -1,7 +1,8 @@
 //! The response body on its way to the agent: passed through frame by frame as it arrives (a stream is
 //! never buffered whole), teed into the meter, bounded by the request's deadline, and concluded
-//! exactly once — at its end, when it is cut, when it times out, or when it is dropped — into a
-//! `Usage` event, the cost ledger and, when something went wrong, an `Error` event.
+//! exactly once — at its end, when it is cut, when it times out, or when it is dropped — into the
+//! settlement of its reservation on the cost ledger, a `Usage` event and, when something went wrong,
+//! an `Error` event. A response whose usage is never read counts its whole reservation.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -14,7 +15,7 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use super::forward::{BoxError, describe};
-use super::{GatewayEvent, Shared};
+use super::{GatewayEvent, Hold, Shared};
 use crate::dispatch::display::without_invisible;
 use crate::gateway::usage::{self, Metered, SseScanner};
 use crate::harness::UsageReport;
@@ -79,6 +80,8 @@ pub(super) struct Report {
     pub(super) request_model: Option<String>,
     /// The upstream's own cost report, when it made one.
     pub(super) header_cost: Option<f64>,
+    /// The request's reservation, settled when the response concludes; `None` when not metered.
+    pub(super) hold: Option<Hold>,
     pub(super) start: Instant,
 }
 
@@ -183,9 +186,10 @@ impl Drop for MeteredBody {
 }
 
 impl Report {
-    fn conclude(self, meter: Meter, end: End) {
+    fn conclude(mut self, meter: Meter, end: End) {
         let latency = self.start.elapsed();
-        let label = &self.label;
+        let label = self.label.clone();
+        let label = &label;
         let complete = matches!(end, End::Complete);
         // `None` when not metered; `problem` when the meter could not read what it was given.
         let (metered, streamed, problem): (Option<Metered>, bool, Option<String>) = match meter {
@@ -195,8 +199,9 @@ impl Report {
                 None,
                 false,
                 Some(format!(
-                    "{label}: the response is over {} MiB, too large to read its usage; this request is not metered",
-                    MAX_METERED_BODY >> 20
+                    "{label}: the response is over {} MiB, too large to read its usage{}",
+                    MAX_METERED_BODY >> 20,
+                    self.unread_note()
                 )),
             ),
             Meter::Json { body, .. } => match usage::from_json(&body) {
@@ -205,27 +210,34 @@ impl Report {
                     None,
                     false,
                     Some(format!(
-                        "{label}: {err}; its usage could not be read (the body was passed to the agent unchanged)"
+                        "{label}: {err}; its usage could not be read (the body was passed to the agent unchanged){}",
+                        self.unread_note()
                     )),
                 ),
             },
             Meter::Sse(scanner) => (Some(scanner.finish().metered), true, None),
         };
         let usage = metered.as_ref().and_then(|metered| metered.usage);
-        if let (Some(metered), Some(tokens)) = (&metered, usage) {
-            self.record(metered, tokens, latency, streamed);
-        }
+        let counted = match (&metered, usage) {
+            (Some(metered), Some(tokens)) => self.record(metered, tokens, latency, streamed),
+            _ => self.record_unread(latency, streamed),
+        };
 
         let what = if streamed { "stream" } else { "body" };
+        let unmetered_text = match counted {
+            Some(reserved) => {
+                format!("; its cost is unknown and counts as the ${reserved:.4} it had reserved")
+            }
+            None => "; this request is not metered".to_owned(),
+        };
         let unmetered = if metered.is_some() && usage.is_none() {
-            "; this request is not metered"
+            unmetered_text.as_str()
         } else {
             ""
         };
         let ended = match end {
-            End::Complete => (metered.is_some() && usage.is_none()).then(|| {
-                format!("{label}: the response carried no usage; this request is not metered")
-            }),
+            End::Complete => (metered.is_some() && usage.is_none())
+                .then(|| format!("{label}: the response carried no usage{unmetered_text}")),
             End::Cut(how) if streamed && usage.is_none() => Some(format!(
                 "{label}: the response stream was cut before usage ({how}){unmetered}"
             )),
@@ -248,17 +260,29 @@ impl Report {
         for message in [problem, ended].into_iter().flatten() {
             self.shared.error(&message);
         }
+        self.shared.announce_if_reached();
     }
 
-    /// One metered response: its `Usage` event and its cost on the ledger.
+    /// What an unread response will count, as its error says it.
+    fn unread_note(&self) -> String {
+        match self.hold.as_ref().map(Hold::reserved_usd) {
+            Some(reserved) if reserved > 0.0 => {
+                format!("; its cost counts as the ${reserved:.4} it had reserved")
+            }
+            _ => "; this request is not metered".to_owned(),
+        }
+    }
+
+    /// One metered response: its cost settled on the ledger and its `Usage` event. Returns the
+    /// reservation counted in its place when its cost is unknown and one was held.
     fn record(
-        &self,
+        &mut self,
         metered: &Metered,
         tokens: usage::TokenCounts,
         latency: std::time::Duration,
         streamed: bool,
-    ) {
-        let shared = &self.shared;
+    ) -> Option<f64> {
+        let shared = Arc::clone(&self.shared);
         let model = metered.model.as_ref().or(self.request_model.as_ref());
         let cost_usd = self.header_cost.or_else(|| {
             [metered.model.as_ref(), self.request_model.as_ref()]
@@ -270,6 +294,11 @@ impl Report {
                         .cost(model, tokens.input, tokens.output, tokens.cached)
                 })
         });
+        let (counted, totals) = match self.hold.take() {
+            Some(hold) => hold.settle(cost_usd),
+            None => (cost_usd.unwrap_or(0.0), shared.totals()),
+        };
+        let reserved_instead = (cost_usd.is_none() && counted > 0.0).then_some(counted);
         shared.emit(GatewayEvent::Usage {
             report: UsageReport {
                 model: shared
@@ -278,13 +307,36 @@ impl Report {
                 input_tokens: tokens.input,
                 output_tokens: tokens.output,
                 cached_tokens: tokens.cached,
-                cost_usd,
+                cost_usd: cost_usd.or(reserved_instead),
             },
+            totals,
             latency,
             streamed,
         });
-        if let Some(cost) = cost_usd {
-            shared.record_cost(cost);
+        reserved_instead
+    }
+
+    /// A response whose usage was never read: its reservation settles whole, and when that counts
+    /// anything a `Usage` event of no tokens carries it. Returns what was counted, if anything.
+    fn record_unread(&mut self, latency: std::time::Duration, streamed: bool) -> Option<f64> {
+        let (counted, totals) = self.hold.take()?.settle(None);
+        if counted <= 0.0 {
+            return None;
         }
+        let shared = &self.shared;
+        let model = self.request_model.as_deref().unwrap_or("unknown");
+        shared.emit(GatewayEvent::Usage {
+            report: UsageReport {
+                model: shared.sanitizer.sanitize(&without_invisible(model).text),
+                input_tokens: 0,
+                output_tokens: 0,
+                cached_tokens: 0,
+                cost_usd: Some(counted),
+            },
+            totals,
+            latency,
+            streamed,
+        });
+        Some(counted)
     }
 }

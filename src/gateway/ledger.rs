@@ -1,0 +1,362 @@
+//! The cost ledger of one dispatch, the only running total of model spend: what was settled, what
+//! requests in flight have reserved, and the ceiling both are held against. A pure core (no I/O, no
+//! clock, no runtime) so that its arithmetic is tested on its own.
+//!
+//! Every request under a ceiling reserves its worst case before it is forwarded and is refused when
+//! that would cross the ceiling; its response settles the reservation with what it cost. A response
+//! whose cost is never learnt (cut, dropped, timed out, without usage) settles at its whole
+//! reservation. So, as long as the upstream honours the output cap it is sent, settled spend never
+//! passes the ceiling; see docs/security.md for the bound and what it assumes.
+
+/// What a request may cost at most, as far as the gateway can tell before forwarding it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorstCase {
+    /// The model is priced: its input costs `input_usd` at most, and each output token
+    /// `per_output_token_usd` times the number of choices asked for.
+    Priced {
+        input_usd: f64,
+        per_output_token_usd: f64,
+        /// The output tokens the request asks for at most, `None` when it sets no cap.
+        asked_output_tokens: Option<u64>,
+    },
+    /// Nobody can price the model before its response: the price table does not list it.
+    Unpriced { model: String },
+}
+
+/// An admitted request's hold on the budget. It is settled exactly once, by [`CostLedger::settle`].
+#[derive(Debug, PartialEq)]
+pub struct Reservation {
+    /// Dollars held for the request until it settles.
+    pub usd: f64,
+    /// The output cap the request must be sent with, when the ceiling sets one.
+    pub output_cap: Option<u64>,
+}
+
+/// Why a request is not forwarded.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// Settled spend, with nothing in flight, leaves less than this request needs: no request of its
+    /// size will ever fit again. The dispatch ends at its ceiling.
+    Reached {
+        spent_usd: f64,
+        ceiling_usd: f64,
+        needed_usd: f64,
+    },
+    /// What is left is held by requests in flight; it may free when they settle.
+    Held {
+        reserved_usd: f64,
+        available_usd: f64,
+        needed_usd: f64,
+    },
+    /// A model the price table does not list, on an endpoint that has not reported a cost itself.
+    UnknownPrice { model: String },
+}
+
+/// A ledger's figures at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Totals {
+    /// What responses cost (or, where that is unknown, what they had reserved).
+    pub settled_usd: f64,
+    /// What requests in flight hold.
+    pub reserved_usd: f64,
+    /// The most ever held at once: with `settled_usd`, the spend the ceiling was defended against.
+    pub peak_reserved_usd: f64,
+    /// Requests in flight.
+    pub open: u32,
+}
+
+/// One dispatch's spend and the ceiling it is held against.
+#[derive(Debug, Clone)]
+pub struct CostLedger {
+    ceiling_usd: Option<f64>,
+    totals: Totals,
+    /// The endpoint put its own cost on a response (LiteLLM's `x-litellm-response-cost`).
+    endpoint_reports_cost: bool,
+}
+
+impl CostLedger {
+    /// A ledger with nothing spent; `ceiling_usd` of `None` holds nothing back.
+    pub fn new(ceiling_usd: Option<f64>) -> CostLedger {
+        CostLedger {
+            ceiling_usd,
+            totals: Totals::default(),
+            endpoint_reports_cost: false,
+        }
+    }
+
+    pub fn ceiling_usd(&self) -> Option<f64> {
+        self.ceiling_usd
+    }
+
+    pub fn totals(&self) -> Totals {
+        self.totals
+    }
+
+    /// Whether settled spend has reached the ceiling (a ceiling of zero is reached from the start).
+    pub fn reached(&self) -> bool {
+        self.ceiling_usd
+            .is_some_and(|ceiling| self.totals.settled_usd >= ceiling)
+    }
+
+    /// Notes that the endpoint reports each response's cost itself; a model the table does not
+    /// price is admitted from then on (one at a time, holding everything left).
+    pub fn endpoint_reports_cost(&mut self) {
+        self.endpoint_reports_cost = true;
+    }
+
+    /// Admits a request or says why not. Without a ceiling every request is admitted and reserves
+    /// nothing. Under one, a priced request reserves its input and as much output as it asks for and
+    /// the budget left pays for (at least one token; the cap it must then be sent with is returned);
+    /// an unpriced one is refused unless the endpoint reports cost, and then reserves all that is left.
+    pub fn admit(&mut self, worst: &WorstCase) -> Result<Reservation, Refusal> {
+        let Some(ceiling) = self.ceiling_usd else {
+            return Ok(self.hold(0.0, None));
+        };
+        let Totals {
+            settled_usd,
+            reserved_usd,
+            open,
+            ..
+        } = self.totals;
+        let available = (ceiling - settled_usd - reserved_usd).max(0.0);
+        let refuse = |needed_usd: f64| {
+            if open == 0 {
+                Refusal::Reached {
+                    spent_usd: settled_usd,
+                    ceiling_usd: ceiling,
+                    needed_usd,
+                }
+            } else {
+                Refusal::Held {
+                    reserved_usd,
+                    available_usd: available,
+                    needed_usd,
+                }
+            }
+        };
+        if self.reached() {
+            return Err(refuse(0.0));
+        }
+        match worst {
+            WorstCase::Unpriced { model } => {
+                if !self.endpoint_reports_cost {
+                    return Err(Refusal::UnknownPrice {
+                        model: model.clone(),
+                    });
+                }
+                if open > 0 {
+                    return Err(refuse(available));
+                }
+                Ok(self.hold(available, None))
+            }
+            WorstCase::Priced {
+                input_usd,
+                per_output_token_usd,
+                asked_output_tokens,
+            } => {
+                let input_usd = input_usd.max(0.0);
+                let per_token = per_output_token_usd.max(0.0);
+                let least = input_usd + per_token;
+                if least > available {
+                    return Err(refuse(least));
+                }
+                if per_token == 0.0 {
+                    return Ok(self.hold(input_usd, None));
+                }
+                // At least one token fits (`least` does); `as` saturates, and the floor keeps the
+                // reservation within what is available.
+                let affordable = (((available - input_usd) / per_token).floor() as u64).max(1);
+                let (tokens, cap) = match *asked_output_tokens {
+                    Some(asked) if asked <= affordable => (asked.max(1), None),
+                    _ => (affordable, Some(affordable)),
+                };
+                Ok(self.hold(input_usd + tokens as f64 * per_token, cap))
+            }
+        }
+    }
+
+    fn hold(&mut self, usd: f64, output_cap: Option<u64>) -> Reservation {
+        self.totals.reserved_usd += usd;
+        self.totals.open += 1;
+        self.totals.peak_reserved_usd = self.totals.peak_reserved_usd.max(self.totals.reserved_usd);
+        Reservation { usd, output_cap }
+    }
+
+    /// Settles `reservation` with what the request cost, `None` when that is unknown (the whole
+    /// reservation then counts). Returns the totals after it.
+    pub fn settle(&mut self, reservation: Reservation, cost_usd: Option<f64>) -> Totals {
+        let cost = cost_usd
+            .filter(|cost| cost.is_finite())
+            .map_or(reservation.usd, |cost| cost.max(0.0));
+        self.totals.reserved_usd = (self.totals.reserved_usd - reservation.usd).max(0.0);
+        self.totals.open = self.totals.open.saturating_sub(1);
+        if self.totals.open == 0 {
+            // Sums of floats drift; nothing is held when nothing is open.
+            self.totals.reserved_usd = 0.0;
+        }
+        self.totals.settled_usd += cost;
+        self.totals
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn priced(input_usd: f64, per_output_token_usd: f64, asked: Option<u64>) -> WorstCase {
+        WorstCase::Priced {
+            input_usd,
+            per_output_token_usd,
+            asked_output_tokens: asked,
+        }
+    }
+
+    fn approx(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-12
+    }
+
+    #[test]
+    fn without_a_ceiling_everything_is_admitted_and_only_costs_count() {
+        let mut ledger = CostLedger::new(None);
+        let held = ledger
+            .admit(&WorstCase::Unpriced {
+                model: "anything".to_owned(),
+            })
+            .unwrap();
+        assert_eq!(
+            held,
+            Reservation {
+                usd: 0.0,
+                output_cap: None
+            }
+        );
+        let totals = ledger.settle(held, Some(2.5));
+        assert_eq!(totals.settled_usd, 2.5);
+        let held = ledger.admit(&priced(1.0, 1.0, None)).unwrap();
+        assert_eq!(ledger.settle(held, None).settled_usd, 2.5);
+        assert!(!ledger.reached());
+    }
+
+    #[test]
+    fn a_request_reserves_its_input_and_the_output_the_budget_pays_for() {
+        let mut ledger = CostLedger::new(Some(1.0));
+        // $0.10 of input, $0.01 per output token: $0.90 left pays for 90 tokens.
+        let held = ledger.admit(&priced(0.10, 0.01, None)).unwrap();
+        assert_eq!(held.output_cap, Some(90));
+        assert!(approx(held.usd, 1.0), "{held:?}");
+        // Asking for fewer tokens than that reserves only those, and sets no cap.
+        let mut ledger = CostLedger::new(Some(1.0));
+        let held = ledger.admit(&priced(0.10, 0.01, Some(20))).unwrap();
+        assert_eq!(held.output_cap, None);
+        assert!(approx(held.usd, 0.30), "{held:?}");
+        // Asking for more is capped.
+        let mut ledger = CostLedger::new(Some(1.0));
+        let held = ledger.admit(&priced(0.10, 0.01, Some(500))).unwrap();
+        assert_eq!(held.output_cap, Some(90));
+    }
+
+    #[test]
+    fn parallel_requests_cannot_reserve_past_the_ceiling() {
+        let mut ledger = CostLedger::new(Some(0.05));
+        let mut held = Vec::new();
+        let mut refused = 0;
+        for _ in 0..150 {
+            match ledger.admit(&priced(0.004, 0.0001, Some(10))) {
+                Ok(reservation) => held.push(reservation),
+                Err(Refusal::Held { .. }) => refused += 1,
+                Err(other) => panic!("{other:?}"),
+            }
+        }
+        // Each holds $0.005: ten fit under $0.05.
+        assert_eq!(held.len(), 10);
+        assert_eq!(refused, 140);
+        assert!(ledger.totals().reserved_usd <= 0.05 + 1e-12);
+        // Each response costs the most it could: spend ends at the ceiling and not past it.
+        for reservation in held {
+            let usd = reservation.usd;
+            ledger.settle(reservation, Some(usd));
+        }
+        let totals = ledger.totals();
+        assert!(totals.settled_usd <= 0.05 + 1e-12, "{totals:?}");
+        assert_eq!(totals.open, 0);
+        assert_eq!(totals.reserved_usd, 0.0);
+        assert!(approx(totals.peak_reserved_usd, 0.05), "{totals:?}");
+        // With nothing left to wait for, the next request meets the ceiling itself.
+        assert!(matches!(
+            ledger.admit(&priced(0.004, 0.0001, Some(10))),
+            Err(Refusal::Reached { .. })
+        ));
+    }
+
+    #[test]
+    fn an_unknown_cost_counts_the_whole_reservation() {
+        let mut ledger = CostLedger::new(Some(1.0));
+        let held = ledger.admit(&priced(0.1, 0.01, Some(10))).unwrap();
+        let totals = ledger.settle(held, None);
+        assert!(approx(totals.settled_usd, 0.2), "{totals:?}");
+        let held = ledger.admit(&priced(0.1, 0.01, Some(10))).unwrap();
+        let totals = ledger.settle(held, Some(f64::NAN));
+        assert!(approx(totals.settled_usd, 0.4), "{totals:?}");
+    }
+
+    #[test]
+    fn a_request_whose_input_alone_crosses_the_ceiling_is_refused() {
+        let mut ledger = CostLedger::new(Some(0.01));
+        assert_eq!(
+            ledger.admit(&priced(0.02, 0.001, None)),
+            Err(Refusal::Reached {
+                spent_usd: 0.0,
+                ceiling_usd: 0.01,
+                needed_usd: 0.021
+            })
+        );
+        // A zero ceiling is reached before anything.
+        let mut zero = CostLedger::new(Some(0.0));
+        assert!(zero.reached());
+        assert!(matches!(
+            zero.admit(&priced(0.0, 0.0, None)),
+            Err(Refusal::Reached { .. })
+        ));
+    }
+
+    #[test]
+    fn an_unpriced_model_is_refused_until_the_endpoint_reports_cost_then_runs_alone() {
+        let unpriced = WorstCase::Unpriced {
+            model: "o1-pro".to_owned(),
+        };
+        let mut ledger = CostLedger::new(Some(1.0));
+        assert_eq!(
+            ledger.admit(&unpriced),
+            Err(Refusal::UnknownPrice {
+                model: "o1-pro".to_owned()
+            })
+        );
+        ledger.endpoint_reports_cost();
+        let first = ledger.admit(&unpriced).unwrap();
+        assert!(approx(first.usd, 1.0));
+        // It holds everything left: nothing else runs beside it.
+        assert!(matches!(ledger.admit(&unpriced), Err(Refusal::Held { .. })));
+        assert!(matches!(
+            ledger.admit(&priced(0.0, 0.000001, Some(1))),
+            Err(Refusal::Held { .. })
+        ));
+        let totals = ledger.settle(first, Some(0.25));
+        assert!(approx(totals.settled_usd, 0.25));
+        assert!(ledger.admit(&unpriced).is_ok());
+    }
+
+    #[test]
+    fn a_free_model_reserves_its_input_only() {
+        let mut ledger = CostLedger::new(Some(1.0));
+        let held = ledger.admit(&priced(0.0, 0.0, None)).unwrap();
+        assert_eq!(
+            held,
+            Reservation {
+                usd: 0.0,
+                output_cap: None
+            }
+        );
+    }
+}
