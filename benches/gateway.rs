@@ -48,7 +48,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::json;
 use stet::dispatch::sanitize::TokenSanitizer;
 use stet::gateway::prices::PriceTable;
-use stet::gateway::{Gateway, GatewayConfig, GatewayEvent};
+use stet::gateway::{Gateway, GatewayConfig, GatewayEvent, GatewayLimits};
 use stet::scripted_model::{DEMO_MODEL, ScriptedModel};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
@@ -337,6 +337,7 @@ async fn start_gateway(
             prices: Arc::new(PriceTable::builtin()),
             ceiling_usd,
             request_timeout: Duration::from_secs(120),
+            limits: GatewayLimits::default(),
         };
         let (gateway, mut events) = Gateway::start(&socket, config, sanitizer)
             .await

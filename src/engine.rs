@@ -224,5 +224,9 @@ fn gateway_settings(
         api_key,
         prices: Arc::new(prices),
         request_timeout: model.request_timeout,
+        limits: crate::gateway::GatewayLimits {
+            max_concurrent_requests: model.max_concurrent_requests,
+            ..crate::gateway::GatewayLimits::default()
+        },
     }))
 }

@@ -177,6 +177,7 @@ pub(super) struct ModelSection {
     pub api_key_env: Setting<String>,
     pub prices: Setting<PathBuf>,
     pub request_timeout_secs: Setting<u64>,
+    pub max_concurrent_requests: Setting<u64>,
     /// Only here to refuse an inline key with a useful message.
     api_key: Setting<toml::Value>,
 }

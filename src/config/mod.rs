@@ -219,6 +219,8 @@ pub struct ModelConfig {
     pub prices: Option<PathBuf>,
     /// The bound on one model request, from connecting to the end of its response.
     pub request_timeout: Duration,
+    /// The most model requests one dispatch has in flight at once.
+    pub max_concurrent_requests: usize,
 }
 
 impl ModelConfig {
@@ -253,6 +255,7 @@ impl Default for ModelConfig {
             api_key_env: None,
             prices: None,
             request_timeout: resolve::DEFAULT_MODEL_REQUEST_TIMEOUT,
+            max_concurrent_requests: crate::gateway::DEFAULT_MAX_CONCURRENT_REQUESTS,
         }
     }
 }

@@ -124,6 +124,11 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         |s| &s.model.request_timeout_secs,
         Some(DEFAULT_MODEL_REQUEST_TIMEOUT.as_secs()),
     );
+    let max_concurrent_requests = layers.at_most(
+        "model.max_concurrent_requests",
+        |s| &s.model.max_concurrent_requests,
+        Some(crate::gateway::DEFAULT_MAX_CONCURRENT_REQUESTS as u64),
+    );
     if !layers.refusals().is_empty() {
         return Err(ConfigError::Untrusted {
             refusals: layers.refusals_by_line(),
@@ -315,6 +320,17 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
                 ));
             }
             Some(secs) => Duration::from_secs(secs.value),
+        },
+        max_concurrent_requests: match max_concurrent_requests {
+            None => crate::gateway::DEFAULT_MAX_CONCURRENT_REQUESTS,
+            Some(Sourced { value, origin, .. }) if !(1..=64).contains(&value) => {
+                return Err(invalid(
+                    origin,
+                    "model.max_concurrent_requests",
+                    format!("{value} is outside 1..=64"),
+                ));
+            }
+            Some(count) => count.value as usize,
         },
     };
     Ok(Config {

@@ -356,6 +356,8 @@ fn project_settings_only_tighten_from_an_untrusted_file() {
         ("[credentials]\nttl_seconds = 901", false),
         ("[model]\nrequest_timeout_secs = 60", true),
         ("[model]\nrequest_timeout_secs = 301", false),
+        ("[model]\nmax_concurrent_requests = 1", true),
+        ("[model]\nmax_concurrent_requests = 5", false),
         ("[review]\nprotected_paths = [\"docs/**\"]", true),
         ("[review]\nprotected_paths = []", true),
         ("[harness.script]\npace = 7", true),
@@ -672,6 +674,7 @@ base_url = "http://127.0.0.1:4000/v1"
 api_key_env = "USER_MODEL_KEY"
 prices = "prices.toml"
 request_timeout_secs = 90
+max_concurrent_requests = 2
 "#;
 
 #[test]
@@ -714,6 +717,7 @@ fn dispatch_and_harness_settings_come_from_the_files_field_by_field() {
             api_key_env: Some("USER_MODEL_KEY".to_owned()),
             prices: Some(PathBuf::from("/home/u/.config/stet/prices.toml")),
             request_timeout: Duration::from_secs(90),
+            max_concurrent_requests: 2,
         }
     );
     assert_eq!(
@@ -844,6 +848,10 @@ fn bad_dispatch_and_harness_values_name_the_file_the_line_and_the_field() {
         (
             "[model]\nrequest_timeout_secs = 0\n",
             "model.request_timeout_secs",
+        ),
+        (
+            "[model]\nmax_concurrent_requests = 0\n",
+            "model.max_concurrent_requests",
         ),
         (
             "[harness.openhands]\nbase_url = \"http://127.0.0.1:4000/v1\"\n",

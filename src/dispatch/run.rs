@@ -1011,6 +1011,7 @@ impl Flow {
             prices: Arc::clone(&settings.prices),
             ceiling_usd: self.parts.settings.cost_ceiling_usd,
             request_timeout: settings.request_timeout,
+            limits: settings.limits,
         };
         let (gateway, events) = Gateway::start(&socket, config, self.sanitizer())
             .await

@@ -126,6 +126,8 @@ pub struct GatewaySettings {
     pub api_key: Option<crate::dispatch::credential::SecretValue>,
     pub prices: Arc<crate::gateway::prices::PriceTable>,
     pub request_timeout: Duration,
+    /// What one dispatch's agent can make the host hold through the gateway.
+    pub limits: crate::gateway::GatewayLimits,
 }
 
 /// What dispatches need beyond the sweep's parts: where results go and which agent runs.

@@ -19,7 +19,9 @@ mod tests;
 
 use std::path::PathBuf;
 
-pub use server::{Gateway, GatewayConfig, GatewayEvent};
+pub use server::{
+    DEFAULT_MAX_CONCURRENT_REQUESTS, Gateway, GatewayConfig, GatewayEvent, GatewayLimits,
+};
 
 /// Everything that can go wrong starting the gateway or reading a price table. Messages never contain
 /// the API key or a URL's userinfo.

@@ -3,6 +3,7 @@
 
 mod forward;
 mod metered;
+mod scan;
 
 use std::convert::Infallible;
 use std::net::IpAddr;
@@ -21,7 +22,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::UnixListener;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::GatewayError;
@@ -40,6 +41,45 @@ const EVENT_CAPACITY: usize = 1024;
 
 /// How long an idle upstream connection is kept for reuse.
 const POOL_IDLE: Duration = Duration::from_secs(30);
+
+/// How a dispatch's gateway bounds what one agent can make the host hold: connections (each a file
+/// descriptor), requests in flight, request bytes buffered, and how long a request's head and body
+/// may take to arrive. Every bound is per gateway, so per dispatch: one dispatch's agent cannot take
+/// another's share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GatewayLimits {
+    /// Connections served at once; a further connection waits in the socket's backlog, costing stet
+    /// nothing, until one closes.
+    pub max_connections: usize,
+    /// Requests in flight at once; a further one is answered 429 with `Retry-After`.
+    pub max_concurrent_requests: usize,
+    /// Request body bytes held at once, across the dispatch's requests; a request that would pass it
+    /// is answered 503 with `Retry-After`.
+    pub max_bytes_in_flight: usize,
+    /// How long a request's head (request line and headers) may take, and how long a kept-alive
+    /// connection may sit idle: a slow or silent client is disconnected.
+    pub header_timeout: Duration,
+    /// How long a request's body may take to arrive, from its head.
+    pub body_timeout: Duration,
+}
+
+impl Default for GatewayLimits {
+    fn default() -> GatewayLimits {
+        GatewayLimits {
+            max_connections: 16,
+            max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+            max_bytes_in_flight: 64 * 1024 * 1024,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The default cap on one dispatch's model requests in flight (`model.max_concurrent_requests`).
+pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 4;
+
+/// The largest request head (request line and headers) read.
+const MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// The upstream client: HTTPS with the webpki roots, or plain HTTP (loopback only, checked at start).
 type UpstreamClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
@@ -64,6 +104,8 @@ pub struct GatewayConfig {
     /// Whole-request bound (connect + response head + body); a slow upstream becomes an error, never a
     /// hang. It bounds streamed responses too, so it must cover the longest generation allowed.
     pub request_timeout: Duration,
+    /// What one agent can make the host hold.
+    pub limits: GatewayLimits,
 }
 
 /// What the gateway reports to the engine. Every text in it has passed the sanitizer, and none holds
@@ -139,6 +181,14 @@ impl Gateway {
             prices: config.prices,
             ceiling_usd: config.ceiling_usd,
             request_timeout: config.request_timeout,
+            limits: config.limits,
+            requests: Arc::new(Semaphore::new(config.limits.max_concurrent_requests.max(1))),
+            bytes_in_flight: Arc::new(Semaphore::new(
+                config
+                    .limits
+                    .max_bytes_in_flight
+                    .min(Semaphore::MAX_PERMITS),
+            )),
             sanitizer,
             events,
             ledger: Mutex::new(Ledger {
@@ -267,17 +317,32 @@ async fn accept_loop(
     mut stopped: oneshot::Receiver<()>,
 ) {
     let mut connections = JoinSet::new();
+    let slots = Arc::new(Semaphore::new(shared.limits.max_connections.max(1)));
     loop {
+        // A connection is accepted only with a slot free: past the cap, connections wait in the
+        // socket's backlog, holding none of stet's descriptors.
+        let slot = tokio::select! {
+            _ = &mut stopped => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+        };
         tokio::select! {
             _ = &mut stopped => break,
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    connections.spawn(serve_connection(stream, Arc::clone(&shared)));
+                    let shared = Arc::clone(&shared);
+                    connections.spawn(async move {
+                        serve_connection(stream, shared).await;
+                        drop(slot);
+                    });
                 }
                 Err(err) => {
                     // Out of descriptors and the like: back off instead of spinning.
                     tracing::warn!("the gateway could not accept a connection: {err}");
+                    drop(slot);
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
@@ -288,12 +353,16 @@ async fn accept_loop(
 }
 
 async fn serve_connection(stream: tokio::net::UnixStream, shared: Arc<Shared>) {
+    let header_timeout = shared.limits.header_timeout;
     let service = hyper::service::service_fn(move |request| {
         let shared = Arc::clone(&shared);
         async move { Ok::<_, Infallible>(forward::handle(shared, request).await) }
     });
     // A connection error is the agent's side going away; what matters was reported per request.
     let _ = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .max_header_size(MAX_HEADER_BYTES)
         .serve_connection(TokioIo::new(stream), service)
         .await;
 }
@@ -403,6 +472,11 @@ struct Shared {
     prices: Arc<PriceTable>,
     ceiling_usd: Option<f64>,
     request_timeout: Duration,
+    limits: GatewayLimits,
+    /// One permit per request in flight.
+    requests: Arc<Semaphore>,
+    /// One permit per request body byte held.
+    bytes_in_flight: Arc<Semaphore>,
     sanitizer: Arc<TokenSanitizer>,
     events: mpsc::Sender<GatewayEvent>,
     ledger: Mutex<Ledger>,

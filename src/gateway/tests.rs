@@ -21,7 +21,7 @@ use tokio::net::{TcpListener, UnixStream};
 use tokio::sync::mpsc;
 
 use super::prices::PriceTable;
-use super::{Gateway, GatewayConfig, GatewayError, GatewayEvent};
+use super::{Gateway, GatewayConfig, GatewayError, GatewayEvent, GatewayLimits};
 use crate::dispatch::credential::SecretValue;
 use crate::dispatch::sanitize::TokenSanitizer;
 
@@ -226,6 +226,7 @@ fn config(upstream: &str, key: &str, ceiling_usd: Option<f64>, timeout: Duration
         prices: Arc::new(PriceTable::builtin()),
         ceiling_usd,
         request_timeout: timeout,
+        limits: GatewayLimits::default(),
     }
 }
 
@@ -235,13 +236,20 @@ fn sanitizer() -> Arc<TokenSanitizer> {
 }
 
 async fn rig_with(ceiling_usd: Option<f64>, timeout: Duration) -> Rig {
+    rig_limited(ceiling_usd, timeout, GatewayLimits::default()).await
+}
+
+async fn rig_limited(ceiling_usd: Option<f64>, timeout: Duration, limits: GatewayLimits) -> Rig {
     let upstream = Upstream::start().await;
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("model.sock");
     let key = random_key();
     let (gateway, events) = Gateway::start(
         &socket,
-        config(&upstream.base, &key, ceiling_usd, timeout),
+        GatewayConfig {
+            limits,
+            ..config(&upstream.base, &key, ceiling_usd, timeout)
+        },
         sanitizer(),
     )
     .await
@@ -1299,4 +1307,224 @@ async fn a_response_without_usage_counts_its_reservation_under_a_ceiling() {
         GatewayEvent::CeilingReached { .. }
     ));
     assert_eq!(rig.upstream.requests().len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A hostile agent against the host's resources. Each test states the bound it checks.
+// ---------------------------------------------------------------------------------------------
+
+/// This process's open file descriptors.
+fn open_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// This process's resident memory, in bytes.
+fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
+/// Bound: file descriptors. A hostile dispatch holding 300 idle connections costs stet at most its
+/// connection cap, and a benign dispatch beside it is served at once; the idle ones are let go after
+/// the header timeout, and the hostile agent's next request is served then.
+#[tokio::test]
+async fn idle_connections_cost_at_most_the_cap_and_starve_no_other_dispatch() {
+    let limits = GatewayLimits {
+        header_timeout: Duration::from_millis(500),
+        ..GatewayLimits::default()
+    };
+    let hostile = rig_limited(None, Duration::from_secs(20), limits).await;
+    let mut benign = rig().await;
+    let before = open_descriptors();
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        idle.push(within(UnixStream::connect(&hostile.socket)).await.unwrap());
+    }
+    // Every connect completed: the ones past the cap wait in the backlog, not in stet. Let the
+    // accept loop take what it will (a request on the benign gateway is a full round trip).
+    benign
+        .upstream
+        .reply(ok_json(chat_completion("stet-demo-model", 1, 1, 0)));
+    let (status, _, _) = chat(&benign.socket).await;
+    assert_eq!(status, StatusCode::OK, "the benign dispatch is served");
+    expect_usage(benign.next_event().await);
+    let grown = open_descriptors() - before;
+    assert!(
+        grown <= 300 + limits.max_connections + 8,
+        "300 client ends and {} descriptors more: stet holds {} for them",
+        grown - 300,
+        grown.saturating_sub(300)
+    );
+    // The hostile agent itself is served once its idle connections are let go.
+    hostile
+        .upstream
+        .reply(ok_json(chat_completion("stet-demo-model", 1, 1, 0)));
+    let (status, _, _) = chat(&hostile.socket).await;
+    assert_eq!(status, StatusCode::OK);
+    drop(idle);
+}
+
+/// Bound: time and descriptors. A request head that never ends is cut at the header timeout.
+#[tokio::test]
+async fn a_request_head_sent_slowly_is_cut_at_the_header_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let limits = GatewayLimits {
+        header_timeout: Duration::from_millis(300),
+        ..GatewayLimits::default()
+    };
+    let rig = rig_limited(None, Duration::from_secs(20), limits).await;
+    let mut stream = within(UnixStream::connect(&rig.socket)).await.unwrap();
+    stream
+        .write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-slow: ")
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    within(stream.read_to_end(&mut rest)).await.unwrap();
+    let reply = String::from_utf8_lossy(&rest);
+    assert!(
+        reply.is_empty() || reply.starts_with("HTTP/1.1 408"),
+        "{reply}"
+    );
+    assert!(rig.upstream.requests().is_empty());
+}
+
+/// Bound: time. A body that stops arriving is answered 408 at the body timeout.
+#[tokio::test]
+async fn a_body_sent_slowly_is_refused_at_the_body_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let limits = GatewayLimits {
+        body_timeout: Duration::from_millis(300),
+        ..GatewayLimits::default()
+    };
+    let mut rig = rig_limited(None, Duration::from_secs(20), limits).await;
+    let mut stream = within(UnixStream::connect(&rig.socket)).await.unwrap();
+    stream
+        .write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"model\"")
+        .await
+        .unwrap();
+    let mut head = [0u8; 12];
+    within(stream.read_exact(&mut head)).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 408");
+    assert!(rig.next_error().await.contains("did not arrive"));
+    assert!(rig.upstream.requests().is_empty());
+}
+
+/// Bound: requests in flight. Past the cap a request is answered 429 with a retry, and never reaches
+/// the upstream.
+#[tokio::test]
+async fn requests_past_the_cap_in_flight_are_held_back() {
+    let limits = GatewayLimits {
+        max_concurrent_requests: 2,
+        ..GatewayLimits::default()
+    };
+    let mut rig = rig_limited(None, Duration::from_secs(20), limits).await;
+    let (first, _first_response) = held_stream(&rig).await;
+    let (second, _second_response) = held_stream(&rig).await;
+    let (status, headers, body) = chat(&rig.socket).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(headers.get("retry-after").is_some());
+    assert!(body.contains("too_many_requests_in_flight"), "{body}");
+    assert!(
+        rig.next_error()
+            .await
+            .contains("2 requests are already in flight")
+    );
+    assert_eq!(rig.upstream.requests().len(), 2);
+    // One ends: its place is free again.
+    drop(first);
+    drop(_first_response);
+    rig.upstream
+        .reply(ok_json(chat_completion("stet-demo-model", 1, 1, 0)));
+    let mut served = false;
+    for _ in 0..50 {
+        let (status, _, _) = chat(&rig.socket).await;
+        if status == StatusCode::OK {
+            served = true;
+            break;
+        }
+        // The first stream's end is reported before its place is given back.
+        rig.pending_events();
+        tokio::task::yield_now().await;
+    }
+    assert!(served, "a place freed when a request ended");
+    drop(second);
+}
+
+/// Bound: memory. 100 connections each sending a 31 MiB body: the bodies held at once stay within
+/// the dispatch's budget of bytes in flight (64 MiB), so resident memory grows by far less than the
+/// 3.1 GiB sent.
+#[tokio::test]
+async fn huge_bodies_at_once_are_held_to_the_budget_of_bytes_in_flight() {
+    let rig = rig_limited(
+        None,
+        Duration::from_secs(60),
+        GatewayLimits {
+            max_concurrent_requests: 64,
+            max_connections: 128,
+            ..GatewayLimits::default()
+        },
+    )
+    .await;
+    for _ in 0..100 {
+        rig.upstream.reply(Reply::Hang);
+    }
+    let before = resident_bytes();
+    let body_len = 31 * 1024 * 1024;
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..100 {
+        let socket = rig.socket.clone();
+        calls.spawn(async move {
+            let stream = UnixStream::connect(&socket).await.unwrap();
+            let (mut sender, connection) =
+                hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                    .await
+                    .unwrap();
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            // Sent in 1 MiB pieces of the same buffer: the client holds 1 MiB, not 31.
+            let piece = Bytes::from(vec![b' '; 1024 * 1024]);
+            let frames = futures_util::stream::iter(
+                (0..31).map(move |_| Ok::<_, Infallible>(Frame::data(piece.clone()))),
+            );
+            let request = Request::builder()
+                .method("POST")
+                .uri("/v1/chat/completions")
+                .header("host", "x")
+                .header("content-length", body_len)
+                .body(StreamBody::new(frames))
+                .unwrap();
+            match sender.send_request(request).await {
+                Ok(response) => Some(response.status()),
+                Err(_) => None,
+            }
+        });
+    }
+    let mut over_budget = 0;
+    let mut peak = 0;
+    while let Some(result) = within(calls.join_next()).await {
+        peak = peak.max(resident_bytes().saturating_sub(before));
+        if result.unwrap() == Some(StatusCode::SERVICE_UNAVAILABLE) {
+            over_budget += 1;
+        }
+        if calls.len() <= 2 {
+            // The last two are held at the upstream, which never answers.
+            break;
+        }
+    }
+    peak = peak.max(resident_bytes().saturating_sub(before));
+    assert!(
+        over_budget >= 90,
+        "{over_budget} of 100 refused for the budget"
+    );
+    assert!(
+        peak < 512 * 1024 * 1024,
+        "resident memory grew by {} MiB",
+        peak >> 20
+    );
 }

@@ -13,6 +13,7 @@
 //! reached and 504 when it does not answer within the request timeout. The upstream's own statuses
 //! (429 with `Retry-After`, 5xx, …) pass through unchanged.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -20,12 +21,14 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use serde_json::{Map, Value};
+use serde_json::Value;
+use serde_json::value::RawValue;
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::metered::{Meter, MeteredBody, Report};
-use super::{Hold, Shared};
+use super::{Hold, Shared, scan};
 use crate::gateway::ledger::{Refusal, WorstCase};
 use crate::gateway::prices::PriceTable;
 use crate::gateway::usage::{self, SseScanner};
@@ -114,44 +117,25 @@ pub(super) async fn handle(
         );
     }
 
+    // A request in flight holds a permit until its response concludes (or it is refused).
+    let Ok(in_flight) = Arc::clone(&shared.requests).try_acquire_owned() else {
+        let cap = shared.limits.max_concurrent_requests;
+        shared.error(&format!(
+            "{label}: held back, {cap} requests are already in flight, the most one dispatch may have (429)"
+        ));
+        return retry_reply(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_requests_in_flight",
+            &format!(
+                "stet gateway: {cap} model requests of this dispatch are already in flight (model.max_concurrent_requests); retry when one finishes"
+            ),
+        );
+    };
+
     let (parts, body) = request.into_parts();
-    let collected =
-        tokio::time::timeout_at(deadline, Limited::new(body, MAX_REQUEST_BODY).collect()).await;
-    let body = match collected {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(err)) if err.downcast_ref::<LengthLimitError>().is_some() => {
-            let limit = MAX_REQUEST_BODY >> 20;
-            shared.error(&format!(
-                "{label}: refused, the request body is over {limit} MiB (413)"
-            ));
-            return error_reply(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "request_too_large",
-                &format!("stet gateway: request bodies are limited to {limit} MiB"),
-            );
-        }
-        Ok(Err(err)) => {
-            let detail = describe(&*err);
-            shared.error(&format!(
-                "{label}: the agent's request body could not be read: {detail} (400)"
-            ));
-            return error_reply(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                "stet gateway: the request body could not be read",
-            );
-        }
-        Err(_) => {
-            let timeout = shared.request_timeout;
-            shared.error(&format!(
-                "{label}: the agent's request body did not arrive within {timeout:?} (408)"
-            ));
-            return error_reply(
-                StatusCode::REQUEST_TIMEOUT,
-                "request_timeout",
-                "stet gateway: the request body did not arrive in time",
-            );
-        }
+    let (body, held_bytes) = match read_body(&shared, &parts.headers, body, deadline).await {
+        Ok(read) => read,
+        Err(unread) => return unread.reply(&shared, &label),
     };
 
     let Ok(uri) = shared.upstream.uri(route.rest(), parts.uri.query()) else {
@@ -268,18 +252,151 @@ pub(super) async fn handle(
         }
         hold => hold,
     };
+    // The body went upstream with the request: its bytes are no longer held.
+    drop(held_bytes);
     let report = Report {
         shared,
         label,
         request_model: prepared.model,
         header_cost,
         hold,
+        in_flight: Some(in_flight),
         start,
     };
     Response::from_parts(
         parts,
         MeteredBody::new(body, deadline, meter, report).boxed(),
     )
+}
+
+/// Why an agent's request body was not read whole.
+#[derive(Debug)]
+enum Unread {
+    /// Over [`MAX_REQUEST_BODY`], by its `Content-Length` or as it arrived.
+    TooLarge,
+    /// The dispatch's budget of bytes in flight is held by its other requests.
+    OverBudget { budget: usize },
+    /// The body failed (a malformed chunk, the connection cut); the text says how.
+    Broken(String),
+    /// The body did not arrive in time.
+    TimedOut(std::time::Duration),
+}
+
+impl Unread {
+    fn reply(self, shared: &Shared, label: &str) -> Response<GatewayBody> {
+        match self {
+            Unread::TooLarge => {
+                let limit = MAX_REQUEST_BODY >> 20;
+                shared.error(&format!(
+                    "{label}: refused, the request body is over {limit} MiB (413)"
+                ));
+                error_reply(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "request_too_large",
+                    &format!("stet gateway: request bodies are limited to {limit} MiB"),
+                )
+            }
+            Unread::OverBudget { budget } => {
+                let budget = budget >> 20;
+                shared.error(&format!(
+                    "{label}: held back, the dispatch's other requests hold its {budget} MiB of request bytes in flight (503)"
+                ));
+                retry_reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "request_bytes_in_flight",
+                    &format!(
+                        "stet gateway: this dispatch's requests in flight already hold {budget} MiB of request bodies; retry when one finishes"
+                    ),
+                )
+            }
+            Unread::Broken(detail) => {
+                shared.error(&format!(
+                    "{label}: the agent's request body could not be read: {detail} (400)"
+                ));
+                error_reply(
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    "stet gateway: the request body could not be read",
+                )
+            }
+            Unread::TimedOut(timeout) => {
+                shared.error(&format!(
+                    "{label}: the agent's request body did not arrive within {timeout:?} (408)"
+                ));
+                error_reply(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "request_timeout",
+                    "stet gateway: the request body did not arrive in time",
+                )
+            }
+        }
+    }
+}
+
+/// Takes `bytes` more of the dispatch's budget of request bytes in flight into `held`.
+fn take_bytes(
+    shared: &Shared,
+    bytes: usize,
+    held: &mut Option<OwnedSemaphorePermit>,
+) -> Result<(), Unread> {
+    let budget = shared.limits.max_bytes_in_flight;
+    let count = u32::try_from(bytes).map_err(|_| Unread::TooLarge)?;
+    let permit = Arc::clone(&shared.bytes_in_flight)
+        .try_acquire_many_owned(count)
+        .map_err(|_| Unread::OverBudget { budget })?;
+    match held {
+        Some(held) => held.merge(permit),
+        None => *held = Some(permit),
+    }
+    Ok(())
+}
+
+/// Reads an agent's request body whole, within the body timeout (and the request's deadline), at
+/// most [`MAX_REQUEST_BODY`] bytes, each byte taken from the dispatch's budget of bytes in flight:
+/// what its `Content-Length` declares before any of it is read, the rest as it arrives. Returns the
+/// body and its share of the budget, given back when dropped.
+async fn read_body(
+    shared: &Shared,
+    headers: &HeaderMap,
+    mut body: Incoming,
+    deadline: tokio::time::Instant,
+) -> Result<(Bytes, Option<OwnedSemaphorePermit>), Unread> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > MAX_REQUEST_BODY as u64) {
+        return Err(Unread::TooLarge);
+    }
+    let timeout = shared.limits.body_timeout.min(shared.request_timeout);
+    let body_deadline = deadline.min(tokio::time::Instant::now() + timeout);
+    let declared = declared.map_or(0, |length| length as usize);
+    let mut held = None;
+    if declared > 0 {
+        take_bytes(shared, declared, &mut held)?;
+    }
+    let mut collected = Vec::with_capacity(declared);
+    loop {
+        let frame = match tokio::time::timeout_at(body_deadline, body.frame()).await {
+            Err(_) => return Err(Unread::TimedOut(timeout)),
+            Ok(None) => break,
+            Ok(Some(Err(err))) => return Err(Unread::Broken(describe(&err))),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let taken = declared.max(collected.len());
+        let total = collected.len() + data.len();
+        if total > MAX_REQUEST_BODY {
+            return Err(Unread::TooLarge);
+        }
+        if total > taken {
+            take_bytes(shared, total - taken, &mut held)?;
+        }
+        collected.extend_from_slice(&data);
+    }
+    Ok((Bytes::from(collected), held))
 }
 
 /// Reports an upstream status the agent will have to deal with.
@@ -307,15 +424,20 @@ fn report_status(shared: &Shared, label: &str, status: StatusCode, headers: &Hea
     }
 }
 
+/// A JSON request's top-level fields, each kept as the bytes it was written in: reading a request
+/// this way costs about its size, whatever it holds (see `scan` for the rest of the walk).
+type Fields = BTreeMap<String, Box<RawValue>>;
+
 /// An agent request as read, with what the ledger needs to know of it.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 struct Prepared {
     /// The body as received: what is sent when nothing needs rewriting.
     raw: Bytes,
-    /// The request, when it is a JSON object on a metered route.
-    request: Option<Map<String, Value>>,
-    /// `request` already differs from `raw` (a stream made to report usage).
-    changed: bool,
+    /// The request's fields, when it is a JSON object on a metered route.
+    fields: Option<Fields>,
+    /// `fields` must be sent instead of `raw`: a stream was made to report usage, or the request is
+    /// held to a ceiling (what is sent is then exactly what was priced, one value per field).
+    rewrite: bool,
     /// The request's `model`, the pricing fallback when the response does not name one the table knows.
     model: Option<String>,
     /// What the request may cost at most; `None` on a route that is not metered.
@@ -327,9 +449,10 @@ struct Prepared {
 /// no streamed request goes unmetered.
 ///
 /// Under a ceiling (`bounded`) its worst case must be knowable: a body that is not a JSON object
-/// naming its model, a chat `n` that is not a positive whole number, and input or work the request
-/// only refers to (a stored response, conversation, prompt or file; a tool the provider runs
-/// itself; audio output) are refused with the reason. Without a ceiling any body passes.
+/// naming its model as a string, a chat `n` that is not a positive whole number, and input or work
+/// the request only refers to (a stored response, conversation, prompt or file; a background
+/// response; a tool the provider runs itself; audio output; web search) are refused with the reason.
+/// Without a ceiling any body passes.
 ///
 /// The worst case counts each byte of the body as an input token (tokenizers spend at least a byte
 /// a token; JSON spends more), [`TOKENS_PER_ATTACHMENT`] more for each image or file part, at the
@@ -341,60 +464,52 @@ fn prepare(
     prices: &PriceTable,
     bounded: bool,
 ) -> Result<Prepared, String> {
-    let unread = |raw: Bytes| Prepared {
+    let unread = |raw: Bytes, worst| Prepared {
         raw,
-        request: None,
-        changed: false,
+        fields: None,
+        rewrite: false,
         model: None,
-        worst: None,
+        worst,
     };
     if !route.metered() {
-        return Ok(unread(raw));
+        return Ok(unread(raw, None));
     }
-    let Ok(Value::Object(mut request)) = serde_json::from_slice::<Value>(&raw) else {
+    let unpriced = || WorstCase::Unpriced {
+        model: String::new(),
+    };
+    let (Ok(mut fields), Ok(found)) = (serde_json::from_slice::<Fields>(&raw), scan::scan(&raw))
+    else {
         if bounded {
             return Err("the request body is not a JSON object".to_owned());
         }
-        return Ok(Prepared {
-            worst: Some(WorstCase::Unpriced {
-                model: String::new(),
-            }),
-            ..unread(raw)
-        });
+        return Ok(unread(raw, Some(unpriced())));
     };
-    let model = request
-        .get("model")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let mut changed = false;
-    if route == Route::ChatCompletions && request.get("stream") == Some(&Value::Bool(true)) {
-        let options = request
-            .entry("stream_options")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if !options.is_object() {
-            *options = Value::Object(Map::new());
-        }
-        if let Value::Object(options) = options
-            && options.get("include_usage") != Some(&Value::Bool(true))
-        {
-            options.insert("include_usage".to_owned(), Value::Bool(true));
-            changed = true;
+    let model = typed::<String>(&fields, "model");
+    let mut rewrite = bounded;
+    if route == Route::ChatCompletions && typed::<bool>(&fields, "stream") == Some(true) {
+        let mut options = typed::<Fields>(&fields, "stream_options").unwrap_or_default();
+        if typed::<bool>(&options, "include_usage") != Some(true) {
+            set_field(&mut options, "include_usage", &Value::Bool(true));
+            if let Ok(options) = serde_json::value::to_raw_value(&options) {
+                fields.insert("stream_options".to_owned(), options);
+            }
+            rewrite = true;
         }
     }
-    if bounded && let Some(reason) = unbounded_part(route, &request) {
+    if bounded && let Some(reason) = unbounded_part(route, &fields, &found) {
         return Err(reason);
     }
     let worst = match model.as_deref().and_then(|name| prices.price(name)) {
         None if bounded && model.is_none() => {
-            return Err("the request names no model to price".to_owned());
+            return Err("the request names no model (a string) to price".to_owned());
         }
         None => WorstCase::Unpriced {
             model: model.clone().unwrap_or_default(),
         },
         Some(price) => {
-            let choices = match request.get("n") {
-                None | Some(Value::Null) => 1,
-                Some(n) => match n.as_u64().filter(|n| *n > 0) {
+            let choices = match fields.get("n").map(|raw| raw.get().trim()) {
+                None | Some("null") => 1,
+                Some(_) => match typed::<u64>(&fields, "n").filter(|n| *n > 0) {
                     Some(n) => n,
                     None if bounded => {
                         return Err("its `n` is not a positive whole number".to_owned());
@@ -402,60 +517,74 @@ fn prepare(
                     None => 1,
                 },
             };
-            let attachments = attachments(&Value::Object(request.clone()));
             let input_tokens = (raw.len() as u64)
-                .saturating_add(attachments.saturating_mul(TOKENS_PER_ATTACHMENT));
+                .saturating_add(found.attachments.saturating_mul(TOKENS_PER_ATTACHMENT));
             WorstCase::Priced {
                 input_usd: input_tokens as f64 * price.input / 1_000_000.0,
                 per_output_token_usd: price.output * choices as f64 / 1_000_000.0,
-                asked_output_tokens: output_fields(route, &request)
+                asked_output_tokens: output_fields(route, &fields)
                     .iter()
-                    .filter_map(|field| request.get(*field).and_then(Value::as_u64))
+                    .filter_map(|name| typed::<u64>(&fields, name))
                     .min(),
             }
         }
     };
     Ok(Prepared {
         raw,
-        request: Some(request),
-        changed,
+        fields: Some(fields),
+        rewrite,
         model,
         worst: Some(worst),
     })
 }
 
 impl Prepared {
-    /// The body to send: the one received unless the request was rewritten or `cap` must be set on
-    /// its output fields.
+    /// The body to send: the one received unless the request must be rewritten or `cap` set on its
+    /// output fields.
     fn body(&mut self, route: Route, cap: Option<u64>) -> Bytes {
-        let Some(request) = self.request.as_mut() else {
+        let Some(fields) = self.fields.as_mut() else {
             return self.raw.clone();
         };
-        let mut changed = self.changed;
+        let mut rewrite = self.rewrite;
         if let Some(cap) = cap {
-            for field in output_fields(route, request) {
-                changed |= cap_field(request, field, cap);
+            for name in output_fields(route, fields) {
+                rewrite |= cap_field(fields, name, cap);
             }
         }
-        if !changed {
+        if !rewrite {
             return self.raw.clone();
         }
-        match serde_json::to_vec(request) {
+        match serde_json::to_vec(fields) {
             Ok(rewritten) => Bytes::from(rewritten),
             Err(_) => self.raw.clone(),
         }
     }
 }
 
+/// A top-level field read as `T`; `None` when it is missing or of another shape (nothing else of the
+/// request is read, so a huge value of the wrong shape costs no memory).
+fn typed<T: serde::de::DeserializeOwned>(fields: &Fields, name: &str) -> Option<T> {
+    fields
+        .get(name)
+        .and_then(|raw| serde_json::from_str::<T>(raw.get()).ok())
+}
+
+/// Sets a top-level field to `value`.
+fn set_field(fields: &mut Fields, name: &str, value: &Value) {
+    if let Ok(raw) = serde_json::value::to_raw_value(value) {
+        fields.insert(name.to_owned(), raw);
+    }
+}
+
 /// The fields that cap a request's output: `max_output_tokens` on `/v1/responses`; on chat
 /// completions whichever of `max_completion_tokens` and `max_tokens` the request names, else
 /// `max_tokens`.
-fn output_fields(route: Route, request: &Map<String, Value>) -> &'static [&'static str] {
+fn output_fields(route: Route, fields: &Fields) -> &'static [&'static str] {
     match route {
         Route::Responses => &["max_output_tokens"],
         _ => match (
-            request.contains_key("max_completion_tokens"),
-            request.contains_key("max_tokens"),
+            fields.contains_key("max_completion_tokens"),
+            fields.contains_key("max_tokens"),
         ) {
             (true, true) => &["max_completion_tokens", "max_tokens"],
             (true, false) => &["max_completion_tokens"],
@@ -464,96 +593,57 @@ fn output_fields(route: Route, request: &Map<String, Value>) -> &'static [&'stat
     }
 }
 
-/// Sets `field` to `cap` unless it already holds a whole number no larger; true when it changed.
-fn cap_field(request: &mut Map<String, Value>, field: &str, cap: u64) -> bool {
-    let within = request
-        .get(field)
-        .and_then(Value::as_u64)
+/// Sets `name` to `cap` unless it already holds a whole number no larger; true when it changed.
+fn cap_field(fields: &mut Fields, name: &str, cap: u64) -> bool {
+    let within = fields
+        .get(name)
+        .and_then(|raw| serde_json::from_str::<u64>(raw.get()).ok())
         .is_some_and(|asked| asked <= cap);
     if within {
         return false;
     }
-    request.insert(field.to_owned(), Value::from(cap));
+    set_field(fields, name, &Value::from(cap));
     true
 }
 
 /// What in a request makes its cost unknowable before its response, said as the refusal says it.
-fn unbounded_part(route: Route, request: &Map<String, Value>) -> Option<String> {
-    for field in [
-        "previous_response_id",
-        "conversation",
-        "prompt",
-        "background",
-    ] {
-        let set = request
-            .get(field)
-            .is_some_and(|value| !value.is_null() && *value != Value::Bool(false));
-        if route == Route::Responses && set {
-            return Some(format!(
-                "`{field}` makes the provider add input or work stet cannot see"
-            ));
+fn unbounded_part(route: Route, fields: &Fields, found: &scan::Found) -> Option<String> {
+    let set = |name: &str| {
+        fields
+            .get(name)
+            .is_some_and(|raw| !matches!(raw.get().trim(), "null" | "false"))
+    };
+    if route == Route::Responses {
+        for name in [
+            "previous_response_id",
+            "conversation",
+            "prompt",
+            "background",
+        ] {
+            if set(name) {
+                return Some(format!(
+                    "`{name}` makes the provider add input or work stet cannot see"
+                ));
+            }
         }
     }
-    if request.contains_key("web_search_options") {
+    if set("web_search_options") {
         return Some(
             "`web_search_options` asks the provider to search, at a price of its own".to_owned(),
         );
     }
-    if request.contains_key("audio")
-        || request
-            .get("modalities")
-            .and_then(Value::as_array)
-            .is_some_and(|modalities| modalities.iter().any(|m| m.as_str() == Some("audio")))
-    {
+    if set("audio") || found.audio_output {
         return Some("audio output is priced apart from the text the price table lists".to_owned());
     }
-    if let Some(tools) = request.get("tools").and_then(Value::as_array) {
-        let hosted = tools.iter().find_map(|tool| {
-            let kind = tool
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or("function");
-            (!matches!(kind, "function" | "custom")).then_some(kind)
-        });
-        if let Some(kind) = hosted {
-            return Some(format!(
-                "the tool of type `{}` is run by the provider, at a price of its own",
-                shown_text(kind)
-            ));
-        }
+    if let Some(kind) = &found.hosted_tool {
+        return Some(format!(
+            "the tool of type `{}` is run by the provider, at a price of its own",
+            shown_text(kind)
+        ));
     }
-    names_stored_file(&Value::Object(request.clone()))
+    found
+        .stored_file
         .then(|| "a `file_id` names a file stored upstream, of a size stet cannot see".to_owned())
-}
-
-/// Whether any object in `value` names a stored file (`file_id`).
-fn names_stored_file(value: &Value) -> bool {
-    match value {
-        Value::Object(map) => {
-            map.get("file_id").is_some_and(|id| !id.is_null())
-                || map.values().any(names_stored_file)
-        }
-        Value::Array(items) => items.iter().any(names_stored_file),
-        _ => false,
-    }
-}
-
-/// The image and file parts of a request: objects whose `type` is one of the attachment kinds, or
-/// that carry an `image_url`.
-fn attachments(value: &Value) -> u64 {
-    match value {
-        Value::Object(map) => {
-            let own = map.get("type").and_then(Value::as_str).is_some_and(|kind| {
-                matches!(
-                    kind,
-                    "image_url" | "input_image" | "file" | "input_file" | "image"
-                )
-            });
-            u64::from(own).saturating_add(map.values().map(attachments).sum())
-        }
-        Value::Array(items) => items.iter().map(attachments).sum(),
-        _ => 0,
-    }
 }
 
 /// Admits a prepared request to the ledger: its hold (`None` on a route that is not metered), or the
@@ -593,18 +683,13 @@ fn admit(
             shared.error(&format!(
                 "{label}: held back, requests in flight hold ${reserved_usd:.4} of the cost ceiling and ${available_usd:.4} is free, ${needed_usd:.4} needed (429)"
             ));
-            let mut reply = error_reply(
+            Err(Box::new(retry_reply(
                 StatusCode::TOO_MANY_REQUESTS,
                 "cost_budget_held",
                 &format!(
                     "stet gateway: what is left under the stet cost ceiling is held by requests in flight (${reserved_usd:.4}); retry when they finish"
                 ),
-            );
-            reply.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(HELD_RETRY_AFTER_SECS),
-            );
-            Err(Box::new(reply))
+            )))
         }
         Err(Refusal::UnknownPrice { model }) => {
             let model = shown_text(&model);
@@ -737,6 +822,16 @@ pub(super) fn describe(err: &(dyn std::error::Error + 'static)) -> String {
         source = cause.source();
     }
     text
+}
+
+/// A reply the gateway makes itself for something that passes: with `Retry-After`.
+fn retry_reply(status: StatusCode, code: &str, message: &str) -> Response<GatewayBody> {
+    let mut reply = error_reply(status, code, message);
+    reply.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(HELD_RETRY_AFTER_SECS),
+    );
+    reply
 }
 
 /// A reply the gateway makes itself, with an OpenAI-style error body.

@@ -82,6 +82,8 @@ pub(super) struct Report {
     pub(super) header_cost: Option<f64>,
     /// The request's reservation, settled when the response concludes; `None` when not metered.
     pub(super) hold: Option<Hold>,
+    /// The request's place among the dispatch's requests in flight, given up when it concludes.
+    pub(super) in_flight: Option<tokio::sync::OwnedSemaphorePermit>,
     pub(super) start: Instant,
 }
 
@@ -261,6 +263,7 @@ impl Report {
             self.shared.error(&message);
         }
         self.shared.announce_if_reached();
+        self.in_flight.take();
     }
 
     /// What an unread response will count, as its error says it.
