@@ -154,7 +154,11 @@ impl Engine {
             sanitizer: sanitizer.clone(),
             settings: DispatchSettings {
                 image,
-                limits: DispatchLimits::default(),
+                limits: DispatchLimits {
+                    // No one file may take more than the dispatch's whole disk bound.
+                    file_bytes: i64::try_from(config.import.max_total_bytes).unwrap_or(i64::MAX),
+                    ..DispatchLimits::default()
+                },
                 network: options.network,
                 user: sandbox_user()?,
                 keepalive: vec![
@@ -163,6 +167,7 @@ impl Engine {
                 ],
                 timeout: options.timeout,
                 cost_ceiling_usd: options.cost_ceiling_usd,
+                max_record_bytes: config.dispatch.max_record_bytes,
                 credential_ttl: config.credential_ttl,
                 agent: config.agent.clone(),
                 import: config.import,

@@ -135,6 +135,7 @@ pub(super) struct DispatchSection {
     pub timeout_secs: Setting<u64>,
     pub concurrency: Setting<u64>,
     pub cost_ceiling_usd: Setting<f64>,
+    pub max_record_bytes: Setting<u64>,
     pub image: Setting<String>,
     pub allow_network: Setting<bool>,
 }

@@ -163,6 +163,9 @@ pub struct DispatchSettings {
     pub concurrency: usize,
     /// A dispatch whose model cost passes this ends `CostCeilingHit`; `None`: no ceiling.
     pub cost_ceiling_usd: Option<f64>,
+    /// The most a run record's events file holds of the agent's transcript; past it the record says
+    /// so once and keeps phases, usage and the outcome only.
+    pub max_record_bytes: u64,
     /// The dispatch image reference, checked (pinned by digest) when a dispatch starts; `None`: the
     /// caller's own default.
     pub image: Option<String>,

@@ -102,6 +102,11 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         |s| &s.dispatch.cost_ceiling_usd,
         None,
     );
+    let max_record_bytes = layers.at_most(
+        "dispatch.max_record_bytes",
+        |s| &s.dispatch.max_record_bytes,
+        Some(crate::dispatch::record::DEFAULT_MAX_RECORD_BYTES),
+    );
     let image = layers.machine("dispatch.image", Reason::Image, |s| &s.dispatch.image);
     let allow_network = layers.stays_off("dispatch.allow_network", Reason::Network, |s| {
         &s.dispatch.allow_network
@@ -270,6 +275,17 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
                 ));
             }
             Some(usd) => Some(usd.value),
+        },
+        max_record_bytes: match max_record_bytes {
+            None => crate::dispatch::record::DEFAULT_MAX_RECORD_BYTES,
+            Some(Sourced { value, origin, .. }) if value < 1024 * 1024 => {
+                return Err(invalid(
+                    origin,
+                    "dispatch.max_record_bytes",
+                    format!("{value} is under 1048576 (1 MiB)"),
+                ));
+            }
+            Some(bytes) => bytes.value,
         },
         image: non_empty(image, "dispatch.image")?,
         allow_network: allow_network.is_some_and(|allowed| allowed.value),

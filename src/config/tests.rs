@@ -38,6 +38,7 @@ fn no_files_give_the_local_forge_with_defaults() {
             timeout: Duration::from_secs(1800),
             concurrency: 2,
             cost_ceiling_usd: None,
+            max_record_bytes: crate::dispatch::record::DEFAULT_MAX_RECORD_BYTES,
             image: None,
             allow_network: false,
         }
@@ -692,6 +693,7 @@ fn dispatch_and_harness_settings_come_from_the_files_field_by_field() {
             timeout: Duration::from_secs(600),
             concurrency: 1,
             cost_ceiling_usd: Some(2.0),
+            max_record_bytes: crate::dispatch::record::DEFAULT_MAX_RECORD_BYTES,
             image: Some("registry.example.invalid/user@sha256:aaaa".to_owned()),
             allow_network: true,
         }
@@ -754,6 +756,7 @@ fn the_environment_wins_over_every_file() {
             timeout: Duration::from_secs(120),
             concurrency: 8,
             cost_ceiling_usd: Some(0.75),
+            max_record_bytes: crate::dispatch::record::DEFAULT_MAX_RECORD_BYTES,
             image: Some("registry.example.invalid/env@sha256:cccc".to_owned()),
             allow_network: true,
         }

@@ -2,6 +2,7 @@
 
 pub mod branch;
 pub mod credential;
+pub mod disk_watch;
 pub mod dispatcher;
 pub mod display;
 pub mod error;

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::dispatch::branch::CommitSha;
-use crate::dispatch::event::{DispatchId, Event};
+use crate::dispatch::event::{DispatchId, Event, EventKind};
 use crate::dispatch::sanitize::SanitizedText;
 use crate::dispatch::state::Phase;
 
@@ -22,6 +22,9 @@ pub const PATCH_FILE: &str = "diff.patch";
 
 /// The most of a patch the record keeps; a longer one is cut with a note (the commit holds it all).
 pub const MAX_PATCH_BYTES: usize = 16 * 1024 * 1024;
+
+/// The most of the agent's transcript an events file holds by default (`dispatch.max_record_bytes`).
+pub const DEFAULT_MAX_RECORD_BYTES: u64 = 64 * 1024 * 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -85,11 +88,18 @@ pub struct RunResult {
 pub struct RunRecord {
     dir: PathBuf,
     events: File,
+    /// Bytes written to the events file.
+    written: u64,
+    /// Past this, transcript items are no longer written (every other event still is).
+    max_bytes: u64,
+    /// The marker saying so is written.
+    capped: bool,
 }
 
 impl RunRecord {
-    /// Creates `<state>/runs/<dispatch>/` (readable by its owner only) and its events file.
-    pub fn create(state_dir: &Path, dispatch: DispatchId) -> Result<RunRecord> {
+    /// Creates `<state>/runs/<dispatch>/` (readable by its owner only) and its events file, which
+    /// keeps the agent's transcript up to `max_bytes`.
+    pub fn create(state_dir: &Path, dispatch: DispatchId, max_bytes: u64) -> Result<RunRecord> {
         let dir = run_dir(state_dir, dispatch);
         create_private_dir(&state_dir.join(RUNS_DIR))?;
         create_private_dir(&dir)?;
@@ -100,21 +110,56 @@ impl RunRecord {
             .open(&path)
             .and_then(|file| crate::private_files::seal(&file).map(|()| file))
             .map_err(io_error(&path, "creating the events file"))?;
-        Ok(RunRecord { dir, events })
+        Ok(RunRecord {
+            dir,
+            events,
+            written: 0,
+            max_bytes,
+            capped: false,
+        })
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
-    /// Appends one event as a JSON line.
+    /// Appends one event as a JSON line. A transcript item that would take the file past its cap is
+    /// left out, and the first one left out is replaced by a warning that says so; phases, usage,
+    /// warnings and the outcome are always written.
     pub fn append(&mut self, event: &Event) -> Result<()> {
         let mut line = event.to_json_line()?;
         line.push('\n');
+        let transcript = matches!(event.kind, EventKind::Transcript(_));
+        if transcript && self.written.saturating_add(line.len() as u64) > self.max_bytes {
+            if self.capped {
+                return Ok(());
+            }
+            self.capped = true;
+            let note = format!(
+                "the run record reached its cap of {} bytes (dispatch.max_record_bytes): the rest of the agent's transcript is not kept here; phases, usage and the outcome still are",
+                self.max_bytes
+            );
+            let Ok(sanitizer) =
+                crate::dispatch::sanitize::TokenSanitizer::new().map(std::sync::Arc::new)
+            else {
+                return Ok(());
+            };
+            let marker = Event::new(
+                event.dispatch,
+                &event.brief,
+                EventKind::Warning {
+                    message: sanitizer.sanitize(&note),
+                },
+            );
+            line = marker.to_json_line()?;
+            line.push('\n');
+        }
         let path = self.dir.join(EVENTS_FILE);
         self.events
             .write_all(line.as_bytes())
-            .map_err(io_error(&path, "appending an event"))
+            .map_err(io_error(&path, "appending an event"))?;
+        self.written = self.written.saturating_add(line.len() as u64);
+        Ok(())
     }
 
     /// Writes the (already sanitized) patch, cut at [`MAX_PATCH_BYTES`] with a note.
@@ -200,7 +245,8 @@ mod tests {
         let state = tempfile::tempdir().unwrap();
         let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
         let dispatch = DispatchId::new();
-        let mut record = RunRecord::create(state.path(), dispatch).unwrap();
+        let mut record =
+            RunRecord::create(state.path(), dispatch, DEFAULT_MAX_RECORD_BYTES).unwrap();
         for message in ["one", "two"] {
             let event = Event::new(
                 dispatch,
@@ -214,7 +260,7 @@ mod tests {
         let text = std::fs::read_to_string(record.dir().join(EVENTS_FILE)).unwrap();
         assert_eq!(text.lines().count(), 2);
         assert!(
-            RunRecord::create(state.path(), dispatch).is_err(),
+            RunRecord::create(state.path(), dispatch, DEFAULT_MAX_RECORD_BYTES).is_err(),
             "one record per dispatch"
         );
 
@@ -250,7 +296,8 @@ mod tests {
     fn an_oversized_patch_is_cut_with_a_note() {
         let state = tempfile::tempdir().unwrap();
         let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
-        let record = RunRecord::create(state.path(), DispatchId::new()).unwrap();
+        let record =
+            RunRecord::create(state.path(), DispatchId::new(), DEFAULT_MAX_RECORD_BYTES).unwrap();
         let patch = sanitizer.sanitize(&"é".repeat(MAX_PATCH_BYTES / 2 + 10));
         record.write_patch(&patch).unwrap();
         let kept = std::fs::read_to_string(record.dir().join(PATCH_FILE)).unwrap();

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::brief::Brief;
 use crate::dispatch::branch::{BranchValidator, CommitSha};
+use crate::dispatch::disk_watch::{DEFAULT_FLOOR_BYTES, DiskWatch};
 use crate::dispatch::display;
 use crate::dispatch::event::{
     ChangedPath, DispatchId, Event, EventKind, GateFindings, HeldPathReport, ItemKind,
@@ -415,13 +416,14 @@ impl Flow {
             base_url: crate::relay::model_base_url(),
             placeholder_key: PLACEHOLDER_KEY.to_owned(),
         });
-        let (record, record_error) = match RunRecord::create(service.state_dir(), run.id) {
-            Ok(record) => (Some(record), None),
-            Err(error) => {
-                tracing::error!(dispatch = %run.id, %error, "cannot create the run record");
-                (None, Some(error.to_string()))
-            }
-        };
+        let (record, record_error) =
+            match RunRecord::create(service.state_dir(), run.id, parts.settings.max_record_bytes) {
+                Ok(record) => (Some(record), None),
+                Err(error) => {
+                    tracing::error!(dispatch = %run.id, %error, "cannot create the run record");
+                    (None, Some(error.to_string()))
+                }
+            };
         let now = (Utc::now(), Instant::now());
         let stop = control.cancel.child_token();
         let branch = planned_branch(&run);
@@ -829,13 +831,22 @@ impl Flow {
                 })?;
         }
         let outputs = sandbox.paths().outputs.clone();
+        // The agent may add to its workspace and outputs what an import would take, no more.
+        let disk = DiskWatch::start(
+            vec![sandbox.paths().workspace.clone(), outputs.clone()],
+            self.parts.settings.import.max_total_bytes,
+            DEFAULT_FLOOR_BYTES,
+        )
+        .map_err(|error| Stop::Failed(error.to_string()))?;
         for file in &plan.files {
             stage(&outputs, file, self.parts.settings.user)
                 .map_err(|error| Stop::Failed(format!("staging {}: {error}", file.name)))?;
         }
         let mut parser = self.parts.harness.parser(self.sanitizer());
         for process in &plan.processes {
-            let exit = self.execute(sandbox, process, parser.as_mut()).await?;
+            let exit = self
+                .execute(sandbox, process, parser.as_mut(), &disk)
+                .await?;
             if exit.oom_killed {
                 return Err(Stop::Failed(
                     "the agent was killed for going past the sandbox's memory cap".to_owned(),
@@ -898,11 +909,14 @@ impl Flow {
         sandbox: &DispatchSandbox,
         process: &crate::runtime::SandboxProcess,
         parser: &mut dyn OutputParser,
+        disk: &DiskWatch,
     ) -> Result<crate::runtime::ExecExit, Stop> {
         let (sender, mut lines) = mpsc::channel::<OutputLine>(OUTPUT_BUFFER);
         let stop = self.stop.clone();
         let exec = sandbox.run(process, sender);
         tokio::pin!(exec);
+        let breach = disk.breach();
+        tokio::pin!(breach);
         let mut exit = None;
         let mut gateway = self.gateway_events.take();
         let ran = loop {
@@ -911,6 +925,10 @@ impl Flow {
                 () = stop.cancelled() => {
                     self.record_pending(&mut lines, parser);
                     break Err(self.stop_reason());
+                }
+                reason = &mut breach => {
+                    self.record_pending(&mut lines, parser);
+                    break Err(Stop::Failed(reason));
                 }
                 Some(event) = next_event(&mut gateway) => match self.gateway_event(event, &stop).await {
                     Ok(true) => {}

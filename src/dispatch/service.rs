@@ -109,6 +109,8 @@ pub struct DispatchSettings {
     /// Wall-clock limit on the agent's work (preflight through collecting).
     pub timeout: Duration,
     pub cost_ceiling_usd: Option<f64>,
+    /// The cap on the agent's transcript in each run record.
+    pub max_record_bytes: u64,
     pub credential_ttl: Duration,
     /// Author and committer of result commits.
     pub agent: Identity,

@@ -169,6 +169,11 @@ pub fn hardened_create_body(spec: &SandboxSpec) -> Result<ContainerCreateBody> {
             memory_swap: Some(spec.limits.memory_bytes),
             nano_cpus: Some(spec.limits.nano_cpus),
             pids_limit: Some(spec.limits.pids),
+            ulimits: Some(vec![bollard::models::ResourcesUlimits {
+                name: Some("fsize".to_owned()),
+                soft: Some(spec.limits.file_bytes),
+                hard: Some(spec.limits.file_bytes),
+            }]),
             cap_drop: Some(vec!["ALL".to_owned()]),
             security_opt: Some(vec!["no-new-privileges".to_owned()]),
             readonly_rootfs: Some(true),
@@ -582,6 +587,10 @@ mod tests {
         );
         assert_eq!(host.nano_cpus, Some(spec.limits.nano_cpus));
         assert_eq!(host.pids_limit, Some(spec.limits.pids));
+        let ulimits = host.ulimits.as_deref().unwrap_or_default();
+        assert_eq!(ulimits.len(), 1);
+        assert_eq!(ulimits[0].name.as_deref(), Some("fsize"));
+        assert_eq!(ulimits[0].hard, Some(spec.limits.file_bytes));
         assert_eq!(host.cap_drop, Some(vec!["ALL".to_owned()]));
         assert_eq!(
             host.security_opt,

@@ -178,6 +178,9 @@ pub struct DispatchLimits {
     pub pids: i64,
     /// Size of each tmpfs (`/tmp`, the home directory).
     pub tmpfs_bytes: i64,
+    /// The largest file a sandbox process may write or allocate (`RLIMIT_FSIZE`): one file cannot
+    /// take more than the dispatch's disk bound between two of the disk watch's looks.
+    pub file_bytes: i64,
 }
 
 impl Default for DispatchLimits {
@@ -187,6 +190,7 @@ impl Default for DispatchLimits {
             nano_cpus: 2_000_000_000,
             pids: 512,
             tmpfs_bytes: 512 * 1024 * 1024,
+            file_bytes: 1024 * 1024 * 1024,
         }
     }
 }

@@ -812,6 +812,52 @@ async fn usage_past_the_cost_ceiling_ends_the_dispatch_with_exit_code_5() {
     fx.assert_clean(&fin, 1);
 }
 
+/// Bound: disk. An agent that prints 3 MiB under a 1 MiB record cap leaves a record of about 1 MiB,
+/// which says where it stopped keeping the transcript and still holds every phase and the outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_output_is_kept_to_the_records_cap_with_a_marker() {
+    let cap = 1024 * 1024;
+    let fx = Fixture::builder().max_record_bytes(cap).build();
+    let line = format!("say {}", "x".repeat(100));
+    fx.runtime.script(|s| {
+        s.exec.lines = std::iter::repeat_n(line.clone(), 30_000)
+            .chain(["done finished".to_owned()])
+            .collect();
+    });
+    let fin = fx.run(brief("fix-login"), Delivery::Keep).await;
+    assert_outcome(&fin, Phase::Done, 0);
+    let record = fx
+        .state
+        .join(stet::dispatch::record::RUNS_DIR)
+        .join(fin.id.to_string());
+    let events = std::fs::read_to_string(record.join(stet::dispatch::record::EVENTS_FILE)).unwrap();
+    assert!(
+        (events.len() as u64) < cap + 64 * 1024,
+        "the events file is {} bytes under a cap of {cap}",
+        events.len()
+    );
+    let markers = events
+        .lines()
+        .filter(|line| line.contains("reached its cap of 1048576 bytes"))
+        .count();
+    assert_eq!(markers, 1, "one marker says where the transcript stops");
+    let last_phase = events
+        .lines()
+        .rfind(|line| line.contains("\"phase\""))
+        .unwrap();
+    assert!(last_phase.contains("\"done\""), "{last_phase}");
+    let result = stet::dispatch::record::read_result(&record).unwrap();
+    assert_eq!(result.outcome, Phase::Done);
+    // The cap is the record's: the consumer saw every line.
+    let shown = fin
+        .events
+        .iter()
+        .filter(|event| matches!(event.kind, EventKind::Transcript(_)))
+        .count();
+    assert_eq!(shown, 30_001);
+    assert!(!fx.dispatch_dir(fin.id).exists());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_teardown_failure_keeps_the_outcome_warns_and_stays_journaled() {
     let fx = Fixture::builder().build();
@@ -1350,6 +1396,7 @@ async fn shutdown_cancels_everything_and_waits_for_every_teardown() {
 struct FixtureBuilder {
     timeout: Duration,
     cost_ceiling_usd: Option<f64>,
+    max_record_bytes: u64,
 }
 
 impl FixtureBuilder {
@@ -1360,6 +1407,11 @@ impl FixtureBuilder {
 
     fn cost_ceiling_usd(mut self, ceiling: f64) -> Self {
         self.cost_ceiling_usd = Some(ceiling);
+        self
+    }
+
+    fn max_record_bytes(mut self, bytes: u64) -> Self {
+        self.max_record_bytes = bytes;
         self
     }
 
@@ -1401,6 +1453,7 @@ impl FixtureBuilder {
             keepalive: vec!["/usr/local/bin/stet".into(), "sandbox-idle".into()],
             timeout: self.timeout,
             cost_ceiling_usd: self.cost_ceiling_usd,
+            max_record_bytes: self.max_record_bytes,
             credential_ttl: Duration::from_secs(600),
             agent: default_agent(),
             import: ImportLimits::default(),
@@ -1459,6 +1512,7 @@ impl Fixture {
         FixtureBuilder {
             timeout: Duration::from_secs(120),
             cost_ceiling_usd: None,
+            max_record_bytes: stet::dispatch::record::DEFAULT_MAX_RECORD_BYTES,
         }
     }
 

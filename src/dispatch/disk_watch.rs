@@ -1,0 +1,277 @@
+//! Holds a dispatch's disk use to its bound while the agent runs. The workspace and outputs are bind
+//! mounts of host directories, which no engine option caps on Docker 20.10 or 28; so stet bounds them
+//! itself: `RLIMIT_FSIZE` in the sandbox stops any one file at the bound, and this watch looks at the
+//! filesystem four times a second. When free space has fallen by more than the bound since the start
+//! it measures the two directories (a walk, only then), and when they have grown past the bound, or
+//! free space is under the floor, the dispatch ends `failed` with the figures.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How often the filesystem is looked at.
+const INTERVAL: Duration = Duration::from_millis(250);
+
+/// The free space a dispatch starts with at least and never takes the filesystem below.
+pub const DEFAULT_FLOOR_BYTES: u64 = 256 * 1024 * 1024;
+
+/// The most entries one measuring walk visits; past it the directories count as over the bound
+/// (more than an import would take anyway).
+const MAX_WALKED: u64 = 4_000_000;
+
+/// What can go wrong looking at the disk.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskWatchError {
+    #[error("cannot read the free space of the filesystem holding {path}: {source}")]
+    Statvfs {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "the filesystem holding {path} has {free} free, under the floor of {floor} a dispatch keeps free; free some space and dispatch again"
+    )]
+    UnderFloor {
+        path: PathBuf,
+        free: String,
+        floor: String,
+    },
+}
+
+/// A dispatch's disk bound, watched.
+#[derive(Debug)]
+pub struct DiskWatch {
+    /// The directories the agent writes (workspace, outputs), on one filesystem.
+    places: Vec<PathBuf>,
+    /// How much they may grow past their size at the start.
+    limit_bytes: u64,
+    floor_bytes: u64,
+    free_at_start: u64,
+    used_at_start: u64,
+}
+
+impl DiskWatch {
+    /// Measures `places` and the free space of their filesystem; refuses to start under the floor.
+    pub fn start(
+        places: Vec<PathBuf>,
+        limit_bytes: u64,
+        floor_bytes: u64,
+    ) -> Result<DiskWatch, DiskWatchError> {
+        let first = places
+            .first()
+            .cloned()
+            .unwrap_or_else(|| PathBuf::from("/"));
+        let free_at_start = free_bytes(&first)?;
+        if free_at_start < floor_bytes {
+            return Err(DiskWatchError::UnderFloor {
+                path: first,
+                free: shown_bytes(free_at_start),
+                floor: shown_bytes(floor_bytes),
+            });
+        }
+        let used_at_start = places.iter().map(|place| allocated(place).bytes).sum();
+        Ok(DiskWatch {
+            places,
+            limit_bytes,
+            floor_bytes,
+            free_at_start,
+            used_at_start,
+        })
+    }
+
+    /// Resolves with the reason the dispatch must end once a bound is crossed; never otherwise.
+    pub async fn breach(&self) -> String {
+        let mut ticks = tokio::time::interval(INTERVAL);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            if let Some(reason) = self.look().await {
+                return reason;
+            }
+        }
+    }
+
+    /// One look: the reason to stop, if there is one.
+    async fn look(&self) -> Option<String> {
+        let first = self.places.first()?;
+        let free = match free_bytes(first) {
+            Ok(free) => free,
+            Err(error) => return Some(error.to_string()),
+        };
+        if free < self.floor_bytes {
+            return Some(format!(
+                "the filesystem holding the dispatch has {} free, under the floor of {} a dispatch keeps free",
+                shown_bytes(free),
+                shown_bytes(self.floor_bytes)
+            ));
+        }
+        if self.free_at_start.saturating_sub(free) <= self.limit_bytes {
+            return None;
+        }
+        // Free space fell by more than the bound: measure whether the agent is why.
+        let places = self.places.clone();
+        let measured = tokio::task::spawn_blocking(move || {
+            places
+                .iter()
+                .map(|place| allocated(place))
+                .fold(Measured::default(), Measured::plus)
+        })
+        .await
+        .unwrap_or(Measured {
+            bytes: u64::MAX,
+            complete: false,
+        });
+        let grown = measured.bytes.saturating_sub(self.used_at_start);
+        if grown > self.limit_bytes {
+            return Some(format!(
+                "the agent's workspace and outputs grew by {}, past the dispatch's disk bound of {} (import.max_total_bytes)",
+                shown_bytes(grown),
+                shown_bytes(self.limit_bytes)
+            ));
+        }
+        if !measured.complete {
+            return Some(format!(
+                "the agent's workspace and outputs could not be measured whole while free space fell by {}, more than the dispatch's disk bound of {}",
+                shown_bytes(self.free_at_start.saturating_sub(free)),
+                shown_bytes(self.limit_bytes)
+            ));
+        }
+        None
+    }
+}
+
+/// The free space of the filesystem holding `path`, for an unprivileged writer.
+fn free_bytes(path: &Path) -> Result<u64, DiskWatchError> {
+    let stat = rustix::fs::statvfs(path).map_err(|errno| DiskWatchError::Statvfs {
+        path: path.to_owned(),
+        source: errno.into(),
+    })?;
+    Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
+/// What a walk measured.
+#[derive(Debug, Default, Clone, Copy)]
+struct Measured {
+    /// Bytes allocated on disk (sparse files count what they hold, preallocated ones all of it).
+    bytes: u64,
+    /// Every entry was read.
+    complete: bool,
+}
+
+impl Measured {
+    fn plus(self, other: Measured) -> Measured {
+        Measured {
+            bytes: self.bytes.saturating_add(other.bytes),
+            complete: self.complete && other.complete,
+        }
+    }
+}
+
+/// The disk space allocated under `root`, links not followed.
+fn allocated(root: &Path) -> Measured {
+    use std::os::unix::fs::MetadataExt;
+    let mut measured = Measured {
+        bytes: 0,
+        complete: true,
+    };
+    let mut pending = vec![root.to_owned()];
+    let mut walked = 0u64;
+    while let Some(directory) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&directory) else {
+            measured.complete = false;
+            continue;
+        };
+        for entry in entries {
+            walked += 1;
+            if walked > MAX_WALKED {
+                return Measured {
+                    bytes: u64::MAX,
+                    complete: false,
+                };
+            }
+            let Ok(entry) = entry else {
+                measured.complete = false;
+                continue;
+            };
+            let Ok(metadata) = entry.path().symlink_metadata() else {
+                measured.complete = false;
+                continue;
+            };
+            measured.bytes = measured.bytes.saturating_add(metadata.blocks() * 512);
+            if metadata.is_dir() {
+                pending.push(entry.path());
+            }
+        }
+    }
+    measured
+}
+
+/// A size as people read it: `8.0 GiB`, `512 MiB`, `12 KiB`.
+fn shown_bytes(bytes: u64) -> String {
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+    if bytes >= GIB {
+        format!("{:.1} GiB", bytes as f64 / GIB as f64)
+    } else if bytes >= MIB {
+        format!("{} MiB", bytes / MIB)
+    } else {
+        format!("{} KiB", bytes.div_ceil(1024))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    #[test]
+    fn allocated_space_counts_what_files_hold_and_follows_no_link() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a"), vec![1u8; 64 * 1024]).unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        std::fs::write(dir.path().join("d/b"), vec![1u8; 64 * 1024]).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("big"), vec![1u8; 1024 * 1024]).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("link")).unwrap();
+        let measured = allocated(dir.path());
+        assert!(measured.complete);
+        assert!(
+            (128 * 1024..512 * 1024).contains(&measured.bytes),
+            "{}",
+            measured.bytes
+        );
+    }
+
+    #[test]
+    fn a_dispatch_does_not_start_under_the_floor() {
+        let dir = tempfile::tempdir().unwrap();
+        let error = DiskWatch::start(vec![dir.path().to_owned()], 1 << 30, u64::MAX).unwrap_err();
+        let message = error.to_string();
+        assert!(
+            message.contains(&dir.path().display().to_string())
+                && message.contains("under the floor"),
+            "{message}"
+        );
+    }
+
+    #[tokio::test]
+    async fn growth_past_the_bound_is_a_breach_with_its_figures() {
+        let dir = tempfile::tempdir().unwrap();
+        let watch = DiskWatch::start(vec![dir.path().to_owned()], 256 * 1024, 0).unwrap();
+        assert!(watch.look().await.is_none());
+        std::fs::write(dir.path().join("fill"), vec![7u8; 2 * 1024 * 1024]).unwrap();
+        let reason = tokio::time::timeout(Duration::from_secs(20), watch.breach())
+            .await
+            .unwrap();
+        assert!(
+            reason.contains("grew by 2 MiB") && reason.contains("bound of 256 KiB"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn sizes_read_as_people_read_them() {
+        assert_eq!(shown_bytes(8 << 30), "8.0 GiB");
+        assert_eq!(shown_bytes(512 << 20), "512 MiB");
+        assert_eq!(shown_bytes(1), "1 KiB");
+    }
+}
