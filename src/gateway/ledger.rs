@@ -28,7 +28,8 @@ pub enum WorstCase {
 pub struct Reservation {
     /// Dollars held for the request until it settles.
     pub usd: f64,
-    /// The output cap the request must be sent with, when the ceiling sets one.
+    /// The output tokens reserved for each choice, which the request must be sent capped to; `None`
+    /// when nothing caps it (no ceiling, or output that costs nothing).
     pub output_cap: Option<u64>,
 }
 
@@ -166,11 +167,9 @@ impl CostLedger {
                 // At least one token fits (`least` does); `as` saturates, and the floor keeps the
                 // reservation within what is available.
                 let affordable = (((available - input_usd) / per_token).floor() as u64).max(1);
-                let (tokens, cap) = match *asked_output_tokens {
-                    Some(asked) if asked <= affordable => (asked.max(1), None),
-                    _ => (affordable, Some(affordable)),
-                };
-                Ok(self.hold(input_usd + tokens as f64 * per_token, cap))
+                let tokens =
+                    asked_output_tokens.map_or(affordable, |asked| asked.clamp(1, affordable));
+                Ok(self.hold(input_usd + tokens as f64 * per_token, Some(tokens)))
             }
         }
     }
@@ -246,10 +245,10 @@ mod tests {
         let held = ledger.admit(&priced(0.10, 0.01, None)).unwrap();
         assert_eq!(held.output_cap, Some(90));
         assert!(approx(held.usd, 1.0), "{held:?}");
-        // Asking for fewer tokens than that reserves only those, and sets no cap.
+        // Asking for fewer tokens than that reserves only those, and is capped to them.
         let mut ledger = CostLedger::new(Some(1.0));
         let held = ledger.admit(&priced(0.10, 0.01, Some(20))).unwrap();
-        assert_eq!(held.output_cap, None);
+        assert_eq!(held.output_cap, Some(20));
         assert!(approx(held.usd, 0.30), "{held:?}");
         // Asking for more is capped.
         let mut ledger = CostLedger::new(Some(1.0));

@@ -729,7 +729,7 @@ async fn a_zero_ceiling_refuses_the_first_request_and_says_so_once() {
 async fn the_output_cap_shrinks_with_the_remaining_budget() {
     // What is left after the input's worst case (a token a byte at $3 per million) pays for output
     // at $15 per million.
-    let input_usd = chat_request("stet-demo-model").len() as f64 * 3.0 / 1e6;
+    let input_usd = (chat_request("stet-demo-model").len() as f64 + 256.0) * 3.0 / 1e6;
     let affordable = |left: f64| ((left - input_usd) / 15e-6).floor() as u64;
     let mut rig = rig_with(Some(0.01), Duration::from_secs(20)).await;
     rig.upstream
@@ -768,9 +768,11 @@ async fn the_output_cap_shrinks_with_the_remaining_budget() {
     )
     .await;
     // $0.0018 and two requests of 1 + 1 tokens ($0.000018 each) spent; this body is shorter.
-    let body_usd = serde_json::json!({"model": "stet-demo-model"})
+    // The rewrite's margin of 256 bytes is counted as input too.
+    let body_usd = (serde_json::json!({"model": "stet-demo-model"})
         .to_string()
         .len() as f64
+        + 256.0)
         * 3e-6;
     let left = 0.01 - 0.0018 - 2.0 * 18e-6 - body_usd;
     let capped = rig.upstream.requests()[3].json()["max_output_tokens"]
@@ -1527,4 +1529,459 @@ async fn huge_bodies_at_once_are_held_to_the_budget_of_bytes_in_flight() {
         "resident memory grew by {} MiB",
         peak >> 20
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// attack15: a hostile agent's advocate's attacks, kept. Each test asserts the cost bound (or the
+// host's memory bound); a refusal before the upstream holds it too.
+// ---------------------------------------------------------------------------------------------
+
+/// o1-pro's list price, dollars per token: $150 per million input, $600 per million output. The
+/// built-in table does not list it; LiteLLM does, and reports its cost in `x-litellm-response-cost`.
+const O1_PRO_INPUT: f64 = 150e-6;
+const O1_PRO_OUTPUT: f64 = 600e-6;
+
+/// A JSON value read the way a first-key-wins parser reads it (gjson, jsonparser, simdjson's
+/// `find_field`, a streaming reader that stops at the first match): a duplicated key keeps its
+/// first value, where serde_json keeps its last.
+struct FirstWins(Value);
+
+impl<'de> serde::Deserialize<'de> for FirstWins {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = FirstWins;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("JSON")
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<FirstWins, E> {
+                Ok(FirstWins(Value::Bool(v)))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<FirstWins, E> {
+                Ok(FirstWins(Value::from(v)))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<FirstWins, E> {
+                Ok(FirstWins(Value::from(v)))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<FirstWins, E> {
+                Ok(FirstWins(Value::from(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<FirstWins, E> {
+                Ok(FirstWins(Value::from(v)))
+            }
+            fn visit_unit<E>(self) -> Result<FirstWins, E> {
+                Ok(FirstWins(Value::Null))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<FirstWins, A::Error> {
+                let mut items = Vec::new();
+                while let Some(FirstWins(item)) = seq.next_element()? {
+                    items.push(item);
+                }
+                Ok(FirstWins(Value::Array(items)))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<FirstWins, A::Error> {
+                let mut object = serde_json::Map::new();
+                while let Some((key, FirstWins(value))) = map.next_entry::<String, FirstWins>()? {
+                    object.entry(key).or_insert(value);
+                }
+                Ok(FirstWins(Value::Object(object)))
+            }
+        }
+        deserializer.deserialize_any(Visit)
+    }
+}
+
+/// A whole number the way pydantic's lax mode reads an `int` field (vLLM's and SGLang's request
+/// models): an integer, a float with no fraction, or a string of digits.
+fn lax_int(value: &Value) -> Option<u64> {
+    match value {
+        Value::Number(n) => n.as_u64().or_else(|| {
+            n.as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                .map(|f| f as u64)
+        }),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// Dollars per input and output token of `model` in the built-in table, o1-pro at its list price.
+fn per_token(model: &str) -> (f64, f64) {
+    if model.contains("o1-pro") {
+        return (O1_PRO_INPUT, O1_PRO_OUTPUT);
+    }
+    let price = PriceTable::builtin().price(model).copied().unwrap();
+    (price.input / 1e6, price.output / 1e6)
+}
+
+/// Bound: spend. LiteLLM runs the model a query parameter names over the body's (`chat_completion(
+/// request, model: Optional[str] = None)`: `data["model"] = ... or model or data.get("model")`), and
+/// runs a body's `fallbacks` when `mock_testing_fallbacks` fails the first model. The gateway forwards
+/// both, and prices, caps and reserves the request as the cheap model the body names.
+#[tokio::test]
+async fn attack15_litellm_model_overrides_escape_the_price_reserved() {
+    let ceiling = 0.01;
+    let mut rig = rig_with(Some(ceiling), Duration::from_secs(20)).await;
+    let cheap = serde_json::json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]});
+    let mut fallback = cheap.clone();
+    fallback["mock_testing_fallbacks"] = Value::Bool(true);
+    fallback["fallbacks"] = serde_json::json!(["o1-pro"]);
+    let cases = [
+        ("/v1/chat/completions?model=o1-pro", cheap.to_string()),
+        ("/v1/chat/completions", fallback.to_string()),
+    ];
+    let mut violations = Vec::new();
+    for (path, body) in cases {
+        rig.upstream
+            .reply(ok_json(chat_completion("o1-pro", 10, 10, 0)));
+        let (status, _, _) = call(&rig.socket, "POST", path, &body).await;
+        if status != StatusCode::OK {
+            // Refused before the upstream: the bound holds.
+            assert_eq!(status, StatusCode::BAD_REQUEST);
+            assert!(rig.upstream.requests().is_empty());
+            let _ = rig.next_event().await;
+            continue;
+        }
+        let _ = rig.next_event().await;
+        let sent = rig.upstream.requests().pop().unwrap();
+        let cap = sent.json()["max_tokens"].as_u64().unwrap();
+        // What LiteLLM runs: o1-pro, with the cap priced for gpt-4o-mini.
+        let worst = sent.body.len() as f64 * O1_PRO_INPUT + cap as f64 * O1_PRO_OUTPUT;
+        if worst > ceiling {
+            violations.push(format!(
+                "{} {}: cap {cap} sent, o1-pro can cost ${worst:.4} under a ${ceiling} ceiling",
+                sent.path,
+                String::from_utf8_lossy(&sent.body)
+            ));
+        }
+    }
+    assert!(violations.is_empty(), "{violations:#?}");
+}
+
+/// Bound: spend. A body with a duplicated key passes byte for byte when the gateway has nothing to
+/// rewrite: it priced the last value (serde_json), an upstream that keeps the first runs another.
+#[tokio::test]
+async fn attack15_duplicate_keys_reach_the_upstream_unresolved() {
+    let ceiling = 0.01;
+    let mut rig = rig_with(Some(ceiling), Duration::from_secs(20)).await;
+    let messages = r#""messages":[{"role":"user","content":"hi"}]"#;
+    let cases = [
+        format!(r#"{{"model":"stet-demo-model","max_tokens":1000000,"max_tokens":16,{messages}}}"#),
+        format!(r#"{{"model":"stet-demo-model","n":128,"n":1,"max_tokens":500,{messages}}}"#),
+        format!(r#"{{"model":"o1-pro","model":"stet-demo-model","max_tokens":500,{messages}}}"#),
+    ];
+    let mut violations = Vec::new();
+    for body in cases {
+        rig.upstream
+            .reply(ok_json(chat_completion("stet-demo-model", 10, 10, 0)));
+        let (status, _, _) = call(&rig.socket, "POST", "/v1/chat/completions", &body).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let _ = rig.next_event().await;
+        let sent = rig.upstream.requests().pop().unwrap();
+        let FirstWins(first) = serde_json::from_slice(&sent.body).unwrap();
+        let (input, output) = per_token(first["model"].as_str().unwrap());
+        let cap = first["max_tokens"].as_u64().unwrap();
+        let choices = first["n"].as_u64().unwrap_or(1);
+        let worst = sent.body.len() as f64 * input + (cap * choices) as f64 * output;
+        if worst > ceiling {
+            violations.push(format!(
+                "sent {}: read first-key-wins it is {} × {cap} tokens of {}, ${worst:.4} under ${ceiling}",
+                String::from_utf8_lossy(&sent.body),
+                choices,
+                first["model"]
+            ));
+        }
+    }
+    assert!(violations.is_empty(), "{violations:#?}");
+}
+
+/// Bound: spend. With both output fields named, the gateway reads the smaller whole number and,
+/// when that fits, sends the body as it came: a `max_completion_tokens` it cannot read as a whole
+/// number (`"1000000"`, `1000000.0`, `1e6`) stays uncapped. vLLM and SGLang (pydantic, lax mode)
+/// read it as 1000000 and use it first (`max_completion_tokens or max_tokens`).
+#[tokio::test]
+async fn attack15_an_output_field_the_gateway_cannot_read_stays_uncapped() {
+    let ceiling = 0.01;
+    let mut rig = rig_with(Some(ceiling), Duration::from_secs(20)).await;
+    let mut violations = Vec::new();
+    for odd in [r#""1000000""#, "1000000.0", "1e6"] {
+        let body = format!(
+            r#"{{"model":"stet-demo-model","max_tokens":16,"max_completion_tokens":{odd},"messages":[{{"role":"user","content":"hi"}}]}}"#
+        );
+        rig.upstream
+            .reply(ok_json(chat_completion("stet-demo-model", 10, 10, 0)));
+        let (status, _, _) = call(&rig.socket, "POST", "/v1/chat/completions", &body).await;
+        assert_eq!(status, StatusCode::OK);
+        let _ = rig.next_event().await;
+        let sent = rig.upstream.requests().pop().unwrap();
+        let json = sent.json();
+        let cap = ["max_completion_tokens", "max_tokens"]
+            .iter()
+            .filter_map(|field| json.get(*field).and_then(lax_int))
+            .max()
+            .unwrap();
+        let worst = sent.body.len() as f64 * 3e-6 + cap as f64 * 15e-6;
+        if worst > ceiling {
+            violations.push(format!(
+                "sent {}: a lax reader caps it at {cap}, ${worst:.4} under ${ceiling}",
+                String::from_utf8_lossy(&sent.body)
+            ));
+        }
+    }
+    assert!(violations.is_empty(), "{violations:#?}");
+}
+
+/// Bound: spend. An attachment by URL is a few bytes and a 4096-token allowance: a PDF by
+/// `file_url` on the responses API is up to 100 pages, each its extracted text plus an image of the
+/// page (1000+ tokens a page; OpenAI's file inputs); a `video_url` part (vLLM; Gemini through LiteLLM
+/// bills ~263 tokens a second of video) is not counted as an attachment at all. The upstream bills
+/// the tokens it read; the ledger settles them, past the ceiling.
+#[tokio::test]
+async fn attack15_attachments_by_url_cost_past_their_allowance() {
+    let ceiling = 0.05;
+    let mut violations = Vec::new();
+    let cases = [
+        (
+            "/v1/responses",
+            serde_json::json!({"model": "stet-demo-model", "max_output_tokens": 16, "input": [{"role": "user", "content": [
+                {"type": "input_file", "file_url": "https://example.invalid/100-pages.pdf"},
+                {"type": "input_text", "text": "summarise"}
+            ]}]}),
+            // 100 pages at 1000 tokens a page.
+            100_000u64,
+        ),
+        (
+            "/v1/chat/completions",
+            serde_json::json!({"model": "stet-demo-model", "max_tokens": 16, "messages": [{"role": "user", "content": [
+                {"type": "video_url", "video_url": {"url": "https://example.invalid/one-hour.mp4"}},
+                {"type": "text", "text": "summarise"}
+            ]}]}),
+            // 3600 s at 263 tokens a second.
+            946_800u64,
+        ),
+    ];
+    for (path, body, billed_input) in cases {
+        let mut rig = rig_with(Some(ceiling), Duration::from_secs(20)).await;
+        rig.upstream.reply(ok_json(chat_completion(
+            "stet-demo-model",
+            billed_input,
+            16,
+            0,
+        )));
+        let (status, _, _) = call(&rig.socket, "POST", path, &body.to_string()).await;
+        if status != StatusCode::OK {
+            continue; // refused: the bound holds
+        }
+        let _ = rig.next_event().await;
+        let settled = rig.gateway.totals().settled_usd;
+        if settled > ceiling {
+            violations.push(format!(
+                "{path}: admitted under ${ceiling}, the upstream read {billed_input} input tokens, settled ${settled:.4}"
+            ));
+        }
+    }
+    assert!(violations.is_empty(), "{violations:#?}");
+}
+
+/// Bound: spend. Predicted outputs: "any rejected prediction tokens are still billed at completion
+/// token rates" (OpenAI), and they are not generated tokens `max_tokens` caps. The gateway counts a
+/// prediction's bytes at the input price only: 40 000 bytes of prediction are reserved as $0.12 of
+/// input and can bill as $0.60 of output.
+#[tokio::test]
+async fn attack15_a_prediction_bills_at_the_output_price_it_was_reserved_below() {
+    let ceiling = 0.2;
+    let mut rig = rig_with(Some(ceiling), Duration::from_secs(20)).await;
+    let prediction = "x".repeat(40_000);
+    let body = serde_json::json!({"model": "stet-demo-model", "max_tokens": 16,
+        "prediction": {"type": "content", "content": prediction},
+        "messages": [{"role": "user", "content": "hi"}]})
+    .to_string();
+    rig.upstream
+        .reply(ok_json(chat_completion("stet-demo-model", 10, 10, 0)));
+    let (status, _, _) = call(&rig.socket, "POST", "/v1/chat/completions", &body).await;
+    if status != StatusCode::OK {
+        // Refused before the upstream: the bound holds.
+        assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+        assert!(rig.upstream.requests().is_empty());
+        return;
+    }
+    let _ = rig.next_event().await;
+    let sent = rig.upstream.requests().pop().unwrap();
+    let json = sent.json();
+    let predicted = json["prediction"]["content"].as_str().map_or(0, str::len) as u64;
+    let cap = json["max_tokens"].as_u64().unwrap();
+    // A token a byte, as the gateway itself bounds input; rejected prediction tokens at output price.
+    let worst =
+        (sent.body.len() as u64 - predicted) as f64 * 3e-6 + (cap + predicted) as f64 * 15e-6;
+    assert!(
+        worst <= ceiling,
+        "admitted under ${ceiling} with a {predicted}-byte prediction and cap {cap}: can bill ${worst:.4}"
+    );
+}
+
+/// Bound: spend (assumption (b), broken by the agent). `service_tier: "priority"` is billed at the
+/// priority price (gpt-4o: $4.25 / $17 per million against the table's $2.50 / $10); the agent
+/// chooses it, the gateway reserves and settles at the standard price.
+#[tokio::test]
+async fn attack15_the_priority_tier_bills_above_the_table_price() {
+    let ceiling = 0.01;
+    let mut rig = rig_with(Some(ceiling), Duration::from_secs(20)).await;
+    let body = serde_json::json!({"model": "gpt-4o", "service_tier": "priority",
+        "messages": [{"role": "user", "content": "hi"}]})
+    .to_string();
+    let mut reply = chat_completion("gpt-4o-2024-08-06", 10, 10, 0);
+    reply["service_tier"] = Value::from("priority");
+    rig.upstream.reply(ok_json(reply));
+    let (status, _, _) = call(&rig.socket, "POST", "/v1/chat/completions", &body).await;
+    if status != StatusCode::OK {
+        // Refused before the upstream: the bound holds.
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(rig.upstream.requests().is_empty());
+        return;
+    }
+    let _ = rig.next_event().await;
+    let sent = rig.upstream.requests().pop().unwrap();
+    let json = sent.json();
+    assert_eq!(json["service_tier"], "priority");
+    let cap = json["max_tokens"].as_u64().unwrap();
+    let worst = sent.body.len() as f64 * 4.25e-6 + cap as f64 * 17e-6;
+    assert!(
+        worst <= ceiling,
+        "sent at the priority tier with cap {cap}: can bill ${worst:.4} under ${ceiling}"
+    );
+}
+
+/// Bound: spend. An upstream's error status settles at $0, yet the agent can make the upstream give
+/// up after the provider has started billing: LiteLLM honours the agent's `x-litellm-timeout`
+/// request header (answering 408 while the provider finishes and bills a non-streamed request) and
+/// `x-litellm-num-retries`. The gateway forwards both headers; each such request reserves all that
+/// is left, is sent with a cap for all of it, and counts nothing, so the agent can repeat it forever.
+#[tokio::test]
+async fn attack15_an_error_status_the_agent_provokes_counts_nothing() {
+    let ceiling = 0.01;
+    let rig = rig_with(Some(ceiling), Duration::from_secs(20)).await;
+    let rounds = 5;
+    let mut could_cost = 0.0;
+    for _ in 0..rounds {
+        rig.upstream.reply(Reply::Full {
+            status: 408,
+            headers: vec![("content-type", "application/json".to_owned())],
+            body: r#"{"error":{"message":"litellm.Timeout: Request timed out","type":"timeout","code":"408"}}"#.to_owned(),
+        });
+        let response = send(
+            &rig.socket,
+            "POST",
+            "/v1/chat/completions",
+            &[
+                ("content-type", "application/json"),
+                ("x-litellm-timeout", "0.001"),
+                ("x-litellm-num-retries", "10"),
+            ],
+            &chat_request("stet-demo-model"),
+        )
+        .await;
+        let status = response.status();
+        within(response.into_body().collect()).await.unwrap();
+        if status == StatusCode::PAYMENT_REQUIRED {
+            // The timed-out requests counted what they reserved: nothing is left.
+            break;
+        }
+        assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
+        let sent = rig.upstream.requests().pop().unwrap();
+        assert!(
+            sent.headers.get("x-litellm-timeout").is_none()
+                && sent.headers.get("x-litellm-num-retries").is_none(),
+            "the agent's headers steer the upstream: {:?}",
+            sent.headers
+        );
+        could_cost += worst_as_sent(&sent);
+    }
+    let totals = rig.gateway.totals();
+    assert!(
+        could_cost <= ceiling + 1e-9 || totals.settled_usd >= ceiling,
+        "{rounds} requests forwarded with a timeout the agent set, each able to bill up to ${:.4} (${could_cost:.4} together, before LiteLLM's retries); the ledger settled ${:.4}",
+        could_cost / rounds as f64,
+        totals.settled_usd
+    );
+}
+
+/// The process's peak resident memory in bytes since the last reset.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+fn current_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+/// Bound: the host's memory. Every connection may send a 32 MiB body, and there is no limit on
+/// connections; `prepare` parses it into a `serde_json::Value` (32 bytes a value: `[0,0,…]` is 16
+/// times its size) and clones the whole request twice more (`unbounded_part`'s stored-file walk and
+/// `attachments`), before the ledger refuses it. Three bodies of 32 MiB in flight take gigabytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attack15_request_bodies_are_amplified_in_the_hosts_memory() {
+    let rig = rig_with(Some(0.01), Duration::from_secs(60)).await;
+    let mut body = String::from(r#"{"model":"stet-demo-model","x":["#);
+    let target = 32 * 1024 * 1024 - 64;
+    while body.len() < target {
+        body.push_str("0,");
+    }
+    body.push_str("0]}");
+    let body = Arc::new(body);
+    let concurrent = 3;
+    // Reset the peak (VmHWM) to the present.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+    let before = current_rss();
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..concurrent {
+        let (socket, body) = (rig.socket.clone(), Arc::clone(&body));
+        calls.spawn(async move {
+            let stream = UnixStream::connect(&socket).await.unwrap();
+            let (mut sender, connection) =
+                hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                    .await
+                    .unwrap();
+            tokio::spawn(connection);
+            let request = Request::builder()
+                .method("POST")
+                .uri("/v1/chat/completions")
+                .header("host", "x")
+                .body(Full::new(Bytes::from(body.as_bytes().to_vec())))
+                .unwrap();
+            let response = sender.send_request(request).await.unwrap();
+            response.status()
+        });
+    }
+    while let Some(status) = calls.join_next().await {
+        // Refused in the end (a field stet cannot price, the budget of bytes, the ceiling): what
+        // matters is the memory it took before.
+        let status = status.unwrap();
+        assert!(
+            status.is_client_error() || status.is_server_error(),
+            "{status}"
+        );
+    }
+    let grown = peak_rss().saturating_sub(before);
+    let received = (concurrent * body.len()) as u64;
+    assert!(
+        grown <= 4 * received,
+        "{concurrent} bodies of {} MiB ({} MiB received) raised the host's peak memory by {} MiB ({:.1}× what was received)",
+        body.len() >> 20,
+        received >> 20,
+        grown >> 20,
+        grown as f64 / received as f64
+    );
+    assert!(rig.upstream.requests().is_empty());
 }

@@ -47,6 +47,10 @@ const MAX_SHOWN_PATH: usize = 160;
 /// few bytes in the request and up to a few thousand tokens to the model.
 const TOKENS_PER_ATTACHMENT: u64 = 4096;
 
+/// What the gateway's rewrite may add to a body (output caps, `stream_options`), counted as input
+/// too: what is sent, not what was received, is what the upstream bills.
+const REWRITE_BYTES: u64 = 256;
+
 /// How long a retry is suggested while the budget is held by requests in flight.
 const HELD_RETRY_AFTER_SECS: u32 = 2;
 
@@ -148,7 +152,13 @@ pub(super) async fn handle(
             "stet gateway: the query string is not valid",
         );
     };
-    let mut prepared = match prepare(route, body, &shared.prices, shared.ceiling_usd.is_some()) {
+    let bounded = shared.ceiling_usd.is_some();
+    let steered = (bounded && route.metered() && parts.uri.query().is_some()).then(|| {
+        "its query string could name another model or route (LiteLLM reads `?model=`)".to_owned()
+    });
+    let mut prepared = match steered
+        .map_or_else(|| prepare(route, body, &shared.prices, bounded), Err)
+    {
         Ok(prepared) => prepared,
         Err(unbounded) => {
             shared.error(&format!(
@@ -244,9 +254,12 @@ pub(super) async fn handle(
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let hold = match hold {
-        // A refusal or failure by the upstream is not billed (unless it says otherwise).
+        // A refusal by the upstream (4xx but 408) is not billed unless it says otherwise; a timeout
+        // or a failure (408, 5xx) may come after the provider did the work, so it counts its
+        // reservation.
         Some(hold) if !status.is_success() => {
-            hold.settle(Some(header_cost.unwrap_or(0.0)));
+            let refused = status.is_client_error() && status != StatusCode::REQUEST_TIMEOUT;
+            hold.settle(header_cost.or(refused.then_some(0.0)));
             shared.announce_if_reached();
             None
         }
@@ -455,9 +468,12 @@ struct Prepared {
 /// Without a ceiling any body passes.
 ///
 /// The worst case counts each byte of the body as an input token (tokenizers spend at least a byte
-/// a token; JSON spends more), [`TOKENS_PER_ATTACHMENT`] more for each image or file part, at the
-/// model's input price (cached input is cheaper, so this bounds it), and each output token at the
-/// output price times `n`.
+/// a token; JSON spends more), [`TOKENS_PER_ATTACHMENT`] more for each image part, at the model's
+/// input price (cached input is cheaper, so this bounds it), a prediction's bytes at the output price
+/// (rejected prediction tokens are billed as output), and each output token at the output price
+/// times `n`. Under a ceiling the request's fields must all be ones the worst case accounts for,
+/// and file, audio and video parts, which the provider reads at a size the request does not show,
+/// are refused.
 fn prepare(
     route: Route,
     raw: Bytes,
@@ -517,10 +533,13 @@ fn prepare(
                     None => 1,
                 },
             };
-            let input_tokens = (raw.len() as u64)
+            let input_tokens = (raw.len() as u64 + REWRITE_BYTES)
                 .saturating_add(found.attachments.saturating_mul(TOKENS_PER_ATTACHMENT));
+            // Rejected prediction tokens are billed as output, for each choice.
+            let predicted = fields.get("prediction").map_or(0, |raw| raw.get().len()) as f64;
             WorstCase::Priced {
-                input_usd: input_tokens as f64 * price.input / 1_000_000.0,
+                input_usd: input_tokens as f64 * price.input / 1_000_000.0
+                    + predicted * price.output * choices as f64 / 1_000_000.0,
                 per_output_token_usd: price.output * choices as f64 / 1_000_000.0,
                 asked_output_tokens: output_fields(route, &fields)
                     .iter()
@@ -547,9 +566,12 @@ impl Prepared {
         };
         let mut rewrite = self.rewrite;
         if let Some(cap) = cap {
+            // Every output field gets the reserved count, whatever it held: a value stet reads
+            // one way and the upstream another (`"1e6"`, `1000000.0`) is not left in place.
             for name in output_fields(route, fields) {
-                rewrite |= cap_field(fields, name, cap);
+                set_field(fields, name, &Value::from(cap));
             }
+            rewrite = true;
         }
         if !rewrite {
             return self.raw.clone();
@@ -593,26 +615,112 @@ fn output_fields(route: Route, fields: &Fields) -> &'static [&'static str] {
     }
 }
 
-/// Sets `name` to `cap` unless it already holds a whole number no larger; true when it changed.
-fn cap_field(fields: &mut Fields, name: &str, cap: u64) -> bool {
-    let within = fields
-        .get(name)
-        .and_then(|raw| serde_json::from_str::<u64>(raw.get()).ok())
-        .is_some_and(|asked| asked <= cap);
-    if within {
-        return false;
-    }
-    set_field(fields, name, &Value::from(cap));
-    true
-}
+/// The top-level fields of a chat completion whose cost the worst case accounts for (or that cost
+/// nothing). Under a ceiling any other field is refused: a proxy reads fields of its own that change
+/// the model or the price (LiteLLM's `fallbacks`, `mock_testing_fallbacks`, `api_base`, …).
+const CHAT_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "audio",
+    "frequency_penalty",
+    "function_call",
+    "functions",
+    "logit_bias",
+    "logprobs",
+    "max_completion_tokens",
+    "max_tokens",
+    "metadata",
+    "modalities",
+    "n",
+    "parallel_tool_calls",
+    "prediction",
+    "presence_penalty",
+    "prompt_cache_key",
+    "reasoning_effort",
+    "response_format",
+    "safety_identifier",
+    "seed",
+    "service_tier",
+    "stop",
+    "store",
+    "stream",
+    "stream_options",
+    "temperature",
+    "tool_choice",
+    "tools",
+    "top_logprobs",
+    "top_p",
+    "user",
+    "verbosity",
+    "web_search_options",
+];
+
+/// The same for `/v1/responses`.
+const RESPONSES_FIELDS: &[&str] = &[
+    "model",
+    "input",
+    "instructions",
+    "background",
+    "conversation",
+    "include",
+    "max_output_tokens",
+    "max_tool_calls",
+    "metadata",
+    "parallel_tool_calls",
+    "previous_response_id",
+    "prompt",
+    "prompt_cache_key",
+    "reasoning",
+    "safety_identifier",
+    "service_tier",
+    "store",
+    "stream",
+    "stream_options",
+    "temperature",
+    "text",
+    "tool_choice",
+    "tools",
+    "top_logprobs",
+    "top_p",
+    "truncation",
+    "user",
+];
+
+/// The service tiers billed at the table's price or below (`auto` follows the user's project).
+const PRICED_TIERS: &[&str] = &["auto", "default", "flex"];
 
 /// What in a request makes its cost unknowable before its response, said as the refusal says it.
 fn unbounded_part(route: Route, fields: &Fields, found: &scan::Found) -> Option<String> {
+    let known = match route {
+        Route::Responses => RESPONSES_FIELDS,
+        _ => CHAT_FIELDS,
+    };
+    if let Some(unknown) = fields.keys().find(|name| !known.contains(&name.as_str())) {
+        return Some(format!(
+            "the field `{}` is not one whose cost stet can bound",
+            shown_text(unknown)
+        ));
+    }
     let set = |name: &str| {
         fields
             .get(name)
             .is_some_and(|raw| !matches!(raw.get().trim(), "null" | "false"))
     };
+    if set("service_tier")
+        && !typed::<String>(fields, "service_tier")
+            .is_some_and(|tier| PRICED_TIERS.contains(&tier.as_str()))
+    {
+        return Some(
+            "its `service_tier` is billed above the price table (only auto, default and flex are)"
+                .to_owned(),
+        );
+    }
+    if let Some(part) = &found.unbounded_media {
+        return Some(format!(
+            "a `{}` part is read by the provider at a size stet cannot see",
+            shown_text(part)
+        ));
+    }
     if route == Route::Responses {
         for name in [
             "previous_response_id",
@@ -707,9 +815,13 @@ fn admit(
     }
 }
 
-/// The agent's headers as sent upstream: its credentials and cookies, `Host`, hop-by-hop headers,
-/// `Content-Length` (recomputed) and `Accept-Encoding` dropped; `Accept-Encoding: identity` (the meter
-/// reads the bytes as they pass) and the host's `Authorization` added.
+/// The agent's headers as sent upstream: only `Content-Type`, `Accept`, `User-Agent`, `OpenAI-Beta`
+/// and the OpenAI SDKs' `X-Stainless-*` pass. Everything else stays behind: credentials and cookies,
+/// hop-by-hop headers, `Content-Encoding`, and the headers by which a client steers its upstream
+/// (LiteLLM's `x-litellm-*` timeouts and retries, `OpenAI-Organization` and `OpenAI-Project`, which
+/// bill elsewhere, `anthropic-beta`, which changes prices). `Content-Length` is recomputed,
+/// `Accept-Encoding: identity` (the meter reads the bytes as they pass) and the host's
+/// `Authorization` are added.
 fn upstream_headers(
     agent: &HeaderMap,
     authorization: Option<&HeaderValue>,
@@ -718,20 +830,12 @@ fn upstream_headers(
     let named_by_connection = connection_named(agent);
     let mut headers = HeaderMap::with_capacity(agent.len() + 3);
     for (name, value) in agent {
-        let dropped = is_hop_by_hop(name)
-            || named_by_connection.contains(name)
-            || matches!(
+        let passed = !named_by_connection.contains(name)
+            && (matches!(
                 name.as_str(),
-                "authorization"
-                    | "proxy-authorization"
-                    | "cookie"
-                    | "host"
-                    | "content-length"
-                    | "accept-encoding"
-                    | "api-key"
-                    | "x-api-key"
-            );
-        if !dropped {
+                "content-type" | "accept" | "user-agent" | "openai-beta"
+            ) || name.as_str().starts_with("x-stainless-"));
+        if passed {
             headers.append(name.clone(), value.clone());
         }
     }
@@ -940,7 +1044,7 @@ mod tests {
     fn the_worst_case_counts_every_byte_each_attachment_and_every_choice() {
         // stet-demo-model: $3 per million input tokens, $15 per million output tokens.
         let request = serde_json::json!({"model": "stet-demo-model", "n": 4, "max_tokens": 100});
-        let bytes = request.to_string().len() as f64;
+        let bytes = request.to_string().len() as f64 + REWRITE_BYTES as f64;
         assert_eq!(
             worst(Route::ChatCompletions, request),
             WorstCase::Priced {
@@ -954,7 +1058,7 @@ mod tests {
             {"type": "image_url", "image_url": {"url": "https://example.invalid/a.png"}},
             {"type": "image_url", "image_url": {"url": "https://example.invalid/b.png"}}
         ]}]});
-        let bytes = request.to_string().len() as f64;
+        let bytes = request.to_string().len() as f64 + REWRITE_BYTES as f64;
         let WorstCase::Priced { input_usd, .. } = worst(Route::ChatCompletions, request) else {
             panic!("priced");
         };
@@ -980,7 +1084,7 @@ mod tests {
             ..
         } = worst(
             Route::Responses,
-            serde_json::json!({"model": "stet-demo-model", "max_output_tokens": 30, "max_tokens": 5}),
+            serde_json::json!({"model": "stet-demo-model", "max_output_tokens": 30}),
         )
         else {
             panic!("priced");
@@ -1035,8 +1139,23 @@ mod tests {
             ),
             (
                 Route::Responses,
-                serde_json::json!({"model": "gpt-4o", "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}]}),
+                serde_json::json!({"model": "gpt-4o", "input": [{"role": "user", "content": [{"type": "input_text", "file_id": "file-1"}]}]}),
                 "file_id",
+            ),
+            (
+                Route::Responses,
+                serde_json::json!({"model": "gpt-4o", "input": [{"role": "user", "content": [{"type": "input_file", "file_url": "https://example.invalid/a.pdf"}]}]}),
+                "file_url",
+            ),
+            (
+                Route::ChatCompletions,
+                serde_json::json!({"model": "gpt-4o", "fallbacks": ["o1-pro"]}),
+                "`fallbacks`",
+            ),
+            (
+                Route::ChatCompletions,
+                serde_json::json!({"model": "gpt-4o", "service_tier": "priority"}),
+                "service_tier",
             ),
             (
                 Route::ChatCompletions,
@@ -1096,7 +1215,7 @@ mod tests {
     fn the_output_cap_follows_the_remaining_budget() {
         // stet-demo-model: $15 per million output tokens. $0.0015 plus the input's cost pays for 100.
         let chat = |body: Value| {
-            let input = body.to_string().len() as f64 * 3.0 / 1e6;
+            let input = (body.to_string().len() as f64 + REWRITE_BYTES as f64) * 3.0 / 1e6;
             prepared_json(Route::ChatCompletions, body, Some(0.0015 + input + 1e-12))
         };
         assert_eq!(
@@ -1121,7 +1240,7 @@ mod tests {
             25
         );
         let body = serde_json::json!({"model": "openai/stet-demo-model"});
-        let input = body.to_string().len() as f64 * 3.0 / 1e6;
+        let input = (body.to_string().len() as f64 + REWRITE_BYTES as f64) * 3.0 / 1e6;
         let responses = prepared_json(Route::Responses, body, Some(0.0015 + input + 1e-12));
         assert_eq!(responses["max_output_tokens"], 100);
         assert!(responses.get("max_tokens").is_none());

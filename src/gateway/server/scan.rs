@@ -10,8 +10,11 @@ use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 /// What the walk found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(super) struct Found {
-    /// Objects whose `type` is an image or file part (each `type` key counts: duplicates over-count).
+    /// Objects whose `type` is an image part (each `type` key counts: duplicates over-count).
     pub(super) attachments: u64,
+    /// The first file, audio or video part: the provider reads it at a size the request does not
+    /// show (a document's pages, a recording's length).
+    pub(super) unbounded_media: Option<String>,
     /// Some object names a stored file (`file_id` not null).
     pub(super) stored_file: bool,
     /// The `type` of a top-level tool the provider runs itself (anything but `function` or `custom`).
@@ -33,11 +36,24 @@ pub(super) fn scan(raw: &[u8]) -> Result<Found, serde_json::Error> {
     Ok(found)
 }
 
-/// The types of content part that carry an image or a file.
+/// The types of content part that carry an image, whose tokens the provider bounds by resizing it.
 fn is_attachment(kind: &str) -> bool {
+    matches!(kind, "image_url" | "input_image" | "image")
+}
+
+/// The types of content part, and the keys, that carry a file, audio or video.
+fn is_unbounded_media(name: &str) -> bool {
     matches!(
-        kind,
-        "image_url" | "input_image" | "image" | "file" | "input_file"
+        name,
+        "file"
+            | "input_file"
+            | "file_url"
+            | "file_data"
+            | "input_audio"
+            | "audio_url"
+            | "video"
+            | "video_url"
+            | "input_video"
     )
 }
 
@@ -125,6 +141,9 @@ impl<'de> Visitor<'de> for Walk<'_> {
                         found: &mut *self.found,
                     })?;
                     if let Some(kind) = kind {
+                        if is_unbounded_media(&kind) && self.found.unbounded_media.is_none() {
+                            self.found.unbounded_media = Some(kind.clone());
+                        }
                         if is_attachment(&kind) {
                             self.found.attachments = self.found.attachments.saturating_add(1);
                         }
@@ -142,6 +161,15 @@ impl<'de> Visitor<'de> for Walk<'_> {
                     })? {
                         self.found.stored_file = true;
                     }
+                }
+                Key::Media(name) => {
+                    if self.found.unbounded_media.is_none() {
+                        self.found.unbounded_media = Some(name.to_owned());
+                    }
+                    map.next_value_seed(Walk {
+                        found: &mut *self.found,
+                        place: Place::Elsewhere,
+                    })?;
                 }
                 Key::Other(top) => {
                     let place = match (self.place, top) {
@@ -164,6 +192,8 @@ impl<'de> Visitor<'de> for Walk<'_> {
 enum Key {
     Type,
     FileId,
+    /// A key that names a file, audio or video (`file_url`, `video_url`, …).
+    Media(&'static str),
     Other(Option<TopKey>),
 }
 
@@ -197,6 +227,11 @@ impl Visitor<'_> for KeySeed {
             "file_id" => Key::FileId,
             "tools" => Key::Other(Some(TopKey::Tools)),
             "modalities" => Key::Other(Some(TopKey::Modalities)),
+            "file_url" => Key::Media("file_url"),
+            "file_data" => Key::Media("file_data"),
+            "audio_url" => Key::Media("audio_url"),
+            "video_url" => Key::Media("video_url"),
+            "input_audio" => Key::Media("input_audio"),
             _ => Key::Other(None),
         })
     }
@@ -350,14 +385,48 @@ mod tests {
         let body = serde_json::json!({"messages": [{"role": "user", "content": [
             {"type": "text", "text": "a"},
             {"type": "image_url", "image_url": {"url": "https://example.invalid/a.png"}},
-            {"type": "file", "file": {"file_data": "data:application/pdf;base64,AAAA"}}
+            {"type": "image_url", "image_url": {"url": "https://example.invalid/b.png"}}
         ]}], "input": [{"content": [{"type": "input_image", "image_url": "x"}]}]});
         assert_eq!(found(body).attachments, 3);
         // Escapes spell the same type; a duplicated key counts twice.
         let raw = br#"{"messages":[{"content":[{"type":"text","type":"image\u005furl"}]}]}"#;
         assert_eq!(scan(raw).unwrap().attachments, 1);
-        let raw = br#"{"m":[{"type":"image_url","type":"input_file"}]}"#;
+        let raw = br#"{"m":[{"type":"image_url","type":"input_image"}]}"#;
         assert_eq!(scan(raw).unwrap().attachments, 2);
+    }
+
+    #[test]
+    fn file_audio_and_video_parts_are_found_by_type_or_key() {
+        // The first found names it (keys are walked in the order written).
+        for (raw, named) in [
+            (
+                r#"{"m":[{"type":"file","file":{"file_data":"AAAA"}}]}"#,
+                "file",
+            ),
+            (
+                r#"{"input":[{"content":[{"file_url":"https://x/a.pdf","type":"input_file"}]}]}"#,
+                "file_url",
+            ),
+            (
+                r#"{"m":[{"type":"video_url","video_url":{"url":"https://x/v.mp4"}}]}"#,
+                "video_url",
+            ),
+            (
+                r#"{"m":[{"type":"input_audio","input_audio":{"data":"AAAA"}}]}"#,
+                "input_audio",
+            ),
+            (
+                r#"{"m":[{"kind":"x","audio_url":"https://x/a.wav"}]}"#,
+                "audio_url",
+            ),
+        ] {
+            let found = scan(raw.as_bytes()).unwrap();
+            assert_eq!(found.unbounded_media.as_deref(), Some(named), "{raw}");
+        }
+        assert_eq!(
+            found(serde_json::json!({"m": [{"type": "text"}]})).unbounded_media,
+            None
+        );
     }
 
     #[test]
