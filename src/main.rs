@@ -319,6 +319,14 @@ enum Command {
         #[arg(long, value_name = "N")]
         allocate_mb: Option<u64>,
 
+        /// Write N MiB into /workspace (files of --fill-piece-mb each), flushed as it goes.
+        #[arg(long, value_name = "N")]
+        fill_mb: Option<u64>,
+
+        /// The size of each file --fill-mb writes.
+        #[arg(long, value_name = "N", default_value_t = 16)]
+        fill_piece_mb: u64,
+
         /// Report which processes carry the value of the environment variable NAME in their command
         /// line (the value is read from the environment, never passed as an argument). Repeatable.
         #[arg(long = "find-env-in-cmdlines", value_name = "NAME")]
@@ -442,6 +450,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             connect,
             fork_up_to,
             allocate_mb,
+            fill_mb,
+            fill_piece_mb,
             find_env_in_cmdlines,
             environment,
             hold,
@@ -459,6 +469,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 connect,
                 fork_up_to,
                 allocate_mb,
+                fill_mb,
+                fill_piece_mb,
                 find_env_in_cmdlines,
                 environment,
             })?;

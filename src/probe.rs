@@ -76,6 +76,10 @@ pub struct ProbeRequest {
     pub fork_up_to: Option<u32>,
     /// Allocate and touch this many MiB.
     pub allocate_mb: Option<u64>,
+    /// Write this many MiB into `/workspace`, in files of `fill_piece_mb` each.
+    pub fill_mb: Option<u64>,
+    /// The size of each file `fill_mb` writes (a piece as large as the fill is one file).
+    pub fill_piece_mb: u64,
     /// Names of environment variables whose values are searched for in every process's command line.
     pub find_env_in_cmdlines: Vec<String>,
     /// Report the probe's whole environment (to show what a sandbox's process is given).
@@ -115,6 +119,9 @@ pub struct ProbeReport {
     pub forks: Option<ForkOutcome>,
     /// Present with `--allocate-mb` when the process survived.
     pub allocate: Option<AllocateOutcome>,
+    /// Present with `--fill-mb` when the process survived.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fill: Option<FillOutcome>,
     /// One entry per `--find-env-in-cmdlines`.
     pub cmdlines_containing: Vec<CmdlineMatches>,
     /// `NAME=value` for every variable, sorted; present with `--environment`.
@@ -150,6 +157,14 @@ pub struct ForkOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AllocateOutcome {
     pub allocated_mb: u64,
+    pub error: Option<String>,
+}
+
+/// How much `--fill-mb` wrote into `/workspace`, and why it stopped early if it did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FillOutcome {
+    pub written_mb: u64,
+    pub files: u64,
     pub error: Option<String>,
 }
 
@@ -214,6 +229,9 @@ pub fn run(request: &ProbeRequest) -> Result<ProbeReport> {
     let allocate = request
         .allocate_mb
         .map(|mb| allocate_and_touch(mb, &mut std::io::stderr()));
+    let fill = request
+        .fill_mb
+        .map(|mb| fill(Path::new("/workspace"), mb, request.fill_piece_mb.max(1)));
     Ok(ProbeReport {
         uid: status.uid,
         gid: status.gid,
@@ -236,6 +254,7 @@ pub fn run(request: &ProbeRequest) -> Result<ProbeReport> {
             .collect(),
         forks: request.fork_up_to.map(fork_up_to),
         allocate,
+        fill,
         cmdlines_containing: request
             .find_env_in_cmdlines
             .iter()
@@ -483,6 +502,37 @@ fn fork_up_to(limit: u32) -> ForkOutcome {
 
 /// Allocates `mb` MiB one MiB at a time and writes every page, so the memory is really used; progress
 /// goes to `progress` as it happens, so a caller whose probe is killed still sees how far it got.
+/// Writes `mb` MiB into `dir` as files `stet-fill-<n>` of `piece_mb` MiB each, flushed to disk as
+/// it goes; stops at the first error. A write past the sandbox's file-size limit kills the process
+/// (SIGXFSZ): that is the answer.
+fn fill(dir: &Path, mb: u64, piece_mb: u64) -> FillOutcome {
+    let chunk = vec![0x5au8; MIB];
+    let mut outcome = FillOutcome {
+        written_mb: 0,
+        files: 0,
+        error: None,
+    };
+    while outcome.written_mb < mb {
+        let path = dir.join(format!("stet-fill-{}", outcome.files));
+        let mut file = match fs::File::create(&path) {
+            Ok(file) => file,
+            Err(error) => {
+                outcome.error = Some(format!("{}: {error}", path.display()));
+                return outcome;
+            }
+        };
+        outcome.files += 1;
+        for _ in 0..piece_mb.min(mb - outcome.written_mb) {
+            if let Err(error) = file.write_all(&chunk).and_then(|()| file.sync_data()) {
+                outcome.error = Some(format!("{}: {error}", path.display()));
+                return outcome;
+            }
+            outcome.written_mb += 1;
+        }
+    }
+    outcome
+}
+
 fn allocate_and_touch(mb: u64, progress: &mut impl Write) -> AllocateOutcome {
     let mut chunks: Vec<Vec<u8>> = Vec::new();
     let mut allocated_mb = 0;

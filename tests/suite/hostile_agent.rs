@@ -393,3 +393,41 @@ fn tricks_a_hostile_agent_would_try_are_held_too() {
         );
     }
 }
+
+/// Bound: disk. An agent that writes 2 GiB into its workspace in files of 4 MiB (each under the
+/// file-size cap) under a disk bound of 32 MiB is stopped by the disk watch: the dispatch ends
+/// `failed` with the figures, having grown by far less than it meant to, and nothing is left.
+#[test]
+fn an_agent_filling_the_disk_is_stopped_at_the_bound() {
+    let project = hostile(&[
+        "run = [\"stet\", \"probe\", \"--fill-mb\", \"2048\", \"--fill-piece-mb\", \"4\"]",
+    ]);
+    project
+        .home
+        .add_user_config("\n[import]\nmax_total_bytes = 33554432\n");
+    let finished = run(project.headless(&[]));
+    let (outcome, code, reason) = finished.outcome();
+    let reason = reason.unwrap_or_default();
+    assert_eq!((outcome, code), (Phase::Failed, 1), "{reason}");
+    assert!(
+        reason.contains("past the dispatch's disk bound of 32 MiB"),
+        "{reason}"
+    );
+    let grown = Regex::new(r"grew by ([0-9.]+) (MiB|GiB)")
+        .unwrap()
+        .captures(&reason)
+        .map(|found| {
+            let number: f64 = found[1].parse().unwrap();
+            if &found[2] == "GiB" {
+                number * 1024.0
+            } else {
+                number
+            }
+        })
+        .unwrap_or_else(|| panic!("no figure in {reason}"));
+    assert!(
+        grown < 1024.0,
+        "the workspace grew by {grown} MiB of the 2048 MiB the agent wrote toward before it was stopped"
+    );
+    finished.torn_down_cleanly();
+}

@@ -261,6 +261,36 @@ async fn an_allocation_beyond_the_memory_cap_is_killed() {
     assert_eq!(survivor["caps_all_dropped"], true);
 }
 
+/// Bound: disk. One file cannot pass the sandbox's file-size cap: its writer is stopped there
+/// (SIGXFSZ), and what reached the host's disk is at most the cap.
+#[tokio::test]
+async fn a_file_past_the_file_size_cap_stops_its_writer_at_the_cap() {
+    let f = fixture().await;
+    let cap = 8 * 1024 * 1024;
+    let limits = DispatchLimits {
+        file_bytes: cap,
+        ..DispatchLimits::default()
+    };
+    let sandbox = f.sandbox(limits, NetworkPolicy::None).await;
+    let (code, out, _) = run(
+        &sandbox,
+        &[STET, "probe", "--fill-mb", "64", "--fill-piece-mb", "64"],
+        &[],
+    )
+    .await;
+    let written = std::fs::metadata(sandbox.paths().workspace.join("stet-fill-0"))
+        .unwrap()
+        .len();
+    let survivor = probe(&sandbox, &[], &[]).await;
+    sandbox.teardown().await;
+    assert_eq!(code, 128 + 25, "the writer is stopped by SIGXFSZ: {out}");
+    assert!(
+        written <= cap as u64,
+        "{written} bytes reached the disk under a cap of {cap}"
+    );
+    assert_eq!(survivor["caps_all_dropped"], true);
+}
+
 #[tokio::test]
 async fn the_credential_is_in_the_environment_and_nowhere_else() {
     let f = fixture().await;
