@@ -156,7 +156,10 @@ impl Engine {
                 image,
                 limits: DispatchLimits {
                     // No one file may take more than the dispatch's whole disk bound.
-                    file_bytes: i64::try_from(config.import.max_total_bytes).unwrap_or(i64::MAX),
+                    file_bytes: i64::try_from(crate::dispatch::disk_watch::bound_for(
+                        config.import.max_total_bytes,
+                    ))
+                    .unwrap_or(i64::MAX),
                     ..DispatchLimits::default()
                 },
                 network: options.network,

@@ -11,6 +11,15 @@ use std::time::Duration;
 /// How often the filesystem is looked at.
 const INTERVAL: Duration = Duration::from_millis(250);
 
+/// The disk bound of a dispatch whose import takes at most `import_max_total_bytes` of content:
+/// twice that, and at least 256 MiB more, so that what an import would take always fits with the
+/// filesystem's block overhead (many small files take more blocks than bytes).
+pub fn bound_for(import_max_total_bytes: u64) -> u64 {
+    import_max_total_bytes
+        .saturating_mul(2)
+        .max(import_max_total_bytes.saturating_add(256 * 1024 * 1024))
+}
+
 /// The free space a dispatch starts with at least and never takes the filesystem below.
 pub const DEFAULT_FLOOR_BYTES: u64 = 256 * 1024 * 1024;
 
@@ -122,7 +131,7 @@ impl DiskWatch {
         let grown = measured.bytes.saturating_sub(self.used_at_start);
         if grown > self.limit_bytes {
             return Some(format!(
-                "the agent's workspace and outputs grew by {}, past the dispatch's disk bound of {} (import.max_total_bytes)",
+                "the agent's workspace and outputs grew by {}, past the dispatch's disk bound of {} (derived from import.max_total_bytes)",
                 shown_bytes(grown),
                 shown_bytes(self.limit_bytes)
             ));
@@ -266,6 +275,13 @@ mod tests {
             reason.contains("grew by 2 MiB") && reason.contains("bound of 256 KiB"),
             "{reason}"
         );
+    }
+
+    #[test]
+    fn the_bound_leaves_room_for_what_an_import_takes() {
+        assert_eq!(bound_for(1 << 30), 2 << 30);
+        assert_eq!(bound_for(300_000), 300_000 + (256 << 20));
+        assert_eq!(bound_for(u64::MAX), u64::MAX);
     }
 
     #[test]

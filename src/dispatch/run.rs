@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::brief::Brief;
 use crate::dispatch::branch::{BranchValidator, CommitSha};
-use crate::dispatch::disk_watch::{DEFAULT_FLOOR_BYTES, DiskWatch};
+use crate::dispatch::disk_watch::{self, DEFAULT_FLOOR_BYTES, DiskWatch};
 use crate::dispatch::display;
 use crate::dispatch::event::{
     ChangedPath, DispatchId, Event, EventKind, GateFindings, HeldPathReport, ItemKind,
@@ -831,10 +831,10 @@ impl Flow {
                 })?;
         }
         let outputs = sandbox.paths().outputs.clone();
-        // The agent may add to its workspace and outputs what an import would take, no more.
+        // The agent may add to its workspace and outputs what an import would take, and some room.
         let disk = DiskWatch::start(
             vec![sandbox.paths().workspace.clone(), outputs.clone()],
-            self.parts.settings.import.max_total_bytes,
+            disk_watch::bound_for(self.parts.settings.import.max_total_bytes),
             DEFAULT_FLOOR_BYTES,
         )
         .map_err(|error| Stop::Failed(error.to_string()))?;

@@ -395,7 +395,7 @@ fn tricks_a_hostile_agent_would_try_are_held_too() {
 }
 
 /// Bound: disk. An agent that writes 2 GiB into its workspace in files of 4 MiB (each under the
-/// file-size cap) under a disk bound of 32 MiB is stopped by the disk watch: the dispatch ends
+/// file-size cap) under a disk bound of 288 MiB (32 MiB of import and 256 of room) is stopped by the disk watch: the dispatch ends
 /// `failed` with the figures, having grown by far less than it meant to, and nothing is left.
 #[test]
 fn an_agent_filling_the_disk_is_stopped_at_the_bound() {
@@ -410,7 +410,7 @@ fn an_agent_filling_the_disk_is_stopped_at_the_bound() {
     let reason = reason.unwrap_or_default();
     assert_eq!((outcome, code), (Phase::Failed, 1), "{reason}");
     assert!(
-        reason.contains("past the dispatch's disk bound of 32 MiB"),
+        reason.contains("past the dispatch's disk bound of 288 MiB"),
         "{reason}"
     );
     let grown = Regex::new(r"grew by ([0-9.]+) (MiB|GiB)")

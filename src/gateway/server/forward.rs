@@ -636,6 +636,7 @@ const CHAT_FIELDS: &[&str] = &[
     "prediction",
     "presence_penalty",
     "prompt_cache_key",
+    "prompt_cache_retention",
     "reasoning_effort",
     "response_format",
     "safety_identifier",
@@ -648,6 +649,7 @@ const CHAT_FIELDS: &[&str] = &[
     "temperature",
     "tool_choice",
     "tools",
+    "top_k",
     "top_logprobs",
     "top_p",
     "user",
@@ -670,6 +672,7 @@ const RESPONSES_FIELDS: &[&str] = &[
     "previous_response_id",
     "prompt",
     "prompt_cache_key",
+    "prompt_cache_retention",
     "reasoning",
     "safety_identifier",
     "service_tier",
@@ -1209,6 +1212,38 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    #[test]
+    fn what_openhands_sends_passes_under_a_ceiling() {
+        // The field sets OpenHands 1.16 (openhands-sdk 1.21, litellm 1.110) was seen sending.
+        let tool = serde_json::json!([{"type": "function", "function": {"name": "finish", "parameters": {}}}]);
+        let chat = [
+            serde_json::json!({"model": "gpt-4o", "messages": [], "tools": tool, "reasoning_effort": "high", "prompt_cache_key": "4d888bed"}),
+            serde_json::json!({"model": "gpt-4.1", "messages": [], "tools": tool, "max_completion_tokens": 32768, "prompt_cache_retention": "24h", "prompt_cache_key": "k"}),
+            serde_json::json!({"model": "claude-sonnet-4", "messages": [], "max_tokens": 64000, "max_completion_tokens": 64000}),
+            serde_json::json!({"model": "gpt-4o", "messages": [], "seed": 7, "top_k": 40.0, "temperature": 0.5, "top_p": 1.0, "stream": true, "stream_options": {"include_usage": true}}),
+        ];
+        for body in chat {
+            let prepared = prepare(
+                Route::ChatCompletions,
+                Bytes::from(body.to_string()),
+                &PriceTable::builtin(),
+                true,
+            );
+            assert!(prepared.is_ok(), "{body}: {:?}", prepared.err());
+        }
+        let responses = serde_json::json!({"model": "gpt-4o", "input": [], "instructions": "i",
+            "include": ["reasoning.encrypted_content"], "max_output_tokens": 128000,
+            "reasoning": {"effort": "high"}, "store": false, "temperature": 1.0, "tool_choice": "auto",
+            "tools": tool, "prompt_cache_retention": "24h", "prompt_cache_key": "k", "stream": true});
+        let prepared = prepare(
+            Route::Responses,
+            Bytes::from(responses.to_string()),
+            &PriceTable::builtin(),
+            true,
+        );
+        assert!(prepared.is_ok(), "{:?}", prepared.err());
     }
 
     #[test]
