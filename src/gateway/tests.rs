@@ -1532,9 +1532,21 @@ async fn huge_bodies_at_once_are_held_to_the_budget_of_bytes_in_flight() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// attack15: a hostile agent's advocate's attacks, kept. Each test asserts the cost bound (or the
-// host's memory bound); a refusal before the upstream holds it too.
+// attack15: a hostile agent's advocate's attacks, kept. Each doc comment says how the attack got
+// past the gateway as it was; each test asserts the cost bound (or the host's memory bound), which a
+// refusal before the upstream holds too.
 // ---------------------------------------------------------------------------------------------
+
+/// A request the gateway answered `expected` without reaching the upstream, which holds the bound;
+/// false when it was forwarded (`200`), for the test to check what was sent.
+fn refused_before_the_upstream(rig: &Rig, status: StatusCode, expected: StatusCode) -> bool {
+    if status == StatusCode::OK {
+        return false;
+    }
+    assert_eq!(status, expected);
+    assert!(rig.upstream.requests().is_empty());
+    true
+}
 
 /// o1-pro's list price, dollars per token: $150 per million input, $600 per million output. The
 /// built-in table does not list it; LiteLLM does, and reports its cost in `x-litellm-response-cost`.
@@ -1641,10 +1653,7 @@ async fn attack15_litellm_model_overrides_escape_the_price_reserved() {
         rig.upstream
             .reply(ok_json(chat_completion("o1-pro", 10, 10, 0)));
         let (status, _, _) = call(&rig.socket, "POST", path, &body).await;
-        if status != StatusCode::OK {
-            // Refused before the upstream: the bound holds.
-            assert_eq!(status, StatusCode::BAD_REQUEST);
-            assert!(rig.upstream.requests().is_empty());
+        if refused_before_the_upstream(&rig, status, StatusCode::BAD_REQUEST) {
             let _ = rig.next_event().await;
             continue;
         }
@@ -1805,10 +1814,7 @@ async fn attack15_a_prediction_bills_at_the_output_price_it_was_reserved_below()
     rig.upstream
         .reply(ok_json(chat_completion("stet-demo-model", 10, 10, 0)));
     let (status, _, _) = call(&rig.socket, "POST", "/v1/chat/completions", &body).await;
-    if status != StatusCode::OK {
-        // Refused before the upstream: the bound holds.
-        assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
-        assert!(rig.upstream.requests().is_empty());
+    if refused_before_the_upstream(&rig, status, StatusCode::PAYMENT_REQUIRED) {
         return;
     }
     let _ = rig.next_event().await;
@@ -1839,10 +1845,7 @@ async fn attack15_the_priority_tier_bills_above_the_table_price() {
     reply["service_tier"] = Value::from("priority");
     rig.upstream.reply(ok_json(reply));
     let (status, _, _) = call(&rig.socket, "POST", "/v1/chat/completions", &body).await;
-    if status != StatusCode::OK {
-        // Refused before the upstream: the bound holds.
-        assert_eq!(status, StatusCode::BAD_REQUEST);
-        assert!(rig.upstream.requests().is_empty());
+    if refused_before_the_upstream(&rig, status, StatusCode::BAD_REQUEST) {
         return;
     }
     let _ = rig.next_event().await;
