@@ -493,8 +493,13 @@ fn prepare(
     let unpriced = || WorstCase::Unpriced {
         model: String::new(),
     };
-    let (Ok(mut fields), Ok(found)) = (serde_json::from_slice::<Fields>(&raw), scan::scan(&raw))
-    else {
+    // The walk feeds only the worst case and the refusals, which matter under a ceiling alone.
+    let found = if bounded {
+        scan::scan(&raw)
+    } else {
+        Ok(scan::Found::default())
+    };
+    let (Ok(mut fields), Ok(found)) = (serde_json::from_slice::<Fields>(&raw), found) else {
         if bounded {
             return Err("the request body is not a JSON object".to_owned());
         }
