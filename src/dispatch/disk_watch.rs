@@ -69,7 +69,7 @@ impl DiskWatch {
             .cloned()
             .unwrap_or_else(|| PathBuf::from("/"));
         let free_at_start = free_bytes(&first)?;
-        if free_at_start < floor_bytes {
+        if free_at_start < floor_bytes || short_of_inodes(&first)?.is_some() {
             return Err(DiskWatchError::UnderFloor {
                 path: first,
                 free: shown_bytes(free_at_start),
@@ -112,16 +112,28 @@ impl DiskWatch {
                 shown_bytes(self.floor_bytes)
             ));
         }
+        match short_of_inodes(first) {
+            Ok(Some(inodes)) => {
+                return Some(format!(
+                    "the filesystem holding the dispatch has {inodes} inodes free, under the floor a dispatch keeps free"
+                ));
+            }
+            Ok(None) => {}
+            Err(error) => return Some(error.to_string()),
+        }
         if self.free_at_start.saturating_sub(free) <= self.limit_bytes {
             return None;
         }
         // Free space fell by more than the bound: measure whether the agent is why.
         let places = self.places.clone();
         let measured = tokio::task::spawn_blocking(move || {
-            places
-                .iter()
-                .map(|place| allocated(place))
-                .fold(Measured::default(), Measured::plus)
+            places.iter().map(|place| allocated(place)).fold(
+                Measured {
+                    bytes: 0,
+                    complete: true,
+                },
+                Measured::plus,
+            )
         })
         .await
         .unwrap_or(Measured {
@@ -149,15 +161,31 @@ impl DiskWatch {
 
 /// The free space of the filesystem holding `path`, for an unprivileged writer.
 fn free_bytes(path: &Path) -> Result<u64, DiskWatchError> {
-    let stat = rustix::fs::statvfs(path).map_err(|errno| DiskWatchError::Statvfs {
-        path: path.to_owned(),
-        source: errno.into(),
-    })?;
+    let stat = statvfs(path)?;
     Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
 }
 
+fn statvfs(path: &Path) -> Result<rustix::fs::StatVfs, DiskWatchError> {
+    rustix::fs::statvfs(path).map_err(|errno| DiskWatchError::Statvfs {
+        path: path.to_owned(),
+        source: errno.into(),
+    })
+}
+
+/// When the filesystem holding `path` is short of inodes (empty files take inodes, not blocks):
+/// fewer free than a twentieth of them, or than 65,536, whichever is less. `None` on a filesystem
+/// that counts no inodes.
+fn short_of_inodes(path: &Path) -> Result<Option<u64>, DiskWatchError> {
+    let stat = statvfs(path)?;
+    if stat.f_files == 0 {
+        return Ok(None);
+    }
+    let floor = (stat.f_files / 20).min(65_536);
+    Ok((stat.f_favail < floor).then_some(stat.f_favail))
+}
+
 /// What a walk measured.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 struct Measured {
     /// Bytes allocated on disk (sparse files count what they hold, preallocated ones all of it).
     bytes: u64,
@@ -266,7 +294,8 @@ mod tests {
     async fn growth_past_the_bound_is_a_breach_with_its_figures() {
         let dir = tempfile::tempdir().unwrap();
         let watch = DiskWatch::start(vec![dir.path().to_owned()], 256 * 1024, 0).unwrap();
-        assert!(watch.look().await.is_none());
+        let first = watch.look().await;
+        assert!(first.is_none(), "{first:?}");
         std::fs::write(dir.path().join("fill"), vec![7u8; 2 * 1024 * 1024]).unwrap();
         let reason = tokio::time::timeout(Duration::from_secs(20), watch.breach())
             .await
@@ -275,6 +304,17 @@ mod tests {
             reason.contains("grew by 2 MiB") && reason.contains("bound of 256 KiB"),
             "{reason}"
         );
+    }
+
+    #[tokio::test]
+    async fn space_another_writer_takes_is_not_the_agents() {
+        let watched = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let watch = DiskWatch::start(vec![watched.path().to_owned()], 256 * 1024, 0).unwrap();
+        std::fs::write(elsewhere.path().join("fill"), vec![7u8; 4 * 1024 * 1024]).unwrap();
+        rustix::fs::fsync(std::fs::File::open(elsewhere.path().join("fill")).unwrap()).unwrap();
+        // Free space fell by more than the bound, but the watched directories did not grow.
+        assert_eq!(watch.look().await, None);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! `input_tokens_details.cached_tokens`, nested under `response` in its `response.completed` event).
 
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// The response header in which LiteLLM reports a request's cost in dollars.
 pub const LITELLM_COST_HEADER: &str = "x-litellm-response-cost";
@@ -35,9 +36,22 @@ pub struct Metered {
 #[error("the response body is not JSON ({0})")]
 pub struct NotJson(String);
 
+/// The parts of a response body (or of its `response` object, in the responses API) the meter
+/// reads; everything else is skipped as it is read, never built, so a body of many small values
+/// (`logprobs`) costs no more memory than its bytes.
+#[derive(Debug, Default, serde::Deserialize)]
+struct Scope<'a> {
+    #[serde(borrow, default)]
+    model: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    usage: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    response: Option<&'a RawValue>,
+}
+
 /// Usage and model from a whole (non-streaming) JSON response body.
 pub fn from_json(body: &[u8]) -> Result<Metered, NotJson> {
-    let value: Value = serde_json::from_slice(body).map_err(|err| {
+    let not_json = |err: serde_json::Error| {
         let what = match err.classify() {
             serde_json::error::Category::Eof => "it ends early",
             _ => "syntax error",
@@ -47,9 +61,23 @@ pub fn from_json(body: &[u8]) -> Result<Metered, NotJson> {
             err.line(),
             err.column()
         ))
-    })?;
+    };
     let mut metered = Metered::default();
-    absorb(&value, &mut metered);
+    let scope = match serde_json::from_slice::<Scope>(body) {
+        Ok(scope) => scope,
+        // Valid JSON of another shape (an array, a number) carries no usage.
+        Err(_) => {
+            serde_json::from_slice::<serde::de::IgnoredAny>(body).map_err(not_json)?;
+            return Ok(metered);
+        }
+    };
+    absorb(&scope, &mut metered);
+    if let Some(inner) = scope
+        .response
+        .and_then(|raw| serde_json::from_str::<Scope>(raw.get()).ok())
+    {
+        absorb(&inner, &mut metered);
+    }
     Ok(metered)
 }
 
@@ -90,14 +118,20 @@ pub fn header_cost(value: &[u8]) -> Option<f64> {
 /// Takes the model and the usage from one JSON document (a whole body or one SSE event's data):
 /// top level first, then the responses API's `response` object. A later document overrides an
 /// earlier one, so the last usage seen in a stream wins; `"usage": null` chunks change nothing.
-fn absorb(value: &Value, metered: &mut Metered) {
-    for scope in [Some(value), value.get("response")].into_iter().flatten() {
-        if let Some(model) = scope.get("model").and_then(Value::as_str) {
-            metered.model = Some(model.to_owned());
-        }
-        if let Some(usage) = scope.get("usage").and_then(usage_from_value) {
-            metered.usage = Some(usage);
-        }
+fn absorb(scope: &Scope<'_>, metered: &mut Metered) {
+    if let Some(model) = scope
+        .model
+        .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
+    {
+        metered.model = Some(model);
+    }
+    if let Some(usage) = scope
+        .usage
+        .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok())
+        .as_ref()
+        .and_then(usage_from_value)
+    {
+        metered.usage = Some(usage);
     }
 }
 
@@ -180,7 +214,13 @@ impl SseScanner {
             if self.has_data {
                 self.data.push(b'\n');
             }
-            self.data.extend_from_slice(rest);
+            // One event's data is held to the line bound too: a longer event (never a usage
+            // event in practice) is read as if it were empty.
+            if self.data.len() + rest.len() <= MAX_SSE_LINE {
+                self.data.extend_from_slice(rest);
+            } else {
+                self.data = b"{}".to_vec();
+            }
             self.has_data = true;
         }
         // Other fields (`event:`, `id:`, `retry:`) and comments carry no usage.
@@ -195,8 +235,14 @@ impl SseScanner {
         let data = std::mem::take(&mut self.data);
         if data.trim_ascii() == b"[DONE]" {
             self.done = true;
-        } else if let Ok(value) = serde_json::from_slice::<Value>(&data) {
-            absorb(&value, &mut self.metered);
+        } else if let Ok(scope) = serde_json::from_slice::<Scope>(&data) {
+            absorb(&scope, &mut self.metered);
+            if let Some(inner) = scope
+                .response
+                .and_then(|raw| serde_json::from_str::<Scope>(raw.get()).ok())
+            {
+                absorb(&inner, &mut self.metered);
+            }
         }
     }
 }
