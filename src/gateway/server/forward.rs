@@ -564,26 +564,28 @@ fn prepare(
 
 impl Prepared {
     /// The body to send: the one received unless the request must be rewritten or `cap` set on its
-    /// output fields.
+    /// output fields. It is taken out of the prepared request, once.
     fn body(&mut self, route: Route, cap: Option<u64>) -> Bytes {
-        let Some(fields) = self.fields.as_mut() else {
-            return self.raw.clone();
+        // Taken, not copied: while the request waits for the upstream only the body sent is held.
+        let raw = std::mem::take(&mut self.raw);
+        let Some(mut fields) = self.fields.take() else {
+            return raw;
         };
         let mut rewrite = self.rewrite;
         if let Some(cap) = cap {
             // Every output field gets the reserved count, whatever it held: a value stet reads
             // one way and the upstream another (`"1e6"`, `1000000.0`) is not left in place.
-            for name in output_fields(route, fields) {
-                set_field(fields, name, &Value::from(cap));
+            for name in output_fields(route, &fields) {
+                set_field(&mut fields, name, &Value::from(cap));
             }
             rewrite = true;
         }
         if !rewrite {
-            return self.raw.clone();
+            return raw;
         }
-        match serde_json::to_vec(fields) {
+        match serde_json::to_vec(&fields) {
             Ok(rewritten) => Bytes::from(rewritten),
-            Err(_) => self.raw.clone(),
+            Err(_) => raw,
         }
     }
 }
