@@ -68,8 +68,9 @@ impl DiskWatch {
             .first()
             .cloned()
             .unwrap_or_else(|| PathBuf::from("/"));
-        let free_at_start = free_bytes(&first)?;
-        if free_at_start < floor_bytes || short_of_inodes(&first)?.is_some() {
+        let stat = statvfs(&first)?;
+        let free_at_start = free_bytes(&stat);
+        if free_at_start < floor_bytes || short_of_inodes(&stat).is_some() {
             return Err(DiskWatchError::UnderFloor {
                 path: first,
                 free: shown_bytes(free_at_start),
@@ -101,10 +102,11 @@ impl DiskWatch {
     /// One look: the reason to stop, if there is one.
     async fn look(&self) -> Option<String> {
         let first = self.places.first()?;
-        let free = match free_bytes(first) {
-            Ok(free) => free,
+        let stat = match statvfs(first) {
+            Ok(stat) => stat,
             Err(error) => return Some(error.to_string()),
         };
+        let free = free_bytes(&stat);
         if free < self.floor_bytes {
             return Some(format!(
                 "the filesystem holding the dispatch has {} free, under the floor of {} a dispatch keeps free",
@@ -112,14 +114,10 @@ impl DiskWatch {
                 shown_bytes(self.floor_bytes)
             ));
         }
-        match short_of_inodes(first) {
-            Ok(Some(inodes)) => {
-                return Some(format!(
-                    "the filesystem holding the dispatch has {inodes} inodes free, under the floor a dispatch keeps free"
-                ));
-            }
-            Ok(None) => {}
-            Err(error) => return Some(error.to_string()),
+        if let Some(inodes) = short_of_inodes(&stat) {
+            return Some(format!(
+                "the filesystem holding the dispatch has {inodes} inodes free, under the floor a dispatch keeps free"
+            ));
         }
         if self.free_at_start.saturating_sub(free) <= self.limit_bytes {
             return None;
@@ -159,10 +157,9 @@ impl DiskWatch {
     }
 }
 
-/// The free space of the filesystem holding `path`, for an unprivileged writer.
-fn free_bytes(path: &Path) -> Result<u64, DiskWatchError> {
-    let stat = statvfs(path)?;
-    Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
+/// The free space a filesystem has for an unprivileged writer.
+fn free_bytes(stat: &rustix::fs::StatVfs) -> u64 {
+    stat.f_bavail.saturating_mul(stat.f_frsize)
 }
 
 fn statvfs(path: &Path) -> Result<rustix::fs::StatVfs, DiskWatchError> {
@@ -172,16 +169,15 @@ fn statvfs(path: &Path) -> Result<rustix::fs::StatVfs, DiskWatchError> {
     })
 }
 
-/// When the filesystem holding `path` is short of inodes (empty files take inodes, not blocks):
-/// fewer free than a twentieth of them, or than 65,536, whichever is less. `None` on a filesystem
-/// that counts no inodes.
-fn short_of_inodes(path: &Path) -> Result<Option<u64>, DiskWatchError> {
-    let stat = statvfs(path)?;
+/// The free inodes of a filesystem when it is short of them (empty files take inodes, not blocks):
+/// fewer free than a twentieth of them, or than 65,536, whichever is less. `None` otherwise, and on
+/// a filesystem that counts no inodes.
+fn short_of_inodes(stat: &rustix::fs::StatVfs) -> Option<u64> {
     if stat.f_files == 0 {
-        return Ok(None);
+        return None;
     }
     let floor = (stat.f_files / 20).min(65_536);
-    Ok((stat.f_favail < floor).then_some(stat.f_favail))
+    (stat.f_favail < floor).then_some(stat.f_favail)
 }
 
 /// What a walk measured.

@@ -33,6 +33,16 @@ pub struct Reservation {
     pub output_cap: Option<u64>,
 }
 
+impl Reservation {
+    /// What settling with `cost_usd` counts: the cost when it is known (never below zero), the whole
+    /// reservation when it is not.
+    pub fn counted(&self, cost_usd: Option<f64>) -> f64 {
+        cost_usd
+            .filter(|cost| cost.is_finite())
+            .map_or(self.usd, |cost| cost.max(0.0))
+    }
+}
+
 /// Why a request is not forwarded.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Refusal {
@@ -184,9 +194,7 @@ impl CostLedger {
     /// Settles `reservation` with what the request cost, `None` when that is unknown (the whole
     /// reservation then counts). Returns the totals after it.
     pub fn settle(&mut self, reservation: Reservation, cost_usd: Option<f64>) -> Totals {
-        let cost = cost_usd
-            .filter(|cost| cost.is_finite())
-            .map_or(reservation.usd, |cost| cost.max(0.0));
+        let cost = reservation.counted(cost_usd);
         self.totals.reserved_usd = (self.totals.reserved_usd - reservation.usd).max(0.0);
         self.totals.open = self.totals.open.saturating_sub(1);
         if self.totals.open == 0 {

@@ -608,9 +608,7 @@ impl Hold {
         let Some(reservation) = self.reservation.take() else {
             return (0.0, self.shared.totals());
         };
-        let counted = cost_usd
-            .filter(|cost| cost.is_finite())
-            .map_or(reservation.usd, |cost| cost.max(0.0));
+        let counted = reservation.counted(cost_usd);
         let totals = self.shared.ledger().book.settle(reservation, cost_usd);
         (counted, totals)
     }
@@ -646,7 +644,7 @@ impl Drop for Hold {
         });
         self.shared.error(&format!(
             "a request for `{}` ended before its response; its cost is unknown and counts as the ${counted:.4} it had reserved",
-            model.chars().take(160).collect::<String>()
+            forward::shown_text(model)
         ));
         self.shared.announce_if_reached();
     }

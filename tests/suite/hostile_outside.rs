@@ -433,15 +433,7 @@ fn commit(
         let blob = repo.blob(content).unwrap();
         builder.insert(name, blob, *mode).unwrap();
     }
-    let tree = repo.find_tree(builder.write().unwrap()).unwrap();
-    let signature = git2::Signature::now("t", "t@example.invalid").unwrap();
-    let parents: Vec<git2::Commit<'_>> = parent
-        .map(|id| repo.find_commit(id).unwrap())
-        .into_iter()
-        .collect();
-    let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
-    repo.commit(None, &signature, &signature, "c", &tree, &parents)
-        .unwrap()
+    commit_tree(repo, builder.write().unwrap(), parent)
 }
 
 fn base32(bytes: &[u8]) -> String {

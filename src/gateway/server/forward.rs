@@ -903,7 +903,7 @@ fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
 
 /// A text of the agent's (a path, a model name) as events and replies repeat it: bounded in length,
 /// control characters made spaces (the sanitizer runs on it later).
-fn shown_text(text: &str) -> String {
+pub(super) fn shown_text(text: &str) -> String {
     let text: String = text
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
