@@ -511,6 +511,32 @@ pub(super) fn containers_where(key: &str, value: String) -> Vec<String> {
     })
 }
 
+/// The names of `dispatch`'s containers Docker is already removing: one the engine began removing
+/// before it was killed goes by itself, not by the sweep.
+fn containers_being_removed(dispatch: DispatchId) -> Vec<String> {
+    let filters = HashMap::from([
+        (
+            "label",
+            vec![format!("{}={dispatch}", stet::runtime::DISPATCH_LABEL)],
+        ),
+        ("status", vec!["removing".to_owned()]),
+    ]);
+    let options = ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&filters)
+        .build();
+    runtime().block_on(async {
+        docker()
+            .list_containers(Some(options))
+            .await
+            .unwrap()
+            .into_iter()
+            .flat_map(|summary| summary.names.unwrap_or_default())
+            .map(|name| name.trim_start_matches('/').to_owned())
+            .collect()
+    })
+}
+
 /// The journal record files of `dispatch`.
 fn journal_records(home: &Home, dispatch: DispatchId) -> Vec<PathBuf> {
     let prefix = format!("{dispatch}.");
@@ -1306,12 +1332,15 @@ fn a_sigkilled_dispatch_is_reclaimed_by_the_next_sweep() {
         assert!(records.len() <= 1, "{point:?}: {records:?}");
         let resources = records.first().map(|r| outstanding(r)).unwrap_or_default();
         let containers = containers_of(dispatch);
+        let going = containers_being_removed(dispatch);
         let root = home.state().join("dispatches").join(dispatch.to_string());
         let root_existed = root.exists();
         let mut expected = Vec::new();
         for resource in &resources {
             match resource {
-                Resource::Container { name } if containers.contains(name) => {
+                Resource::Container { name }
+                    if containers.contains(name) && !going.contains(name) =>
+                {
                     expected.push(format!("removed container {name}"));
                 }
                 Resource::Workspace { path } | Resource::Outputs { path } if path.exists() => {
