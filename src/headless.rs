@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use crate::brief::Brief;
 use crate::dispatch::dispatcher::DispatchHandle;
 use crate::dispatch::event::{DispatchId, Event, EventKind, ItemKind};
-use crate::dispatch::run::Delivery;
+use crate::dispatch::order::Delivery;
 use crate::dispatch::state::Phase;
 
 /// Exit code when the run was interrupted by SIGINT/SIGTERM or its terminal hung up (every dispatch

@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand};
 use stet::dispatch::branch::BranchValidator;
 use stet::dispatch::credential::{CredentialProvider, LocalCredentialProvider};
 use stet::dispatch::journal::Journal;
-use stet::dispatch::run::Delivery;
+use stet::dispatch::order::Delivery;
 use stet::dispatch::sanitize::{KnownValue, Redactor, SanitizerHandle, TokenSanitizer};
 use stet::dispatch::service::DispatchService;
 use stet::headless::Output;

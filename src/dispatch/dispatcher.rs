@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::brief::Brief;
 use crate::dispatch::event::{DispatchId, Event, EventKind};
-use crate::dispatch::run::{Decision, Delivery, DispatchControl, DispatchRun};
+use crate::dispatch::order::{Decision, Delivery, DispatchControl, DispatchRun};
 use crate::dispatch::service::{DispatchParts, DispatchService};
 use crate::dispatch::state::Phase;
 
@@ -335,7 +335,13 @@ impl Dispatcher {
         self.tasks.spawn(async move {
             let brief = run.brief.id.clone();
             let sanitizer = parts.sanitizer.current();
-            let ran = AssertUnwindSafe(service.run(parts, run, events.clone(), control))
+            let ran = AssertUnwindSafe(crate::dispatch::run::run(
+                service,
+                parts,
+                run,
+                events.clone(),
+                control,
+            ))
                 .catch_unwind()
                 .await;
             let phase = match ran {

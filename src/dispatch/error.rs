@@ -1,87 +1,113 @@
-//! `DispatchError`: why a dispatch stopped, in words that are safe to show anywhere.
+//! `DispatchError`: why a dispatch stopped before its natural end, in words that are safe to show
+//! anywhere.
 //!
-//! Credential-free by construction (ADR-0018, Confirmation): payloads are [`SanitizedText`], made by
-//! passing the underlying error's message through the sanitizer, never a live error or a token.
+//! Credential-free by construction (ADR-0018, Confirmation): a failure's words are a
+//! [`SanitizedText`], made by passing the message through the sanitizer when the error is made; the
+//! other endings are stet's own words and numbers.
 
-use std::sync::Arc;
+use std::fmt;
+use std::time::Duration;
 
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
-use crate::dispatch::state::Input;
+use crate::dispatch::state::{Input, Phase};
 
-/// The stage of a dispatch that failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Stage {
-    Preflight,
-    Provisioning,
-    Agent,
-    Collecting,
-    Push,
-    PullRequest,
+/// Where a cancel caught the dispatch, when that changes what the person must know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelPoint {
+    /// Waiting for a concurrency slot before preflight.
+    Queued,
+    /// During a phase of the workflow.
+    During(Phase),
+    /// After the push returned: the branch is on the remote, no pull request was opened.
+    AfterPush,
+    /// Approved, waiting for a concurrency slot to push.
+    WaitingForSlot,
+    /// At review, before a decision.
+    AwaitingApproval,
 }
 
-impl Stage {
-    fn label(self) -> &'static str {
-        match self {
-            Stage::Preflight => "preflight",
-            Stage::Provisioning => "provisioning",
-            Stage::Agent => "the agent run",
-            Stage::Collecting => "collecting the result",
-            Stage::Push => "the push",
-            Stage::PullRequest => "the pull request",
-        }
-    }
-}
-
-impl std::fmt::Display for Stage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.label())
-    }
-}
-
-/// Why a dispatch ended without a result.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+/// Why a dispatch ended without going all the way.
+#[derive(Debug, Clone, PartialEq)]
 pub enum DispatchError {
-    #[error("{stage} failed: {detail}")]
-    Failed { stage: Stage, detail: SanitizedText },
-    #[error("cancelled")]
-    Cancelled,
-    #[error("timed out after {after_secs} s")]
-    TimedOut { after_secs: u64 },
-    #[error("cost ceiling hit: ${spent_usd:.2} spent of ${ceiling_usd:.2}")]
-    CostCeilingHit { spent_usd: f64, ceiling_usd: f64 },
+    /// A step failed; the words say which and why.
+    Failed(SanitizedText),
+    Cancelled(CancelPoint),
+    TimedOut {
+        after: Duration,
+    },
+    /// The model cost reached the ceiling, as the gateway's ledger settled it (`refused`: the
+    /// gateway refuses further requests) or as the agent reported it.
+    CostCeilingHit {
+        spent_usd: f64,
+        ceiling_usd: f64,
+        refused: bool,
+    },
 }
-
-pub type Result<T> = std::result::Result<T, DispatchError>;
 
 impl DispatchError {
-    /// A failure at `stage`, described by `error`'s message after it passed through `sanitizer`.
-    pub fn failed(
-        sanitizer: &Arc<TokenSanitizer>,
-        stage: Stage,
-        error: &dyn std::error::Error,
-    ) -> DispatchError {
-        let mut message = error.to_string();
-        let mut source = error.source();
-        while let Some(cause) = source {
-            message.push_str(": ");
-            message.push_str(&cause.to_string());
-            source = cause.source();
-        }
-        DispatchError::Failed {
-            stage,
-            detail: sanitizer.sanitize(&message),
-        }
+    /// A failure described by `what`, after it passed through `sanitizer`.
+    pub fn failed(sanitizer: &std::sync::Arc<TokenSanitizer>, what: impl fmt::Display) -> Self {
+        DispatchError::Failed(sanitizer.sanitize(&what.to_string()))
     }
 
-    /// The state-machine input this error feeds.
+    /// The state-machine input this ending feeds.
     pub fn input(&self) -> Input {
         match self {
-            DispatchError::Failed { .. } => Input::Fail,
-            DispatchError::Cancelled => Input::Cancel,
+            DispatchError::Failed(_) => Input::Fail,
+            DispatchError::Cancelled(_) => Input::Cancel,
             DispatchError::TimedOut { .. } => Input::TimeOut,
             DispatchError::CostCeilingHit { .. } => Input::CostCeilingReached,
         }
+    }
+}
+
+impl fmt::Display for DispatchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DispatchError::Failed(what) => f.write_str(what.as_str()),
+            DispatchError::Cancelled(point) => match point {
+                CancelPoint::Queued => f.write_str("cancelled while queued"),
+                CancelPoint::During(phase) => write!(f, "cancelled during {phase}"),
+                CancelPoint::AfterPush => f.write_str(
+                    "cancelled during pushing; the branch was pushed, no pull request was opened",
+                ),
+                CancelPoint::WaitingForSlot => {
+                    f.write_str("cancelled while waiting for a slot to push")
+                }
+                CancelPoint::AwaitingApproval => f.write_str("cancelled while awaiting approval"),
+            },
+            DispatchError::TimedOut { after } => write!(
+                f,
+                "the dispatch ran past its wall-clock timeout of {}",
+                humane(*after)
+            ),
+            DispatchError::CostCeilingHit {
+                spent_usd,
+                ceiling_usd,
+                refused,
+            } => {
+                write!(
+                    f,
+                    "the model cost reached ${spent_usd:.4}, at or past the ceiling of ${ceiling_usd:.4}"
+                )?;
+                if *refused {
+                    f.write_str("; the gateway refuses further requests")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for DispatchError {}
+
+/// A duration the way a person reads it: `90 s` is `1 min 30 s`.
+fn humane(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    match (secs / 60, secs % 60) {
+        (0, s) => format!("{s} s"),
+        (m, 0) => format!("{m} min"),
+        (m, s) => format!("{m} min {s} s"),
     }
 }
 
@@ -90,17 +116,10 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::dispatch::sanitize::KnownValue;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("push to https://x-access-token:{0}@git.example.com/o/r.git rejected")]
-    struct LeakyError(String, #[source] Inner);
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("server said: bad credential {0}")]
-    struct Inner(String);
+    use std::sync::Arc;
 
     #[test]
-    fn the_message_and_its_causes_are_credential_free() {
+    fn a_failure_is_credential_free_whatever_its_message_held() {
         let canary = format!(
             "canary{}",
             crate::dispatch::credential::random_token(24).unwrap()
@@ -111,41 +130,58 @@ mod tests {
             ])
             .unwrap(),
         );
-        let leaky = LeakyError(canary.clone(), Inner(canary.clone()));
-        for stage in [
-            Stage::Preflight,
-            Stage::Provisioning,
-            Stage::Agent,
-            Stage::Collecting,
-            Stage::Push,
-            Stage::PullRequest,
-        ] {
-            let error = DispatchError::failed(&sanitizer, stage, &leaky);
-            let shown = format!("{error} {error:?}");
-            assert!(!shown.contains(&canary), "{shown}");
-            assert!(
-                shown.contains("server said: bad credential [REDACTED:primary-token]"),
-                "{shown}"
-            );
-            assert_eq!(error.input(), Input::Fail);
+        let error = DispatchError::failed(
+            &sanitizer,
+            format_args!(
+                "push to https://x-access-token:{canary}@git.example.com/o/r.git rejected: bad credential {canary}"
+            ),
+        );
+        let shown = format!("{error} {error:?}");
+        assert!(!shown.contains(&canary), "{shown}");
+        assert!(shown.contains("[REDACTED:primary-token]"), "{shown}");
+        assert_eq!(error.input(), Input::Fail);
+    }
+
+    #[test]
+    fn each_ending_maps_to_its_input_and_says_where_it_stopped() {
+        let cases = [
+            (
+                DispatchError::Cancelled(CancelPoint::During(Phase::Running)),
+                Input::Cancel,
+                "cancelled during running",
+            ),
+            (
+                DispatchError::Cancelled(CancelPoint::AfterPush),
+                Input::Cancel,
+                "cancelled during pushing; the branch was pushed, no pull request was opened",
+            ),
+            (
+                DispatchError::TimedOut {
+                    after: Duration::from_secs(90),
+                },
+                Input::TimeOut,
+                "the dispatch ran past its wall-clock timeout of 1 min 30 s",
+            ),
+            (
+                DispatchError::CostCeilingHit {
+                    spent_usd: 0.0123,
+                    ceiling_usd: 0.01,
+                    refused: true,
+                },
+                Input::CostCeilingReached,
+                "the model cost reached $0.0123, at or past the ceiling of $0.0100; the gateway refuses further requests",
+            ),
+        ];
+        for (error, input, words) in cases {
+            assert_eq!(error.input(), input);
+            assert_eq!(error.to_string(), words);
         }
     }
 
     #[test]
-    fn each_ending_maps_to_its_input() {
-        assert_eq!(DispatchError::Cancelled.input(), Input::Cancel);
-        assert_eq!(
-            DispatchError::TimedOut { after_secs: 1 }.input(),
-            Input::TimeOut
-        );
-        let ceiling = DispatchError::CostCeilingHit {
-            spent_usd: 2.0,
-            ceiling_usd: 2.0,
-        };
-        assert_eq!(ceiling.input(), Input::CostCeilingReached);
-        assert_eq!(
-            ceiling.to_string(),
-            "cost ceiling hit: $2.00 spent of $2.00"
-        );
+    fn durations_read_as_a_person_says_them() {
+        assert_eq!(humane(Duration::from_secs(45)), "45 s");
+        assert_eq!(humane(Duration::from_secs(120)), "2 min");
+        assert_eq!(humane(Duration::from_secs(3601)), "60 min 1 s");
     }
 }

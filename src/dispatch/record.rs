@@ -236,6 +236,11 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use std::sync::Arc;
 
+    #[test]
+    fn truncation_keeps_whole_characters() {
+        assert_eq!(super::truncate("héllo", 2), "h");
+    }
+
     use super::*;
     use crate::dispatch::event::EventKind;
     use crate::dispatch::sanitize::TokenSanitizer;

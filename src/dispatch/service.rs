@@ -1,6 +1,7 @@
-//! `DispatchService`: the engine's long-lived part. It runs dispatches (one tokio task each, the
-//! phases in `dispatch::run`) and reclaims what crashed dispatches left behind (`sweep_orphans`,
-//! ADR-0018 row 7 and DESIGN §5 row 14).
+//! `DispatchService`: the engine's long-lived part. It holds what every dispatch shares (the runtime,
+//! the journal, the state directory, the credential providers; each dispatch runs in
+//! `dispatch::run`) and reclaims what crashed dispatches left behind (`sweep_orphans`, ADR-0018 row 7
+//! and DESIGN §5 row 14).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -8,12 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-
-use crate::dispatch::event::Event;
-use crate::dispatch::run::{DispatchControl, DispatchRun};
 use crate::dispatch::sanitize::SanitizerHandle;
-use crate::dispatch::state::Phase;
 use crate::forge::Forge;
 use crate::forge::protected::ProtectedPaths;
 use crate::git::import::{Identity, ImportLimits};
@@ -46,6 +42,8 @@ pub type Result<T> = std::result::Result<T, ServiceError>;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SweepReport {
     pub containers_removed: Vec<String>,
+    /// Journaled containers Docker no longer had (removed as their dispatch was killed, or by hand).
+    pub containers_already_gone: Vec<String>,
     pub directories_removed: Vec<PathBuf>,
     pub credentials_revoked: Vec<String>,
     /// Credentials no provider here can revoke (minted by a process that is gone, or by a provider
@@ -59,6 +57,7 @@ pub struct SweepReport {
 impl SweepReport {
     pub fn is_empty(&self) -> bool {
         self.containers_removed.is_empty()
+            && self.containers_already_gone.is_empty()
             && self.directories_removed.is_empty()
             && self.credentials_revoked.is_empty()
             && self.credentials_left_to_expire.is_empty()
@@ -74,6 +73,9 @@ impl fmt::Display for SweepReport {
         }
         for name in &self.containers_removed {
             writeln!(f, "removed container {name}")?;
+        }
+        for name in &self.containers_already_gone {
+            writeln!(f, "container {name} was already gone")?;
         }
         for dir in &self.directories_removed {
             writeln!(f, "removed {}", dir.display())?;
@@ -199,18 +201,6 @@ impl DispatchService {
 
     pub fn state_dir(&self) -> &Path {
         &self.state_dir
-    }
-
-    /// Runs one dispatch to its end, publishing every event to `events` and its run record, and
-    /// returns its terminal phase.
-    pub async fn run(
-        self,
-        parts: Arc<DispatchParts>,
-        dispatch: DispatchRun,
-        events: mpsc::Sender<Event>,
-        control: DispatchControl,
-    ) -> Phase {
-        crate::dispatch::run::run(self, parts, dispatch, events, control).await
     }
 
     /// Reclaims everything whose owner is gone: resources listed by orphaned journal records, and this
@@ -341,7 +331,10 @@ impl DispatchService {
                     report.containers_removed.push(name.clone());
                     Ok(())
                 }
-                Ok(Removal::AlreadyGone) => Ok(()),
+                Ok(Removal::AlreadyGone) => {
+                    report.containers_already_gone.push(name.clone());
+                    Ok(())
+                }
                 Err(error) => Err(error.to_string()),
             },
             Resource::Workspace { path }

@@ -19,8 +19,8 @@ use tokio::time::MissedTickBehavior;
 
 use crate::dispatch::dispatcher::DispatchHandle;
 use crate::dispatch::event::{DispatchId, Event, EventKind};
+use crate::dispatch::order::Delivery;
 use crate::dispatch::record::{MAX_PATCH_BYTES, PATCH_FILE};
-use crate::dispatch::run::Delivery;
 use crate::ui::app::{App, Confirm, Msg, Request};
 use crate::ui::form::{self, BriefDraft};
 use crate::ui::view::Pane;

@@ -34,8 +34,8 @@ use stet::dispatch::event::{
     DispatchId, Event, EventKind, ItemKind, PullRequestAction, TranscriptItem, Usage,
 };
 use stet::dispatch::journal::{Journal, Resource};
+use stet::dispatch::order::{Decision, Delivery, DispatchControl, DispatchRun, result_ref};
 use stet::dispatch::record::{EVENTS_FILE, PATCH_FILE, RESULT_FILE, read_result, run_dir};
-use stet::dispatch::run::{Decision, Delivery, DispatchControl, DispatchRun, result_ref};
 use stet::dispatch::sanitize::{KnownValue, SanitizerHandle, TokenSanitizer};
 use stet::dispatch::service::{DispatchParts, DispatchService, DispatchSettings};
 use stet::dispatch::state::Phase;
@@ -1531,7 +1531,8 @@ impl Fixture {
             brief,
             delivery,
         };
-        let task = tokio::spawn(self.service.clone().run(
+        let task = tokio::spawn(stet::dispatch::run::run(
+            self.service.clone(),
             Arc::clone(&self.parts),
             run,
             events,

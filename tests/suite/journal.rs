@@ -486,3 +486,52 @@ fn concurrent_entries_for_different_dispatches_do_not_interfere() {
     }
     assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+#[test]
+fn the_sweep_accounts_for_a_journaled_container_that_is_already_gone() {
+    if act_as_child_if_asked() {
+        return;
+    }
+    super::headless::docker_ready();
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let dispatch = DispatchId::new();
+    let mut child = ChildDispatch::start(
+        "the_sweep_accounts_for_a_journaled_container_that_is_already_gone",
+        dir.path(),
+        dispatch,
+    );
+    child.child.kill().unwrap();
+    child.child.wait().unwrap();
+
+    // The child journaled a container it never created: Docker has nothing by that name.
+    let journal = std::sync::Arc::new(Journal::open(dir.path()).unwrap());
+    let report = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let runtime = std::sync::Arc::new(
+            stet::runtime::docker::DockerRuntime::connect()
+                .await
+                .unwrap(),
+        );
+        stet::dispatch::service::DispatchService::new(
+            runtime,
+            journal.clone(),
+            state.path(),
+            Vec::new(),
+        )
+        .sweep_orphans()
+        .await
+        .unwrap()
+    });
+    assert_eq!(
+        report.containers_already_gone,
+        vec![dispatch.to_string()],
+        "{report}"
+    );
+    assert!(report.containers_removed.is_empty(), "{report}");
+    assert!(
+        report
+            .to_string()
+            .contains(&format!("container {dispatch} was already gone\n")),
+        "{report}"
+    );
+}

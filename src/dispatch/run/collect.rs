@@ -1,0 +1,220 @@
+//! Collecting the agent's result: the workspace imported into a trusted commit kept at
+//! `refs/stet/<dispatch>`, passed through the review gate, and reported (the diff to the run record,
+//! what the gate holds as warnings and in the `collected` event).
+
+use std::path::Path;
+
+use crate::dispatch::branch::CommitSha;
+use crate::dispatch::display;
+use crate::dispatch::error::DispatchError;
+use crate::dispatch::event::{ChangedPath, EventKind, GateFindings, HeldPathReport, SecretReport};
+use crate::dispatch::gate::{GateReport, inspect, printable};
+use crate::dispatch::order::result_ref;
+use crate::dispatch::record::truncate;
+use crate::dispatch::sandbox::DispatchSandbox;
+use crate::dispatch::sanitize::SanitizedText;
+use crate::forge::Preflight;
+use crate::git::changes::read_changes;
+use crate::git::import::{ImportRequest, Imported, import_until};
+
+use super::Dispatch;
+use super::delivery::MAX_NAMED;
+
+/// The longest agent summary carried into the commit message and the pull request.
+const MAX_SUMMARY_BYTES: usize = 4 * 1024;
+
+impl Dispatch {
+    /// Imports the workspace into a trusted commit kept at [`result_ref`] and passes it through the
+    /// review gate; `None` when nothing changed. Returns the commit and what the gate found.
+    pub(super) async fn collect(
+        &mut self,
+        sandbox: &DispatchSandbox,
+        preflight: &Preflight,
+    ) -> Result<Option<(CommitSha, GateReport)>, DispatchError> {
+        if self.stop.is_cancelled() {
+            return Err(self.stop_reason());
+        }
+        let message = self.commit_message();
+        let repository = self.parts.repository.clone();
+        let workspace = sandbox.paths().workspace.clone();
+        let parent = preflight.parent().clone();
+        let identity = self.parts.settings.agent.clone();
+        let limits = self.parts.settings.import;
+        let reference = result_ref(self.run.id);
+        let keep_at = reference.clone();
+        let rules = self.parts.settings.protected.clone();
+        let sanitizer = self.sanitizer();
+        // The import goes on in its thread when the dispatch stops; told so, it ends writing nothing.
+        let stop = self.stop.clone();
+        let imported = tokio::task::spawn_blocking(move || {
+            let request = ImportRequest {
+                repository: &repository,
+                workspace: &workspace,
+                parent: &parent,
+                identity: &identity,
+                message: &message,
+                limits,
+            };
+            let imported = import_until(&request, &|| stop.is_cancelled())
+                .map_err(|error| format!("collecting the result: {error}"))?;
+            let Imported::Committed { commit, .. } = &imported else {
+                return Ok::<_, String>((imported, GateReport::default()));
+            };
+            keep_result(&repository, &keep_at, commit)?;
+            let changes = read_changes(&repository, &parent, commit)
+                .map_err(|error| format!("reviewing the result: {error}"))?;
+            let gate = inspect(&changes, &rules, &sanitizer);
+            Ok((imported, gate))
+        });
+        let imported = self
+            .guarded(imported)
+            .await?
+            .map_err(|error| self.fail(format!("collecting the result ended abnormally: {error}")))?
+            .map_err(|error| self.fail(error))?;
+        let (imported, gate) = imported;
+        let (commit, diff, warnings) = match imported {
+            Imported::Committed {
+                commit,
+                diff,
+                warnings,
+            } => (commit, diff, warnings),
+            Imported::Unchanged { warnings } => {
+                for warning in warnings {
+                    let message = self.sanitize(&warning.to_string());
+                    self.publisher.emit(EventKind::Warning { message }).await;
+                }
+                if self.stop.is_cancelled() {
+                    return Err(self.stop_reason());
+                }
+                return Ok(None);
+            }
+        };
+        for warning in &warnings {
+            let message = self.sanitize(&warning.to_string());
+            self.publisher.emit(EventKind::Warning { message }).await;
+        }
+        let mut held_warnings: Vec<String> = gate
+            .held
+            .iter()
+            .map(|held| {
+                format!("the result changes a protected path: {held}; it is held for review")
+            })
+            .collect();
+        let mut secret_warnings: Vec<String> = gate
+            .secrets
+            .iter()
+            .map(|finding| {
+                if finding.known {
+                    format!(
+                        "the result holds a value stet itself handles: {finding}; it will not be pushed"
+                    )
+                } else {
+                    format!(
+                        "the result holds what looks like a secret: {finding}; it is held for review"
+                    )
+                }
+            })
+            .collect();
+        for warnings in [&mut held_warnings, &mut secret_warnings] {
+            if warnings.len() > MAX_NAMED {
+                let more = warnings.len() - MAX_NAMED;
+                warnings.truncate(MAX_NAMED);
+                warnings.push(format!("… and {more} more (listed in the collected event)"));
+            }
+        }
+        for warning in held_warnings.into_iter().chain(secret_warnings) {
+            let message = self.sanitize(&warning);
+            self.publisher.emit(EventKind::Warning { message }).await;
+        }
+        let files = diff
+            .files
+            .iter()
+            .map(|file| ChangedPath {
+                path: self.sanitize(&printable(&file.path)),
+                change: file.change,
+                insertions: file.insertions,
+                deletions: file.deletions,
+                binary: file.binary,
+            })
+            .collect();
+        if let Some(record) = self.publisher.record()
+            && let Err(error) = record.write_patch(&self.sanitize(&diff.patch))
+        {
+            let message = self.sanitize(&format!("the diff was not saved: {error}"));
+            self.publisher.emit(EventKind::Warning { message }).await;
+        }
+        let collected = EventKind::Collected {
+            commit: commit.clone(),
+            reference: self.sanitize(&reference),
+            files,
+            insertions: diff.insertions,
+            deletions: diff.deletions,
+            gate: Box::new(GateFindings {
+                protected: gate
+                    .held
+                    .iter()
+                    .map(|held| self.sanitize(&held.to_string()))
+                    .collect(),
+                held: gate
+                    .held
+                    .iter()
+                    .map(|held| HeldPathReport {
+                        path: self.sanitize(&held.path),
+                        rule: self.sanitize(&held.rule()),
+                    })
+                    .collect(),
+                secrets: gate
+                    .secrets
+                    .iter()
+                    .map(|finding| SecretReport {
+                        path: self.sanitize(&finding.path),
+                        line: finding.line.and_then(|line| u64::try_from(line).ok()),
+                        kind: self.sanitize(&finding.kind),
+                        known: finding.known,
+                    })
+                    .collect(),
+            }),
+        };
+        self.publisher.emit(collected).await;
+        self.facts.commit = Some(commit.clone());
+        self.facts.reference = Some(reference);
+        if self.stop.is_cancelled() {
+            return Err(self.stop_reason());
+        }
+        Ok(Some((commit, gate)))
+    }
+
+    /// The brief's title, the agent's summary made inert the way the pull request shows it (a forge
+    /// renders a commit message as markdown when it fills in a pull request), and where it came from;
+    /// no invisible character anywhere.
+    pub(super) fn commit_message(&self) -> SanitizedText {
+        let brief = &self.run.brief;
+        let mut message = display::without_invisible(brief.title.trim())
+            .text
+            .into_owned();
+        if let Some(summary) = self.facts.summary.as_deref().map(str::trim)
+            && !summary.is_empty()
+        {
+            let shown =
+                display::forge_text(&self.sanitizer(), truncate(summary, MAX_SUMMARY_BYTES));
+            message.push_str("\n\n");
+            message.push_str(shown.text.as_str());
+        }
+        message.push_str(&format!(
+            "\n\nDispatched by stet from brief {} ({}).",
+            brief.id, self.run.id
+        ));
+        self.sanitize(&message)
+    }
+}
+
+/// Writes `refs/stet/<dispatch>` at the result, so it is never lost (and is what `--headless`
+/// without `--push` leaves).
+fn keep_result(repository: &Path, reference: &str, commit: &CommitSha) -> Result<(), String> {
+    let repo = git2::Repository::open(repository)
+        .map_err(|error| format!("{}: {}", repository.display(), error.message()))?;
+    let oid = git2::Oid::from_str(commit.as_str()).map_err(|error| error.message().to_owned())?;
+    repo.reference(reference, oid, false, "stet: dispatch result")
+        .map_err(|error| format!("writing {reference}: {}", error.message()))?;
+    Ok(())
+}

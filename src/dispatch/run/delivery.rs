@@ -1,0 +1,304 @@
+//! What becomes of a collected result: kept at its ref, pushed at once, or held at review for a
+//! person's decision (the concurrency slot given up meanwhile); then the host-side push and the pull
+//! request with its provenance. A result holding a value stet handles is never pushed.
+
+use std::sync::Arc;
+
+use crate::dispatch::branch::CommitSha;
+use crate::dispatch::error::{CancelPoint, DispatchError};
+use crate::dispatch::event::{EventKind, PullRequestAction};
+use crate::dispatch::gate::GateReport;
+use crate::dispatch::order::{Decision, Delivery, result_ref};
+use crate::dispatch::sandbox::DispatchSandbox;
+use crate::dispatch::state::Input;
+use crate::forge::{Preflight, Provenance, PullRequestDraft, PushBranch};
+use crate::runtime::NetworkPolicy;
+
+use super::{Dispatch, Ending};
+
+impl Dispatch {
+    /// Keeps, pushes or holds for review the collected `commit`, as the dispatch's delivery says
+    /// and the review gate allows.
+    pub(super) async fn hand_over(
+        &mut self,
+        sandbox: &DispatchSandbox,
+        preflight: &Preflight,
+        commit: &CommitSha,
+        gate: &GateReport,
+    ) -> Result<Ending, DispatchError> {
+        let known = gate.known_values();
+        if !known.is_empty() {
+            // Whatever the delivery: no decision at review can push it.
+            return Err(self.fail(format!(
+                "the result holds a value stet itself handles ({}); it is never pushed. It stays only at {} in this repository: remove it with `git update-ref -d {}` and rotate the value",
+                joined(&known),
+                result_ref(self.run.id),
+                result_ref(self.run.id)
+            )));
+        }
+        match self.run.delivery {
+            Delivery::Keep => {
+                let mut reason = format!(
+                    "the result is kept at {} in the repository and was not pushed (run with --push to push it)",
+                    result_ref(self.run.id)
+                );
+                if gate.needs_approval() {
+                    reason.push_str(&format!("; {}", needs_approval(gate)));
+                }
+                let reason = self.sanitize(&reason);
+                self.publisher
+                    .advance(Input::Kept, Some(reason.clone()))
+                    .await;
+                return Ok(Ending {
+                    reason: Some(reason),
+                });
+            }
+            Delivery::Push if gate.needs_approval() => {
+                return Err(self.fail(format!(
+                    "{}; it was kept at {} and not pushed: review it and push it from the theater",
+                    needs_approval(gate),
+                    result_ref(self.run.id)
+                )));
+            }
+            Delivery::Push => {
+                self.publisher
+                    .advance(Input::Collected { review: false }, None)
+                    .await;
+            }
+            Delivery::Review => {
+                if let Some(ending) = self.review().await? {
+                    return Ok(ending);
+                }
+            }
+        }
+        self.deliver(sandbox, preflight, commit).await
+    }
+
+    /// Waits at `awaiting_approval` for a person's decision, without holding a concurrency slot.
+    /// `None`: approved, and a slot to push is held again; an ending: discarded.
+    async fn review(&mut self) -> Result<Option<Ending>, DispatchError> {
+        // A decision sent before there was anything to review is not a decision about it.
+        while self.control.decisions.try_recv().is_ok() {}
+        self.publisher
+            .advance(Input::Collected { review: true }, None)
+            .await;
+        // A person may take their time: the slot goes to the next queued dispatch meanwhile.
+        self.permit = None;
+        let decision = tokio::select! {
+            biased;
+            () = self.control.cancel.cancelled() => None,
+            decision = self.control.decisions.recv() => decision,
+        };
+        match decision {
+            Some(Decision::Approve) => {
+                let slots = Arc::clone(&self.control.slots);
+                self.permit = tokio::select! {
+                    biased;
+                    () = self.control.cancel.cancelled() => None,
+                    permit = slots.acquire_owned() => permit.ok(),
+                };
+                if self.permit.is_none() {
+                    return Err(DispatchError::Cancelled(CancelPoint::WaitingForSlot));
+                }
+                self.publisher.advance(Input::Approved, None).await;
+                Ok(None)
+            }
+            Some(Decision::Discard) => {
+                let reason = self.sanitize("the result was discarded at review");
+                self.publisher
+                    .advance(Input::Discarded, Some(reason.clone()))
+                    .await;
+                Ok(Some(Ending {
+                    reason: Some(reason),
+                }))
+            }
+            None => Err(DispatchError::Cancelled(CancelPoint::AwaitingApproval)),
+        }
+    }
+
+    /// Pushes the result and opens or updates the pull request, host side.
+    pub(super) async fn deliver(
+        &mut self,
+        sandbox: &DispatchSandbox,
+        preflight: &Preflight,
+        commit: &CommitSha,
+    ) -> Result<Ending, DispatchError> {
+        let Some(credential) = sandbox.credential() else {
+            return Err(self.fail("the dispatch has no scoped credential to push with".to_owned()));
+        };
+        let forge = Arc::clone(&self.parts.forge);
+        // A push in flight is not interrupted: a cancel takes effect once it returned.
+        let pushed = forge
+            .push_branch(PushBranch {
+                repository: &self.parts.repository,
+                target: &self.run.brief.target,
+                preflight,
+                commit,
+                branch: &self.facts.branch,
+                credential,
+            })
+            .await
+            .map_err(|error| self.fail(format!("push: {error}")))?;
+        let event = EventKind::Pushed {
+            branch: self.sanitize(&pushed.branch),
+            sha: pushed.commit.clone(),
+            remote: self.sanitize(&preflight.push_url),
+        };
+        self.publisher.emit(event).await;
+        if self.control.cancel.is_cancelled() {
+            return Err(DispatchError::Cancelled(CancelPoint::AfterPush));
+        }
+        self.publisher.advance(Input::Pushed, None).await;
+        let provenance = self.provenance(preflight, commit, credential.provider_name());
+        let draft = PullRequestDraft::compose(
+            &self.run.brief,
+            &self.facts.branch,
+            self.facts.summary.as_deref(),
+            &provenance,
+            &self.sanitizer(),
+        );
+        let target = &self.run.brief.target;
+        let (opened, action) = match &preflight.head {
+            Some(head) => (
+                forge.update_pull_request(target, head.number, &draft).await,
+                PullRequestAction::Updated,
+            ),
+            None => (
+                forge.open_pull_request(target, &draft).await,
+                PullRequestAction::Opened,
+            ),
+        };
+        let pull_request = opened.map_err(|error| {
+            self.fail(format!(
+                "the branch was pushed but the pull request failed: {error}"
+            ))
+        })?;
+        let url = self.sanitize(&pull_request.url);
+        self.publisher
+            .emit(EventKind::PullRequest {
+                action,
+                number: pull_request.number,
+                url: url.clone(),
+            })
+            .await;
+        self.facts.pull_request = Some((pull_request.number, url));
+        self.publisher.advance(Input::PullRequestReady, None).await;
+        Ok(Ending::default())
+    }
+
+    pub(super) fn provenance(
+        &self,
+        preflight: &Preflight,
+        commit: &CommitSha,
+        credential_kind: &str,
+    ) -> Provenance {
+        let harness = &self.parts.harness;
+        let has_usage = self.meter.model.is_some();
+        Provenance {
+            dispatch: self.run.id,
+            image: self.parts.settings.image.to_string(),
+            harness: harness.name().to_owned(),
+            harness_version: harness.version(),
+            model: self
+                .meter
+                .model
+                .as_ref()
+                .map(|m| m.as_str().to_owned())
+                .or_else(|| harness.model()),
+            input_tokens: has_usage.then_some(self.meter.input_tokens),
+            output_tokens: has_usage.then_some(self.meter.output_tokens),
+            cost_usd: has_usage.then_some(self.meter.cost_usd),
+            peak_reserved_usd: (self.meter.peak_reserved_usd > 0.0)
+                .then_some(self.meter.peak_reserved_usd),
+            network: match self.parts.settings.network {
+                NetworkPolicy::None => "none".to_owned(),
+                NetworkPolicy::Bridge => "bridge".to_owned(),
+            },
+            credential_kind: credential_kind.to_owned(),
+            redactions: self.publisher.redactions(),
+            duration: self.started.1.elapsed(),
+            base: preflight.base_sha.clone(),
+            commit: commit.clone(),
+        }
+    }
+}
+
+/// What the review gate holds a result for, as one sentence.
+fn needs_approval(gate: &GateReport) -> String {
+    let mut parts = Vec::new();
+    if !gate.held.is_empty() {
+        parts.push(format!(
+            "it changes {}",
+            joined(&gate.held.iter().collect::<Vec<_>>())
+        ));
+    }
+    let shaped = gate.shaped_secrets();
+    if !shaped.is_empty() {
+        parts.push(format!(
+            "it holds what looks like a secret: {}",
+            joined(&shaped)
+        ));
+    }
+    format!("the result needs a person's approval: {}", parts.join("; "))
+}
+
+/// The most held paths, or findings, a reason names; the `collected` event lists them all.
+pub(super) const MAX_NAMED: usize = 12;
+
+pub(super) fn joined<T: std::fmt::Display>(items: &[&T]) -> String {
+    let mut named: Vec<String> = items
+        .iter()
+        .take(MAX_NAMED)
+        .map(ToString::to_string)
+        .collect();
+    if items.len() > MAX_NAMED {
+        named.push(format!(
+            "and {} more (listed in the collected event)",
+            items.len() - MAX_NAMED
+        ));
+    }
+    named.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn a_long_list_is_cut_with_a_count() {
+        let items: Vec<String> = (0..20).map(|n| format!("f{n}")).collect();
+        let items: Vec<&String> = items.iter().collect();
+        let text = joined(&items);
+        assert!(text.starts_with("f0, f1, "), "{text}");
+        assert!(text.contains("f11, and 8 more"), "{text}");
+        assert!(!text.contains("f12"), "{text}");
+    }
+
+    #[test]
+    fn what_needs_approval_names_each_path_and_finding_with_its_rule() {
+        use crate::dispatch::gate::{HeldPath, SecretFinding};
+        let gate = GateReport {
+            held: vec![
+                HeldPath {
+                    path: "stet.toml".into(),
+                    reasons: vec!["stet's own configuration".into()],
+                },
+                HeldPath {
+                    path: "bin/run".into(),
+                    reasons: vec!["newly executable".into()],
+                },
+            ],
+            secrets: vec![SecretFinding {
+                path: "app.env".into(),
+                line: Some(2),
+                kind: "github-token".into(),
+                known: false,
+            }],
+        };
+        assert_eq!(
+            needs_approval(&gate),
+            "the result needs a person's approval: it changes stet.toml (stet's own configuration), bin/run (newly executable); it holds what looks like a secret: app.env line 2 (github-token)"
+        );
+    }
+}

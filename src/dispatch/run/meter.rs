@@ -1,0 +1,231 @@
+//! The dispatch's view of model usage and the ceiling it is held against. With the model gateway,
+//! its cost ledger is the one source of spend and what the agent reports of itself only reconciles;
+//! without it, the agent's reports are all there is.
+
+use crate::dispatch::error::DispatchError;
+use crate::dispatch::event::Usage;
+use crate::dispatch::sanitize::SanitizedText;
+use crate::gateway::ledger::Totals;
+use crate::harness::UsageReport;
+
+/// Model usage so far, and the ceiling it is held against. When the model gateway runs, its cost
+/// ledger is the one source of spend: the meter copies its settled total, and what the agent reports
+/// of its own usage is kept only to be compared with it at the end.
+#[derive(Debug, Default)]
+pub(super) struct Meter {
+    pub(super) input_tokens: u64,
+    pub(super) output_tokens: u64,
+    pub(super) cached_tokens: u64,
+    pub(super) cost_usd: f64,
+    /// The most the gateway's requests in flight held at once.
+    pub(super) peak_reserved_usd: f64,
+    pub(super) model: Option<SanitizedText>,
+    ceiling_usd: Option<f64>,
+    /// The gateway meters this dispatch.
+    pub(super) gateway: bool,
+    /// What the agent reported of its own usage while the gateway metered: `(tokens, cost)`.
+    agent_reported: (u64, f64),
+}
+
+impl Meter {
+    /// A meter held against `ceiling_usd`; `gateway`: the model gateway meters the dispatch.
+    pub(super) fn new(ceiling_usd: Option<f64>, gateway: bool) -> Meter {
+        Meter {
+            ceiling_usd,
+            gateway,
+            ..Meter::default()
+        }
+    }
+
+    /// One request the gateway settled; the total is the ledger's.
+    pub(super) fn add_settled(&mut self, report: UsageReport, totals: Totals) -> Usage {
+        let mut usage = self.add(report);
+        self.cost_usd = totals.settled_usd;
+        self.peak_reserved_usd = self.peak_reserved_usd.max(totals.peak_reserved_usd);
+        usage.total_cost_usd = totals.settled_usd;
+        usage
+    }
+
+    /// Usage the agent reported itself: counted when nothing else meters the dispatch, otherwise
+    /// kept for [`Meter::reconcile`] (`None`: nothing to publish).
+    pub(super) fn add_reported(&mut self, report: UsageReport) -> Option<Usage> {
+        if !self.gateway {
+            return Some(self.add(report));
+        }
+        let tokens = report.input_tokens.saturating_add(report.output_tokens);
+        self.agent_reported.0 = self.agent_reported.0.saturating_add(tokens);
+        if let Some(cost) = report.cost_usd.filter(|c| c.is_finite() && *c > 0.0) {
+            self.agent_reported.1 += cost;
+        }
+        None
+    }
+
+    /// The harness's whole-run record compared with the gateway's figures: a warning when they
+    /// differ. Never replaces them.
+    pub(super) fn reconcile(&self, usage: &Usage) -> Option<String> {
+        let (tokens, cost) = (
+            usage.input_tokens.saturating_add(usage.output_tokens),
+            usage.total_cost_usd,
+        );
+        let metered = self.input_tokens.saturating_add(self.output_tokens);
+        let cost_differs = (cost - self.cost_usd).abs() > 0.0001_f64.max(self.cost_usd * 0.01);
+        (tokens != metered || cost_differs).then(|| {
+            format!(
+                "the agent's own usage record ({tokens} tokens, ${cost:.4}) differs from what the model gateway metered ({metered} tokens, ${:.4}); stet counts the gateway's",
+                self.cost_usd
+            )
+        })
+    }
+
+    fn add(&mut self, report: UsageReport) -> Usage {
+        self.input_tokens = self.input_tokens.saturating_add(report.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(report.output_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(report.cached_tokens);
+        if let Some(cost) = report.cost_usd.filter(|c| c.is_finite() && *c > 0.0) {
+            self.cost_usd += cost;
+        }
+        self.model = Some(report.model.clone());
+        Usage {
+            model: report.model,
+            input_tokens: report.input_tokens,
+            output_tokens: report.output_tokens,
+            cached_tokens: report.cached_tokens,
+            cost_usd: report.cost_usd,
+            total_cost_usd: self.cost_usd,
+            latency_ms: None,
+        }
+    }
+
+    /// Replaces the totals with a whole-run record (the harness's final usage).
+    pub(super) fn settle(&mut self, usage: &Usage) {
+        self.input_tokens = self.input_tokens.max(usage.input_tokens);
+        self.output_tokens = self.output_tokens.max(usage.output_tokens);
+        self.cached_tokens = self.cached_tokens.max(usage.cached_tokens);
+        self.cost_usd = self.cost_usd.max(usage.total_cost_usd);
+        self.model = Some(usage.model.clone());
+    }
+
+    /// The ceiling reached, as the stop it causes.
+    pub(super) fn over_ceiling(&self) -> Option<DispatchError> {
+        let ceiling_usd = self.ceiling_usd?;
+        (self.cost_usd >= ceiling_usd).then_some(DispatchError::CostCeilingHit {
+            spent_usd: self.cost_usd,
+            ceiling_usd,
+            refused: false,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::dispatch::sanitize::TokenSanitizer;
+    use std::sync::Arc;
+
+    fn sanitizer() -> Arc<TokenSanitizer> {
+        Arc::new(TokenSanitizer::new().unwrap())
+    }
+
+    #[test]
+    fn the_meter_totals_costs_and_trips_at_the_ceiling() {
+        let s = sanitizer();
+        let mut meter = Meter {
+            ceiling_usd: Some(0.10),
+            ..Meter::default()
+        };
+        let report = |cost| UsageReport {
+            model: s.sanitize("m"),
+            input_tokens: 100,
+            output_tokens: 10,
+            cached_tokens: 0,
+            cost_usd: cost,
+        };
+        let first = meter.add(report(Some(0.06)));
+        assert!((first.total_cost_usd - 0.06).abs() < 1e-9);
+        assert!(meter.over_ceiling().is_none());
+        meter.add(report(None));
+        assert!(
+            meter.over_ceiling().is_none(),
+            "an unknown cost adds nothing"
+        );
+        meter.add(report(Some(0.04)));
+        assert!(
+            meter
+                .over_ceiling()
+                .unwrap()
+                .to_string()
+                .contains("ceiling of $0.1000")
+        );
+        assert_eq!(meter.input_tokens, 300);
+        let mut unlimited = Meter::default();
+        unlimited.add(report(Some(1e9)));
+        assert!(unlimited.over_ceiling().is_none());
+    }
+
+    #[test]
+    fn with_the_gateway_its_ledger_is_the_total_and_the_agents_figures_only_reconcile() {
+        let s = sanitizer();
+        let mut meter = Meter {
+            ceiling_usd: Some(1.0),
+            gateway: true,
+            ..Meter::default()
+        };
+        let report = |model: &str, cost| UsageReport {
+            model: s.sanitize(model),
+            input_tokens: 100,
+            output_tokens: 10,
+            cached_tokens: 0,
+            cost_usd: cost,
+        };
+        let totals = |settled_usd| Totals {
+            settled_usd,
+            reserved_usd: 0.0,
+            peak_reserved_usd: 0.4,
+            open: 0,
+        };
+        let usage = meter.add_settled(report("gpt-4o", Some(0.2)), totals(0.2));
+        assert_eq!(usage.total_cost_usd, 0.2);
+        // The agent's own figures never move the total, the model or the tokens.
+        assert!(meter.add_reported(report("alias", Some(5.0))).is_none());
+        assert_eq!(
+            (
+                meter.cost_usd,
+                meter.input_tokens,
+                meter.model.as_ref().unwrap().as_str()
+            ),
+            (0.2, 100, "gpt-4o")
+        );
+        assert!(meter.over_ceiling().is_none());
+        // The ledger's figure is the total, even where it counted a reservation no usage reported.
+        meter.add_settled(report("gpt-4o", Some(0.3)), totals(0.7));
+        assert_eq!(meter.cost_usd, 0.7);
+        assert_eq!(meter.peak_reserved_usd, 0.4);
+        // The harness's final record, $0.0 for an alias LiteLLM does not price, is a warning.
+        let final_usage = |tokens: u64, cost: f64| Usage {
+            model: s.sanitize("alias"),
+            input_tokens: tokens,
+            output_tokens: 0,
+            cached_tokens: 0,
+            cost_usd: Some(cost),
+            total_cost_usd: cost,
+            latency_ms: None,
+        };
+        let warning = meter.reconcile(&final_usage(220, 0.0)).unwrap();
+        assert!(
+            warning.contains("$0.0000") && warning.contains("$0.7000"),
+            "{warning}"
+        );
+        assert!(meter.reconcile(&final_usage(220, 0.7)).is_none());
+        assert_eq!(meter.cost_usd, 0.7);
+        // Without the gateway the agent's report is the only one, and counts.
+        let mut alone = Meter::default();
+        assert_eq!(
+            alone
+                .add_reported(report("m", Some(0.5)))
+                .unwrap()
+                .total_cost_usd,
+            0.5
+        );
+    }
+}
