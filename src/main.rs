@@ -1329,11 +1329,19 @@ fn transcript(
             parser.as_mut(),
             usage,
             &labels,
+            &sanitizer,
         )
     } else {
         let file = std::fs::File::open(path)
             .with_context(|| format!("opening the capture {}", path.display()))?;
-        replay(file, &mut stdout, parser.as_mut(), usage, &labels)
+        replay(
+            file,
+            &mut stdout,
+            parser.as_mut(),
+            usage,
+            &labels,
+            &sanitizer,
+        )
     };
     match replayed {
         Ok(outcome) => Ok(ExitCode::from(outcome.exit_code().unwrap_or(1))),

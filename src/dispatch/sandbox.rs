@@ -22,7 +22,7 @@ use crate::dispatch::socket_dir::{SocketDirError, SocketPlace};
 use crate::git::push::{PushError, fetch_commit};
 use crate::git::workspace::{WorkspaceError, materialize};
 use crate::runtime::{
-    ContainerRuntime, DispatchLimits, ExecExit, ImageRef, NetworkPolicy, OutputLine, PullProgress,
+    ContainerRuntime, DispatchLimits, ExecExit, ImageRef, NetworkPolicy, OutputChunk, PullProgress,
     Removal, RuntimeError, SandboxProcess, SandboxSpec, SandboxUser, state_label,
 };
 
@@ -301,7 +301,7 @@ impl DispatchSandbox {
     pub async fn run(
         &self,
         process: &SandboxProcess,
-        output: mpsc::Sender<OutputLine>,
+        output: mpsc::Sender<OutputChunk>,
     ) -> Result<ExecExit> {
         if self.state.lock().await.is_none() {
             return Err(SandboxError::TornDown(self.dispatch));

@@ -464,13 +464,18 @@ impl Redactor {
         }
         // A trigger may still be arriving at the end of the buffer; a rule may start before it.
         let incomplete_from = len.saturating_sub(self.sanitizer.longest_trigger - 1);
-        let Some(hit) = hit.filter(|h| at_end || h.start + WINDOW <= len) else {
-            // Not enough look-ahead to decide: send only what no later decision can mask.
+        let decidable =
+            |h: &Hit| at_end || h.start + WINDOW <= len || self.line_ends_after(h.start).is_some();
+        let Some(hit) = hit.filter(decidable) else {
+            // Not enough look-ahead to decide: send only what no later decision can mask. No rule
+            // spans a line end, so every line before the undecided one can go (a live transcript
+            // line is not held back for the next).
             let resume = hit
                 .map_or(incomplete_from, |h| h.start.min(incomplete_from))
                 .max(self.scan);
-            self.scan = resume;
-            self.send_until(out, resume.saturating_sub(MAX_LEAD));
+            let settled = self.last_line_end(hit.map_or(len, |h| h.start));
+            self.scan = resume.max(settled);
+            self.send_until(out, resume.saturating_sub(MAX_LEAD).max(settled));
             return false;
         };
         match self.judge(hit, at_end) {
@@ -504,6 +509,25 @@ impl Redactor {
             }
         }
         true
+    }
+
+    /// Where the first line end at or after `from` (within the look-ahead window) ends: a newline
+    /// that no continuation backslash escapes. No rule's match, context or trigger crosses one.
+    fn line_ends_after(&self, from: usize) -> Option<usize> {
+        let until = self.buffer.len().min(from + WINDOW);
+        memchr::memchr_iter(b'\n', &self.buffer[from..until])
+            .map(|offset| from + offset)
+            .find(|&at| !continued(&self.buffer[..at]))
+            .map(|at| at + 1)
+    }
+
+    /// Just past the last line end in the unsent bytes before `until` (`sent` when there is none).
+    fn last_line_end(&self, until: usize) -> usize {
+        let unsent = &self.buffer[self.sent..until];
+        memchr::memrchr_iter(b'\n', unsent)
+            .map(|offset| self.sent + offset)
+            .find(|&at| !continued(&self.buffer[..at]))
+            .map_or(self.sent, |at| at + 1)
     }
 
     /// Decides what the trigger `hit` is.
@@ -665,6 +689,12 @@ impl Redactor {
             self.forget_lookahead();
         }
     }
+}
+
+/// Whether the newline after `before` continues its line (a shell continuation, `\\` or `\\\r`),
+/// which the `curl -u` rule reads across.
+fn continued(before: &[u8]) -> bool {
+    before.ends_with(b"\\") || before.ends_with(b"\\\r")
 }
 
 /// The cached next hit of one scanner at or after `scan`, searching again only when needed.

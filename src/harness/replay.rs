@@ -13,8 +13,8 @@ use crate::dispatch::sanitize::TokenSanitizer;
 use crate::dispatch::state::Phase;
 use crate::harness::openhands::{self, OpenHandsOutput};
 use crate::harness::{HarnessOutcome, OutputParser, Parsed};
-use crate::runtime::lines::LineFramer;
-use crate::runtime::{OutputLine, OutputStream};
+use crate::runtime::lines::OutputFramer;
+use crate::runtime::{OutputChunk, OutputLine, OutputStream};
 
 /// How much of the capture is read at a time.
 const READ_CHUNK: usize = 64 * 1024;
@@ -52,13 +52,14 @@ pub fn replay(
     parser: &mut dyn OutputParser,
     usage: Option<Usage>,
     labels: &ReplayLabels,
+    sanitizer: &Arc<TokenSanitizer>,
 ) -> Result<Phase> {
     let mut events = EventWriter {
         output,
         labels,
         total_cost_usd: 0.0,
     };
-    let mut framer = LineFramer::default();
+    let mut framer = OutputFramer::new(sanitizer);
     let mut buffer = vec![0u8; READ_CHUNK];
     loop {
         let read = match input.read(&mut buffer) {
@@ -67,12 +68,16 @@ pub fn replay(
             Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(error) => return Err(ReplayError::Read(error)),
         };
-        for line in framer.push(&buffer[..read]) {
-            events.parsed(parser, line)?;
+        let chunk = OutputChunk {
+            stream: OutputStream::Stdout,
+            bytes: buffer[..read].to_vec(),
+        };
+        for line in framer.push(&chunk) {
+            events.parsed(parser, &line)?;
         }
     }
-    if let Some(line) = framer.finish() {
-        events.parsed(parser, line)?;
+    for line in framer.finish() {
+        events.parsed(parser, &line)?;
     }
     if let Some(usage) = usage {
         events.emit(EventKind::Usage(usage))?;
@@ -104,7 +109,7 @@ pub fn replay_openhands(
         None => None,
     };
     let mut parser = OpenHandsOutput::new(Arc::clone(sanitizer));
-    replay(input, output, &mut parser, usage, labels)
+    replay(input, output, &mut parser, usage, labels, sanitizer)
 }
 
 /// Writes events as JSON lines and keeps the running cost total.
@@ -120,17 +125,9 @@ impl<W: Write> EventWriter<'_, W> {
         writeln!(self.output, "{line}").map_err(ReplayError::Write)
     }
 
-    /// Emits what `parser` reads from one framed stdout line.
-    fn parsed(
-        &mut self,
-        parser: &mut dyn OutputParser,
-        line: crate::runtime::FramedLine,
-    ) -> Result<()> {
-        let line = OutputLine {
-            stream: OutputStream::Stdout,
-            line,
-        };
-        for parsed in parser.parse(&line) {
+    /// Emits what `parser` reads from one framed line.
+    fn parsed(&mut self, parser: &mut dyn OutputParser, line: &OutputLine) -> Result<()> {
+        for parsed in parser.parse(line) {
             let kind = match parsed {
                 Parsed::Item(item) => EventKind::Transcript(item),
                 Parsed::Usage(report) => {
@@ -289,6 +286,7 @@ mod tests {
             &mut parser,
             Some(last.clone()),
             &labels(),
+            &sanitizer,
         )
         .unwrap();
         assert_eq!(phase, Phase::Done);

@@ -19,10 +19,9 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
-use super::lines::LineFramer;
 use super::{
     ContainerExit, ContainerRuntime, DISPATCH_LABEL, ExecExit, GATEWAY_MOUNT, ImageRef,
-    NetworkPolicy, OUTPUTS_MOUNT, OutputLine, OutputStream, PullProgress, Removal, Result,
+    NetworkPolicy, OUTPUTS_MOUNT, OutputChunk, OutputStream, PullProgress, Removal, Result,
     RuntimeError, SANDBOX_HOME, STATE_LABEL, SandboxContainer, SandboxProcess, SandboxSpec,
     WORKSPACE_MOUNT,
 };
@@ -368,7 +367,7 @@ impl ContainerRuntime for DockerRuntime {
         &self,
         container: &str,
         process: &SandboxProcess,
-        output: mpsc::Sender<OutputLine>,
+        output: mpsc::Sender<OutputChunk>,
     ) -> Result<ExecExit> {
         let started_at = unix_seconds();
         let env = process
@@ -400,29 +399,25 @@ impl ContainerRuntime for DockerRuntime {
             output: mut frames, ..
         } = started
         {
-            let mut stdout = LineFramer::default();
-            let mut stderr = LineFramer::default();
             while let Some(frame) = frames.next().await {
-                let (stream, framer, bytes) = match frame
-                    .map_err(|error| engine_error(container, "exec output", error))?
-                {
-                    LogOutput::StdOut { message } | LogOutput::Console { message } => {
-                        (OutputStream::Stdout, &mut stdout, message)
-                    }
-                    LogOutput::StdErr { message } => (OutputStream::Stderr, &mut stderr, message),
-                    LogOutput::StdIn { .. } => continue,
+                let (stream, bytes) =
+                    match frame.map_err(|error| engine_error(container, "exec output", error))? {
+                        LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                            (OutputStream::Stdout, message)
+                        }
+                        LogOutput::StdErr { message } => (OutputStream::Stderr, message),
+                        LogOutput::StdIn { .. } => continue,
+                    };
+                let chunk = OutputChunk {
+                    stream,
+                    bytes: bytes.to_vec(),
                 };
-                for line in framer.push(&bytes) {
-                    send_line(&output, container, stream, line).await?;
-                }
-            }
-            for (stream, framer) in [
-                (OutputStream::Stdout, &mut stdout),
-                (OutputStream::Stderr, &mut stderr),
-            ] {
-                if let Some(line) = framer.finish() {
-                    send_line(&output, container, stream, line).await?;
-                }
+                output
+                    .send(chunk)
+                    .await
+                    .map_err(|_| RuntimeError::OutputClosed {
+                        container: container.to_owned(),
+                    })?;
             }
         }
         let inspected = self
@@ -522,20 +517,6 @@ impl ContainerRuntime for DockerRuntime {
             })
             .collect())
     }
-}
-
-async fn send_line(
-    output: &mpsc::Sender<OutputLine>,
-    container: &str,
-    stream: OutputStream,
-    line: super::FramedLine,
-) -> Result<()> {
-    output
-        .send(OutputLine { stream, line })
-        .await
-        .map_err(|_| RuntimeError::OutputClosed {
-            container: container.to_owned(),
-        })
 }
 
 #[cfg(test)]

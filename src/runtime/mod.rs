@@ -315,6 +315,13 @@ pub enum OutputStream {
     Stderr,
 }
 
+/// A piece of a process's output as the engine delivered it: any length, not split at lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputChunk {
+    pub stream: OutputStream,
+    pub bytes: Vec<u8>,
+}
+
 /// One framed line of a process's output.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutputLine {
@@ -376,12 +383,13 @@ pub trait ContainerRuntime: Send + Sync + fmt::Debug {
     ) -> Result<()>;
     /// Creates and starts the hardened container described by `spec`; returns its name.
     async fn create_sandbox(&self, spec: &SandboxSpec) -> Result<String>;
-    /// Runs `process` in `container`, sending its framed output to `output`; returns how it ended.
+    /// Runs `process` in `container`, sending its output as it comes to `output`; returns how it
+    /// ended.
     async fn exec(
         &self,
         container: &str,
         process: &SandboxProcess,
-        output: mpsc::Sender<OutputLine>,
+        output: mpsc::Sender<OutputChunk>,
     ) -> Result<ExecExit>;
     /// Sends SIGKILL to the container's processes.
     async fn kill(&self, container: &str) -> Result<()>;

@@ -50,8 +50,8 @@ use stet::harness::{
     UsageReport,
 };
 use stet::runtime::{
-    ContainerExit, ContainerRuntime, DEFAULT_SANDBOX_UID, DispatchLimits, ExecExit, FramedLine,
-    ImageRef, NetworkPolicy, OutputLine, OutputStream, PullProgress, Removal, RuntimeError,
+    ContainerExit, ContainerRuntime, DEFAULT_SANDBOX_UID, DispatchLimits, ExecExit, ImageRef,
+    NetworkPolicy, OutputChunk, OutputLine, OutputStream, PullProgress, Removal, RuntimeError,
     SandboxContainer, SandboxProcess, SandboxSpec, SandboxUser,
 };
 
@@ -809,6 +809,9 @@ async fn usage_past_the_cost_ceiling_ends_the_dispatch_with_exit_code_5() {
     assert!(totals[1] >= 0.05);
     assert!(!fin.has("collected"));
     assert!(fx.forge.pushes().is_empty());
+    // What the agent printed after the ceiling is kept in the run record, not dropped.
+    let record = std::fs::read_to_string(run_dir(&fx.state, fin.id).join(EVENTS_FILE)).unwrap();
+    assert!(record.contains("never reached"), "{record}");
     fx.assert_clean(&fin, 1);
 }
 
@@ -1640,7 +1643,29 @@ impl Fixture {
             .iter()
             .map(|e| e.to_json_line().unwrap())
             .collect();
-        assert_eq!(lines, published, "the run record holds what was published");
+        // What the agent printed after a stop is recorded without being published: the record is
+        // what was published, with only transcript items and usage besides.
+        let mut extra = Vec::new();
+        let mut next = published.iter().peekable();
+        for line in &lines {
+            if next.peek().is_some_and(|p| p.as_str() == *line) {
+                next.next();
+            } else {
+                extra.push(*line);
+            }
+        }
+        assert!(
+            next.peek().is_none(),
+            "the run record lacks published events from {:?}",
+            next.peek()
+        );
+        for line in extra {
+            let event: Event = serde_json::from_str(line).unwrap();
+            assert!(
+                matches!(event.kind, EventKind::Transcript(_) | EventKind::Usage(_)),
+                "recorded, never published: {line}"
+            );
+        }
         let result = self.result(fin.id);
         let (outcome, exit_code, _) = fin.end();
         assert_eq!(result.dispatch, fin.id);
@@ -2099,7 +2124,7 @@ impl ContainerRuntime for FakeRuntime {
         &self,
         container: &str,
         process: &SandboxProcess,
-        output: mpsc::Sender<OutputLine>,
+        output: mpsc::Sender<OutputChunk>,
     ) -> stet::runtime::Result<ExecExit> {
         let script = lock(&self.script).exec.clone();
         let workspace = {
@@ -2151,14 +2176,11 @@ impl ContainerRuntime for FakeRuntime {
             std::fs::write(&target, contents.replace("{container}", container)).unwrap();
         }
         for line in &script.lines {
-            let line = OutputLine {
+            let chunk = OutputChunk {
                 stream: OutputStream::Stdout,
-                line: FramedLine {
-                    bytes: line.clone().into_bytes(),
-                    continues: false,
-                },
+                bytes: format!("{line}\n").into_bytes(),
             };
-            if output.send(line).await.is_err() {
+            if output.send(chunk).await.is_err() {
                 return Err(RuntimeError::OutputClosed {
                     container: container.to_owned(),
                 });

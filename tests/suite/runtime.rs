@@ -19,8 +19,8 @@ use stet::dispatch::sandbox::{
 };
 use stet::runtime::docker::DockerRuntime;
 use stet::runtime::{
-    ContainerRuntime, DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, OutputLine,
-    OutputStream, Removal, SandboxProcess, SandboxUser, WORKSPACE_MOUNT,
+    ContainerRuntime, DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, OutputChunk,
+    OutputLine, OutputStream, Removal, SandboxProcess, SandboxUser, WORKSPACE_MOUNT,
 };
 
 use super::support;
@@ -106,19 +106,21 @@ async fn run(
             .collect::<BTreeMap<_, _>>(),
         workdir: WORKSPACE_MOUNT.into(),
     };
-    let (sender, mut receiver) = mpsc::channel::<OutputLine>(64);
+    let (sender, mut receiver) = mpsc::channel::<OutputChunk>(64);
     let collector = tokio::spawn(async move {
-        let (mut out, mut err) = (String::new(), String::new());
-        while let Some(line) = receiver.recv().await {
-            let target = if line.stream == OutputStream::Stdout {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        while let Some(chunk) = receiver.recv().await {
+            let target = if chunk.stream == OutputStream::Stdout {
                 &mut out
             } else {
                 &mut err
             };
-            target.push_str(&String::from_utf8_lossy(&line.line.bytes));
-            target.push('\n');
+            target.extend_from_slice(&chunk.bytes);
         }
-        (out, err)
+        (
+            String::from_utf8_lossy(&out).into_owned(),
+            String::from_utf8_lossy(&err).into_owned(),
+        )
     });
     let exit = sandbox.run(&process, sender).await.unwrap();
     let (out, err) = collector.await.unwrap();
@@ -560,12 +562,22 @@ async fn a_twenty_megabyte_line_that_is_not_utf8_arrives_in_bounded_pieces() {
         workdir: WORKSPACE_MOUNT.into(),
         ..SandboxProcess::default()
     };
-    let (sender, mut receiver) = mpsc::channel::<OutputLine>(4);
+    // Framed as the engine frames it: redacted per stream, then cut into bounded pieces.
+    let (sender, mut receiver) = mpsc::channel::<OutputChunk>(4);
     let collector = tokio::spawn(async move {
+        let sanitizer =
+            std::sync::Arc::new(stet::dispatch::sanitize::TokenSanitizer::new().unwrap());
+        let mut framer = stet::runtime::lines::OutputFramer::new(&sanitizer);
         let mut pieces = Vec::new();
-        while let Some(line) = receiver.recv().await {
-            pieces.push((line.stream, line.line.bytes.len(), line.line.continues));
+        let mut record = |lines: Vec<OutputLine>| {
+            for line in lines {
+                pieces.push((line.stream, line.line.bytes.len(), line.line.continues));
+            }
+        };
+        while let Some(chunk) = receiver.recv().await {
+            record(framer.push(&chunk));
         }
+        record(framer.finish());
         pieces
     });
     let exit = sandbox.run(&process, sender).await.unwrap();

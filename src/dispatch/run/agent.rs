@@ -15,7 +15,8 @@ use crate::dispatch::sandbox::DispatchSandbox;
 use crate::dispatch::sanitize::{KnownValue, SanitizedText};
 use crate::gateway::{Gateway, GatewayConfig, GatewayEvent};
 use crate::harness::{HarnessOutcome, ModelAccess, OutputParser, Parsed, StagedFile};
-use crate::runtime::OutputLine;
+use crate::runtime::lines::OutputFramer;
+use crate::runtime::{OutputChunk, OutputLine};
 
 use super::Dispatch;
 
@@ -163,7 +164,8 @@ impl Dispatch {
         parser: &mut dyn OutputParser,
         disk: &DiskWatch,
     ) -> Result<crate::runtime::ExecExit, DispatchError> {
-        let (sender, mut lines) = mpsc::channel::<OutputLine>(OUTPUT_BUFFER);
+        let (sender, mut chunks) = mpsc::channel::<OutputChunk>(OUTPUT_BUFFER);
+        let mut framer = OutputFramer::new(&self.sanitizer());
         let stop = self.stop.clone();
         let exec = sandbox.run(process, sender);
         tokio::pin!(exec);
@@ -175,44 +177,42 @@ impl Dispatch {
             tokio::select! {
                 biased;
                 () = stop.cancelled() => {
-                    self.record_pending(&mut lines, parser);
+                    self.record_pending(&mut chunks, &mut framer, parser);
                     break Err(self.stop_reason());
                 }
                 reason = &mut breach => {
-                    self.record_pending(&mut lines, parser);
+                    self.record_pending(&mut chunks, &mut framer, parser);
                     break Err(self.fail(reason));
                 }
                 Some(event) = next_event(&mut gateway) => match self.gateway_event(event, &stop).await {
                     Ok(true) => {}
                     Ok(false) => {
-                        self.record_pending(&mut lines, parser);
+                        self.record_pending(&mut chunks, &mut framer, parser);
                         break Err(self.stop_reason());
                     }
                     Err(stop) => {
-                        self.record_pending(&mut lines, parser);
+                        self.record_pending(&mut chunks, &mut framer, parser);
                         break Err(stop);
                     }
                 },
-                line = lines.recv() => match line {
-                    Some(line) => {
-                        let mut published = Ok(true);
-                        for parsed in parser.parse(&line) {
-                            published = self.publish_parsed(parsed, &stop).await;
-                            if !matches!(published, Ok(true)) {
-                                break;
-                            }
+                chunk = chunks.recv() => {
+                    let (lines, ended) = match chunk {
+                        Some(chunk) => (framer.push(&chunk), false),
+                        None => (framer.finish(), true),
+                    };
+                    match self.publish_lines(lines, parser, &stop).await {
+                        Ok(true) if ended => break Ok(()),
+                        Ok(true) => {}
+                        Ok(false) => {
+                            self.record_pending(&mut chunks, &mut framer, parser);
+                            break Err(self.stop_reason());
                         }
-                        match published {
-                            Ok(true) => {}
-                            Ok(false) => {
-                                self.record_pending(&mut lines, parser);
-                                break Err(self.stop_reason());
-                            }
-                            Err(stop) => break Err(stop),
+                        Err(stop) => {
+                            self.record_pending(&mut chunks, &mut framer, parser);
+                            break Err(stop);
                         }
                     }
-                    None => break Ok(()),
-                },
+                }
                 result = &mut exec, if exit.is_none() => exit = Some(result),
             }
         };
@@ -223,6 +223,33 @@ impl Dispatch {
             None => exec.await,
         };
         result.map_err(|error| self.fail(format!("running the agent: {error}")))
+    }
+
+    /// Publishes what the parser reads from `lines`; on a stop (`Ok(false)` or the ceiling) the lines
+    /// not published yet still go to the run record.
+    async fn publish_lines(
+        &mut self,
+        lines: Vec<OutputLine>,
+        parser: &mut dyn OutputParser,
+        stop: &CancellationToken,
+    ) -> Result<bool, DispatchError> {
+        let mut lines = lines.into_iter();
+        for line in lines.by_ref() {
+            let mut parsed = parser.parse(&line).into_iter();
+            for item in parsed.by_ref() {
+                let published = self.publish_parsed(item, stop).await;
+                if !matches!(published, Ok(true)) {
+                    for rest in parsed {
+                        self.record_parsed(rest);
+                    }
+                    for line in lines {
+                        self.record_line(&line, parser);
+                    }
+                    return published;
+                }
+            }
+        }
+        Ok(true)
     }
 
     /// Publishes what the parser read; `Ok(false)` when `stop` fired while a slow consumer held the
@@ -352,19 +379,34 @@ impl Dispatch {
         }
     }
 
-    /// On a stop, the lines already read from the container still go to the run record (the
-    /// consumer is not waited for): nothing the agent printed is dropped silently.
+    /// On a stop, the output already read from the container, and what the redactor still held,
+    /// goes to the run record (the consumer is not waited for): nothing the agent printed is
+    /// dropped silently.
     pub(super) fn record_pending(
         &mut self,
-        lines: &mut mpsc::Receiver<OutputLine>,
+        chunks: &mut mpsc::Receiver<OutputChunk>,
+        framer: &mut OutputFramer,
         parser: &mut dyn OutputParser,
     ) {
-        while let Ok(line) = lines.try_recv() {
-            for parsed in parser.parse(&line) {
-                if let Some(kind) = self.parsed_kind(parsed) {
-                    self.publisher.record_only(kind);
-                }
+        while let Ok(chunk) = chunks.try_recv() {
+            for line in framer.push(&chunk) {
+                self.record_line(&line, parser);
             }
+        }
+        for line in framer.finish() {
+            self.record_line(&line, parser);
+        }
+    }
+
+    fn record_line(&mut self, line: &OutputLine, parser: &mut dyn OutputParser) {
+        for parsed in parser.parse(line) {
+            self.record_parsed(parsed);
+        }
+    }
+
+    fn record_parsed(&mut self, parsed: Parsed) {
+        if let Some(kind) = self.parsed_kind(parsed) {
+            self.publisher.record_only(kind);
         }
     }
 }

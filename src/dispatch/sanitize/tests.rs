@@ -396,6 +396,48 @@ fn corpus(seed: u64) -> Vec<u8> {
 }
 
 #[test]
+fn a_complete_line_is_released_at_once_and_only_the_undecided_line_waits() {
+    let sanitizer = sanitizer();
+    let token = format!("ghp_{}", Fake::new(4).body(ALNUM, 36));
+    let mut redactor = Redactor::new(Arc::clone(&sanitizer));
+    let mut out = Vec::new();
+    redactor.push(
+        format!("step one done\ntoken {token}\nstill gh").as_bytes(),
+        &mut out,
+    );
+    assert_eq!(
+        String::from_utf8(out.clone()).unwrap(),
+        "step one done\ntoken [REDACTED:github-token]\n",
+        "every finished line goes out before the next byte arrives; the unfinished one waits"
+    );
+    redactor.push(
+        format!("p_{}\n", Fake::new(5).body(ALNUM, 36)).as_bytes(),
+        &mut out,
+    );
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "step one done\ntoken [REDACTED:github-token]\nstill [REDACTED:github-token]\n"
+    );
+}
+
+#[test]
+fn a_continued_command_line_waits_for_its_real_end() {
+    let sanitizer = sanitizer();
+    let mut redactor = Redactor::new(Arc::clone(&sanitizer));
+    let mut out = Vec::new();
+    redactor.push(b"ok\ncurl -s https://api.example.com \\\n", &mut out);
+    assert_eq!(
+        out, b"ok\n",
+        "a continued line may still name its credential"
+    );
+    redactor.push(b"  --user deploy:s3cretpassw0rd\n", &mut out);
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "ok\ncurl -s https://api.example.com \\\n  --user [REDACTED:basic-auth]\n"
+    );
+}
+
+#[test]
 fn feeding_one_byte_at_a_time_matches_feeding_whole() {
     let sanitizer = sanitizer();
     let input = corpus(11);
