@@ -42,6 +42,9 @@ pub const PRIVATE_KEY_CAP: usize = 64 * 1024;
 
 const PRIVATE_KEY_END: &[u8] = b"-----END ";
 
+/// How every mask begins: `[REDACTED:<kind>]`.
+const MARKER: &[u8] = b"[REDACTED:";
+
 /// What a trigger hit stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Meaning {
@@ -369,7 +372,7 @@ impl Redactor {
     }
 
     fn mark(&mut self, out: &mut Vec<u8>, kind: &str) {
-        out.extend_from_slice(b"[REDACTED:");
+        out.extend_from_slice(MARKER);
         out.extend_from_slice(kind.as_bytes());
         out.push(b']');
         self.masked += 1;
@@ -571,7 +574,11 @@ impl Redactor {
             } else {
                 whole
             };
-            if !(rule.accept)(secret.as_bytes()) {
+            // A marker is never a secret: sanitizing sanitized text changes nothing.
+            if secret.as_bytes().starts_with(MARKER)
+                || !(rule.accept)(secret.as_bytes())
+                || (rule.yields_to_shapes && self.shape_matches_at(start + secret.start()))
+            {
                 continue;
             }
             return match rule.action {
@@ -594,6 +601,25 @@ impl Redactor {
             };
         }
         Verdict::Clean
+    }
+
+    /// Whether a rule that does not yield matches at `at` (its trigger starting there): a later hit
+    /// masks the value under that rule's name.
+    fn shape_matches_at(&self, at: usize) -> bool {
+        let book = &self.sanitizer.book;
+        let rest = &self.buffer[at..(at + WINDOW).min(self.buffer.len())];
+        book.triggers
+            .iter()
+            .filter(|trigger| rest.starts_with(trigger.literal.as_bytes()))
+            .flat_map(|trigger| &trigger.rules)
+            .map(|&id| &book.rules[id])
+            .any(|rule| {
+                rule.lead == 0
+                    && !rule.yields_to_shapes
+                    && rules::context_allows(rule.before, &self.buffer, at)
+                    && (rule.quick)(rest)
+                    && rule.pattern.is_match(rest)
+            })
     }
 
     /// Inside a private-key block: look for its END line, withholding everything before it.

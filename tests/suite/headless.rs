@@ -850,6 +850,65 @@ fn the_demo_says_exactly_that_docker_is_missing() {
 // Secrets
 // ---------------------------------------------------------------------------------------------
 
+/// An agent prints a private key one line at a time (each line its own record), a `curl -u` with a
+/// password and a token under a name that says so: none reaches any sink in clear.
+#[test]
+fn a_key_printed_line_by_line_and_a_curl_password_never_appear_in_clear() {
+    docker_ready();
+    let alnum = |len: usize| -> String {
+        let mut text = String::new();
+        while text.len() < len {
+            text.extend(
+                random_token(len)
+                    .unwrap()
+                    .chars()
+                    .filter(char::is_ascii_alphanumeric),
+            );
+        }
+        text.truncate(len);
+        text
+    };
+    let body: Vec<String> = (0..5).map(|_| alnum(64)).collect();
+    let password = alnum(18);
+    let gitea = alnum(40).to_ascii_lowercase();
+    let mut steps = vec!["say = \"-----BEGIN OPENSSH PRIVATE KEY-----\"".to_owned()];
+    steps.extend(body.iter().map(|line| format!("say = \"{line}\"")));
+    steps.push("say = \"-----END OPENSSH PRIVATE KEY-----\"".to_owned());
+    steps.push(format!(
+        "say = \"curl -u deploy:{password} https://api.example.com/x\""
+    ));
+    steps.push(format!("think = \"GITEA_TOKEN={gitea}\""));
+    steps.push("write = { path = \"src/notes.txt\", content = \"one\\ntwo\\n\" }".to_owned());
+    steps.push("finish = \"Done.\"".to_owned());
+    let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
+    let project = Project::new(&scenario(&steps));
+    let finished = run(project.headless(&["--push"]));
+    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+    let home = &project.home;
+    let canaries: Vec<&str> = body
+        .iter()
+        .map(String::as_str)
+        .chain([password.as_str(), gitea.as_str()])
+        .collect();
+    for (sink, text) in sinks(home, &finished, &[&project.repo, &project.remote]) {
+        for canary in &canaries {
+            assert!(!text.contains(canary), "{canary:?} in clear in {sink}");
+        }
+    }
+    let transcript = finished.transcript();
+    assert!(
+        transcript.contains(&(ItemKind::Message, "[REDACTED:private-key]")),
+        "the key is one masked message: {transcript:?}"
+    );
+    assert!(
+        transcript.contains(&(
+            ItemKind::Message,
+            "curl -u [REDACTED:basic-auth] https://api.example.com/x"
+        )),
+        "{transcript:?}"
+    );
+}
+
 #[test]
 fn a_planted_canary_never_appears_in_clear() {
     docker_ready();
@@ -882,10 +941,13 @@ fn a_planted_canary_never_appears_in_clear() {
     }
     // Each sink that carried the agent's words shows the marker instead.
     let transcript = finished.transcript();
-    assert!(transcript.contains(&(
-        ItemKind::Output,
-        "export DEMO_TOKEN=[REDACTED:github-token]"
-    )));
+    assert!(
+        transcript.contains(&(
+            ItemKind::Output,
+            "export DEMO_TOKEN=[REDACTED:github-token]"
+        )),
+        "{transcript:?}"
+    );
     assert!(transcript.contains(&(ItemKind::Output, "export DEMO_TOKEN=[REDACTED:slack-token]")));
     let recorded = std::fs::read_to_string(events_file(home, dispatch)).unwrap();
     assert!(recorded.contains("[REDACTED:github-token]"), "{recorded}");

@@ -43,6 +43,9 @@ pub enum Before {
     Scheme,
     /// Only blanks since the start of the line, or a `machine`/`login` keyword earlier on it (`.netrc`).
     NetrcLine,
+    /// Inside an upper-case name: an upper-case letter or digit right before (`GITEA` of
+    /// `GITEA_TOKEN`).
+    NameInside,
 }
 
 /// One way a trigger can turn out to be a secret.
@@ -62,6 +65,9 @@ pub struct Rule {
     pub action: Action,
     /// An extra test on the masked bytes, for shapes a regex states badly.
     pub accept: fn(&[u8]) -> bool,
+    /// A value another rule recognises by its own shape (`DEMO_TOKEN=ghp_…`) is left to that rule,
+    /// whose marker says more.
+    pub yields_to_shapes: bool,
 }
 
 /// One literal that starts a look, and the rules tried at it in order (the first that matches wins).
@@ -148,6 +154,7 @@ struct RuleSpec {
     pattern: &'static str,
     action: Action,
     accept: fn(&[u8]) -> bool,
+    yields_to_shapes: bool,
 }
 
 /// A token: a prefix at a token boundary, then random characters.
@@ -165,6 +172,7 @@ const fn token(
         pattern,
         action: Action::Mask,
         accept: always,
+        yields_to_shapes: false,
     }
 }
 
@@ -184,6 +192,7 @@ const fn keyword(
         pattern,
         action: Action::Mask,
         accept: always,
+        yields_to_shapes: false,
     }
 }
 
@@ -245,7 +254,8 @@ fn specs() -> Vec<RuleSpec> {
         ),
         keyword(
             "aws-secret-key",
-            &["ws_secret_access_key", "WS_SECRET_ACCESS_KEY"],
+            // The upper-case spelling is a named secret (`_ACCESS_KEY`).
+            &["ws_secret_access_key"],
             1,
             assigned!("aws_secret_access_key", r"[A-Za-z0-9/+=]{30,}"),
         ),
@@ -290,35 +300,56 @@ fn specs() -> Vec<RuleSpec> {
             1,
             r#"^(?i:authorization)["']?[ \t]*[:=][ \t]*["']?(?:(?i:bearer|basic|token|digest|negotiate|apikey)[ \t]+(?P<secret>[A-Za-z0-9._~+/=:-]{4,})|(?P<bare_secret>[^\s"']{8,}))"#,
         ),
-        keyword(
-            "api-key",
-            &[
-                "pi_key", "pi-key", "pikey", "PI_KEY", "PI-KEY", "PIKEY", "pi-Key",
-            ],
-            1,
-            assigned!(r"api[_-]?key", r"[A-Za-z0-9._~+/=-]{8,}"),
-        ),
-        keyword(
-            "api-key",
-            &[
-                "rivate-token",
-                "RIVATE-TOKEN",
-                "rivate-Token",
-                "uth-token",
-                "uth_token",
-                "UTH-TOKEN",
-                "UTH_TOKEN",
-                "uth-Token",
-            ],
-            1,
-            assigned!(r"private-token|auth[_-]token", r"[A-Za-z0-9._~+/=-]{8,}"),
-        ),
-        keyword(
-            "password",
-            &["assword", "ASSWORD", "asswd", "ASSWD"],
-            1,
-            assigned!("password|passwd", r#"[^\s"',;&]+"#),
-        ),
+        RuleSpec {
+            yields_to_shapes: true,
+            ..keyword(
+                "api-key",
+                &[
+                    "pi_key", "pi-key", "pikey", "PI_KEY", "PI-KEY", "PIKEY", "pi-Key",
+                ],
+                1,
+                assigned!(r"api[_-]?key", r"[A-Za-z0-9._~+/=-]{8,}"),
+            )
+        },
+        RuleSpec {
+            yields_to_shapes: true,
+            ..keyword(
+                "api-key",
+                &[
+                    "rivate-token",
+                    "RIVATE-TOKEN",
+                    "rivate-Token",
+                    "uth-token",
+                    "uth_token",
+                    "UTH-TOKEN",
+                    // `AUTH_TOKEN` is a named secret (`_TOKEN`).
+                    "uth-Token",
+                ],
+                1,
+                assigned!(r"private-token|auth[_-]token", r"[A-Za-z0-9._~+/=-]{8,}"),
+            )
+        },
+        RuleSpec {
+            yields_to_shapes: true,
+            ..keyword(
+                "password",
+                &["assword", "ASSWORD", "asswd", "ASSWD"],
+                1,
+                assigned!("password|passwd", r#"[^\s"',;&]+"#),
+            )
+        },
+        // A name that says what its value is (`GITEA_TOKEN=`, `CI_JOB_SECRET: `), whatever the
+        // value's shape; a reference (`$TOKEN`, `${{ secrets.X }}`, `<token>`) is not a value.
+        RuleSpec {
+            before: Before::NameInside,
+            yields_to_shapes: true,
+            ..keyword(
+                "named-secret",
+                &["_TOKEN", "_SECRET", "_ACCESS_KEY"],
+                0,
+                r#"^_(?:TOKEN|SECRET(?:_KEY)?|ACCESS_KEY)["']?[ \t]*[:=][ \t]*["']?(?P<secret>[^\s"',;&$<{*][^\s"',;&]{3,})"#,
+            )
+        },
         RuleSpec {
             before: Before::NetrcLine,
             ..keyword(
@@ -334,7 +365,7 @@ fn specs() -> Vec<RuleSpec> {
                 "basic-auth",
                 &["curl ", "wget "],
                 0,
-                r#"^(?:curl|wget) (?:\\\r?\n|[^\n])*?[ \t](?:-u[ \t]*|--user[= \t][ \t]*)["']?(?P<secret>[^\s"':]+:[^\s"']+)"#,
+                r#"^(?:curl|wget)[ \t](?:(?:\\\r?\n|[^\n])*?[ \t])??(?:-u[ \t]*|--user[= \t][ \t]*)["']?(?P<secret>[^\s"':]+:[^\s"']+)"#,
             )
         },
         RuleSpec {
@@ -371,6 +402,7 @@ impl RuleBook {
                 pattern,
                 action: spec.action,
                 accept: spec.accept,
+                yields_to_shapes: spec.yields_to_shapes,
             });
             for literal in spec.triggers {
                 match triggers.iter_mut().find(|t| t.literal == *literal) {
@@ -407,6 +439,9 @@ pub fn context_allows(before: Before, haystack: &[u8], at: usize) -> bool {
             at > 0
                 && (haystack[at - 1].is_ascii_alphanumeric()
                     || matches!(haystack[at - 1], b'+' | b'.' | b'-'))
+        }
+        Before::NameInside => {
+            at > 0 && (haystack[at - 1].is_ascii_uppercase() || haystack[at - 1].is_ascii_digit())
         }
         Before::NetrcLine => {
             let line = current_line(haystack, at);

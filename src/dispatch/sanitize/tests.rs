@@ -14,6 +14,7 @@ const URLSAFE: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 const UPPER_DIGITS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
 const LETTERS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 const DIGITS: &[u8] = b"0123456789";
+const HEX: &[u8] = b"0123456789abcdef";
 
 /// A deterministic generator of random-looking token bodies.
 struct Fake(u64);
@@ -177,6 +178,42 @@ fn secrets(seed: u64) -> Vec<(&'static str, String, String)> {
             "aws_secret_access_key = SECRET",
         ),
         ("api-key", f.body(ALNUM, 32), "X-Api-Key: SECRET"),
+        (
+            "basic-auth",
+            format!("me:{}", f.body(ALNUM, 14)),
+            "$ curl -u SECRET https://api.example.com/x",
+        ),
+        (
+            "basic-auth",
+            format!("me:{}", f.body(ALNUM, 14)),
+            "wget --user=SECRET https://api.example.com/x",
+        ),
+        ("named-secret", f.body(HEX, 40), "GITEA_TOKEN=SECRET"),
+        (
+            "github-token",
+            format!("ghp_{}", f.body(ALNUM, 36)),
+            "export DEMO_TOKEN=SECRET",
+        ),
+        (
+            "github-token",
+            format!("ghp_{}", f.body(ALNUM, 36)),
+            "DB_PASSWORD=SECRET",
+        ),
+        (
+            "named-secret",
+            f.body(LETTERS, 9),
+            "export CI_JOB_TOKEN='SECRET'",
+        ),
+        (
+            "named-secret",
+            f.body(ALNUM, 20),
+            "DEPLOY_ACCESS_KEY: SECRET",
+        ),
+        (
+            "named-secret",
+            f.body(URLSAFE, 30),
+            "  AUTH_TOKEN = \"SECRET\"",
+        ),
     ];
     for (kind, secret, template) in in_context {
         let text = template.replace("SECRET", &secret);
@@ -238,6 +275,15 @@ fn the_context_around_a_value_secret_is_kept() {
 }
 
 #[test]
+fn a_value_under_a_name_that_says_secret_is_masked_whatever_its_shape() {
+    let value = Fake::new(12).body(LETTERS, 12);
+    for name in ["APP_SECRET", "APP_SECRET_KEY", "AWS_SECRET_ACCESS_KEY"] {
+        let out = redact(&format!("{name}={value}"));
+        assert_eq!(out, format!("{name}=[REDACTED:named-secret]"));
+    }
+}
+
+#[test]
 fn ordinary_text_is_left_untouched() {
     // Assembled at run time so the repository holds nothing shaped like a key.
     let long_hyphenated_word =
@@ -258,6 +304,14 @@ fn ordinary_text_is_left_untouched() {
         "docker run -u 1000:1000 image",
         "-----BEGIN PUBLIC KEY----- is not a private key",
         "ssh://git@example.com:22/o/r.git",
+        "curl -s -o out.json https://api.example.com/x",
+        "curl -uuser https://x (a user without one)",
+        "MAX_TOKENS=4096 and MAX_TOKEN_LENGTH=12",
+        "GITHUB_TOKEN: ${{ secrets.GITHUB_TOKEN }}",
+        "export GITEA_TOKEN=$TOKEN and API_TOKEN=<your token>",
+        "the_token=used lowercase in code, NEXT_TOKEN_ID=7",
+        "PREV_SECRET=",
+        "GIT_COMMIT=3f1c2a9b8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a",
     ];
     for text in clean {
         assert_eq!(redact(text), text);
@@ -562,6 +616,13 @@ proptest! {
         cuts.sort_unstable();
         let whole = sanitizer.redact(&input);
         prop_assert_eq!(redact_chunked(&sanitizer, &input, &cuts), whole);
+    }
+
+    #[test]
+    fn sanitizing_sanitized_text_changes_nothing(seed in 0u64..1000) {
+        let sanitizer = sanitizer();
+        let once = sanitizer.redact(&corpus(seed));
+        prop_assert_eq!(sanitizer.redact(&once), once);
     }
 
     #[test]
