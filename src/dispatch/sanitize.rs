@@ -15,7 +15,7 @@ use aho_corasick::{AhoCorasick, AhoCorasickBuilder, Input, MatchKind};
 use serde::{Deserialize, Serialize};
 
 pub use known::{KnownValue, MAX_KNOWN_VALUE_LEN, MIN_KNOWN_VALUE_LEN};
-use rules::{Action, LOOKBACK, MAX_LEAD, RuleBook, WINDOW};
+use rules::{Action, LOOKBACK, MAX_LEAD, RuleBook, Scan, WINDOW};
 
 /// Everything that can go wrong building a sanitizer.
 #[derive(Debug, thiserror::Error)]
@@ -153,28 +153,33 @@ impl TokenSanitizer {
             });
         }
 
-        let mut shared_literals = Vec::new();
-        let mut shared_meanings = Vec::new();
+        let mut groups: [(Vec<&str>, Vec<Meaning>); 2] = Default::default();
         for (index, trigger) in book.triggers.iter().enumerate() {
             longest_trigger = longest_trigger.max(trigger.literal.len());
-            if trigger.frequent {
-                scanners.push(Scanner::Literal {
-                    finder: Box::new(
-                        memchr::memmem::Finder::new(trigger.literal.as_bytes()).into_owned(),
-                    ),
-                    meaning: Meaning::Trigger(index),
-                });
-            } else {
-                shared_literals.push(trigger.literal);
-                shared_meanings.push(Meaning::Trigger(index));
-            }
+            let group = match trigger.scan {
+                Scan::Frequent => {
+                    scanners.push(Scanner::Literal {
+                        finder: Box::new(
+                            memchr::memmem::Finder::new(trigger.literal.as_bytes()).into_owned(),
+                        ),
+                        meaning: Meaning::Trigger(index),
+                    });
+                    continue;
+                }
+                Scan::Shared => &mut groups[0],
+                Scan::Rare => &mut groups[1],
+            };
+            group.0.push(trigger.literal);
+            group.1.push(Meaning::Trigger(index));
         }
-        scanners.push(Scanner::Automaton {
-            automaton: AhoCorasickBuilder::new()
-                .match_kind(MatchKind::LeftmostFirst)
-                .build(&shared_literals)?,
-            meanings: shared_meanings,
-        });
+        for (literals, meanings) in groups {
+            scanners.push(Scanner::Automaton {
+                automaton: AhoCorasickBuilder::new()
+                    .match_kind(MatchKind::LeftmostFirst)
+                    .build(&literals)?,
+                meanings,
+            });
+        }
 
         let private_key_end =
             regex::bytes::Regex::new(r"^-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")

@@ -851,9 +851,10 @@ fn the_demo_says_exactly_that_docker_is_missing() {
 // ---------------------------------------------------------------------------------------------
 
 /// An agent prints a private key one line at a time (each line its own record), a `curl -u` with a
-/// password and a token under a name that says so: none reaches any sink in clear.
+/// password, a token under a name that says so and a token base64-encoded: none reaches any sink in
+/// clear.
 #[test]
-fn a_key_printed_line_by_line_and_a_curl_password_never_appear_in_clear() {
+fn a_key_printed_line_by_line_a_curl_password_and_an_encoded_token_never_appear_in_clear() {
     docker_ready();
     let alnum = |len: usize| -> String {
         let mut text = String::new();
@@ -878,6 +879,12 @@ fn a_key_printed_line_by_line_and_a_curl_password_never_appear_in_clear() {
         "say = \"curl -u deploy:{password} https://api.example.com/x\""
     ));
     steps.push(format!("think = \"GITEA_TOKEN={gitea}\""));
+    let token = format!("ghp_{}", alnum(36));
+    let encoded = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(&token)
+    };
+    steps.push(format!("say = \"echo {encoded} | base64 -d\""));
     steps.push("write = { path = \"src/notes.txt\", content = \"one\\ntwo\\n\" }".to_owned());
     steps.push("finish = \"Done.\"".to_owned());
     let steps: Vec<&str> = steps.iter().map(String::as_str).collect();
@@ -888,7 +895,12 @@ fn a_key_printed_line_by_line_and_a_curl_password_never_appear_in_clear() {
     let canaries: Vec<&str> = body
         .iter()
         .map(String::as_str)
-        .chain([password.as_str(), gitea.as_str()])
+        .chain([
+            password.as_str(),
+            gitea.as_str(),
+            token.as_str(),
+            encoded.as_str(),
+        ])
         .collect();
     for (sink, text) in sinks(home, &finished, &[&project.repo, &project.remote]) {
         for canary in &canaries {

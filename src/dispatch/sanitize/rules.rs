@@ -75,9 +75,21 @@ pub struct Rule {
 pub struct Trigger {
     pub literal: &'static str,
     pub rules: Vec<usize>,
+    /// Which scan finds it.
+    pub scan: Scan,
+}
+
+/// Which scan finds a trigger literal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan {
+    /// The shared SIMD automaton of the shape rules.
+    Shared,
     /// Common in ordinary text (`://`): found by its own memmem scan, which restarts cheaply after a
     /// hit, instead of by the shared SIMD automaton, which does not.
-    pub frequent: bool,
+    Frequent,
+    /// Long, rare literals (encoded token prefixes, structured keys): a second SIMD automaton, so
+    /// the shared one keeps within the literal count its SIMD search needs.
+    Rare,
 }
 
 /// Literals that occur every few lines of ordinary logs.
@@ -145,6 +157,39 @@ fn token_follows(from_start: &[u8]) -> bool {
         >= 12
 }
 
+/// What the token prefixes `ghp_`, `github_pat_`, `sk-ant-`, `glpat-`, `xoxb-` and `xoxp-` become in
+/// base64, at each of the three byte alignments: the characters that depend on the prefix alone.
+const BASE64_PREFIXES: &[&str] = &[
+    "Z2hwX",
+    "docF",
+    "naHBf",
+    "Z2l0aHViX3BhdF",
+    "dpdGh1Yl9wYXRf",
+    "naXRodWJfcGF0X",
+    "c2stYW50L",
+    "NrLWFudC",
+    "zay1hbnQt",
+    "Z2xwYXQt",
+    "dscGF0L",
+    "nbHBhdC",
+    "eG94Yi",
+    "hveGIt",
+    "4b3hiL",
+    "eG94cC",
+    "hveHAt",
+    "4b3hwL",
+];
+
+/// An encoded prefix is followed by enough base64 to hold a token's random part.
+fn base64_follows(from_start: &[u8]) -> bool {
+    from_start
+        .iter()
+        .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'_' | b'-'))
+        .take(24)
+        .count()
+        >= 24
+}
+
 struct RuleSpec {
     kind: &'static str,
     triggers: &'static [&'static str],
@@ -155,6 +200,8 @@ struct RuleSpec {
     action: Action,
     accept: fn(&[u8]) -> bool,
     yields_to_shapes: bool,
+    /// Its triggers go to the [`Scan::Rare`] automaton.
+    rare: bool,
 }
 
 /// A token: a prefix at a token boundary, then random characters.
@@ -173,6 +220,7 @@ const fn token(
         action: Action::Mask,
         accept: always,
         yields_to_shapes: false,
+        rare: false,
     }
 }
 
@@ -193,6 +241,7 @@ const fn keyword(
         action: Action::Mask,
         accept: always,
         yields_to_shapes: false,
+        rare: false,
     }
 }
 
@@ -368,6 +417,65 @@ fn specs() -> Vec<RuleSpec> {
                 r#"^(?:curl|wget)[ \t](?:(?:\\\r?\n|[^\n])*?[ \t])??(?:-u[ \t]*|--user[= \t][ \t]*)["']?(?P<secret>[^\s"':]+:[^\s"']+)"#,
             )
         },
+        // A token printed base64-encoded: each known prefix at the three byte alignments has a run of
+        // characters that depends on the prefix alone (`rules::tests` derives them).
+        RuleSpec {
+            quick: base64_follows,
+            rare: true,
+            ..keyword(
+                "encoded-token",
+                BASE64_PREFIXES,
+                0,
+                r"^[A-Za-z0-9+/_-]{24,}={0,2}",
+            )
+        },
+        // JSON may escape the underscore: `"ghp\u005f…"`.
+        RuleSpec {
+            rare: true,
+            ..keyword(
+                "github-token",
+                &["\\u005f"],
+                3,
+                r"^gh[pousr]\\u005f[A-Za-z0-9]{30,}",
+            )
+        },
+        RuleSpec {
+            rare: true,
+            ..keyword(
+                "aws-secret-key",
+                &["ecretAccessKey"],
+                1,
+                r#"^SecretAccessKey"?[ \t]*[:=][ \t]*"?(?P<secret>[A-Za-z0-9/+=]{30,})"#,
+            )
+        },
+        RuleSpec {
+            rare: true,
+            yields_to_shapes: true,
+            ..keyword(
+                "npm-token",
+                &["_authToken"],
+                0,
+                r#"^_authToken[ \t]*=[ \t]*["']?(?P<secret>[^\s"'$]{8,})"#,
+            )
+        },
+        RuleSpec {
+            rare: true,
+            ..keyword(
+                "docker-auth",
+                &["\"auth\""],
+                0,
+                r#"^"auth"[ \t]*:[ \t]*"(?P<secret>[A-Za-z0-9+/]{8,}={0,2})""#,
+            )
+        },
+        RuleSpec {
+            rare: true,
+            ..keyword(
+                "azure-key",
+                &["AccountKey="],
+                0,
+                r"^AccountKey=(?P<secret>[A-Za-z0-9+/]{20,}={0,2})",
+            )
+        },
         RuleSpec {
             before: Before::Scheme,
             quick: has_userinfo,
@@ -410,7 +518,13 @@ impl RuleBook {
                     None => triggers.push(Trigger {
                         literal,
                         rules: vec![index],
-                        frequent: FREQUENT.contains(literal),
+                        scan: if FREQUENT.contains(literal) {
+                            Scan::Frequent
+                        } else if spec.rare {
+                            Scan::Rare
+                        } else {
+                            Scan::Shared
+                        },
                     }),
                 }
             }
@@ -514,6 +628,37 @@ mod tests {
     /// The SIMD prefilter (Teddy) handles at most this many literals; past it scanning is ~4x slower.
     const MAX_TRIGGERS: usize = 64;
 
+    /// The characters of `prefix`'s base64 that depend on it alone, with `skip` unknown bytes before
+    /// it in its group of three.
+    fn encoded(prefix: &[u8], skip: usize) -> String {
+        use base64::Engine as _;
+        let mut data = vec![0u8; skip];
+        data.extend_from_slice(prefix);
+        data.extend_from_slice(&[0, 0]);
+        let text = base64::engine::general_purpose::STANDARD.encode(&data);
+        let (from, to) = (8 * skip, 8 * (skip + prefix.len()));
+        text.char_indices()
+            .filter(|(i, _)| 6 * i >= from && 6 * i + 6 <= to)
+            .map(|(_, c)| c)
+            .collect()
+    }
+
+    #[test]
+    fn the_encoded_prefixes_are_the_prefixes_in_base64_at_every_alignment() {
+        let derived: Vec<String> = [
+            &b"ghp_"[..],
+            b"github_pat_",
+            b"sk-ant-",
+            b"glpat-",
+            b"xoxb-",
+            b"xoxp-",
+        ]
+        .iter()
+        .flat_map(|prefix| (0..3).map(|skip| encoded(prefix, skip)))
+        .collect();
+        assert_eq!(derived, BASE64_PREFIXES);
+    }
+
     #[test]
     fn builtin_rules_compile_and_every_rule_has_a_trigger() {
         let book = RuleBook::builtin().unwrap();
@@ -524,11 +669,13 @@ mod tests {
                 book.rules[index].label
             );
         }
-        assert!(
-            book.triggers.len() <= MAX_TRIGGERS,
-            "{} triggers: the SIMD prefilter would be lost",
-            book.triggers.len()
-        );
+        for scan in [Scan::Shared, Scan::Rare] {
+            let count = book.triggers.iter().filter(|t| t.scan == scan).count();
+            assert!(
+                count <= MAX_TRIGGERS,
+                "{count} {scan:?} triggers: the SIMD prefilter would be lost"
+            );
+        }
         for rule in &book.rules {
             assert!(rule.lead <= MAX_LEAD);
         }

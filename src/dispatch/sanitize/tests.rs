@@ -120,6 +120,8 @@ fn secrets(seed: u64) -> Vec<(&'static str, String, String)> {
         f.body(UPPER_DIGITS, 8),
         f.body(ALNUM, 24)
     );
+    let ghp = format!("ghp_{}", f.body(ALNUM, 36));
+    let b64 = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
     let in_context = [
         (
             "slack-webhook",
@@ -189,6 +191,57 @@ fn secrets(seed: u64) -> Vec<(&'static str, String, String)> {
             "wget --user=SECRET https://api.example.com/x",
         ),
         ("named-secret", f.body(HEX, 40), "GITEA_TOKEN=SECRET"),
+        ("encoded-token", b64(&ghp), "echo SECRET | base64 -d"),
+        (
+            "encoded-token",
+            b64(&format!("T={ghp}")),
+            "printf %s SECRET | base64 --decode",
+        ),
+        ("encoded-token", b64(&format!("x {ghp}")), "data: SECRET"),
+        (
+            "encoded-token",
+            b64(&format!("sk-ant-api03-{}", f.body(URLSAFE, 40))),
+            "key=SECRET",
+        ),
+        (
+            "encoded-token",
+            b64(&format!("glpat-{}", f.body(URLSAFE, 20))),
+            "SECRET",
+        ),
+        (
+            "encoded-token",
+            b64(&format!(
+                "tok xoxb-{}-{}",
+                f.body(DIGITS, 12),
+                f.body(ALNUM, 24)
+            )),
+            "SECRET",
+        ),
+        (
+            "github-token",
+            format!("ghp\\u005f{}", f.body(ALNUM, 36)),
+            r#"{"env":"SECRET"}"#,
+        ),
+        (
+            "aws-secret-key",
+            f.body(ALNUM, 40),
+            r#"{"Credentials": {"AccessKeyId": "x", "SecretAccessKey": "SECRET"}}"#,
+        ),
+        (
+            "npm-token",
+            format!("{}-{}", f.body(HEX, 8), f.body(HEX, 12)),
+            "//registry.npmjs.org/:_authToken=SECRET",
+        ),
+        (
+            "docker-auth",
+            b64(&format!("me:{}", f.body(ALNUM, 16))),
+            r#"{"auths": {"ghcr.io": {"auth": "SECRET"}}}"#,
+        ),
+        (
+            "azure-key",
+            b64(&f.body(ALNUM, 64)),
+            "DefaultEndpointsProtocol=https;AccountName=x;AccountKey=SECRET;EndpointSuffix=core.windows.net",
+        ),
         (
             "github-token",
             format!("ghp_{}", f.body(ALNUM, 36)),
@@ -312,6 +365,11 @@ fn ordinary_text_is_left_untouched() {
         "the_token=used lowercase in code, NEXT_TOKEN_ID=7",
         "PREV_SECRET=",
         "GIT_COMMIT=3f1c2a9b8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a",
+        "//registry.npmjs.org/:_authToken=${NPM_TOKEN}",
+        r#"{"auth": "basic", "SecretAccessKey": ""}"#,
+        "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==",
+        "AccountKey= is set in the connection string",
+        "ghp\\u005fshort",
     ];
     for text in clean {
         assert_eq!(redact(text), text);
