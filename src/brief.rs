@@ -306,7 +306,7 @@ impl Document<'_> {
                 line,
                 column,
                 field: field_path_at(tree.get_ref(), self.text, offset),
-                message: printable(error.message()),
+                message: crate::dispatch::display::escaped_invisible(error.message()).into_owned(),
             }
         })
     }
@@ -361,7 +361,7 @@ impl Document<'_> {
                 "workflow",
                 format!(
                     "the workflow name \"{}\" must be 1 to {MAX_WORKFLOW_NAME_BYTES} characters of a-z, 0-9 and `-`, starting with a letter or a digit",
-                    printable(name)
+                    crate::dispatch::display::escaped_invisible(name)
                 ),
             ))
         }
@@ -405,7 +405,10 @@ impl Document<'_> {
             Some(problem) => Err(self.invalid(
                 repo.span(),
                 "target.repo",
-                format!("the repository \"{}\" {problem}", printable(repo.get_ref())),
+                format!(
+                    "the repository \"{}\" {problem}",
+                    crate::dispatch::display::escaped_invisible(repo.get_ref())
+                ),
             )),
             None => Ok(()),
         }
@@ -628,23 +631,8 @@ pub fn is_control_or_direction_override(character: char) -> bool {
     character.is_control() || matches!(character, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
-/// Text safe to show on a terminal: control and bidirectional characters are written as escapes.
-fn printable(text: &str) -> String {
-    text.chars()
-        .map(|character| {
-            if is_control_or_direction_override(character)
-                || matches!(character, '\u{200b}'..='\u{200f}' | '\u{feff}')
-            {
-                character.escape_unicode().to_string()
-            } else {
-                character.to_string()
-            }
-        })
-        .collect()
-}
-
 fn shown_path(path: &Path) -> String {
-    printable(&path.to_string_lossy())
+    crate::dispatch::display::escaped_invisible(&path.to_string_lossy()).into_owned()
 }
 
 fn field_prefix(field: &Option<String>) -> String {

@@ -139,7 +139,7 @@ pub fn progress_line(event: &Event) -> Option<String> {
             title.as_str()
         ),
         EventKind::Phase { to, reason, .. } => match reason {
-            Some(reason) => format!("{to}: {}", one_line(reason.as_str())),
+            Some(reason) => format!("{to}: {}", progress_text(reason.as_str())),
             None => format!("{to}"),
         },
         EventKind::Transcript(item) => {
@@ -152,14 +152,14 @@ pub fn progress_line(event: &Event) -> Option<String> {
                 ItemKind::Finish => "finished:",
                 ItemKind::Other => "·",
             };
-            format!("  {mark} {}", one_line(item.text.as_str()))
+            format!("  {mark} {}", progress_text(item.text.as_str()))
         }
         EventKind::Usage(usage) => format!(
             "  usage: {} in / {} out tokens, ${:.4} so far",
             usage.input_tokens, usage.output_tokens, usage.total_cost_usd
         ),
         EventKind::ImagePull { status, .. } => format!("  pulling image: {status}"),
-        EventKind::Warning { message } => format!("warning: {}", one_line(message.as_str())),
+        EventKind::Warning { message } => format!("warning: {}", progress_text(message.as_str())),
         EventKind::Collected {
             files,
             insertions,
@@ -209,7 +209,7 @@ pub fn progress_line(event: &Event) -> Option<String> {
         } => match (outcome, reason) {
             (Phase::Done, None) => "finished: done".to_owned(),
             (outcome, Some(reason)) => {
-                format!("finished: {outcome} ({})", one_line(reason.as_str()))
+                format!("finished: {outcome} ({})", progress_text(reason.as_str()))
             }
             (outcome, None) => format!("finished: {outcome}"),
         },
@@ -217,11 +217,10 @@ pub fn progress_line(event: &Event) -> Option<String> {
     Some(format!("[{who}] {text}"))
 }
 
-/// Text on one line, without control characters, cut at [`PROGRESS_TEXT_CHARS`].
-fn one_line(text: &str) -> String {
-    let mut line: String = text
+/// Text on one line under the display policy, cut at [`PROGRESS_TEXT_CHARS`].
+fn progress_text(text: &str) -> String {
+    let mut line: String = crate::dispatch::display::one_line(text)
         .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
         .take(PROGRESS_TEXT_CHARS)
         .collect();
     if text.chars().count() > PROGRESS_TEXT_CHARS {
@@ -251,7 +250,7 @@ mod tests {
             }),
         );
         let line = progress_line(&event).unwrap();
-        assert!(line.starts_with("[b]   | a [2J b"));
+        assert!(line.starts_with("[b]   | a b"), "{line}");
         assert!(!line.chars().any(char::is_control));
         assert!(line.ends_with('…'));
     }

@@ -209,7 +209,7 @@ impl Layer {
                 file: path.to_owned(),
                 line,
                 column,
-                message: printable(error.message()),
+                message: crate::dispatch::display::escaped_invisible(error.message()).into_owned(),
             }
         })?;
         let layer = Layer {
@@ -410,20 +410,6 @@ fn line_and_column(line_starts: &[usize], offset: usize) -> (usize, usize) {
     let line = line_starts.partition_point(|start| *start <= offset).max(1);
     let start = line_starts.get(line - 1).copied().unwrap_or(0);
     (line, offset.saturating_sub(start) + 1)
-}
-
-/// `text` with control characters (a terminal's escape sequences among them) replaced by U+FFFD,
-/// so a file's keys quoted in a message cannot drive the terminal it is printed on.
-fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_control() && c != '\n' {
-                char::REPLACEMENT_CHARACTER
-            } else {
-                c
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]

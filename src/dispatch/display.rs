@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 
-pub use invisible::{Treatment, escaped_invisible, treatment, without_invisible};
+pub use invisible::{Treatment, escaped_invisible, one_line, treatment, without_invisible};
 pub use markdown::{code_span, inert_markdown, table_cell_code};
 
 /// Agent text ready for a forge, and what was done to it.

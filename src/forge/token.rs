@@ -251,7 +251,9 @@ fn shown_stderr(raw: &[u8]) -> String {
         return "no output on stderr".to_owned();
     }
     let sanitized = match TokenSanitizer::new() {
-        Ok(sanitizer) => Arc::new(sanitizer).sanitize(text).into_string(),
+        Ok(sanitizer) => {
+            crate::dispatch::display::one_line(Arc::new(sanitizer).sanitize(text).as_str())
+        }
         Err(_) => return "stderr withheld: the sanitizer could not be built".to_owned(),
     };
     let mut shown: String = sanitized.chars().take(STDERR_SHOWN_CHARS).collect();

@@ -550,10 +550,7 @@ impl Shared {
 
     /// Reports a problem: made one line, sanitized, sent as a `GatewayEvent::Error`.
     fn error(&self, message: &str) {
-        let line: String = message
-            .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .collect();
+        let line = crate::dispatch::display::one_line(message);
         self.emit(GatewayEvent::Error {
             message: self.sanitizer.sanitize(&line),
         });

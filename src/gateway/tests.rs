@@ -1355,9 +1355,11 @@ async fn idle_connections_cost_at_most_the_cap_and_starve_no_other_dispatch() {
     let (status, _, _) = chat(&benign.socket).await;
     assert_eq!(status, StatusCode::OK, "the benign dispatch is served");
     expect_usage(benign.next_event().await);
+    // Other tests of this process open descriptors meanwhile: the slack is theirs. Unbounded, stet
+    // would hold 300 more.
     let grown = open_descriptors() - before;
     assert!(
-        grown <= 300 + limits.max_connections + 8,
+        grown <= 300 + limits.max_connections + 64,
         "300 client ends and {} descriptors more: stet holds {} for them",
         grown - 300,
         grown.saturating_sub(300)

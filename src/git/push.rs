@@ -541,7 +541,10 @@ impl<'a> Exchange<'a> {
     fn record_rejection(&self, reference: &str, status: &str) {
         let mut rejected = self.rejected.borrow_mut();
         if rejected.is_none() {
-            *rejected = Some((reference.to_owned(), printable(status)));
+            *rejected = Some((
+                reference.to_owned(),
+                crate::dispatch::display::one_line(status),
+            ));
         }
     }
 
@@ -602,7 +605,7 @@ fn remote_lines(messages: &str) -> String {
     let lines: Vec<String> = messages
         .split('\n')
         .filter_map(|line| line.rsplit('\r').find(|state| !state.trim().is_empty()))
-        .map(|line| printable(line.trim()))
+        .map(|line| crate::dispatch::display::one_line(line.trim()))
         .filter(|line| !line.is_empty())
         .collect();
     let joined = lines.join(" | ");
@@ -615,13 +618,6 @@ fn remote_lines(messages: &str) -> String {
         }
         _ => joined,
     }
-}
-
-/// The text without control characters.
-fn printable(text: &str) -> String {
-    text.chars()
-        .filter(|character| !character.is_control())
-        .collect()
 }
 
 #[cfg(test)]
@@ -795,7 +791,7 @@ mod tests {
     fn remote_messages_keep_the_last_state_of_each_line_without_control_characters() {
         assert_eq!(
             remote_lines("Resolving deltas:  50%\rResolving deltas: 100%\n\nfrozen\u{1b}[31m!\n"),
-            "Resolving deltas: 100% | frozen[31m!"
+            "Resolving deltas: 100% | frozen!"
         );
         let long = "x".repeat(3 * MAX_REMOTE_MESSAGE_BYTES);
         let kept = remote_lines(&format!("{long}\nthe reason\n"));

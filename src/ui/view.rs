@@ -1,5 +1,6 @@
 //! Draws the whole theater for one frame from the app model: the layout, each pane, the overlays.
 
+use crate::dispatch::display::one_line;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span, Text};
@@ -177,13 +178,13 @@ fn render_brief(frame: &mut Frame, area: Rect, app: &App) {
     let (title, body) = match app.selected_row() {
         Some(InboxRow::Brief(brief)) => {
             let mut lines = vec![
-                Line::styled(text::inert(&brief.title), theme.title()),
+                Line::styled(one_line(&brief.title), theme.title()),
                 Line::styled(
                     format!(
                         "{}@{} · workflow {}",
-                        text::inert(&brief.target.repo),
-                        text::inert(&brief.target.base),
-                        text::inert(&brief.workflow)
+                        one_line(&brief.target.repo),
+                        one_line(&brief.target.base),
+                        one_line(&brief.workflow)
                     ),
                     theme.muted(),
                 ),
@@ -192,7 +193,7 @@ fn render_brief(frame: &mut Frame, area: Rect, app: &App) {
             for item in &brief.items {
                 for (index, line) in item.text.lines().enumerate() {
                     let lead = if index == 0 { "• " } else { "  " };
-                    lines.push(Line::raw(format!("{lead}{}", text::inert(line))));
+                    lines.push(Line::raw(format!("{lead}{}", one_line(line))));
                 }
             }
             lines.push(Line::raw(""));
@@ -200,15 +201,12 @@ fn render_brief(frame: &mut Frame, area: Rect, app: &App) {
                 "not dispatched yet: Enter dispatches it",
                 theme.muted(),
             ));
-            (
-                format!("Brief {}", text::inert(&brief.id)),
-                Text::from(lines),
-            )
+            (format!("Brief {}", one_line(&brief.id)), Text::from(lines))
         }
         Some(InboxRow::Invalid { reason, .. }) => (
             "Invalid brief".to_owned(),
             Text::from(vec![
-                Line::styled(text::inert(reason), theme.error()),
+                Line::styled(one_line(reason), theme.error()),
                 Line::raw(""),
                 Line::styled("fix the file and start stet again", theme.muted()),
             ]),
@@ -245,13 +243,13 @@ fn render_status(frame: &mut Frame, area: Rect, app: &App) {
     }
     if let Some(status) = app.status() {
         spans.push(Span::raw(" · "));
-        spans.push(Span::raw(text::inert(status)));
+        spans.push(Span::raw(one_line(status)));
     }
     let Some(configuration) = app.configuration() else {
         frame.render_widget(Paragraph::new(Line::from(spans)), area);
         return;
     };
-    let note = text::inert(&configuration.text);
+    let note = one_line(&configuration.text);
     let width = u16::try_from(note.chars().count() + 1).unwrap_or(u16::MAX);
     let [left, right] =
         Layout::horizontal([Constraint::Min(0), Constraint::Length(width)]).areas(area);
@@ -273,7 +271,7 @@ fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
     if let Some(prompt) = app.search_prompt() {
         let width = usize::from(area.width.saturating_sub(1)).max(1);
         let scroll = prompt.visual_scroll(width);
-        let shown: String = text::inert(prompt.value()).chars().skip(scroll).collect();
+        let shown: String = one_line(prompt.value()).chars().skip(scroll).collect();
         frame.render_widget(
             Paragraph::new(Line::from(vec![
                 Span::styled("/", theme.key()),

@@ -1,6 +1,8 @@
 //! Which characters of agent text are never shown: the character half of the display policy.
 //!
-//! Removed: control characters other than newline and tab; every format character (Unicode general
+//! Removed: terminal escape sequences whole (`ESC [ … m`, OSC strings up to their terminator, a
+//! two-character escape, CSI introduced by U+009B); control characters other than newline and tab;
+//! every format character (Unicode general
 //! category `Cf`: the bidirectional embeddings, overrides, isolates and marks U+202A–202E, U+2066–2069,
 //! U+200E/200F, U+061C; the zero-width space, joiners and word joiner U+200B–200D, U+2060; the
 //! invisible operators U+2061–2064; U+FEFF; the soft hyphen; the tag characters U+E0000–E007F, which
@@ -77,11 +79,13 @@ pub fn treatment(character: char) -> Treatment {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Visible<'a> {
     pub text: Cow<'a, str>,
-    /// Characters removed (line breaks that became newlines are not counted).
+    /// Characters removed, an escape sequence counting once (line breaks that became newlines are
+    /// not counted).
     pub removed: usize,
 }
 
-/// `text` with every character the policy removes left out and every line break a newline.
+/// `text` with every character the policy removes left out (an escape sequence whole) and every line
+/// break a newline.
 pub fn without_invisible(text: &str) -> Visible<'_> {
     if text.chars().all(|c| treatment(c) == Treatment::Keep) {
         return Visible {
@@ -95,7 +99,14 @@ pub fn without_invisible(text: &str) -> Visible<'_> {
     while let Some(c) = chars.next() {
         match treatment(c) {
             Treatment::Keep => shown.push(c),
-            Treatment::Remove => removed += 1,
+            Treatment::Remove => {
+                removed += 1;
+                match c {
+                    '\u{1b}' => skip_escape(&mut chars),
+                    '\u{9b}' => skip_csi(&mut chars),
+                    _ => {}
+                }
+            }
             Treatment::LineBreak => {
                 if c == '\r' {
                     chars.next_if_eq(&'\n');
@@ -107,6 +118,49 @@ pub fn without_invisible(text: &str) -> Visible<'_> {
     Visible {
         text: Cow::Owned(shown),
         removed,
+    }
+}
+
+/// `text` as one line under the same policy: what [`without_invisible`] shows, with each line break
+/// and tab a space. For a status line, a progress line, an error message.
+pub fn one_line(text: &str) -> String {
+    without_invisible(text).text.replace(['\n', '\t'], " ")
+}
+
+/// Skips the rest of an escape sequence whose `ESC` was just read: a CSI, an OSC/DCS/APC/PM/SOS
+/// string up to its terminator, or a two-character escape.
+fn skip_escape(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+    match chars.peek() {
+        Some('[') => {
+            chars.next();
+            skip_csi(chars);
+        }
+        Some(']' | 'P' | '_' | '^' | 'X') => {
+            chars.next();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\u{7}' | '\u{9c}' => break,
+                    '\u{1b}' => {
+                        chars.next_if_eq(&'\\');
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Some(c) if !c.is_control() => {
+            chars.next();
+        }
+        _ => {}
+    }
+}
+
+/// Skips CSI parameters and intermediates up to and including the final byte.
+fn skip_csi(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+    while let Some(c) = chars.next_if(|c| (' '..='\u{7e}').contains(c)) {
+        if ('\u{40}'..='\u{7e}').contains(&c) {
+            break;
+        }
     }
 }
 
@@ -134,6 +188,28 @@ pub fn escaped_invisible(name: &str) -> Cow<'_, str> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    #[test]
+    fn escape_sequences_go_whole_and_one_line_joins_lines() {
+        let cases = [
+            ("a\u{1b}[31mred\u{1b}[0m", "ared"),
+            ("\u{1b}]0;title\u{7}x", "x"),
+            ("\u{1b}]8;;http://e\u{1b}\\link", "link"),
+            ("\u{9b}2Jx", "x"),
+            ("\u{1b}[\nnext", "\nnext"),
+            ("bell\u{7}back\u{8}", "bellback"),
+            ("\u{202e}evil\u{200b}", "evil"),
+            ("plain é 字", "plain é 字"),
+        ];
+        for (raw, shown) in cases {
+            assert_eq!(without_invisible(raw).text, shown, "{raw:?}");
+        }
+        assert_eq!(without_invisible("a\u{1b}[31mb").removed, 1);
+        assert_eq!(
+            one_line("one\r\ntwo\tthree\u{2028}four"),
+            "one two three four"
+        );
+    }
 
     #[test]
     fn the_table_is_sorted_and_disjoint() {

@@ -901,14 +901,10 @@ fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
         .collect()
 }
 
-/// A text of the agent's (a path, a model name) as events and replies repeat it: bounded in length,
-/// control characters made spaces (the sanitizer runs on it later).
+/// A text of the agent's (a path, a model name) as events and replies repeat it: one line under the
+/// display policy, bounded in length (the sanitizer runs on it later).
 pub(super) fn shown_text(text: &str) -> String {
-    let text: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    shown_path(&text)
+    shown_path(&crate::dispatch::display::one_line(text))
 }
 
 /// The request path as events repeat it: bounded in length (the sanitizer runs on it later).

@@ -1,6 +1,7 @@
 //! The confirmation dialog: every irreversible request (dispatch, cancel, quit with dispatches
 //! running) says exactly what it will do before `y` makes it happen.
 
+use crate::dispatch::display::one_line;
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -8,7 +9,7 @@ use ratatui::widgets::{Clear, Paragraph, Wrap};
 
 use crate::ui::app::{App, Confirm, InboxRow};
 use crate::ui::keymap::{Context, KEYMAP};
-use crate::ui::panes::{centred, pane_block, text};
+use crate::ui::panes::{centred, pane_block};
 
 /// The dialog's title and lines for `confirm`.
 pub fn lines(confirm: &Confirm, app: &App) -> (String, Vec<Line<'static>>) {
@@ -27,25 +28,25 @@ pub fn lines(confirm: &Confirm, app: &App) -> (String, Vec<Line<'static>>) {
             });
             let mut lines = Vec::new();
             if let Some(brief) = brief {
-                lines.push(Line::styled(text::inert(&brief.title), theme.title()));
-                lines.push(field("repo", text::inert(&brief.target.repo)));
-                lines.push(field("base", text::inert(&brief.target.base)));
+                lines.push(Line::styled(one_line(&brief.title), theme.title()));
+                lines.push(field("repo", one_line(&brief.target.repo)));
+                lines.push(field("base", one_line(&brief.target.base)));
                 let branch = brief
                     .target
                     .branch
                     .as_deref()
-                    .map_or_else(|| "chosen by stet at dispatch".to_owned(), text::inert);
+                    .map_or_else(|| "chosen by stet at dispatch".to_owned(), one_line);
                 lines.push(field("branch", branch));
                 lines.push(field("items", brief.items.len().to_string()));
             }
             if let Some(plan) = app.newest(id).and_then(|view| view.plan.as_ref()) {
-                lines.push(field("image", text::inert(plan.image.as_str())));
-                lines.push(field("harness", text::inert(plan.harness.as_str())));
+                lines.push(field("image", one_line(plan.image.as_str())));
+                lines.push(field("harness", one_line(plan.harness.as_str())));
             }
             if let Some(ceiling) = app.cost_ceiling() {
                 lines.push(field("ceiling", format!("${ceiling:.2}")));
             }
-            (format!("Dispatch {}?", text::inert(id)), lines)
+            (format!("Dispatch {}?", one_line(id)), lines)
         }
         Confirm::Cancel(dispatch) => {
             let view = app.dispatch(*dispatch);
@@ -57,7 +58,7 @@ pub fn lines(confirm: &Confirm, app: &App) -> (String, Vec<Line<'static>>) {
                 "The agent is stopped and the sandbox torn down.",
                 theme.muted(),
             ));
-            let brief = view.map_or_else(String::new, |view| text::inert(&view.brief));
+            let brief = view.map_or_else(String::new, |view| one_line(&view.brief));
             (format!("Cancel {brief}?"), lines)
         }
         Confirm::Quit => {

@@ -1,6 +1,7 @@
 //! The *New brief* form as a centred overlay: one labelled row per field, the items added so far,
 //! why the last save was refused, and the keys that drive it.
 
+use crate::dispatch::display::one_line;
 use ratatui::Frame;
 use ratatui::layout::{Position, Rect};
 use ratatui::text::{Line, Span};
@@ -33,7 +34,7 @@ pub fn render(frame: &mut Frame, area: Rect, form: &NewBriefForm, theme: Theme) 
     let inner_width = usize::from(width.saturating_sub(2));
     let value_width = inner_width.saturating_sub(VALUE_COLUMN).max(1);
     let error_rows = form.error().map_or_else(Vec::new, |error| {
-        text::wrap(&text::inert(error), inner_width.max(1))
+        text::wrap(&one_line(error), inner_width.max(1))
     });
     // The field rows, a blank row, the error, the hint and the two borders.
     let other_rows = Field::ALL.len() + 1 + error_rows.len() + 1 + 2;
@@ -55,7 +56,7 @@ pub fn render(frame: &mut Frame, area: Rect, form: &NewBriefForm, theme: Theme) 
             let (window, column) = scrolled(value, form.cursor(), value_width);
             (Span::raw(window), column)
         } else {
-            let cut = text::truncate(&text::inert(value), value_width);
+            let cut = text::truncate(&one_line(value), value_width);
             (Span::raw(cut), 0)
         };
         if focused {
@@ -113,7 +114,7 @@ fn placeholder(field: Field) -> &'static str {
 /// The part of `value` that fits in `width` columns with the cursor at `cursor` visible, and the
 /// cursor's column within it.
 fn scrolled(value: &str, cursor: usize, width: usize) -> (String, usize) {
-    let shown = text::inert(value);
+    let shown = one_line(value);
     let scroll = cursor.saturating_sub(width.saturating_sub(1));
     let mut skipped = 0;
     let mut rest = shown.as_str();
@@ -157,7 +158,7 @@ fn item_rows(items: &[String], room: usize, width: usize, theme: Theme) -> Vec<L
             Line::from(vec![
                 Span::raw(indent.clone()),
                 Span::styled(number, theme.muted()),
-                Span::raw(text::truncate(&text::inert(item), item_width)),
+                Span::raw(text::truncate(&one_line(item), item_width)),
             ])
         })
         .collect();

@@ -1,6 +1,7 @@
 //! The inbox pane: every brief with its last-run badge and target, and files that failed to read as
 //! error rows, so a broken brief is visible instead of silently missing.
 
+use crate::dispatch::display::one_line;
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span, Text};
@@ -54,16 +55,16 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             InboxRow::Brief(brief) => {
                 let badge = app.badge(&brief.id);
                 let label = format!("[{}] ", badge_label(badge));
-                let title_width = width.saturating_sub(text::inert(&label).chars().count());
+                let title_width = width.saturating_sub(one_line(&label).chars().count());
                 let target = format!(
                     "  {}@{}",
-                    text::inert(&brief.target.repo),
-                    text::inert(&brief.target.base)
+                    one_line(&brief.target.repo),
+                    one_line(&brief.target.base)
                 );
                 ListItem::new(vec![
                     Line::from(vec![
                         Span::styled(label, theme.badge(badge)),
-                        Span::raw(text::truncate(&text::inert(&brief.title), title_width)),
+                        Span::raw(text::truncate(&one_line(&brief.title), title_width)),
                     ]),
                     Line::styled(text::truncate(&target, width), theme.muted()),
                 ])
@@ -73,12 +74,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                     .file_name()
                     .map_or_else(|| file.display().to_string(), |n| n.display().to_string());
                 let place = match line {
-                    Some(line) => format!("✗ {}:{line}", text::inert(&name)),
-                    None => format!("✗ {}", text::inert(&name)),
+                    Some(line) => format!("✗ {}:{line}", one_line(&name)),
+                    None => format!("✗ {}", one_line(&name)),
                 };
                 let mut lines = vec![Line::styled(text::truncate(&place, width), theme.error())];
                 lines.extend(
-                    text::wrap(&text::inert(reason), width.saturating_sub(2))
+                    text::wrap(&one_line(reason), width.saturating_sub(2))
                         .into_iter()
                         .take(3)
                         .map(|part| Line::styled(format!("  {part}"), theme.error())),

@@ -1,6 +1,7 @@
 //! The cost meter pane: what the dispatch has spent against its ceiling, its tokens and its rate,
 //! coloured as it nears the ceiling — and "no usage reported" when the harness gave none.
 
+use crate::dispatch::display::one_line;
 use chrono::{DateTime, Utc};
 use ratatui::Frame;
 use ratatui::layout::Rect;
@@ -8,7 +9,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
 use crate::ui::app::DispatchView;
-use crate::ui::panes::{count, pane_block, text};
+use crate::ui::panes::{count, pane_block};
 use crate::ui::theme::Theme;
 
 /// Dollars, to the tenth of a cent below one dollar (where a run's cost usually is).
@@ -85,7 +86,7 @@ pub fn lines(
         "model",
         format!(
             "{} ({} req.)",
-            text::inert(cost.model.as_str()),
+            one_line(cost.model.as_str()),
             count(cost.requests)
         ),
     ));

@@ -3,6 +3,7 @@
 //! it in clear) and the paths held for approval with the rule holding each, then the files and the
 //! patch, and the keys that push it or throw it away.
 
+use crate::dispatch::display::one_line;
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -46,11 +47,11 @@ fn alerts(collected: &CollectedResult, width: usize, theme: Theme) -> Vec<Line<'
         ));
         for secret in secrets.iter().take(MAX_LISTED) {
             let place = match secret.line {
-                Some(line) => format!("{} line {line}", text::inert(secret.path.as_str())),
-                None => format!("the name {}", text::inert(secret.path.as_str())),
+                Some(line) => format!("{} line {line}", one_line(secret.path.as_str())),
+                None => format!("the name {}", one_line(secret.path.as_str())),
             };
             item(
-                format!("{place}: {}", text::inert(secret.kind.as_str())),
+                format!("{place}: {}", one_line(secret.kind.as_str())),
                 &mut lines,
             );
         }
@@ -65,7 +66,7 @@ fn alerts(collected: &CollectedResult, width: usize, theme: Theme) -> Vec<Line<'
         collected
             .protected
             .iter()
-            .map(|held| text::inert(held.as_str()))
+            .map(|held| one_line(held.as_str()))
             .collect()
     } else {
         collected
@@ -74,8 +75,8 @@ fn alerts(collected: &CollectedResult, width: usize, theme: Theme) -> Vec<Line<'
             .map(|held| {
                 format!(
                     "{}: {}",
-                    text::inert(held.path.as_str()),
-                    text::inert(held.rule.as_str())
+                    one_line(held.path.as_str()),
+                    one_line(held.rule.as_str())
                 )
             })
             .collect()
@@ -139,7 +140,7 @@ fn patch_window(
         .filter_map(|index| patch.line(index))
         .map(|line| {
             Line::styled(
-                text::truncate(&text::inert(line), width),
+                text::truncate(&one_line(line), width),
                 patch_style(line, theme),
             )
         })
@@ -171,10 +172,10 @@ pub fn lines(
         head.push(Line::raw(text::truncate(
             &format!(
                 "{} → {}@{} as {}",
-                text::inert(plan.title.as_str()),
-                text::inert(plan.repo.as_str()),
-                text::inert(plan.base.as_str()),
-                text::inert(plan.branch.as_str())
+                one_line(plan.title.as_str()),
+                one_line(plan.repo.as_str()),
+                one_line(plan.base.as_str()),
+                one_line(plan.branch.as_str())
             ),
             width,
         )));
@@ -229,7 +230,7 @@ pub fn lines(
             format!("+{} −{}", file.insertions, file.deletions)
         };
         let path_width = width.saturating_sub(2 + number_width);
-        let path = text::truncate(&text::inert(file.path.as_str()), path_width);
+        let path = text::truncate(&one_line(file.path.as_str()), path_width);
         head.push(Line::from(vec![
             Span::styled(format!("{} ", change_mark(file.change)), theme.key()),
             Span::raw(format!("{path:<path_width$}")),
@@ -253,7 +254,7 @@ pub fn lines(
         }
         Some(PatchState::Unavailable(reason)) if patch_room > 0 => head.push(Line::styled(
             text::truncate(
-                &format!("the diff cannot be shown: {}", text::inert(reason)),
+                &format!("the diff cannot be shown: {}", one_line(reason)),
                 width,
             ),
             theme.error(),
@@ -268,7 +269,7 @@ pub fn render(frame: &mut Frame, area: Rect, view: &DispatchView, scroll: usize,
     let width = usize::from(area.width.saturating_sub(2));
     let height = usize::from(area.height.saturating_sub(2));
     let block = pane_block(
-        format!("Review — {}: awaiting approval", text::inert(&view.brief)),
+        format!("Review — {}: awaiting approval", one_line(&view.brief)),
         true,
         theme,
     );

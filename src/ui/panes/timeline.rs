@@ -2,6 +2,7 @@
 //! one live, then how it ended and how its sandbox was torn down — the story of one dispatch. When
 //! the pane is short the oldest phases scroll off, so the current one is always visible.
 
+use crate::dispatch::display::one_line;
 use chrono::{DateTime, Utc};
 use ratatui::Frame;
 use ratatui::layout::Rect;
@@ -9,7 +10,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
 use crate::ui::app::{DispatchView, ImagePullProgress};
-use crate::ui::panes::{clock, duration, pane_block, text};
+use crate::ui::panes::{clock, duration, pane_block};
 use crate::ui::theme::Theme;
 
 const SPINNER: [char; 4] = ['◐', '◓', '◑', '◒'];
@@ -56,7 +57,7 @@ pub fn lines(view: &DispatchView, now: DateTime<Utc>, theme: Theme) -> Vec<Line<
         ]));
         if let Some(reason) = &span.reason {
             lines.push(Line::styled(
-                format!("    ↳ {}", text::inert(reason.as_str())),
+                format!("    ↳ {}", one_line(reason.as_str())),
                 theme.error(),
             ));
         }
@@ -76,7 +77,7 @@ pub fn lines(view: &DispatchView, now: DateTime<Utc>, theme: Theme) -> Vec<Line<
         );
         if let Some(reason) = &outcome.reason {
             said.push_str(": ");
-            said.push_str(&text::inert(reason.as_str()));
+            said.push_str(&one_line(reason.as_str()));
         }
         let style = if outcome.phase == crate::dispatch::state::Phase::Done {
             theme.success()
@@ -88,8 +89,8 @@ pub fn lines(view: &DispatchView, now: DateTime<Utc>, theme: Theme) -> Vec<Line<
     if let Some(pushed) = &view.pushed {
         lines.push(Line::raw(format!(
             "pushed {} → {}",
-            text::inert(pushed.branch.as_str()),
-            text::inert(pushed.remote.as_str())
+            one_line(pushed.branch.as_str()),
+            one_line(pushed.remote.as_str())
         )));
     }
     if let Some(pull_request) = &view.pull_request {
@@ -101,7 +102,7 @@ pub fn lines(view: &DispatchView, now: DateTime<Utc>, theme: Theme) -> Vec<Line<
                     crate::dispatch::event::PullRequestAction::Opened => "opened",
                     crate::dispatch::event::PullRequestAction::Updated => "updated",
                 },
-                text::inert(pull_request.url.as_str())
+                one_line(pull_request.url.as_str())
             ),
             theme.success(),
         ));
@@ -110,11 +111,11 @@ pub fn lines(view: &DispatchView, now: DateTime<Utc>, theme: Theme) -> Vec<Line<
         Some(teardown) => {
             lines.push(Line::raw(format!("teardown ({} ms):", teardown.millis)));
             for step in &teardown.steps {
-                let resource = text::inert(step.resource.as_str());
+                let resource = one_line(step.resource.as_str());
                 lines.push(match &step.failure {
                     None => Line::styled(format!("  ✓ {resource}"), theme.success()),
                     Some(failure) => Line::styled(
-                        format!("  ✗ {resource}: {}", text::inert(failure.as_str())),
+                        format!("  ✗ {resource}: {}", one_line(failure.as_str())),
                         theme.error(),
                     ),
                 });
@@ -130,7 +131,7 @@ pub fn lines(view: &DispatchView, now: DateTime<Utc>, theme: Theme) -> Vec<Line<
             format!(
                 "⚠ {} warning(s), latest: {}",
                 view.warnings.len() as u64 + view.warnings.dropped(),
-                text::inert(latest.as_str())
+                one_line(latest.as_str())
             ),
             theme.warning(),
         ));
@@ -141,8 +142,8 @@ pub fn lines(view: &DispatchView, now: DateTime<Utc>, theme: Theme) -> Vec<Line<
 fn image_pull(pull: &ImagePullProgress) -> String {
     let mut said = format!(
         "    pulling {}: {}",
-        text::inert(pull.image.as_str()),
-        text::inert(pull.status.as_str())
+        one_line(pull.image.as_str()),
+        one_line(pull.status.as_str())
     );
     if let (Some(current), Some(total)) = (pull.current_bytes, pull.total_bytes)
         && total > 0

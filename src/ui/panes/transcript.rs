@@ -2,6 +2,7 @@
 //! drawn from the scroll position upwards so only what is visible is ever laid out (the ring may
 //! hold a million items).
 
+use crate::dispatch::display::one_line;
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -100,7 +101,7 @@ pub fn item_rows(
     for source_line in item.text.as_str().split('\n') {
         let mut row: Vec<Span<'static>> = Vec::new();
         let mut used = 0;
-        for (run, style) in styled_runs(&text::inert(source_line), base, search, theme) {
+        for (run, style) in styled_runs(&one_line(source_line), base, search, theme) {
             let mut piece = String::new();
             for c in run.chars() {
                 let w = text::char_width(c);
@@ -199,7 +200,7 @@ pub fn render(
     if let Some(search) = viewport.search {
         title.push_str(&format!(
             " — /{}",
-            text::truncate(&text::inert(search.query()), 24)
+            text::truncate(&one_line(search.query()), 24)
         ));
     }
     frame.render_widget(
