@@ -33,6 +33,10 @@ pub enum SanitizeError {
     KnownValueLength { label: String, len: usize },
     #[error("known-value label {0:?} must be 1-40 characters of lowercase letters, digits and '-'")]
     KnownValueLabel(String),
+    #[error(
+        "known value {label:?} holds a line break; a value to mask must be one line (trim the newline a file or command added)"
+    )]
+    KnownValueLineBreak { label: String },
 }
 
 pub type Result<T> = std::result::Result<T, SanitizeError>;
@@ -182,11 +186,12 @@ impl TokenSanitizer {
         }
 
         let private_key_end =
-            regex::bytes::Regex::new(r"^-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
-                .map_err(|source| SanitizeError::Rule {
+            regex::bytes::Regex::new(rules::PRIVATE_KEY_END_PATTERN).map_err(|source| {
+                SanitizeError::Rule {
                     kind: "private-key",
                     source: Box::new(source),
-                })?;
+                }
+            })?;
         Ok(TokenSanitizer {
             book,
             scanners,
@@ -224,9 +229,12 @@ impl TokenSanitizer {
         redactor.detections.unwrap_or_default()
     }
 
-    /// Redacts a string, producing text that can be shown anywhere.
+    /// Redacts a string, producing text that can be shown anywhere: first made visible by the one
+    /// display policy (escape sequences, controls, bidirectional and zero-width characters gone, so a
+    /// token split by an invisible character is whole again), then masked.
     pub fn sanitize(self: &Arc<Self>, input: &str) -> SanitizedText {
-        let out = self.redact(input.as_bytes());
+        let visible = crate::dispatch::display::without_invisible(input).text;
+        let out = self.redact(visible.as_bytes());
         SanitizedText(match String::from_utf8(out) {
             Ok(text) => text,
             Err(err) => String::from_utf8_lossy(err.as_bytes()).into_owned(),
@@ -337,6 +345,18 @@ pub struct Redactor {
     consumed: usize,
     /// What was masked, where, when the caller asked to know ([`TokenSanitizer::detect`]).
     detections: Option<Vec<Detection>>,
+    /// A mask decided at a trigger well before it (`curl … -u user:pass`): applied once every
+    /// trigger between has been judged, so a secret there is not skipped.
+    deferred: Option<Deferred>,
+}
+
+/// A mask to apply at `start..end` (buffer offsets) once the scan reaches it.
+#[derive(Debug, Clone)]
+struct Deferred {
+    start: usize,
+    end: usize,
+    kind: Arc<str>,
+    known: bool,
 }
 
 /// What the scanner decided at one trigger.
@@ -368,6 +388,7 @@ impl Redactor {
             masked: 0,
             consumed: 0,
             detections: None,
+            deferred: None,
         }
     }
 
@@ -412,6 +433,7 @@ impl Redactor {
         self.scan = 0;
         self.barrier = 0;
         self.mode = Mode::Scanning;
+        self.deferred = None;
         self.forget_lookahead();
     }
 
@@ -465,6 +487,28 @@ impl Redactor {
     fn scan_step(&mut self, out: &mut Vec<u8>, at_end: bool) -> bool {
         let len = self.buffer.len();
         let hit = self.next_hit();
+        if let Some(deferred) = self
+            .deferred
+            .take_if(|d| hit.is_none_or(|h| d.start <= h.start))
+        {
+            // Every trigger before it was judged; what a mask there covered is not masked twice.
+            let start = deferred.start.max(self.barrier);
+            if start < deferred.end {
+                self.send_until(out, start);
+                self.mark(out, &deferred.kind);
+                let at = self.consumed;
+                self.note(
+                    at + start,
+                    at + deferred.end,
+                    &deferred.kind,
+                    deferred.known,
+                );
+                self.sent = deferred.end;
+                self.scan = deferred.end;
+                self.barrier = deferred.end;
+            }
+            return true;
+        }
         if at_end && hit.is_none() {
             self.send_until(out, len);
             self.scan = len;
@@ -488,6 +532,21 @@ impl Redactor {
         };
         match self.judge(hit, at_end) {
             Verdict::Clean => {
+                self.scan = hit.start + 1;
+            }
+            Verdict::Mask {
+                start,
+                end,
+                kind,
+                known,
+                then: Mode::Scanning,
+            } if start > hit.end && self.trigger_between(hit.start + 1, start) => {
+                self.deferred = Some(Deferred {
+                    start,
+                    end,
+                    kind,
+                    known,
+                });
                 self.scan = hit.start + 1;
             }
             Verdict::Mask {
@@ -563,7 +622,7 @@ impl Redactor {
                 continue;
             };
             let window = &self.buffer[start..(hit.start + WINDOW).min(self.buffer.len())];
-            if !(rule.quick)(window) || !rules::context_allows(rule.before, &self.buffer, start) {
+            if !(rule.quick)(window) || !self.context_allows(rule.before, start) {
                 continue;
             }
             // The lazy DFA decides quickly; captures run only on the matched span, and only for
@@ -580,9 +639,10 @@ impl Redactor {
                 whole
             };
             // A marker is never a secret: sanitizing sanitized text changes nothing.
-            if secret.as_bytes().starts_with(MARKER)
+            if memchr::memmem::find(secret.as_bytes(), MARKER).is_some()
                 || !(rule.accept)(secret.as_bytes())
-                || (rule.yields_to_shapes && self.shape_matches_at(start + secret.start()))
+                || (rule.yields_to_shapes
+                    && self.shape_matches_at(start + secret.start(), start + secret.end()))
             {
                 continue;
             }
@@ -608,9 +668,19 @@ impl Redactor {
         Verdict::Clean
     }
 
-    /// Whether a rule that does not yield matches at `at` (its trigger starting there): a later hit
-    /// masks the value under that rule's name.
-    fn shape_matches_at(&self, at: usize) -> bool {
+    /// Whether some trigger starts in `from..until`.
+    fn trigger_between(&self, from: usize, until: usize) -> bool {
+        let haystack = &self.buffer[..until];
+        self.sanitizer
+            .scanners
+            .iter()
+            .any(|scanner| scanner.find(haystack, from).is_some())
+    }
+
+    /// Whether a rule that does not yield masks the whole value `at..value_end` (its trigger starting
+    /// at `at`): a later hit masks it under that rule's name. A shape that would mask only part of
+    /// the value, or that its own test refuses, does not take it.
+    fn shape_matches_at(&self, at: usize, value_end: usize) -> bool {
         let book = &self.sanitizer.book;
         let rest = &self.buffer[at..(at + WINDOW).min(self.buffer.len())];
         book.triggers
@@ -621,10 +691,24 @@ impl Redactor {
             .any(|rule| {
                 rule.lead == 0
                     && !rule.yields_to_shapes
-                    && rules::context_allows(rule.before, &self.buffer, at)
+                    && rule.action == Action::Mask
+                    && self.context_allows(rule.before, at)
                     && (rule.quick)(rest)
-                    && rule.pattern.is_match(rest)
+                    && rule.pattern.captures(rest).is_some_and(|captures| {
+                        let secret = captures.iter().skip(1).flatten().next();
+                        let secret = secret.or_else(|| captures.get(0));
+                        secret.is_some_and(|secret| {
+                            (rule.accept)(secret.as_bytes()) && at + secret.end() >= value_end
+                        })
+                    })
             })
+    }
+
+    /// Whether the context allows a rule to start at `at`; the end of a mask counts as a token
+    /// boundary (a token glued to a masked one is still a token).
+    fn context_allows(&self, before: rules::Before, at: usize) -> bool {
+        (before == rules::Before::TokenBoundary && at == self.barrier && at > 0)
+            || rules::context_allows(before, &self.buffer, at)
     }
 
     /// Inside a private-key block: look for its END line, withholding everything before it.
@@ -717,6 +801,10 @@ impl Redactor {
             self.sent -= drop;
             self.scan -= drop;
             self.barrier = self.barrier.saturating_sub(drop);
+            if let Some(deferred) = self.deferred.as_mut() {
+                deferred.start -= drop;
+                deferred.end -= drop;
+            }
             self.forget_lookahead();
         }
     }

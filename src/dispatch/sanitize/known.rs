@@ -44,6 +44,13 @@ impl KnownValue {
         if !label_ok {
             return Err(SanitizeError::KnownValueLabel(label.to_owned()));
         }
+        // A line end inside a value would let a stream's finished line go out before the value's
+        // rest arrived; no credential holds one.
+        if value.contains(['\n', '\r']) {
+            return Err(SanitizeError::KnownValueLineBreak {
+                label: label.to_owned(),
+            });
+        }
         let len = value.len();
         if !(MIN_KNOWN_VALUE_LEN..=MAX_KNOWN_VALUE_LEN).contains(&len) {
             return Err(SanitizeError::KnownValueLength {

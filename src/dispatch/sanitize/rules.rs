@@ -23,6 +23,9 @@ pub const WINDOW: usize = 8192;
 /// The most a rule may start before its trigger literal.
 pub const MAX_LEAD: usize = 8;
 
+/// A private key block's END line, colour codes (`grep --color`) allowed between its words.
+pub const PRIVATE_KEY_END_PATTERN: &str = r"^-----END (?:[A-Z0-9 ]|\x1b\[[0-9;]*[A-Za-z]){0,80}PRIVATE(?:\x1b\[[0-9;]*[A-Za-z])* KEY(?:\x1b\[[0-9;]*[A-Za-z]| BLOCK)*-----";
+
 /// What a confirmed match does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -127,7 +130,8 @@ fn has_userinfo(from_scheme: &[u8]) -> bool {
         == Some(&b'@')
 }
 
-/// A `curl`/`wget` command passes `-u` or `--user` before its line ends (continuations included).
+/// A `curl`/`wget` command passes `-u` (alone or among short flags: `-su`) or `--user` before its
+/// line ends (continuations included).
 fn same_command_has_user_flag(from_command: &[u8]) -> bool {
     let mut end = from_command.len();
     let mut from = 0;
@@ -142,9 +146,14 @@ fn same_command_has_user_flag(from_command: &[u8]) -> bool {
         from = at + 1;
     }
     let command = &from_command[..end];
-    memchr::memmem::find(command, b" -u").is_some()
-        || memchr::memmem::find(command, b"\t-u").is_some()
-        || memchr::memmem::find(command, b"--user").is_some()
+    memchr::memmem::find(command, b"--user").is_some()
+        || memchr::memchr_iter(b'-', command).any(|at| {
+            let after_blank = at > 0 && matches!(command[at - 1], b' ' | b'\t' | b'\n');
+            let flags = command[at + 1..]
+                .iter()
+                .take_while(|b| b.is_ascii_alphabetic());
+            after_blank && flags.clone().any(|b| *b == b'u')
+        })
 }
 
 /// A token prefix is followed by at least a few token bytes.
@@ -246,16 +255,31 @@ const fn keyword(
 }
 
 /// A value after `name: `, `name=`, `"name": "`, as in headers, env dumps, JSON and config files.
+/// A quoted value is taken up to its closing quote, spaces included; a bare one as `$value` says.
 macro_rules! assigned {
     ($names:literal, $value:literal) => {
         concat!(
             r#"^(?i:"#,
             $names,
-            r#")["']?[ \t]*[:=][ \t]*["']?(?P<secret>"#,
+            r#")["']?[ \t]*[:=][ \t]*(?:"(?P<double>[^"\n]+)"|'(?P<single>[^'\n]+)'|(?P<bare>"#,
             $value,
-            ")"
+            "))"
         )
     };
+}
+
+/// A value that only refers to one (`$TOKEN`, `${TOKEN}`, `${{ secrets.X }}`, `$(pass show x)`) or
+/// stands in for one (`<your token>`, `****`) is not a secret.
+fn not_a_reference(value: &[u8]) -> bool {
+    let variable = value.len() > 1
+        && value[0] == b'$'
+        && value[1..]
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'_');
+    let expansion = value.starts_with(b"${") || value.starts_with(b"$(");
+    let placeholder =
+        value.starts_with(b"<") || value.iter().all(|b| *b == b'*' || *b == b'x' || *b == b'X');
+    !(variable || expansion || placeholder)
 }
 
 fn specs() -> Vec<RuleSpec> {
@@ -340,7 +364,7 @@ fn specs() -> Vec<RuleSpec> {
                 "private-key",
                 &["-----BEGIN "],
                 0,
-                r"^-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----",
+                r"^-----BEGIN (?:[A-Z0-9 ]|\x1b\[[0-9;]*[A-Za-z]){0,80}PRIVATE(?:\x1b\[[0-9;]*[A-Za-z])* KEY(?:\x1b\[[0-9;]*[A-Za-z]| BLOCK)*-----",
             )
         },
         keyword(
@@ -384,7 +408,7 @@ fn specs() -> Vec<RuleSpec> {
                 "password",
                 &["assword", "ASSWORD", "asswd", "ASSWD"],
                 1,
-                assigned!("password|passwd", r#"[^\s"',;&]+"#),
+                assigned!("password|passwd", r#"[^\s"'&]+"#),
             )
         },
         // A name that says what its value is (`GITEA_TOKEN=`, `CI_JOB_SECRET: `), whatever the
@@ -392,11 +416,12 @@ fn specs() -> Vec<RuleSpec> {
         RuleSpec {
             before: Before::NameInside,
             yields_to_shapes: true,
+            accept: not_a_reference,
             ..keyword(
                 "named-secret",
                 &["_TOKEN", "_SECRET", "_ACCESS_KEY"],
                 0,
-                r#"^_(?:TOKEN|SECRET(?:_KEY)?|ACCESS_KEY)["']?[ \t]*[:=][ \t]*["']?(?P<secret>[^\s"',;&$<{*][^\s"',;&]{3,})"#,
+                r#"^_(?:TOKEN|SECRET(?:_KEY)?|ACCESS_KEY)["']?[ \t]*[:=][ \t]*(?:"(?P<double>[^"\n]{4,})"|'(?P<single>[^'\n]{4,})'|(?P<bare>[^\s"'&]{4,}))"#,
             )
         },
         RuleSpec {
@@ -405,7 +430,7 @@ fn specs() -> Vec<RuleSpec> {
                 "password",
                 &["assword", "ASSWORD"],
                 1,
-                r"^(?i:password)[ \t]+(?P<secret>\S+)",
+                r"^(?i:password)[ \t]+(?P<secret>[^\s=:]\S*)",
             )
         },
         RuleSpec {
@@ -414,7 +439,7 @@ fn specs() -> Vec<RuleSpec> {
                 "basic-auth",
                 &["curl ", "wget "],
                 0,
-                r#"^(?:curl|wget)[ \t](?:(?:\\\r?\n|[^\n])*?[ \t])??(?:-u[ \t]*|--user[= \t][ \t]*)["']?(?P<secret>[^\s"':]+:[^\s"']+)"#,
+                r#"^(?:curl|wget)[ \t](?:(?:\\\r?\n|[^\n])*?(?:[ \t]|\\\r?\n))??(?:-[A-Za-z]*?u[ \t]*|--user[= \t][ \t]*)(?:"(?P<double>[^"\n]*:[^"\n]+)"|'(?P<single>[^'\n]*:[^'\n]+)'|(?P<bare>[^\s"':]*:[^\s"']+))"#,
             )
         },
         // A token printed base64-encoded: each known prefix at the three byte alignments has a run of

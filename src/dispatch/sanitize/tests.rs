@@ -337,6 +337,112 @@ fn a_value_under_a_name_that_says_secret_is_masked_whatever_its_shape() {
 }
 
 #[test]
+fn sanitized_text_is_visible_text_and_an_invisible_split_hides_no_token() {
+    let body = Fake::new(21).body(ALNUM, 36);
+    let split = format!("\u{202e}token ghp_\u{200b}{body}\u{1b}[0m\r\ndone");
+    assert_eq!(
+        sanitizer().sanitize(&split).as_str(),
+        "token [REDACTED:github-token]\ndone"
+    );
+}
+
+/// What an attack on the redactor found, kept: each input leaks nothing it names.
+#[test]
+fn a_hostile_reviewers_inputs_leak_nothing() {
+    let mut f = Fake::new(31);
+    let token = format!("ghp_{}", f.body(ALNUM, 36));
+    let password = f.body(ALNUM, 14);
+    let key_line = f.body(ALNUM, 64);
+    let key = KnownValue::new("scoped-credential", &format!("stet-{}", f.body(ALNUM, 30))).unwrap();
+    let known = key.spellings()[0].to_string();
+    let sanitizer = Arc::new(TokenSanitizer::with_known_values(vec![key]).unwrap());
+    let cases: Vec<(String, Vec<&str>)> = vec![
+        (
+            format!(
+                "curl -H \"Authorization: token {token}\" --user admin:{password} https://api\n"
+            ),
+            vec![&token, &password],
+        ),
+        (
+            format!(
+                "curl https://deploy:{password}@host/x -H 'X: {known}' -u admin:{password} x\n"
+            ),
+            vec![&password, &known],
+        ),
+        (
+            format!("password=sk-{password}-horse-battery\n"),
+            vec![&password],
+        ),
+        (
+            format!("GITEA_TOKEN=sk-{password}abcdefgh\n"),
+            vec![&password],
+        ),
+        (
+            format!("api_key=sk-{password}abcdefghijkl\n"),
+            vec![&password],
+        ),
+        (
+            format!(
+                "-----BEGIN RSA \u{1b}[01;31m\u{1b}[KPRIVATE KEY\u{1b}[m\u{1b}[K-----\n{key_line}\n-----END RSA PRIVATE KEY-----\nafter\n"
+            ),
+            vec![&key_line],
+        ),
+        (
+            format!("curl -su admin:{password} https://x\n"),
+            vec![&password],
+        ),
+        (
+            format!("curl -ku admin:{password} https://x\n"),
+            vec![&password],
+        ),
+        (format!("curl -u :{password} https://x\n"), vec![&password]),
+        (
+            format!("curl https://x \\\n-u admin:{password}\n"),
+            vec![&password],
+        ),
+        (
+            format!("curl https://x \\\n--user admin:{password}\n"),
+            vec![&password],
+        ),
+        (
+            format!("password=\"{password} horse battery\"\n"),
+            vec![&password, "horse"],
+        ),
+        (format!("DB_PASSWORD=p@ss;{password}\n"), vec![&password]),
+        (
+            format!("curl --user \"admin:{password} with space\" x\n"),
+            vec![&password, "with space"],
+        ),
+        (
+            format!("password=AKIAABCDEFGHIJKLMNOP-{password}!x\n"),
+            vec![&password],
+        ),
+        (format!("ADMIN_SECRET=$uper{password}!\n"), vec![&password]),
+        (format!("CLIENT_SECRET={{{password}}}\n"), vec![&password]),
+        (format!("AIza{}{token}\n", f.body(ALNUM, 35)), vec![&token]),
+    ];
+    for (input, secrets) in &cases {
+        let once = sanitizer.redact(input.as_bytes());
+        let shown = String::from_utf8_lossy(&once);
+        for secret in secrets {
+            assert!(
+                !shown.contains(secret),
+                "{secret:?} leaked from {input:?}: {shown}"
+            );
+        }
+        assert_eq!(sanitizer.redact(&once), once, "sanitizing {input:?} twice");
+    }
+    for input in [
+        "[pypi]\npassword = hunter2xyz\n".to_owned(),
+        format!("curl -u bot/{token} https://api\n"),
+    ] {
+        let once = sanitizer.redact(input.as_bytes());
+        assert_eq!(sanitizer.redact(&once), once, "sanitizing {input:?} twice");
+    }
+    assert!(KnownValue::new("model-key", "first-line-of-it\nsecond-line").is_err());
+}
+
+#[test]
 fn ordinary_text_is_left_untouched() {
     // Assembled at run time so the repository holds nothing shaped like a key.
     let long_hyphenated_word =
