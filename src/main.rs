@@ -1368,7 +1368,7 @@ fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
                     record.state.as_str(),
                     record.head,
                     record.base,
-                    printable(&record.title),
+                    stet::dispatch::display::one_line(&record.title),
                     record.repo,
                     record.remote.display(),
                     record.updated.format("%Y-%m-%d %H:%M")
@@ -1380,14 +1380,14 @@ fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
                 out,
                 "#{} {} ({})\n{} -> {} in {}\nopened {}, updated {}\n\n{}",
                 record.number,
-                printable(&record.title),
+                stet::dispatch::display::one_line(&record.title),
                 record.state.as_str(),
                 record.head,
                 record.base,
                 record.remote.display(),
                 record.created.format("%Y-%m-%d %H:%M"),
                 record.updated.format("%Y-%m-%d %H:%M"),
-                printable(&record.body)
+                stet::dispatch::display::without_invisible(&record.body).text
             )?,
             None => {
                 eprintln!("stet: no review #{number} in {}", dir.display());
@@ -1396,20 +1396,6 @@ fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
         },
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Text safe to print on a terminal: control characters (an agent's escape sequences) become U+FFFD,
-/// except newlines and tabs.
-fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_control() && c != '\n' && c != '\t' {
-                char::REPLACEMENT_CHARACTER
-            } else {
-                c
-            }
-        })
-        .collect()
 }
 
 /// `stet trust`: trusts, revokes or lists repository configuration files.
