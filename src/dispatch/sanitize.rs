@@ -44,7 +44,8 @@ pub type Result<T> = std::result::Result<T, SanitizeError>;
 /// A PEM block with no END line within this many bytes is withheld up to here, then output resumes.
 pub const PRIVATE_KEY_CAP: usize = 64 * 1024;
 
-const PRIVATE_KEY_END: &[u8] = b"-----END ";
+/// Where a private key's END line may begin (colour codes may follow before `END`).
+const PRIVATE_KEY_END: &[u8] = b"-----";
 
 /// How every mask begins: `[REDACTED:<kind>]`.
 const MARKER: &[u8] = b"[REDACTED:";
@@ -185,12 +186,12 @@ impl TokenSanitizer {
             });
         }
 
-        let private_key_end =
-            regex::bytes::Regex::new(rules::PRIVATE_KEY_END_PATTERN).map_err(|source| {
-                SanitizeError::Rule {
-                    kind: "private-key",
-                    source: Box::new(source),
-                }
+        let private_key_end = regex::bytes::RegexBuilder::new(rules::PRIVATE_KEY_END_PATTERN)
+            .unicode(false)
+            .build()
+            .map_err(|source| SanitizeError::Rule {
+                kind: "private-key",
+                source: Box::new(source),
             })?;
         Ok(TokenSanitizer {
             book,
@@ -491,8 +492,9 @@ impl Redactor {
             .deferred
             .take_if(|d| hit.is_none_or(|h| d.start <= h.start))
         {
-            // Every trigger before it was judged; what a mask there covered is not masked twice.
-            let start = deferred.start.max(self.barrier);
+            // Every trigger before it was judged; what a mask or a withheld key there covered is not
+            // masked twice.
+            let start = deferred.start.max(self.barrier).max(self.sent);
             if start < deferred.end {
                 self.send_until(out, start);
                 self.mark(out, &deferred.kind);
@@ -642,7 +644,11 @@ impl Redactor {
             if memchr::memmem::find(secret.as_bytes(), MARKER).is_some()
                 || !(rule.accept)(secret.as_bytes())
                 || (rule.yields_to_shapes
-                    && self.shape_matches_at(start + secret.start(), start + secret.end()))
+                    && self.shape_matches_at(
+                        start + secret.start(),
+                        start + secret.end(),
+                        start + window.len(),
+                    ))
             {
                 continue;
             }
@@ -680,9 +686,11 @@ impl Redactor {
     /// Whether a rule that does not yield masks the whole value `at..value_end` (its trigger starting
     /// at `at`): a later hit masks it under that rule's name. A shape that would mask only part of
     /// the value, or that its own test refuses, does not take it.
-    fn shape_matches_at(&self, at: usize, value_end: usize) -> bool {
+    /// It looks no further than `window_end`, where the value's own rule looked: a stream decides as
+    /// the whole would.
+    fn shape_matches_at(&self, at: usize, value_end: usize, window_end: usize) -> bool {
         let book = &self.sanitizer.book;
-        let rest = &self.buffer[at..(at + WINDOW).min(self.buffer.len())];
+        let rest = &self.buffer[at..window_end];
         book.triggers
             .iter()
             .filter(|trigger| rest.starts_with(trigger.literal.as_bytes()))
@@ -697,8 +705,12 @@ impl Redactor {
                     && rule.pattern.captures(rest).is_some_and(|captures| {
                         let secret = captures.iter().skip(1).flatten().next();
                         let secret = secret.or_else(|| captures.get(0));
+                        // A shape whose match reaches the end of what was looked at may go on past
+                        // it (`\b` there proves nothing): not confirmed.
                         secret.is_some_and(|secret| {
-                            (rule.accept)(secret.as_bytes()) && at + secret.end() >= value_end
+                            (rule.accept)(secret.as_bytes())
+                                && at + secret.end() >= value_end
+                                && captures.get(0).is_some_and(|all| at + all.end() < window_end)
                         })
                     })
             })
@@ -741,7 +753,7 @@ impl Redactor {
                 self.mode = Mode::Scanning;
                 return true;
             }
-            if !at_end && end_line.len() < 128 && !end_line.contains(&b'\n') {
+            if !at_end && end_line.len() < rules::MAX_KEY_LINE && !end_line.contains(&b'\n') {
                 // The END line may still be arriving.
                 self.advance_withheld(at, withheld, opened);
                 return false;
@@ -801,10 +813,16 @@ impl Redactor {
             self.sent -= drop;
             self.scan -= drop;
             self.barrier = self.barrier.saturating_sub(drop);
-            if let Some(deferred) = self.deferred.as_mut() {
-                deferred.start -= drop;
-                deferred.end -= drop;
-            }
+            // A deferred mask a withheld key went past is covered already.
+            self.deferred = self
+                .deferred
+                .take()
+                .filter(|d| d.end > drop)
+                .map(|d| Deferred {
+                    start: d.start.saturating_sub(drop),
+                    end: d.end - drop,
+                    ..d
+                });
             self.forget_lookahead();
         }
     }

@@ -23,8 +23,17 @@ pub const WINDOW: usize = 8192;
 /// The most a rule may start before its trigger literal.
 pub const MAX_LEAD: usize = 8;
 
-/// A private key block's END line, colour codes (`grep --color`) allowed between its words.
-pub const PRIVATE_KEY_END_PATTERN: &str = r"^-----END (?:[A-Z0-9 ]|\x1b\[[0-9;]*[A-Za-z]){0,80}PRIVATE(?:\x1b\[[0-9;]*[A-Za-z])* KEY(?:\x1b\[[0-9;]*[A-Za-z]| BLOCK)*-----";
+/// A private key block's END line, colour codes (`grep --color`, raw or JSON-escaped) allowed
+/// between its words. Its longest match is under [`MAX_KEY_LINE`].
+pub const PRIVATE_KEY_END_PATTERN: &str = concat!(
+    r"^-----(?:(?:\x1b|\\u001[bB])\[[0-9;]{0,16}[A-Za-z]){0,4}END(?:(?:\x1b|\\u001[bB])\[[0-9;]{0,16}[A-Za-z]){0,4} ",
+    r"(?:[A-Z0-9 ]|(?:\x1b|\\u001[bB])\[[0-9;]{0,16}[A-Za-z]){0,60}PRIVATE(?:(?:\x1b|\\u001[bB])\[[0-9;]{0,16}[A-Za-z]){0,4}",
+    r" KEY(?:(?:\x1b|\\u001[bB])\[[0-9;]{0,16}[A-Za-z]| BLOCK){0,8}-----"
+);
+
+/// Longer than any BEGIN or END line the patterns match: a line still arriving is waited for up to
+/// this many bytes.
+pub const MAX_KEY_LINE: usize = 4096;
 
 /// What a confirmed match does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -261,7 +270,7 @@ macro_rules! assigned {
         concat!(
             r#"^(?i:"#,
             $names,
-            r#")["']?[ \t]*[:=][ \t]*(?:"(?P<double>[^"\n]+)"|'(?P<single>[^'\n]+)'|(?P<bare>"#,
+            r#")["']?[ \t]*[:=][ \t]*(?:\\"(?P<escaped>[^"\\\n]+)\\"|"(?P<double>[^"\n]+)"|'(?P<single>[^'\n]+)'|(?P<bare>"#,
             $value,
             "))"
         )
@@ -271,15 +280,28 @@ macro_rules! assigned {
 /// A value that only refers to one (`$TOKEN`, `${TOKEN}`, `${{ secrets.X }}`, `$(pass show x)`) or
 /// stands in for one (`<your token>`, `****`) is not a secret.
 fn not_a_reference(value: &[u8]) -> bool {
-    let variable = value.len() > 1
-        && value[0] == b'$'
-        && value[1..]
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || *b == b'_');
-    let expansion = value.starts_with(b"${") || value.starts_with(b"$(");
-    let placeholder =
-        value.starts_with(b"<") || value.iter().all(|b| *b == b'*' || *b == b'x' || *b == b'X');
-    !(variable || expansion || placeholder)
+    let name = |text: &[u8]| {
+        !text.is_empty() && text.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_')
+    };
+    let whole = |open: &[u8], close: u8| {
+        value.len() > open.len()
+            && value.starts_with(open)
+            && value.ends_with(&[close])
+            && !value[open.len()..value.len() - 1].contains(&close)
+    };
+    let reference = (value.first() == Some(&b'$') && name(&value[1..]))
+        || whole(b"${", b'}')
+        || whole(b"$(", b')')
+        || whole(b"<", b'>')
+        // `<your token>` unquoted: cut at its first blank, a word in lower case.
+        || (value.first() == Some(&b'<')
+            && value[1..]
+                .iter()
+                .all(|b| b.is_ascii_lowercase() || matches!(b, b'_' | b'-')))
+        // `${{ secrets.X }}` unquoted: cut at its first blank.
+        || value == b"${{"
+        || value.iter().all(|b| *b == b'*' || *b == b'x' || *b == b'X');
+    !reference
 }
 
 fn specs() -> Vec<RuleSpec> {
@@ -362,16 +384,20 @@ fn specs() -> Vec<RuleSpec> {
             action: Action::OpenPrivateKey,
             ..keyword(
                 "private-key",
-                &["-----BEGIN "],
+                &["-----"],
                 0,
-                r"^-----BEGIN (?:[A-Z0-9 ]|\x1b\[[0-9;]*[A-Za-z]){0,80}PRIVATE(?:\x1b\[[0-9;]*[A-Za-z])* KEY(?:\x1b\[[0-9;]*[A-Za-z]| BLOCK)*-----",
+                concat!(
+                    r"^-----(?:(?:\x1b|\\u001[bB])\[[0-9;]{0,16}[A-Za-z]){0,4}BEGIN(?:(?:\x1b|\\u001[bB])\[[0-9;]{0,16}[A-Za-z]){0,4} ",
+                    r"(?:[A-Z0-9 ]|(?:\x1b|\\u001[bB])\[[0-9;]{0,16}[A-Za-z]){0,60}PRIVATE(?:(?:\x1b|\\u001[bB])\[[0-9;]{0,16}[A-Za-z]){0,4}",
+                    r" KEY(?:(?:\x1b|\\u001[bB])\[[0-9;]{0,16}[A-Za-z]| BLOCK){0,8}-----"
+                ),
             )
         },
         keyword(
             "authorization",
             &["uthorization", "UTHORIZATION"],
             1,
-            r#"^(?i:authorization)["']?[ \t]*[:=][ \t]*["']?(?:(?i:bearer|basic|token|digest|negotiate|apikey)[ \t]+(?P<secret>[A-Za-z0-9._~+/=:-]{4,})|(?P<bare_secret>[^\s"']{8,}))"#,
+            r#"^(?i:authorization)(?:\\"|["'])?[ \t]*[:=][ \t]*(?:\\"|["'])?(?:(?i:bearer|basic|token|digest|negotiate|apikey)[ \t]+(?P<secret>[A-Za-z0-9._~+/=:-]{4,})|(?P<bare_secret>[^\s"'\\]{8,}))"#,
         ),
         RuleSpec {
             yields_to_shapes: true,
@@ -408,7 +434,7 @@ fn specs() -> Vec<RuleSpec> {
                 "password",
                 &["assword", "ASSWORD", "asswd", "ASSWD"],
                 1,
-                assigned!("password|passwd", r#"[^\s"'&]+"#),
+                assigned!("password|passwd", r#"[^\s"'&\\]+"#),
             )
         },
         // A name that says what its value is (`GITEA_TOKEN=`, `CI_JOB_SECRET: `), whatever the
@@ -421,7 +447,7 @@ fn specs() -> Vec<RuleSpec> {
                 "named-secret",
                 &["_TOKEN", "_SECRET", "_ACCESS_KEY"],
                 0,
-                r#"^_(?:TOKEN|SECRET(?:_KEY)?|ACCESS_KEY)["']?[ \t]*[:=][ \t]*(?:"(?P<double>[^"\n]{4,})"|'(?P<single>[^'\n]{4,})'|(?P<bare>[^\s"'&]{4,}))"#,
+                r#"^_(?:TOKEN|SECRET(?:_KEY)?|ACCESS_KEY)["']?[ \t]*[:=][ \t]*(?:\\"(?P<escaped>[^"\\\n]{4,})\\"|"(?P<double>[^"\n]{4,})"|'(?P<single>[^'\n]{4,})'|(?P<bare>[^\s"'&\\]{4,}))"#,
             )
         },
         RuleSpec {
@@ -430,7 +456,7 @@ fn specs() -> Vec<RuleSpec> {
                 "password",
                 &["assword", "ASSWORD"],
                 1,
-                r"^(?i:password)[ \t]+(?P<secret>[^\s=:]\S*)",
+                r#"^(?i:password)[ \t]+(?P<secret>[^\s=:\\"][^\s\\"]*)"#,
             )
         },
         RuleSpec {
@@ -439,7 +465,7 @@ fn specs() -> Vec<RuleSpec> {
                 "basic-auth",
                 &["curl ", "wget "],
                 0,
-                r#"^(?:curl|wget)[ \t](?:(?:\\\r?\n|[^\n])*?(?:[ \t]|\\\r?\n))??(?:-[A-Za-z]*?u[ \t]*|--user[= \t][ \t]*)(?:"(?P<double>[^"\n]*:[^"\n]+)"|'(?P<single>[^'\n]*:[^'\n]+)'|(?P<bare>[^\s"':]*:[^\s"']+))"#,
+                r#"^(?:curl|wget)[ \t](?:(?:\\\r?\n|[^\n])*?(?:[ \t]|\\\r?\n))??(?:-[A-Za-z]*?u[ \t]*|--user[= \t][ \t]*)(?:\\"(?P<escaped>[^"\\\n]*:[^"\\\n]+)\\"|"(?P<double>[^"\n]*:[^"\n]+)"|'(?P<single>[^'\n]*:[^'\n]+)'|(?P<bare>[^\s"':\\]*:[^\s"'\\]+))"#,
             )
         },
         // A token printed base64-encoded: each known prefix at the three byte alignments has a run of
@@ -521,10 +547,14 @@ impl RuleBook {
         let mut rules = Vec::new();
         let mut triggers: Vec<Trigger> = Vec::new();
         for spec in specs() {
-            let pattern = Regex::new(spec.pattern).map_err(|source| SanitizeError::Rule {
-                kind: spec.kind,
-                source: Box::new(source),
-            })?;
+            // Bytes, not characters: a byte that is not UTF-8 inside a value is part of it.
+            let pattern = regex::bytes::RegexBuilder::new(spec.pattern)
+                .unicode(false)
+                .build()
+                .map_err(|source| SanitizeError::Rule {
+                    kind: spec.kind,
+                    source: Box::new(source),
+                })?;
             let index = rules.len();
             rules.push(Rule {
                 label: Arc::from(spec.kind),

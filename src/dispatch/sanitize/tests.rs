@@ -442,6 +442,69 @@ fn a_hostile_reviewers_inputs_leak_nothing() {
     assert!(KnownValue::new("model-key", "first-line-of-it\nsecond-line").is_err());
 }
 
+/// The second attack on the redactor, kept: no leak, no panic, and any chunking shows what the
+/// whole shows.
+#[test]
+fn a_second_attacks_inputs_leak_nothing_and_stream_as_the_whole() {
+    let mut f = Fake::new(41);
+    let secret = f.body(ALNUM, 24);
+    let key = f.body(ALNUM, 64);
+    let sanitizer = sanitizer();
+    let mut cases: Vec<Vec<u8>> = vec![
+        format!("{{\"type\":\"command\",\"text\":\"export PGPASSWORD=\\\"{secret}\\\" && psql\"}}\n")
+            .into_bytes(),
+        format!("-----\u{1b}[01;31m\u{1b}[KBEGIN\u{1b}[m\u{1b}[K RSA PRIVATE KEY-----\n{key}\n-----END RSA PRIVATE KEY-----\nok\n")
+            .into_bytes(),
+        format!("{{\"text\":\"-----BEGIN RSA \\u001b[01;31mPRIVATE\\u001b[m KEY-----\"}}\n{{\"text\":\"{key}\"}}\n{{\"text\":\"-----END RSA PRIVATE KEY-----\"}}\n")
+            .into_bytes(),
+        [&b"DB_PASSWORD=h\xe9"[..], secret.as_bytes(), b"\n"].concat(),
+        [&b"curl https://h/caf\xe9 -u admin:"[..], secret.as_bytes(), b"\n"].concat(),
+        format!("GITEA_TOKEN=${{PFX}}{secret}\nAPP_SECRET=$(true){secret}\nDEPLOY_TOKEN=<{secret}\n")
+            .into_bytes(),
+        format!("password={}AKIA{}{}\n", " ".repeat(8164), f.body(UPPER_DIGITS, 16), secret.to_ascii_uppercase())
+            .into_bytes(),
+    ];
+    let mut deferred_then_key = "a".repeat(130_000).into_bytes();
+    deferred_then_key.extend_from_slice(
+        format!("\ncurl https://x -d -----BEGIN RSA PRIVATE KEY----- -u user:{secret}\n{}\n-----END RSA PRIVATE KEY-----\n", "0".repeat(1000)).as_bytes(),
+    );
+    cases.push(deferred_then_key);
+    for input in &cases {
+        let whole = sanitizer.redact(input);
+        let shown = String::from_utf8_lossy(&whole);
+        for leaked in [&secret, &key, &secret.to_ascii_uppercase()] {
+            assert!(
+                !shown.contains(leaked.as_str()),
+                "{leaked:?} leaked: {shown:.300}"
+            );
+        }
+        let step = (input.len() / 97).max(1);
+        for cut in (0..input.len()).step_by(step) {
+            assert_eq!(
+                redact_chunked(&sanitizer, input, &[cut]),
+                whole,
+                "cut at {cut}"
+            );
+        }
+        let pieces: Vec<usize> = (1..input.len()).step_by(65_536).collect();
+        assert_eq!(redact_chunked(&sanitizer, input, &pieces), whole);
+    }
+    // An END line longer than a short wait, cut in the middle, ends the block as the whole does.
+    let long_end = format!(
+        "-----BEGIN RSA PRIVATE KEY-----\n{key}\n-----END {}RSA PRIVATE KEY-----\nvisible after\n",
+        "\u{1b}[1m".repeat(30)
+    );
+    let whole = sanitizer.redact(long_end.as_bytes());
+    assert!(String::from_utf8_lossy(&whole).contains("visible after"));
+    for cut in 60..long_end.len() {
+        assert_eq!(
+            redact_chunked(&sanitizer, long_end.as_bytes(), &[cut]),
+            whole,
+            "cut at {cut}"
+        );
+    }
+}
+
 #[test]
 fn ordinary_text_is_left_untouched() {
     // Assembled at run time so the repository holds nothing shaped like a key.
