@@ -648,6 +648,7 @@ impl Redactor {
                         start + secret.start(),
                         start + secret.end(),
                         start + window.len(),
+                        at_end,
                     ))
             {
                 continue;
@@ -688,7 +689,15 @@ impl Redactor {
     /// the value, or that its own test refuses, does not take it.
     /// It looks no further than `window_end`, where the value's own rule looked: a stream decides as
     /// the whole would.
-    fn shape_matches_at(&self, at: usize, value_end: usize, window_end: usize) -> bool {
+    fn shape_matches_at(
+        &self,
+        at: usize,
+        value_end: usize,
+        window_end: usize,
+        at_end: bool,
+    ) -> bool {
+        // At the end of the stream nothing comes after the window: its end is a real one.
+        let window_is_all = at_end && window_end == self.buffer.len();
         let book = &self.sanitizer.book;
         let rest = &self.buffer[at..window_end];
         book.triggers
@@ -710,7 +719,9 @@ impl Redactor {
                         secret.is_some_and(|secret| {
                             (rule.accept)(secret.as_bytes())
                                 && at + secret.end() >= value_end
-                                && captures.get(0).is_some_and(|all| at + all.end() < window_end)
+                                && captures
+                                    .get(0)
+                                    .is_some_and(|all| window_is_all || at + all.end() < window_end)
                         })
                     })
             })
