@@ -627,18 +627,8 @@ impl Redactor {
             if !(rule.quick)(window) || !self.context_allows(rule.before, start) {
                 continue;
             }
-            // The lazy DFA decides quickly; captures run only on the matched span, and only for
-            // rules that mask a group (none of those ends in a look-around assertion).
-            let Some(whole) = rule.pattern.find(window) else {
+            let Some((whole, secret)) = rule.matched(window) else {
                 continue;
-            };
-            let secret = if rule.masks_group {
-                let Some(captures) = rule.pattern.captures(&window[..whole.end()]) else {
-                    continue;
-                };
-                captures.iter().skip(1).flatten().next().unwrap_or(whole)
-            } else {
-                whole
             };
             // A marker is never a secret: sanitizing sanitized text changes nothing.
             if memchr::memmem::find(secret.as_bytes(), MARKER).is_some()
@@ -711,18 +701,12 @@ impl Redactor {
                     && rule.action == Action::Mask
                     && self.context_allows(rule.before, at)
                     && (rule.quick)(rest)
-                    && rule.pattern.captures(rest).is_some_and(|captures| {
-                        let secret = captures.iter().skip(1).flatten().next();
-                        let secret = secret.or_else(|| captures.get(0));
-                        // A shape whose match reaches the end of what was looked at may go on past
-                        // it (`\b` there proves nothing): not confirmed.
-                        secret.is_some_and(|secret| {
-                            (rule.accept)(secret.as_bytes())
-                                && at + secret.end() >= value_end
-                                && captures
-                                    .get(0)
-                                    .is_some_and(|all| window_is_all || at + all.end() < window_end)
-                        })
+                    // A shape whose match reaches the end of what was looked at may go on past it
+                    // (`\b` there proves nothing): not confirmed.
+                    && rule.matched(rest).is_some_and(|(whole, secret)| {
+                        (rule.accept)(secret.as_bytes())
+                            && at + secret.end() >= value_end
+                            && (window_is_all || at + whole.end() < window_end)
                     })
             })
     }

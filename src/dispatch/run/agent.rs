@@ -174,26 +174,14 @@ impl Dispatch {
         let mut exit = None;
         let mut gateway = self.model.events.take();
         let ran = loop {
-            tokio::select! {
+            let stopped = tokio::select! {
                 biased;
-                () = stop.cancelled() => {
-                    self.record_pending(&mut chunks, &mut framer, parser);
-                    break Err(self.stop_reason());
-                }
-                reason = &mut breach => {
-                    self.record_pending(&mut chunks, &mut framer, parser);
-                    break Err(self.fail(reason));
-                }
+                () = stop.cancelled() => self.stop_reason(),
+                reason = &mut breach => self.fail(reason),
                 Some(event) = next_event(&mut gateway) => match self.gateway_event(event, &stop).await {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        self.record_pending(&mut chunks, &mut framer, parser);
-                        break Err(self.stop_reason());
-                    }
-                    Err(stop) => {
-                        self.record_pending(&mut chunks, &mut framer, parser);
-                        break Err(stop);
-                    }
+                    Ok(true) => continue,
+                    Ok(false) => self.stop_reason(),
+                    Err(stopped) => stopped,
                 },
                 chunk = chunks.recv() => {
                     let (lines, ended) = match chunk {
@@ -202,19 +190,19 @@ impl Dispatch {
                     };
                     match self.publish_lines(lines, parser, &stop).await {
                         Ok(true) if ended => break Ok(()),
-                        Ok(true) => {}
-                        Ok(false) => {
-                            self.record_pending(&mut chunks, &mut framer, parser);
-                            break Err(self.stop_reason());
-                        }
-                        Err(stop) => {
-                            self.record_pending(&mut chunks, &mut framer, parser);
-                            break Err(stop);
-                        }
+                        Ok(true) => continue,
+                        Ok(false) => self.stop_reason(),
+                        Err(stopped) => stopped,
                     }
                 }
-                result = &mut exec, if exit.is_none() => exit = Some(result),
-            }
+                result = &mut exec, if exit.is_none() => {
+                    exit = Some(result);
+                    continue;
+                }
+            };
+            // Whatever stopped it, what was read already still goes to the run record.
+            self.record_pending(&mut chunks, &mut framer, parser);
+            break Err(stopped);
         };
         self.model.events = gateway;
         ran?;

@@ -85,12 +85,7 @@ impl Publisher {
             self.redactions += count_redactions(item.text.as_str());
         }
         let event = Event::new(self.dispatch, &self.brief, kind);
-        if let Some(record) = self.record.as_mut()
-            && let Err(error) = record.append(&event)
-        {
-            tracing::error!(dispatch = %self.dispatch, %error, "the run record stopped taking events");
-            self.record = None;
-        }
+        self.append(&event);
         if self.consumer_gone {
             return true;
         }
@@ -109,8 +104,13 @@ impl Publisher {
     /// Writes an event to the run record only.
     pub(super) fn record_only(&mut self, kind: EventKind) {
         let event = Event::new(self.dispatch, &self.brief, kind);
+        self.append(&event);
+    }
+
+    /// Appends `event` to the run record; a record that fails is given up, never retried.
+    fn append(&mut self, event: &Event) {
         if let Some(record) = self.record.as_mut()
-            && let Err(error) = record.append(&event)
+            && let Err(error) = record.append(event)
         {
             tracing::error!(dispatch = %self.dispatch, %error, "the run record stopped taking events");
             self.record = None;

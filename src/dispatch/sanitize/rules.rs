@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use regex::bytes::Regex;
+use regex::bytes::{Match, Regex};
 
 use super::{Result, SanitizeError};
 
@@ -73,13 +73,29 @@ pub struct Rule {
     /// Anchored at the rule's start; if it has capture groups, only the first that took part is masked.
     pub pattern: Regex,
     /// Whether the pattern has capture groups (so the match is not masked whole).
-    pub masks_group: bool,
+    masks_group: bool,
     pub action: Action,
     /// An extra test on the masked bytes, for shapes a regex states badly.
     pub accept: fn(&[u8]) -> bool,
     /// A value another rule recognises by its own shape (`DEMO_TOKEN=ghp_…`) is left to that rule,
     /// whose marker says more.
     pub yields_to_shapes: bool,
+}
+
+impl Rule {
+    /// The rule's match anchored at the start of `window`, and the part of it that is masked (its
+    /// first capture group that took part, or all of it).
+    pub fn matched<'h>(&self, window: &'h [u8]) -> Option<(Match<'h>, Match<'h>)> {
+        // The lazy DFA decides quickly; captures run only on the matched span, and only for rules
+        // that mask a group (none of those ends in a look-around assertion).
+        let whole = self.pattern.find(window)?;
+        if !self.masks_group {
+            return Some((whole, whole));
+        }
+        let captures = self.pattern.captures(&window[..whole.end()])?;
+        let secret = captures.iter().skip(1).flatten().next().unwrap_or(whole);
+        Some((whole, secret))
+    }
 }
 
 /// One literal that starts a look, and the rules tried at it in order (the first that matches wins).
@@ -167,12 +183,17 @@ fn same_command_has_user_flag(from_command: &[u8]) -> bool {
 
 /// A token prefix is followed by at least a few token bytes.
 fn token_follows(from_start: &[u8]) -> bool {
-    from_start
+    starts_with_run(from_start, 12, is_token_byte)
+}
+
+/// Whether `bytes` begins with at least `len` bytes of which `part_of_run` holds.
+fn starts_with_run(bytes: &[u8], len: usize, part_of_run: fn(u8) -> bool) -> bool {
+    bytes
         .iter()
-        .take_while(|b| is_token_byte(**b))
-        .take(12)
+        .take_while(|b| part_of_run(**b))
+        .take(len)
         .count()
-        >= 12
+        >= len
 }
 
 /// What the token prefixes `ghp_`, `github_pat_`, `sk-ant-`, `glpat-`, `xoxb-` and `xoxp-` become in
@@ -200,12 +221,9 @@ const BASE64_PREFIXES: &[&str] = &[
 
 /// An encoded prefix is followed by enough base64 to hold a token's random part.
 fn base64_follows(from_start: &[u8]) -> bool {
-    from_start
-        .iter()
-        .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'_' | b'-'))
-        .take(24)
-        .count()
-        >= 24
+    starts_with_run(from_start, 24, |b| {
+        b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'_' | b'-')
+    })
 }
 
 struct RuleSpec {
