@@ -64,6 +64,15 @@ const TASK_FILE: &str = "task.md";
 /// Where, under the outputs directory, OpenHands keeps its conversations.
 const CONVERSATIONS_SUBDIR: &str = "conversations";
 
+/// What keeps the CLI's start-up short and quiet in a sandbox with no network: no banner, its logs as
+/// one JSON object per line (which [`StartupNoise`] reads), and LiteLLM's bundled price map instead of
+/// a download that cannot succeed.
+const QUIET_ENV: &[(&str, &str)] = &[
+    ("OPENHANDS_SUPPRESS_BANNER", "1"),
+    ("LOG_JSON", "true"),
+    ("LITELLM_LOCAL_MODEL_COST_MAP", "True"),
+];
+
 /// The longest text of one transcript item, in bytes, the "… (N bytes more)" note included.
 pub const MAX_ITEM_BYTES: usize = 64 * 1024;
 
@@ -189,6 +198,9 @@ impl Harness for OpenHandsHarness {
             "OPENHANDS_CONVERSATIONS_DIR".to_owned(),
             SecretValue::new(format!("{OUTPUTS_MOUNT}/{CONVERSATIONS_SUBDIR}")),
         );
+        for (name, value) in QUIET_ENV {
+            env.insert((*name).to_owned(), plain(value));
+        }
         let task = format!("{OUTPUTS_MOUNT}/{TASK_FILE}");
         let argv = [
             "openhands",

@@ -326,7 +326,7 @@ impl Finished {
             .collect()
     }
 
-    fn kinds(&self) -> Vec<&'static str> {
+    pub(super) fn kinds(&self) -> Vec<&'static str> {
         self.events.iter().map(|event| event.kind.name()).collect()
     }
 
@@ -379,7 +379,7 @@ fn run_text(mut command: Command) -> Finished {
 }
 
 /// A stet process whose events are read as they come, so a test can act at an exact point.
-struct Watched {
+pub(super) struct Watched {
     child: Child,
     lines: std::io::Lines<BufReader<ChildStdout>>,
     stdout: String,
@@ -388,7 +388,7 @@ struct Watched {
 }
 
 impl Watched {
-    fn start(mut command: Command) -> Watched {
+    pub(super) fn start(mut command: Command) -> Watched {
         let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -410,7 +410,7 @@ impl Watched {
         }
     }
 
-    fn pid(&self) -> u32 {
+    pub(super) fn pid(&self) -> u32 {
         self.child.id()
     }
 
@@ -439,7 +439,7 @@ impl Watched {
     }
 
     /// Reads the rest of the events and waits for the process.
-    fn finish(mut self) -> Finished {
+    pub(super) fn finish(mut self) -> Finished {
         while self.next_event().is_some() {}
         let status = self.child.wait().unwrap();
         let stderr = self.stderr.take().unwrap().join().unwrap();

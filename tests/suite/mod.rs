@@ -17,6 +17,7 @@ mod hostile_outside;
 mod hostile_repo;
 mod image;
 mod journal;
+mod openhands_live;
 mod push;
 mod registry;
 mod runtime;

@@ -1,0 +1,455 @@
+//! The real agent, live: the OpenHands CLI 1.16 in the dispatch image `docker/dispatch/build-offline`
+//! makes, on the real engine, driven by `stet --headless` as a user runs it, with a tool-calling model
+//! scripted per test on loopback behind stet's gateway.
+//!
+//! The model decides what the agent does; the agent's own commands report what the sandbox could see
+//! and reach. What is checked is what happened: the tree pushed to the remote, the exit code, the
+//! parser's outcome, what the upstream received (the host's key, and only as many requests as the
+//! ceiling allowed), the meter's total against what the upstream charged, and that the dispatch left
+//! nothing behind. The image is built once per test process (its base is cached across runs); a
+//! machine that cannot build it fails these tests with the builder's own message.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::Command;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+use stet::dispatch::event::{EventKind, ItemKind, Usage};
+use stet::dispatch::state::Phase;
+
+use super::headless::{Finished, Project, Watched, assert_nothing_left, run, signal, toml_string};
+use super::support::{docker, git, serving_runtime};
+
+/// The variable of stet's environment holding the model key in these tests.
+const KEY_ENV: &str = "STET_LIVE_MODEL_KEY";
+
+/// The model as OpenHands (LiteLLM) names it: `openai/` routes it to an OpenAI-compatible endpoint.
+const MODEL: &str = "openai/stet-live-model";
+
+/// The model the upstream is asked for: [`MODEL`] without LiteLLM's provider prefix.
+fn upstream_model() -> &'static str {
+    MODEL.trim_start_matches("openai/")
+}
+
+/// What the upstream charges for each answer, in `x-litellm-response-cost`.
+const COST_PER_ANSWER_USD: f64 = 0.004;
+
+/// How long a held request stays unanswered: longer than any test runs.
+const HELD_FOR: Duration = Duration::from_secs(3600);
+
+/// The dispatch image with this build's stet inside, made once per test process.
+fn live_image() -> &'static str {
+    static IMAGE: OnceLock<String> = OnceLock::new();
+    IMAGE.get_or_init(|| {
+        let _ = docker();
+        let builder = concat!(env!("CARGO_MANIFEST_DIR"), "/docker/dispatch/build-offline");
+        let output = Command::new(builder)
+            .args(["--stet", env!("CARGO_BIN_EXE_stet")])
+            .output()
+            .unwrap_or_else(|error| panic!("running {builder}: {error}"));
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success(),
+            "{builder} failed ({}):\n{stderr}",
+            output.status
+        );
+        let id = stdout.lines().last().unwrap_or_default().trim().to_owned();
+        assert!(
+            id.starts_with("sha256:") && id.len() == 71,
+            "{builder} printed no image id: {stdout:?}\n{stderr}"
+        );
+        id
+    })
+}
+
+/// What the scripted model answers on one turn. The turn is the number of tool results in the
+/// conversation so far, so a retried request gets the same answer.
+#[derive(Debug, Clone)]
+enum Turn {
+    /// A call of `tool` with these arguments (`security_risk` is added: OpenHands requires it).
+    Tool(&'static str, Value),
+    /// A plain text answer with no tool call.
+    Text(&'static str),
+    /// No answer within [`HELD_FOR`].
+    Hold,
+}
+
+/// A `terminal` call running `command` in `/workspace`.
+fn terminal(command: &str) -> Turn {
+    Turn::Tool("terminal", json!({ "command": command, "summary": "run a command" }))
+}
+
+fn finish(message: &'static str) -> Turn {
+    Turn::Tool("finish", json!({ "message": message }))
+}
+
+/// The scripted OpenAI-compatible model: answers `POST /v1/chat/completions` from its turns, with
+/// usage and a cost header, and reports each request's turn as it arrives.
+struct ToolModel {
+    turns: Vec<Turn>,
+    arrived: Mutex<Sender<usize>>,
+}
+
+impl Respond for ToolModel {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        let turn = tool_results(&body);
+        let _ = self.arrived.lock().unwrap().send(turn);
+        let message = match self.turns.get(turn).cloned().unwrap_or(Turn::Text("No more turns.")) {
+            Turn::Hold => return ResponseTemplate::new(200).set_delay(HELD_FOR),
+            Turn::Text(text) => json!({ "role": "assistant", "content": text }),
+            Turn::Tool(name, mut arguments) => {
+                arguments["security_risk"] = json!("LOW");
+                json!({
+                    "role": "assistant",
+                    "content": null,
+                    "tool_calls": [{
+                        "id": format!("call_{turn}"),
+                        "type": "function",
+                        "function": { "name": name, "arguments": arguments.to_string() },
+                    }],
+                })
+            }
+        };
+        let finish_reason = if message["tool_calls"].is_array() {
+            "tool_calls"
+        } else {
+            "stop"
+        };
+        ResponseTemplate::new(200)
+            .insert_header(
+                stet::gateway::usage::LITELLM_COST_HEADER,
+                COST_PER_ANSWER_USD.to_string().as_str(),
+            )
+            .set_body_json(json!({
+                "id": format!("chatcmpl-{turn}"),
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [{ "index": 0, "message": message, "finish_reason": finish_reason }],
+                "usage": { "prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050 },
+            }))
+    }
+}
+
+/// How many tool results the request's conversation holds.
+fn tool_results(body: &Value) -> usize {
+    body["messages"]
+        .as_array()
+        .map_or(0, |messages| messages.iter().filter(|m| m["role"] == "tool").count())
+}
+
+/// A live project: the notes repository, its bare remote, the user's configuration selecting the
+/// OpenHands harness, the local forge and the scripted model behind the gateway, and that model.
+struct Live {
+    project: Project,
+    server: MockServer,
+    arrived: Receiver<usize>,
+    key: String,
+    /// Serves the model while the test runs stet.
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Live {
+    /// `turns` are given the model's port (the agent's probe tries to reach it).
+    fn new(turns: impl FnOnce(u16) -> Vec<Turn>) -> Live {
+        let image = live_image();
+        let runtime = serving_runtime();
+        let (sender, arrived) = channel();
+        let listener =
+            std::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).unwrap();
+        let turns = turns(listener.local_addr().unwrap().port());
+        let server = runtime.block_on(async {
+            let server = MockServer::builder().listener(listener).start().await;
+            Mock::given(method("POST"))
+                .and(path("/v1/chat/completions"))
+                .respond_with(ToolModel {
+                    turns,
+                    arrived: Mutex::new(sender),
+                })
+                .mount(&server)
+                .await;
+            server
+        });
+        let project = Project::new("");
+        let remote = toml_string(&project.remote);
+        // The gateway holds a ceiling only for a model it can price, reserving each request's worst
+        // case (a token a byte of its prompt) first; prices this low let OpenHands' large prompts
+        // fit under the tests' ceilings. The upstream's cost header is what each answer costs.
+        let prices = project.home.path().join("prices.toml");
+        std::fs::write(
+            &prices,
+            format!("[models.\"{}\"]\ninput = 0.01\noutput = 0.01\n", upstream_model()),
+        )
+        .unwrap();
+        let prices = toml_string(&prices);
+        std::fs::write(
+            project.home.user_config(),
+            format!(
+                "[forge]\nkind = \"local\"\n\n[forge.local]\nremote = {remote}\n\n\
+                 [harness]\nkind = \"openhands\"\n\n[harness.openhands]\nmodel = \"{MODEL}\"\n\n\
+                 [model]\nbase_url = \"{}/v1\"\napi_key_env = \"{KEY_ENV}\"\nprices = {prices}\n\n\
+                 [dispatch]\nimage = \"{image}\"\n",
+                server.uri()
+            ),
+        )
+        .unwrap();
+        Live {
+            project,
+            server,
+            arrived,
+            key: format!("live-key-{}", uuid::Uuid::new_v4().simple()),
+            runtime,
+        }
+    }
+
+    /// `stet --headless --brief tidy-notes <extra>` with the model key in stet's environment.
+    fn headless(&self, extra: &[&str]) -> Command {
+        let mut command = self.project.headless(extra);
+        command.env(KEY_ENV, &self.key);
+        command
+    }
+
+    /// Every chat request the upstream received.
+    fn requests(&self) -> Vec<Value> {
+        self.runtime
+            .block_on(self.server.received_requests())
+            .unwrap_or_default()
+            .iter()
+            .map(|request| serde_json::from_slice(&request.body).unwrap())
+            .collect()
+    }
+
+    /// Asserts every request the upstream received carried the host's key, never the placeholder.
+    fn assert_keyed_by_the_host(&self) {
+        let received = self
+            .runtime
+            .block_on(self.server.received_requests())
+            .unwrap_or_default();
+        assert!(!received.is_empty(), "the upstream received nothing");
+        for request in &received {
+            let authorization = request.headers.get("authorization").map(|v| v.to_str().unwrap());
+            assert_eq!(authorization, Some(format!("Bearer {}", self.key).as_str()));
+        }
+    }
+
+    /// A file of the branch stet pushed.
+    fn pushed_file(&self, finished: &Finished, file: &str) -> String {
+        let branch = finished
+            .events
+            .iter()
+            .find_map(|event| match &event.kind {
+                EventKind::Pushed { branch, .. } => Some(branch.as_str().to_owned()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("nothing was pushed: {finished:#?}"));
+        let output = Command::new("git")
+            .arg("-C")
+            .arg(&self.project.remote)
+            .args(["show", &format!("{branch}:{file}")])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{file} on {branch}: {output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    }
+}
+
+fn usages(finished: &Finished) -> Vec<&Usage> {
+    finished
+        .events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::Usage(usage) => Some(usage),
+            _ => None,
+        })
+        .collect()
+}
+
+fn transcript_of(finished: &Finished, kind: ItemKind) -> Vec<&str> {
+    finished
+        .transcript()
+        .into_iter()
+        .filter(|(item, _)| *item == kind)
+        .map(|(_, text)| text)
+        .collect()
+}
+
+/// The `stet probe` command the agent runs: its environment, and a connection to the internet and
+/// to the host's model server through the bridge, both of which must fail.
+fn probe(live_port: u16) -> String {
+    format!(
+        "stet probe --environment --connect 1.1.1.1:443 --connect 172.17.0.1:{live_port} --connect 127.0.0.1:{live_port} > /workspace/probe.json; \
+         id -u > /workspace/uid.txt; ls /sys/class/net > /workspace/interfaces.txt"
+    )
+}
+
+#[test]
+fn a_terminal_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() {
+    let live = Live::new(|port| {
+        vec![
+            terminal("printf 'one\\ntwo\\nthree\\nfour\\n' > src/notes.txt"),
+            terminal(&probe(port)),
+            finish("Added a fourth note."),
+        ]
+    });
+    let finished = run(live.headless(&["--push"]));
+    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+    assert_eq!(finished.outcome(), (Phase::Done, 0, None));
+    assert_eq!(
+        live.pushed_file(&finished, "src/notes.txt"),
+        "one\ntwo\nthree\nfour\n"
+    );
+
+    // The model key reached the upstream on every request, and never the sandbox.
+    live.assert_keyed_by_the_host();
+    let probe: Value = serde_json::from_str(&live.pushed_file(&finished, "probe.json")).unwrap();
+    let environment = probe["environment"].to_string();
+    assert!(!environment.contains(&live.key), "{environment}");
+    assert!(
+        environment.contains(stet::harness::PLACEHOLDER_KEY),
+        "the agent's key is the placeholder: {environment}"
+    );
+    // Network none: only the loopback, and nothing beyond it connects.
+    assert_eq!(live.pushed_file(&finished, "interfaces.txt"), "lo\n");
+    let connected: Vec<bool> = probe["connect"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|outcome| outcome["ok"].as_bool().unwrap())
+        .collect();
+    assert_eq!(connected, [false, false, false], "{probe:#}");
+    let uid: u32 = live.pushed_file(&finished, "uid.txt").trim().parse().unwrap();
+    assert_ne!(uid, 0, "the agent ran as root");
+
+    // The parser read the run: the commands, the finish, and what the model was asked.
+    let actions = transcript_of(&finished, ItemKind::Command);
+    assert!(
+        actions.iter().any(|text| text.contains("src/notes.txt")),
+        "{actions:#?}"
+    );
+    assert_eq!(
+        transcript_of(&finished, ItemKind::Finish),
+        ["Added a fourth note."]
+    );
+    // The meter's total is the gateway's: what the upstream charged for the answers it gave.
+    let answered = live.requests().len();
+    let total = usages(&finished).last().expect("usage").total_cost_usd;
+    assert!(
+        (total - answered as f64 * COST_PER_ANSWER_USD).abs() < 1e-9,
+        "total {total} for {answered} answers"
+    );
+    assert!(!finished.stdout.contains(&live.key));
+    assert!(!finished.stderr.contains(&live.key));
+    finished.torn_down_cleanly();
+    assert_nothing_left(&live.project.home, finished.dispatch());
+}
+
+#[test]
+fn a_file_editor_create_is_pushed() {
+    let live = Live::new(|_| vec![
+        Turn::Tool(
+            "file_editor",
+            json!({ "command": "create", "path": "/workspace/src/made.txt", "file_text": "made by the file editor\n" }),
+        ),
+        finish("Made src/made.txt."),
+    ]);
+    let finished = run(live.headless(&["--push"]));
+    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+    assert_eq!(
+        live.pushed_file(&finished, "src/made.txt"),
+        "made by the file editor\n"
+    );
+    assert_eq!(
+        live.pushed_file(&finished, "src/notes.txt"),
+        "one\ntwo\nthree\n"
+    );
+    finished.torn_down_cleanly();
+    assert_nothing_left(&live.project.home, finished.dispatch());
+}
+
+#[test]
+fn cancel_while_a_model_request_is_in_flight_exits_3_and_tears_down() {
+    let live = Live::new(|_| vec![Turn::Hold]);
+    let watched = Watched::start(live.headless(&["--timeout", "10m", "--push"]));
+    // The first request has reached the upstream and is held there.
+    let turn = live.arrived.recv_timeout(Duration::from_secs(300)).unwrap();
+    assert_eq!(turn, 0);
+    assert!(signal(watched.pid(), "INT").success());
+    let finished = watched.finish();
+    assert_eq!(finished.code(), Some(3), "{finished:#?}");
+    assert_eq!(finished.outcome().0, Phase::Cancelled);
+    assert!(!finished.kinds().contains(&"pushed"));
+    finished.torn_down_cleanly();
+    assert_nothing_left(&live.project.home, finished.dispatch());
+    assert_eq!(
+        git(&live.project.remote, &["for-each-ref", "--format=%(refname)"]),
+        "refs/heads/main"
+    );
+}
+
+#[test]
+fn the_cost_ceiling_stops_the_agent_and_no_request_past_it_reaches_the_upstream() {
+    let live = Live::new(|_| vec![
+        terminal("echo one"),
+        terminal("echo two"),
+        terminal("echo three"),
+        finish("Never reached."),
+    ]);
+    // Two answers cost 0.008: the second takes the total past 0.006.
+    let finished = run(live.headless(&["--cost-ceiling", "0.006", "--push"]));
+    assert_eq!(finished.code(), Some(5), "{finished:#?}");
+    let (outcome, _, reason) = finished.outcome();
+    assert_eq!(outcome, Phase::CostCeilingHit);
+    assert!(reason.unwrap().contains("ceiling of $0.0060"));
+    assert_eq!(
+        live.requests().len(),
+        2,
+        "what reached the upstream: {finished:#?}"
+    );
+    let total = usages(&finished).last().expect("usage").total_cost_usd;
+    assert!((total - 2.0 * COST_PER_ANSWER_USD).abs() < 1e-9, "{total}");
+    assert!(!finished.kinds().contains(&"pushed"));
+    finished.torn_down_cleanly();
+    assert_nothing_left(&live.project.home, finished.dispatch());
+}
+
+#[test]
+fn a_text_answer_without_finish_fails_with_exit_1() {
+    let live = Live::new(|_| vec![Turn::Text("I think the task is done; anything else?")]);
+    let finished = run(live.headless(&["--push"]));
+    assert_eq!(finished.code(), Some(1), "{finished:#?}");
+    let (outcome, _, reason) = finished.outcome();
+    assert_eq!(outcome, Phase::Failed);
+    let reason = reason.unwrap();
+    assert!(reason.contains("finish"), "{reason}");
+    assert!(
+        reason.contains("I think the task is done"),
+        "the agent's last words are quoted: {reason}"
+    );
+    assert!(!finished.kinds().contains(&"pushed"));
+    finished.torn_down_cleanly();
+    assert_nothing_left(&live.project.home, finished.dispatch());
+}
+
+#[test]
+fn the_timeout_exits_4_while_the_model_holds_a_request() {
+    let live = Live::new(|_| vec![Turn::Hold]);
+    let finished = run(live.headless(&["--timeout", "45s", "--push"]));
+    assert_eq!(finished.code(), Some(4), "{finished:#?}");
+    assert_eq!(finished.outcome().0, Phase::TimedOut);
+    assert_eq!(
+        live.arrived.try_iter().collect::<Vec<_>>(),
+        [0],
+        "the agent was waiting on its first request"
+    );
+    finished.torn_down_cleanly();
+    assert_nothing_left(&live.project.home, finished.dispatch());
+}
