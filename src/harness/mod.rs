@@ -8,6 +8,7 @@
 //! on a command line (ADR-0018 row 4).
 
 pub mod openhands;
+mod openhands_stderr;
 pub mod replay;
 pub mod script;
 mod text;
@@ -103,12 +104,19 @@ pub struct UsageReport {
 pub enum Parsed {
     Item(TranscriptItem),
     Usage(UsageReport),
+    /// Something about the run a person should know that is not the agent's doing (the harness's
+    /// network attempts failing in a sandbox that has none); published as a `warning` event.
+    Warning(SanitizedText),
 }
 
 /// Reads one agent run's output, line by line; one parser per dispatch.
 pub trait OutputParser: Send {
     /// One framed line of stdout or stderr. Every text it returns is already sanitized.
     fn parse(&mut self, line: &OutputLine) -> Vec<Parsed>;
+    /// The output ended: whatever the parser still holds back, in order. Nothing by default.
+    fn finish(&mut self) -> Vec<Parsed> {
+        Vec::new()
+    }
     /// The outcome of what was read so far.
     fn outcome(&self) -> HarnessOutcome;
 }

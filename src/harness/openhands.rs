@@ -44,6 +44,7 @@ use crate::dispatch::credential::SecretValue;
 use crate::dispatch::event::{ItemKind, TranscriptItem, Usage};
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 pub use crate::harness::HarnessOutcome;
+use crate::harness::openhands_stderr::{OpenHandsStderr, StderrRead};
 use crate::harness::text;
 use crate::harness::{
     Harness, HarnessError, HarnessLaunch, HarnessPlan, OutputParser, Parsed, StagedFile,
@@ -241,76 +242,46 @@ impl Harness for OpenHandsHarness {
     }
 }
 
-/// One OpenHands run's output as the engine reads it: stdout through [`OpenHandsParser`], each stderr
-/// line shown as an [`ItemKind::Other`] item (sanitized, bounded) and logged at debug level.
+/// One OpenHands run's output as the engine reads it: stdout through [`OpenHandsParser`], stderr
+/// through [`OpenHandsStderr`] (its start-up lines as one item, shown before the first event; its
+/// network failures as one warning).
 #[derive(Debug)]
 pub struct OpenHandsOutput {
     parser: OpenHandsParser,
-    sanitizer: Arc<TokenSanitizer>,
-    stderr: StderrLine,
-}
-
-/// A stderr line while its pieces arrive: the first [`MAX_EVENT_BYTES`] of it, and how many bytes
-/// past those were passed over.
-#[derive(Debug, Default)]
-struct StderrLine {
-    kept: Vec<u8>,
-    passed_over: usize,
+    stderr: OpenHandsStderr,
 }
 
 impl OpenHandsOutput {
     pub fn new(sanitizer: Arc<TokenSanitizer>) -> OpenHandsOutput {
         OpenHandsOutput {
             parser: OpenHandsParser::new(Arc::clone(&sanitizer)),
-            sanitizer,
-            stderr: StderrLine::default(),
+            stderr: OpenHandsStderr::new(sanitizer),
         }
-    }
-
-    /// A stderr line, whole or in pieces: gathered (up to a bound) until its last piece, then made
-    /// safe to show as a whole, so the sanitizer sees every secret on it entire. A blank line is
-    /// no item.
-    fn stderr_line(&mut self, line: &FramedLine) -> Option<TranscriptItem> {
-        let room = MAX_EVENT_BYTES.saturating_sub(self.stderr.kept.len());
-        let (kept, passed_over) = line.bytes.split_at(room.min(line.bytes.len()));
-        self.stderr.kept.extend_from_slice(kept);
-        self.stderr.passed_over += passed_over.len();
-        if line.continues {
-            return None;
-        }
-        let StderrLine { kept, passed_over } = std::mem::take(&mut self.stderr);
-        let text = bounded_text_of(
-            &self.sanitizer,
-            &String::from_utf8_lossy(&kept),
-            MAX_ITEM_BYTES,
-            passed_over,
-        );
-        if text.as_str().trim().is_empty() {
-            return None;
-        }
-        tracing::debug!(line = %text, "OpenHands stderr");
-        Some(TranscriptItem {
-            item: ItemKind::Other,
-            text,
-        })
     }
 }
 
 impl OutputParser for OpenHandsOutput {
     fn parse(&mut self, line: &OutputLine) -> Vec<Parsed> {
         match line.stream {
-            OutputStream::Stdout => self
-                .parser
-                .parse_line(&line.line)
-                .into_iter()
-                .map(Parsed::Item)
-                .collect(),
-            OutputStream::Stderr => self
-                .stderr_line(&line.line)
-                .map(Parsed::Item)
-                .into_iter()
-                .collect(),
+            OutputStream::Stdout => {
+                let items = self.parser.parse_line(&line.line);
+                let startup = if items.is_empty() {
+                    None
+                } else {
+                    self.stderr.end_startup()
+                };
+                startup.into_iter().chain(items).map(Parsed::Item).collect()
+            }
+            OutputStream::Stderr => match self.stderr.read(&line.line) {
+                StderrRead::Nothing => Vec::new(),
+                StderrRead::Item(item) => vec![Parsed::Item(item)],
+                StderrRead::Warning(message) => vec![Parsed::Warning(message)],
+            },
         }
+    }
+
+    fn finish(&mut self) -> Vec<Parsed> {
+        self.stderr.end_startup().map(Parsed::Item).into_iter().collect()
     }
 
     fn outcome(&self) -> HarnessOutcome {
@@ -1835,13 +1806,20 @@ text = "`touch /tmp/y`; -t 'ignore the file'"
         assert_eq!(
             env_names(process),
             [
+                "LITELLM_LOCAL_MODEL_COST_MAP",
                 "LLM_API_KEY",
                 "LLM_BASE_URL",
                 "LLM_MODEL",
+                "LOG_JSON",
                 "OPENHANDS_CONVERSATIONS_DIR",
+                "OPENHANDS_SUPPRESS_BANNER",
                 "OPENHANDS_WORK_DIR"
             ]
         );
+        // Quiet and offline at start-up: no banner, logs as JSON lines, the bundled price map.
+        assert_eq!(env_value(process, "OPENHANDS_SUPPRESS_BANNER"), Some("1"));
+        assert_eq!(env_value(process, "LOG_JSON"), Some("true"));
+        assert_eq!(env_value(process, "LITELLM_LOCAL_MODEL_COST_MAP"), Some("True"));
         assert_eq!(env_value(process, "LLM_MODEL"), Some("openai/gpt-4.1"));
         assert_eq!(
             env_value(process, "OPENHANDS_CONVERSATIONS_DIR"),
@@ -1967,25 +1945,23 @@ text = "`touch /tmp/y`; -t 'ignore the file'"
             "\u{1b}[33mWarning:\u{1b}[0m retrying with key {key}\n\n   \n{}\n",
             finish("Done")
         );
+        // Before the first event, stderr is start-up output: held back, then shown as one item.
         let read = read_output(&mut output, OutputStream::Stderr, stderr.as_bytes());
-        let texts: Vec<(ItemKind, &str)> = read
-            .iter()
-            .map(|parsed| match parsed {
-                Parsed::Item(item) => (item.item, item.text.as_str()),
-                Parsed::Usage(usage) => panic!("{usage:?}"),
-            })
-            .collect();
-        assert_eq!(texts.len(), 2, "{texts:?}");
-        assert_eq!(texts[0].0, ItemKind::Other);
+        assert_eq!(read, [], "held back until the start-up ends");
+        let held_back = output.finish();
+        let [Parsed::Item(startup)] = held_back.as_slice() else {
+            panic!("one start-up item");
+        };
+        assert_eq!(startup.item, ItemKind::Other);
+        let text = startup.text.as_str();
         assert!(
-            texts[0].1.starts_with("Warning: retrying with key "),
-            "{}",
-            texts[0].1
+            text.starts_with("OpenHands start-up (2 lines of stderr):\nWarning: retrying with key "),
+            "{text}"
         );
-        assert!(!texts[0].1.contains(&key), "{}", texts[0].1);
-        assert_eq!(texts[1].0, ItemKind::Other);
+        assert!(!text.contains(&key), "{text}");
         assert!(matches!(output.outcome(), HarnessOutcome::Failed { .. }));
 
+        // After it, each line is an item of its own, bounded.
         let long = vec![b'e'; 3 * MAX_LINE_BYTES + 5];
         let read = read_output(&mut output, OutputStream::Stderr, &long);
         let [Parsed::Item(item)] = read.as_slice() else {
@@ -2001,6 +1977,7 @@ text = "`touch /tmp/y`; -t 'ignore the file'"
     #[test]
     fn a_stderr_line_past_the_gathering_bound_counts_what_was_passed_over() {
         let mut output = OpenHandsOutput::new(sanitizer());
+        assert_eq!(output.finish(), [], "no start-up output");
         let long = vec![b'e'; MAX_EVENT_BYTES + 7];
         let read = read_output(&mut output, OutputStream::Stderr, &long);
         let [Parsed::Item(item)] = read.as_slice() else {

@@ -79,6 +79,8 @@ pub fn replay(
     for line in framer.finish() {
         events.parsed(parser, &line)?;
     }
+    let held_back = parser.finish();
+    events.emit_parsed(held_back)?;
     if let Some(usage) = usage {
         events.emit(EventKind::Usage(usage))?;
     }
@@ -127,8 +129,14 @@ impl<W: Write> EventWriter<'_, W> {
 
     /// Emits what `parser` reads from one framed line.
     fn parsed(&mut self, parser: &mut dyn OutputParser, line: &OutputLine) -> Result<()> {
-        for parsed in parser.parse(line) {
+        let parsed = parser.parse(line);
+        self.emit_parsed(parsed)
+    }
+
+    fn emit_parsed(&mut self, parsed: Vec<Parsed>) -> Result<()> {
+        for parsed in parsed {
             let kind = match parsed {
+                Parsed::Warning(message) => EventKind::Warning { message },
                 Parsed::Item(item) => EventKind::Transcript(item),
                 Parsed::Usage(report) => {
                     self.total_cost_usd += report.cost_usd.unwrap_or(0.0);

@@ -490,7 +490,7 @@ mod tests {
             .iter()
             .map(|parsed| match parsed {
                 Parsed::Item(item) => (item.item, item.text.as_str()),
-                Parsed::Usage(usage) => panic!("unexpected usage {usage:?}"),
+                other => panic!("unexpected {other:?}"),
             })
             .collect()
     }

@@ -339,6 +339,33 @@ fn a_terminal_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() 
         transcript_of(&finished, ItemKind::Finish),
         ["Added a fourth note."]
     );
+    // A quiet start: OpenHands' start-up output is one item, its network attempts one warning.
+    let first_command = finished
+        .transcript()
+        .iter()
+        .position(|(item, _)| *item == ItemKind::Command)
+        .unwrap();
+    let before: Vec<&str> = finished.transcript()[..first_command]
+        .iter()
+        .map(|(_, text)| *text)
+        .collect();
+    assert!(before.len() <= 2, "{before:#?}");
+    assert!(
+        before.iter().all(|text| !text.contains("\"levelname\"")),
+        "{before:#?}"
+    );
+    let warnings: Vec<&str> = finished
+        .events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::Warning { message } => Some(message.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        warnings,
+        ["OpenHands tried to reach https://github.com/OpenHands/extensions and could not: the sandbox has no network, as intended (later attempts are logged, not shown)"]
+    );
     // The meter's total is the gateway's: what the upstream charged for the answers it gave.
     let answered = live.requests().len();
     let total = usages(&finished).last().expect("usage").total_cost_usd;

@@ -188,7 +188,7 @@ impl Dispatch {
                         Some(chunk) => (framer.push(&chunk), false),
                         None => (framer.finish(), true),
                     };
-                    match self.publish_lines(lines, parser, &stop).await {
+                    match self.publish_lines(lines, ended, parser, &stop).await {
                         Ok(true) if ended => break Ok(()),
                         Ok(true) => continue,
                         Ok(false) => self.stop_reason(),
@@ -213,17 +213,23 @@ impl Dispatch {
         result.map_err(|error| self.fail(format!("running the agent: {error}")))
     }
 
-    /// Publishes what the parser reads from `lines`; on a stop (`Ok(false)` or the ceiling) the lines
-    /// not published yet still go to the run record.
+    /// Publishes what the parser reads from `lines` (and, when the output `ended`, what it held
+    /// back); on a stop (`Ok(false)` or the ceiling) the lines not published yet still go to the
+    /// run record.
     async fn publish_lines(
         &mut self,
         lines: Vec<OutputLine>,
+        ended: bool,
         parser: &mut dyn OutputParser,
         stop: &CancellationToken,
     ) -> Result<bool, DispatchError> {
-        let mut lines = lines.into_iter();
+        let mut lines = lines.into_iter().map(Some).chain(ended.then_some(None));
         for line in lines.by_ref() {
-            let mut parsed = parser.parse(&line).into_iter();
+            let read = match &line {
+                Some(line) => parser.parse(line),
+                None => parser.finish(),
+            };
+            let mut parsed = read.into_iter();
             for item in parsed.by_ref() {
                 let published = self.publish_parsed(item, stop).await;
                 if !matches!(published, Ok(true)) {
@@ -231,7 +237,10 @@ impl Dispatch {
                         self.record_parsed(rest);
                     }
                     for line in lines {
-                        self.record_line(&line, parser);
+                        match line {
+                            Some(line) => self.record_line(&line, parser),
+                            None => self.record_held_back(parser),
+                        }
                     }
                     return published;
                 }
@@ -259,6 +268,7 @@ impl Dispatch {
         match parsed {
             Parsed::Item(item) => Some(EventKind::Transcript(item)),
             Parsed::Usage(report) => self.meter.add_reported(report).map(EventKind::Usage),
+            Parsed::Warning(message) => Some(EventKind::Warning { message }),
         }
     }
 
@@ -384,10 +394,17 @@ impl Dispatch {
         for line in framer.finish() {
             self.record_line(&line, parser);
         }
+        self.record_held_back(parser);
     }
 
     fn record_line(&mut self, line: &OutputLine, parser: &mut dyn OutputParser) {
         for parsed in parser.parse(line) {
+            self.record_parsed(parsed);
+        }
+    }
+
+    fn record_held_back(&mut self, parser: &mut dyn OutputParser) {
+        for parsed in parser.finish() {
             self.record_parsed(parsed);
         }
     }

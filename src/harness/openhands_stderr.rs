@@ -1,0 +1,373 @@
+//! What the OpenHands CLI writes to stderr, read so that a person sees the run and not the CLI's
+//! start-up: the lines before its first event (deprecation warnings, log lines) become one item,
+//! every attempt to reach the network (a sandbox has none, by design) becomes one warning for the
+//! whole run, and a JSON log line (`LOG_JSON=true`) reads as `LEVEL logger: message`.
+//!
+//! Nothing is dropped unseen: start-up lines are all in the one item (up to its bound), and a network
+//! failure after the first is logged at debug level. Every text is sanitized and bounded as a whole,
+//! after its line is complete, so the sanitizer sees each secret entire.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use crate::dispatch::event::{ItemKind, TranscriptItem};
+use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
+use crate::harness::text;
+use crate::runtime::lines::FramedLine;
+
+/// The most bytes of one stderr line kept; the rest is counted, not kept.
+const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The most bytes of one shown item (the start-up item, a later line).
+const MAX_ITEM_BYTES: usize = 64 * 1024;
+
+/// What a resolver or a socket says when there is no network at all; a line holding one reports a
+/// failed network attempt. A refused connection is not among them: the relay on the sandbox's own
+/// loopback refusing is a fault worth showing.
+const NO_NETWORK: &[&str] = &[
+    "Could not resolve host",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "No address associated with hostname",
+    "nodename nor servname provided",
+    "Network is unreachable",
+];
+
+/// The most characters of a failed attempt's URL the warning quotes.
+const MAX_TARGET_CHARS: usize = 200;
+
+/// What one stderr line became.
+#[derive(Debug, PartialEq)]
+pub(crate) enum StderrRead {
+    /// Nothing to show now (a piece of a line, a blank line, a start-up line held back, a network
+    /// failure already warned about).
+    Nothing,
+    /// A line to show as an [`ItemKind::Other`] item.
+    Item(TranscriptItem),
+    /// The run's one network warning.
+    Warning(SanitizedText),
+}
+
+/// The stderr side of one OpenHands run.
+#[derive(Debug)]
+pub(crate) struct OpenHandsStderr {
+    sanitizer: Arc<TokenSanitizer>,
+    /// The current line while its pieces arrive.
+    line: Vec<u8>,
+    line_passed_over: usize,
+    /// Until the first event: the lines held back for the start-up item.
+    startup: Option<Startup>,
+    /// Whether the network warning was given.
+    warned: bool,
+}
+
+/// The start-up lines held back: as text, joined by newlines, up to [`MAX_ITEM_BYTES`].
+#[derive(Debug, Default)]
+struct Startup {
+    text: String,
+    lines: usize,
+    passed_over: usize,
+}
+
+impl OpenHandsStderr {
+    pub(crate) fn new(sanitizer: Arc<TokenSanitizer>) -> OpenHandsStderr {
+        OpenHandsStderr {
+            sanitizer,
+            line: Vec::new(),
+            line_passed_over: 0,
+            startup: Some(Startup::default()),
+            warned: false,
+        }
+    }
+
+    /// One framed piece of stderr: gathered until its line is complete, then read.
+    pub(crate) fn read(&mut self, piece: &FramedLine) -> StderrRead {
+        let room = MAX_LINE_BYTES.saturating_sub(self.line.len());
+        let (kept, passed_over) = piece.bytes.split_at(room.min(piece.bytes.len()));
+        self.line.extend_from_slice(kept);
+        self.line_passed_over += passed_over.len();
+        if piece.continues {
+            return StderrRead::Nothing;
+        }
+        let bytes = std::mem::take(&mut self.line);
+        let passed_over = std::mem::take(&mut self.line_passed_over);
+        self.complete_line(&String::from_utf8_lossy(&bytes), passed_over)
+    }
+
+    fn complete_line(&mut self, raw: &str, passed_over: usize) -> StderrRead {
+        let line = readable(raw);
+        if line.trim().is_empty() {
+            return StderrRead::Nothing;
+        }
+        if let Some(target) = network_attempt(&line) {
+            let shown = self.bounded(&line, passed_over);
+            tracing::debug!(line = %shown, "OpenHands stderr: a network attempt failed");
+            if std::mem::replace(&mut self.warned, true) {
+                return StderrRead::Nothing;
+            }
+            return StderrRead::Warning(self.sanitizer.sanitize(&format!(
+                "OpenHands tried to reach {target} and could not: the sandbox has no network, as \
+                 intended (later attempts are logged, not shown)"
+            )));
+        }
+        if let Some(startup) = &mut self.startup {
+            startup.hold(&line, passed_over);
+            return StderrRead::Nothing;
+        }
+        let text = self.bounded(&line, passed_over);
+        tracing::debug!(line = %text, "OpenHands stderr");
+        StderrRead::Item(TranscriptItem {
+            item: ItemKind::Other,
+            text,
+        })
+    }
+
+    /// The first event arrived, or the output ended: the start-up lines, as one item (none when there
+    /// were none). Later lines are shown one by one.
+    pub(crate) fn end_startup(&mut self) -> Option<TranscriptItem> {
+        let startup = self.startup.take()?;
+        if startup.lines == 0 {
+            return None;
+        }
+        let noun = if startup.lines == 1 { "line" } else { "lines" };
+        let text = text::bounded_text(
+            &self.sanitizer,
+            &format!(
+                "OpenHands start-up ({} {noun} of stderr):\n{}",
+                startup.lines, startup.text
+            ),
+            MAX_ITEM_BYTES,
+            startup.passed_over,
+        );
+        tracing::debug!(text = %text, "OpenHands start-up");
+        Some(TranscriptItem {
+            item: ItemKind::Other,
+            text,
+        })
+    }
+
+    fn bounded(&self, line: &str, passed_over: usize) -> SanitizedText {
+        text::bounded_text(&self.sanitizer, line, MAX_ITEM_BYTES, passed_over)
+    }
+}
+
+impl Startup {
+    fn hold(&mut self, line: &str, passed_over: usize) {
+        self.lines += 1;
+        let room = MAX_ITEM_BYTES.saturating_sub(self.text.len() + 1);
+        let mut cut = line.len().min(room);
+        while !line.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        if !self.text.is_empty() && room > 0 {
+            self.text.push('\n');
+        }
+        self.text.push_str(&line[..cut]);
+        self.passed_over += line.len() - cut + passed_over;
+    }
+}
+
+/// A JSON log line (`{"levelname": …, "name": …, "message": …}`) as `LEVEL logger: message`; any
+/// other line as it is.
+fn readable(line: &str) -> String {
+    let Ok(Value::Object(log)) = serde_json::from_str::<Value>(line.trim()) else {
+        return line.to_owned();
+    };
+    let field = |object: &Map<String, Value>, name: &str| {
+        object
+            .get(name)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    match (field(&log, "levelname"), field(&log, "message")) {
+        (Some(level), Some(message)) => match field(&log, "name") {
+            Some(logger) => format!("{level} {logger}: {}", message.trim_end()),
+            None => format!("{level}: {}", message.trim_end()),
+        },
+        _ => line.to_owned(),
+    }
+}
+
+/// What a line reporting a failed network attempt tried to reach: its first URL, else "the
+/// network"; `None` when the line reports no such failure.
+fn network_attempt(line: &str) -> Option<String> {
+    if !NO_NETWORK.iter().any(|phrase| line.contains(phrase)) {
+        return None;
+    }
+    let url = ["https://", "http://"]
+        .iter()
+        .filter_map(|scheme| line.find(scheme))
+        .min()
+        .map(|start| {
+            line[start..]
+                .split(|c: char| c.is_whitespace() || "'\"<>()[]{},;".contains(c))
+                .next()
+                .unwrap_or_default()
+                .trim_end_matches(['.', ':', '/'])
+                .chars()
+                .take(MAX_TARGET_CHARS)
+                .collect::<String>()
+        });
+    Some(url.unwrap_or_else(|| "the network".to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stderr() -> OpenHandsStderr {
+        #[allow(clippy::unwrap_used)]
+        OpenHandsStderr::new(Arc::new(TokenSanitizer::new().unwrap()))
+    }
+
+    fn whole(text: &str) -> FramedLine {
+        FramedLine {
+            bytes: text.as_bytes().to_vec(),
+            continues: false,
+        }
+    }
+
+    /// A failed skills clone as OpenHands 1.16 logs it with `LOG_JSON=true` (captured in a sandbox).
+    fn clone_failure(n: usize) -> String {
+        format!(
+            "{{\"asctime\": \"2026-12-01 19:53:44,890\", \"levelname\": \"ERROR\", \"name\": \"openhands.sdk.git.utils\", \"filename\": \"utils.py\", \"lineno\": 48, \"message\": \"Git command failed: git clone --depth 1 --branch main https://github.com/OpenHands/extensions /home/stet/.openhands/cache/skills/public-skills-{n}. Exit code: 128. Stderr: Cloning into '/home/stet/.openhands/cache/skills/public-skills'...\\nfatal: unable to access 'https://github.com/OpenHands/extensions/': Could not resolve host: github.com\\n\"}}"
+        )
+    }
+
+    #[test]
+    fn start_up_lines_become_one_item_and_network_failures_one_warning() {
+        let mut stderr = stderr();
+        let mut reads = Vec::new();
+        for line in [
+            "/usr/local/lib/python3.12/site-packages/openhands/sdk/llm/auth/openai.py:25: AuthlibDeprecationWarning: authlib.jose module is deprecated, please use joserfc instead.".to_owned(),
+            "It will be compatible before version 2.0.0.".to_owned(),
+            "  from authlib.jose import JsonWebKey, jwt".to_owned(),
+            clone_failure(1),
+            clone_failure(2),
+            String::new(),
+            clone_failure(3),
+            clone_failure(4),
+        ] {
+            reads.push(stderr.read(&whole(&line)));
+        }
+        let warnings: Vec<_> = reads
+            .iter()
+            .filter_map(|read| match read {
+                StderrRead::Warning(text) => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            warnings,
+            ["OpenHands tried to reach https://github.com/OpenHands/extensions and could not: the sandbox has no network, as intended (later attempts are logged, not shown)"]
+        );
+        assert!(
+            reads
+                .iter()
+                .all(|read| !matches!(read, StderrRead::Item(_)))
+        );
+        let startup = stderr.end_startup().unwrap();
+        assert_eq!(startup.item, ItemKind::Other);
+        assert_eq!(
+            startup.text.as_str(),
+            "OpenHands start-up (3 lines of stderr):\n/usr/local/lib/python3.12/site-packages/openhands/sdk/llm/auth/openai.py:25: AuthlibDeprecationWarning: authlib.jose module is deprecated, please use joserfc instead.\nIt will be compatible before version 2.0.0.\n  from authlib.jose import JsonWebKey, jwt"
+        );
+        assert_eq!(stderr.end_startup(), None, "the start-up item comes once");
+    }
+
+    #[test]
+    fn after_start_up_each_line_is_shown_and_json_logs_read_as_level_logger_message() {
+        let mut stderr = stderr();
+        assert_eq!(stderr.end_startup(), None, "no start-up lines, no item");
+        let read = stderr.read(&whole(
+            r#"{"levelname": "WARNING", "name": "openhands.sdk.agent", "message": "step took long\n"}"#,
+        ));
+        let StderrRead::Item(item) = read else {
+            panic!("{read:?}");
+        };
+        assert_eq!(item.text.as_str(), "WARNING openhands.sdk.agent: step took long");
+        let read = stderr.read(&whole("Traceback (most recent call last):"));
+        assert!(
+            matches!(&read, StderrRead::Item(item) if item.text.as_str() == "Traceback (most recent call last):"),
+            "{read:?}"
+        );
+        // A JSON line that is not a log record is shown as it is.
+        let read = stderr.read(&whole(r#"{"kind": "x"}"#));
+        assert!(
+            matches!(&read, StderrRead::Item(item) if item.text.as_str() == r#"{"kind": "x"}"#),
+            "{read:?}"
+        );
+    }
+
+    #[test]
+    fn a_refused_connection_is_no_network_failure_and_is_shown() {
+        let mut stderr = stderr();
+        stderr.end_startup();
+        let read = stderr.read(&whole(
+            "httpx.ConnectError: [Errno 111] Connection refused (http://127.0.0.1:4141/v1)",
+        ));
+        assert!(matches!(read, StderrRead::Item(_)), "{read:?}");
+        let read = stderr.read(&whole(
+            "socket.gaierror: [Errno -3] Temporary failure in name resolution",
+        ));
+        assert!(
+            matches!(&read, StderrRead::Warning(text) if text.as_str().starts_with("OpenHands tried to reach the network and could not")),
+            "{read:?}"
+        );
+    }
+
+    #[test]
+    fn a_secret_split_across_pieces_is_masked_in_the_start_up_item() {
+        #[allow(clippy::unwrap_used)]
+        let secret = format!(
+            "ghp_{}",
+            crate::dispatch::credential::random_token(36).unwrap()
+        );
+        let mut stderr = stderr();
+        let line = format!("warning: token {secret} in the environment");
+        let (first, second) = line.split_at(20);
+        assert_eq!(
+            stderr.read(&FramedLine {
+                bytes: first.as_bytes().to_vec(),
+                continues: true
+            }),
+            StderrRead::Nothing
+        );
+        assert_eq!(stderr.read(&whole(second)), StderrRead::Nothing);
+        let startup = stderr.end_startup().unwrap();
+        assert!(!startup.text.as_str().contains(&secret), "{startup:?}");
+        assert!(startup.text.as_str().contains("[REDACTED"), "{startup:?}");
+    }
+
+    #[test]
+    fn the_start_up_item_is_bounded_and_counts_what_it_left_out() {
+        let mut stderr = stderr();
+        for _ in 0..100 {
+            stderr.read(&whole(&"x".repeat(1024)));
+        }
+        let startup = stderr.end_startup().unwrap();
+        let len = startup.text.as_str().len();
+        assert!(len <= MAX_ITEM_BYTES, "{len}");
+        assert!(
+            startup.text.as_str().starts_with("OpenHands start-up (100 lines of stderr):"),
+            "{}",
+            &startup.text.as_str()[..60]
+        );
+        assert!(startup.text.as_str().ends_with("bytes more)"));
+    }
+
+    #[test]
+    fn network_attempts_name_what_they_tried_to_reach() {
+        assert_eq!(
+            network_attempt("fatal: unable to access 'https://github.com/OpenHands/extensions/': Could not resolve host: github.com"),
+            Some("https://github.com/OpenHands/extensions".to_owned())
+        );
+        assert_eq!(
+            network_attempt("Failed to check https://pypi.org/pypi/openhands/json: [Errno -2] Name or service not known"),
+            Some("https://pypi.org/pypi/openhands/json".to_owned())
+        );
+        assert_eq!(network_attempt("Connection refused"), None);
+        assert_eq!(network_attempt("all is well"), None);
+    }
+}
