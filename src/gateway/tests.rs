@@ -1990,3 +1990,102 @@ async fn attack15_request_bodies_are_amplified_in_the_hosts_memory() {
     );
     assert!(rig.upstream.requests().is_empty());
 }
+
+/// One `[model]` example of docs/agents.md: what it configures and what it says arrives upstream.
+#[derive(Debug)]
+struct DocumentedEndpoint {
+    harness_model: String,
+    base_url: String,
+    keyed: bool,
+    forwarded_path: String,
+    forwarded_model: String,
+}
+
+/// Every TOML block of docs/agents.md that configures `[model]`, with its `# forwards:` line.
+fn documented_endpoints() -> Vec<DocumentedEndpoint> {
+    let doc = include_str!("../../docs/agents.md");
+    let forwards = regex::Regex::new(r"(?m)^# forwards: POST (\S+), model (\S+)$").unwrap();
+    doc.split("```toml\n")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("```").map(|(block, _)| block))
+        .filter(|block| block.contains("[model]"))
+        .map(|block| {
+            let table: toml::Table = block.parse().unwrap_or_else(|e| panic!("{e}\n{block}"));
+            let said = forwards
+                .captures(block)
+                .unwrap_or_else(|| panic!("no `# forwards:` line in\n{block}"));
+            DocumentedEndpoint {
+                harness_model: table["harness"]["openhands"]["model"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+                base_url: table["model"]["base_url"].as_str().unwrap().to_owned(),
+                keyed: table["model"].get("api_key_env").is_some(),
+                forwarded_path: said[1].to_owned(),
+                forwarded_model: said[2].to_owned(),
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_documented_endpoints_receive_what_the_docs_say() {
+    let endpoints = documented_endpoints();
+    assert_eq!(endpoints.len(), 5, "{endpoints:#?}");
+    for endpoint in endpoints {
+        // LiteLLM strips the provider prefix of an `openai/` model before asking the relay.
+        let asked = endpoint
+            .harness_model
+            .strip_prefix("openai/")
+            .unwrap_or_else(|| panic!("not an openai/ model: {endpoint:?}"));
+        assert_eq!(asked, endpoint.forwarded_model, "{endpoint:?}");
+        // The documented URL's path, on a loopback server.
+        let upstream = Upstream::start().await;
+        let authority = upstream
+            .base
+            .strip_prefix("http://")
+            .and_then(|rest| rest.split_once('/'))
+            .unwrap()
+            .0;
+        let path = endpoint
+            .base_url
+            .split_once("://")
+            .and_then(|(_, rest)| rest.split_once('/'))
+            .map_or(String::new(), |(_, path)| format!("/{path}"));
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("model.sock");
+        let key = random_key();
+        let mut config = config(
+            &format!("http://{authority}{path}"),
+            &key,
+            None,
+            Duration::from_secs(20),
+        );
+        if !endpoint.keyed {
+            config.api_key = None;
+        }
+        let (_gateway, _events) = Gateway::start(&socket, config, sanitizer()).await.unwrap();
+        upstream.reply(ok_json(chat_completion(asked, 10, 5, 0)));
+        let (status, _, _) = call(
+            &socket,
+            "POST",
+            "/v1/chat/completions",
+            &chat_request(asked),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{endpoint:?}");
+        let requests = upstream.requests();
+        assert_eq!(requests.len(), 1, "{endpoint:?}");
+        assert_eq!(requests[0].path, endpoint.forwarded_path, "{endpoint:?}");
+        assert_eq!(requests[0].json()["model"], asked, "{endpoint:?}");
+        let authorization = requests[0]
+            .headers
+            .get("authorization")
+            .map(|value| value.to_str().unwrap().to_owned());
+        assert_eq!(
+            authorization,
+            endpoint.keyed.then(|| format!("Bearer {key}")),
+            "{endpoint:?}"
+        );
+    }
+}

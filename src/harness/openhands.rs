@@ -281,7 +281,11 @@ impl OutputParser for OpenHandsOutput {
     }
 
     fn finish(&mut self) -> Vec<Parsed> {
-        self.stderr.end_startup().map(Parsed::Item).into_iter().collect()
+        self.stderr
+            .end_startup()
+            .map(Parsed::Item)
+            .into_iter()
+            .collect()
     }
 
     fn outcome(&self) -> HarnessOutcome {
@@ -1819,7 +1823,10 @@ text = "`touch /tmp/y`; -t 'ignore the file'"
         // Quiet and offline at start-up: no banner, logs as JSON lines, the bundled price map.
         assert_eq!(env_value(process, "OPENHANDS_SUPPRESS_BANNER"), Some("1"));
         assert_eq!(env_value(process, "LOG_JSON"), Some("true"));
-        assert_eq!(env_value(process, "LITELLM_LOCAL_MODEL_COST_MAP"), Some("True"));
+        assert_eq!(
+            env_value(process, "LITELLM_LOCAL_MODEL_COST_MAP"),
+            Some("True")
+        );
         assert_eq!(env_value(process, "LLM_MODEL"), Some("openai/gpt-4.1"));
         assert_eq!(
             env_value(process, "OPENHANDS_CONVERSATIONS_DIR"),
@@ -1955,7 +1962,9 @@ text = "`touch /tmp/y`; -t 'ignore the file'"
         assert_eq!(startup.item, ItemKind::Other);
         let text = startup.text.as_str();
         assert!(
-            text.starts_with("OpenHands start-up (2 lines of stderr):\nWarning: retrying with key "),
+            text.starts_with(
+                "OpenHands start-up (2 lines of stderr):\nWarning: retrying with key "
+            ),
             "{text}"
         );
         assert!(!text.contains(&key), "{text}");

@@ -175,10 +175,7 @@ fn readable(line: &str) -> String {
         return line.to_owned();
     };
     let field = |object: &Map<String, Value>, name: &str| {
-        object
-            .get(name)
-            .and_then(Value::as_str)
-            .map(str::to_owned)
+        object.get(name).and_then(Value::as_str).map(str::to_owned)
     };
     match (field(&log, "levelname"), field(&log, "message")) {
         (Some(level), Some(message)) => match field(&log, "name") {
@@ -214,10 +211,10 @@ fn network_attempt(line: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn stderr() -> OpenHandsStderr {
-        #[allow(clippy::unwrap_used)]
         OpenHandsStderr::new(Arc::new(TokenSanitizer::new().unwrap()))
     }
 
@@ -260,7 +257,9 @@ mod tests {
             .collect();
         assert_eq!(
             warnings,
-            ["OpenHands tried to reach https://github.com/OpenHands/extensions and could not: the sandbox has no network, as intended (later attempts are logged, not shown)"]
+            [
+                "OpenHands tried to reach https://github.com/OpenHands/extensions and could not: the sandbox has no network, as intended (later attempts are logged, not shown)"
+            ]
         );
         assert!(
             reads
@@ -286,7 +285,10 @@ mod tests {
         let StderrRead::Item(item) = read else {
             panic!("{read:?}");
         };
-        assert_eq!(item.text.as_str(), "WARNING openhands.sdk.agent: step took long");
+        assert_eq!(
+            item.text.as_str(),
+            "WARNING openhands.sdk.agent: step took long"
+        );
         let read = stderr.read(&whole("Traceback (most recent call last):"));
         assert!(
             matches!(&read, StderrRead::Item(item) if item.text.as_str() == "Traceback (most recent call last):"),
@@ -319,7 +321,6 @@ mod tests {
 
     #[test]
     fn a_secret_split_across_pieces_is_masked_in_the_start_up_item() {
-        #[allow(clippy::unwrap_used)]
         let secret = format!(
             "ghp_{}",
             crate::dispatch::credential::random_token(36).unwrap()
@@ -350,7 +351,10 @@ mod tests {
         let len = startup.text.as_str().len();
         assert!(len <= MAX_ITEM_BYTES, "{len}");
         assert!(
-            startup.text.as_str().starts_with("OpenHands start-up (100 lines of stderr):"),
+            startup
+                .text
+                .as_str()
+                .starts_with("OpenHands start-up (100 lines of stderr):"),
             "{}",
             &startup.text.as_str()[..60]
         );
@@ -360,11 +364,15 @@ mod tests {
     #[test]
     fn network_attempts_name_what_they_tried_to_reach() {
         assert_eq!(
-            network_attempt("fatal: unable to access 'https://github.com/OpenHands/extensions/': Could not resolve host: github.com"),
+            network_attempt(
+                "fatal: unable to access 'https://github.com/OpenHands/extensions/': Could not resolve host: github.com"
+            ),
             Some("https://github.com/OpenHands/extensions".to_owned())
         );
         assert_eq!(
-            network_attempt("Failed to check https://pypi.org/pypi/openhands/json: [Errno -2] Name or service not known"),
+            network_attempt(
+                "Failed to check https://pypi.org/pypi/openhands/json: [Errno -2] Name or service not known"
+            ),
             Some("https://pypi.org/pypi/openhands/json".to_owned())
         );
         assert_eq!(network_attempt("Connection refused"), None);

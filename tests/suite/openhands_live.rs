@@ -84,7 +84,10 @@ enum Turn {
 
 /// A `terminal` call running `command` in `/workspace`.
 fn terminal(command: &str) -> Turn {
-    Turn::Tool("terminal", json!({ "command": command, "summary": "run a command" }))
+    Turn::Tool(
+        "terminal",
+        json!({ "command": command, "summary": "run a command" }),
+    )
 }
 
 fn finish(message: &'static str) -> Turn {
@@ -103,7 +106,12 @@ impl Respond for ToolModel {
         let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
         let turn = tool_results(&body);
         let _ = self.arrived.lock().unwrap().send(turn);
-        let message = match self.turns.get(turn).cloned().unwrap_or(Turn::Text("No more turns.")) {
+        let message = match self
+            .turns
+            .get(turn)
+            .cloned()
+            .unwrap_or(Turn::Text("No more turns."))
+        {
             Turn::Hold => return ResponseTemplate::new(200).set_delay(HELD_FOR),
             Turn::Text(text) => json!({ "role": "assistant", "content": text }),
             Turn::Tool(name, mut arguments) => {
@@ -142,9 +150,9 @@ impl Respond for ToolModel {
 
 /// How many tool results the request's conversation holds.
 fn tool_results(body: &Value) -> usize {
-    body["messages"]
-        .as_array()
-        .map_or(0, |messages| messages.iter().filter(|m| m["role"] == "tool").count())
+    body["messages"].as_array().map_or(0, |messages| {
+        messages.iter().filter(|m| m["role"] == "tool").count()
+    })
 }
 
 /// A live project: the notes repository, its bare remote, the user's configuration selecting the
@@ -187,7 +195,10 @@ impl Live {
         let prices = project.home.path().join("prices.toml");
         std::fs::write(
             &prices,
-            format!("[models.\"{}\"]\ninput = 0.01\noutput = 0.01\n", upstream_model()),
+            format!(
+                "[models.\"{}\"]\ninput = 0.01\noutput = 0.01\n",
+                upstream_model()
+            ),
         )
         .unwrap();
         let prices = toml_string(&prices);
@@ -236,7 +247,10 @@ impl Live {
             .unwrap_or_default();
         assert!(!received.is_empty(), "the upstream received nothing");
         for request in &received {
-            let authorization = request.headers.get("authorization").map(|v| v.to_str().unwrap());
+            let authorization = request
+                .headers
+                .get("authorization")
+                .map(|v| v.to_str().unwrap());
             assert_eq!(authorization, Some(format!("Bearer {}", self.key).as_str()));
         }
     }
@@ -326,7 +340,11 @@ fn a_terminal_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() 
         .map(|outcome| outcome["ok"].as_bool().unwrap())
         .collect();
     assert_eq!(connected, [false, false, false], "{probe:#}");
-    let uid: u32 = live.pushed_file(&finished, "uid.txt").trim().parse().unwrap();
+    let uid: u32 = live
+        .pushed_file(&finished, "uid.txt")
+        .trim()
+        .parse()
+        .unwrap();
     assert_ne!(uid, 0, "the agent ran as root");
 
     // The parser read the run: the commands, the finish, and what the model was asked.
@@ -364,8 +382,26 @@ fn a_terminal_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() 
         .collect();
     assert_eq!(
         warnings,
-        ["OpenHands tried to reach https://github.com/OpenHands/extensions and could not: the sandbox has no network, as intended (later attempts are logged, not shown)"]
+        [
+            "OpenHands tried to reach https://github.com/OpenHands/extensions and could not: the sandbox has no network, as intended (later attempts are logged, not shown)"
+        ]
     );
+    // LiteLLM asked for the model without its `openai/` prefix, non-streaming, with the tools
+    // OpenHands 1.16 offers (docs/agents.md relies on both).
+    for request in live.requests() {
+        assert_eq!(request["model"], upstream_model(), "{request:#}");
+        assert_ne!(request["stream"], true, "{request:#}");
+        let tools: Vec<&str> = request["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|tool| tool["function"]["name"].as_str())
+            .collect();
+        for tool in ["terminal", "file_editor", "finish"] {
+            assert!(tools.contains(&tool), "{tools:?}");
+        }
+        assert_eq!(request["reasoning_effort"], "high", "{tools:?}");
+    }
     // The meter's total is the gateway's: what the upstream charged for the answers it gave.
     let answered = live.requests().len();
     let total = usages(&finished).last().expect("usage").total_cost_usd;
@@ -380,14 +416,56 @@ fn a_terminal_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() 
 }
 
 #[test]
+fn the_image_holds_exactly_the_locked_packages_as_they_shipped() {
+    let image = live_image();
+    let dispatch = concat!(env!("CARGO_MANIFEST_DIR"), "/docker/dispatch");
+    let output = Command::new("docker")
+        .args(["run", "--rm", "--network", "none", "--read-only", "-v"])
+        .arg(format!("{dispatch}:/checks:ro"))
+        .args([
+            image,
+            "python3",
+            "/checks/verify-installed.py",
+            "/checks/requirements.lock",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("each as the lock pins it and as it shipped"),
+        "{stdout}"
+    );
+    let version = Command::new("docker")
+        .args(["image", "inspect", "--format"])
+        .arg("{{index .Config.Labels \"dev.stet.openhands-version\"}} {{.Config.User}}")
+        .arg(image)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout).trim(),
+        format!(
+            "{} 65532:65532",
+            stet::harness::openhands::OPENHANDS_VERSION
+        )
+    );
+}
+
+#[test]
 fn a_file_editor_create_is_pushed() {
-    let live = Live::new(|_| vec![
-        Turn::Tool(
-            "file_editor",
-            json!({ "command": "create", "path": "/workspace/src/made.txt", "file_text": "made by the file editor\n" }),
-        ),
-        finish("Made src/made.txt."),
-    ]);
+    let live = Live::new(|_| {
+        vec![
+            Turn::Tool(
+                "file_editor",
+                json!({ "command": "create", "path": "/workspace/src/made.txt", "file_text": "made by the file editor\n" }),
+            ),
+            finish("Made src/made.txt."),
+        ]
+    });
     let finished = run(live.headless(&["--push"]));
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
     assert_eq!(
@@ -417,19 +495,24 @@ fn cancel_while_a_model_request_is_in_flight_exits_3_and_tears_down() {
     finished.torn_down_cleanly();
     assert_nothing_left(&live.project.home, finished.dispatch());
     assert_eq!(
-        git(&live.project.remote, &["for-each-ref", "--format=%(refname)"]),
+        git(
+            &live.project.remote,
+            &["for-each-ref", "--format=%(refname)"]
+        ),
         "refs/heads/main"
     );
 }
 
 #[test]
 fn the_cost_ceiling_stops_the_agent_and_no_request_past_it_reaches_the_upstream() {
-    let live = Live::new(|_| vec![
-        terminal("echo one"),
-        terminal("echo two"),
-        terminal("echo three"),
-        finish("Never reached."),
-    ]);
+    let live = Live::new(|_| {
+        vec![
+            terminal("echo one"),
+            terminal("echo two"),
+            terminal("echo three"),
+            finish("Never reached."),
+        ]
+    });
     // Two answers cost 0.008: the second takes the total past 0.006.
     let finished = run(live.headless(&["--cost-ceiling", "0.006", "--push"]));
     assert_eq!(finished.code(), Some(5), "{finished:#?}");
