@@ -9,10 +9,13 @@ Three things must hold, or it prints each breach and exits 1:
   ensurepip wheel installs, is the one exception), and every package the lock pins is installed;
 * every file a distribution's RECORD lists with a sha256 has that hash: nothing was changed after
   installation (a build machine's proxy CA appended to a certifi bundle, say);
-* every `.pth` file in site-packages belongs to an installed distribution: no start-up hook of the
-  build machine's came along.
+* every file in site-packages belongs to an installed distribution (a `.pth` start-up hook among
+  them), and no `sitecustomize` or `usercustomize` module is anywhere on the path: no start-up hook of
+  the build machine's came along.
 
-build-offline runs it before importing the image; the live test suite runs it in the finished image.
+It checks a build, it does not seal an image: whoever can rewrite an image can rewrite a RECORD with
+the file it lists. build-offline runs it before importing the image; the live test suite runs it in
+the finished image.
 """
 
 import base64
@@ -69,9 +72,19 @@ def main(lock):
         if name not in installed:
             breaches.append(f"{name} {version} is pinned but not installed")
     site = Path(sysconfig.get_paths()["purelib"])
-    for pth in sorted(site.glob("*.pth")):
-        if pth.resolve() not in owned:
-            breaches.append(f"{pth} belongs to no installed package")
+    unowned = sorted(
+        path
+        for path in site.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.resolve() not in owned
+    )
+    for path in unowned[:20]:
+        breaches.append(f"{path} belongs to no installed package")
+    if len(unowned) > 20:
+        breaches.append(f"... and {len(unowned) - 20} more files that belong to no installed package")
+    for entry in sys.path:
+        for hook in ("sitecustomize", "usercustomize"):
+            for found in Path(entry or ".").glob(f"{hook}*"):
+                breaches.append(f"{found} is a start-up hook on the path")
     for breach in breaches:
         print(f"verify-installed: {breach}")
     if breaches:

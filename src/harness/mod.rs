@@ -107,6 +107,8 @@ pub enum Parsed {
     /// Something about the run a person should know that is not the agent's doing (the harness's
     /// network attempts failing in a sandbox that has none); published as a `warning` event.
     Warning(SanitizedText),
+    /// An item for the run record only, not shown live (the harness's repeated network failures).
+    RecordOnly(TranscriptItem),
 }
 
 /// Reads one agent run's output, line by line; one parser per dispatch.

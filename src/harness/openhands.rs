@@ -275,6 +275,7 @@ impl OutputParser for OpenHandsOutput {
             OutputStream::Stderr => match self.stderr.read(&line.line) {
                 StderrRead::Nothing => Vec::new(),
                 StderrRead::Item(item) => vec![Parsed::Item(item)],
+                StderrRead::Recorded(item) => vec![Parsed::RecordOnly(item)],
                 StderrRead::Warning(message) => vec![Parsed::Warning(message)],
             },
         }

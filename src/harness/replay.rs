@@ -137,6 +137,7 @@ impl<W: Write> EventWriter<'_, W> {
         for parsed in parsed {
             let kind = match parsed {
                 Parsed::Warning(message) => EventKind::Warning { message },
+                Parsed::RecordOnly(item) => EventKind::Transcript(item),
                 Parsed::Item(item) => EventKind::Transcript(item),
                 Parsed::Usage(report) => {
                     self.total_cost_usd += report.cost_usd.unwrap_or(0.0);

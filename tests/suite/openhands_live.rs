@@ -383,7 +383,7 @@ fn a_terminal_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() 
     assert_eq!(
         warnings,
         [
-            "OpenHands tried to reach https://github.com/OpenHands/extensions and could not: the sandbox has no network, as intended (later attempts are logged, not shown)"
+            "OpenHands tried to reach https://github.com/OpenHands/extensions and could not: the sandbox has no network, as intended (later attempts go to the run record only)"
         ]
     );
     // LiteLLM asked for the model without its `openai/` prefix, non-streaming, with the tools
@@ -453,6 +453,42 @@ fn the_image_holds_exactly_the_locked_packages_as_they_shipped() {
             stet::harness::openhands::OPENHANDS_VERSION
         )
     );
+}
+
+/// A start-up hook planted in the image's site-packages (what a build machine's own hooks would be)
+/// is found by the image check, which then fails.
+#[test]
+fn the_image_check_finds_a_planted_start_up_hook() {
+    let image = live_image();
+    let dispatch = concat!(env!("CARGO_MANIFEST_DIR"), "/docker/dispatch");
+    let scratch = tempfile::tempdir().unwrap();
+    let hook = scratch.path().join("hook.py");
+    std::fs::write(&hook, "import sys\n").unwrap();
+    let site = "/usr/local/lib/python3.12/site-packages";
+    let output = Command::new("docker")
+        .args(["run", "--rm", "--network", "none", "--read-only", "-v"])
+        .arg(format!("{dispatch}:/checks:ro"))
+        .arg("-v")
+        .arg(format!("{}:{site}/sitecustomize.py:ro", hook.display()))
+        .arg("-v")
+        .arg(format!("{}:{site}/proxy-ca.pth:ro", hook.display()))
+        .args([
+            image,
+            "python3",
+            "/checks/verify-installed.py",
+            "/checks/requirements.lock",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    for breach in [
+        format!("{site}/sitecustomize.py belongs to no installed package"),
+        format!("{site}/proxy-ca.pth belongs to no installed package"),
+        format!("{site}/sitecustomize.py is a start-up hook on the path"),
+    ] {
+        assert!(stdout.contains(&breach), "{breach} in {stdout}");
+    }
 }
 
 #[test]

@@ -256,6 +256,10 @@ impl Dispatch {
         parsed: Parsed,
         stop: &CancellationToken,
     ) -> Result<bool, DispatchError> {
+        if let Parsed::RecordOnly(item) = parsed {
+            self.publisher.record_only(EventKind::Transcript(item));
+            return Ok(true);
+        }
         match self.parsed_kind(parsed) {
             Some(kind) => self.publish_until(kind, stop).await,
             None => Ok(true),
@@ -269,6 +273,7 @@ impl Dispatch {
             Parsed::Item(item) => Some(EventKind::Transcript(item)),
             Parsed::Usage(report) => self.meter.add_reported(report).map(EventKind::Usage),
             Parsed::Warning(message) => Some(EventKind::Warning { message }),
+            Parsed::RecordOnly(item) => Some(EventKind::Transcript(item)),
         }
     }
 
