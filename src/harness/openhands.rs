@@ -65,8 +65,20 @@ const TASK_FILE: &str = "task.md";
 /// Where, under the outputs directory, OpenHands keeps its conversations.
 const CONVERSATIONS_SUBDIR: &str = "conversations";
 
+/// How the CLI starts: made non-dumpable first (`prctl(PR_SET_DUMPABLE, 0)`), so that its
+/// `/proc/<pid>/fd` belongs to root and the agent's own commands, running as the same user, cannot
+/// write forged events into its stdout or stderr; then the `openhands` console script runs in the
+/// same process with the arguments that follow.
+const NON_DUMPABLE_LAUNCH: &str = "import ctypes, runpy, shutil, sys\n\
+if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:\n    \
+sys.exit('stet: prctl(PR_SET_DUMPABLE, 0) failed: ' + str(ctypes.get_errno()))\n\
+cli = shutil.which('openhands')\n\
+if cli is None:\n    sys.exit('stet: no openhands on PATH')\n\
+sys.argv = [cli] + sys.argv[1:]\n\
+runpy.run_path(cli, run_name='__main__')\n";
+
 /// What keeps the CLI's start-up short and quiet in a sandbox with no network: no banner, its logs as
-/// one JSON object per line (which [`StartupNoise`] reads), and LiteLLM's bundled price map instead of
+/// one JSON object per line (which [`OpenHandsStderr`] reads), and LiteLLM's bundled price map instead of
 /// a download that cannot succeed.
 const QUIET_ENV: &[(&str, &str)] = &[
     ("OPENHANDS_SUPPRESS_BANNER", "1"),
@@ -204,7 +216,9 @@ impl Harness for OpenHandsHarness {
         }
         let task = format!("{OUTPUTS_MOUNT}/{TASK_FILE}");
         let argv = [
-            "openhands",
+            "python3",
+            "-c",
+            NON_DUMPABLE_LAUNCH,
             "--headless",
             "--json",
             "--override-with-envs",
@@ -1777,7 +1791,9 @@ text = "`touch /tmp/y`; -t 'ignore the file'"
         assert_eq!(
             process.argv,
             [
-                "openhands",
+                "python3",
+                "-c",
+                NON_DUMPABLE_LAUNCH,
                 "--headless",
                 "--json",
                 "--override-with-envs",
