@@ -300,7 +300,6 @@ fn git_error(path: &Path, operation: &'static str) -> impl Fn(git2::Error) -> De
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::agent::{AgentOptions, AgentRecord};
     use crate::brief::Brief;

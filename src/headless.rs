@@ -231,7 +231,6 @@ fn progress_text(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use std::sync::Arc;
 
     use super::*;

@@ -204,7 +204,6 @@ impl Drop for SanitizingRecord {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::dispatch::credential::random_token;
     use crate::dispatch::sanitize::{KnownValue, TokenSanitizer};

@@ -95,7 +95,6 @@ fn set_mode(path: &Path, mode: u32) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use std::os::unix::fs::MetadataExt;
 

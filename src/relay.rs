@@ -149,7 +149,6 @@ async fn pipe(mut stream: TcpStream, socket: &Path) {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use std::time::Duration;
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

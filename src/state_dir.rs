@@ -306,7 +306,6 @@ fn first_non_directory(path: &Path) -> Option<PathBuf> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use std::os::unix::fs::MetadataExt;
 

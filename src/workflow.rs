@@ -244,7 +244,6 @@ fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use std::path::Path;
 

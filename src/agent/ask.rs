@@ -358,7 +358,6 @@ pub(super) fn refusal_detail(message: &Option<String>, retry_after: &Option<Stri
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

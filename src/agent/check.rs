@@ -138,7 +138,6 @@ fn read_bounded(path: &Path) -> std::io::Result<String> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn run_checks(checks: &str, files: &[(&str, &str)]) -> (Result<u8>, String) {

@@ -414,7 +414,6 @@ fn line_and_column(line_starts: &[usize], offset: usize) -> (usize, usize) {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

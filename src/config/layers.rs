@@ -275,7 +275,6 @@ impl Layers {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use std::path::Path;
 
     use super::*;

@@ -94,7 +94,6 @@ pub fn root_of(named: &Path) -> Result<PathBuf> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

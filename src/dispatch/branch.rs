@@ -394,7 +394,6 @@ impl fmt::Display for CommitSha {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

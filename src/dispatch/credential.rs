@@ -367,7 +367,6 @@ impl CredentialProvider for LocalCredentialProvider {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::dispatch::sanitize::TokenSanitizer;
 

@@ -397,7 +397,6 @@ impl Dispatcher {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use std::path::Path;
 
     use super::*;

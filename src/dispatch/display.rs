@@ -56,7 +56,6 @@ pub fn forge_text(sanitizer: &Arc<TokenSanitizer>, text: &str) -> ForgeText {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::dispatch::sanitize::KnownValue;
 

@@ -113,7 +113,6 @@ fn humane(duration: Duration) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::dispatch::sanitize::KnownValue;
     use std::sync::Arc;

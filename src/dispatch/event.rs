@@ -326,7 +326,6 @@ pub struct Usage {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use std::collections::BTreeSet;
     use std::sync::Arc;
 

@@ -233,7 +233,6 @@ fn create_private_dir(path: &Path) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use std::sync::Arc;
 
     #[test]

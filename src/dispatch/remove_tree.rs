@@ -165,7 +165,6 @@ fn make_owner_writable(directory: &OwnedFd) -> rustix::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 

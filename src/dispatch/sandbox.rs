@@ -692,7 +692,6 @@ pub(crate) fn hand_over(path: &Path, user: SandboxUser) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[tokio::test]

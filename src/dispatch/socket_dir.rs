@@ -373,7 +373,6 @@ fn set_private_mode(path: &Path) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn me() -> u32 {

@@ -179,7 +179,6 @@ pub fn transition(from: Phase, input: Input) -> Result<Phase> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     /// The whole legal table, written out independently of `transition`.

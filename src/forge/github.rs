@@ -903,7 +903,6 @@ impl Forge for GitHubForge {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

@@ -304,7 +304,6 @@ impl CredentialProvider for FallbackCredentialProvider {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[tokio::test]

@@ -504,7 +504,6 @@ fn git_error(remote: &Path, error: &git2::Error) -> ForgeError {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn repository(path: &Path) -> git2::Repository {

@@ -403,7 +403,6 @@ where
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::dispatch::sanitize::TokenSanitizer;
     use std::path::PathBuf;

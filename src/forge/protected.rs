@@ -399,7 +399,6 @@ fn match_glob(glob: &[Glob], name: &[char]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn held_by(path: &str) -> Option<String> {

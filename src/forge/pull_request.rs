@@ -220,7 +220,6 @@ fn human_duration(duration: Duration) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::brief::Brief;
     use crate::dispatch::sanitize::KnownValue;

@@ -276,7 +276,6 @@ fn one_word(text: &str, origin: impl Fn() -> String) -> Result<SecretValue> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn sh(script: &str) -> TokenSource {

@@ -1,8 +1,6 @@
 //! End-to-end tests of the gateway: a scripted OpenAI-compatible upstream on loopback that records
 //! every request it receives, and an agent-side HTTP/1.1 client on the gateway's unix socket.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::os::unix::fs::PermissionsExt;

@@ -257,7 +257,6 @@ pub fn read_changes(
 /// Repositories built from lists of entries, for the tests of the review gate.
 #[cfg(test)]
 pub(crate) mod trees {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     /// One tree entry: its path, mode and content (a link's content is its target).
@@ -340,7 +339,6 @@ pub(crate) mod trees {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::trees::changes;
     use super::*;
 

@@ -375,7 +375,6 @@ impl Sha1 {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use git2::Repository;
 

@@ -482,7 +482,6 @@ fn count_and_restat(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn sha() -> CommitSha {

@@ -227,7 +227,6 @@ fn network_attempt(line: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     fn stderr() -> OpenHandsStderr {

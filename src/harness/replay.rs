@@ -160,7 +160,6 @@ impl<W: Write> EventWriter<'_, W> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::dispatch::event::ItemKind;
 

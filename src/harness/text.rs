@@ -125,7 +125,6 @@ fn skip_control_string(chars: &mut Peekable<Chars<'_>>) {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

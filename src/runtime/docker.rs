@@ -521,7 +521,6 @@ impl ContainerRuntime for DockerRuntime {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use std::path::PathBuf;
 
     use super::*;

@@ -376,7 +376,6 @@ pub fn message_for(key: KeyEvent, app: &App) -> Option<Msg> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use chrono::DateTime;
     use crossterm::event::KeyEventState;

@@ -7,8 +7,6 @@
 //! suite runs as root (which can act as one); as an ordinary user the modes and owners are the proof.
 //! CI runs the suite both ways.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;

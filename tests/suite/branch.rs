@@ -1,8 +1,6 @@
 //! Checks the branch rules against git itself: a deterministic corpus of awkward names goes through
 //! both `validate_ref_format`/`BranchValidator::validate` and `git check-ref-format`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::BTreeSet;
 use std::process::Command;
 

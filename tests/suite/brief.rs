@@ -1,8 +1,6 @@
 //! Briefs and the inbox from real files: the demo briefs, directory listing rules, and every kind of
 //! bad file a person (or an attacker) could leave in `.stet/briefs`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -7,8 +7,6 @@
 //! Logging is process-wide, so the flow runs in a child: this test binary run again on this one test,
 //! told by an environment variable to be the child.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;

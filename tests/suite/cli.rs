@@ -1,8 +1,6 @@
 //! The `stet` binary from the outside: `sanitize` as a Unix filter, `check-branch`, usage errors, and
 //! the log files it leaves. Canary secrets are generated per run.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 

@@ -8,8 +8,6 @@
 //! dispatch's directory gone, every minted credential revoked exactly once, the journal empty, and a
 //! run record whose events are exactly the ones published.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -2,8 +2,6 @@
 //! the branch into the user's own repository without touching their checkout, the base moving since
 //! preflight stops the push, and pull requests are review records that an update never re-creates.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;

@@ -3,8 +3,6 @@
 //! sandbox and the gateway on the host. What the upstream received is checked (the key arrives there
 //! and nowhere else), as is everything the dispatch showed and kept.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use super::support::serving_runtime;
 
 use std::net::{Ipv4Addr, SocketAddr};

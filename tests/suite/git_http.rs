@@ -14,8 +14,6 @@
 //! assert!(server.presented().iter().all(|p| p.password == scoped));
 //! ```
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};

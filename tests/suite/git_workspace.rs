@@ -7,8 +7,6 @@
 //! workspace, nested `.git` directories, fifos) stays inert: each trap is first shown to fire when real
 //! git runs on the workspace, then shown not to fire during the import.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;

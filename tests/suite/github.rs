@@ -3,8 +3,6 @@
 //! failures are read, and that the primary token travels in the `Authorization` header only.
 //! Tokens and the app's RSA key are generated at run time.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;

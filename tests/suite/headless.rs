@@ -6,8 +6,6 @@
 //! its own runs printed: other tests run at the same time against the same engine. Secrets are made
 //! at run time; the signal tests act on the events as they are read, never on a clock.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::ExitStatusExt;

@@ -8,8 +8,6 @@
 //! run when the suite runs as root; as an ordinary user the same test checks what that user can
 //! plant. CI runs the suite both ways.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;

@@ -4,8 +4,6 @@
 //! must push nothing: the remote's refs and objects are checked, and the reason must name what was
 //! held and why. Every secret is made at run time.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::process::Command;
 
 use regex::Regex;

@@ -5,8 +5,6 @@
 //! names the first one's review. Each test checks the effect where a person would meet it: the local
 //! forge's review record, the pushed commit message, the run record, the user's object store.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

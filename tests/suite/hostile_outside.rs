@@ -19,8 +19,6 @@
 //! * `a_path_reached_through_a_link_is_held_however_many_other_links_reach_it`: with 32 links to a
 //!   directory in the base, a change to a hook another link reaches is still held.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

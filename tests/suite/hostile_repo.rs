@@ -7,8 +7,6 @@
 //! repository names is never printed. Then the user trusts the file (`stet trust`) and the same
 //! setting takes effect, until one byte of the file changes.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -3,8 +3,6 @@
 //! Each hardening property is checked by effect with a positive control beside it where the effect is a
 //! refusal (a connection refused only counts if the same probe connects when the network allows it).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Stdio};

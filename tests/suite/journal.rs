@@ -6,8 +6,6 @@
 //! [`CHILD_DIR_ENV`] to act as a dispatch that journals two resources, says so on stdout and then
 //! blocks on stdin until it is killed or its stdin is closed.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};

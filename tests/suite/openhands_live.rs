@@ -9,8 +9,6 @@
 //! nothing behind. The image is built once per test process (its base is cached across runs); a
 //! machine that cannot build it fails these tests with the builder's own message.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::Command;
 use std::sync::mpsc::{Receiver, Sender, channel};

@@ -1,8 +1,6 @@
 //! The host's push against a real git smart-HTTP server (`git http-backend` on loopback) and real bare
 //! repositories: which credential a push presented, how often, and every way a push is refused.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,8 +1,6 @@
 //! Pull by digest from a real registry: Debian's `docker-registry` on a loopback port, the image
 //! pushed to it, removed locally, and pulled back through `ensure_image` with progress events.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -1,8 +1,6 @@
 //! The sandbox on the real Docker engine, each property proven by effect from inside the container
 //! (the `stet probe` subcommand) and, where the engine can say it, by `inspect` too.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

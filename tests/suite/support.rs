@@ -5,8 +5,6 @@
 //! Every test has its own tokio runtime, and a bollard client is bound to the runtime that created its
 //! connection pool, so clients are made per use and only plain data is kept in globals.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::path::Path;

@@ -1,8 +1,6 @@
 //! A real crash: a process that provisioned a sandbox is SIGKILLed; the next sweep reclaims its
 //! container, its directories and its journal record, and never touches a live dispatch.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -12,8 +12,6 @@
 //!
 //! Every wait polls for what it expects with an overall bound that fails the test with the screen.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -186,7 +186,6 @@ pub fn escaped_invisible(name: &str) -> Cow<'_, str> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

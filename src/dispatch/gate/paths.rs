@@ -250,7 +250,6 @@ fn reasons(change: &PathChange, rules: &ProtectedPaths, links: &Links<'_>) -> Ve
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::git::changes::AddedText;
 

@@ -262,7 +262,6 @@ pub(super) fn joined<T: std::fmt::Display>(items: &[&T]) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

@@ -118,7 +118,6 @@ impl Meter {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::dispatch::sanitize::TokenSanitizer;
     use std::sync::Arc;

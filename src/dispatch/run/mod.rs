@@ -464,7 +464,6 @@ impl Drop for AbortOnDrop {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::brief::Brief;
     use crate::dispatch::event::DispatchId;

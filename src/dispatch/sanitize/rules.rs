@@ -695,7 +695,6 @@ fn contains_word(line: &[u8], word: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     /// The SIMD prefilter (Teddy) handles at most this many literals; past it scanning is ~4x slower.

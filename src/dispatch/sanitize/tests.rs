@@ -1,6 +1,5 @@
 //! Unit and property tests of the sanitizer. Secrets are generated here at run time; none is written
 //! literally in the repository.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 

@@ -372,7 +372,6 @@ impl<'de> Visitor<'de> for NotNull<'_> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
 

@@ -105,7 +105,6 @@ impl Search {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
 
     use super::*;
     use crate::dispatch::event::ItemKind;

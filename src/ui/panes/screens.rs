@@ -2,8 +2,6 @@
 //! real sanitizer) to the app, so a visible change to any pane shows up in review. They are kept in
 //! `tests/snapshots/` with the rest of the suite's.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use chrono::TimeDelta;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;

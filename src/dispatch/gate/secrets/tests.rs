@@ -1,5 +1,4 @@
 //! The secret scan against results built in real repositories. Every secret is made at run time.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 

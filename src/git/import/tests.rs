@@ -1,0 +1,283 @@
+//! Unit tests of `crate::git::import`, in a file of their own so the module reads as code.
+
+use super::*;
+
+#[test]
+fn every_spelling_git_reads_as_dot_git_is_recognized() {
+    for name in [
+        ".git",
+        ".GIT",
+        ".Git",
+        ".git.",
+        ".git ",
+        ".git. .",
+        ".git::$INDEX_ALLOCATION",
+        ".git\\hooks",
+        "git~1",
+        "GIT~1",
+        ".g\u{200c}it",
+        "\u{feff}.git",
+        ".gi\u{202e}t",
+    ] {
+        assert!(names_git_directory(name.as_bytes()), "{name:?}");
+    }
+}
+
+#[test]
+fn names_that_only_start_like_dot_git_are_kept() {
+    for name in [
+        ".github",
+        ".gitignore",
+        ".gitkeep",
+        ".gitattributes",
+        ".git-blame-ignore-revs",
+        "git",
+        "x.git",
+        "repo.git",
+        "git~2",
+        ".git.x",
+        ".g\u{e9}it",
+    ] {
+        assert!(!names_git_directory(name.as_bytes()), "{name:?}");
+    }
+    assert!(!names_git_directory(b".git\xff"));
+    assert!(names_git_directory(b".GIT"));
+}
+
+#[test]
+fn gitmodules_is_matched_the_same_way() {
+    assert!(folds_to(b".gitmodules", b".gitmodules"));
+    assert!(folds_to(b".GitModules ", b".gitmodules"));
+    assert!(!folds_to(b".gitmodules.bak", b".gitmodules"));
+    assert!(!folds_to(b"gitmodules", b".gitmodules"));
+}
+
+#[test]
+fn paths_join_with_slashes_and_show_lossily() {
+    assert_eq!(join(b"", b"a"), b"a");
+    assert_eq!(join(b"a/b", b"c"), b"a/b/c");
+    assert_eq!(lossy(b"caf\xe9"), "caf\u{fffd}");
+}
+
+#[test]
+fn the_default_limits_are_the_documented_ones() {
+    let limits = ImportLimits::default();
+    assert_eq!(limits.max_files, 200_000);
+    assert_eq!(limits.max_file_bytes, 100 << 20);
+    assert_eq!(limits.max_total_bytes, 1 << 30);
+}
+
+/// A repository with one commit of `files`, and an empty workspace directory beside it.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    repository: PathBuf,
+    workspace: PathBuf,
+    parent: CommitSha,
+}
+
+impl Fixture {
+    fn new(files: &[(&str, &[u8])]) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let repository = dir.path().join("repo");
+        let workspace = dir.path().join("workspace");
+        std::fs::create_dir(&workspace).unwrap();
+        let repo = Repository::init(&repository).unwrap();
+        let mut index = repo.index().unwrap();
+        for (path, content) in files {
+            let full = repository.join(path);
+            std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+            std::fs::write(&full, content).unwrap();
+            index.add_path(Path::new(path)).unwrap();
+        }
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let signature = Signature::now("user", "user@stet.invalid").unwrap();
+        let commit = repo
+            .commit(Some("HEAD"), &signature, &signature, "base", &tree, &[])
+            .unwrap();
+        for (path, content) in files {
+            let full = workspace.join(path);
+            std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+            std::fs::write(full, content).unwrap();
+        }
+        Fixture {
+            _dir: dir,
+            repository,
+            workspace,
+            parent: CommitSha::parse(&commit.to_string()).unwrap(),
+        }
+    }
+
+    fn write(&self, path: &str, content: &[u8]) {
+        let full = self.workspace.join(path);
+        std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+        std::fs::write(full, content).unwrap();
+    }
+
+    fn import(&self, limits: ImportLimits, interrupted: &dyn Fn() -> bool) -> Result<Imported> {
+        let message =
+            std::sync::Arc::new(crate::dispatch::sanitize::TokenSanitizer::new().unwrap())
+                .sanitize("agent result");
+        import_until(
+            &ImportRequest {
+                repository: &self.repository,
+                workspace: &self.workspace,
+                parent: &self.parent,
+                identity: &Identity {
+                    name: "stet".into(),
+                    email: "stet@stet.invalid".into(),
+                },
+                message: &message,
+                limits,
+            },
+            interrupted,
+        )
+    }
+
+    /// Every file under `.git/objects` with its size: what a refused import must not change.
+    fn objects(&self) -> Vec<(PathBuf, u64)> {
+        fn walk(dir: &Path, into: &mut Vec<(PathBuf, u64)>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let entry = entry.unwrap();
+                let metadata = entry.metadata().unwrap();
+                if metadata.is_dir() {
+                    walk(&entry.path(), into);
+                } else {
+                    into.push((entry.path(), metadata.len()));
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(&self.repository.join(".git").join("objects"), &mut files);
+        files.sort();
+        files
+    }
+}
+
+/// Distinct, incompressible-looking content of `length` bytes.
+fn content(seed: u64, length: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..length)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+#[test]
+fn an_import_refused_for_its_size_after_writing_blobs_leaves_the_store_as_it_was() {
+    let fixture = Fixture::new(&[("README.md", b"hello\n")]);
+    for file in 0..8 {
+        fixture.write(&format!("big/{file}.bin"), &content(file, 64 * 1024));
+    }
+    let before = fixture.objects();
+    let limits = ImportLimits {
+        max_total_bytes: 5 * 64 * 1024,
+        ..ImportLimits::default()
+    };
+    let error = fixture.import(limits, &|| false).unwrap_err();
+    assert!(
+        matches!(error, ImportError::TotalTooLarge { .. }),
+        "{error}"
+    );
+    assert_eq!(
+        fixture.objects(),
+        before,
+        "the refused import left objects behind"
+    );
+
+    // The same workspace under the default limits is imported, as one pack of the new objects.
+    let imported = fixture.import(ImportLimits::default(), &|| false).unwrap();
+    let Imported::Committed { commit, diff, .. } = imported else {
+        panic!("{imported:?}");
+    };
+    assert_eq!(diff.files.len(), 8);
+    let after = fixture.objects();
+    let added: Vec<_> = after.iter().filter(|file| !before.contains(file)).collect();
+    assert_eq!(added.len(), 2, "one pack and its index: {added:?}");
+    assert!(
+        added
+            .iter()
+            .all(|(path, _)| path.parent().unwrap().ends_with("objects/pack"))
+    );
+    let reopened = Repository::open(&fixture.repository).unwrap();
+    let commit = reopened
+        .find_commit(Oid::from_str(commit.as_str()).unwrap())
+        .unwrap();
+    let blob = commit
+        .tree()
+        .unwrap()
+        .get_path(Path::new("big/3.bin"))
+        .unwrap()
+        .id();
+    assert_eq!(
+        reopened.find_blob(blob).unwrap().content(),
+        content(3, 64 * 1024)
+    );
+}
+
+#[test]
+fn an_interrupted_import_writes_nothing_wherever_it_stops() {
+    let fixture = Fixture::new(&[("README.md", b"hello\n"), ("src/lib.rs", b"fn a() {}\n")]);
+    for file in 0..6 {
+        fixture.write(&format!("src/new{file}.rs"), &content(file, 4096));
+    }
+    fixture.write("README.md", b"changed\n");
+    let before = fixture.objects();
+    let mut stops = 0;
+    for after_questions in 0.. {
+        let asked = std::cell::Cell::new(0);
+        let interrupted = || {
+            asked.set(asked.get() + 1);
+            asked.get() > after_questions
+        };
+        match fixture.import(ImportLimits::default(), &interrupted) {
+            Err(ImportError::Interrupted) => stops += 1,
+            Ok(Imported::Committed { .. }) => break,
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            fixture.objects(),
+            before,
+            "interrupted after {after_questions} questions"
+        );
+    }
+    // Each of the nine entries was a place to stop, and so was the moment before the pack.
+    assert_eq!(stops, 10);
+}
+
+#[test]
+fn an_unchanged_workspace_writes_nothing_and_shared_content_is_stored_once() {
+    let fixture = Fixture::new(&[("a.txt", b"same\n")]);
+    let before = fixture.objects();
+    let unchanged = fixture.import(ImportLimits::default(), &|| false).unwrap();
+    assert!(
+        matches!(unchanged, Imported::Unchanged { .. }),
+        "{unchanged:?}"
+    );
+    assert_eq!(fixture.objects(), before);
+
+    let shared = content(9, 1000);
+    fixture.write("one/x.bin", &shared);
+    fixture.write("two/x.bin", &shared);
+    fixture.write("three.txt", b"same\n");
+    let imported = fixture.import(ImportLimits::default(), &|| false).unwrap();
+    assert!(
+        matches!(imported, Imported::Committed { .. }),
+        "{imported:?}"
+    );
+    let pack = fixture
+        .objects()
+        .into_iter()
+        .find(|(path, _)| path.extension().is_some_and(|ext| ext == "idx"))
+        .unwrap();
+    // The index names each new object once: one/ and two/ are the same tree.
+    let index = std::fs::read(&pack.0).unwrap();
+    let count = u32::from_be_bytes(index[8 + 255 * 4..8 + 256 * 4].try_into().unwrap());
+    assert_eq!(
+        count, 4,
+        "the new blob, the shared subtree, the root tree and the commit"
+    );
+}

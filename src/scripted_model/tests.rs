@@ -1,0 +1,447 @@
+//! Unit tests of `crate::scripted_model`, in a file of their own so the module reads as code.
+
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use super::*;
+
+fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// A bearer token made up now, so that no secret-looking value is written in the repository.
+fn fresh_key() -> String {
+    let mut random = [0u8; 16];
+    getrandom::fill(&mut random).unwrap();
+    let hex: String = random.iter().map(|byte| format!("{byte:02x}")).collect();
+    format!("test-{hex}")
+}
+
+struct Answer {
+    status: StatusCode,
+    headers: http::HeaderMap,
+    body: std::result::Result<Bytes, String>,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(self.body.as_ref().unwrap()).unwrap()
+    }
+    fn text(&self) -> String {
+        String::from_utf8(self.body.clone().unwrap().to_vec()).unwrap()
+    }
+}
+
+async fn send(model: &ScriptedModel, method: Method, path: &str, body: Option<Value>) -> Answer {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(format!("http://{}{path}", model.address()));
+    if body.is_some() {
+        request = request.header(header::CONTENT_TYPE, "application/json");
+    }
+    let request = request
+        .body(Full::new(Bytes::from(
+            body.map(|body| body.to_string()).unwrap_or_default(),
+        )))
+        .unwrap();
+    let response = client().request(request).await.unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map(|collected| collected.to_bytes())
+        .map_err(|error| error.to_string());
+    Answer {
+        status,
+        headers,
+        body,
+    }
+}
+
+async fn chat(model: &ScriptedModel, body: Value) -> Answer {
+    send(model, Method::POST, "/v1/chat/completions", Some(body)).await
+}
+
+fn question(text: &str) -> Value {
+    json!({
+        "model": DEMO_MODEL,
+        "messages": [
+            { "role": "system", "content": "be brief" },
+            { "role": "user", "content": "an earlier question" },
+            { "role": "assistant", "content": "an answer" },
+            { "role": "user", "content": text },
+        ],
+    })
+}
+
+/// The `data:` payloads of an event stream.
+fn events(text: &str) -> Vec<String> {
+    assert!(text.ends_with("\n\n"), "{text:?}");
+    text.split("\n\n")
+        .filter(|event| !event.is_empty())
+        .map(|event| event.strip_prefix("data: ").unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn chat_completions_answer_deterministically_with_usage() {
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let long = "Please rename the greeting function and update every caller in the crate.";
+    let body = question(long);
+    let request_bytes = body.to_string().len() as u64;
+    let answer = chat(&model, body.clone()).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(
+        answer.headers[header::CONTENT_TYPE],
+        HeaderValue::from_static("application/json")
+    );
+    assert!(answer.headers.get(COST_HEADER).is_none());
+    let reply = answer.json();
+    let expected = format!("step 1: {}", &long[..60]);
+    assert_eq!(reply["choices"][0]["message"]["content"], json!(expected));
+    assert_eq!(reply["choices"][0]["finish_reason"], json!("stop"));
+    assert_eq!(reply["model"], json!(DEMO_MODEL));
+    let completion = (expected.len() as u64).div_ceil(4);
+    assert_eq!(
+        reply["usage"],
+        json!({
+            "prompt_tokens": request_bytes / 4 + 50,
+            "completion_tokens": completion,
+            "total_tokens": request_bytes / 4 + 50 + completion,
+            "prompt_tokens_details": { "cached_tokens": 0 },
+        })
+    );
+    // The same request again: the same reply but for its number.
+    let again = chat(&model, body).await.json();
+    assert_eq!(
+        again["choices"][0]["message"]["content"],
+        json!(format!("step 2: {}", &long[..60]))
+    );
+    assert_eq!(again["usage"], reply["usage"]);
+    model.shutdown().await;
+}
+
+#[tokio::test]
+async fn every_request_is_recorded_with_its_headers_and_body() {
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let key = fresh_key();
+    let body = question("hi");
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri(format!("{}/chat/completions?trace=1", model.base_url()))
+        .header(header::AUTHORIZATION, format!("Bearer {key}"))
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap();
+    let response = client().request(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    send(&model, Method::GET, "/v1/models", None).await;
+    send(&model, Method::POST, "/v1/nothing", Some(json!("x"))).await;
+
+    let requests = model.requests();
+    assert_eq!(
+        requests.iter().map(|r| r.path.as_str()).collect::<Vec<_>>(),
+        vec!["/v1/chat/completions", "/v1/models", "/v1/nothing"]
+    );
+    assert_eq!(
+        requests[0].header("authorization"),
+        Some(format!("Bearer {key}").as_str())
+    );
+    assert_eq!(requests[0].body, body);
+    assert_eq!(requests[1].body, Value::Null);
+    assert_eq!(requests[1].header("authorization"), None);
+    assert_eq!(requests[2].body, json!("x"));
+    model.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_streamed_chat_completion_comes_in_chunks_with_usage_when_asked() {
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut plain = question("stream this answer to me please");
+    plain["stream"] = json!(true);
+    let mut with_usage = plain.clone();
+    with_usage["stream_options"] = json!({ "include_usage": true });
+
+    for (number, body) in [(1, plain), (2, with_usage)] {
+        let include_usage = number == 2;
+        let answer = chat(&model, body.clone()).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(
+            answer.headers[header::CONTENT_TYPE],
+            HeaderValue::from_static("text/event-stream")
+        );
+        let events = events(&answer.text());
+        assert_eq!(events.last().unwrap(), "[DONE]");
+        let chunks: Vec<Value> = events[..events.len() - 1]
+            .iter()
+            .map(|event| serde_json::from_str(event).unwrap())
+            .collect();
+        assert!(
+            chunks
+                .iter()
+                .all(|chunk| chunk["object"] == json!("chat.completion.chunk"))
+        );
+        let content: String = chunks
+            .iter()
+            .filter_map(|chunk| chunk["choices"][0]["delta"]["content"].as_str())
+            .collect();
+        let expected = format!("step {number}: stream this answer to me please");
+        assert_eq!(content, expected);
+        let pieces = chunks
+            .iter()
+            .filter(|chunk| chunk["choices"][0]["delta"]["content"].is_string())
+            .count();
+        assert_eq!(pieces, 3);
+        assert_eq!(chunks[0]["choices"][0]["delta"]["role"], json!("assistant"));
+        let usage: Vec<&Value> = chunks
+            .iter()
+            .filter(|chunk| chunk["usage"].is_object())
+            .map(|chunk| &chunk["usage"])
+            .collect();
+        if include_usage {
+            assert_eq!(usage.len(), 1);
+            let last = chunks.last().unwrap();
+            assert_eq!(last["choices"], json!([]));
+            let request_bytes = body.to_string().len() as u64;
+            assert_eq!(
+                last["usage"]["prompt_tokens"],
+                json!(request_bytes / 4 + 50)
+            );
+            assert_eq!(
+                last["usage"]["completion_tokens"],
+                json!((expected.len() as u64).div_ceil(4))
+            );
+            assert_eq!(
+                chunks[chunks.len() - 2]["choices"][0]["finish_reason"],
+                json!("stop")
+            );
+        } else {
+            assert!(usage.is_empty(), "{events:?}");
+            assert!(chunks.iter().all(|chunk| chunk.get("usage").is_none()));
+            assert_eq!(
+                chunks.last().unwrap()["choices"][0]["finish_reason"],
+                json!("stop")
+            );
+        }
+    }
+    model.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_output_token_limit_cuts_the_reply() {
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut body = question("a question long enough to need more than two tokens");
+    body["max_tokens"] = json!(2);
+    let reply = chat(&model, body).await.json();
+    assert_eq!(reply["choices"][0]["message"]["content"], json!("step 1: "));
+    assert_eq!(reply["choices"][0]["finish_reason"], json!("length"));
+    assert_eq!(reply["usage"]["completion_tokens"], json!(2));
+    let reply = send(
+        &model,
+        Method::POST,
+        "/v1/responses",
+        Some(json!({ "model": "m", "input": "another question", "max_output_tokens": 1 })),
+    )
+    .await
+    .json();
+    assert_eq!(reply["output"][0]["content"][0]["text"], json!("step"));
+    assert_eq!(reply["status"], json!("incomplete"));
+    assert_eq!(reply["usage"]["output_tokens"], json!(1));
+    model.shutdown().await;
+}
+
+#[tokio::test]
+async fn responses_answer_with_output_text_and_usage() {
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let by_string = json!({ "model": "other-model", "input": "what is two and two" });
+    let by_items = json!({
+        "model": DEMO_MODEL,
+        "input": [
+            { "role": "user", "content": [{ "type": "input_text", "text": "first" }] },
+            { "role": "user", "content": [{ "type": "input_text", "text": "second" }] },
+        ],
+    });
+    let reply = send(
+        &model,
+        Method::POST,
+        "/v1/responses",
+        Some(by_string.clone()),
+    )
+    .await
+    .json();
+    assert_eq!(
+        reply["output"][0]["content"][0]["text"],
+        json!("step 1: what is two and two")
+    );
+    assert_eq!(reply["model"], json!("other-model"));
+    let request_bytes = by_string.to_string().len() as u64;
+    assert_eq!(
+        reply["usage"]["input_tokens"],
+        json!(request_bytes / 4 + 50)
+    );
+    assert_eq!(
+        reply["usage"]["output_tokens"],
+        json!(("step 1: what is two and two".len() as u64).div_ceil(4))
+    );
+    let reply = send(&model, Method::POST, "/v1/responses", Some(by_items))
+        .await
+        .json();
+    assert_eq!(
+        reply["output"][0]["content"][0]["text"],
+        json!("step 2: second")
+    );
+    let mut streamed = by_string;
+    streamed["stream"] = json!(true);
+    let refused = send(&model, Method::POST, "/v1/responses", Some(streamed)).await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    model.shutdown().await;
+}
+
+#[tokio::test]
+async fn models_lists_the_demo_model_and_other_paths_are_not_found() {
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let answer = send(&model, Method::GET, "/v1/models", None).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.json()["data"][0]["id"], json!(DEMO_MODEL));
+    for path in ["/v1/embeddings", "/", "/v1/models/extra"] {
+        let answer = send(&model, Method::GET, path, None).await;
+        assert_eq!(answer.status, StatusCode::NOT_FOUND, "{path}");
+        assert!(answer.json()["error"]["message"].is_string());
+    }
+    let answer = send(&model, Method::GET, "/v1/chat/completions", None).await;
+    assert_eq!(answer.status, StatusCode::METHOD_NOT_ALLOWED);
+    model.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_cost_header_is_sent_only_when_set() {
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    model.set_cost_header(Some(0.0125));
+    let answer = chat(&model, question("cost?")).await;
+    assert_eq!(
+        answer.headers[COST_HEADER],
+        HeaderValue::from_static("0.0125")
+    );
+    let mut streamed = question("cost?");
+    streamed["stream"] = json!(true);
+    let answer = chat(&model, streamed).await;
+    assert_eq!(
+        answer.headers[COST_HEADER],
+        HeaderValue::from_static("0.0125")
+    );
+    model.set_cost_header(None);
+    let answer = chat(&model, question("cost?")).await;
+    assert!(answer.headers.get(COST_HEADER).is_none());
+    model.shutdown().await;
+}
+
+#[tokio::test]
+async fn misbehaviours_answer_as_told_until_changed() {
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let mut streamed = question("x");
+    streamed["stream"] = json!(true);
+
+    model.set_behaviour(Behaviour::TooManyRequests {
+        retry_after_secs: 7,
+    });
+    for _ in 0..2 {
+        let answer = chat(&model, question("x")).await;
+        assert_eq!(answer.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(answer.headers[header::RETRY_AFTER], HeaderValue::from(7u64));
+        assert!(answer.json()["error"]["message"].is_string());
+    }
+
+    model.set_behaviour(Behaviour::ServerError);
+    let answer = chat(&model, question("x")).await;
+    assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(answer.json()["error"]["message"].is_string());
+
+    model.set_behaviour(Behaviour::MalformedJson);
+    let answer = chat(&model, question("x")).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert!(serde_json::from_slice::<Value>(answer.body.as_ref().unwrap()).is_err());
+    let answer = chat(&model, streamed.clone()).await;
+    let events = events(&answer.text());
+    assert!(serde_json::from_str::<Value>(&events[0]).is_err());
+    assert_eq!(events.last().unwrap(), "[DONE]");
+
+    model.set_behaviour(Behaviour::CutStream);
+    for body in [question("x"), streamed.clone()] {
+        let answer = chat(&model, body).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert!(answer.body.is_err(), "the body arrived whole");
+    }
+    let answer = send(
+        &model,
+        Method::POST,
+        "/v1/responses",
+        Some(json!({"input": "x"})),
+    )
+    .await;
+    assert!(answer.body.is_err(), "the body arrived whole");
+
+    model.set_behaviour(Behaviour::Normal);
+    let answer = chat(&model, question("x")).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert!(answer.json()["choices"][0]["message"]["content"].is_string());
+    model.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stalled_model_never_answers_and_still_shuts_down() {
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    model.set_behaviour(Behaviour::Stall);
+    let address = model.address();
+    let pending = tokio::spawn(async move {
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(format!("http://{address}/v1/chat/completions"))
+            .body(Full::new(Bytes::from(question("x").to_string())))
+            .unwrap();
+        client().request(request).await
+    });
+    // The request has arrived once it is recorded; it is then left without an answer.
+    while model.requests().is_empty() {
+        tokio::task::yield_now().await;
+    }
+    assert!(!pending.is_finished());
+    model.shutdown().await;
+    // Shutting down cut the stalled connection: the client sees it closed, not an answer.
+    assert!(pending.await.unwrap().is_err());
+}
+
+#[tokio::test]
+async fn dropping_the_server_stops_it() {
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let address = model.address();
+    drop(model);
+    // The aborted task releases the listener once the runtime has run the abort; until then
+    // connections still arrive in its backlog.
+    while tokio::net::TcpStream::connect(address).await.is_ok() {
+        tokio::task::yield_now().await;
+    }
+    let refused = tokio::net::TcpStream::connect(address).await.unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+}
