@@ -71,6 +71,7 @@ impl Script {
                 branch: text("stet/fix-greeting"),
                 harness: text("script"),
                 image: text("stet-dispatch:dev"),
+                cost_ceiling_usd: Some(2.0),
             },
         )];
         for (n, (from, to)) in [

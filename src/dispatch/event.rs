@@ -133,6 +133,10 @@ pub enum EventKind {
         branch: SanitizedText,
         harness: SanitizedText,
         image: SanitizedText,
+        /// The cost ceiling the gateway holds this dispatch's model spend to, in dollars; absent when
+        /// there is none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_ceiling_usd: Option<f64>,
     },
     /// The dispatch moved to another phase; `reason` explains failures.
     Phase {

@@ -73,7 +73,7 @@ impl Detail {
         let timeline_lines = timeline::lines(view, now, theme).len();
         let meter_lines = meter::lines(
             view,
-            app.cost_ceiling(),
+            ceiling_of(app, view),
             now,
             usize::from(meter_width),
             theme,
@@ -158,7 +158,7 @@ fn render_detail(frame: &mut Frame, area: Rect, app: &App) {
     let now = app.now();
     let detail = Detail::of(area, app, view);
     timeline::render(frame, detail.timeline, view, now, theme);
-    meter::render(frame, detail.meter, view, app.cost_ceiling(), now, theme);
+    meter::render(frame, detail.meter, view, ceiling_of(app, view), now, theme);
     transcript::render(
         frame,
         detail.transcript,
@@ -292,4 +292,13 @@ fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
         spans.push(Span::raw(format!(" {}", binding.description)));
     }
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+/// The ceiling a dispatch's meter measures against: the one its first event carried, else the one
+/// this session dispatches with.
+fn ceiling_of(app: &App, view: &DispatchView) -> Option<f64> {
+    view.plan
+        .as_ref()
+        .and_then(|plan| plan.cost_ceiling_usd)
+        .or(app.cost_ceiling())
 }

@@ -1022,6 +1022,15 @@ fn a_cost_ceiling_exits_5() {
     ]));
     let finished = run(project.headless(&["--cost-ceiling", "0.01", "--push"]));
     assert_eq!(finished.code(), Some(5), "{finished:#?}");
+    // The ceiling travels in the dispatch's first event, so headless output carries it too.
+    assert!(
+        matches!(
+            finished.events[0].kind,
+            EventKind::Dispatched { cost_ceiling_usd: Some(ceiling), .. } if (ceiling - 0.01).abs() < 1e-12
+        ),
+        "{:?}",
+        finished.events[0]
+    );
     let (outcome, exit_code, reason) = finished.outcome();
     assert_eq!((outcome, exit_code), (Phase::CostCeilingHit, 5));
     let reason = reason.unwrap();

@@ -171,6 +171,7 @@ impl Dispatch {
             branch: self.sanitize(&self.facts.branch),
             harness: self.sanitize(&harness_label),
             image: self.sanitize(self.parts.settings.image.as_str()),
+            cost_ceiling_usd: self.parts.settings.cost_ceiling_usd,
         };
         self.publisher.emit(dispatched).await;
         if let Some(error) = self.record_error.take() {

@@ -98,6 +98,7 @@ impl Script {
                 branch: self.text(&format!("stet/{}", self.brief)),
                 harness: self.text("script"),
                 image: self.text("stet-dispatch:dev"),
+                cost_ceiling_usd: None,
             },
         )
     }
@@ -845,6 +846,31 @@ fn the_cost_ceiling_must_be_a_positive_amount() {
     for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
         app.set_cost_ceiling(Some(bad));
         assert_eq!(app.cost_ceiling(), None, "{bad}");
+    }
+}
+
+#[test]
+fn a_dispatch_keeps_the_ceiling_its_first_event_carried() {
+    let script = Script::new("a");
+    let dispatched = |ceiling: f64| {
+        let mut event = script.dispatched(0);
+        if let EventKind::Dispatched {
+            cost_ceiling_usd, ..
+        } = &mut event.kind
+        {
+            *cost_ceiling_usd = Some(ceiling);
+        }
+        event
+    };
+    let ceiling_shown = |ceiling: f64| {
+        let mut app = app(&["a"]);
+        app.update(Msg::Engine(dispatched(ceiling)));
+        let plan = app.selected_dispatch().unwrap().plan.clone().unwrap();
+        plan.cost_ceiling_usd
+    };
+    assert_eq!(ceiling_shown(1.5), Some(1.5));
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        assert_eq!(ceiling_shown(bad), None, "{bad}");
     }
 }
 

@@ -111,7 +111,7 @@ pub struct TranscriptLine {
 }
 
 /// What the dispatch said it will do (from its `dispatched` event).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DispatchPlan {
     pub title: SanitizedText,
     pub repo: SanitizedText,
@@ -119,6 +119,8 @@ pub struct DispatchPlan {
     pub branch: SanitizedText,
     pub harness: SanitizedText,
     pub image: SanitizedText,
+    /// The ceiling the dispatch runs under, as its first event said.
+    pub cost_ceiling_usd: Option<f64>,
 }
 
 /// One phase on the timeline: when it began and, once left, how long it lasted.
@@ -319,6 +321,7 @@ impl DispatchView {
                 branch,
                 harness,
                 image,
+                cost_ceiling_usd,
             } => {
                 self.plan = Some(DispatchPlan {
                     title,
@@ -327,6 +330,7 @@ impl DispatchView {
                     branch,
                     harness,
                     image,
+                    cost_ceiling_usd: cost_ceiling_usd.filter(|usd| usd.is_finite() && *usd > 0.0),
                 });
             }
             EventKind::Phase { to, reason, .. } => self.enter(to, ts, reason),

@@ -272,6 +272,7 @@ impl Rig {
                 branch: text("stet/fix-greeting"),
                 harness: text("script"),
                 image: text("stet-sandbox:test"),
+                cost_ceiling_usd: None,
             },
             self.phase(Phase::Queued, Phase::Preflight),
             self.phase(Phase::Preflight, Phase::Provisioning),
