@@ -1929,6 +1929,20 @@ fn current_rss() -> u64 {
     kib * 1024
 }
 
+/// Whether a request failed because the server answered or closed before taking the whole body.
+fn closed_early(error: &hyper::Error) -> bool {
+    let io_kind = std::error::Error::source(error)
+        .and_then(|source| source.downcast_ref::<std::io::Error>())
+        .map(std::io::Error::kind);
+    error.is_closed()
+        || error.is_incomplete_message()
+        || error.is_canceled()
+        || matches!(
+            io_kind,
+            Some(std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset)
+        )
+}
+
 /// Bound: the host's memory. Every connection may send a 32 MiB body, and there is no limit on
 /// connections; `prepare` parses it into a `serde_json::Value` (32 bytes a value: `[0,0,…]` is 16
 /// times its size) and clones the whole request twice more (`unbounded_part`'s stored-file walk and
@@ -1963,18 +1977,23 @@ async fn attack15_request_bodies_are_amplified_in_the_hosts_memory() {
                 .header("host", "x")
                 .body(Full::new(Bytes::from(body.as_bytes().to_vec())))
                 .unwrap();
-            let response = sender.send_request(request).await.unwrap();
-            response.status()
+            match sender.send_request(request).await {
+                Ok(response) => Some(response.status()),
+                // The gateway may refuse and close before the whole body is written: a refusal too.
+                Err(error) if closed_early(&error) => None,
+                Err(error) => panic!("{error:?}"),
+            }
         });
     }
     while let Some(status) = calls.join_next().await {
         // Refused in the end (a field stet cannot price, the budget of bytes, the ceiling): what
         // matters is the memory it took before.
-        let status = status.unwrap();
-        assert!(
-            status.is_client_error() || status.is_server_error(),
-            "{status}"
-        );
+        if let Some(status) = status.unwrap() {
+            assert!(
+                status.is_client_error() || status.is_server_error(),
+                "{status}"
+            );
+        }
     }
     let grown = peak_rss().saturating_sub(before);
     let received = (concurrent * body.len()) as u64;
