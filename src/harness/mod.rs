@@ -8,7 +8,6 @@
 //! on a command line (ADR-0018 row 4).
 
 pub mod openhands;
-mod openhands_stderr;
 pub mod replay;
 pub mod script;
 mod text;

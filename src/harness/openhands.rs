@@ -44,13 +44,13 @@ use crate::dispatch::credential::SecretValue;
 use crate::dispatch::event::{ItemKind, TranscriptItem, Usage};
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 pub use crate::harness::HarnessOutcome;
-use crate::harness::openhands_stderr::{OpenHandsStderr, StderrRead};
 use crate::harness::text;
 use crate::harness::{
     Harness, HarnessError, HarnessLaunch, HarnessPlan, OutputParser, Parsed, StagedFile,
 };
 use crate::runtime::lines::FramedLine;
 use crate::runtime::{OUTPUTS_MOUNT, OutputLine, OutputStream, SandboxProcess, WORKSPACE_MOUNT};
+use stderr::{OpenHandsStderr, StderrRead};
 
 /// The OpenHands CLI version the dispatch image carries (`docker/dispatch/Dockerfile`) and this
 /// module's parser is built against (PyPI `openhands`, with `openhands-sdk` 1.21).
@@ -1071,5 +1071,6 @@ impl Totals {
     }
 }
 
+mod stderr;
 #[cfg(test)]
 mod tests;

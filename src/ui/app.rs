@@ -486,7 +486,7 @@ impl App {
 
     /// Sets the per-dispatch cost ceiling in dollars the meter measures against (`None`: unknown).
     pub fn set_cost_ceiling(&mut self, ceiling: Option<f64>) {
-        self.cost_ceiling = ceiling.filter(|usd| usd.is_finite() && *usd > 0.0);
+        self.cost_ceiling = view::positive_ceiling(ceiling);
         self.changed = true;
     }
 

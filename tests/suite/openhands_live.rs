@@ -413,21 +413,34 @@ fn a_terminal_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() 
     assert_nothing_left(&live.project.home, finished.dispatch());
 }
 
-#[test]
-fn the_image_holds_exactly_the_locked_packages_as_they_shipped() {
-    let image = live_image();
+/// `docker/dispatch/verify-installed.py` run in the live image, with each `(host file, path)` of
+/// `planted` mounted into it read-only.
+fn image_check(planted: &[(&std::path::Path, &str)]) -> std::process::Output {
     let dispatch = concat!(env!("CARGO_MANIFEST_DIR"), "/docker/dispatch");
-    let output = Command::new("docker")
+    let mut command = Command::new("docker");
+    command
         .args(["run", "--rm", "--network", "none", "--read-only", "-v"])
-        .arg(format!("{dispatch}:/checks:ro"))
+        .arg(format!("{dispatch}:/checks:ro"));
+    for (file, inside) in planted {
+        command
+            .arg("-v")
+            .arg(format!("{}:{inside}:ro", file.display()));
+    }
+    command
         .args([
-            image,
+            live_image(),
             "python3",
             "/checks/verify-installed.py",
             "/checks/requirements.lock",
         ])
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn the_image_holds_exactly_the_locked_packages_as_they_shipped() {
+    let image = live_image();
+    let output = image_check(&[]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -457,27 +470,14 @@ fn the_image_holds_exactly_the_locked_packages_as_they_shipped() {
 /// is found by the image check, which then fails.
 #[test]
 fn the_image_check_finds_a_planted_start_up_hook() {
-    let image = live_image();
-    let dispatch = concat!(env!("CARGO_MANIFEST_DIR"), "/docker/dispatch");
     let scratch = tempfile::tempdir().unwrap();
     let hook = scratch.path().join("hook.py");
     std::fs::write(&hook, "import sys\n").unwrap();
     let site = "/usr/local/lib/python3.12/site-packages";
-    let output = Command::new("docker")
-        .args(["run", "--rm", "--network", "none", "--read-only", "-v"])
-        .arg(format!("{dispatch}:/checks:ro"))
-        .arg("-v")
-        .arg(format!("{}:{site}/sitecustomize.py:ro", hook.display()))
-        .arg("-v")
-        .arg(format!("{}:{site}/proxy-ca.pth:ro", hook.display()))
-        .args([
-            image,
-            "python3",
-            "/checks/verify-installed.py",
-            "/checks/requirements.lock",
-        ])
-        .output()
-        .unwrap();
+    let output = image_check(&[
+        (&hook, &format!("{site}/sitecustomize.py")),
+        (&hook, &format!("{site}/proxy-ca.pth")),
+    ]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(1), "{stdout}");
     for breach in [

@@ -110,6 +110,11 @@ pub struct TranscriptLine {
     pub text: ClippedText,
 }
 
+/// A cost ceiling a meter can measure against: a positive, finite number of dollars, else none.
+pub(crate) fn positive_ceiling(ceiling: Option<f64>) -> Option<f64> {
+    ceiling.filter(|usd| usd.is_finite() && *usd > 0.0)
+}
+
 /// What the dispatch said it will do (from its `dispatched` event).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DispatchPlan {
@@ -330,7 +335,7 @@ impl DispatchView {
                     branch,
                     harness,
                     image,
-                    cost_ceiling_usd: cost_ceiling_usd.filter(|usd| usd.is_finite() && *usd > 0.0),
+                    cost_ceiling_usd: positive_ceiling(cost_ceiling_usd),
                 });
             }
             EventKind::Phase { to, reason, .. } => self.enter(to, ts, reason),

@@ -16,13 +16,9 @@ use serde_json::{Map, Value};
 use crate::dispatch::event::{ItemKind, TranscriptItem};
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 use crate::harness::text;
+// A stderr line is gathered as far as an event line is, and shown within an item's bound.
+use super::{MAX_EVENT_BYTES as MAX_LINE_BYTES, MAX_ITEM_BYTES};
 use crate::runtime::lines::FramedLine;
-
-/// The most bytes of one stderr line kept; the rest is counted, not kept.
-const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
-
-/// The most bytes of one shown item (the start-up item, a later line).
-const MAX_ITEM_BYTES: usize = 64 * 1024;
 
 /// What a resolver or a socket says when there is no network at all; a line holding one reports a
 /// failed network attempt. A refused connection is not among them: the relay on the sandbox's own
