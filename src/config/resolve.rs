@@ -13,9 +13,10 @@ use super::{
     ModelConfig, OpenHandsHarnessConfig, Origin, RepositoryFile, Result, ScriptHarnessSettings,
     Sourced, default_agent,
 };
-use crate::forge::github::{GitHubSettings, RetryPolicy};
+use crate::forge::github::GitHubSettings;
 use crate::forge::github_app::GitHubAppSettings;
 use crate::forge::protected::ProtectedPaths;
+use crate::forge::rest::RetryPolicy;
 use crate::forge::token::TokenSource;
 use crate::git::import::{Identity, ImportLimits};
 

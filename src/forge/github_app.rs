@@ -24,7 +24,8 @@ use serde::Deserialize;
 use serde_json::json;
 use zeroize::Zeroizing;
 
-use super::github::{ClientAuth, Rest, RetryPolicy, build_client};
+use super::app_jwt::AppKey;
+use super::rest::{Auth, Rest, RetryPolicy};
 use crate::dispatch::credential::{
     CredentialError, CredentialId, CredentialProvider, Minted, Result, Revocation, SecretValue,
 };
@@ -91,35 +92,26 @@ struct TokenBody {
 }
 
 impl GitHubAppCredentialProvider {
-    /// Reads the app's private key from its file. Must run inside the async runtime.
+    /// Reads the app's private key from its file.
     pub fn new(settings: GitHubAppSettings) -> Result<GitHubAppCredentialProvider> {
         let path = settings.private_key.display().to_string();
         let pem = Zeroizing::new(
             std::fs::read(&settings.private_key)
                 .map_err(|err| refused(format!("private key {path}: {err}")))?,
         );
-        // The parser's own message may quote the file (a PEM label, a byte of it): it is not shown.
-        let key = jsonwebtoken::EncodingKey::from_rsa_pem(&pem).map_err(|_| {
-            refused(format!(
-                "private key {path} is not an RSA private key in PEM format"
-            ))
-        })?;
-        let client = build_client(
+        let key = AppKey::from_pem(settings.app_id, &pem)
+            .map_err(|why| refused(format!("private key {path} {why}")))?;
+        let sanitizer = SanitizerHandle::new(TokenSanitizer::new()?);
+        let app = Rest::new(
+            PROVIDER,
             &settings.api_url,
-            ClientAuth::App {
-                app_id: settings.app_id,
-                key,
-            },
+            Auth::GitHubApp(Box::new(key)),
+            RetryPolicy::default(),
+            sanitizer.clone(),
         )
         .map_err(refused)?;
-        let sanitizer = SanitizerHandle::new(TokenSanitizer::new()?);
         Ok(GitHubAppCredentialProvider {
-            app: Rest::new(
-                client,
-                &settings.api_url,
-                RetryPolicy::default(),
-                sanitizer.clone(),
-            ),
+            app,
             api_url: settings.api_url,
             app_id: settings.app_id,
             installation_id: settings.installation_id,
@@ -235,13 +227,14 @@ impl CredentialProvider for GitHubAppCredentialProvider {
             tracing::warn!(credential = %id, provider = PROVIDER, "this process did not mint the credential (or GitHub expired it already); it cannot be revoked and expires at GitHub's TTL");
             return Ok(Revocation::NotRevocable);
         };
-        let client = build_client(&self.api_url, ClientAuth::Token(&token)).map_err(refused)?;
         let rest = Rest::new(
-            client,
+            PROVIDER,
             &self.api_url,
+            Auth::Bearer(token),
             RetryPolicy::default(),
             self.sanitizer.clone(),
-        );
+        )
+        .map_err(refused)?;
         let reply = rest
             .send(Method::DELETE, "/installation/token", None)
             .await

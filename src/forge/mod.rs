@@ -2,12 +2,14 @@
 //! host, never by the container. `GitHubForge` holds the primary token privately; `LocalForge` needs no
 //! account. Both push with the dispatch's scoped credential only.
 
+mod app_jwt;
 pub mod checkout_remotes;
 pub mod github;
 pub mod github_app;
 pub mod local;
 pub mod protected;
 pub mod pull_request;
+pub mod rest;
 pub mod token;
 
 use std::collections::BTreeMap;

@@ -22,11 +22,12 @@ use stet::dispatch::credential::{
 use stet::dispatch::event::DispatchId;
 use stet::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
 use stet::forge::checkout_remotes::CheckoutRemotes;
-use stet::forge::github::{GitHubForge, GitHubSettings, RetryPolicy};
+use stet::forge::github::{GitHubForge, GitHubSettings};
 use stet::forge::github_app::{
     FallbackCredentialProvider, GitHubAppCredentialProvider, GitHubAppSettings,
 };
 use stet::forge::pull_request::PROVENANCE_MARKER;
+use stet::forge::rest::RetryPolicy;
 use stet::forge::token::{TokenError, TokenSource};
 use stet::forge::{Forge, ForgeError, Provenance, PullRequestDraft, ResolvedHead};
 
@@ -643,7 +644,7 @@ async fn server_errors_that_persist_fail_after_the_last_attempt() {
     assert_eq!(
         received(&f.server).await.len(),
         3,
-        "octocrab's own retry adds none"
+        "the client adds no retry of its own"
     );
 }
 
@@ -891,28 +892,80 @@ fn a_failing_or_silent_token_command_is_named_with_its_status_and_stderr() {
     assert!(matches!(err, TokenError::EmptyOutput { .. }), "{err}");
 }
 
-/// An RSA key pair made by openssl for this test: (private key path, public key PEM).
-fn app_key(dir: &Path) -> (PathBuf, Vec<u8>) {
+/// The format openssl writes an app's private key in.
+#[derive(Clone, Copy)]
+enum KeyFormat {
+    /// `BEGIN RSA PRIVATE KEY`, as GitHub hands the key out.
+    Pkcs1,
+    /// `BEGIN PRIVATE KEY`, openssl 3's default.
+    Pkcs8,
+}
+
+/// An RSA key pair made by openssl for this test: (private key path, public key path).
+fn app_key_as(dir: &Path, format: KeyFormat) -> (PathBuf, PathBuf) {
     let private = dir.join("app.pem");
     let public = dir.join("app.pub.pem");
-    let run = |args: &[&str]| {
-        let output = Command::new("openssl").args(args).output().unwrap();
-        assert!(
-            output.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-    };
-    run(&["genrsa", "-out", private.to_str().unwrap(), "2048"]);
-    run(&[
+    let private_arg = private.to_str().unwrap();
+    let mut genrsa = vec!["genrsa", "-out", private_arg];
+    if let KeyFormat::Pkcs1 = format {
+        genrsa.push("-traditional");
+    }
+    genrsa.push("2048");
+    openssl(&genrsa);
+    openssl(&[
         "rsa",
         "-in",
-        private.to_str().unwrap(),
+        private_arg,
         "-pubout",
         "-out",
         public.to_str().unwrap(),
     ]);
-    (private, std::fs::read(public).unwrap())
+    (private, public)
+}
+
+fn app_key(dir: &Path) -> (PathBuf, PathBuf) {
+    app_key_as(dir, KeyFormat::Pkcs8)
+}
+
+fn openssl(args: &[&str]) -> std::process::Output {
+    let output = Command::new("openssl").args(args).output().unwrap();
+    assert!(
+        output.status.success(),
+        "openssl {args:?}: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// Checks a JWT's RS256 signature with openssl (an implementation independent of stet's) and
+/// returns its header and claims.
+fn verified_jwt(jwt: &str, public: &Path, dir: &Path) -> (Value, AppClaims) {
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let (signed, signature) = jwt.rsplit_once('.').unwrap();
+    let (header, claims) = signed.split_once('.').unwrap();
+    let data = dir.join("jwt.signed");
+    let sig = dir.join("jwt.sig");
+    std::fs::write(&data, signed).unwrap();
+    std::fs::write(&sig, URL_SAFE_NO_PAD.decode(signature).unwrap()).unwrap();
+    let output = openssl(&[
+        "dgst",
+        "-sha256",
+        "-verify",
+        public.to_str().unwrap(),
+        "-signature",
+        sig.to_str().unwrap(),
+        data.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        "Verified OK"
+    );
+    (
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(header).unwrap()).unwrap(),
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(claims).unwrap()).unwrap(),
+    )
 }
 
 #[derive(serde::Deserialize)]
@@ -996,15 +1049,14 @@ async fn an_installation_token_is_minted_for_one_repository_with_two_permissions
     let mint = &requests[0];
     let bearer = mint.headers.get("authorization").unwrap().to_str().unwrap();
     let jwt = bearer.strip_prefix("Bearer ").unwrap();
-    let decoded = jsonwebtoken::decode::<AppClaims>(
-        jwt,
-        &jsonwebtoken::DecodingKey::from_rsa_pem(&public).unwrap(),
-        &jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::RS256),
-    )
-    .unwrap();
-    assert_eq!(decoded.claims.iss, APP_ID);
+    let (jwt_header, claims) = verified_jwt(jwt, &public, dir.path());
+    assert_eq!(jwt_header, json!({"alg": "RS256", "typ": "JWT"}));
+    assert_eq!(claims.iss, APP_ID);
+    let now = Utc::now().timestamp();
+    assert!(claims.iat <= now && claims.exp > now, "valid now");
     assert!(
-        decoded.claims.iat <= Utc::now().timestamp() && decoded.claims.exp > Utc::now().timestamp()
+        claims.exp - claims.iat <= 600,
+        "GitHub accepts ten minutes at most"
     );
     assert_eq!(
         mint.body_json::<Value>().unwrap(),
@@ -1091,6 +1143,113 @@ async fn a_refused_mint_is_a_readable_provider_error() {
     assert!(
         err.to_string()
             .contains("not accessible to the parent installation"),
+        "{err}"
+    );
+}
+
+/// GitHub hands an app's key out as PKCS#1 (`BEGIN RSA PRIVATE KEY`); it signs as well as PKCS#8.
+#[tokio::test]
+async fn a_key_as_github_hands_it_out_signs_what_openssl_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, public) = app_key_as(dir.path(), KeyFormat::Pkcs1);
+    assert!(
+        std::fs::read_to_string(&key)
+            .unwrap()
+            .starts_with("-----BEGIN RSA PRIVATE KEY-----")
+    );
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(format!(
+            "/app/installations/{INSTALLATION_ID}/access_tokens"
+        )))
+        .respond_with(json_reply(201, json!({"token": fake_token()})))
+        .mount(&server)
+        .await;
+    let provider = app_provider(&server, key);
+
+    provider
+        .mint("octo/app", "stet/fix", Duration::from_secs(60))
+        .await
+        .unwrap();
+
+    let requests = received(&server).await;
+    let bearer = requests[0].headers.get("authorization").unwrap();
+    let jwt = bearer.to_str().unwrap().strip_prefix("Bearer ").unwrap();
+    let (_, claims) = verified_jwt(jwt, &public, dir.path());
+    assert_eq!(claims.iss, APP_ID);
+}
+
+/// A redirect within the API (GitHub's answer for a renamed repository) is followed with the token;
+/// one to another origin is not, and the other server never sees the token.
+#[tokio::test]
+async fn redirects_are_followed_only_within_the_api_origin() {
+    let f = fixture().await;
+    let elsewhere = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/repos/octo/app"))
+        .respond_with(ResponseTemplate::new(301).insert_header("location", "/repositories/7"))
+        .mount(&f.server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/repositories/7"))
+        .respond_with(json_reply(200, json!({"full_name": "octo/app"})))
+        .mount(&f.server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/repos/octo/app/branches/main"))
+        .respond_with(ResponseTemplate::new(307).insert_header(
+            "location",
+            format!("{}/repos/octo/app/branches/main", elsewhere.uri()).as_str(),
+        ))
+        .mount(&f.server)
+        .await;
+    Mock::given(method("GET"))
+        .respond_with(json_reply(
+            200,
+            json!({"name": "main", "commit": {"sha": sha('a')}}),
+        ))
+        .mount(&elsewhere)
+        .await;
+
+    let err = f.forge.preflight(&target("main", None)).await.unwrap_err();
+
+    let requests = received(&f.server).await;
+    assert_eq!(
+        calls(&requests, "GET", "/repositories/7"),
+        1,
+        "the same-origin redirect was followed"
+    );
+    for request in &requests {
+        assert_token_only_in_authorization(request, &f.token);
+    }
+    assert!(
+        matches!(&err, ForgeError::Protocol { detail, .. } if detail.contains("another origin")),
+        "{err}"
+    );
+    assert!(
+        received(&elsewhere).await.is_empty(),
+        "nothing, and so no token, reached the other origin"
+    );
+}
+
+/// An answer larger than any forge's JSON about one object is cut off, not read into memory whole.
+#[tokio::test]
+async fn an_endless_answer_is_not_read_whole() {
+    let f = fixture_with(RetryPolicy {
+        max_attempts: 1,
+        ..quick()
+    })
+    .await;
+    Mock::given(method("GET"))
+        .and(path("/repos/octo/app"))
+        .respond_with(ResponseTemplate::new(200).set_body_bytes(vec![b' '; 9 * 1024 * 1024]))
+        .mount(&f.server)
+        .await;
+
+    let err = f.forge.preflight(&target("main", None)).await.unwrap_err();
+
+    assert!(
+        matches!(&err, ForgeError::Transport { detail, .. } if detail.contains("reading the answer")),
         "{err}"
     );
 }

@@ -1,0 +1,602 @@
+//! A forge's REST API over HTTPS, shared by every forge: the credential goes out only as the
+//! `Authorization` header of requests to the API's own origin (a redirect elsewhere is not followed),
+//! failures that may pass are retried under [`RetryPolicy`] honouring `Retry-After`, answers are read
+//! whole but bounded, and every error text went through the sanitizer first.
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use http::header::{
+    ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, LOCATION, RETRY_AFTER, USER_AGENT,
+};
+use http::{Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use zeroize::Zeroizing;
+
+use super::app_jwt::AppKey;
+use super::{ForgeError, Result};
+use crate::dispatch::credential::SecretValue;
+use crate::dispatch::sanitize::SanitizerHandle;
+
+/// How long connecting to the API may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one exchange (request sent, answer read whole) may take.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// The largest answer read; a forge's JSON about one repository or pull request is a few KiB.
+const MAX_REPLY_BYTES: usize = 8 * 1024 * 1024;
+/// Redirects followed within the API's origin before giving up.
+const MAX_REDIRECTS: usize = 5;
+/// How much of the forge's error text an error shows.
+const DETAIL_CHARS: usize = 500;
+/// What stet calls itself to the forge.
+const AGENT: &str = concat!("stet/", env!("CARGO_PKG_VERSION"));
+
+/// How often, and how patiently, a request that failed transiently (5xx, rate limits, the network) is
+/// sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    pub max_attempts: u32,
+    /// The wait before the second attempt; it doubles for each further one.
+    pub base_delay: Duration,
+    /// The longest wait. A server asking for more (`Retry-After`, a rate-limit reset) is not waited
+    /// for: the request fails with [`ForgeError::RateLimited`] at once.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 4,
+            base_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The exponential wait after failed attempt number `attempt` (1-based).
+    fn backoff(&self, attempt: u32) -> Duration {
+        let factor = 1u32
+            .checked_shl(attempt.saturating_sub(1))
+            .unwrap_or(u32::MAX);
+        self.base_delay.saturating_mul(factor).min(self.max_delay)
+    }
+}
+
+/// How a client authenticates to the API.
+pub(crate) enum Auth {
+    /// `Authorization: Bearer <token>`: a primary token, or a minted token revoking itself.
+    Bearer(SecretValue),
+    /// A GitHub App: `Authorization: Bearer <JWT>`, a fresh JWT signed with the app's key per request.
+    GitHubApp(Box<AppKey>),
+}
+
+impl Auth {
+    /// The header value for the next request, marked sensitive so no debug output shows it.
+    fn header(&self, forge: &'static str) -> Result<HeaderValue> {
+        let token = match self {
+            Auth::Bearer(token) => Zeroizing::new(token.expose_secret().to_owned()),
+            Auth::GitHubApp(key) => key
+                .jwt()
+                .map_err(|detail| ForgeError::Token { forge, detail })?,
+        };
+        if !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(ForgeError::Token {
+                forge,
+                detail: "the token contains characters an HTTP header cannot carry".to_owned(),
+            });
+        }
+        let mut value =
+            HeaderValue::try_from(format!("Bearer {}", token.as_str())).map_err(|_| {
+                ForgeError::Token {
+                    forge,
+                    detail: "the token contains characters an HTTP header cannot carry".to_owned(),
+                }
+            })?;
+        value.set_sensitive(true);
+        Ok(value)
+    }
+}
+
+/// Parses an `http(s)` URL that carries no user information; `setting` names it in the error.
+pub(crate) fn web_url(forge: &'static str, url: &str, setting: &str) -> Result<Uri> {
+    // A URL with user information may carry a password: it is not repeated in the error.
+    let shown = if url.contains('@') {
+        "(withheld: it contains '@')"
+    } else {
+        url
+    };
+    let invalid = |why: &str| ForgeError::Settings {
+        forge,
+        detail: format!("{setting} {shown:?} {why}"),
+    };
+    let uri: Uri = url.parse().map_err(|_| invalid("is not a URL"))?;
+    if !matches!(uri.scheme_str(), Some("https" | "http")) {
+        return Err(invalid("must be an https:// (or http://) URL"));
+    }
+    match uri.authority() {
+        None => Err(invalid("has no host")),
+        Some(authority) if authority.as_str().contains('@') => {
+            Err(invalid("must not carry user information"))
+        }
+        Some(_) => Ok(uri),
+    }
+}
+
+/// An error and its sources, one line.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// A response as [`Rest::send`] returns it: read whole, the body zeroized when dropped (it may hold
+/// a freshly minted token).
+pub(crate) struct Reply {
+    pub(crate) status: StatusCode,
+    pub(crate) body: Zeroizing<String>,
+}
+
+/// How one attempt went.
+enum Attempt {
+    /// The server answered (any status).
+    Answered(Reply, HeaderMap),
+    /// No answer arrived (connection, timeout, a body cut short): the sanitized reason.
+    Unreachable(String),
+}
+
+/// Why an attempt may be worth repeating.
+enum Transient {
+    Server {
+        status: StatusCode,
+        detail: String,
+        retry_after: Option<Duration>,
+    },
+    RateLimited {
+        detail: String,
+        /// What the server asked for, when it said.
+        wait: Option<Duration>,
+    },
+    Transport {
+        detail: String,
+    },
+}
+
+type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// One forge's REST API, authenticated one way.
+pub(crate) struct Rest {
+    forge: &'static str,
+    client: HttpClient,
+    /// The API's root, without a trailing `/`; request paths are appended to it.
+    api_url: String,
+    origin: Origin,
+    auth: Auth,
+    retry: RetryPolicy,
+    sanitizer: SanitizerHandle,
+}
+
+impl fmt::Debug for Rest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rest")
+            .field("forge", &self.forge)
+            .field("api_url", &self.api_url)
+            .field("retry", &self.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Scheme, host and port: where the credential may be sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Origin {
+    scheme: String,
+    authority: String,
+}
+
+impl Origin {
+    fn of(uri: &Uri) -> Option<Origin> {
+        Some(Origin {
+            scheme: uri.scheme_str()?.to_ascii_lowercase(),
+            authority: uri.authority()?.as_str().to_ascii_lowercase(),
+        })
+    }
+}
+
+impl Rest {
+    /// A client of the API at `api_url` (checked: http(s), no user information).
+    pub(crate) fn new(
+        forge: &'static str,
+        api_url: &str,
+        auth: Auth,
+        retry: RetryPolicy,
+        sanitizer: SanitizerHandle,
+    ) -> Result<Rest> {
+        let base = web_url(forge, api_url, "api_url")?;
+        let origin = Origin::of(&base).ok_or_else(|| ForgeError::Settings {
+            forge,
+            detail: format!("api_url {api_url:?} has no host"),
+        })?;
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        http.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_webpki_roots()
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        Ok(Rest {
+            forge,
+            client: Client::builder(TokioExecutor::new()).build(connector),
+            api_url: api_url.trim_end_matches('/').to_owned(),
+            origin,
+            auth,
+            retry,
+            sanitizer,
+        })
+    }
+
+    /// The API's root, as configured.
+    pub(crate) fn api_url(&self) -> &str {
+        &self.api_url
+    }
+
+    /// Sends `method path` (a path relative to the API URL, its segments already encoded) with an
+    /// optional JSON body, retrying transient failures. Any other answer, success or not, is returned
+    /// for the caller to interpret.
+    pub(crate) async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Reply> {
+        let max_attempts = self.retry.max_attempts.max(1);
+        let mut attempt = 1;
+        loop {
+            let transient = match self.attempt(&method, path, body).await? {
+                Attempt::Answered(reply, headers) => match self.transient(&reply, &headers) {
+                    None => return Ok(reply),
+                    Some(transient) => transient,
+                },
+                Attempt::Unreachable(detail) => Transient::Transport { detail },
+            };
+            let told = match &transient {
+                Transient::Server { retry_after, .. } => *retry_after,
+                Transient::RateLimited { wait, .. } => *wait,
+                Transient::Transport { .. } => None,
+            };
+            if let Some(wait) = told.filter(|wait| *wait > self.retry.max_delay) {
+                tracing::warn!(forge = self.forge, %method, path, attempt, wait_s = wait.as_secs(), max_delay_s = self.retry.max_delay.as_secs(), "the forge asked to wait longer than allowed; giving up");
+                return Err(self.exhausted(transient, attempt));
+            }
+            if attempt >= max_attempts {
+                return Err(self.exhausted(transient, attempt));
+            }
+            let delay = match &transient {
+                Transient::RateLimited { wait: None, .. } => {
+                    // GitHub asks for at least a minute when it names no time; max_delay caps that.
+                    self.retry.max_delay.min(Duration::from_secs(60))
+                }
+                _ => told.unwrap_or_else(|| self.retry.backoff(attempt)),
+            };
+            tracing::warn!(forge = self.forge, %method, path, attempt, delay_ms = delay.as_millis(), reason = transient.reason(), "forge request failed transiently; retrying");
+            tokio::time::sleep(delay).await;
+            attempt += 1;
+        }
+    }
+
+    /// One request and the redirects within the API's origin it leads to, read whole. A request
+    /// that cannot be built, or a redirect to another origin, is an error at once; one that found no
+    /// answer may be tried again.
+    async fn attempt(&self, method: &Method, path: &str, body: Option<&Value>) -> Result<Attempt> {
+        let payload = match body {
+            Some(body) => Some(Zeroizing::new(serde_json::to_vec(body).map_err(|err| {
+                ForgeError::Protocol {
+                    forge: self.forge,
+                    detail: format!("the body of {method} {path} could not be written: {err}"),
+                }
+            })?)),
+            None => None,
+        };
+        let mut uri = self.uri(&format!("{}{path}", self.api_url), path)?;
+        let mut method = method.clone();
+        let mut payload = payload;
+        for _ in 0..=MAX_REDIRECTS {
+            tracing::debug!(forge = self.forge, %method, path = uri.path(), "forge request");
+            let (status, headers, reply) = match tokio::time::timeout(
+                READ_TIMEOUT,
+                self.exchange(&method, &uri, payload.as_ref().map(|p| p.as_slice())),
+            )
+            .await
+            {
+                Ok(Ok(answer)) => answer,
+                Ok(Err(detail)) => return Ok(Attempt::Unreachable(detail)),
+                Err(_) => {
+                    return Ok(Attempt::Unreachable(format!(
+                        "no answer within {} s",
+                        READ_TIMEOUT.as_secs()
+                    )));
+                }
+            };
+            if !status.is_redirection() || status == StatusCode::NOT_MODIFIED {
+                return Ok(Attempt::Answered(reply, headers));
+            }
+            uri = self.redirect(&uri, &headers, path)?;
+            if status == StatusCode::SEE_OTHER {
+                method = Method::GET;
+                payload = None;
+            }
+        }
+        Err(ForgeError::Protocol {
+            forge: self.forge,
+            detail: format!("{path}: more than {MAX_REDIRECTS} redirects"),
+        })
+    }
+
+    /// The request sent and its answer read, or the sanitized reason it could not be.
+    async fn exchange(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        payload: Option<&[u8]>,
+    ) -> std::result::Result<(StatusCode, HeaderMap, Reply), String> {
+        let mut request = Request::builder()
+            .method(method.clone())
+            .uri(uri.clone())
+            .header(USER_AGENT, AGENT)
+            .header(ACCEPT, "application/json");
+        if payload.is_some() {
+            request = request.header(CONTENT_TYPE, "application/json");
+        }
+        let authorization = self
+            .auth
+            .header(self.forge)
+            .map_err(|err| err.to_string())?;
+        let request = request
+            .header(AUTHORIZATION, authorization)
+            .body(Full::new(Bytes::copy_from_slice(
+                payload.unwrap_or_default(),
+            )))
+            .map_err(|err| self.sanitize(&format!("the request could not be built: {err}")))?;
+        let response = self
+            .client
+            .request(request)
+            .await
+            .map_err(|err| self.sanitize(&error_chain(&err)))?;
+        let (parts, body) = response.into_parts();
+        let bytes = Limited::new(body, MAX_REPLY_BYTES)
+            .collect()
+            .await
+            .map_err(|err| self.sanitize(&format!("reading the answer: {err}")))?
+            .to_bytes();
+        let text = Zeroizing::new(String::from_utf8_lossy(&bytes).into_owned());
+        Ok((
+            parts.status,
+            parts.headers,
+            Reply {
+                status: parts.status,
+                body: text,
+            },
+        ))
+    }
+
+    /// Where a redirect leads, if it stays within the API's origin: the credential is not sent
+    /// anywhere else.
+    fn redirect(&self, from: &Uri, headers: &HeaderMap, path: &str) -> Result<Uri> {
+        let refused = |why: &str| ForgeError::Protocol {
+            forge: self.forge,
+            detail: format!("{path} was redirected {why}; the redirect was not followed"),
+        };
+        let location =
+            header_str(headers, LOCATION.as_str()).ok_or_else(|| refused("without a Location"))?;
+        let target = if location.starts_with('/') && !location.starts_with("//") {
+            let scheme = from.scheme_str().unwrap_or("https");
+            let authority = from.authority().map(|a| a.as_str()).unwrap_or_default();
+            format!("{scheme}://{authority}{location}")
+        } else {
+            location.to_owned()
+        };
+        let uri: Uri = target
+            .parse()
+            .map_err(|_| refused("to a location that is not a URL"))?;
+        if Origin::of(&uri).as_ref() != Some(&self.origin) {
+            return Err(refused(
+                "to another origin (the credential is sent only to the configured API)",
+            ));
+        }
+        Ok(uri)
+    }
+
+    /// `url` parsed as a request URI.
+    fn uri(&self, url: &str, path: &str) -> Result<Uri> {
+        url.parse().map_err(|_| ForgeError::Protocol {
+            forge: self.forge,
+            detail: self.sanitize(&format!("the request path {path:?} does not make a URL")),
+        })
+    }
+
+    /// Whether an answer is a server error or a rate limit (primary or secondary).
+    fn transient(&self, reply: &Reply, headers: &HeaderMap) -> Option<Transient> {
+        let status = reply.status;
+        if status.is_server_error() {
+            return Some(Transient::Server {
+                status,
+                detail: self.detail(reply),
+                retry_after: retry_after(headers),
+            });
+        }
+        if status != StatusCode::TOO_MANY_REQUESTS && status != StatusCode::FORBIDDEN {
+            return None;
+        }
+        let exhausted = header_str(headers, "x-ratelimit-remaining") == Some("0");
+        let reset = header_str(headers, "x-ratelimit-reset")
+            .and_then(|reset| reset.parse::<i64>().ok())
+            .filter(|_| exhausted)
+            .map(|reset| {
+                // One second of slack: the reset is the second the window reopens.
+                let seconds = reset
+                    .saturating_sub(Utc::now().timestamp())
+                    .saturating_add(1);
+                Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
+            });
+        let retry_after = retry_after(headers);
+        let detail = self.detail(reply);
+        let limited = status == StatusCode::TOO_MANY_REQUESTS
+            || retry_after.is_some()
+            || exhausted
+            || detail.to_ascii_lowercase().contains("rate limit");
+        limited.then(|| Transient::RateLimited {
+            detail,
+            wait: retry_after.or(reset),
+        })
+    }
+
+    fn exhausted(&self, transient: Transient, attempts: u32) -> ForgeError {
+        let forge = self.forge;
+        match transient {
+            Transient::Server { status, detail, .. } => ForgeError::Server {
+                forge,
+                status: status.as_u16(),
+                attempts,
+                detail,
+            },
+            Transient::RateLimited { detail, .. } => ForgeError::RateLimited {
+                forge,
+                attempts,
+                detail,
+            },
+            Transient::Transport { detail } => ForgeError::Transport {
+                forge,
+                detail: format!("{detail} (after {attempts} attempts)"),
+            },
+        }
+    }
+
+    /// The error for an answer the operation did not expect, by status; `what` names the object a
+    /// 404 was about.
+    pub(crate) fn failure(&self, reply: &Reply, what: &str) -> ForgeError {
+        let forge = self.forge;
+        let detail = self.detail(reply);
+        match reply.status {
+            StatusCode::UNAUTHORIZED => ForgeError::Unauthorized { forge, detail },
+            StatusCode::FORBIDDEN => ForgeError::Forbidden { forge, detail },
+            StatusCode::NOT_FOUND => ForgeError::NotFound {
+                forge,
+                what: what.to_owned(),
+                detail,
+            },
+            StatusCode::UNPROCESSABLE_ENTITY => ForgeError::Unprocessable { forge, detail },
+            status => ForgeError::Protocol {
+                forge,
+                detail: format!("HTTP {status} for {what}: {detail}"),
+            },
+        }
+    }
+
+    /// The forge's own words about a failed request — `message` and each `errors[]` entry —
+    /// sanitized and bounded.
+    pub(crate) fn detail(&self, reply: &Reply) -> String {
+        let reason = reply.status.canonical_reason().unwrap_or("no reason given");
+        let text = match serde_json::from_str::<ErrorBody>(&reply.body) {
+            Ok(parsed) => {
+                let mut parts: Vec<String> = parsed.message.into_iter().collect();
+                parts.extend(parsed.errors.iter().filter_map(error_entry));
+                if parts.is_empty() {
+                    reason.to_owned()
+                } else {
+                    parts.join("; ")
+                }
+            }
+            Err(_) if reply.body.trim().is_empty() => reason.to_owned(),
+            Err(_) => reply.body.trim().to_owned(),
+        };
+        self.sanitize(&text)
+    }
+
+    /// Parses a successful answer; a body that does not fit is a protocol error.
+    pub(crate) fn parse<T: DeserializeOwned>(&self, reply: &Reply, what: &str) -> Result<T> {
+        serde_json::from_str(&reply.body).map_err(|err| ForgeError::Protocol {
+            forge: self.forge,
+            detail: self.sanitize(&format!("{what}: {err}")),
+        })
+    }
+
+    fn sanitize(&self, text: &str) -> String {
+        let sanitized = self.sanitizer.current().sanitize(text).into_string();
+        let mut bounded: String = sanitized.chars().take(DETAIL_CHARS).collect();
+        if bounded.len() < sanitized.len() {
+            bounded.push('…');
+        }
+        bounded
+    }
+}
+
+impl Transient {
+    fn reason(&self) -> &'static str {
+        match self {
+            Transient::Server { .. } => "server error",
+            Transient::RateLimited { .. } => "rate limited",
+            Transient::Transport { .. } => "transport",
+        }
+    }
+}
+
+/// A forge's error body.
+#[derive(Deserialize)]
+struct ErrorBody {
+    message: Option<String>,
+    #[serde(default)]
+    errors: Vec<Value>,
+}
+
+/// One `errors[]` entry: a string, or an object with a `message` or a `code` on a `field`.
+fn error_entry(entry: &Value) -> Option<String> {
+    match entry {
+        Value::String(text) => Some(text.clone()),
+        Value::Object(fields) => {
+            let text = |key: &str| fields.get(key).and_then(Value::as_str);
+            match (text("message"), text("code"), text("field")) {
+                (Some(message), _, _) => Some(message.to_owned()),
+                (None, Some(code), Some(field)) => Some(format!("{field}: {code}")),
+                (None, Some(code), None) => Some(code.to_owned()),
+                (None, None, _) => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name)?.to_str().ok().map(str::trim)
+}
+
+/// `Retry-After` as seconds or as an HTTP date.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = header_str(headers, RETRY_AFTER.as_str())?;
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = DateTime::parse_from_rfc2822(value).ok()?;
+    Some(
+        (at.with_timezone(&Utc) - Utc::now())
+            .to_std()
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+#[cfg(test)]
+mod tests;

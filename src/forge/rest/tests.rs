@@ -1,0 +1,71 @@
+use super::*;
+use serde_json::json;
+
+#[test]
+fn backoff_doubles_up_to_the_cap() {
+    let policy = RetryPolicy {
+        max_attempts: 10,
+        base_delay: Duration::from_millis(100),
+        max_delay: Duration::from_millis(700),
+    };
+    let waits: Vec<u128> = (1..=5).map(|n| policy.backoff(n).as_millis()).collect();
+    assert_eq!(waits, [100, 200, 400, 700, 700]);
+    assert_eq!(policy.backoff(200), Duration::from_millis(700));
+}
+
+#[test]
+fn retry_after_reads_seconds_and_dates() {
+    let mut headers = HeaderMap::new();
+    headers.insert(RETRY_AFTER, "7".parse().unwrap());
+    assert_eq!(retry_after(&headers), Some(Duration::from_secs(7)));
+    headers.insert(
+        RETRY_AFTER,
+        "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
+    );
+    assert_eq!(retry_after(&headers), Some(Duration::ZERO));
+    headers.insert(RETRY_AFTER, "soon".parse().unwrap());
+    assert_eq!(retry_after(&headers), None);
+}
+
+#[test]
+fn urls_with_userinfo_are_refused() {
+    assert!(web_url("github", "https://github.com", "git_url").is_ok());
+    assert!(web_url("github", "https://user:pw@github.com", "git_url").is_err());
+    assert!(web_url("github", "file:///tmp/x", "git_url").is_err());
+    let err = web_url("github", "https://user:hunter2@github.com", "git_url").unwrap_err();
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+}
+
+#[test]
+fn error_entries_read_like_forges_write_them() {
+    assert_eq!(
+        error_entry(
+            &json!({"resource": "PullRequest", "code": "custom", "message": "A pull request already exists for o:b."})
+        ),
+        Some("A pull request already exists for o:b.".to_owned())
+    );
+    assert_eq!(
+        error_entry(&json!({"resource": "PullRequest", "field": "head", "code": "invalid"})),
+        Some("head: invalid".to_owned())
+    );
+    assert_eq!(error_entry(&json!("plain")), Some("plain".to_owned()));
+    assert_eq!(error_entry(&json!(3)), None);
+}
+
+#[test]
+fn origins_compare_scheme_host_and_port_without_case() {
+    let of = |url: &str| Origin::of(&url.parse::<Uri>().unwrap()).unwrap();
+    assert_eq!(
+        of("https://API.github.com/x"),
+        of("https://api.github.com/y")
+    );
+    assert_ne!(of("https://api.github.com"), of("http://api.github.com"));
+    assert_ne!(
+        of("https://api.github.com"),
+        of("https://api.github.com:8443")
+    );
+    assert_ne!(
+        of("https://api.github.com"),
+        of("https://api.github.com.evil")
+    );
+}
