@@ -1,12 +1,12 @@
 //! The dispatch engine: one run of one brief, and the security seams every run passes through.
 
-pub mod branch;
+pub use stet_protocol::{event, state};
+pub use stet_sanitize::{branch, display, sanitize};
+
 pub mod credential;
 pub mod disk_watch;
 pub mod dispatcher;
-pub mod display;
 pub mod error;
-pub mod event;
 pub mod gate;
 pub mod journal;
 pub mod order;
@@ -14,7 +14,5 @@ pub mod record;
 pub mod remove_tree;
 pub mod run;
 pub mod sandbox;
-pub mod sanitize;
 pub mod service;
 pub mod socket_dir;
-pub mod state;

@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 
 use super::pack::PackWriter;
 use crate::dispatch::branch::CommitSha;
+use crate::dispatch::event::ChangeKind;
 use crate::dispatch::sanitize::SanitizedText;
 
 /// Deepest directory nesting the walk follows; each level holds one open descriptor.
@@ -144,17 +145,6 @@ impl fmt::Display for ImportWarning {
             }
         }
     }
-}
-
-/// How a file differs between the parent commit and the imported one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ChangeKind {
-    Added,
-    Modified,
-    Deleted,
-    /// A file became a link, a link a file, and so on.
-    TypeChanged,
 }
 
 /// One changed path. A name that is not UTF-8 is shown with replacement characters here; the commit

@@ -18,10 +18,11 @@ use std::time::Duration;
 
 use git2::{Oid, Repository};
 use stet::dispatch::branch::CommitSha;
+use stet::dispatch::event::ChangeKind;
 use stet::dispatch::sanitize::TokenSanitizer;
 use stet::git::import::{
-    ChangeKind, ChangedFile, Identity, ImportError, ImportLimits, ImportRequest, ImportWarning,
-    Imported, ResultDiff, import,
+    ChangedFile, Identity, ImportError, ImportLimits, ImportRequest, ImportWarning, Imported,
+    ResultDiff, import,
 };
 use stet::git::workspace::{WorkspaceError, materialize};
 use stet::runtime::{DEFAULT_SANDBOX_UID, SandboxUser};

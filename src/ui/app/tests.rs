@@ -5,12 +5,12 @@ use chrono::TimeDelta;
 
 use super::*;
 use crate::dispatch::branch::CommitSha;
+use crate::dispatch::event::ChangeKind;
 use crate::dispatch::event::{
     ChangedPath, EventKind, GateFindings, HeldPathReport, ItemKind, PullRequestAction,
     SecretReport, TeardownStepReport, TranscriptItem, Usage,
 };
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
-use crate::git::import::ChangeKind;
 
 pub(crate) fn brief_entry(id: &str) -> InboxEntry {
     let path = PathBuf::from(format!("briefs/{id}.toml"));

@@ -9,7 +9,7 @@ use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 
-use crate::git::import::ChangeKind;
+use crate::dispatch::event::ChangeKind;
 use crate::ui::app::{CollectedResult, DispatchView, PatchState, PatchText};
 use crate::ui::keymap::{Context, KEYMAP};
 use crate::ui::panes::{pane_block, text};

@@ -8,9 +8,9 @@ use ratatui::backend::TestBackend;
 
 use crate::config::RepositoryFile;
 use crate::config::trust::ContentHash;
+use crate::dispatch::event::ChangeKind;
 use crate::dispatch::event::{EventKind, ItemKind, TeardownStepReport};
 use crate::dispatch::state::Phase;
-use crate::git::import::ChangeKind;
 use crate::inbox::InboxEntry;
 use crate::ui::app::tests::{Script, brief_entry, broken_entry, dispatch_selected, t0};
 use crate::ui::app::{App, Configuration, Msg};

@@ -78,6 +78,7 @@ pub fn treatment(character: char) -> Treatment {
 /// Text after [`without_invisible`], and how many characters it lost.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Visible<'a> {
+    /// The text with every invisible character removed.
     pub text: Cow<'a, str>,
     /// Characters removed, an escape sequence counting once (line breaks that became newlines are
     /// not counted).

@@ -1,4 +1,4 @@
-//! Unit tests of `crate::dispatch::display::markdown`, in a file of their own so the module reads as code.
+//! Unit tests of `crate::display::markdown`, in a file of their own so the module reads as code.
 
 use super::*;
 use proptest::prelude::*;

@@ -19,6 +19,10 @@ use rules::{Action, LOOKBACK, MAX_LEAD, RuleBook, Scan, WINDOW};
 
 /// Everything that can go wrong building a sanitizer.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum SanitizeError {
     #[error("built-in sanitizer rule {kind:?} does not compile: {source}")]
     Rule {
@@ -39,6 +43,7 @@ pub enum SanitizeError {
     KnownValueLineBreak { label: String },
 }
 
+/// The result of building a sanitizer.
 pub type Result<T> = std::result::Result<T, SanitizeError>;
 
 /// A PEM block with no END line within this many bytes is withheld up to here, then output resumes.
@@ -234,7 +239,7 @@ impl TokenSanitizer {
     /// display policy (escape sequences, controls, bidirectional and zero-width characters gone, so a
     /// token split by an invisible character is whole again), then masked.
     pub fn sanitize(self: &Arc<Self>, input: &str) -> SanitizedText {
-        let visible = crate::dispatch::display::without_invisible(input).text;
+        let visible = crate::display::without_invisible(input).text;
         let out = self.redact(visible.as_bytes());
         SanitizedText(match String::from_utf8(out) {
             Ok(text) => text,
@@ -248,9 +253,13 @@ impl TokenSanitizer {
 /// stet itself handles.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Detection {
+    /// Where the match begins (a byte offset).
     pub start: usize,
+    /// Where the match ends (a byte offset, exclusive).
     pub end: usize,
+    /// The rule's or the known value's label, as the mask shows it.
     pub kind: Arc<str>,
+    /// Whether it matched a known value rather than a shape.
     pub known: bool,
 }
 
@@ -262,10 +271,12 @@ pub struct Detection {
 pub struct SanitizedText(String);
 
 impl SanitizedText {
+    /// The sanitized text.
     pub fn as_str(&self) -> &str {
         &self.0
     }
 
+    /// The sanitized text, owned.
     pub fn into_string(self) -> String {
         self.0
     }
@@ -285,6 +296,7 @@ pub struct SanitizerHandle {
 }
 
 impl SanitizerHandle {
+    /// A handle over `sanitizer`; clones share it.
     pub fn new(sanitizer: TokenSanitizer) -> SanitizerHandle {
         SanitizerHandle {
             current: Arc::new(RwLock::new(Arc::new(sanitizer))),
@@ -377,6 +389,7 @@ enum Verdict {
 }
 
 impl Redactor {
+    /// A redactor of one stream, with an empty carry.
     pub fn new(sanitizer: Arc<TokenSanitizer>) -> Redactor {
         Redactor {
             lookaheads: vec![None; sanitizer.scanners.len()],

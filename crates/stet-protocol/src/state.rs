@@ -9,18 +9,31 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
+    /// Waiting for a concurrency slot.
     Queued,
+    /// Checking the target on the forge before anything is created.
     Preflight,
+    /// Making the workspace, the credential and the container.
     Provisioning,
+    /// The agent is at work in the sandbox.
     Running,
+    /// Importing the agent's work into a trusted commit.
     Collecting,
+    /// The result waits for a person's review.
     AwaitingApproval,
+    /// Pushing the branch, host-side.
     Pushing,
+    /// Opening or updating the pull request.
     OpeningPr,
+    /// Finished with a result delivered (or nothing to deliver).
     Done,
+    /// Ended by an error.
     Failed,
+    /// Cancelled by the person, a signal or a discarded review.
     Cancelled,
+    /// Ended by the dispatch's timeout.
     TimedOut,
+    /// Ended by the cost ceiling.
     CostCeilingHit,
 }
 
@@ -97,25 +110,36 @@ impl std::fmt::Display for Phase {
 pub enum Input {
     /// A concurrency slot is free: begin checking.
     Start,
+    /// The target checked out: provision.
     PreflightPassed,
+    /// The sandbox is up: run the agent.
     Provisioned,
+    /// The agent's process ended: collect its work.
     AgentFinished,
     /// The result was imported; `review` says whether it waits for a person.
     Collected {
+        /// Whether the result waits for a person's review.
         review: bool,
     },
     /// The agent changed nothing: there is nothing to push.
     NothingToPush,
     /// The result is kept in the local repository and not pushed (`--headless` without `--push`).
     Kept,
+    /// The person approved the result at review.
     Approved,
     /// The person discarded the result at review: the dispatch ends as cancelled.
     Discarded,
+    /// The branch is on the forge.
     Pushed,
+    /// The pull request is opened or updated.
     PullRequestReady,
+    /// Something failed.
     Fail,
+    /// The dispatch was cancelled.
     Cancel,
+    /// The dispatch's time ran out.
     TimeOut,
+    /// The model spend reached the ceiling.
     CostCeilingReached,
 }
 
@@ -145,10 +169,13 @@ impl Input {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("illegal dispatch transition: {input:?} while {from}")]
 pub struct StateError {
+    /// The phase the dispatch was in.
     pub from: Phase,
+    /// What happened.
     pub input: Input,
 }
 
+/// The result of a transition.
 pub type Result<T> = std::result::Result<T, StateError>;
 
 /// The next phase, or an error when `input` cannot happen in `from`.

@@ -14,18 +14,18 @@ use regex::bytes::{Match, Regex};
 use super::{Result, SanitizeError};
 
 /// How many bytes before a rule's start any rule may look at (boundaries, ANSI codes, the line).
-pub const LOOKBACK: usize = 256;
+pub(super) const LOOKBACK: usize = 256;
 
 /// How many bytes from a trigger a rule may look at; also the longest secret redacted in one piece.
 /// A match that reaches this far is continued by swallowing token characters (see [`is_token_byte`]).
-pub const WINDOW: usize = 8192;
+pub(super) const WINDOW: usize = 8192;
 
 /// The most a rule may start before its trigger literal.
-pub const MAX_LEAD: usize = 8;
+pub(super) const MAX_LEAD: usize = 8;
 
 /// A private key block's END line, colour codes (`grep --color`, raw or JSON-escaped) allowed
 /// between its words. Its longest match is under [`MAX_KEY_LINE`].
-pub const PRIVATE_KEY_END_PATTERN: &str = concat!(
+pub(super) const PRIVATE_KEY_END_PATTERN: &str = concat!(
     r"^-----(?:(?:\x1b|\\u001[bB])\[[0-9;]{0,16}[A-Za-z]){0,4}END(?:(?:\x1b|\\u001[bB])\[[0-9;]{0,16}[A-Za-z]){0,4} ",
     r"(?:[A-Z0-9 ]|(?:\x1b|\\u001[bB])\[[0-9;]{0,16}[A-Za-z]){0,60}PRIVATE(?:(?:\x1b|\\u001[bB])\[[0-9;]{0,16}[A-Za-z]){0,4}",
     r" KEY(?:(?:\x1b|\\u001[bB])\[[0-9;]{0,16}[A-Za-z]| BLOCK){0,8}-----"
@@ -33,11 +33,11 @@ pub const PRIVATE_KEY_END_PATTERN: &str = concat!(
 
 /// Longer than any BEGIN or END line the patterns match: a line still arriving is waited for up to
 /// this many bytes.
-pub const MAX_KEY_LINE: usize = 4096;
+pub(super) const MAX_KEY_LINE: usize = 4096;
 
 /// What a confirmed match does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
+pub(super) enum Action {
     /// Replace the match (or its first capture group that took part) with a marker.
     Mask,
     /// The match opens a PEM private-key block: withhold everything up to its END line.
@@ -46,7 +46,7 @@ pub enum Action {
 
 /// What must be true before a rule's start for the rule to apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Before {
+pub(super) enum Before {
     /// Nothing: the rule may start anywhere (`DB_PASSWORD=`, `https://`).
     Anything,
     /// A token boundary: start of stream, a non-word byte, or the end of an ANSI colour sequence.
@@ -62,7 +62,7 @@ pub enum Before {
 
 /// One way a trigger can turn out to be a secret.
 #[derive(Debug)]
-pub struct Rule {
+pub(super) struct Rule {
     /// The name shown in the marker: `[REDACTED:<kind>]`.
     pub label: Arc<str>,
     pub before: Before,
@@ -85,7 +85,7 @@ pub struct Rule {
 impl Rule {
     /// The rule's match anchored at the start of `window`, and the part of it that is masked (its
     /// first capture group that took part, or all of it).
-    pub fn matched<'h>(&self, window: &'h [u8]) -> Option<(Match<'h>, Match<'h>)> {
+    pub(super) fn matched<'h>(&self, window: &'h [u8]) -> Option<(Match<'h>, Match<'h>)> {
         // The lazy DFA decides quickly; captures run only on the matched span, and only for rules
         // that mask a group (none of those ends in a look-around assertion).
         let whole = self.pattern.find(window)?;
@@ -100,7 +100,7 @@ impl Rule {
 
 /// One literal that starts a look, and the rules tried at it in order (the first that matches wins).
 #[derive(Debug)]
-pub struct Trigger {
+pub(super) struct Trigger {
     pub literal: &'static str,
     pub rules: Vec<usize>,
     /// Which scan finds it.
@@ -109,7 +109,7 @@ pub struct Trigger {
 
 /// Which scan finds a trigger literal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scan {
+pub(super) enum Scan {
     /// The shared SIMD automaton of the shape rules.
     Shared,
     /// Common in ordinary text (`://`): found by its own memmem scan, which restarts cheaply after a
@@ -125,7 +125,7 @@ const FREQUENT: &[&str] = &["://"];
 
 /// The compiled rule book.
 #[derive(Debug)]
-pub struct RuleBook {
+pub(super) struct RuleBook {
     pub rules: Vec<Rule>,
     pub triggers: Vec<Trigger>,
 }
@@ -561,7 +561,7 @@ fn specs() -> Vec<RuleSpec> {
 
 impl RuleBook {
     /// Compiles the built-in rules. Fails only if a built-in pattern is malformed (a bug caught by tests).
-    pub fn builtin() -> Result<RuleBook> {
+    pub(super) fn builtin() -> Result<RuleBook> {
         let mut rules = Vec::new();
         let mut triggers: Vec<Trigger> = Vec::new();
         for spec in specs() {
@@ -612,13 +612,13 @@ fn is_word_byte(byte: u8) -> bool {
 }
 
 /// Bytes that can continue a token past [`WINDOW`].
-pub fn is_token_byte(byte: u8) -> bool {
+pub(super) fn is_token_byte(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'.' | b'+' | b'/' | b'=')
 }
 
 /// Whether the context before `at` allows a rule to start there. `haystack[..at]` holds at least
 /// [`LOOKBACK`] bytes of context unless the stream itself starts within that distance.
-pub fn context_allows(before: Before, haystack: &[u8], at: usize) -> bool {
+pub(super) fn context_allows(before: Before, haystack: &[u8], at: usize) -> bool {
     match before {
         Before::Anything => true,
         Before::TokenBoundary => token_boundary(haystack, at),

@@ -46,6 +46,10 @@ const SHA256_HEX_LENGTH: usize = 64;
 
 /// Why a branch name or a commit SHA was refused. Offsets are byte offsets into the name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum BranchError {
     #[error("the branch name is empty")]
     Empty,

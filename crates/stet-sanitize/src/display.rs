@@ -21,7 +21,7 @@ pub mod markdown;
 
 use std::sync::Arc;
 
-use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
+use crate::sanitize::{SanitizedText, TokenSanitizer};
 
 pub use invisible::{Treatment, escaped_invisible, one_line, treatment, without_invisible};
 pub use markdown::{code_span, inert_markdown, table_cell_code};
@@ -57,7 +57,7 @@ pub fn forge_text(sanitizer: &Arc<TokenSanitizer>, text: &str) -> ForgeText {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dispatch::sanitize::KnownValue;
+    use crate::sanitize::KnownValue;
 
     #[test]
     fn a_token_split_by_a_zero_width_space_is_masked_not_revealed() {

@@ -42,6 +42,7 @@ const BARE_SCHEMES: &[&str] = &["mailto", "xmpp", "javascript", "vbscript", "dat
 /// Agent text made inert, and how many constructs were rewritten.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Inert {
+    /// The rewritten text.
     pub text: String,
     /// Links, images, autolinks and reference definitions rewritten; bare URLs are not counted.
     pub defanged: usize,

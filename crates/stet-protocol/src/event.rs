@@ -10,9 +10,10 @@ use std::str::FromStr;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::dispatch::branch::CommitSha;
-use crate::dispatch::sanitize::SanitizedText;
-use crate::dispatch::state::Phase;
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::sanitize::SanitizedText;
+
+use crate::state::Phase;
 
 /// The schema version in every event's `v` field. Bumped on any incompatible change.
 pub const EVENT_SCHEMA_VERSION: u32 = 1;
@@ -21,11 +22,16 @@ const DISPATCH_ID_PREFIX: &str = "stet-dispatch-";
 
 /// Errors reading event data back.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum EventError {
     #[error("{0:?} is not a dispatch id (expected stet-dispatch-<uuid>)")]
     DispatchId(String),
 }
 
+/// The result of reading event data back.
 pub type Result<T> = std::result::Result<T, EventError>;
 
 /// `stet-dispatch-<uuid>`: names the dispatch's container, workspace, credential and run record.
@@ -33,6 +39,7 @@ pub type Result<T> = std::result::Result<T, EventError>;
 pub struct DispatchId(uuid::Uuid);
 
 impl DispatchId {
+    /// A fresh id (a random UUID).
     pub fn new() -> DispatchId {
         DispatchId(uuid::Uuid::new_v4())
     }
@@ -94,11 +101,15 @@ impl<'de> Deserialize<'de> for DispatchId {
 /// One thing that happened to one dispatch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
+    /// The schema version ([`EVENT_SCHEMA_VERSION`]).
     pub v: u32,
+    /// When the engine made the event.
     pub ts: DateTime<Utc>,
+    /// The dispatch it is about.
     pub dispatch: DispatchId,
     /// The brief's id (its file stem).
     pub brief: String,
+    /// What happened.
     #[serde(flatten)]
     pub kind: EventKind,
 }
@@ -127,11 +138,17 @@ impl Event {
 pub enum EventKind {
     /// The dispatch was accepted and waits in `queued` for a concurrency slot: what it will do.
     Dispatched {
+        /// The brief's title.
         title: SanitizedText,
+        /// The repository, `owner/name`.
         repo: SanitizedText,
+        /// The branch the result is based on.
         base: SanitizedText,
+        /// The branch the result is pushed to.
         branch: SanitizedText,
+        /// The harness that runs the agent.
         harness: SanitizedText,
+        /// The sandbox image, by reference.
         image: SanitizedText,
         /// The cost ceiling the gateway holds this dispatch's model spend to, in dollars; absent when
         /// there is none.
@@ -140,8 +157,11 @@ pub enum EventKind {
     },
     /// The dispatch moved to another phase; `reason` explains failures.
     Phase {
+        /// The phase left.
         from: Phase,
+        /// The phase entered.
         to: Phase,
+        /// Why, for a failure.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<SanitizedText>,
     },
@@ -151,26 +171,39 @@ pub enum EventKind {
     Usage(Usage),
     /// Progress of pulling the sandbox image.
     ImagePull {
+        /// The image being pulled.
         image: SanitizedText,
+        /// The layer this progress is about, when it is about one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         layer: Option<SanitizedText>,
+        /// The engine's status text.
         status: SanitizedText,
+        /// Bytes pulled so far, when known.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         current_bytes: Option<u64>,
+        /// Bytes to pull in all, when known.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         total_bytes: Option<u64>,
     },
     /// Something a person should know that did not stop the dispatch (e.g. a teardown step failed).
-    Warning { message: SanitizedText },
+    Warning {
+        /// What the person should know.
+        message: SanitizedText,
+    },
     /// stet imported the agent's work into a trusted commit, kept at `reference` in the repository.
     /// `protected` lists changed paths held for review as `path (rule)`, `held` the same with the
     /// rule apart, and `secrets` what the scan of the added content found; the patch is in the run
     /// record's `diff.patch`.
     Collected {
+        /// The trusted commit stet made of the agent's work.
         commit: CommitSha,
+        /// Where it is kept: `refs/stet/<dispatch id>`.
         reference: SanitizedText,
+        /// Each changed file.
         files: Vec<ChangedPath>,
+        /// Lines added in all.
         insertions: usize,
+        /// Lines removed in all.
         deletions: usize,
         /// What the review gate found (boxed: most results hold nothing, and events stay small).
         #[serde(flatten)]
@@ -178,25 +211,36 @@ pub enum EventKind {
     },
     /// stet pushed the result commit to the forge.
     Pushed {
+        /// The branch pushed to.
         branch: SanitizedText,
+        /// The commit the branch now points at.
         sha: CommitSha,
+        /// The remote, without credentials.
         remote: SanitizedText,
     },
     /// stet opened or updated the pull request.
     PullRequest {
+        /// Whether the pull request was opened or updated.
         action: PullRequestAction,
+        /// The pull request's number.
         number: u64,
+        /// Where a person sees it.
         url: SanitizedText,
     },
     /// The sandbox was torn down: each step (container, workspace, outputs, credential) and how it went.
     TornDown {
+        /// Each step, in the order it ran.
         steps: Vec<TeardownStepReport>,
+        /// How long the teardown took.
         millis: u64,
     },
     /// The dispatch ended; `outcome` is its terminal phase and `exit_code` the headless exit code.
     Finished {
+        /// The terminal phase.
         outcome: Phase,
+        /// The exit code `--headless` ends with for it (`docs/events.md`).
         exit_code: u8,
+        /// Why, when it did not succeed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<SanitizedText>,
     },
@@ -221,13 +265,32 @@ impl EventKind {
     }
 }
 
+/// How a file differs between the parent commit and the collected one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    /// The file is new.
+    Added,
+    /// The file's content changed.
+    Modified,
+    /// The file is gone.
+    Deleted,
+    /// A file became a link, a link a file, and so on.
+    TypeChanged,
+}
+
 /// One changed file of a collected result (paths are agent-chosen, so sanitized and bounded).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangedPath {
+    /// The path, as the agent named it.
     pub path: SanitizedText,
-    pub change: crate::git::import::ChangeKind,
+    /// How it changed.
+    pub change: ChangeKind,
+    /// Lines added.
     pub insertions: usize,
+    /// Lines removed.
     pub deletions: usize,
+    /// Whether git reads the content as binary (no line counts).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub binary: bool,
 }
@@ -249,13 +312,16 @@ pub struct GateFindings {
 /// A changed path held for a person's approval, and the rule (or rules) holding it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeldPathReport {
+    /// The held path.
     pub path: SanitizedText,
+    /// The rule (or rules) holding it.
     pub rule: SanitizedText,
 }
 
 /// A secret in the content a result adds: where, and of what kind. Never the value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SecretReport {
+    /// The file the secret is in.
     pub path: SanitizedText,
     /// The line of the new file; absent when the secret is in the path's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -270,7 +336,9 @@ pub struct SecretReport {
 /// One teardown step: the resource reclaimed and, when it failed, why (the rest still ran).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TeardownStepReport {
+    /// What was reclaimed: `container`, `workspace`, `outputs` or `credential`.
     pub resource: SanitizedText,
+    /// Why reclaiming it failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<SanitizedText>,
 }
@@ -279,14 +347,18 @@ pub struct TeardownStepReport {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PullRequestAction {
+    /// A new pull request.
     Opened,
+    /// An existing pull request received the new head.
     Updated,
 }
 
 /// One transcript line, normalized across harnesses.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TranscriptItem {
+    /// What the item is.
     pub item: ItemKind,
+    /// Its text, sanitized and bounded.
     pub text: SanitizedText,
 }
 
@@ -313,14 +385,19 @@ pub enum ItemKind {
 /// Model usage of one request, and the running total of the dispatch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Usage {
+    /// The model the request named.
     pub model: SanitizedText,
+    /// Tokens sent to the model.
     pub input_tokens: u64,
+    /// Tokens the model answered with.
     pub output_tokens: u64,
+    /// Tokens of the input the endpoint served from its cache.
     #[serde(default)]
     pub cached_tokens: u64,
     /// This request's cost; `None` when neither the endpoint nor the price table knows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    /// The dispatch's spend so far, this request included.
     pub total_cost_usd: f64,
     /// How long the request took through the gateway, from its arrival to the response's last byte;
     /// `None` for usage the agent reported itself.
@@ -334,7 +411,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::dispatch::sanitize::TokenSanitizer;
+    use stet_sanitize::sanitize::TokenSanitizer;
 
     #[test]
     fn dispatch_ids_round_trip_and_reject_lookalikes() {
@@ -378,7 +455,7 @@ mod tests {
     /// The examples in docs/events.md parse, and every kind has one.
     #[test]
     fn the_documented_examples_cover_every_kind_and_parse() {
-        let doc = include_str!("../../docs/events.md");
+        let doc = include_str!("../../../docs/events.md");
         let mut kinds = BTreeSet::new();
         for line in doc.lines().filter(|l| l.starts_with("{\"v\":")) {
             let event: Event = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}"));
