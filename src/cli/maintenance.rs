@@ -1,0 +1,198 @@
+//! The commands that look after stet's host state: `stet image build-local`, `sweep`, `doctor`,
+//! `trust` and `reviews`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use stet::dispatch::credential::{CredentialProvider, LocalCredentialProvider};
+use stet::dispatch::journal::Journal;
+use stet::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
+use stet::dispatch::service::DispatchService;
+use stet::runtime::docker::DockerRuntime;
+
+use super::EXIT_USAGE;
+use super::session::{install_logging, repository_root};
+
+/// The engine, or the exit-2 message saying it is unreachable.
+pub(crate) async fn connect_engine() -> Result<DockerRuntime, ExitCode> {
+    DockerRuntime::connect().await.map_err(|err| {
+        let _ = writeln!(std::io::stderr(), "stet: {err}");
+        ExitCode::from(EXIT_USAGE)
+    })
+}
+
+pub(crate) async fn image_build_local(binary: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let binary = match binary {
+        Some(binary) => binary,
+        None => std::env::current_exe()
+            .context("finding the running stet executable (pass --binary PATH)")?,
+    };
+    let engine = match connect_engine().await {
+        Ok(engine) => engine,
+        Err(code) => return Ok(code),
+    };
+    let image = stet::image::build_local(engine.client(), &binary)
+        .await
+        .with_context(|| format!("building the sandbox image from {}", binary.display()))?;
+    println!("{} {}", image.id, image.tag);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn sweep() -> anyhow::Result<ExitCode> {
+    let state_dir = stet::state_dir::prepare_default()?;
+    let handle = SanitizerHandle::new(TokenSanitizer::new()?);
+    let _log_guard = install_logging(&handle);
+    let engine = match connect_engine().await {
+        Ok(engine) => engine,
+        Err(code) => return Ok(code),
+    };
+    let journal = Arc::new(Journal::open(&state_dir.join("journal"))?);
+    let providers: Vec<Arc<dyn CredentialProvider>> =
+        vec![Arc::new(LocalCredentialProvider::default())];
+    let service = DispatchService::new(Arc::new(engine), journal, &state_dir, providers);
+    let report = service.sweep_orphans().await?;
+    tracing::info!(?report, "sweep finished");
+    print!("{report}");
+    Ok(if report.failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+pub(crate) async fn doctor() -> anyhow::Result<ExitCode> {
+    let binary = std::env::current_exe().context("finding the running stet executable")?;
+    let docker = bollard::Docker::connect_with_defaults().map_err(|err| err.to_string());
+    let report = stet::doctor::diagnose(docker, stet::state_dir::locate(), &binary).await;
+    print!("{report}");
+    Ok(if report.failed() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `stet trust`: trusts, revokes or lists repository configuration files.
+pub(crate) fn trust(path: Option<PathBuf>, revoke: bool, list: bool) -> anyhow::Result<ExitCode> {
+    use stet::config::{Config, REPOSITORY_FILE, repository};
+    let store = stet::config::trust::TrustStore::in_state_dir(&stet::state_dir::locate()?);
+    let mut out = std::io::stdout().lock();
+    if list {
+        let entries = store.entries()?;
+        if entries.is_empty() {
+            writeln!(
+                out,
+                "no trusted files (the record is {})",
+                store.file().display()
+            )?;
+        }
+        for entry in entries {
+            let now = match entry.path.parent().map(repository::read) {
+                Some(Ok(Some(found))) if entry.covers(&found.path, &found.hash) => "trusted",
+                Some(Ok(Some(_))) => "changed since: not trusted",
+                Some(Ok(None)) => "gone",
+                None | Some(Err(_)) => "unreadable: not trusted",
+            };
+            writeln!(
+                out,
+                "{}  sha256 {}  since {}  ({now})",
+                entry.path.display(),
+                entry.sha256.chars().take(12).collect::<String>(),
+                entry.trusted_at.format("%Y-%m-%d %H:%M"),
+            )?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let root = match path {
+        Some(named) => repository::root_of(&named)?,
+        None => repository_root("run stet trust")?,
+    };
+    if revoke {
+        let file = repository::file_path(&root)?;
+        if store.revoke(&file)? {
+            writeln!(
+                out,
+                "no longer trusted: {}: it may only tighten project settings again",
+                file.display()
+            )?;
+        } else {
+            writeln!(out, "{} was not trusted", file.display())?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let found = repository::read(&root)?
+        .with_context(|| format!("{} has no {REPOSITORY_FILE} to trust", root.display()))?;
+    let allowed = Config::refused_untrusted(&found)?;
+    store.trust(&found.path, &found.hash)?;
+    writeln!(
+        out,
+        "trusted {} (sha256 {})",
+        found.path.display(),
+        found.hash
+    )?;
+    if allowed.is_empty() {
+        writeln!(
+            out,
+            "it sets nothing a repository's file may not set anyway"
+        )?;
+    } else {
+        writeln!(out, "it may now set:")?;
+        for refusal in &allowed {
+            writeln!(out, "  line {}: {}", refusal.line, refusal.field)?;
+        }
+    }
+    writeln!(
+        out,
+        "until its content changes; `stet trust --revoke` takes the trust back"
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
+    let dir = stet::state_dir::locate()?.join(stet::forge::local::REVIEWS_DIR);
+    let records = stet::forge::local::read_reviews(&dir)?;
+    let mut out = std::io::stdout().lock();
+    match number {
+        None if records.is_empty() => writeln!(out, "no reviews yet in {}", dir.display())?,
+        None => {
+            for record in &records {
+                writeln!(
+                    out,
+                    "#{:<4} {:<6} {} -> {}  {}  ({} at {}, updated {})",
+                    record.number,
+                    record.state.as_str(),
+                    record.head,
+                    record.base,
+                    stet::dispatch::display::one_line(&record.title),
+                    record.repo,
+                    record.remote.display(),
+                    record.updated.format("%Y-%m-%d %H:%M")
+                )?;
+            }
+        }
+        Some(number) => match records.iter().find(|record| record.number == number) {
+            Some(record) => writeln!(
+                out,
+                "#{} {} ({})\n{} -> {} in {}\nopened {}, updated {}\n\n{}",
+                record.number,
+                stet::dispatch::display::one_line(&record.title),
+                record.state.as_str(),
+                record.head,
+                record.base,
+                record.remote.display(),
+                record.created.format("%Y-%m-%d %H:%M"),
+                record.updated.format("%Y-%m-%d %H:%M"),
+                stet::dispatch::display::without_invisible(&record.body).text
+            )?,
+            None => {
+                eprintln!("stet: no review #{number} in {}", dir.display());
+                return Ok(ExitCode::FAILURE);
+            }
+        },
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,81 @@
+//! The command line, one file per command or family of commands: [`args`] is what clap parses,
+//! [`run`] hands each command to its module, and [`session`] assembles the engine for the commands
+//! that dispatch, once.
+
+pub(crate) mod args;
+mod demo;
+mod filters;
+mod headless;
+mod maintenance;
+mod sandbox;
+mod session;
+mod terminal;
+mod theater;
+
+use std::process::ExitCode;
+
+use args::{Cli, Command, ImageCommand};
+
+/// Exit code for usage and configuration errors (DESIGN §6).
+pub(crate) const EXIT_USAGE: u8 = 2;
+
+/// Runs the command `cli` names; `stet` alone is the theater, `stet --headless` the scripted run.
+pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Some(Command::CheckBranch { name, base }) => {
+            Ok(filters::check_branch(&name, base.as_deref()))
+        }
+        Some(Command::Sanitize {
+            known_value_env,
+            stats,
+        }) => filters::sanitize(&known_value_env, stats),
+        Some(Command::Image {
+            command: ImageCommand::BuildLocal { binary },
+        }) => session::block_on(maintenance::image_build_local(binary)),
+        Some(Command::Sweep) => session::block_on(maintenance::sweep()),
+        Some(Command::Doctor) => session::block_on(maintenance::doctor()),
+        Some(Command::Trust { path, revoke, list }) => maintenance::trust(path, revoke, list),
+        Some(Command::Reviews { number }) => maintenance::reviews(number),
+        Some(Command::Transcript {
+            path,
+            harness,
+            outputs,
+            brief,
+        }) => filters::transcript(&path, harness, outputs.as_deref(), brief),
+        Some(Command::Demo {
+            dir,
+            pace,
+            headless,
+            dispatch,
+        }) => session::dispatch_runtime(demo::demo(dir, pace, headless || cli.headless, dispatch)),
+        Some(Command::Agent { command }) => sandbox::agent(command),
+        Some(Command::SandboxIdle { relay }) => session::block_on(sandbox::sandbox_idle(relay)),
+        Some(Command::Probe {
+            connect,
+            fork_up_to,
+            allocate_mb,
+            fill_mb,
+            fill_piece_mb,
+            find_env_in_cmdlines,
+            environment,
+            hold,
+            emit_line_mb,
+        }) => sandbox::probe(
+            &stet::probe::ProbeRequest {
+                connect,
+                fork_up_to,
+                allocate_mb,
+                fill_mb,
+                fill_piece_mb,
+                find_env_in_cmdlines,
+                environment,
+            },
+            hold,
+            emit_line_mb,
+        ),
+        None if cli.headless => {
+            session::dispatch_runtime(headless::headless(cli.dispatch, cli.push))
+        }
+        None => session::dispatch_runtime(theater::theater(cli.dispatch)),
+    }
+}

@@ -1,0 +1,133 @@
+//! `stet` with no command: the theater over the inbox of the repository in the current directory.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use super::EXIT_USAGE;
+use super::args::DispatchArgs;
+use super::session::{Session, engine_options, load_config, repository_root};
+use super::terminal::{TerminalSession, on_a_terminal, terminal_input, tty_hung_up};
+
+/// `stet` with no command: the terminal theater over the inbox of the repository in the current
+/// directory. Dispatches wait for review; `p` pushes and opens the pull request.
+pub(crate) async fn theater(args: DispatchArgs) -> anyhow::Result<ExitCode> {
+    if !args.briefs.is_empty() || args.all {
+        eprintln!(
+            "stet: --brief and --all choose what --headless dispatches; the theater shows the whole inbox"
+        );
+        return Ok(ExitCode::from(EXIT_USAGE));
+    }
+    if !on_a_terminal() {
+        eprintln!(
+            "stet: the theater needs a terminal; without one use `stet --headless --brief ID` (or `stet demo --headless`)"
+        );
+        return Ok(ExitCode::from(EXIT_USAGE));
+    }
+    let root = repository_root("run stet")?;
+    let config = load_config(&root)?;
+    let inbox = stet::inbox::Inbox::load(&stet::inbox::Inbox::default_dir(&root))?;
+    let options = engine_options(root, config, &args)?;
+    Ok(open_theater(options, &inbox).await?.code)
+}
+
+/// How a theater session ended.
+pub(crate) struct TheaterEnd {
+    pub(crate) code: ExitCode,
+    /// Whether the theater was drawn and the terminal is still there to print on (false when the
+    /// engine could not be assembled: that error was printed instead; false when the terminal went
+    /// away).
+    pub(crate) shown: bool,
+}
+
+/// Assembles the engine `options` describe (sweeping what earlier runs left, reported on stderr
+/// before the screen is taken), then runs the theater over `inbox` on the terminal until the person
+/// quits, a signal ends it or the terminal goes away, and gives the terminal back (unless it went
+/// away: then nothing more is written to it, and the exit code is 3 once every dispatch has been
+/// cancelled and torn down). Dispatches wait for review; `p` pushes.
+pub(crate) async fn open_theater(
+    options: stet::engine::EngineOptions,
+    inbox: &stet::inbox::Inbox,
+) -> anyhow::Result<TheaterEnd> {
+    use stet::ui::event_loop::Exit;
+    let directories = stet::ui::event_loop::Directories {
+        runs: options.state_dir.join(stet::dispatch::record::RUNS_DIR),
+        inbox: stet::inbox::Inbox::default_dir(&options.repository),
+    };
+    let configuration = stet::ui::app::Configuration::of(&options.config.repository_file);
+    let session = match Session::assemble(options).await? {
+        Ok(session) => session,
+        Err(code) => return Ok(TheaterEnd { code, shown: false }),
+    };
+    let Session {
+        engine,
+        interrupts,
+        log_guard: _log_guard,
+    } = session;
+    let ceiling = engine.parts.settings.cost_ceiling_usd;
+    let (dispatcher, events, _dispatcher_task) = engine.start();
+    let mut app = stet::ui::app::App::new(inbox.entries(), chrono::Utc::now());
+    app.set_theme(stet::ui::theme::Theme::from_env());
+    app.set_cost_ceiling(ceiling);
+    app.set_configuration(configuration);
+    let mut session = TerminalSession::enter()?;
+    let input = terminal_input()?;
+    let exit = stet::ui::event_loop::run(
+        &mut session.terminal,
+        app,
+        input,
+        events,
+        interrupts.into_stream(),
+        dispatcher.clone(),
+        directories,
+    )
+    .await;
+    // A SIGHUP someone sent by hand leaves the terminal there: that one is given back as usual.
+    let now = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    if matches!(exit, Ok(Exit::HungUp | Exit::Interrupted { hung_up: true }))
+        && tty_hung_up(&std::io::stdin(), Some(&now)).unwrap_or(true)
+    {
+        session.hang_up();
+    }
+    let terminal_there = !session.is_gone();
+    drop(session);
+    let code = match exit {
+        Ok(Exit::Quit) => {
+            dispatcher.shutdown().await;
+            ExitCode::SUCCESS
+        }
+        Ok(Exit::HungUp) => {
+            // The loop ended once every dispatch had torn down; this only confirms it.
+            dispatcher.shutdown().await;
+            tracing::info!("the terminal went away: every dispatch was cancelled and torn down");
+            ExitCode::from(stet::headless::EXIT_CANCELLED)
+        }
+        Ok(Exit::Interrupted { .. }) => {
+            tracing::warn!("interrupted again: exiting before every teardown finished");
+            if terminal_there {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "stet: interrupted again: exiting now; the next stet launch (or `stet sweep`) reclaims what is left"
+                );
+            }
+            ExitCode::from(stet::headless::EXIT_CANCELLED)
+        }
+        Err(error) => {
+            tracing::error!(%error, "the theater stopped: cancelling every dispatch");
+            if terminal_there {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "stet: {error}; cancelling every dispatch and waiting for teardown"
+                );
+            }
+            dispatcher.shutdown().await;
+            ExitCode::FAILURE
+        }
+    };
+    Ok(TheaterEnd {
+        code,
+        shown: terminal_there,
+    })
+}
