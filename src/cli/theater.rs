@@ -49,10 +49,7 @@ pub(crate) async fn open_theater(
     inbox: &stet::inbox::Inbox,
 ) -> anyhow::Result<TheaterEnd> {
     use stet::ui::event_loop::Exit;
-    let directories = stet::ui::event_loop::Directories {
-        runs: options.state_dir.join(stet::dispatch::record::RUNS_DIR),
-        inbox: stet::inbox::Inbox::default_dir(&options.repository),
-    };
+    let inbox_dir = stet::inbox::Inbox::default_dir(&options.repository);
     let configuration = stet::ui::app::Configuration::of(&options.config.repository_file);
     let session = match Session::assemble(options).await? {
         Ok(session) => session,
@@ -78,7 +75,7 @@ pub(crate) async fn open_theater(
         events,
         interrupts.into_stream(),
         dispatcher.clone(),
-        directories,
+        inbox_dir,
     )
     .await;
     // A SIGHUP someone sent by hand leaves the terminal there: that one is given back as usual.

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures_util::FutureExt;
@@ -43,6 +44,11 @@ pub enum DispatcherError {
     NotAwaitingDecision(DispatchId),
     #[error("the dispatcher has stopped")]
     Stopped,
+    #[error("the diff of {dispatch} could not be read: {reason}")]
+    Patch {
+        dispatch: DispatchId,
+        reason: String,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, DispatcherError>;
@@ -72,6 +78,8 @@ pub enum Command {
 #[derive(Debug, Clone)]
 pub struct DispatchHandle {
     commands: mpsc::Sender<Command>,
+    /// Where the run records are, for [`DispatchHandle::patch`].
+    state_dir: Arc<PathBuf>,
 }
 
 impl DispatchHandle {
@@ -110,6 +118,24 @@ impl DispatchHandle {
         })
         .await?;
         answer.await.map_err(|_| DispatcherError::Stopped)?
+    }
+
+    /// The diff of `dispatch`'s result as its run record keeps it (sanitized, bounded), read on the
+    /// blocking pool: a consumer gets it from the engine, never from the record's file.
+    pub async fn patch(&self, dispatch: DispatchId) -> Result<String> {
+        let state_dir = Arc::clone(&self.state_dir);
+        let read = tokio::task::spawn_blocking(move || {
+            crate::dispatch::record::read_patch(&state_dir, dispatch)
+        })
+        .await
+        .map_err(|error| DispatcherError::Patch {
+            dispatch,
+            reason: format!("reading stopped: {error}"),
+        })?;
+        read.map_err(|error| DispatcherError::Patch {
+            dispatch,
+            reason: error.to_string(),
+        })
     }
 
     /// Cancels everything and returns once every dispatch has torn down.
@@ -216,6 +242,7 @@ impl Dispatcher {
         events: mpsc::Sender<Event>,
     ) -> (DispatchHandle, tokio::task::JoinHandle<()>) {
         let (commands, receiver) = mpsc::channel(COMMAND_BUFFER);
+        let state_dir = Arc::new(service.state_dir().to_owned());
         let dispatcher = Dispatcher {
             service,
             parts,
@@ -227,7 +254,13 @@ impl Dispatcher {
             shutting_down: false,
         };
         let task = tokio::spawn(dispatcher.serve(receiver));
-        (DispatchHandle { commands }, task)
+        (
+            DispatchHandle {
+                commands,
+                state_dir,
+            },
+            task,
+        )
     }
 
     async fn serve(mut self, mut commands: mpsc::Receiver<Command>) {

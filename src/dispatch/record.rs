@@ -3,7 +3,7 @@
 //! the window closes, and the inbox can show a brief's last run.
 
 use std::fs::File;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use chrono::{DateTime, Utc};
@@ -208,6 +208,18 @@ pub fn run_dir(state_dir: &Path, dispatch: DispatchId) -> PathBuf {
     state_dir.join(RUNS_DIR).join(dispatch.to_string())
 }
 
+/// The (sanitized) patch the run record of `dispatch` under `state_dir` keeps: at most
+/// [`MAX_PATCH_BYTES`] and the note [`RunRecord`] cuts a longer one with.
+pub fn read_patch(state_dir: &Path, dispatch: DispatchId) -> Result<String> {
+    let path = run_dir(state_dir, dispatch).join(PATCH_FILE);
+    let file = File::open(&path).map_err(io_error(&path, "reading the diff"))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_PATCH_BYTES as u64 + 4096)
+        .read_to_end(&mut bytes)
+        .map_err(io_error(&path, "reading the diff"))?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// Reads a run's `result.json`.
 pub fn read_result(dir: &Path) -> Result<RunResult> {
     let path = dir.join(RESULT_FILE);
@@ -238,6 +250,27 @@ mod tests {
     #[test]
     fn truncation_keeps_whole_characters() {
         assert_eq!(super::truncate("héllo", 2), "h");
+    }
+
+    #[test]
+    fn the_patch_is_read_from_the_run_record_and_a_missing_one_says_where() {
+        let state = tempfile::tempdir().unwrap();
+        let dispatch = DispatchId::new();
+        let missing = read_patch(state.path(), dispatch).unwrap_err().to_string();
+        assert!(missing.contains(&dispatch.to_string()), "{missing}");
+
+        let record = run_dir(state.path(), dispatch);
+        std::fs::create_dir_all(&record).unwrap();
+        std::fs::write(record.join(PATCH_FILE), "+added\n").unwrap();
+        assert_eq!(read_patch(state.path(), dispatch).unwrap(), "+added\n");
+
+        let long = "+".repeat(MAX_PATCH_BYTES + 10_000);
+        std::fs::write(record.join(PATCH_FILE), &long).unwrap();
+        assert_eq!(
+            read_patch(state.path(), dispatch).unwrap().len(),
+            MAX_PATCH_BYTES + 4096,
+            "bounded even when the file was not written by stet"
+        );
     }
 
     use super::*;

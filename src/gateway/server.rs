@@ -1,6 +1,7 @@
 //! The gateway's lifecycle and shared state: the unix socket, the accept loop, the cost ledger and
 //! the event channel. Request handling lives in `forward`, response metering in `metered`.
 
+mod errors;
 mod forward;
 mod metered;
 mod scan;

@@ -4,7 +4,7 @@
 mod navigation;
 mod review;
 mod search;
-mod view;
+pub(crate) mod view;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -24,7 +24,7 @@ pub use navigation::{Focus, TranscriptScroll};
 pub use review::{PatchState, PatchText};
 pub use search::{Direction, MAX_QUERY_CHARS, Search};
 pub use view::{
-    BoundedRing, ClippedText, CollectedResult, CostMeter, DEFAULT_TRANSCRIPT_CAPACITY,
+    Badge, BoundedRing, ClippedText, CollectedResult, CostMeter, DEFAULT_TRANSCRIPT_CAPACITY,
     DispatchPlan, DispatchView, ImagePullProgress, MAX_DISPLAY_TEXT_BYTES, MAX_WARNINGS, Outcome,
     PhaseSpan, PullRequestLink, PushedBranch, Teardown, TranscriptLine,
 };
@@ -84,47 +84,6 @@ fn error_line(error: &BriefError) -> Option<usize> {
         | BriefError::Link { .. }
         | BriefError::TooLarge { .. }
         | BriefError::InvalidId { .. } => None,
-    }
-}
-
-/// A brief's last-run status in the inbox, from its newest dispatch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Badge {
-    /// Never dispatched in this session.
-    New,
-    /// Requested, or waiting for a concurrency slot.
-    Queued,
-    Running(Phase),
-    AwaitingReview,
-    /// Done, with the pull request it opened or updated.
-    PullRequest(u64),
-    Done,
-    Failed,
-    Cancelled,
-    TimedOut,
-    CeilingHit,
-}
-
-impl Badge {
-    fn of(view: &DispatchView) -> Badge {
-        match view.phase {
-            Phase::Queued => Badge::Queued,
-            Phase::AwaitingApproval => Badge::AwaitingReview,
-            Phase::Done => match &view.pull_request {
-                Some(pull_request) => Badge::PullRequest(pull_request.number),
-                None => Badge::Done,
-            },
-            Phase::Failed => Badge::Failed,
-            Phase::Cancelled => Badge::Cancelled,
-            Phase::TimedOut => Badge::TimedOut,
-            Phase::CostCeilingHit => Badge::CeilingHit,
-            phase @ (Phase::Preflight
-            | Phase::Provisioning
-            | Phase::Running
-            | Phase::Collecting
-            | Phase::Pushing
-            | Phase::OpeningPr) => Badge::Running(phase),
-        }
     }
 }
 

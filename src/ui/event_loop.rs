@@ -4,8 +4,7 @@
 //! a stream the same way, so tests drive the whole loop). When the terminal goes away the loop stops
 //! drawing and reading it, and ends once every dispatch has been cancelled and torn down.
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -20,7 +19,6 @@ use tokio::time::MissedTickBehavior;
 use crate::dispatch::dispatcher::DispatchHandle;
 use crate::dispatch::event::{DispatchId, Event, EventKind};
 use crate::dispatch::order::Delivery;
-use crate::dispatch::record::{MAX_PATCH_BYTES, PATCH_FILE};
 use crate::ui::app::{App, Confirm, Msg, Request};
 use crate::ui::form::{self, BriefDraft};
 use crate::ui::view::Pane;
@@ -88,15 +86,6 @@ fn backend_gone(error: &(dyn std::error::Error + 'static)) -> bool {
 /// How many transcript items (or diff lines) one notch of the mouse wheel scrolls.
 const WHEEL_LINES: usize = 3;
 
-/// Where the theater reads and writes on disk.
-#[derive(Debug, Clone)]
-pub struct Directories {
-    /// The run records (`<state>/runs`), for the review gate's patch.
-    pub runs: PathBuf,
-    /// The inbox the new-brief form writes into (`.stet/briefs`).
-    pub inbox: PathBuf,
-}
-
 /// What a request to the engine came to, fed back into the loop.
 #[derive(Debug)]
 #[expect(
@@ -116,6 +105,8 @@ enum Reply {
 /// [`Exit::Interrupted`] at once. A SIGHUP, an end or a hangup error of `input`, or a draw that fails
 /// with one, means the terminal went away: the loop stops drawing and reading it, quits the same
 /// way, and returns [`Exit::HungUp`] once every dispatch has torn down, however many SIGHUPs follow.
+/// Everything from the engine, the review gate's patch included, comes through `handle` and `events`;
+/// `inbox` is the directory the new-brief form writes into (`.stet/briefs`).
 pub async fn run<B>(
     terminal: &mut Terminal<B>,
     app: App,
@@ -123,7 +114,7 @@ pub async fn run<B>(
     events: mpsc::Receiver<Event>,
     interrupts: impl Stream<Item = Interrupt> + Unpin,
     handle: DispatchHandle,
-    directories: Directories,
+    inbox: PathBuf,
 ) -> Result<Exit>
 where
     B: Backend,
@@ -131,26 +122,21 @@ where
 {
     let perform = move |request: Request| -> BoxFuture<'static, Option<Reply>> {
         match request {
-            Request::LoadPatch(dispatch) => {
-                Box::pin(load_patch(directories.runs.clone(), dispatch))
-            }
-            Request::SaveBrief(draft) => Box::pin(save_brief(directories.inbox.clone(), draft)),
+            Request::LoadPatch(dispatch) => Box::pin(load_patch(handle.clone(), dispatch)),
+            Request::SaveBrief(draft) => Box::pin(save_brief(inbox.clone(), draft)),
             request => Box::pin(ask_engine(handle.clone(), request)),
         }
     };
     drive(terminal, app, input, events, interrupts, perform).await
 }
 
-/// Reads the sanitized patch the run record of `dispatch` holds, on the blocking pool.
-async fn load_patch(runs: PathBuf, dispatch: DispatchId) -> Option<Reply> {
-    let path = runs.join(dispatch.to_string()).join(PATCH_FILE);
-    let read = tokio::task::spawn_blocking(move || read_patch(&path))
+/// Asks the engine for the diff of `dispatch`'s result.
+async fn load_patch(handle: DispatchHandle, dispatch: DispatchId) -> Option<Reply> {
+    let patch = handle
+        .patch(dispatch)
         .await
-        .unwrap_or_else(|error| Err(format!("reading the diff stopped: {error}")));
-    Some(Reply::Update(Msg::PatchLoaded {
-        dispatch,
-        patch: read,
-    }))
+        .map_err(|error| error.to_string());
+    Some(Reply::Update(Msg::PatchLoaded { dispatch, patch }))
 }
 
 /// Writes the form's brief into `inbox` on the blocking pool and reads it back.
@@ -170,16 +156,6 @@ async fn save_brief(inbox: PathBuf, draft: BriefDraft) -> Option<Reply> {
         },
     };
     Some(Reply::Update(msg))
-}
-
-/// The patch at `path`, at most [`MAX_PATCH_BYTES`] and a note (the record caps it the same way).
-fn read_patch(path: &Path) -> std::result::Result<String, String> {
-    let file = std::fs::File::open(path).map_err(|error| format!("{}: {error}", path.display()))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_PATCH_BYTES as u64 + 4096)
-        .read_to_end(&mut bytes)
-        .map_err(|error| format!("{}: {error}", path.display()))?;
-    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// Sends `request` through `handle`; dispatches wait for review (`Delivery::Review`).

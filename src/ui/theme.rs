@@ -4,7 +4,7 @@
 use ratatui::style::{Color, Modifier, Style};
 
 use crate::dispatch::event::ItemKind;
-use crate::ui::app::Badge;
+use crate::ui::app::view::Badge;
 
 /// Which palette the panes draw with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

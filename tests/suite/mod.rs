@@ -1,4 +1,5 @@
 mod accounts;
+mod architecture;
 mod branch;
 mod brief;
 mod canary;

@@ -27,6 +27,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::errors::{BoxError, describe};
 use super::metered::{Meter, MeteredBody, Report};
 use super::{Hold, Shared, scan};
 use crate::gateway::ledger::{Refusal, WorstCase};
@@ -35,7 +36,6 @@ use crate::gateway::usage::{self, SseScanner};
 
 /// A body the gateway sends the agent: its own error replies, or an upstream response passing through.
 pub(super) type GatewayBody = BoxBody<Bytes, BoxError>;
-pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The largest request body forwarded.
 const MAX_REQUEST_BODY: usize = 32 * 1024 * 1024;
@@ -917,21 +917,6 @@ fn shown_path(path: &str) -> String {
         end -= 1;
     }
     format!("{}…", &path[..end])
-}
-
-/// An error and its sources, joined: `client error (Connect): tcp connect error: Connection refused`.
-pub(super) fn describe(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// A reply the gateway makes itself for something that passes: with `Retry-After`.

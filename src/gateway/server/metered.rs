@@ -14,7 +14,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
-use super::forward::{BoxError, describe};
+use super::errors::{BoxError, describe};
 use super::{GatewayEvent, Hold, Shared};
 use crate::dispatch::display::without_invisible;
 use crate::gateway::usage::{self, Metered, SseScanner};

@@ -448,3 +448,44 @@ impl DispatchView {
         });
     }
 }
+
+/// A brief's last-run status in the inbox, from its newest dispatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Badge {
+    /// Never dispatched in this session.
+    New,
+    /// Requested, or waiting for a concurrency slot.
+    Queued,
+    Running(Phase),
+    AwaitingReview,
+    /// Done, with the pull request it opened or updated.
+    PullRequest(u64),
+    Done,
+    Failed,
+    Cancelled,
+    TimedOut,
+    CeilingHit,
+}
+
+impl Badge {
+    pub(super) fn of(view: &DispatchView) -> Badge {
+        match view.phase {
+            Phase::Queued => Badge::Queued,
+            Phase::AwaitingApproval => Badge::AwaitingReview,
+            Phase::Done => match &view.pull_request {
+                Some(pull_request) => Badge::PullRequest(pull_request.number),
+                None => Badge::Done,
+            },
+            Phase::Failed => Badge::Failed,
+            Phase::Cancelled => Badge::Cancelled,
+            Phase::TimedOut => Badge::TimedOut,
+            Phase::CostCeilingHit => Badge::CeilingHit,
+            phase @ (Phase::Preflight
+            | Phase::Provisioning
+            | Phase::Running
+            | Phase::Collecting
+            | Phase::Pushing
+            | Phase::OpeningPr) => Badge::Running(phase),
+        }
+    }
+}

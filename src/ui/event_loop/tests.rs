@@ -600,29 +600,6 @@ async fn a_collected_result_has_its_patch_read_for_the_review_gate() {
     assert_eq!(exit.unwrap(), Exit::Quit);
 }
 
-#[tokio::test]
-async fn the_patch_is_read_from_the_run_record_and_a_missing_one_says_where() {
-    let runs = tempfile::tempdir().unwrap();
-    let dispatch = DispatchId::new();
-    let missing = load_patch(runs.path().to_owned(), dispatch).await;
-    let Some(Reply::Update(Msg::PatchLoaded {
-        patch: Err(reason), ..
-    })) = missing
-    else {
-        panic!("{missing:?}");
-    };
-    assert!(reason.contains(&dispatch.to_string()), "{reason}");
-
-    let record = runs.path().join(dispatch.to_string());
-    std::fs::create_dir_all(&record).unwrap();
-    std::fs::write(record.join(PATCH_FILE), "+added\n").unwrap();
-    let read = load_patch(runs.path().to_owned(), dispatch).await;
-    assert!(
-        matches!(&read, Some(Reply::Update(Msg::PatchLoaded { dispatch: d, patch: Ok(text) })) if *d == dispatch && text == "+added\n"),
-        "{read:?}"
-    );
-}
-
 #[test]
 fn the_wheel_scrolls_the_pane_under_the_pointer() {
     use crate::ui::app::tests::{Script, app as app_of, dispatch_selected};

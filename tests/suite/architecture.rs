@@ -1,0 +1,307 @@
+//! The layering ARCHITECTURE.md describes, checked so that it cannot rot: the pure crates pull in no
+//! runtime (read from `Cargo.lock`, so a dependency's own dependencies count), the engine's modules
+//! never name the UI, and no two source files depend on each other in a cycle.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// What a crate with no runtime must not reach, directly or through anything it depends on.
+const RUNTIMES: &[&str] = &[
+    "tokio",
+    "bollard",
+    "hyper",
+    "git2",
+    "crossterm",
+    "ratatui",
+    "stet",
+];
+
+/// `Cargo.lock`'s graph: each package name and the names it depends on.
+fn locked_graph() -> BTreeMap<String, Vec<String>> {
+    let lock: toml::Table = std::fs::read_to_string(Path::new(ROOT).join("Cargo.lock"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut graph = BTreeMap::new();
+    for package in lock["package"].as_array().unwrap() {
+        let name = package["name"].as_str().unwrap().to_owned();
+        let dependencies = package
+            .get("dependencies")
+            .and_then(|d| d.as_array())
+            .map(|list| {
+                list.iter()
+                    .map(|d| d.as_str().unwrap().split(' ').next().unwrap().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        graph
+            .entry(name)
+            .or_insert_with(Vec::new)
+            .extend::<Vec<String>>(dependencies);
+    }
+    graph
+}
+
+/// Every package `name` reaches in `graph`, itself excluded.
+fn closure(graph: &BTreeMap<String, Vec<String>>, name: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut todo = vec![name.to_owned()];
+    while let Some(next) = todo.pop() {
+        for dependency in graph.get(&next).into_iter().flatten() {
+            if seen.insert(dependency.clone()) {
+                todo.push(dependency.clone());
+            }
+        }
+    }
+    seen
+}
+
+#[test]
+fn the_pure_crates_reach_no_runtime() {
+    let graph = locked_graph();
+    for pure in ["stet-sanitize", "stet-protocol"] {
+        assert!(graph.contains_key(pure), "{pure} is in the workspace");
+        let reached = closure(&graph, pure);
+        for runtime in RUNTIMES {
+            assert!(
+                !reached.contains(*runtime),
+                "{pure} reaches {runtime}: {reached:?}"
+            );
+        }
+    }
+    assert!(
+        closure(&graph, "stet-protocol").contains("stet-sanitize"),
+        "the events carry sanitized text"
+    );
+    assert!(
+        !closure(&graph, "stet-sanitize").contains("stet-protocol"),
+        "the sanitizer knows nothing of events"
+    );
+}
+
+/// A source file of the `stet` library and the module path it defines (`dispatch::run::agent`).
+struct SourceFile {
+    module: Vec<String>,
+    text: String,
+}
+
+fn library_files() -> Vec<SourceFile> {
+    let src = Path::new(ROOT).join("src");
+    let mut files = Vec::new();
+    let mut todo = vec![src.clone()];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                if path != src.join("cli") {
+                    todo.push(path);
+                }
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") || path == src.join("main.rs") {
+                continue;
+            }
+            files.push(SourceFile {
+                module: module_of(&src, &path),
+                text: std::fs::read_to_string(&path).unwrap(),
+            });
+        }
+    }
+    files
+}
+
+fn module_of(src: &Path, path: &Path) -> Vec<String> {
+    let relative: PathBuf = path.strip_prefix(src).unwrap().with_extension("");
+    let mut module: Vec<String> = relative
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if module
+        .last()
+        .is_some_and(|last| last == "mod" || last == "lib")
+    {
+        module.pop();
+    }
+    module
+}
+
+/// The code of a file without its `#[cfg(test)]` module and comments: tests may reach anywhere.
+fn production_code(text: &str) -> String {
+    let code = match text.find("#[cfg(test)]\nmod tests") {
+        Some(at) => &text[..at],
+        None => text,
+    };
+    code.lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The modules a file names: `crate::a::b::{c, d}` and `super::x` (resolved against its own path),
+/// each cut to the longest prefix that is a module with a file of its own.
+fn named_modules(file: &SourceFile, modules: &BTreeSet<Vec<String>>) -> BTreeSet<Vec<String>> {
+    let code = production_code(&file.text);
+    let mut named = BTreeSet::new();
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let bytes: Vec<char> = code.chars().collect();
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest: String = bytes[i..bytes.len().min(i + 7)].iter().collect();
+        let at_word = i == 0 || !is_ident(bytes[i - 1]);
+        let base: Option<(Vec<String>, usize)> = if at_word && rest.starts_with("crate::") {
+            Some((Vec::new(), 7))
+        } else if at_word && rest.starts_with("super::") {
+            let mut parent = file.module.clone();
+            parent.pop();
+            Some((parent, 7))
+        } else {
+            None
+        };
+        let Some((mut path, skip)) = base else {
+            i += 1;
+            continue;
+        };
+        i += skip;
+        loop {
+            let start = i;
+            while i < bytes.len() && is_ident(bytes[i]) {
+                i += 1;
+            }
+            if start == i {
+                break;
+            }
+            path.push(bytes[start..i].iter().collect());
+            if bytes.get(i) == Some(&':') && bytes.get(i + 1) == Some(&':') {
+                i += 2;
+            } else {
+                break;
+            }
+        }
+        while !path.is_empty() && !modules.contains(&path) {
+            path.pop();
+        }
+        if !path.is_empty() {
+            named.insert(path);
+        }
+    }
+    named
+}
+
+/// The file-level dependency graph, leaving out a file's references to its own ancestors (a child
+/// module using its parent's types is the parent's namespace, not a dependency cycle) and to itself.
+fn dependency_graph() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let files = library_files();
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|f| f.module.clone()).collect();
+    files
+        .iter()
+        .map(|file| {
+            let edges = named_modules(file, &modules)
+                .into_iter()
+                .filter(|target| !file.module.starts_with(target))
+                .collect();
+            (file.module.clone(), edges)
+        })
+        .collect()
+}
+
+/// Each strongly connected set of more than one module (Tarjan's algorithm).
+fn cycles(graph: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Vec<Vec<String>> {
+    struct Walk<'g> {
+        graph: &'g BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+        index: BTreeMap<&'g Vec<String>, usize>,
+        low: BTreeMap<&'g Vec<String>, usize>,
+        stack: Vec<&'g Vec<String>>,
+        on_stack: BTreeSet<&'g Vec<String>>,
+        found: Vec<Vec<String>>,
+    }
+    impl<'g> Walk<'g> {
+        fn visit(&mut self, node: &'g Vec<String>) {
+            let n = self.index.len();
+            self.index.insert(node, n);
+            self.low.insert(node, n);
+            self.stack.push(node);
+            self.on_stack.insert(node);
+            for next in self.graph.get(node).into_iter().flatten() {
+                let Some((next, _)) = self.graph.get_key_value(next) else {
+                    continue;
+                };
+                if !self.index.contains_key(next) {
+                    self.visit(next);
+                    let low = self.low[node].min(self.low[next]);
+                    self.low.insert(node, low);
+                } else if self.on_stack.contains(next) {
+                    let low = self.low[node].min(self.index[next]);
+                    self.low.insert(node, low);
+                }
+            }
+            if self.low[node] == self.index[node] {
+                let mut members = Vec::new();
+                while let Some(top) = self.stack.pop() {
+                    self.on_stack.remove(top);
+                    members.push(top.join("::"));
+                    if top == node {
+                        break;
+                    }
+                }
+                if members.len() > 1 {
+                    members.sort();
+                    self.found.push(members);
+                }
+            }
+        }
+    }
+    let mut walk = Walk {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for node in graph.keys() {
+        if !walk.index.contains_key(node) {
+            walk.visit(node);
+        }
+    }
+    walk.found
+}
+
+#[test]
+fn the_cycle_finder_finds_a_cycle() {
+    let module = |name: &str| vec![name.to_owned()];
+    let graph = BTreeMap::from([
+        (module("a"), BTreeSet::from([module("b")])),
+        (module("b"), BTreeSet::from([module("c")])),
+        (module("c"), BTreeSet::from([module("a")])),
+        (module("d"), BTreeSet::from([module("a")])),
+    ]);
+    assert_eq!(cycles(&graph), vec![vec!["a", "b", "c"]]);
+}
+
+#[test]
+fn no_two_library_files_depend_on_each_other() {
+    let graph = dependency_graph();
+    assert!(
+        graph.contains_key(&vec!["dispatch".to_owned(), "service".to_owned()]),
+        "the walk found the library's files"
+    );
+    let found = cycles(&graph);
+    assert!(found.is_empty(), "module cycles: {found:#?}");
+}
+
+#[test]
+fn the_engine_never_names_the_ui() {
+    let ui = vec!["ui".to_owned()];
+    for (module, edges) in dependency_graph() {
+        if module.first().is_some_and(|top| top == "ui") {
+            continue;
+        }
+        assert!(
+            !edges.iter().any(|target| target.starts_with(&ui)),
+            "{} names the UI: {edges:?}",
+            module.join("::")
+        );
+    }
+}
