@@ -16,7 +16,7 @@ use stet::dispatch::event::{DispatchId, Event, EventKind, ItemKind, TranscriptIt
 use stet::dispatch::sanitize::TokenSanitizer;
 use stet::dispatch::state::Phase;
 use stet::inbox::InboxEntry;
-use stet::ui::app::{App, Msg};
+use stet_tui::app::{App, Msg};
 
 const BRIEF: &str = "fix-greeting";
 /// Events per `Msg::EngineBatch`, as the event loop drains them.
@@ -153,7 +153,7 @@ fn terminal() -> Terminal<TestBackend> {
 
 fn draw(terminal: &mut Terminal<TestBackend>, app: &App) {
     terminal
-        .draw(|frame| stet::ui::view::render(frame, app))
+        .draw(|frame| stet_tui::view::render(frame, app))
         .unwrap_or_else(|e| panic!("{e}"));
 }
 

@@ -2,8 +2,9 @@
 //!
 //! The library holds the engine and its pure cores; `main.rs` is only the command line on top.
 
+pub use stet_protocol::{brief, inbox};
+
 pub mod agent;
-pub mod brief;
 pub mod config;
 pub mod demo;
 pub mod dispatch;
@@ -16,7 +17,6 @@ pub mod harness;
 pub mod headless;
 pub mod host_file;
 pub mod image;
-pub mod inbox;
 pub mod logging;
 pub mod private_files;
 pub mod probe;
@@ -24,5 +24,4 @@ pub mod relay;
 pub mod runtime;
 pub mod scripted_model;
 pub mod state_dir;
-pub mod ui;
 pub mod workflow;

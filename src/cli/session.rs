@@ -10,7 +10,7 @@ use anyhow::Context;
 
 use stet::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
 use stet::logging;
-use stet::ui::event_loop::Interrupt;
+use stet_tui::event_loop::Interrupt;
 
 use super::EXIT_USAGE;
 use super::args::DispatchArgs;

@@ -137,7 +137,7 @@ pub(crate) fn tty_hung_up(
 
 /// Where the theater draws: standard output's file, with what is drawn held until the frame is
 /// flushed (no buffer of std's that would still try to write it at exit). A flush that finds the
-/// terminal gone ([`stet::ui::event_loop::terminal_gone`]) says so (the event loop then hangs up)
+/// terminal gone ([`stet_tui::event_loop::terminal_gone`]) says so (the event loop then hangs up)
 /// and marks it gone; from then on whatever is written is dropped, so nothing — the cursor ratatui
 /// shows again when dropped included — reaches a dead terminal or fails there.
 pub(crate) struct TtyWriter {
@@ -175,7 +175,7 @@ impl Write for TtyWriter {
         }
         let written = self.file.write_all(&frame).and_then(|()| self.file.flush());
         if let Err(error) = &written
-            && stet::ui::event_loop::terminal_gone(error)
+            && stet_tui::event_loop::terminal_gone(error)
         {
             self.gone.store(true, Ordering::SeqCst);
         }

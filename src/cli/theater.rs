@@ -2,6 +2,14 @@
 
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::Arc;
+
+use stet::brief::Brief;
+use stet::config::RepositoryFile;
+use stet::dispatch::dispatcher::DispatchHandle;
+use stet::dispatch::event::DispatchId;
+use stet::dispatch::order::Delivery;
+use stet_tui::engine::EngineHandle;
 
 use super::EXIT_USAGE;
 use super::args::DispatchArgs;
@@ -48,9 +56,9 @@ pub(crate) async fn open_theater(
     options: stet::engine::EngineOptions,
     inbox: &stet::inbox::Inbox,
 ) -> anyhow::Result<TheaterEnd> {
-    use stet::ui::event_loop::Exit;
+    use stet_tui::event_loop::Exit;
     let inbox_dir = stet::inbox::Inbox::default_dir(&options.repository);
-    let configuration = stet::ui::app::Configuration::of(&options.config.repository_file);
+    let configuration = configuration_of(&options.config.repository_file);
     let session = match Session::assemble(options).await? {
         Ok(session) => session,
         Err(code) => return Ok(TheaterEnd { code, shown: false }),
@@ -62,19 +70,19 @@ pub(crate) async fn open_theater(
     } = session;
     let ceiling = engine.parts.settings.cost_ceiling_usd;
     let (dispatcher, events, _dispatcher_task) = engine.start();
-    let mut app = stet::ui::app::App::new(inbox.entries(), chrono::Utc::now());
-    app.set_theme(stet::ui::theme::Theme::from_env());
+    let mut app = stet_tui::app::App::new(inbox.entries(), chrono::Utc::now());
+    app.set_theme(stet_tui::theme::Theme::from_env());
     app.set_cost_ceiling(ceiling);
     app.set_configuration(configuration);
     let mut session = TerminalSession::enter()?;
     let input = terminal_input()?;
-    let exit = stet::ui::event_loop::run(
+    let exit = stet_tui::event_loop::run(
         &mut session.terminal,
         app,
         input,
         events,
         interrupts.into_stream(),
-        dispatcher.clone(),
+        Arc::new(Engine(dispatcher.clone())),
         inbox_dir,
     )
     .await;
@@ -127,4 +135,58 @@ pub(crate) async fn open_theater(
         code,
         shown: terminal_there,
     })
+}
+
+/// What the theater's status line says of the repository's configuration file; `None` when there is
+/// none.
+fn configuration_of(file: &RepositoryFile) -> Option<stet_tui::app::Configuration> {
+    file.status().map(|text| stet_tui::app::Configuration {
+        text,
+        trusted: matches!(file, RepositoryFile::Trusted { .. }),
+    })
+}
+
+/// The engine's handle as the theater asks it: dispatches wait for review.
+struct Engine(DispatchHandle);
+
+#[async_trait::async_trait]
+impl EngineHandle for Engine {
+    async fn dispatch(&self, brief: Brief) -> Result<DispatchId, String> {
+        self.0
+            .dispatch(brief, Delivery::Review)
+            .await
+            .map_err(|refusal| refusal.to_string())
+    }
+
+    async fn cancel(&self, dispatch: DispatchId) -> Result<(), String> {
+        self.0
+            .cancel(dispatch)
+            .await
+            .map_err(|refusal| refusal.to_string())
+    }
+
+    async fn approve(&self, dispatch: DispatchId) -> Result<(), String> {
+        self.0
+            .approve(dispatch)
+            .await
+            .map_err(|refusal| refusal.to_string())
+    }
+
+    async fn discard(&self, dispatch: DispatchId) -> Result<(), String> {
+        self.0
+            .discard(dispatch)
+            .await
+            .map_err(|refusal| refusal.to_string())
+    }
+
+    async fn patch(&self, dispatch: DispatchId) -> Result<String, String> {
+        self.0
+            .patch(dispatch)
+            .await
+            .map_err(|refusal| refusal.to_string())
+    }
+
+    async fn shutdown(&self) {
+        self.0.shutdown().await;
+    }
 }

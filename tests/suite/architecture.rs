@@ -1,6 +1,7 @@
 //! The layering ARCHITECTURE.md describes, checked so that it cannot rot: the pure crates pull in no
-//! runtime (read from `Cargo.lock`, so a dependency's own dependencies count), the engine's modules
-//! never name the UI, and no two source files depend on each other in a cycle.
+//! runtime and the theater no engine (read from `Cargo.lock`, so a dependency's own dependencies
+//! count), the engine's files never name the theater, and no two source files depend on each other
+//! in a cycle.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -56,6 +57,29 @@ fn closure(graph: &BTreeMap<String, Vec<String>>, name: &str) -> BTreeSet<String
         }
     }
     seen
+}
+
+/// What the theater must not reach: the engine and what only the engine needs.
+const ENGINE: &[&str] = &["stet", "bollard", "git2", "hyper", "hyper-rustls", "tar"];
+
+#[test]
+fn the_theater_reaches_no_engine() {
+    let graph = locked_graph();
+    let reached = closure(&graph, "stet-tui");
+    for engine in ENGINE {
+        assert!(
+            !reached.contains(*engine),
+            "stet-tui reaches {engine}: {reached:?}"
+        );
+    }
+    assert!(
+        reached.contains("stet-protocol"),
+        "it reads the engine's events"
+    );
+    assert!(
+        closure(&graph, "stet").contains("stet-tui"),
+        "the executable carries the theater"
+    );
 }
 
 #[test]
@@ -292,16 +316,15 @@ fn no_two_library_files_depend_on_each_other() {
 }
 
 #[test]
-fn the_engine_never_names_the_ui() {
-    let ui = vec!["ui".to_owned()];
-    for (module, edges) in dependency_graph() {
-        if module.first().is_some_and(|top| top == "ui") {
-            continue;
-        }
+fn the_engine_never_names_the_theater() {
+    let files = library_files();
+    assert!(files.len() > 50, "the walk found the library's files");
+    for file in &files {
+        let code = production_code(&file.text);
         assert!(
-            !edges.iter().any(|target| target.starts_with(&ui)),
-            "{} names the UI: {edges:?}",
-            module.join("::")
+            !code.contains("stet_tui"),
+            "{} names the theater; only the executable (src/cli/) may",
+            file.module.join("::")
         );
     }
 }

@@ -1,8 +1,13 @@
-//! stet's wire format, shared by the engine that posts it and every consumer that reads it (the
-//! theater, `--headless`, the run record):
+//! stet's shared vocabulary, used by the engine that acts on it and by every consumer that shows it
+//! (the theater, `--headless`, the run record):
 //!
+//! * [`brief`]: what a person asks for — the task, the target repository, base and branch — read
+//!   from an untrusted file and checked before anything acts on it;
+//! * [`inbox`]: the briefs of a repository (`.stet/briefs/*.toml`);
 //! * [`state`]: the dispatch state machine, its phases and the one function that moves between them;
 //! * [`event`]: the versioned events, every free-text payload already sanitized (`docs/events.md`).
 
+pub mod brief;
 pub mod event;
+pub mod inbox;
 pub mod state;

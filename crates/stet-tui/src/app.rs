@@ -1,0 +1,885 @@
+//! The theater's state and its one `update` function: no I/O and no terminal, so every key and every
+//! engine event can be tested as a plain value (the Elm shape codex-rs and gitui use).
+
+mod navigation;
+mod review;
+mod search;
+pub(crate) mod view;
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use crossterm::event::{Event as TerminalEvent, KeyEvent};
+use tui_input::backend::crossterm::EventHandler;
+
+use crate::form::{BriefDraft, FormOutcome, NewBriefForm};
+use crate::theme::Theme;
+use stet_protocol::brief::{Brief, BriefError};
+use stet_protocol::event::{DispatchId, Event};
+use stet_protocol::inbox::InboxEntry;
+use stet_protocol::state::Phase;
+
+pub use navigation::{Focus, TranscriptScroll};
+pub use review::{PatchState, PatchText};
+pub use search::{Direction, MAX_QUERY_CHARS, Search};
+pub use view::{
+    Badge, BoundedRing, ClippedText, CollectedResult, CostMeter, DEFAULT_TRANSCRIPT_CAPACITY,
+    DispatchPlan, DispatchView, ImagePullProgress, MAX_DISPLAY_TEXT_BYTES, MAX_WARNINGS, Outcome,
+    PhaseSpan, PullRequestLink, PushedBranch, Teardown, TranscriptLine,
+};
+
+/// One line of the inbox: a brief that can be dispatched, or a file that failed to read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InboxRow {
+    Brief(Box<Brief>),
+    Invalid {
+        file: PathBuf,
+        /// The line the problem is on, when the reader knows it.
+        line: Option<usize>,
+        reason: String,
+    },
+}
+
+impl InboxRow {
+    fn from_entry(entry: &InboxEntry) -> InboxRow {
+        match &entry.brief {
+            Ok(brief) => InboxRow::Brief(Box::new(brief.clone())),
+            Err(error) => InboxRow::Invalid {
+                file: entry.path.clone(),
+                line: error_line(error),
+                reason: error.to_string(),
+            },
+        }
+    }
+
+    /// What the inbox is ordered by: the file's stem.
+    fn sort_key(&self) -> &str {
+        match self {
+            InboxRow::Brief(brief) => &brief.id,
+            InboxRow::Invalid { file, .. } => file
+                .file_stem()
+                .and_then(|stem| stem.to_str())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The brief's id; `None` for a file that failed to read.
+    pub fn brief_id(&self) -> Option<&str> {
+        match self {
+            InboxRow::Brief(brief) => Some(&brief.id),
+            InboxRow::Invalid { .. } => None,
+        }
+    }
+}
+
+fn error_line(error: &BriefError) -> Option<usize> {
+    match error {
+        BriefError::NotUtf8 { line, .. }
+        | BriefError::Toml { line, .. }
+        | BriefError::Invalid { line, .. }
+        | BriefError::Branch { line, .. } => Some(*line),
+        BriefError::Read { .. }
+        | BriefError::NotAFile { .. }
+        | BriefError::Link { .. }
+        | BriefError::TooLarge { .. }
+        | BriefError::InvalidId { .. } => None,
+    }
+}
+
+/// Everything that can change the app: engine events, the clock, and what the keymap asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Msg {
+    Engine(Event),
+    /// Everything pending on the event channel, drained at once for one frame.
+    EngineBatch(Vec<Event>),
+    /// The engine refused a request the app made; `reason` is its error, shown as the status.
+    RequestFailed {
+        request: Request,
+        reason: String,
+    },
+    Tick(DateTime<Utc>),
+    SelectNext,
+    SelectPrevious,
+    DispatchSelected,
+    CancelSelected,
+    ConfirmYes,
+    ConfirmNo,
+    Approve,
+    Discard,
+    Quit,
+    /// Move the focus to the next pane.
+    FocusNext,
+    /// Scroll the transcript this many items towards the start (stops following the tail).
+    ScrollUp(usize),
+    /// Scroll the transcript this many items towards the end.
+    ScrollDown(usize),
+    /// Jump to the transcript's end and follow it again.
+    FollowTail,
+    ToggleHelp,
+    /// Close the help overlay, or leave the review gate for the transcript.
+    Back,
+    /// Show the review gate again after `Back` left it.
+    OpenReview,
+    /// Open the transcript search prompt.
+    SearchStart,
+    /// A key typed into the open search prompt.
+    SearchKey(KeyEvent),
+    /// Search for what the prompt holds and close it.
+    SearchCommit,
+    /// Close the search prompt without searching.
+    SearchCancel,
+    /// Jump to the next match of the committed search, towards older items.
+    SearchNext,
+    /// Jump to the next match towards newer items.
+    SearchPrevious,
+    /// The run record's patch of a collected dispatch, read for the review gate (or why not).
+    PatchLoaded {
+        dispatch: DispatchId,
+        patch: Result<String, String>,
+    },
+    /// Ctrl-C: the first press arms, a second one quits as `q` does.
+    Interrupt,
+    /// Open the new-brief form.
+    NewBrief,
+    /// A key typed into the open new-brief form.
+    FormKey(KeyEvent),
+    /// The form's brief was written to `file` and read back (or why not).
+    BriefSaved {
+        file: Option<PathBuf>,
+        saved: Result<Box<Brief>, String>,
+    },
+}
+
+/// What the app asks of the engine (sent as a `Command` through the `DispatchHandle`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    Dispatch {
+        brief: Box<Brief>,
+    },
+    Cancel(DispatchId),
+    Approve(DispatchId),
+    Discard(DispatchId),
+    /// Cancel every dispatch and tear everything down before exiting.
+    Shutdown,
+    /// Read the run record's patch of a dispatch whose result was collected.
+    LoadPatch(DispatchId),
+    /// Write the new-brief form's brief into the inbox.
+    SaveBrief(BriefDraft),
+}
+
+impl Request {
+    fn verb(&self) -> &'static str {
+        match self {
+            Request::LoadPatch(_) => "read the diff",
+            Request::SaveBrief(_) => "save the brief",
+            Request::Dispatch { .. } => "dispatch",
+            Request::Cancel(_) => "cancel",
+            Request::Approve(_) => "approve",
+            Request::Discard(_) => "discard",
+            Request::Shutdown => "shut down",
+        }
+    }
+}
+
+/// A question waiting for `ConfirmYes` or `ConfirmNo`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Confirm {
+    /// Dispatch the brief with this id.
+    Dispatch(String),
+    Cancel(DispatchId),
+    /// Quit although dispatches are running: they are cancelled and torn down first.
+    Quit,
+}
+
+/// The repository configuration file in effect, as the status line names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Configuration {
+    /// A few words: the file and whether it is trusted.
+    pub text: String,
+    /// A trusted file may have set machine settings, which the status line marks.
+    pub trusted: bool,
+}
+
+/// The theater's whole state.
+#[derive(Debug, Clone)]
+pub struct App {
+    rows: Vec<InboxRow>,
+    selected: usize,
+    dispatches: HashMap<DispatchId, DispatchView>,
+    /// Dispatch ids in the order they were first heard of.
+    order: Vec<DispatchId>,
+    newest_by_brief: HashMap<String, DispatchId>,
+    /// Briefs asked for whose first event has not arrived yet.
+    requested: HashSet<String>,
+    confirm: Option<Confirm>,
+    status: Option<String>,
+    quitting: bool,
+    changed: bool,
+    now: DateTime<Utc>,
+    transcript_capacity: usize,
+    theme: Theme,
+    /// The per-dispatch cost ceiling in dollars, when configured.
+    cost_ceiling: Option<f64>,
+    /// Which repository configuration file is in effect and whether it is trusted.
+    configuration: Option<Configuration>,
+    focus: Focus,
+    scroll: TranscriptScroll,
+    help: bool,
+    /// The dispatch whose review gate the person left with `Back`.
+    review_left: Option<DispatchId>,
+    /// The first line of the patch the review gate shows.
+    review_scroll: usize,
+    /// The search prompt, while it is open.
+    search_prompt: Option<tui_input::Input>,
+    /// The committed search, highlighted in the transcript and walked by `n`/`N`.
+    search: Option<Search>,
+    /// A first Ctrl-C was pressed; a second one quits.
+    interrupt_armed: bool,
+    /// The new-brief form, while it is open.
+    form: Option<NewBriefForm>,
+    /// The form's brief is being written; keys wait until it is.
+    saving_brief: bool,
+}
+
+impl App {
+    /// An app over `entries` (the inbox, in order), keeping the default transcript ring.
+    pub fn new(entries: &[InboxEntry], now: DateTime<Utc>) -> App {
+        App::with_transcript_capacity(entries, now, DEFAULT_TRANSCRIPT_CAPACITY)
+    }
+
+    /// An app keeping at most `capacity` transcript items per dispatch for display.
+    pub fn with_transcript_capacity(
+        entries: &[InboxEntry],
+        now: DateTime<Utc>,
+        capacity: usize,
+    ) -> App {
+        App {
+            rows: entries.iter().map(InboxRow::from_entry).collect(),
+            selected: 0,
+            dispatches: HashMap::new(),
+            order: Vec::new(),
+            newest_by_brief: HashMap::new(),
+            requested: HashSet::new(),
+            confirm: None,
+            status: None,
+            quitting: false,
+            changed: true,
+            now,
+            transcript_capacity: capacity,
+            theme: Theme::default(),
+            cost_ceiling: None,
+            configuration: None,
+            focus: Focus::default(),
+            scroll: TranscriptScroll::default(),
+            help: false,
+            review_left: None,
+            review_scroll: 0,
+            search_prompt: None,
+            search: None,
+            interrupt_armed: false,
+            form: None,
+            saving_brief: false,
+        }
+    }
+
+    /// Applies `msg`; returns what to ask of the engine, if anything.
+    pub fn update(&mut self, msg: Msg) -> Option<Request> {
+        match msg {
+            Msg::Engine(event) => {
+                self.apply(event);
+                None
+            }
+            Msg::EngineBatch(events) => {
+                for event in events {
+                    self.apply(event);
+                }
+                None
+            }
+            Msg::PatchLoaded { dispatch, patch } => {
+                if let Some(view) = self.dispatches.get_mut(&dispatch) {
+                    view.patch = Some(match patch {
+                        Ok(text) => PatchState::Loaded(PatchText::new(text)),
+                        Err(reason) => PatchState::Unavailable(reason),
+                    });
+                    self.changed = true;
+                }
+                None
+            }
+            Msg::BriefSaved { file, saved } => {
+                self.saving_brief = false;
+                match saved {
+                    Ok(brief) => {
+                        self.form = None;
+                        let shown =
+                            file.map_or_else(|| brief.id.clone(), |f| f.display().to_string());
+                        self.set_status(format!("saved {shown}: Enter dispatches it"));
+                        self.add_brief(brief);
+                    }
+                    Err(reason) => self.set_status(format!("cannot save the brief: {reason}")),
+                }
+                None
+            }
+            Msg::RequestFailed { request, reason } => {
+                if let Request::Dispatch { brief } = &request {
+                    self.requested.remove(&brief.id);
+                }
+                self.set_status(format!("cannot {}: {reason}", request.verb()));
+                None
+            }
+            Msg::Tick(now) => {
+                self.now = now;
+                if self.running_count() > 0 {
+                    self.changed = true;
+                }
+                None
+            }
+            Msg::ConfirmYes => self.accept(),
+            Msg::ConfirmNo => {
+                if self.confirm.take().is_some() {
+                    self.changed = true;
+                }
+                None
+            }
+            intent if self.confirm.is_none() => self.intent(intent),
+            _ => None,
+        }
+    }
+
+    /// Returns whether anything changed since the last call, and forgets it.
+    pub fn take_changed(&mut self) -> bool {
+        std::mem::replace(&mut self.changed, false)
+    }
+
+    /// Whether the app may exit: quitting, and every dispatch finished.
+    pub fn can_exit(&self) -> bool {
+        self.quitting && self.running_count() == 0
+    }
+
+    pub fn is_quitting(&self) -> bool {
+        self.quitting
+    }
+
+    /// The inbox, in file-name order.
+    pub fn rows(&self) -> &[InboxRow] {
+        &self.rows
+    }
+
+    /// The index of the selected row; `None` when the inbox is empty.
+    pub fn selected(&self) -> Option<usize> {
+        (self.selected < self.rows.len()).then_some(self.selected)
+    }
+
+    pub fn selected_row(&self) -> Option<&InboxRow> {
+        self.rows.get(self.selected)
+    }
+
+    /// The newest dispatch of the selected brief.
+    pub fn selected_dispatch(&self) -> Option<&DispatchView> {
+        self.newest(self.selected_row()?.brief_id()?)
+    }
+
+    /// The newest dispatch of brief `id`.
+    pub fn newest(&self, id: &str) -> Option<&DispatchView> {
+        self.dispatches.get(self.newest_by_brief.get(id)?)
+    }
+
+    pub fn dispatch(&self, id: DispatchId) -> Option<&DispatchView> {
+        self.dispatches.get(&id)
+    }
+
+    /// Every dispatch heard of, oldest first.
+    pub fn dispatches(&self) -> impl Iterator<Item = &DispatchView> {
+        self.order.iter().filter_map(|id| self.dispatches.get(id))
+    }
+
+    /// How many dispatches have not finished.
+    pub fn running_count(&self) -> usize {
+        self.dispatches
+            .values()
+            .filter(|view| view.in_flight())
+            .count()
+    }
+
+    /// The last-run badge of brief `id`.
+    pub fn badge(&self, id: &str) -> Badge {
+        if self.requested.contains(id) {
+            return Badge::Queued;
+        }
+        self.newest(id).map_or(Badge::New, Badge::of)
+    }
+
+    pub fn confirm(&self) -> Option<&Confirm> {
+        self.confirm.as_ref()
+    }
+
+    /// The latest one-line message for the person (refusals, what is happening).
+    pub fn status(&self) -> Option<&str> {
+        self.status.as_deref()
+    }
+
+    /// The time of the latest tick, for live elapsed times.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.now
+    }
+
+    /// Draws with `theme` from now on (`Theme::from_env()` honours `NO_COLOR`).
+    pub fn set_theme(&mut self, theme: Theme) {
+        self.theme = theme;
+        self.changed = true;
+    }
+
+    pub fn theme(&self) -> Theme {
+        self.theme
+    }
+
+    /// Sets the per-dispatch cost ceiling in dollars the meter measures against (`None`: unknown).
+    pub fn set_cost_ceiling(&mut self, ceiling: Option<f64>) {
+        self.cost_ceiling = view::positive_ceiling(ceiling);
+        self.changed = true;
+    }
+
+    pub fn cost_ceiling(&self) -> Option<f64> {
+        self.cost_ceiling
+    }
+
+    /// Says which repository configuration file is in effect (`None`: none is).
+    pub fn set_configuration(&mut self, configuration: Option<Configuration>) {
+        self.configuration = configuration;
+        self.changed = true;
+    }
+
+    pub fn configuration(&self) -> Option<&Configuration> {
+        self.configuration.as_ref()
+    }
+
+    pub fn focus(&self) -> Focus {
+        self.focus
+    }
+
+    /// The selected dispatch's transcript position.
+    pub fn scroll(&self) -> TranscriptScroll {
+        self.scroll
+    }
+
+    pub fn help_open(&self) -> bool {
+        self.help
+    }
+
+    /// The new-brief form, while it is open.
+    pub fn form(&self) -> Option<&NewBriefForm> {
+        self.form.as_ref()
+    }
+
+    /// The search prompt, while it is open.
+    pub fn search_prompt(&self) -> Option<&tui_input::Input> {
+        self.search_prompt.as_ref()
+    }
+
+    /// The committed search, if any.
+    pub fn search(&self) -> Option<&Search> {
+        self.search.as_ref()
+    }
+
+    /// The first patch line the review gate shows.
+    pub fn review_scroll(&self) -> usize {
+        self.review_scroll
+    }
+
+    /// The selected dispatch when its review gate is showing: it awaits approval and the person has
+    /// not left the gate with `Back`.
+    pub fn reviewing(&self) -> Option<&DispatchView> {
+        self.selected_dispatch().filter(|view| {
+            view.in_flight()
+                && view.phase == Phase::AwaitingApproval
+                && self.review_left != Some(view.id)
+        })
+    }
+
+    fn apply(&mut self, event: Event) {
+        self.changed = true;
+        let capacity = self.transcript_capacity;
+        let view = self.dispatches.entry(event.dispatch).or_insert_with(|| {
+            self.order.push(event.dispatch);
+            self.newest_by_brief
+                .insert(event.brief.clone(), event.dispatch);
+            self.requested.remove(&event.brief);
+            DispatchView::new(event.dispatch, event.brief.clone(), event.ts, capacity)
+        });
+        view.apply(event);
+    }
+
+    fn intent(&mut self, msg: Msg) -> Option<Request> {
+        if msg != Msg::Interrupt {
+            self.interrupt_armed = false;
+        }
+        match msg {
+            Msg::Interrupt if self.interrupt_armed || self.quitting => self.intent(Msg::Quit),
+            Msg::Interrupt => {
+                self.interrupt_armed = true;
+                self.set_status("press Ctrl-C again to quit".to_owned());
+                None
+            }
+            Msg::NewBrief => {
+                let (repo, base) = self
+                    .selected_row()
+                    .into_iter()
+                    .chain(&self.rows)
+                    .find_map(|row| match row {
+                        InboxRow::Brief(brief) => {
+                            Some((brief.target.repo.clone(), brief.target.base.clone()))
+                        }
+                        InboxRow::Invalid { .. } => None,
+                    })
+                    .unwrap_or_default();
+                self.form = Some(NewBriefForm::new(&repo, &base));
+                self.changed = true;
+                None
+            }
+            Msg::FormKey(_) if self.saving_brief => None,
+            Msg::FormKey(key) => {
+                let outcome = self.form.as_mut()?.handle_key(key);
+                self.changed = true;
+                match outcome {
+                    FormOutcome::Editing => None,
+                    FormOutcome::Cancelled => {
+                        self.form = None;
+                        None
+                    }
+                    FormOutcome::Submitted(draft) => {
+                        self.saving_brief = true;
+                        self.set_status("saving the brief".to_owned());
+                        Some(Request::SaveBrief(draft))
+                    }
+                }
+            }
+            Msg::SearchStart => {
+                self.search_prompt = Some(tui_input::Input::default());
+                self.changed = true;
+                None
+            }
+            Msg::SearchKey(key) => {
+                if let Some(prompt) = &mut self.search_prompt {
+                    let before = prompt.clone();
+                    prompt.handle_event(&TerminalEvent::Key(key));
+                    if prompt.value().chars().count() > MAX_QUERY_CHARS {
+                        *prompt = before;
+                    }
+                    self.changed = true;
+                }
+                None
+            }
+            Msg::SearchCommit => {
+                let query = self.search_prompt.take()?.value().to_owned();
+                self.changed = true;
+                self.search = Search::new(&query);
+                if self.search.is_none() {
+                    self.set_status("search cleared".to_owned());
+                    return None;
+                }
+                self.focus = Focus::Transcript;
+                self.jump(Direction::Older, true);
+                None
+            }
+            Msg::SearchCancel => {
+                self.changed |= self.search_prompt.take().is_some();
+                None
+            }
+            Msg::SearchNext => {
+                self.jump(Direction::Older, false);
+                None
+            }
+            Msg::SearchPrevious => {
+                self.jump(Direction::Newer, false);
+                None
+            }
+            Msg::SelectNext => {
+                if self.selected + 1 < self.rows.len() {
+                    self.select(self.selected + 1);
+                }
+                None
+            }
+            Msg::SelectPrevious => {
+                if self.selected > 0 {
+                    self.select(self.selected - 1);
+                }
+                None
+            }
+            Msg::FocusNext => {
+                self.focus = self.focus.next();
+                self.changed = true;
+                None
+            }
+            Msg::ScrollUp(lines) if self.reviewing().is_some() => {
+                let before = self.review_scroll;
+                self.review_scroll = self.review_scroll.saturating_sub(lines);
+                self.changed |= before != self.review_scroll;
+                None
+            }
+            Msg::ScrollDown(lines) if self.reviewing().is_some() => {
+                let last = self.patch_lines().saturating_sub(1);
+                let before = self.review_scroll;
+                self.review_scroll = self.review_scroll.saturating_add(lines).min(last);
+                self.changed |= before != self.review_scroll;
+                None
+            }
+            Msg::ScrollUp(lines) => {
+                let (dropped, len) = self.transcript_extent();
+                self.changed |= self.scroll.up(lines, dropped, len);
+                None
+            }
+            Msg::ScrollDown(lines) => {
+                let (dropped, len) = self.transcript_extent();
+                self.changed |= self.scroll.down(lines, dropped, len);
+                None
+            }
+            Msg::FollowTail => {
+                self.changed |= self.scroll.follow();
+                None
+            }
+            Msg::ToggleHelp => {
+                self.help = !self.help;
+                self.changed = true;
+                None
+            }
+            Msg::Back => {
+                if self.help {
+                    self.help = false;
+                    self.changed = true;
+                } else if let Some(id) = self.reviewing().map(|view| view.id) {
+                    self.review_left = Some(id);
+                    self.changed = true;
+                }
+                None
+            }
+            Msg::OpenReview => {
+                let waiting = self
+                    .selected_dispatch()
+                    .filter(|view| view.in_flight() && view.phase == Phase::AwaitingApproval)
+                    .is_some();
+                if waiting {
+                    self.review_left = None;
+                    self.review_scroll = 0;
+                    self.changed = true;
+                } else {
+                    self.set_status("nothing is waiting for review here".to_owned());
+                }
+                None
+            }
+            Msg::DispatchSelected => {
+                let id = self.dispatchable()?;
+                self.ask(Confirm::Dispatch(id));
+                None
+            }
+            Msg::CancelSelected => {
+                match self.selected_dispatch().filter(|view| view.in_flight()) {
+                    Some(view) => {
+                        let id = view.id;
+                        self.ask(Confirm::Cancel(id));
+                    }
+                    None => self.set_status("nothing to cancel here".to_owned()),
+                }
+                None
+            }
+            Msg::Approve => self.decision(Request::Approve),
+            Msg::Discard => self.decision(Request::Discard),
+            Msg::Quit if self.quitting => None,
+            Msg::Quit if self.running_count() == 0 => {
+                self.quitting = true;
+                self.changed = true;
+                Some(Request::Shutdown)
+            }
+            Msg::Quit => {
+                self.ask(Confirm::Quit);
+                None
+            }
+            Msg::Engine(_)
+            | Msg::EngineBatch(_)
+            | Msg::RequestFailed { .. }
+            | Msg::PatchLoaded { .. }
+            | Msg::BriefSaved { .. }
+            | Msg::Tick(_)
+            | Msg::ConfirmYes
+            | Msg::ConfirmNo => None,
+        }
+    }
+
+    fn accept(&mut self) -> Option<Request> {
+        let confirm = self.confirm.take()?;
+        self.changed = true;
+        match confirm {
+            Confirm::Dispatch(id) => {
+                if self.in_flight_elsewhere(&id) {
+                    return None;
+                }
+                let brief = self.rows.iter().find_map(|row| match row {
+                    InboxRow::Brief(brief) if brief.id == id => Some(brief.clone()),
+                    _ => None,
+                })?;
+                self.requested.insert(id.clone());
+                self.set_status(format!("dispatching {id}"));
+                Some(Request::Dispatch { brief })
+            }
+            Confirm::Cancel(id) => match self.dispatches.get(&id) {
+                Some(view) if view.in_flight() => {
+                    self.set_status(format!("cancelling {id}"));
+                    Some(Request::Cancel(id))
+                }
+                _ => {
+                    self.set_status(format!("{id} has already finished"));
+                    None
+                }
+            },
+            Confirm::Quit => {
+                self.quitting = true;
+                let running = self.running_count();
+                self.set_status(format!(
+                    "cancelling {running} running dispatch(es); waiting for teardown"
+                ));
+                Some(Request::Shutdown)
+            }
+        }
+    }
+
+    /// The selected brief's id when it may be dispatched now; otherwise says why not.
+    fn dispatchable(&mut self) -> Option<String> {
+        if self.quitting {
+            self.set_status("stet is shutting down; no new dispatch starts".to_owned());
+            return None;
+        }
+        let row = self.selected_row()?;
+        match row {
+            InboxRow::Invalid { file, .. } => {
+                let message = format!("{} cannot be dispatched: fix the file", file.display());
+                self.set_status(message);
+                None
+            }
+            InboxRow::Brief(brief) => {
+                let id = brief.id.clone();
+                (!self.in_flight_elsewhere(&id)).then_some(id)
+            }
+        }
+    }
+
+    /// Whether brief `id` already has a dispatch requested or in flight; if so, says so.
+    fn in_flight_elsewhere(&mut self, id: &str) -> bool {
+        let message = if self.requested.contains(id) {
+            format!("brief {id:?} was just dispatched; wait for it or cancel it")
+        } else if let Some(view) = self.newest(id).filter(|view| view.in_flight()) {
+            format!(
+                "brief {id:?} is already being dispatched ({}); cancel it first",
+                view.id
+            )
+        } else {
+            return false;
+        };
+        self.set_status(message);
+        true
+    }
+
+    /// Approve or discard the selected dispatch, which must be waiting for review.
+    fn decision(&mut self, request: fn(DispatchId) -> Request) -> Option<Request> {
+        let waiting = self
+            .selected_dispatch()
+            .filter(|view| view.in_flight() && view.phase == Phase::AwaitingApproval)
+            .map(|view| view.id);
+        match waiting {
+            Some(id) => {
+                self.changed = true;
+                Some(request(id))
+            }
+            None => {
+                self.set_status("nothing is waiting for review here".to_owned());
+                None
+            }
+        }
+    }
+
+    /// Selects row `index`; the transcript of the newly selected brief starts at its tail.
+    fn select(&mut self, index: usize) {
+        self.selected = index;
+        self.scroll = TranscriptScroll::default();
+        self.review_scroll = 0;
+        self.changed = true;
+    }
+
+    /// Adds a brief just written to the inbox, in file-name order, and selects it.
+    fn add_brief(&mut self, brief: Box<Brief>) {
+        let id = brief.id.clone();
+        let at = self
+            .rows
+            .iter()
+            .position(|row| row.sort_key() > id.as_str())
+            .unwrap_or(self.rows.len());
+        self.rows.insert(at, InboxRow::Brief(brief));
+        self.focus = Focus::Inbox;
+        self.select(at);
+    }
+
+    /// How many lines the patch in the review gate has (0 while it is not loaded).
+    fn patch_lines(&self) -> usize {
+        match self.reviewing().and_then(|view| view.patch.as_ref()) {
+            Some(PatchState::Loaded(patch)) => patch.len(),
+            _ => 0,
+        }
+    }
+
+    /// Pins the transcript on the nearest match of the committed search, walking `direction` from
+    /// the item in view, and says where it landed.
+    fn jump(&mut self, direction: Direction, include_current: bool) {
+        let Some(search) = self.search.clone() else {
+            self.set_status("no search yet: / searches the transcript".to_owned());
+            return;
+        };
+        let query = text_preview(search.query());
+        let Some(view) = self.selected_dispatch() else {
+            self.set_status("no transcript to search here".to_owned());
+            return;
+        };
+        let ring = &view.transcript;
+        let (dropped, len) = (ring.dropped(), ring.len());
+        let from = self.scroll.bottom(dropped, len).unwrap_or_default();
+        match search.find(ring, from, direction, include_current) {
+            Some(found) => {
+                let item = dropped + found.index as u64;
+                self.scroll.pin(item);
+                let wrapped = if found.wrapped {
+                    " (wrapped round)"
+                } else {
+                    ""
+                };
+                self.set_status(format!(
+                    "{query}: item {} of {}{wrapped} · n older · N newer",
+                    item + 1,
+                    dropped + len as u64
+                ));
+            }
+            None => self.set_status(format!("no match for {query}")),
+        }
+    }
+
+    /// How many items the selected transcript dropped, and how many it keeps.
+    fn transcript_extent(&self) -> (u64, usize) {
+        self.selected_dispatch().map_or((0, 0), |view| {
+            (view.transcript.dropped(), view.transcript.len())
+        })
+    }
+
+    fn ask(&mut self, confirm: Confirm) {
+        self.confirm = Some(confirm);
+        self.changed = true;
+    }
+
+    fn set_status(&mut self, message: String) {
+        self.status = Some(message);
+        self.changed = true;
+    }
+}
+
+/// A query as the status line quotes it.
+fn text_preview(query: &str) -> String {
+    format!("“{query}”")
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,903 @@
+//! The *New brief* form, so a person can write a brief without leaving the theater: pure state driven
+//! by key events (tested without a terminal), and [`save`], the one place it touches the disk.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use serde::Serialize;
+use tui_input::backend::crossterm::to_input_request;
+use tui_input::{Input, InputRequest};
+
+use stet_protocol::brief::{
+    Brief, BriefError, MAX_REPO_PART_BYTES, MAX_TITLE_CHARS, is_control_or_direction_override,
+    repo_problem,
+};
+use stet_protocol::inbox::InboxEntry;
+use stet_sanitize::branch::{MAX_BRANCH_NAME_BYTES, validate_ref_format};
+
+/// Longest item, in characters.
+const MAX_ITEM_CHARS: usize = 2000;
+
+/// Most items one brief may hold.
+const MAX_ITEMS: usize = 50;
+
+/// The workflow every brief written by the form runs.
+const WORKFLOW: &str = "implement";
+
+/// Longest file-name slug taken from a title, leaving room for a `-N` suffix within a brief id.
+const MAX_SLUG_BYTES: usize = 48;
+
+/// How many file names (`slug`, `slug-2`, …) [`save`] tries before giving up.
+const MAX_NAME_ATTEMPTS: usize = 1000;
+
+/// One input of the form, in Tab order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    /// What the brief is for, in a few words.
+    Title,
+    /// The forge repository, `owner/name`.
+    Repo,
+    /// The branch the work starts from.
+    Base,
+    /// The line an item is typed on; Enter adds it to the list.
+    Items,
+}
+
+impl Field {
+    /// Every field, in Tab order.
+    pub const ALL: [Field; 4] = [Field::Title, Field::Repo, Field::Base, Field::Items];
+
+    /// The field's name as the form shows it and its error messages name it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Field::Title => "Title",
+            Field::Repo => "Repo",
+            Field::Base => "Base",
+            Field::Items => "Items",
+        }
+    }
+
+    fn next(self) -> Field {
+        match self {
+            Field::Title => Field::Repo,
+            Field::Repo => Field::Base,
+            Field::Base => Field::Items,
+            Field::Items => Field::Title,
+        }
+    }
+
+    fn previous(self) -> Field {
+        match self {
+            Field::Title => Field::Items,
+            Field::Repo => Field::Title,
+            Field::Base => Field::Repo,
+            Field::Items => Field::Base,
+        }
+    }
+
+    /// Most characters the field's line takes.
+    fn limit(self) -> usize {
+        match self {
+            Field::Title => MAX_TITLE_CHARS,
+            Field::Repo => 2 * MAX_REPO_PART_BYTES + 1,
+            Field::Base => MAX_BRANCH_NAME_BYTES,
+            Field::Items => MAX_ITEM_CHARS,
+        }
+    }
+}
+
+/// The state of the *New brief* form: four lines of text, the items added so far, the focus and
+/// why the last submit was refused.
+#[derive(Debug, Clone)]
+pub struct NewBriefForm {
+    title: Input,
+    repo: Input,
+    base: Input,
+    item: Input,
+    items: Vec<String>,
+    focus: Field,
+    error: Option<String>,
+}
+
+/// What a key did to the form.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FormOutcome {
+    /// Still open.
+    Editing,
+    /// Closed without saving.
+    Cancelled,
+    /// Every field checked; the draft is ready for [`save`].
+    Submitted(BriefDraft),
+}
+
+/// A submitted brief, trimmed and checked, not yet on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BriefDraft {
+    /// Non-blank, trimmed.
+    pub title: String,
+    /// `owner/name`.
+    pub repo: String,
+    /// A branch name git accepts.
+    pub base: String,
+    /// At least one, none blank.
+    pub items: Vec<String>,
+}
+
+/// Why [`save`] could not write a brief. Every message names the path.
+#[derive(Debug, thiserror::Error)]
+pub enum FormError {
+    /// The inbox directory was missing and could not be made.
+    #[error("cannot create the inbox directory {}: {error}", dir.display())]
+    CreateDirectory { dir: PathBuf, error: io::Error },
+
+    /// The draft could not be written as TOML.
+    #[error("cannot write a brief for {} as TOML: {error}", dir.display())]
+    Serialize {
+        dir: PathBuf,
+        error: toml::ser::Error,
+    },
+
+    /// The brief file could not be created.
+    #[error("cannot create {}: {error}", file.display())]
+    Create { file: PathBuf, error: io::Error },
+
+    /// Every file name the title allows is taken.
+    #[error(
+        "every name from {slug}.toml to {slug}-{MAX_NAME_ATTEMPTS}.toml is taken in {}",
+        dir.display()
+    )]
+    NoFreeName { dir: PathBuf, slug: String },
+
+    /// The brief file was created but could not be written; it is removed.
+    #[error("cannot write {}: {error}", file.display())]
+    Write { file: PathBuf, error: io::Error },
+
+    /// The brief parser refused the file written; it is removed.
+    #[error("{} was removed because stet cannot read it back: {error}", file.display())]
+    Unreadable {
+        file: PathBuf,
+        error: Box<BriefError>,
+    },
+}
+
+/// Why a submit was refused: the field to fix and what is wrong with it.
+struct Refusal {
+    field: Field,
+    problem: String,
+}
+
+impl Refusal {
+    fn new(field: Field, problem: impl Into<String>) -> Refusal {
+        Refusal {
+            field,
+            problem: problem.into(),
+        }
+    }
+
+    fn message(&self) -> String {
+        format!("{}: {}", self.field.label(), self.problem)
+    }
+}
+
+impl NewBriefForm {
+    /// An empty form focused on the title; repo and base pre-filled (e.g. from the first brief in
+    /// the inbox), either may be empty.
+    pub fn new(repo: &str, base: &str) -> NewBriefForm {
+        NewBriefForm {
+            title: Input::default(),
+            repo: Input::from(repo),
+            base: Input::from(base),
+            item: Input::default(),
+            items: Vec::new(),
+            focus: Field::Title,
+            error: None,
+        }
+    }
+
+    /// Applies one key. Only presses act; repeats and releases leave the form as it is.
+    pub fn handle_key(&mut self, key: KeyEvent) -> FormOutcome {
+        if key.kind != KeyEventKind::Press {
+            return FormOutcome::Editing;
+        }
+        match key.code {
+            KeyCode::Esc => return FormOutcome::Cancelled,
+            KeyCode::Enter => return self.enter(),
+            KeyCode::Char('s' | 'S') if key.modifiers.contains(KeyModifiers::CONTROL) => {
+                return self.submit();
+            }
+            KeyCode::Tab if key.modifiers.contains(KeyModifiers::SHIFT) => {
+                self.focus = self.focus.previous();
+            }
+            KeyCode::Tab | KeyCode::Down => self.focus = self.focus.next(),
+            KeyCode::BackTab | KeyCode::Up => self.focus = self.focus.previous(),
+            _ => self.edit(key),
+        }
+        FormOutcome::Editing
+    }
+
+    /// The field keys go to.
+    pub fn focus(&self) -> Field {
+        self.focus
+    }
+
+    /// The text of `field`; for [`Field::Items`], the item being typed.
+    pub fn value(&self, field: Field) -> &str {
+        self.input(field).value()
+    }
+
+    /// The items already added, in order.
+    pub fn items(&self) -> &[String] {
+        &self.items
+    }
+
+    /// The cursor's column (in terminal columns) within the focused field's value.
+    pub fn cursor(&self) -> usize {
+        self.input(self.focus).visual_cursor()
+    }
+
+    /// Why the last submit (or item) was refused, naming the field; kept until the next submit.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    fn input(&self, field: Field) -> &Input {
+        match field {
+            Field::Title => &self.title,
+            Field::Repo => &self.repo,
+            Field::Base => &self.base,
+            Field::Items => &self.item,
+        }
+    }
+
+    fn input_mut(&mut self, field: Field) -> &mut Input {
+        match field {
+            Field::Title => &mut self.title,
+            Field::Repo => &mut self.repo,
+            Field::Base => &mut self.base,
+            Field::Items => &mut self.item,
+        }
+    }
+
+    /// Enter moves on from a field; on the item line it adds the item, or submits when the line is
+    /// empty.
+    fn enter(&mut self) -> FormOutcome {
+        if self.focus != Field::Items {
+            self.focus = self.focus.next();
+            return FormOutcome::Editing;
+        }
+        let pending = self.item.value().trim();
+        if pending.is_empty() {
+            return self.submit();
+        }
+        if self.items.len() >= MAX_ITEMS {
+            self.error = Some(too_many_items().message());
+            return FormOutcome::Editing;
+        }
+        let item = pending.to_owned();
+        self.items.push(item);
+        self.item.reset();
+        FormOutcome::Editing
+    }
+
+    fn submit(&mut self) -> FormOutcome {
+        match self.draft() {
+            Ok(draft) => {
+                self.error = None;
+                FormOutcome::Submitted(draft)
+            }
+            Err(refusal) => {
+                self.focus = refusal.field;
+                self.error = Some(refusal.message());
+                FormOutcome::Editing
+            }
+        }
+    }
+
+    /// The form's values trimmed and checked, with a non-blank pending item as the last item.
+    fn draft(&self) -> Result<BriefDraft, Refusal> {
+        let title = self.title.value().trim();
+        if title.is_empty() {
+            return Err(Refusal::new(
+                Field::Title,
+                "the title is empty; say in a few words what the brief is for",
+            ));
+        }
+        let repo = self.repo.value().trim();
+        if repo.is_empty() {
+            return Err(Refusal::new(
+                Field::Repo,
+                "the repository is empty; write it as owner/name, e.g. octo/app",
+            ));
+        }
+        if let Some(problem) = repo_problem(repo) {
+            return Err(Refusal::new(
+                Field::Repo,
+                format!("\"{repo}\" {problem}, e.g. octo/app"),
+            ));
+        }
+        let base = self.base.value().trim();
+        if base.is_empty() {
+            return Err(Refusal::new(
+                Field::Base,
+                "the base branch is empty; name the branch the work starts from",
+            ));
+        }
+        if let Err(reason) = validate_ref_format(base) {
+            return Err(Refusal::new(
+                Field::Base,
+                format!("\"{base}\" is not a branch git accepts: {reason}"),
+            ));
+        }
+        let mut items = self.items.clone();
+        let pending = self.item.value().trim();
+        if !pending.is_empty() {
+            items.push(pending.to_owned());
+        }
+        if items.is_empty() {
+            return Err(Refusal::new(
+                Field::Items,
+                "a brief needs at least one item; type one and press Enter",
+            ));
+        }
+        if items.len() > MAX_ITEMS {
+            return Err(too_many_items());
+        }
+        Ok(BriefDraft {
+            title: title.to_owned(),
+            repo: repo.to_owned(),
+            base: base.to_owned(),
+            items,
+        })
+    }
+
+    /// Hands the key to the focused line; typing past the field's limit, and control or
+    /// text-direction characters, are refused.
+    fn edit(&mut self, key: KeyEvent) {
+        let Some(request) = to_input_request(&Event::Key(key)) else {
+            return;
+        };
+        if let InputRequest::InsertChar(character) = request
+            && is_control_or_direction_override(character)
+        {
+            return;
+        }
+        let limit = self.focus.limit();
+        let input = self.input_mut(self.focus);
+        let before = matches!(request, InputRequest::InsertChar(_) | InputRequest::Yank)
+            .then(|| input.clone());
+        input.handle(request);
+        if let Some(before) = before
+            && input.value().chars().count() > limit
+        {
+            *input = before;
+        }
+    }
+}
+
+fn too_many_items() -> Refusal {
+    Refusal::new(
+        Field::Items,
+        format!("a brief holds at most {MAX_ITEMS} items"),
+    )
+}
+
+/// A brief file as `toml` writes it; the field names are the brief format's.
+#[derive(Serialize)]
+struct BriefFile<'a> {
+    title: &'a str,
+    workflow: &'a str,
+    target: TargetTable<'a>,
+    items: Vec<ItemTable<'a>>,
+}
+
+#[derive(Serialize)]
+struct TargetTable<'a> {
+    repo: &'a str,
+    base: &'a str,
+}
+
+#[derive(Serialize)]
+struct ItemTable<'a> {
+    text: &'a str,
+}
+
+/// Writes the draft as a brief TOML file in `inbox_dir` and reads it back with the real brief parser.
+///
+/// The file is named after the title (`fix-the-login.toml`, then `fix-the-login-2.toml`, … when
+/// taken) and is never written over. A file the parser refuses is removed again.
+pub fn save(inbox_dir: &Path, draft: &BriefDraft) -> Result<InboxEntry, FormError> {
+    std::fs::create_dir_all(inbox_dir).map_err(|error| FormError::CreateDirectory {
+        dir: inbox_dir.to_owned(),
+        error,
+    })?;
+    let document = BriefFile {
+        title: &draft.title,
+        workflow: WORKFLOW,
+        target: TargetTable {
+            repo: &draft.repo,
+            base: &draft.base,
+        },
+        items: draft.items.iter().map(|text| ItemTable { text }).collect(),
+    };
+    let text = toml::to_string(&document).map_err(|error| FormError::Serialize {
+        dir: inbox_dir.to_owned(),
+        error,
+    })?;
+    let (path, mut file) = create_new_file(inbox_dir, &slug(&draft.title))?;
+    let written = file.write_all(text.as_bytes());
+    drop(file);
+    if let Err(error) = written {
+        remove(&path);
+        return Err(FormError::Write { file: path, error });
+    }
+    match Brief::from_file(&path) {
+        Ok(brief) => Ok(InboxEntry {
+            path,
+            brief: Ok(brief),
+        }),
+        Err(error) => {
+            remove(&path);
+            Err(FormError::Unreadable {
+                file: path,
+                error: Box::new(error),
+            })
+        }
+    }
+}
+
+/// Creates the first free `<slug>.toml`, `<slug>-2.toml`, … in `dir`, never opening an existing file.
+fn create_new_file(dir: &Path, slug: &str) -> Result<(PathBuf, File), FormError> {
+    for attempt in 1..=MAX_NAME_ATTEMPTS {
+        let name = if attempt == 1 {
+            format!("{slug}.toml")
+        } else {
+            format!("{slug}-{attempt}.toml")
+        };
+        let path = dir.join(name);
+        match OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(file) => return Ok((path, file)),
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(error) => return Err(FormError::Create { file: path, error }),
+        }
+    }
+    Err(FormError::NoFreeName {
+        dir: dir.to_owned(),
+        slug: slug.to_owned(),
+    })
+}
+
+fn remove(path: &Path) {
+    if let Err(error) = std::fs::remove_file(path) {
+        tracing::warn!(path = %path.display(), %error, "cannot remove a brief the form wrote");
+    }
+}
+
+/// The title as a brief id: lowercase ASCII letters and digits joined by single `-`, at most
+/// [`MAX_SLUG_BYTES`] long; `brief` when nothing is left.
+fn slug(title: &str) -> String {
+    let words: Vec<String> = title
+        .split(|character: char| !character.is_ascii_alphanumeric())
+        .filter(|word| !word.is_empty())
+        .map(str::to_ascii_lowercase)
+        .collect();
+    let mut slug = words.join("-");
+    slug.truncate(MAX_SLUG_BYTES);
+    let slug = slug.trim_end_matches('-');
+    if slug.is_empty() {
+        "brief".to_owned()
+    } else {
+        slug.to_owned()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    fn key(code: KeyCode) -> KeyEvent {
+        KeyEvent::new(code, KeyModifiers::NONE)
+    }
+
+    fn ctrl(character: char) -> KeyEvent {
+        KeyEvent::new(KeyCode::Char(character), KeyModifiers::CONTROL)
+    }
+
+    /// Types `text` into the focused field, one key press per character.
+    pub(crate) fn type_text(form: &mut NewBriefForm, text: &str) {
+        for character in text.chars() {
+            assert_eq!(
+                form.handle_key(key(KeyCode::Char(character))),
+                FormOutcome::Editing
+            );
+        }
+    }
+
+    /// Presses `code` once, expecting the form to stay open.
+    pub(crate) fn press(form: &mut NewBriefForm, code: KeyCode) {
+        assert_eq!(form.handle_key(key(code)), FormOutcome::Editing);
+    }
+
+    fn filled() -> NewBriefForm {
+        let mut form = NewBriefForm::new("octo/app", "main");
+        type_text(&mut form, "Fix the login loop");
+        form.focus = Field::Items;
+        type_text(&mut form, "Reproduce it");
+        press(&mut form, KeyCode::Enter);
+        form
+    }
+
+    fn draft(title: &str, items: &[&str]) -> BriefDraft {
+        BriefDraft {
+            title: title.to_owned(),
+            repo: "octo/app".to_owned(),
+            base: "main".to_owned(),
+            items: items.iter().map(|item| (*item).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn starts_on_the_title_with_repo_and_base_prefilled() {
+        let form = NewBriefForm::new("octo/app", "main");
+        assert_eq!(form.focus(), Field::Title);
+        assert_eq!(form.value(Field::Title), "");
+        assert_eq!(form.value(Field::Repo), "octo/app");
+        assert_eq!(form.value(Field::Base), "main");
+        assert!(form.items().is_empty());
+        assert_eq!(form.error(), None);
+    }
+
+    #[test]
+    fn typing_edits_the_focused_field() {
+        let mut form = NewBriefForm::new("", "");
+        type_text(&mut form, "Fix it");
+        assert_eq!(form.value(Field::Title), "Fix it");
+        assert_eq!(form.cursor(), 6);
+        press(&mut form, KeyCode::Backspace);
+        press(&mut form, KeyCode::Home);
+        press(&mut form, KeyCode::Delete);
+        assert_eq!(form.value(Field::Title), "ix i");
+        assert_eq!(form.cursor(), 0);
+        press(&mut form, KeyCode::End);
+        form.handle_key(ctrl('w'));
+        assert_eq!(form.value(Field::Title), "ix ");
+        press(&mut form, KeyCode::Tab);
+        type_text(&mut form, "字x");
+        assert_eq!(form.value(Field::Repo), "字x");
+        assert_eq!(form.cursor(), 3, "a wide character takes two columns");
+        assert_eq!(form.value(Field::Title), "ix ");
+    }
+
+    #[test]
+    fn tab_and_arrows_move_through_the_fields_and_wrap() {
+        let mut form = NewBriefForm::new("", "");
+        let mut order = Vec::new();
+        for _ in 0..5 {
+            order.push(form.focus());
+            press(&mut form, KeyCode::Tab);
+        }
+        use Field::{Base, Items, Repo, Title};
+        assert_eq!(order, [Title, Repo, Base, Items, Title]);
+        press(&mut form, KeyCode::BackTab);
+        assert_eq!(form.focus(), Title);
+        press(&mut form, KeyCode::Up);
+        assert_eq!(form.focus(), Items);
+        press(&mut form, KeyCode::Down);
+        assert_eq!(form.focus(), Title);
+        form.handle_key(KeyEvent::new(KeyCode::Tab, KeyModifiers::SHIFT));
+        assert_eq!(form.focus(), Items);
+        form.focus = Base;
+        press(&mut form, KeyCode::Enter);
+        assert_eq!(form.focus(), Items, "Enter outside Items moves on");
+    }
+
+    #[test]
+    fn enter_adds_items_and_submits_on_an_empty_line() {
+        let mut form = filled();
+        assert_eq!(form.items(), ["Reproduce it"]);
+        assert_eq!(form.value(Field::Items), "");
+        type_text(&mut form, "  ");
+        press(&mut form, KeyCode::Backspace);
+        type_text(&mut form, "Add a test ");
+        press(&mut form, KeyCode::Enter);
+        assert_eq!(form.items(), ["Reproduce it", "Add a test"]);
+        assert_eq!(
+            form.handle_key(key(KeyCode::Enter)),
+            FormOutcome::Submitted(BriefDraft {
+                title: "Fix the login loop".to_owned(),
+                repo: "octo/app".to_owned(),
+                base: "main".to_owned(),
+                items: vec!["Reproduce it".to_owned(), "Add a test".to_owned()],
+            })
+        );
+    }
+
+    #[test]
+    fn ctrl_s_submits_from_anywhere_with_the_pending_item_last() {
+        let mut form = filled();
+        type_text(&mut form, "Then the test");
+        form.focus = Field::Title;
+        let FormOutcome::Submitted(draft) = form.handle_key(ctrl('s')) else {
+            panic!("Ctrl-S submits a complete form");
+        };
+        assert_eq!(draft.items, ["Reproduce it", "Then the test"]);
+        assert_eq!(form.error(), None);
+    }
+
+    #[test]
+    fn submit_names_the_field_to_fix_and_focuses_it() {
+        let mut form = NewBriefForm::new("octo", "");
+        form.focus = Field::Items;
+        assert_eq!(form.handle_key(ctrl('s')), FormOutcome::Editing);
+        assert_eq!(form.focus(), Field::Title);
+        assert_eq!(
+            form.error(),
+            Some("Title: the title is empty; say in a few words what the brief is for")
+        );
+
+        type_text(&mut form, "   ");
+        form.handle_key(ctrl('s'));
+        assert_eq!(form.focus(), Field::Title, "a blank title is empty");
+        type_text(&mut form, "Fix");
+        assert!(form.error().is_some(), "kept until the next submit");
+
+        form.handle_key(ctrl('s'));
+        assert_eq!(form.focus(), Field::Repo);
+        assert_eq!(
+            form.error(),
+            Some("Repo: \"octo\" must be `owner/name`, e.g. octo/app")
+        );
+        for bad in ["/app", "octo/", "octo/app/x", "octo/a b", "../app"] {
+            let mut form = NewBriefForm::new(bad, "main");
+            type_text(&mut form, "Fix");
+            form.handle_key(ctrl('s'));
+            assert_eq!(form.focus(), Field::Repo, "{bad}");
+            assert!(form.error().unwrap().starts_with("Repo: "), "{bad}");
+        }
+
+        type_text(&mut form, "/app");
+        form.handle_key(ctrl('s'));
+        assert_eq!(form.focus(), Field::Base);
+        assert!(
+            form.error()
+                .unwrap()
+                .starts_with("Base: the base branch is empty")
+        );
+        type_text(&mut form, "ma..in");
+        form.handle_key(ctrl('s'));
+        assert_eq!(
+            form.error(),
+            Some(
+                "Base: \"ma..in\" is not a branch git accepts: the branch name contains \"..\" at byte 2"
+            )
+        );
+        for _ in 0..4 {
+            press(&mut form, KeyCode::Backspace);
+        }
+        type_text(&mut form, "in");
+
+        form.focus = Field::Title;
+        form.handle_key(ctrl('s'));
+        assert_eq!(form.focus(), Field::Items);
+        assert_eq!(
+            form.error(),
+            Some("Items: a brief needs at least one item; type one and press Enter")
+        );
+        press(&mut form, KeyCode::Enter);
+        assert_eq!(
+            form.focus(),
+            Field::Items,
+            "an empty line with no items submits"
+        );
+        assert!(form.error().unwrap().starts_with("Items: "));
+    }
+
+    #[test]
+    fn esc_cancels_from_any_field() {
+        for field in Field::ALL {
+            let mut form = filled();
+            form.focus = field;
+            assert_eq!(form.handle_key(key(KeyCode::Esc)), FormOutcome::Cancelled);
+        }
+    }
+
+    #[test]
+    fn only_presses_act() {
+        let mut form = NewBriefForm::new("", "");
+        for kind in [KeyEventKind::Release, KeyEventKind::Repeat] {
+            for code in [
+                KeyCode::Char('x'),
+                KeyCode::Tab,
+                KeyCode::Esc,
+                KeyCode::Enter,
+            ] {
+                let event = KeyEvent::new_with_kind(code, KeyModifiers::NONE, kind);
+                assert_eq!(form.handle_key(event), FormOutcome::Editing);
+            }
+            let save = KeyEvent::new_with_kind(KeyCode::Char('s'), KeyModifiers::CONTROL, kind);
+            assert_eq!(form.handle_key(save), FormOutcome::Editing);
+        }
+        assert_eq!(form.value(Field::Title), "");
+        assert_eq!(form.focus(), Field::Title);
+        assert_eq!(form.error(), None);
+    }
+
+    #[test]
+    fn control_characters_are_not_typed() {
+        let mut form = NewBriefForm::new("", "");
+        type_text(&mut form, "a\u{1b}\u{7}\u{202e}b");
+        assert_eq!(form.value(Field::Title), "ab");
+    }
+
+    #[test]
+    fn fields_stop_growing_at_their_limit() {
+        let mut form = NewBriefForm::new("", "");
+        type_text(&mut form, &"t".repeat(MAX_TITLE_CHARS + 5));
+        assert_eq!(form.value(Field::Title).chars().count(), MAX_TITLE_CHARS);
+
+        form.handle_key(ctrl('w'));
+        assert_eq!(form.value(Field::Title), "");
+        type_text(&mut form, &"u".repeat(MAX_TITLE_CHARS - 1));
+        form.handle_key(ctrl('y'));
+        assert_eq!(
+            form.value(Field::Title).chars().count(),
+            MAX_TITLE_CHARS - 1,
+            "a yank past the limit is refused whole"
+        );
+
+        form.focus = Field::Items;
+        type_text(&mut form, &"i".repeat(MAX_ITEM_CHARS + 1));
+        assert_eq!(form.value(Field::Items).chars().count(), MAX_ITEM_CHARS);
+    }
+
+    #[test]
+    fn a_brief_holds_at_most_fifty_items() {
+        let mut form = filled();
+        for number in 2..=MAX_ITEMS {
+            type_text(&mut form, &number.to_string());
+            press(&mut form, KeyCode::Enter);
+        }
+        assert_eq!(form.items().len(), MAX_ITEMS);
+        type_text(&mut form, "one more");
+        press(&mut form, KeyCode::Enter);
+        assert_eq!(form.items().len(), MAX_ITEMS);
+        assert_eq!(form.value(Field::Items), "one more");
+        assert_eq!(form.error(), Some("Items: a brief holds at most 50 items"));
+        assert_eq!(form.handle_key(ctrl('s')), FormOutcome::Editing);
+        form.handle_key(ctrl('u'));
+        assert!(matches!(
+            form.handle_key(ctrl('s')),
+            FormOutcome::Submitted(draft) if draft.items.len() == MAX_ITEMS
+        ));
+    }
+
+    #[test]
+    fn slugs_are_valid_brief_ids() {
+        assert_eq!(
+            slug("Fix the login redirect loop"),
+            "fix-the-login-redirect-loop"
+        );
+        assert_eq!(slug("  --Héllo,   \"World\"!! v2 "), "h-llo-world-v2");
+        assert_eq!(slug("字字 ✓"), "brief");
+        assert_eq!(slug(""), "brief");
+        let long = slug(&"word ".repeat(40));
+        assert!(long.len() <= MAX_SLUG_BYTES, "{long}");
+        assert!(!long.ends_with('-'), "{long}");
+        for title in ["Fix it", "!!", &"ab-".repeat(40), "a_b"] {
+            let id = slug(title);
+            assert!(
+                Brief::parse(
+                    &format!("{id}-{MAX_NAME_ATTEMPTS}"),
+                    Path::new("x.toml"),
+                    ""
+                )
+                .is_err_and(|error| !matches!(error, BriefError::InvalidId { .. })),
+                "{title} gives the id {id}"
+            );
+        }
+    }
+
+    #[test]
+    fn save_writes_a_brief_the_parser_reads_back() {
+        let root = tempfile::tempdir().unwrap();
+        let inbox = root.path().join(".stet").join("briefs");
+        let draft = draft("Fix the login loop", &["Reproduce it", "Add a test"]);
+        let entry = save(&inbox, &draft).unwrap();
+        assert_eq!(entry.path, inbox.join("fix-the-login-loop.toml"));
+        let brief = entry.brief.unwrap();
+        assert_eq!(brief, Brief::from_file(&entry.path).unwrap());
+        assert_eq!(brief.id, "fix-the-login-loop");
+        assert_eq!(brief.title, draft.title);
+        assert_eq!(brief.workflow, WORKFLOW);
+        assert_eq!(brief.target.repo, draft.repo);
+        assert_eq!(brief.target.base, draft.base);
+        assert_eq!(brief.target.branch, None);
+        let texts: Vec<&str> = brief.items.iter().map(|item| item.text.as_str()).collect();
+        assert_eq!(texts, draft.items);
+    }
+
+    #[test]
+    fn save_writes_plain_toml() {
+        let root = tempfile::tempdir().unwrap();
+        let entry = save(root.path(), &draft("Fix it", &["Do \"this\""])).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(entry.path).unwrap(),
+            "title = \"Fix it\"\nworkflow = \"implement\"\n\n[target]\nrepo = \"octo/app\"\nbase = \"main\"\n\n[[items]]\ntext = 'Do \"this\"'\n"
+        );
+    }
+
+    #[test]
+    fn taken_names_get_a_number() {
+        let root = tempfile::tempdir().unwrap();
+        let draft = draft("Fix it", &["x"]);
+        let names: Vec<PathBuf> = (0..3)
+            .map(|_| save(root.path(), &draft).unwrap().path)
+            .collect();
+        assert_eq!(
+            names,
+            ["fix-it.toml", "fix-it-2.toml", "fix-it-3.toml"].map(|name| root.path().join(name))
+        );
+    }
+
+    #[test]
+    fn save_never_overwrites() {
+        let root = tempfile::tempdir().unwrap();
+        let taken = root.path().join("fix-it.toml");
+        std::fs::write(&taken, "precious").unwrap();
+        let dangling = root.path().join("fix-it-2.toml");
+        std::os::unix::fs::symlink(root.path().join("nowhere"), &dangling).unwrap();
+        let entry = save(root.path(), &draft("Fix it", &["x"])).unwrap();
+        assert_eq!(entry.path, root.path().join("fix-it-3.toml"));
+        assert_eq!(std::fs::read_to_string(&taken).unwrap(), "precious");
+        assert!(
+            !root.path().join("nowhere").exists(),
+            "the symlink is not followed"
+        );
+    }
+
+    #[test]
+    fn awkward_text_round_trips() {
+        let root = tempfile::tempdir().unwrap();
+        let title = "Don't \"quote\" me \\ on 'this' — ünïcödé 字 ''' \"\"\"";
+        let items = [
+            "line one\nline \"two\"\n\tthree '''",
+            "{{title}} $(rm -rf /) ✓",
+        ];
+        let entry = save(root.path(), &draft(title, &items)).unwrap();
+        let brief = entry.brief.unwrap();
+        assert_eq!(brief.title, title);
+        let texts: Vec<&str> = brief.items.iter().map(|item| item.text.as_str()).collect();
+        assert_eq!(texts, items);
+        assert_eq!(brief.id, "don-t-quote-me-on-this-n-c-d");
+    }
+
+    #[test]
+    fn a_brief_the_parser_refuses_is_removed() {
+        let root = tempfile::tempdir().unwrap();
+        let error = save(root.path(), &draft("Two\nlines", &["x"])).unwrap_err();
+        let FormError::Unreadable { file, .. } = &error else {
+            panic!("{error}");
+        };
+        assert_eq!(*file, root.path().join("two-lines.toml"));
+        assert!(error.to_string().contains("two-lines.toml"), "{error}");
+        assert!(error.to_string().contains("field `title`"), "{error}");
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn save_errors_name_the_path() {
+        let root = tempfile::tempdir().unwrap();
+        let blocker = root.path().join("file");
+        std::fs::write(&blocker, "").unwrap();
+        let error = save(&blocker.join("briefs"), &draft("Fix", &["x"])).unwrap_err();
+        assert!(
+            matches!(error, FormError::CreateDirectory { .. }),
+            "{error}"
+        );
+        assert!(
+            error.to_string().contains(&*blocker.to_string_lossy()),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,120 @@
+//! The cost meter pane: what the dispatch has spent against its ceiling, its tokens and its rate,
+//! coloured as it nears the ceiling — and "no usage reported" when the harness gave none.
+
+use chrono::{DateTime, Utc};
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use stet_sanitize::display::one_line;
+
+use crate::app::DispatchView;
+use crate::panes::{count, pane_block};
+use crate::theme::Theme;
+
+/// Dollars, to the tenth of a cent below one dollar (where a run's cost usually is).
+fn usd(amount: f64) -> String {
+    if amount.abs() < 1.0 {
+        format!("${amount:.3}")
+    } else {
+        format!("${amount:.2}")
+    }
+}
+
+/// The lines of the meter for a gauge `width` columns wide, without the block.
+pub fn lines(
+    view: &DispatchView,
+    ceiling: Option<f64>,
+    now: DateTime<Utc>,
+    width: usize,
+    theme: Theme,
+) -> Vec<Line<'static>> {
+    let Some(cost) = &view.cost else {
+        let mut lines = vec![Line::styled("no usage reported", theme.muted())];
+        if let Some(ceiling) = ceiling {
+            lines.push(Line::styled(
+                format!("ceiling {}", usd(ceiling)),
+                theme.muted(),
+            ));
+        }
+        return lines;
+    };
+    let spent = cost.total_cost_usd;
+    let mut lines = Vec::new();
+    match ceiling {
+        Some(ceiling) => {
+            let fraction = (spent / ceiling).max(0.0);
+            let label = format!(
+                " {} / {} ({:.0}%)",
+                usd(spent),
+                usd(ceiling),
+                fraction * 100.0
+            );
+            let bar_width = width.saturating_sub(label.chars().count()).max(4);
+            let filled = ((fraction.min(1.0) * bar_width as f64).round() as usize).min(bar_width);
+            lines.push(Line::from(vec![
+                Span::styled("█".repeat(filled), theme.spend(fraction)),
+                Span::styled("░".repeat(bar_width - filled), theme.muted()),
+                Span::styled(label, theme.spend(fraction)),
+            ]));
+        }
+        None => lines.push(Line::from(vec![
+            Span::raw(format!("spent {}", usd(spent))),
+            Span::styled("  (no ceiling set)", theme.muted()),
+        ])),
+    }
+    let field = |name: &str, value: String| {
+        Line::from(vec![
+            Span::styled(format!("{name:<7}"), theme.muted()),
+            Span::raw(value),
+        ])
+    };
+    lines.push(field(
+        "tokens",
+        format!(
+            "in {} · out {}",
+            count(cost.input_tokens),
+            count(cost.output_tokens)
+        ),
+    ));
+    lines.push(field("cached", count(cost.cached_tokens)));
+    let rate = view
+        .usd_per_minute(now)
+        .map_or_else(|| "—".to_owned(), |rate| format!("{}/min", usd(rate)));
+    lines.push(field("rate", rate));
+    lines.push(field(
+        "model",
+        format!(
+            "{} ({} req.)",
+            one_line(cost.model.as_str()),
+            count(cost.requests)
+        ),
+    ));
+    if cost.unpriced_requests > 0 {
+        lines.push(Line::styled(
+            format!(
+                "⚠ {} request(s) unpriced: the total is a lower bound",
+                count(cost.unpriced_requests)
+            ),
+            theme.warning(),
+        ));
+    }
+    lines
+}
+
+pub fn render(
+    frame: &mut Frame,
+    area: Rect,
+    view: &DispatchView,
+    ceiling: Option<f64>,
+    now: DateTime<Utc>,
+    theme: Theme,
+) {
+    let width = usize::from(area.width.saturating_sub(2));
+    let paragraph = Paragraph::new(lines(view, ceiling, now, width, theme)).block(pane_block(
+        "Cost".to_owned(),
+        false,
+        theme,
+    ));
+    frame.render_widget(paragraph, area);
+}
