@@ -36,7 +36,7 @@ impl fmt::Debug for AppKey {
 pub(crate) enum KeyError {
     #[error("is not a PEM file")]
     NotPem,
-    #[error("is not an RSA private key (PKCS#1 or PKCS#8) of 2048 bits or more")]
+    #[error("is not an RSA private key (PKCS#1 or PKCS#8) of 2048 to 4096 bits")]
     NotRsa,
 }
 

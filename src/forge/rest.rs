@@ -12,7 +12,7 @@ use http::header::{
     ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, LOCATION, RETRY_AFTER, USER_AGENT,
 };
 use http::{Method, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -29,7 +29,8 @@ use crate::dispatch::sanitize::SanitizerHandle;
 
 /// How long connecting to the API may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long one exchange (request sent, answer read whole) may take.
+/// How long one attempt may take: every request of it sent and every answer read whole, the redirects
+/// within the API's origin included (each of them is not given this time afresh).
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// The largest answer read; a forge's JSON about one repository or pull request is a few KiB.
 const MAX_REPLY_BYTES: usize = 8 * 1024 * 1024;
@@ -188,6 +189,8 @@ pub(crate) struct Rest {
     origin: Origin,
     auth: Auth,
     retry: RetryPolicy,
+    /// [`READ_TIMEOUT`]; shorter in tests.
+    read_timeout: Duration,
     sanitizer: SanitizerHandle,
 }
 
@@ -246,6 +249,7 @@ impl Rest {
             origin,
             auth,
             retry,
+            read_timeout: READ_TIMEOUT,
             sanitizer,
         })
     }
@@ -299,10 +303,21 @@ impl Rest {
         }
     }
 
-    /// One request and the redirects within the API's origin it leads to, read whole. A request
-    /// that cannot be built, or a redirect to another origin, is an error at once; one that found no
-    /// answer may be tried again.
+    /// One request and the redirects within the API's origin it leads to, read whole, all within
+    /// [`READ_TIMEOUT`]. A request that cannot be built (the credential cannot make a header), or a
+    /// redirect to another origin, is an error at once; one that found no answer may be tried again.
     async fn attempt(&self, method: &Method, path: &str, body: Option<&Value>) -> Result<Attempt> {
+        match tokio::time::timeout(self.read_timeout, self.follow(method, path, body)).await {
+            Ok(attempt) => attempt,
+            Err(_) => Ok(Attempt::Unreachable(format!(
+                "no answer within {} s",
+                self.read_timeout.as_secs()
+            ))),
+        }
+    }
+
+    /// [`Rest::attempt`] without its time limit.
+    async fn follow(&self, method: &Method, path: &str, body: Option<&Value>) -> Result<Attempt> {
         let payload = match body {
             Some(body) => Some(Zeroizing::new(serde_json::to_vec(body).map_err(|err| {
                 ForgeError::Protocol {
@@ -317,20 +332,20 @@ impl Rest {
         let mut payload = payload;
         for _ in 0..=MAX_REDIRECTS {
             tracing::debug!(forge = self.forge, %method, path = uri.path(), "forge request");
-            let (status, headers, reply) = match tokio::time::timeout(
-                READ_TIMEOUT,
-                self.exchange(&method, &uri, payload.as_ref().map(|p| p.as_slice())),
-            )
-            .await
+            // Per request: a GitHub App signs a fresh JWT each time. A credential that cannot be sent
+            // is not a transient failure.
+            let authorization = self.auth.header(self.forge)?;
+            let (status, headers, reply) = match self
+                .exchange(
+                    &method,
+                    &uri,
+                    authorization,
+                    payload.as_ref().map(|p| p.as_slice()),
+                )
+                .await
             {
-                Ok(Ok(answer)) => answer,
-                Ok(Err(detail)) => return Ok(Attempt::Unreachable(detail)),
-                Err(_) => {
-                    return Ok(Attempt::Unreachable(format!(
-                        "no answer within {} s",
-                        READ_TIMEOUT.as_secs()
-                    )));
-                }
+                Ok(answer) => answer,
+                Err(detail) => return Ok(Attempt::Unreachable(detail)),
             };
             if !status.is_redirection() || status == StatusCode::NOT_MODIFIED {
                 return Ok(Attempt::Answered(reply, headers));
@@ -352,6 +367,7 @@ impl Rest {
         &self,
         method: &Method,
         uri: &Uri,
+        authorization: HeaderValue,
         payload: Option<&[u8]>,
     ) -> std::result::Result<(StatusCode, HeaderMap, Reply), String> {
         let mut request = Request::builder()
@@ -362,10 +378,6 @@ impl Rest {
         if payload.is_some() {
             request = request.header(CONTENT_TYPE, "application/json");
         }
-        let authorization = self
-            .auth
-            .header(self.forge)
-            .map_err(|err| err.to_string())?;
         let request = request
             .header(AUTHORIZATION, authorization)
             .body(Full::new(Bytes::copy_from_slice(
@@ -378,12 +390,9 @@ impl Rest {
             .await
             .map_err(|err| self.sanitize(&error_chain(&err)))?;
         let (parts, body) = response.into_parts();
-        let bytes = Limited::new(body, MAX_REPLY_BYTES)
-            .collect()
+        let text = read_bounded(body, MAX_REPLY_BYTES)
             .await
-            .map_err(|err| self.sanitize(&format!("reading the answer: {err}")))?
-            .to_bytes();
-        let text = Zeroizing::new(String::from_utf8_lossy(&bytes).into_owned());
+            .map_err(|err| self.sanitize(&format!("reading the answer: {err}")))?;
         Ok((
             parts.status,
             parts.headers,
@@ -578,6 +587,40 @@ fn error_entry(entry: &Value) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// A body read whole into one buffer of at most `limit` bytes, copied frame by frame: memory follows
+/// the answer's size, not the number of its chunks (collecting the frames would keep each one, and the
+/// buffer it was read into, until the end: tens of bytes for each one-byte chunk). The text is
+/// zeroized when dropped; a body that is not UTF-8 is read lossily.
+async fn read_bounded<B>(
+    mut body: B,
+    limit: usize,
+) -> std::result::Result<Zeroizing<String>, String>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: std::error::Error,
+{
+    let mut bytes = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|err| error_chain(&err))?;
+        if let Ok(data) = frame.into_data() {
+            if data.len() > limit - bytes.len() {
+                return Err(format!(
+                    "the answer is longer than {} MiB",
+                    limit / (1024 * 1024)
+                ));
+            }
+            bytes.extend_from_slice(&data);
+        }
+    }
+    Ok(Zeroizing::new(match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(err) => {
+            let bytes = Zeroizing::new(err.into_bytes());
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
+    }))
 }
 
 fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {

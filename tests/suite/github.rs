@@ -1232,6 +1232,147 @@ async fn redirects_are_followed_only_within_the_api_origin() {
     );
 }
 
+/// A primary token no HTTP header can carry (a space inside, as a paste may leave it) is a token
+/// error at once: nothing is sent, nothing is retried, and the error does not say the forge could not
+/// be reached.
+#[tokio::test]
+async fn a_token_no_header_can_carry_is_a_token_error_not_an_unreachable_forge() {
+    let server = MockServer::start().await;
+    let token = format!("{} {}", fake_token(), fake_token());
+    let forge = GitHubForge::with_token(
+        GitHubSettings {
+            api_url: server.uri(),
+            git_url: GIT_URL.to_owned(),
+            token: TokenSource::Env("STET_TEST_UNUSED".to_owned()),
+            retry: quick(),
+        },
+        SecretValue::new(token.clone()),
+        SanitizerHandle::new(TokenSanitizer::new().unwrap()),
+        own_remotes(),
+    )
+    .unwrap();
+
+    let err = forge.preflight(&target("main", None)).await.unwrap_err();
+
+    assert!(
+        matches!(&err, ForgeError::Token { detail, .. } if detail.contains("cannot carry")),
+        "{err}"
+    );
+    assert!(!err.to_string().contains(&token), "{err}");
+    assert!(received(&server).await.is_empty());
+}
+
+/// The child of [`an_answer_of_tiny_chunks_costs_memory_by_its_size_not_its_chunks`].
+const TINY_CHUNKS_TEST: &str =
+    "suite::github::an_answer_of_tiny_chunks_costs_memory_by_its_size_not_its_chunks";
+/// Its presence makes the test the child.
+const TINY_CHUNKS_CHILD_ENV: &str = "STET_TEST_TINY_CHUNKS_CHILD";
+/// How the child reports its peak memory growth, in bytes.
+const TINY_CHUNKS_GREW: &str = "TINY-CHUNKS-GREW=";
+/// The answer's size: this many one-byte chunks.
+const TINY_CHUNKS: usize = 512 * 1024;
+
+/// Bound: memory. An answer well under the size bound, sent as one-byte chunks, costs memory by its
+/// size: read frame by frame into one buffer, not collected as 512 Ki frames of tens of bytes each,
+/// every one keeping alive the buffer it was read into (at the 8 MiB bound that was ~0.4 GB for one
+/// request). Peak memory is process-wide, so the request runs in a child: this test binary run again
+/// on this one test.
+#[test]
+fn an_answer_of_tiny_chunks_costs_memory_by_its_size_not_its_chunks() {
+    if std::env::var_os(TINY_CHUNKS_CHILD_ENV).is_some() {
+        let grew = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(tiny_chunks_child());
+        println!("{TINY_CHUNKS_GREW}{grew}");
+        return;
+    }
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            TINY_CHUNKS_TEST,
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(TINY_CHUNKS_CHILD_ENV, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let grew: u64 = stdout
+        .lines()
+        .find_map(|line| Some(line.split_once(TINY_CHUNKS_GREW)?.1))
+        .and_then(|bytes| bytes.trim().parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "the child failed:\n{stdout}\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+    let body = TINY_CHUNKS as u64;
+    assert!(
+        grew <= 16 * body,
+        "an answer of {body} bytes in one-byte chunks grew peak memory by {grew} bytes"
+    );
+}
+
+/// A server answering `404` with [`TINY_CHUNKS`] one-byte chunks, and a preflight against it: the
+/// growth of this process's peak memory while the answer is read.
+async fn tiny_chunks_child() -> u64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut answer = b"HTTP/1.1 404 Not Found\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+    answer.extend(b"1\r\n \r\n".repeat(TINY_CHUNKS));
+    answer.extend(b"0\r\n\r\n");
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut request = vec![0; 64 * 1024];
+        let mut read = 0;
+        while !request[..read].windows(4).any(|w| w == b"\r\n\r\n") {
+            read += socket.read(&mut request[read..]).await.unwrap();
+        }
+        socket.write_all(&answer).await.unwrap();
+    });
+    let forge = GitHubForge::with_token(
+        GitHubSettings {
+            api_url: format!("http://{addr}"),
+            git_url: GIT_URL.to_owned(),
+            token: TokenSource::Env("STET_TEST_UNUSED".to_owned()),
+            retry: RetryPolicy {
+                max_attempts: 1,
+                ..quick()
+            },
+        },
+        SecretValue::new(fake_token()),
+        SanitizerHandle::new(TokenSanitizer::new().unwrap()),
+        own_remotes(),
+    )
+    .unwrap();
+    // Reset the peak (VmHWM) to the present.
+    std::fs::write("/proc/self/clear_refs", "5").unwrap();
+    let before = peak_memory();
+
+    let err = forge.preflight(&target("main", None)).await.unwrap_err();
+
+    assert!(
+        matches!(err, ForgeError::RepositoryNotFound { .. }),
+        "the answer was read whole: {err}"
+    );
+    peak_memory().saturating_sub(before)
+}
+
+/// This process's peak resident memory (VmHWM) since its last reset, in bytes.
+fn peak_memory() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
 /// An answer larger than any forge's JSON about one object is cut off, not read into memory whole.
 #[tokio::test]
 async fn an_endless_answer_is_not_read_whole() {

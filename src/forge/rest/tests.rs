@@ -69,3 +69,53 @@ fn origins_compare_scheme_host_and_port_without_case() {
         of("https://api.github.com.evil")
     );
 }
+
+/// A server that answers every request just within the time limit, each time with a redirect within
+/// the origin, cannot stretch one attempt to a time limit per redirect: the attempt as a whole has
+/// one (with one per request, four attempts of six requests could hold a call for 24 minutes).
+#[tokio::test]
+async fn one_time_limit_covers_an_attempt_and_all_its_redirects() {
+    use wiremock::matchers::any;
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let server = MockServer::start().await;
+    Mock::given(any())
+        .respond_with(
+            ResponseTemplate::new(302)
+                .insert_header("location", "/again")
+                .set_delay(Duration::from_millis(400)),
+        )
+        .mount(&server)
+        .await;
+    let mut rest = Rest::new(
+        "github",
+        &server.uri(),
+        Auth::Bearer(SecretValue::new(format!(
+            "t{}",
+            uuid::Uuid::new_v4().simple()
+        ))),
+        RetryPolicy {
+            max_attempts: 1,
+            base_delay: Duration::from_millis(10),
+            max_delay: Duration::from_secs(1),
+        },
+        SanitizerHandle::new(crate::dispatch::sanitize::TokenSanitizer::new().unwrap()),
+    )
+    .unwrap();
+    rest.read_timeout = Duration::from_secs(1);
+
+    let err = rest
+        .send(Method::GET, "/repos/o/r", None)
+        .await
+        .err()
+        .unwrap();
+
+    assert!(
+        matches!(&err, ForgeError::Transport { detail, .. } if detail.contains("no answer within 1 s")),
+        "{err}"
+    );
+    let asked = server.received_requests().await.unwrap().len();
+    assert!(
+        asked <= 3,
+        "{asked} requests in an attempt of 1 s whose answers each took 0.4 s"
+    );
+}
