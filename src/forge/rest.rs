@@ -157,8 +157,9 @@ pub(crate) struct Reply {
 enum Attempt {
     /// The server answered (any status).
     Answered(Reply, HeaderMap),
-    /// No answer arrived (connection, timeout, a body cut short): the sanitized reason.
-    Unreachable(String),
+    /// No answer arrived (connection, timeout, a body cut short): the sanitized reason, and whether
+    /// the request may have reached the forge (only a failed connection proves it did not).
+    Unreachable { detail: String, sent: bool },
 }
 
 /// Why an attempt may be worth repeating.
@@ -175,7 +176,22 @@ enum Transient {
     },
     Transport {
         detail: String,
+        /// Whether the request may have reached the forge.
+        sent: bool,
     },
+}
+
+impl Transient {
+    /// Whether sending `method` again cannot make the forge act twice: a request that may change
+    /// something (a POST: a minted token, a pull request) is repeated only when the forge did not act
+    /// on it — it refused it for the rate limit, or it never arrived.
+    fn may_repeat(&self, method: &Method) -> bool {
+        *method != Method::POST
+            || matches!(
+                self,
+                Transient::RateLimited { .. } | Transient::Transport { sent: false, .. }
+            )
+    }
 }
 
 type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
@@ -276,7 +292,7 @@ impl Rest {
                     None => return Ok(reply),
                     Some(transient) => transient,
                 },
-                Attempt::Unreachable(detail) => Transient::Transport { detail },
+                Attempt::Unreachable { detail, sent } => Transient::Transport { detail, sent },
             };
             let told = match &transient {
                 Transient::Server { retry_after, .. } => *retry_after,
@@ -288,6 +304,10 @@ impl Rest {
                 return Err(self.exhausted(transient, attempt));
             }
             if attempt >= max_attempts {
+                return Err(self.exhausted(transient, attempt));
+            }
+            if !transient.may_repeat(&method) {
+                tracing::warn!(forge = self.forge, %method, path, attempt, reason = transient.reason(), "the forge may have acted on the request; it is not sent again");
                 return Err(self.exhausted(transient, attempt));
             }
             let delay = match &transient {
@@ -309,10 +329,10 @@ impl Rest {
     async fn attempt(&self, method: &Method, path: &str, body: Option<&Value>) -> Result<Attempt> {
         match tokio::time::timeout(self.read_timeout, self.follow(method, path, body)).await {
             Ok(attempt) => attempt,
-            Err(_) => Ok(Attempt::Unreachable(format!(
-                "no answer within {} s",
-                self.read_timeout.as_secs()
-            ))),
+            Err(_) => Ok(Attempt::Unreachable {
+                detail: format!("no answer within {} s", self.read_timeout.as_secs()),
+                sent: true,
+            }),
         }
     }
 
@@ -345,7 +365,7 @@ impl Rest {
                 .await
             {
                 Ok(answer) => answer,
-                Err(detail) => return Ok(Attempt::Unreachable(detail)),
+                Err((detail, sent)) => return Ok(Attempt::Unreachable { detail, sent }),
             };
             if !status.is_redirection() || status == StatusCode::NOT_MODIFIED {
                 return Ok(Attempt::Answered(reply, headers));
@@ -362,14 +382,15 @@ impl Rest {
         })
     }
 
-    /// The request sent and its answer read, or the sanitized reason it could not be.
+    /// The request sent and its answer read, or the sanitized reason it could not be and whether
+    /// the request may have reached the forge.
     async fn exchange(
         &self,
         method: &Method,
         uri: &Uri,
         authorization: HeaderValue,
         payload: Option<&[u8]>,
-    ) -> std::result::Result<(StatusCode, HeaderMap, Reply), String> {
+    ) -> std::result::Result<(StatusCode, HeaderMap, Reply), (String, bool)> {
         let mut request = Request::builder()
             .method(method.clone())
             .uri(uri.clone())
@@ -383,16 +404,21 @@ impl Rest {
             .body(Full::new(Bytes::copy_from_slice(
                 payload.unwrap_or_default(),
             )))
-            .map_err(|err| self.sanitize(&format!("the request could not be built: {err}")))?;
+            .map_err(|err| {
+                (
+                    self.sanitize(&format!("the request could not be built: {err}")),
+                    false,
+                )
+            })?;
         let response = self
             .client
             .request(request)
             .await
-            .map_err(|err| self.sanitize(&error_chain(&err)))?;
+            .map_err(|err| (self.sanitize(&error_chain(&err)), !err.is_connect()))?;
         let (parts, body) = response.into_parts();
         let text = read_bounded(body, MAX_REPLY_BYTES)
             .await
-            .map_err(|err| self.sanitize(&format!("reading the answer: {err}")))?;
+            .map_err(|err| (self.sanitize(&format!("reading the answer: {err}")), true))?;
         Ok((
             parts.status,
             parts.headers,
@@ -488,7 +514,7 @@ impl Rest {
                 attempts,
                 detail,
             },
-            Transient::Transport { detail } => ForgeError::Transport {
+            Transient::Transport { detail, .. } => ForgeError::Transport {
                 forge,
                 detail: format!("{detail} (after {attempts} attempts)"),
             },

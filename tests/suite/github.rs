@@ -619,6 +619,117 @@ async fn server_errors_are_retried_until_one_succeeds() {
     assert_eq!(calls(&requests, "GET", "/repos/octo/app/branches/main"), 1);
 }
 
+/// A POST the forge may have carried out (a 5xx, an answer cut short) is not sent again: a second
+/// mint would leave a token stet never saw and cannot revoke, a second pull request an "already
+/// exists". A rate-limited POST was not acted on, and is repeated.
+#[tokio::test]
+async fn a_post_is_repeated_only_when_the_forge_did_not_act_on_it() {
+    let f = fixture().await;
+    Mock::given(method("POST"))
+        .and(path("/repos/octo/app/pulls"))
+        .respond_with(json_reply(502, json!({"message": "Server Error"})))
+        .up_to_n_times(1)
+        .mount(&f.server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/repos/octo/app/pulls"))
+        .respond_with(json_reply(
+            201,
+            json!({"number": 12, "html_url": format!("{GIT_URL}/octo/app/pull/12")}),
+        ))
+        .mount(&f.server)
+        .await;
+    let draft = draft(&f, "stet/fix-login");
+
+    let err = f
+        .forge
+        .open_pull_request(&target("main", None), &draft)
+        .await
+        .unwrap_err();
+
+    assert!(
+        matches!(
+            &err,
+            ForgeError::Server {
+                status: 502,
+                attempts: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        calls(&received(&f.server).await, "POST", "/repos/octo/app/pulls"),
+        1
+    );
+
+    f.server.reset().await;
+    Mock::given(method("POST"))
+        .and(path("/repos/octo/app/pulls"))
+        .respond_with(
+            json_reply(429, json!({"message": "API rate limit exceeded"}))
+                .insert_header("retry-after", "0"),
+        )
+        .up_to_n_times(1)
+        .mount(&f.server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/repos/octo/app/pulls"))
+        .respond_with(json_reply(
+            201,
+            json!({"number": 12, "html_url": format!("{GIT_URL}/octo/app/pull/12")}),
+        ))
+        .mount(&f.server)
+        .await;
+
+    let opened = f
+        .forge
+        .open_pull_request(&target("main", None), &draft)
+        .await
+        .unwrap();
+
+    assert_eq!(opened.number, 12);
+    assert_eq!(
+        calls(&received(&f.server).await, "POST", "/repos/octo/app/pulls"),
+        2,
+        "the rate-limited POST was sent again"
+    );
+}
+
+/// A POST that never reached the forge (the connection was refused) is repeated like any request.
+#[tokio::test]
+async fn a_post_that_never_connected_is_repeated() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let api_url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let sanitizer = SanitizerHandle::new(TokenSanitizer::new().unwrap());
+    let token = fake_token();
+    let forge = GitHubForge::new(
+        GitHubSettings {
+            api_url,
+            git_url: GIT_URL.to_owned(),
+            token: printf_source(&token),
+            retry: quick(),
+        },
+        sanitizer,
+        own_remotes(),
+    )
+    .unwrap();
+    let f = fixture().await;
+    let draft = draft(&f, "stet/fix-login");
+
+    let err = forge
+        .open_pull_request(&target("main", None), &draft)
+        .await
+        .unwrap_err();
+
+    assert!(
+        matches!(&err, ForgeError::Transport { detail, .. } if detail.ends_with("(after 3 attempts)")),
+        "{err}"
+    );
+    assert!(!err.to_string().contains(&token), "{err}");
+}
+
 #[tokio::test]
 async fn server_errors_that_persist_fail_after_the_last_attempt() {
     let f = fixture().await;
