@@ -5,7 +5,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use stet::dispatch::sanitize::{KnownValue, Redactor, TokenSanitizer};
+use stet_sanitize::sanitize::{KnownValue, Redactor, TokenSanitizer};
 
 #[path = "support/corpus.rs"]
 mod corpus;

@@ -11,11 +11,11 @@ use chrono::{DateTime, TimeDelta, Utc};
 use criterion::{BatchSize, Criterion, Throughput};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
-use stet::brief::Brief;
-use stet::dispatch::event::{DispatchId, Event, EventKind, ItemKind, TranscriptItem};
-use stet::dispatch::sanitize::TokenSanitizer;
-use stet::dispatch::state::Phase;
-use stet::inbox::InboxEntry;
+use stet_engine::brief::Brief;
+use stet_engine::dispatch::event::{DispatchId, Event, EventKind, ItemKind, TranscriptItem};
+use stet_engine::dispatch::sanitize::TokenSanitizer;
+use stet_engine::dispatch::state::Phase;
+use stet_engine::inbox::InboxEntry;
 use stet_tui::app::{App, Msg};
 
 const BRIEF: &str = "fix-greeting";

@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stet::dispatch::credential::LocalCredentialProvider;
-use stet::dispatch::event::DispatchId;
-use stet::dispatch::journal::Journal;
-use stet::dispatch::sandbox::{CredentialRequest, DispatchSandbox, SandboxRequest};
-use stet::runtime::docker::DockerRuntime;
-use stet::runtime::{
+use stet_engine::dispatch::credential::LocalCredentialProvider;
+use stet_engine::dispatch::event::DispatchId;
+use stet_engine::dispatch::journal::Journal;
+use stet_engine::dispatch::sandbox::{CredentialRequest, DispatchSandbox, SandboxRequest};
+use stet_engine::runtime::docker::DockerRuntime;
+use stet_engine::runtime::{
     DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, SandboxProcess, SandboxUser,
 };
 

@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use stet::dispatch::branch::CommitSha;
-use stet::dispatch::sanitize::TokenSanitizer;
-use stet::git::import::{Identity, ImportLimits, ImportRequest, Imported, import};
-use stet::git::workspace::materialize;
-use stet::runtime::SandboxUser;
+use stet_engine::dispatch::branch::CommitSha;
+use stet_engine::dispatch::sanitize::TokenSanitizer;
+use stet_engine::git::import::{Identity, ImportLimits, ImportRequest, Imported, import};
+use stet_engine::git::workspace::materialize;
+use stet_engine::runtime::SandboxUser;
 
 const TOP_DIRECTORIES: usize = 20;
 const SUBDIRECTORIES: usize = 16;

@@ -343,7 +343,7 @@ pub(crate) enum AgentCommand {
         instructions: PathBuf,
         #[arg(long, value_name = "FACTOR", default_value_t = 1.0)]
         pace: f64,
-        #[arg(long, value_name = "DIR", default_value = stet::runtime::WORKSPACE_MOUNT)]
+        #[arg(long, value_name = "DIR", default_value = stet_engine::runtime::WORKSPACE_MOUNT)]
         workspace: PathBuf,
     },
     /// Run a checks file (the demo program's tests); exit 0 when every check passes.

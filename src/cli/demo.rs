@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use stet::dispatch::order::Delivery;
-use stet::headless::Output;
+use stet_engine::dispatch::order::Delivery;
+use stet_engine::headless::Output;
 
 use super::EXIT_USAGE;
 use super::args::DispatchArgs;
@@ -27,36 +27,38 @@ pub(crate) async fn demo(
     headless: bool,
     args: DispatchArgs,
 ) -> anyhow::Result<ExitCode> {
-    use stet::engine::{EngineOptions, ImageChoice};
-    use stet::harness::script::{ScenarioSource, ScriptHarness};
-    if !(pace.is_finite() && (0.0..=stet::agent::MAX_PACE).contains(&pace)) {
+    use stet_engine::engine::{EngineOptions, ImageChoice};
+    use stet_engine::harness::script::{ScenarioSource, ScriptHarness};
+    if !(pace.is_finite() && (0.0..=stet_engine::agent::MAX_PACE).contains(&pace)) {
         eprintln!(
             "stet: --pace {pace} is out of range (0 to {})",
-            stet::agent::MAX_PACE
+            stet_engine::agent::MAX_PACE
         );
         return Ok(ExitCode::from(EXIT_USAGE));
     }
-    let state_dir = stet::state_dir::prepare_default()?;
+    let state_dir = stet_engine::state_dir::prepare_default()?;
     let dir = dir.unwrap_or_else(|| state_dir.join("demo"));
-    let setup = stet::demo::prepare(&dir)?;
+    let setup = stet_engine::demo::prepare(&dir)?;
     // The scratch forge was made anew: pull requests of an earlier demo refer to branches it no
     // longer holds.
-    stet::forge::local::LocalForge::new(setup.remote.clone(), &state_dir).close_open_reviews()?;
+    stet_engine::forge::local::LocalForge::new(setup.remote.clone(), &state_dir)
+        .close_open_reviews()?;
     // Only the demo's own configuration: nothing the user configured changes what the demo does.
     // stet wrote that file itself, so it is trusted: `stet` run in the scratch repository reads it
     // as the demo does, until its content changes.
-    let written = stet::config::repository::read(&setup.repo)?
+    let written = stet_engine::config::repository::read(&setup.repo)?
         .context("the demo's scratch repository has no stet.toml")?;
-    stet::config::trust::TrustStore::in_state_dir(&state_dir)
+    stet_engine::config::trust::TrustStore::in_state_dir(&state_dir)
         .trust(&written.path, &written.hash)?;
-    let mut config = stet::config::Config::from_files(&[stet::config::ConfigFile::new(
-        written.path,
-        written.text,
-        stet::config::FileRole::TrustedRepository,
-    )])?;
+    let mut config =
+        stet_engine::config::Config::from_files(&[stet_engine::config::ConfigFile::new(
+            written.path,
+            written.text,
+            stet_engine::config::FileRole::TrustedRepository,
+        )])?;
     // The demo's own deterministic model on loopback, behind the real gateway: the agent's asks go
     // through the relay and the gateway meters them, with no account anywhere.
-    let model = stet::scripted_model::ScriptedModel::serve(std::net::SocketAddr::from((
+    let model = stet_engine::scripted_model::ScriptedModel::serve(std::net::SocketAddr::from((
         std::net::Ipv4Addr::LOCALHOST,
         0,
     )))
@@ -78,13 +80,14 @@ pub(crate) async fn demo(
         timeout: args.timeout.unwrap_or(config.dispatch.timeout),
         cost_ceiling_usd: args.cost_ceiling.or(config.dispatch.cost_ceiling_usd),
         concurrency: config.dispatch.concurrency,
-        network: stet::runtime::NetworkPolicy::None,
+        network: stet_engine::runtime::NetworkPolicy::None,
         image: ImageChoice::Offline,
         harness: Arc::new(ScriptHarness::new(ScenarioSource::Demo, pace)),
         config,
     };
     if !headless && args.briefs.is_empty() && !args.all && on_a_terminal() {
-        let inbox = stet::inbox::Inbox::load(&stet::inbox::Inbox::default_dir(&setup.repo))?;
+        let inbox =
+            stet_engine::inbox::Inbox::load(&stet_engine::inbox::Inbox::default_dir(&setup.repo))?;
         // Nothing goes to stdout while the theater owns the screen; the hints come after it (not
         // at all when the terminal hung up).
         let end = open_theater(options, &inbox).await?;

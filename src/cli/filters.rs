@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use stet::dispatch::branch::BranchValidator;
-use stet::dispatch::sanitize::{KnownValue, Redactor, SanitizerHandle, TokenSanitizer};
+use stet_engine::dispatch::branch::BranchValidator;
+use stet_engine::dispatch::sanitize::{KnownValue, Redactor, SanitizerHandle, TokenSanitizer};
 
 use super::args::HarnessName;
 use super::session::install_logging;
@@ -104,26 +104,26 @@ pub(crate) fn transcript(
     outputs: Option<&std::path::Path>,
     brief: String,
 ) -> anyhow::Result<ExitCode> {
-    use stet::harness::replay::{ReplayError, ReplayLabels, replay};
+    use stet_engine::harness::replay::{ReplayError, ReplayLabels, replay};
     let sanitizer = Arc::new(TokenSanitizer::new()?);
     let labels = ReplayLabels {
-        dispatch: stet::dispatch::event::DispatchId::new(),
+        dispatch: stet_engine::dispatch::event::DispatchId::new(),
         brief,
     };
     let (mut parser, usage) = match harness {
         HarnessName::Openhands => {
             let usage = match outputs {
-                Some(outputs) => stet::harness::openhands::final_usage(outputs, &sanitizer)?,
+                Some(outputs) => stet_engine::harness::openhands::final_usage(outputs, &sanitizer)?,
                 None => None,
             };
-            let parser: Box<dyn stet::harness::OutputParser> = Box::new(
-                stet::harness::openhands::OpenHandsOutput::new(Arc::clone(&sanitizer)),
+            let parser: Box<dyn stet_engine::harness::OutputParser> = Box::new(
+                stet_engine::harness::openhands::OpenHandsOutput::new(Arc::clone(&sanitizer)),
             );
             (parser, usage)
         }
         HarnessName::Script => {
-            let parser: Box<dyn stet::harness::OutputParser> = Box::new(
-                stet::harness::script::ScriptParser::new(Arc::clone(&sanitizer)),
+            let parser: Box<dyn stet_engine::harness::OutputParser> = Box::new(
+                stet_engine::harness::script::ScriptParser::new(Arc::clone(&sanitizer)),
             );
             (parser, None)
         }

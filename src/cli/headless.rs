@@ -3,8 +3,8 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use stet::dispatch::order::Delivery;
-use stet::headless::Output;
+use stet_engine::dispatch::order::Delivery;
+use stet_engine::headless::Output;
 
 use super::EXIT_USAGE;
 use super::args::DispatchArgs;
@@ -31,8 +31,8 @@ pub(crate) async fn headless(args: DispatchArgs, push: bool) -> anyhow::Result<E
 /// Assembles the engine (sweeping what earlier runs left), dispatches `briefs` and prints the events
 /// until every dispatch finished or a signal cancelled them.
 pub(crate) async fn dispatch_and_watch(
-    options: stet::engine::EngineOptions,
-    briefs: Vec<stet::brief::Brief>,
+    options: stet_engine::engine::EngineOptions,
+    briefs: Vec<stet_engine::brief::Brief>,
     delivery: Delivery,
     output: Output,
 ) -> anyhow::Result<ExitCode> {
@@ -49,7 +49,7 @@ pub(crate) async fn dispatch_and_watch(
     let (dispatcher, events, _dispatcher_task) = engine.start();
     let interrupted = interrupts.watch(dispatcher.clone());
     let mut stdout = std::io::stdout().lock();
-    let code = stet::headless::run(
+    let code = stet_engine::headless::run(
         dispatcher.clone(),
         events,
         briefs,

@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use stet::dispatch::credential::{CredentialProvider, LocalCredentialProvider};
-use stet::dispatch::journal::Journal;
-use stet::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
-use stet::dispatch::service::DispatchService;
-use stet::runtime::docker::DockerRuntime;
+use stet_engine::dispatch::credential::{CredentialProvider, LocalCredentialProvider};
+use stet_engine::dispatch::journal::Journal;
+use stet_engine::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
+use stet_engine::dispatch::service::DispatchService;
+use stet_engine::runtime::docker::DockerRuntime;
 
 use super::EXIT_USAGE;
 use super::session::{install_logging, repository_root};
@@ -35,7 +35,7 @@ pub(crate) async fn image_build_local(binary: Option<PathBuf>) -> anyhow::Result
         Ok(engine) => engine,
         Err(code) => return Ok(code),
     };
-    let image = stet::image::build_local(engine.client(), &binary)
+    let image = stet_engine::image::build_local(engine.client(), &binary)
         .await
         .with_context(|| format!("building the sandbox image from {}", binary.display()))?;
     println!("{} {}", image.id, image.tag);
@@ -43,7 +43,7 @@ pub(crate) async fn image_build_local(binary: Option<PathBuf>) -> anyhow::Result
 }
 
 pub(crate) async fn sweep() -> anyhow::Result<ExitCode> {
-    let state_dir = stet::state_dir::prepare_default()?;
+    let state_dir = stet_engine::state_dir::prepare_default()?;
     let handle = SanitizerHandle::new(TokenSanitizer::new()?);
     let _log_guard = install_logging(&handle);
     let engine = match connect_engine().await {
@@ -67,7 +67,8 @@ pub(crate) async fn sweep() -> anyhow::Result<ExitCode> {
 pub(crate) async fn doctor() -> anyhow::Result<ExitCode> {
     let binary = std::env::current_exe().context("finding the running stet executable")?;
     let docker = bollard::Docker::connect_with_defaults().map_err(|err| err.to_string());
-    let report = stet::doctor::diagnose(docker, stet::state_dir::locate(), &binary).await;
+    let report =
+        stet_engine::doctor::diagnose(docker, stet_engine::state_dir::locate(), &binary).await;
     print!("{report}");
     Ok(if report.failed() {
         ExitCode::FAILURE
@@ -78,8 +79,9 @@ pub(crate) async fn doctor() -> anyhow::Result<ExitCode> {
 
 /// `stet trust`: trusts, revokes or lists repository configuration files.
 pub(crate) fn trust(path: Option<PathBuf>, revoke: bool, list: bool) -> anyhow::Result<ExitCode> {
-    use stet::config::{Config, REPOSITORY_FILE, repository};
-    let store = stet::config::trust::TrustStore::in_state_dir(&stet::state_dir::locate()?);
+    use stet_engine::config::{Config, REPOSITORY_FILE, repository};
+    let store =
+        stet_engine::config::trust::TrustStore::in_state_dir(&stet_engine::state_dir::locate()?);
     let mut out = std::io::stdout().lock();
     if list {
         let entries = store.entries()?;
@@ -153,8 +155,8 @@ pub(crate) fn trust(path: Option<PathBuf>, revoke: bool, list: bool) -> anyhow::
 }
 
 pub(crate) fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
-    let dir = stet::state_dir::locate()?.join(stet::forge::local::REVIEWS_DIR);
-    let records = stet::forge::local::read_reviews(&dir)?;
+    let dir = stet_engine::state_dir::locate()?.join(stet_engine::forge::local::REVIEWS_DIR);
+    let records = stet_engine::forge::local::read_reviews(&dir)?;
     let mut out = std::io::stdout().lock();
     match number {
         None if records.is_empty() => writeln!(out, "no reviews yet in {}", dir.display())?,
@@ -167,7 +169,7 @@ pub(crate) fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
                     record.state.as_str(),
                     record.head,
                     record.base,
-                    stet::dispatch::display::one_line(&record.title),
+                    stet_engine::dispatch::display::one_line(&record.title),
                     record.repo,
                     record.remote.display(),
                     record.updated.format("%Y-%m-%d %H:%M")
@@ -179,14 +181,14 @@ pub(crate) fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
                 out,
                 "#{} {} ({})\n{} -> {} in {}\nopened {}, updated {}\n\n{}",
                 record.number,
-                stet::dispatch::display::one_line(&record.title),
+                stet_engine::dispatch::display::one_line(&record.title),
                 record.state.as_str(),
                 record.head,
                 record.base,
                 record.remote.display(),
                 record.created.format("%Y-%m-%d %H:%M"),
                 record.updated.format("%Y-%m-%d %H:%M"),
-                stet::dispatch::display::without_invisible(&record.body).text
+                stet_engine::dispatch::display::without_invisible(&record.body).text
             )?,
             None => {
                 eprintln!("stet: no review #{number} in {}", dir.display());

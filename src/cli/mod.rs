@@ -61,7 +61,7 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             hold,
             emit_line_mb,
         }) => sandbox::probe(
-            &stet::probe::ProbeRequest {
+            &stet_engine::probe::ProbeRequest {
                 connect,
                 fork_up_to,
                 allocate_mb,

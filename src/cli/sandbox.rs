@@ -16,8 +16,8 @@ pub(crate) fn agent(command: AgentCommand) -> anyhow::Result<ExitCode> {
             instructions,
             pace,
             workspace,
-        } => stet::agent::run(
-            &stet::agent::AgentOptions {
+        } => stet_engine::agent::run(
+            &stet_engine::agent::AgentOptions {
                 scenario,
                 instructions,
                 pace,
@@ -25,7 +25,7 @@ pub(crate) fn agent(command: AgentCommand) -> anyhow::Result<ExitCode> {
             },
             &mut stdout,
         )?,
-        AgentCommand::Check { file, root } => stet::agent::check(&file, &root, &mut stdout)?,
+        AgentCommand::Check { file, root } => stet_engine::agent::check(&file, &root, &mut stdout)?,
     };
     Ok(ExitCode::from(code))
 }
@@ -48,10 +48,10 @@ pub(crate) async fn sandbox_idle(relay: Option<PathBuf>) -> anyhow::Result<ExitC
         stopped.await;
         return Ok(ExitCode::SUCCESS);
     };
-    let address = stet::relay::RELAY_ADDR
+    let address = stet_engine::relay::RELAY_ADDR
         .parse()
         .context("reading the relay address")?;
-    match stet::relay::relay(address, socket, stopped).await {
+    match stet_engine::relay::relay(address, socket, stopped).await {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(err) => {
             eprintln!("stet sandbox-idle: {err}");
@@ -63,19 +63,19 @@ pub(crate) async fn sandbox_idle(relay: Option<PathBuf>) -> anyhow::Result<ExitC
 /// `stet probe`: what a test asks of the sandbox from inside it, reported as JSON on stdout; `hold`
 /// waits for stdin to close, `emit_line_mb` prints one line of that many MiB.
 pub(crate) fn probe(
-    request: &stet::probe::ProbeRequest,
+    request: &stet_engine::probe::ProbeRequest,
     hold: bool,
     emit_line_mb: Option<usize>,
 ) -> anyhow::Result<ExitCode> {
     if hold {
-        stet::probe::hold(&mut std::io::stdin().lock())?;
+        stet_engine::probe::hold(&mut std::io::stdin().lock())?;
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(megabytes) = emit_line_mb {
-        stet::probe::emit_line(megabytes, &mut std::io::stdout().lock())?;
+        stet_engine::probe::emit_line(megabytes, &mut std::io::stdout().lock())?;
         return Ok(ExitCode::SUCCESS);
     }
-    let report = stet::probe::run(request)?;
-    stet::probe::write_report(&report, &mut std::io::stdout().lock())?;
+    let report = stet_engine::probe::run(request)?;
+    stet_engine::probe::write_report(&report, &mut std::io::stdout().lock())?;
     Ok(ExitCode::SUCCESS)
 }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use stet::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
-use stet::logging;
+use stet_engine::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
+use stet_engine::logging;
 use stet_tui::event_loop::Interrupt;
 
 use super::EXIT_USAGE;
@@ -97,7 +97,7 @@ impl Interrupts {
     /// goes on.
     pub(crate) fn watch(
         mut self,
-        dispatcher: stet::dispatch::dispatcher::DispatchHandle,
+        dispatcher: stet_engine::dispatch::dispatcher::DispatchHandle,
     ) -> impl Future<Output = ()> {
         let (first, fired) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
@@ -116,7 +116,7 @@ impl Interrupts {
                 std::io::stderr(),
                 "stet: interrupted again: exiting now; the next stet launch (or `stet sweep`) reclaims what is left"
             );
-            std::process::exit(i32::from(stet::headless::EXIT_CANCELLED));
+            std::process::exit(i32::from(stet_engine::headless::EXIT_CANCELLED));
         });
         async move {
             if fired.await.is_err() {
@@ -128,7 +128,7 @@ impl Interrupts {
 
 /// Logs go to files only; if the state directory is unusable the command still runs, and says so.
 pub(crate) fn install_logging(handle: &SanitizerHandle) -> Option<logging::LogGuard> {
-    let installed = stet::state_dir::locate()
+    let installed = stet_engine::state_dir::locate()
         .map_err(anyhow::Error::from)
         .and_then(|dir| {
             logging::install(&dir.join("logs"), handle.clone()).map_err(anyhow::Error::from)
@@ -159,22 +159,23 @@ pub(crate) fn repository_root(what: &str) -> anyhow::Result<PathBuf> {
 
 /// The configuration for the repository at `root`: the user's, the repository's `stet.toml` (trusted
 /// when the user's trust record holds its path and content) and the environment.
-pub(crate) fn load_config(root: &std::path::Path) -> anyhow::Result<stet::config::Config> {
-    let trust = stet::config::trust::TrustStore::in_state_dir(&stet::state_dir::locate()?);
-    Ok(stet::config::Config::load(Some(root), &trust)?)
+pub(crate) fn load_config(root: &std::path::Path) -> anyhow::Result<stet_engine::config::Config> {
+    let trust =
+        stet_engine::config::trust::TrustStore::in_state_dir(&stet_engine::state_dir::locate()?);
+    Ok(stet_engine::config::Config::load(Some(root), &trust)?)
 }
 
 /// The engine for the repository at `root` as its configuration and the flags describe it: the
 /// harness, the sandbox image, the limits.
 pub(crate) fn engine_options(
     root: PathBuf,
-    config: stet::config::Config,
+    config: stet_engine::config::Config,
     args: &DispatchArgs,
-) -> anyhow::Result<stet::engine::EngineOptions> {
-    use stet::engine::{EngineOptions, ImageChoice};
+) -> anyhow::Result<stet_engine::engine::EngineOptions> {
+    use stet_engine::engine::{EngineOptions, ImageChoice};
     let harness = harness_from_config(&config)?;
     let image = match &config.dispatch.image {
-        Some(text) => ImageChoice::Configured(stet::runtime::ImageRef::parse(text, false)?),
+        Some(text) => ImageChoice::Configured(stet_engine::runtime::ImageRef::parse(text, false)?),
         None if harness.name() == "script" => ImageChoice::Offline,
         None => anyhow::bail!(
             "no sandbox image is configured for the {} harness: set [dispatch] image = \"<name>@sha256:<digest>\" in stet.toml (see docker/dispatch/README.md)",
@@ -183,7 +184,7 @@ pub(crate) fn engine_options(
     };
     Ok(EngineOptions {
         repository: root,
-        state_dir: stet::state_dir::prepare_default()?,
+        state_dir: stet_engine::state_dir::prepare_default()?,
         timeout: args.timeout.unwrap_or(config.dispatch.timeout),
         cost_ceiling_usd: args.cost_ceiling.or(config.dispatch.cost_ceiling_usd),
         concurrency: config.dispatch.concurrency,
@@ -194,19 +195,21 @@ pub(crate) fn engine_options(
     })
 }
 
-pub(crate) fn network_policy(config: &stet::config::Config) -> stet::runtime::NetworkPolicy {
+pub(crate) fn network_policy(
+    config: &stet_engine::config::Config,
+) -> stet_engine::runtime::NetworkPolicy {
     if config.dispatch.allow_network {
-        stet::runtime::NetworkPolicy::Bridge
+        stet_engine::runtime::NetworkPolicy::Bridge
     } else {
-        stet::runtime::NetworkPolicy::None
+        stet_engine::runtime::NetworkPolicy::None
     }
 }
 
 pub(crate) fn harness_from_config(
-    config: &stet::config::Config,
-) -> anyhow::Result<Arc<dyn stet::harness::Harness>> {
-    use stet::config::HarnessKind;
-    use stet::harness::script::{ScenarioSource, ScriptHarness};
+    config: &stet_engine::config::Config,
+) -> anyhow::Result<Arc<dyn stet_engine::harness::Harness>> {
+    use stet_engine::config::HarnessKind;
+    use stet_engine::harness::script::{ScenarioSource, ScriptHarness};
     let harness = &config.harness;
     Ok(match harness.kind {
         HarnessKind::Script => Arc::new(ScriptHarness::new(
@@ -216,7 +219,7 @@ pub(crate) fn harness_from_config(
             },
             harness.script.pace,
         )),
-        HarnessKind::OpenHands => Arc::new(stet::harness::openhands::OpenHandsHarness::new(
+        HarnessKind::OpenHands => Arc::new(stet_engine::harness::openhands::OpenHandsHarness::new(
             harness.openhands_settings()?,
         )),
     })
@@ -227,12 +230,12 @@ pub(crate) fn harness_from_config(
 pub(crate) fn select_briefs(
     root: &std::path::Path,
     args: &DispatchArgs,
-) -> anyhow::Result<Vec<stet::brief::Brief>> {
-    use stet::brief::Brief;
-    let inbox = stet::inbox::Inbox::default_dir(root);
+) -> anyhow::Result<Vec<stet_engine::brief::Brief>> {
+    use stet_engine::brief::Brief;
+    let inbox = stet_engine::inbox::Inbox::default_dir(root);
     let mut briefs = Vec::new();
     if args.all {
-        let listed = stet::inbox::Inbox::load(&inbox)?;
+        let listed = stet_engine::inbox::Inbox::load(&inbox)?;
         for entry in listed.entries() {
             match &entry.brief {
                 Ok(brief) => briefs.push(brief.clone()),
@@ -258,7 +261,7 @@ pub(crate) fn select_briefs(
 
 /// What a dispatching command runs on: the signals it listens to, the logs, and the engine.
 pub(crate) struct Session {
-    pub(crate) engine: stet::engine::Engine,
+    pub(crate) engine: stet_engine::engine::Engine,
     pub(crate) interrupts: Interrupts,
     pub(crate) log_guard: Option<logging::LogGuard>,
 }
@@ -268,12 +271,12 @@ impl Session {
     /// `options` describe and reports on stderr what its launch sweep reclaimed. An engine that
     /// cannot be assembled (no Docker, a bad configuration) is printed and answered with exit code 2.
     pub(crate) async fn assemble(
-        options: stet::engine::EngineOptions,
+        options: stet_engine::engine::EngineOptions,
     ) -> anyhow::Result<Result<Session, ExitCode>> {
         let interrupts = Interrupts::install()?;
         let sanitizer = SanitizerHandle::new(TokenSanitizer::new()?);
         let log_guard = install_logging(&sanitizer);
-        let engine = match stet::engine::Engine::assemble(options, &sanitizer).await {
+        let engine = match stet_engine::engine::Engine::assemble(options, &sanitizer).await {
             Ok(engine) => engine,
             Err(error) => {
                 let _ = writeln!(std::io::stderr(), "stet: {error}");

@@ -4,11 +4,11 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use stet::brief::Brief;
-use stet::config::RepositoryFile;
-use stet::dispatch::dispatcher::DispatchHandle;
-use stet::dispatch::event::DispatchId;
-use stet::dispatch::order::Delivery;
+use stet_engine::brief::Brief;
+use stet_engine::config::RepositoryFile;
+use stet_engine::dispatch::dispatcher::DispatchHandle;
+use stet_engine::dispatch::event::DispatchId;
+use stet_engine::dispatch::order::Delivery;
 use stet_tui::engine::EngineHandle;
 
 use super::EXIT_USAGE;
@@ -33,7 +33,7 @@ pub(crate) async fn theater(args: DispatchArgs) -> anyhow::Result<ExitCode> {
     }
     let root = repository_root("run stet")?;
     let config = load_config(&root)?;
-    let inbox = stet::inbox::Inbox::load(&stet::inbox::Inbox::default_dir(&root))?;
+    let inbox = stet_engine::inbox::Inbox::load(&stet_engine::inbox::Inbox::default_dir(&root))?;
     let options = engine_options(root, config, &args)?;
     Ok(open_theater(options, &inbox).await?.code)
 }
@@ -53,11 +53,11 @@ pub(crate) struct TheaterEnd {
 /// away: then nothing more is written to it, and the exit code is 3 once every dispatch has been
 /// cancelled and torn down). Dispatches wait for review; `p` pushes.
 pub(crate) async fn open_theater(
-    options: stet::engine::EngineOptions,
-    inbox: &stet::inbox::Inbox,
+    options: stet_engine::engine::EngineOptions,
+    inbox: &stet_engine::inbox::Inbox,
 ) -> anyhow::Result<TheaterEnd> {
     use stet_tui::event_loop::Exit;
-    let inbox_dir = stet::inbox::Inbox::default_dir(&options.repository);
+    let inbox_dir = stet_engine::inbox::Inbox::default_dir(&options.repository);
     let configuration = configuration_of(&options.config.repository_file);
     let session = match Session::assemble(options).await? {
         Ok(session) => session,
@@ -107,7 +107,7 @@ pub(crate) async fn open_theater(
             // The loop ended once every dispatch had torn down; this only confirms it.
             dispatcher.shutdown().await;
             tracing::info!("the terminal went away: every dispatch was cancelled and torn down");
-            ExitCode::from(stet::headless::EXIT_CANCELLED)
+            ExitCode::from(stet_engine::headless::EXIT_CANCELLED)
         }
         Ok(Exit::Interrupted { .. }) => {
             tracing::warn!("interrupted again: exiting before every teardown finished");
@@ -117,7 +117,7 @@ pub(crate) async fn open_theater(
                     "stet: interrupted again: exiting now; the next stet launch (or `stet sweep`) reclaims what is left"
                 );
             }
-            ExitCode::from(stet::headless::EXIT_CANCELLED)
+            ExitCode::from(stet_engine::headless::EXIT_CANCELLED)
         }
         Err(error) => {
             tracing::error!(%error, "the theater stopped: cancelling every dispatch");

@@ -13,10 +13,10 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use stet::dispatch::event::{DispatchId, Event, EventKind};
-use stet::dispatch::journal::Resource;
-use stet::dispatch::socket_dir::{SOCKET_PATH_MAX, SocketPlace};
-use stet::dispatch::state::Phase;
+use stet_engine::dispatch::event::{DispatchId, Event, EventKind};
+use stet_engine::dispatch::journal::Resource;
+use stet_engine::dispatch::socket_dir::{SOCKET_PATH_MAX, SocketPlace};
+use stet_engine::dispatch::state::Phase;
 
 use super::headless::{STET_VARIABLES, containers_of, docker_ready, files_under};
 
@@ -95,7 +95,7 @@ impl Account {
         SocketPlace::choose(
             self.runtime_dir.clone().map(Into::into),
             me(),
-            &stet::runtime::state_label(&self.state()),
+            &stet_engine::runtime::state_label(&self.state()),
         )
     }
 
@@ -258,7 +258,7 @@ fn a_killed_dispatch_leaves_its_socket_dir_to_the_sweep_and_no_other_account_rea
     let dispatch: DispatchId = dispatch.expect("the demo printed events");
     let sockets = account.sockets();
     let socket_dir = sockets.dispatch_dir(dispatch);
-    let socket = socket_dir.join(stet::relay::SOCKET_NAME);
+    let socket = socket_dir.join(stet_engine::relay::SOCKET_NAME);
     assert!(
         socket_dir.starts_with(account.runtime_dir.as_ref().unwrap()),
         "the socket is in the account's runtime directory: {}",
@@ -276,7 +276,7 @@ fn a_killed_dispatch_leaves_its_socket_dir_to_the_sweep_and_no_other_account_rea
     if running_as_root() {
         // Neither another account nor the sandbox's own uid, on the host, gets as far as the
         // socket: the path does not resolve for them (connecting needs it to).
-        for uid in [OTHER_UID, stet::runtime::DEFAULT_SANDBOX_UID] {
+        for uid in [OTHER_UID, stet_engine::runtime::DEFAULT_SANDBOX_UID] {
             let output = Command::new("cat")
                 .arg(&socket)
                 .uid(uid)

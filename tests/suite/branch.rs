@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use stet::dispatch::branch::{BranchValidator, CommitSha, validate_ref_format};
+use stet_engine::dispatch::branch::{BranchValidator, CommitSha, validate_ref_format};
 
 /// Pieces names are built from: plain characters most of the time, so a good share of the corpus is
 /// valid, and every character class and sequence the rules care about some of the time.
@@ -192,7 +192,7 @@ fn commit_sha_validates_inside_a_deserialized_record() {
 
 mod never_panics {
     use proptest::prelude::*;
-    use stet::dispatch::branch::{BranchValidator, CommitSha, validate_ref_format};
+    use stet_engine::dispatch::branch::{BranchValidator, CommitSha, validate_ref_format};
 
     proptest! {
         #[test]

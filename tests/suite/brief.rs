@@ -5,9 +5,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use stet::brief::{Brief, BriefError, MAX_BRIEF_BYTES};
-use stet::inbox::{Inbox, InboxError};
-use stet::workflow::Workflow;
+use stet_engine::brief::{Brief, BriefError, MAX_BRIEF_BYTES};
+use stet_engine::inbox::{Inbox, InboxError};
+use stet_engine::workflow::Workflow;
 
 const VALID: &str = r#"title = "Fix the login redirect loop"
 workflow = "implement"
@@ -253,8 +253,8 @@ mod never_panics {
     use std::path::Path;
 
     use proptest::prelude::*;
-    use stet::brief::Brief;
-    use stet::workflow::Workflow;
+    use stet_engine::brief::Brief;
+    use stet_engine::workflow::Workflow;
 
     use super::VALID;
 

@@ -17,19 +17,19 @@ use serde_json::json;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use stet::brief::Brief;
-use stet::dispatch::branch::CommitSha;
-use stet::dispatch::credential::{LocalCredentialProvider, ScopedCredential};
-use stet::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
-use stet::forge::checkout_remotes::CheckoutRemotes;
-use stet::forge::github::{GitHubForge, GitHubSettings};
-use stet::forge::pull_request::PROVENANCE_MARKER;
-use stet::forge::rest::RetryPolicy;
-use stet::forge::token::TokenSource;
-use stet::forge::{Forge, PullRequestDraft, PushBranch};
-use stet::git::import::{Identity, ImportLimits, ImportRequest, Imported, import};
-use stet::git::workspace::materialize;
-use stet::runtime::{DEFAULT_SANDBOX_UID, SandboxUser};
+use stet_engine::brief::Brief;
+use stet_engine::dispatch::branch::CommitSha;
+use stet_engine::dispatch::credential::{LocalCredentialProvider, ScopedCredential};
+use stet_engine::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
+use stet_engine::forge::checkout_remotes::CheckoutRemotes;
+use stet_engine::forge::github::{GitHubForge, GitHubSettings};
+use stet_engine::forge::pull_request::PROVENANCE_MARKER;
+use stet_engine::forge::rest::RetryPolicy;
+use stet_engine::forge::token::TokenSource;
+use stet_engine::forge::{Forge, PullRequestDraft, PushBranch};
+use stet_engine::git::import::{Identity, ImportLimits, ImportRequest, Imported, import};
+use stet_engine::git::workspace::materialize;
+use stet_engine::runtime::{DEFAULT_SANDBOX_UID, SandboxUser};
 
 use super::git_http::GitHttpServer;
 use super::support::{self, git};
@@ -216,7 +216,7 @@ impl Bench {
 
 async fn child(logs: &Path, primary: &str) {
     let sanitizer = SanitizerHandle::new(TokenSanitizer::new().unwrap());
-    let guard = stet::logging::install(logs, sanitizer.clone()).unwrap();
+    let guard = stet_engine::logging::install(logs, sanitizer.clone()).unwrap();
     let bench = Bench::start(&sanitizer, TokenSource::Env(PRIMARY_ENV.to_owned())).await;
     let Bench {
         dir,
@@ -372,7 +372,7 @@ async fn a_base_that_moved_on_the_forge_since_preflight_stops_the_push() {
         TokenSource::Command(vec!["printf".into(), "%s".into(), token]),
     )
     .await;
-    let target = stet::brief::Target {
+    let target = stet_engine::brief::Target {
         repo: "octo/app".into(),
         base: "main".into(),
         branch: None,
@@ -403,7 +403,7 @@ async fn a_base_that_moved_on_the_forge_since_preflight_stops_the_push() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&error, stet::forge::ForgeError::BaseMoved { found, .. } if found.as_str() == moved),
+        matches!(&error, stet_engine::forge::ForgeError::BaseMoved { found, .. } if found.as_str() == moved),
         "{error}"
     );
     let listed = git(&bench.remote, &["branch", "--list", "stet/late"]);

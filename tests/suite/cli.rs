@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
-use stet::dispatch::credential::random_token;
+use stet_engine::dispatch::credential::random_token;
 
 fn stet(state: &std::path::Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_stet"));
@@ -258,7 +258,7 @@ fn sweep_reports_nothing_on_a_clean_state_and_exit_2_without_an_engine() {
 
 #[tokio::test]
 async fn reviews_lists_and_shows_local_pull_requests_without_terminal_escapes() {
-    use stet::forge::Forge;
+    use stet_engine::forge::Forge;
     let state = tempfile::tempdir().unwrap();
     let empty = stet(state.path()).arg("reviews").output().unwrap();
     assert!(empty.status.success());
@@ -266,16 +266,19 @@ async fn reviews_lists_and_shows_local_pull_requests_without_terminal_escapes() 
 
     // Reviews belong to a remote that exists (the local forge knows it by its git directory).
     git2::Repository::init(state.path().join("repo")).unwrap();
-    let forge =
-        stet::forge::local::LocalForge::new(state.path().join("repo"), &state.path().join("stet"));
-    let sanitizer = std::sync::Arc::new(stet::dispatch::sanitize::TokenSanitizer::new().unwrap());
-    let draft = stet::forge::PullRequestDraft {
+    let forge = stet_engine::forge::local::LocalForge::new(
+        state.path().join("repo"),
+        &state.path().join("stet"),
+    );
+    let sanitizer =
+        std::sync::Arc::new(stet_engine::dispatch::sanitize::TokenSanitizer::new().unwrap());
+    let draft = stet_engine::forge::PullRequestDraft {
         title: sanitizer.sanitize("Fix the loop"),
         body: sanitizer.sanitize("The agent says:\n\u{1b}[2Jcleared your screen\n"),
         base: "main".into(),
         head: "stet/fix".into(),
     };
-    let target = stet::brief::Target {
+    let target = stet_engine::brief::Target {
         repo: "demo/app".into(),
         base: "main".into(),
         branch: None,

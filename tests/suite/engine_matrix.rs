@@ -20,34 +20,34 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use stet::brief::{Brief, Target};
-use stet::config::default_agent;
-use stet::dispatch::branch::CommitSha;
-use stet::dispatch::credential::{
+use stet_engine::brief::{Brief, Target};
+use stet_engine::config::default_agent;
+use stet_engine::dispatch::branch::CommitSha;
+use stet_engine::dispatch::credential::{
     CREDENTIAL_ENV, CredentialId, CredentialProvider, LocalCredentialProvider, Minted, Revocation,
     SecretValue, random_token,
 };
-use stet::dispatch::dispatcher::{DispatchHandle, Dispatcher, DispatcherError};
-use stet::dispatch::event::{
+use stet_engine::dispatch::dispatcher::{DispatchHandle, Dispatcher, DispatcherError};
+use stet_engine::dispatch::event::{
     DispatchId, Event, EventKind, ItemKind, PullRequestAction, TranscriptItem, Usage,
 };
-use stet::dispatch::journal::{Journal, Resource};
-use stet::dispatch::order::{Decision, Delivery, DispatchControl, DispatchRun, result_ref};
-use stet::dispatch::record::{EVENTS_FILE, PATCH_FILE, RESULT_FILE, read_result, run_dir};
-use stet::dispatch::sanitize::{KnownValue, SanitizerHandle, TokenSanitizer};
-use stet::dispatch::service::{DispatchParts, DispatchService, DispatchSettings};
-use stet::dispatch::state::Phase;
-use stet::forge::protected::ProtectedPaths;
-use stet::forge::{
+use stet_engine::dispatch::journal::{Journal, Resource};
+use stet_engine::dispatch::order::{Decision, Delivery, DispatchControl, DispatchRun, result_ref};
+use stet_engine::dispatch::record::{EVENTS_FILE, PATCH_FILE, RESULT_FILE, read_result, run_dir};
+use stet_engine::dispatch::sanitize::{KnownValue, SanitizerHandle, TokenSanitizer};
+use stet_engine::dispatch::service::{DispatchParts, DispatchService, DispatchSettings};
+use stet_engine::dispatch::state::Phase;
+use stet_engine::forge::protected::ProtectedPaths;
+use stet_engine::forge::{
     Forge, ForgeError, Preflight, PullRequest, PullRequestDraft, PushBranch, Pushed, ResolvedHead,
 };
-use stet::git::import::ImportLimits;
-use stet::git::push::PushError;
-use stet::harness::{
+use stet_engine::git::import::ImportLimits;
+use stet_engine::git::push::PushError;
+use stet_engine::harness::{
     Harness, HarnessLaunch, HarnessOutcome, HarnessPlan, OutputParser, Parsed, StagedFile,
     UsageReport,
 };
-use stet::runtime::{
+use stet_engine::runtime::{
     ContainerExit, ContainerRuntime, DEFAULT_SANDBOX_UID, DispatchLimits, ExecExit, ImageRef,
     NetworkPolicy, OutputChunk, OutputLine, OutputStream, PullProgress, Removal, RuntimeError,
     SandboxContainer, SandboxProcess, SandboxSpec, SandboxUser,
@@ -829,9 +829,10 @@ async fn a_flood_of_output_is_kept_to_the_records_cap_with_a_marker() {
     assert_outcome(&fin, Phase::Done, 0);
     let record = fx
         .state
-        .join(stet::dispatch::record::RUNS_DIR)
+        .join(stet_engine::dispatch::record::RUNS_DIR)
         .join(fin.id.to_string());
-    let events = std::fs::read_to_string(record.join(stet::dispatch::record::EVENTS_FILE)).unwrap();
+    let events =
+        std::fs::read_to_string(record.join(stet_engine::dispatch::record::EVENTS_FILE)).unwrap();
     assert!(
         (events.len() as u64) < cap + 64 * 1024,
         "the events file is {} bytes under a cap of {cap}",
@@ -847,7 +848,7 @@ async fn a_flood_of_output_is_kept_to_the_records_cap_with_a_marker() {
         .rfind(|line| line.contains("\"phase\""))
         .unwrap();
     assert!(last_phase.contains("\"done\""), "{last_phase}");
-    let result = stet::dispatch::record::read_result(&record).unwrap();
+    let result = stet_engine::dispatch::record::read_result(&record).unwrap();
     assert_eq!(result.outcome, Phase::Done);
     // The cap is the record's: the consumer saw every line.
     let shown = fin
@@ -1513,7 +1514,7 @@ impl Fixture {
         FixtureBuilder {
             timeout: Duration::from_secs(120),
             cost_ceiling_usd: None,
-            max_record_bytes: stet::dispatch::record::DEFAULT_MAX_RECORD_BYTES,
+            max_record_bytes: stet_engine::dispatch::record::DEFAULT_MAX_RECORD_BYTES,
         }
     }
 
@@ -1532,7 +1533,7 @@ impl Fixture {
             brief,
             delivery,
         };
-        let task = tokio::spawn(stet::dispatch::run::run(
+        let task = tokio::spawn(stet_engine::dispatch::run::run(
             self.service.clone(),
             Arc::clone(&self.parts),
             run,
@@ -1578,7 +1579,7 @@ impl Fixture {
             .map(|oid| oid.to_string())
     }
 
-    fn result(&self, dispatch: DispatchId) -> stet::dispatch::record::RunResult {
+    fn result(&self, dispatch: DispatchId) -> stet_engine::dispatch::record::RunResult {
         read_result(&run_dir(&self.state, dispatch)).expect("result.json")
     }
 
@@ -2075,7 +2076,7 @@ impl ContainerRuntime for FakeRuntime {
         &self,
         image: &ImageRef,
         progress: Option<mpsc::Sender<PullProgress>>,
-    ) -> stet::runtime::Result<()> {
+    ) -> stet_engine::runtime::Result<()> {
         let (hook, hangs) = {
             let script = lock(&self.script);
             (script.on_pull.clone(), script.pull_hangs)
@@ -2101,7 +2102,7 @@ impl ContainerRuntime for FakeRuntime {
         Ok(())
     }
 
-    async fn create_sandbox(&self, spec: &SandboxSpec) -> stet::runtime::Result<String> {
+    async fn create_sandbox(&self, spec: &SandboxSpec) -> stet_engine::runtime::Result<String> {
         let fails = lock(&self.script).create_fails;
         let name = spec.container_name();
         let mut log = lock(&self.log);
@@ -2123,7 +2124,7 @@ impl ContainerRuntime for FakeRuntime {
         container: &str,
         process: &SandboxProcess,
         output: mpsc::Sender<OutputChunk>,
-    ) -> stet::runtime::Result<ExecExit> {
+    ) -> stet_engine::runtime::Result<ExecExit> {
         let script = lock(&self.script).exec.clone();
         let workspace = {
             let mut log = lock(&self.log);
@@ -2190,12 +2191,12 @@ impl ContainerRuntime for FakeRuntime {
         })
     }
 
-    async fn kill(&self, container: &str) -> stet::runtime::Result<()> {
+    async fn kill(&self, container: &str) -> stet_engine::runtime::Result<()> {
         lock(&self.log).kills.push(container.to_owned());
         Ok(())
     }
 
-    async fn remove(&self, container: &str, _force: bool) -> stet::runtime::Result<Removal> {
+    async fn remove(&self, container: &str, _force: bool) -> stet_engine::runtime::Result<Removal> {
         let (fails, waits) = {
             let script = lock(&self.script);
             (script.remove_fails, script.remove_waits_for_blocking_pool)
@@ -2219,14 +2220,14 @@ impl ContainerRuntime for FakeRuntime {
         Ok(removal)
     }
 
-    async fn wait(&self, _container: &str) -> stet::runtime::Result<ContainerExit> {
+    async fn wait(&self, _container: &str) -> stet_engine::runtime::Result<ContainerExit> {
         Ok(ContainerExit {
             code: 0,
             oom_killed: false,
         })
     }
 
-    async fn list_sandboxes(&self) -> stet::runtime::Result<Vec<SandboxContainer>> {
+    async fn list_sandboxes(&self) -> stet_engine::runtime::Result<Vec<SandboxContainer>> {
         Ok(lock(&self.log)
             .live
             .iter()
@@ -2287,7 +2288,7 @@ impl CredentialProvider for CountingProvider {
         repository: &str,
         branch: &str,
         ttl: Duration,
-    ) -> stet::dispatch::credential::Result<Minted> {
+    ) -> stet_engine::dispatch::credential::Result<Minted> {
         let minted = self.inner.mint(repository, branch, ttl).await?;
         lock(&self.minted).push(MintRecord {
             id: minted.id.clone(),
@@ -2297,7 +2298,10 @@ impl CredentialProvider for CountingProvider {
         Ok(minted)
     }
 
-    async fn revoke(&self, id: &CredentialId) -> stet::dispatch::credential::Result<Revocation> {
+    async fn revoke(
+        &self,
+        id: &CredentialId,
+    ) -> stet_engine::dispatch::credential::Result<Revocation> {
         *lock(&self.revokes).entry(id.clone()).or_default() += 1;
         self.inner.revoke(id).await
     }
@@ -2396,7 +2400,7 @@ impl Forge for FakeForge {
         "fake"
     }
 
-    async fn preflight(&self, target: &Target) -> stet::forge::Result<Preflight> {
+    async fn preflight(&self, target: &Target) -> stet_engine::forge::Result<Preflight> {
         lock(&self.log).preflights += 1;
         Ok(Preflight {
             base_sha: self.base.clone(),
@@ -2409,7 +2413,7 @@ impl Forge for FakeForge {
         })
     }
 
-    async fn push_branch(&self, push: PushBranch<'_>) -> stet::forge::Result<Pushed> {
+    async fn push_branch(&self, push: PushBranch<'_>) -> stet_engine::forge::Result<Pushed> {
         let script = lock(&self.script).clone();
         lock(&self.log).pushes.push(PushCall {
             branch: push.branch.to_owned(),
@@ -2442,7 +2446,7 @@ impl Forge for FakeForge {
         &self,
         _target: &Target,
         draft: &PullRequestDraft,
-    ) -> stet::forge::Result<PullRequest> {
+    ) -> stet_engine::forge::Result<PullRequest> {
         self.record_pull_request(draft, None);
         if lock(&self.script).pr_fails {
             return Err(ForgeError::Unprocessable {
@@ -2462,7 +2466,7 @@ impl Forge for FakeForge {
         _target: &Target,
         number: u64,
         draft: &PullRequestDraft,
-    ) -> stet::forge::Result<PullRequest> {
+    ) -> stet_engine::forge::Result<PullRequest> {
         self.record_pull_request(draft, Some(number));
         if lock(&self.script).pr_fails {
             return Err(ForgeError::Unprocessable {
@@ -2515,7 +2519,7 @@ impl Harness for FakeHarness {
         None
     }
 
-    fn plan(&self, launch: &HarnessLaunch<'_>) -> stet::harness::Result<HarnessPlan> {
+    fn plan(&self, launch: &HarnessLaunch<'_>) -> stet_engine::harness::Result<HarnessPlan> {
         Ok(HarnessPlan {
             files: vec![StagedFile {
                 name: "task.md".to_owned(),
@@ -2548,7 +2552,7 @@ impl Harness for FakeHarness {
         &self,
         _outputs: &Path,
         _sanitizer: &Arc<TokenSanitizer>,
-    ) -> stet::harness::Result<Option<Usage>> {
+    ) -> stet_engine::harness::Result<Option<Usage>> {
         let hook = lock(&self.on_final_usage).clone();
         if let Some(hook) = hook {
             hook();

@@ -7,13 +7,13 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use stet::brief::Target;
-use stet::dispatch::branch::CommitSha;
-use stet::dispatch::credential::{LocalCredentialProvider, ScopedCredential};
-use stet::dispatch::sanitize::TokenSanitizer;
-use stet::forge::local::{LocalForge, ReviewState};
-use stet::forge::{Forge, ForgeError, Preflight, PullRequestDraft, PushBranch, Pushed};
-use stet::git::push::PushError;
+use stet_engine::brief::Target;
+use stet_engine::dispatch::branch::CommitSha;
+use stet_engine::dispatch::credential::{LocalCredentialProvider, ScopedCredential};
+use stet_engine::dispatch::sanitize::TokenSanitizer;
+use stet_engine::forge::local::{LocalForge, ReviewState};
+use stet_engine::forge::{Forge, ForgeError, Preflight, PullRequestDraft, PushBranch, Pushed};
+use stet_engine::git::push::PushError;
 
 use super::support::{self, git};
 
@@ -123,7 +123,7 @@ async fn credential() -> Arc<ScopedCredential> {
 
 fn draft(head: &str, body: &str) -> PullRequestDraft {
     let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
-    let brief = stet::brief::Brief::parse(
+    let brief = stet_engine::brief::Brief::parse(
         "demo",
         Path::new("demo.toml"),
         "title = \"Demo change\"\nworkflow = \"implement\"\n[target]\nrepo = \"demo/app\"\nbase = \"main\"\n[[items]]\ntext = \"do it\"\n",

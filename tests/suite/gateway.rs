@@ -7,9 +7,9 @@ use super::support::serving_runtime;
 
 use std::net::{Ipv4Addr, SocketAddr};
 
-use stet::dispatch::event::{EventKind, ItemKind};
-use stet::dispatch::state::Phase;
-use stet::scripted_model::{Behaviour, ModelRequest, ScriptedModel};
+use stet_engine::dispatch::event::{EventKind, ItemKind};
+use stet_engine::dispatch::state::Phase;
+use stet_engine::scripted_model::{Behaviour, ModelRequest, ScriptedModel};
 
 use super::headless::{Project, docker_ready, files_under, run, scenario};
 
@@ -154,7 +154,7 @@ fn asks_reach_the_upstream_with_the_hosts_key_which_never_enters_the_sandbox() {
     assert!(
         output.contains(&format!(
             "STET_MODEL_KEY={}",
-            stet::harness::PLACEHOLDER_KEY
+            stet_engine::harness::PLACEHOLDER_KEY
         )),
         "{output}"
     );

@@ -13,23 +13,23 @@ use serde_json::{Value, json};
 use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
-use stet::brief::{Brief, Target};
-use stet::dispatch::branch::CommitSha;
-use stet::dispatch::credential::{
+use stet_engine::brief::{Brief, Target};
+use stet_engine::dispatch::branch::CommitSha;
+use stet_engine::dispatch::credential::{
     CredentialError, CredentialId, CredentialProvider, Revocation, RevokeOutcome, ScopedCredential,
     SecretValue,
 };
-use stet::dispatch::event::DispatchId;
-use stet::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
-use stet::forge::checkout_remotes::CheckoutRemotes;
-use stet::forge::github::{GitHubForge, GitHubSettings};
-use stet::forge::github_app::{
+use stet_engine::dispatch::event::DispatchId;
+use stet_engine::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
+use stet_engine::forge::checkout_remotes::CheckoutRemotes;
+use stet_engine::forge::github::{GitHubForge, GitHubSettings};
+use stet_engine::forge::github_app::{
     FallbackCredentialProvider, GitHubAppCredentialProvider, GitHubAppSettings,
 };
-use stet::forge::pull_request::PROVENANCE_MARKER;
-use stet::forge::rest::RetryPolicy;
-use stet::forge::token::{TokenError, TokenSource};
-use stet::forge::{Forge, ForgeError, Provenance, PullRequestDraft, ResolvedHead};
+use stet_engine::forge::pull_request::PROVENANCE_MARKER;
+use stet_engine::forge::rest::RetryPolicy;
+use stet_engine::forge::token::{TokenError, TokenSource};
+use stet_engine::forge::{Forge, ForgeError, Provenance, PullRequestDraft, ResolvedHead};
 
 const GIT_URL: &str = "https://git.example";
 

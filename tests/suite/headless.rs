@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use bollard::query_parameters::ListContainersOptionsBuilder;
 use regex::Regex;
 
-use stet::dispatch::credential::random_token;
-use stet::dispatch::event::{DispatchId, Event, EventKind, ItemKind};
-use stet::dispatch::journal::Resource;
-use stet::dispatch::state::Phase;
-use stet::forge::local::ReviewRecord;
+use stet_engine::dispatch::credential::random_token;
+use stet_engine::dispatch::event::{DispatchId, Event, EventKind, ItemKind};
+use stet_engine::dispatch::journal::Resource;
+use stet_engine::dispatch::state::Phase;
+use stet_engine::forge::local::ReviewRecord;
 
 use super::support::{docker, git, sandbox_image};
 
@@ -485,7 +485,7 @@ pub(super) fn signal(pid: u32, name: &str) -> ExitStatus {
 pub(super) fn containers_of(dispatch: DispatchId) -> Vec<String> {
     containers_where(
         "label",
-        format!("{}={dispatch}", stet::runtime::DISPATCH_LABEL),
+        format!("{}={dispatch}", stet_engine::runtime::DISPATCH_LABEL),
     )
 }
 
@@ -565,7 +565,7 @@ pub(super) fn assert_nothing_left(home: &Home, dispatch: DispatchId) {
     );
     // The gateway's socket directory, in the account's runtime directory (the child inherits this
     // process's XDG_RUNTIME_DIR, so it is at the same place).
-    let sockets = stet::dispatch::socket_dir::SocketPlace::for_installation(&home.state());
+    let sockets = stet_engine::dispatch::socket_dir::SocketPlace::for_installation(&home.state());
     let socket_dir = sockets.dispatch_dir(dispatch);
     assert!(
         std::fs::symlink_metadata(&socket_dir).is_err(),
@@ -626,7 +626,7 @@ fn events_file(home: &Home, dispatch: DispatchId) -> PathBuf {
 /// Replaces what differs from run to run, so the event stream can be compared with a snapshot.
 fn normalize(text: &str, home: &Home) -> String {
     // The gateway's socket directory is in the account's runtime directory, which differs by account.
-    let sockets = stet::dispatch::socket_dir::SocketPlace::for_installation(&home.state());
+    let sockets = stet_engine::dispatch::socket_dir::SocketPlace::for_installation(&home.state());
     let text = text
         .replace(sockets.root().to_str().unwrap(), "[SOCKETS]")
         .replace(home.path().to_str().unwrap(), "[TMP]");
@@ -697,7 +697,7 @@ fn the_demo_runs_headless_from_brief_to_pull_request() {
         resources[2],
         format!("outputs directory {state}/dispatches/{dispatch}/outputs")
     );
-    let sockets = stet::dispatch::socket_dir::SocketPlace::for_installation(&home.state());
+    let sockets = stet_engine::dispatch::socket_dir::SocketPlace::for_installation(&home.state());
     assert_eq!(
         resources[3],
         format!(
@@ -796,13 +796,13 @@ fn the_demo_secret_is_redacted_in_every_sink() {
     assert_eq!(first.code(), Some(0), "{first:#?}");
     let finished = run(home.demo());
     assert_eq!(finished.code(), Some(0), "a second demo run: {finished:#?}");
-    let reviews = stet::forge::local::read_reviews(&home.state().join("reviews")).unwrap();
+    let reviews = stet_engine::forge::local::read_reviews(&home.state().join("reviews")).unwrap();
     let states: Vec<_> = reviews.iter().map(|r| (r.number, r.state)).collect();
     assert_eq!(
         states,
         [
-            (1, stet::forge::local::ReviewState::Closed),
-            (2, stet::forge::local::ReviewState::Open)
+            (1, stet_engine::forge::local::ReviewState::Closed),
+            (2, stet_engine::forge::local::ReviewState::Open)
         ]
     );
     let dispatch = finished.dispatch();
@@ -969,7 +969,7 @@ fn a_planted_canary_never_appears_in_clear() {
         message.contains("the token was [REDACTED:github-token] and [REDACTED:slack-token]"),
         "{message}"
     );
-    let reviews = stet::forge::local::read_reviews(&home.state().join("reviews")).unwrap();
+    let reviews = stet_engine::forge::local::read_reviews(&home.state().join("reviews")).unwrap();
     assert_eq!(reviews.len(), 1);
     assert!(
         reviews[0].body.contains("[REDACTED:github-token]"),

@@ -14,7 +14,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use stet::dispatch::event::{DispatchId, Event, EventKind};
+use stet_engine::dispatch::event::{DispatchId, Event, EventKind};
 
 use super::accounts::{Account, OTHER_UID, me, mode, running_as_root};
 use super::headless::docker_ready;
@@ -41,7 +41,7 @@ fn the_sweep_never_follows_a_link_planted_in_the_socket_place() {
     let (precious, file) = precious_tree(victim.root.path());
     // The state directory exists first, so its label is the one stet computes.
     std::fs::create_dir_all(victim.state()).unwrap();
-    let label = stet::runtime::state_label(&victim.state());
+    let label = stet_engine::runtime::state_label(&victim.state());
     let base = victim.runtime_dir.as_ref().unwrap().join("stet");
     std::fs::create_dir(&base).unwrap();
     std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700)).unwrap();
@@ -75,24 +75,24 @@ fn a_uid_a_host_process_uses_is_found_so_no_sandbox_runs_as_it() {
         );
         return;
     }
-    let uid = stet::runtime::DEFAULT_SANDBOX_UID;
+    let uid = stet_engine::runtime::DEFAULT_SANDBOX_UID;
     assert!(
         report.contains(&format!("[ok  ] sandbox user: sandboxes run as uid {uid}, which no account or process of this host uses")),
         "{report}"
     );
     let squatted = uid - 2;
-    assert_eq!(stet::runtime::host_use_of(squatted), None);
+    assert_eq!(stet_engine::runtime::host_use_of(squatted), None);
     let mut squatter = Command::new("sleep")
         .arg("600")
         .uid(squatted)
         .gid(squatted)
         .spawn()
         .unwrap();
-    let found = stet::runtime::host_use_of(squatted);
+    let found = stet_engine::runtime::host_use_of(squatted);
     squatter.kill().unwrap();
     squatter.wait().unwrap();
     assert_eq!(found, Some(format!("process {}", squatter.id())));
-    assert_eq!(stet::runtime::host_use_of(squatted), None);
+    assert_eq!(stet_engine::runtime::host_use_of(squatted), None);
 }
 
 /// A state directory where another account could make it first (`XDG_STATE_HOME` under `/tmp`, a

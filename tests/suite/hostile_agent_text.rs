@@ -8,10 +8,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use stet::dispatch::display::{Treatment, treatment};
-use stet::dispatch::event::EventKind;
-use stet::dispatch::state::Phase;
-use stet::forge::local::{ReviewRecord, read_reviews};
+use stet_engine::dispatch::display::{Treatment, treatment};
+use stet_engine::dispatch::event::EventKind;
+use stet_engine::dispatch::state::Phase;
+use stet_engine::forge::local::{ReviewRecord, read_reviews};
 
 use super::headless::{Project, assert_nothing_left, docker_ready, files_under, run};
 use super::support::git;

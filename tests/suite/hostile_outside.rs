@@ -27,15 +27,15 @@ use serde_json::json;
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use stet::config::{Config, ConfigFile, FileRole};
-use stet::dispatch::branch::CommitSha;
-use stet::dispatch::gate::inspect;
-use stet::dispatch::sanitize::{KnownValue, TokenSanitizer};
-use stet::dispatch::state::Phase;
-use stet::forge::local::read_reviews;
-use stet::forge::protected::ProtectedPaths;
-use stet::git::changes::read_changes;
-use stet::scripted_model::ScriptedModel;
+use stet_engine::config::{Config, ConfigFile, FileRole};
+use stet_engine::dispatch::branch::CommitSha;
+use stet_engine::dispatch::gate::inspect;
+use stet_engine::dispatch::sanitize::{KnownValue, TokenSanitizer};
+use stet_engine::dispatch::state::Phase;
+use stet_engine::forge::local::read_reviews;
+use stet_engine::forge::protected::ProtectedPaths;
+use stet_engine::git::changes::read_changes;
+use stet_engine::scripted_model::ScriptedModel;
 
 use super::git_http::GitHttpServer;
 use super::headless::{Home, Project, docker_ready, run, scenario, toml_string};

@@ -11,10 +11,10 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use stet::dispatch::credential::random_token;
-use stet::dispatch::event::ItemKind;
-use stet::dispatch::state::Phase;
-use stet::scripted_model::ScriptedModel;
+use stet_engine::dispatch::credential::random_token;
+use stet_engine::dispatch::event::ItemKind;
+use stet_engine::dispatch::state::Phase;
+use stet_engine::scripted_model::ScriptedModel;
 
 use super::headless::{
     Finished, Home, Project, STET_VARIABLES, docker_ready, files_under, run, scenario, toml_string,

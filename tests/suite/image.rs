@@ -14,7 +14,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use stet::image::{BINARY_PATH, BINARY_SHA256_LABEL, SandboxImage};
+use stet_engine::image::{BINARY_PATH, BINARY_SHA256_LABEL, SandboxImage};
 
 use super::support;
 
@@ -90,7 +90,7 @@ async fn building_twice_reuses_the_image() {
 
     let docker = support::docker();
     let before = SystemTime::now();
-    let second = stet::image::build_local(&docker, Path::new(STET))
+    let second = stet_engine::image::build_local(&docker, Path::new(STET))
         .await
         .unwrap();
     let after = SystemTime::now();

@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Barrier;
 
-use stet::dispatch::credential::CredentialId;
-use stet::dispatch::event::DispatchId;
-use stet::dispatch::journal::{Journal, JournalError, Owner, Record, Resource};
+use stet_engine::dispatch::credential::CredentialId;
+use stet_engine::dispatch::event::DispatchId;
+use stet_engine::dispatch::journal::{Journal, JournalError, Owner, Record, Resource};
 
 const CHILD_DIR_ENV: &str = "STET_JOURNAL_TEST_CHILD_DIR";
 const CHILD_DISPATCH_ENV: &str = "STET_JOURNAL_TEST_CHILD_DISPATCH";
@@ -506,11 +506,11 @@ fn the_sweep_accounts_for_a_journaled_container_that_is_already_gone() {
     let journal = std::sync::Arc::new(Journal::open(dir.path()).unwrap());
     let report = tokio::runtime::Runtime::new().unwrap().block_on(async {
         let runtime = std::sync::Arc::new(
-            stet::runtime::docker::DockerRuntime::connect()
+            stet_engine::runtime::docker::DockerRuntime::connect()
                 .await
                 .unwrap(),
         );
-        stet::dispatch::service::DispatchService::new(
+        stet_engine::dispatch::service::DispatchService::new(
             runtime,
             journal.clone(),
             state.path(),

@@ -19,8 +19,8 @@ use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
-use stet::dispatch::event::{EventKind, ItemKind, Usage};
-use stet::dispatch::state::Phase;
+use stet_engine::dispatch::event::{EventKind, ItemKind, Usage};
+use stet_engine::dispatch::state::Phase;
 
 use super::headless::{Finished, Project, Watched, assert_nothing_left, run, signal, toml_string};
 use super::support::{docker, git, serving_runtime};
@@ -132,7 +132,7 @@ impl Respond for ToolModel {
         };
         ResponseTemplate::new(200)
             .insert_header(
-                stet::gateway::usage::LITELLM_COST_HEADER,
+                stet_engine::gateway::usage::LITELLM_COST_HEADER,
                 COST_PER_ANSWER_USD.to_string().as_str(),
             )
             .set_body_json(json!({
@@ -326,7 +326,7 @@ fn a_terminal_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() 
     let environment = probe["environment"].to_string();
     assert!(!environment.contains(&live.key), "{environment}");
     assert!(
-        environment.contains(stet::harness::PLACEHOLDER_KEY),
+        environment.contains(stet_engine::harness::PLACEHOLDER_KEY),
         "the agent's key is the placeholder: {environment}"
     );
     // Network none: only the loopback, and nothing beyond it connects.
@@ -461,7 +461,7 @@ fn the_image_holds_exactly_the_locked_packages_as_they_shipped() {
         String::from_utf8_lossy(&version.stdout).trim(),
         format!(
             "{} 65532:65532",
-            stet::harness::openhands::OPENHANDS_VERSION
+            stet_engine::harness::openhands::OPENHANDS_VERSION
         )
     );
 }

@@ -8,11 +8,11 @@ use std::time::Duration;
 use git2::{Oid, Repository, Signature};
 use tempfile::TempDir;
 
-use stet::dispatch::branch::CommitSha;
-use stet::dispatch::credential::{
+use stet_engine::dispatch::branch::CommitSha;
+use stet_engine::dispatch::credential::{
     LocalCredentialProvider, RevokeOutcome, ScopedCredential, random_token,
 };
-use stet::git::push::{
+use stet_engine::git::push::{
     MAX_CREDENTIAL_ATTEMPTS, PUSH_USERNAME, PushError, PushRequest, fetch_commit, push, remote_refs,
 };
 

@@ -11,8 +11,8 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
-use stet::runtime::docker::DockerRuntime;
-use stet::runtime::{ContainerRuntime, ImageRef, RuntimeError};
+use stet_engine::runtime::docker::DockerRuntime;
+use stet_engine::runtime::{ContainerRuntime, ImageRef, RuntimeError};
 
 /// A registry process, stopped when dropped.
 struct Registry {
@@ -80,7 +80,7 @@ async fn an_image_is_pulled_by_digest_with_progress_and_a_tag_is_refused() {
         .unwrap_or_else(|e| panic!("these tests need Docker: {e}"));
     let docker = runtime.client();
     // An image of its own (built from `true`), so removing it cannot disturb other tests.
-    let image = stet::image::build_local(docker, Path::new("/usr/bin/true"))
+    let image = stet_engine::image::build_local(docker, Path::new("/usr/bin/true"))
         .await
         .unwrap();
     let repository = format!("{}/stet-sandbox-pull-test", registry.address);

@@ -8,15 +8,15 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use stet::dispatch::branch::CommitSha;
-use stet::dispatch::credential::{CREDENTIAL_ENV, LocalCredentialProvider, SecretValue};
-use stet::dispatch::event::DispatchId;
-use stet::dispatch::journal::Journal;
-use stet::dispatch::sandbox::{
+use stet_engine::dispatch::branch::CommitSha;
+use stet_engine::dispatch::credential::{CREDENTIAL_ENV, LocalCredentialProvider, SecretValue};
+use stet_engine::dispatch::event::DispatchId;
+use stet_engine::dispatch::journal::Journal;
+use stet_engine::dispatch::sandbox::{
     CredentialRequest, DispatchSandbox, SandboxRequest, WorkspaceSource,
 };
-use stet::runtime::docker::DockerRuntime;
-use stet::runtime::{
+use stet_engine::runtime::docker::DockerRuntime;
+use stet_engine::runtime::{
     ContainerRuntime, DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, OutputChunk,
     OutputLine, OutputStream, Removal, SandboxProcess, SandboxUser, WORKSPACE_MOUNT,
 };
@@ -321,8 +321,8 @@ async fn the_credential_is_in_the_environment_and_nowhere_else() {
 
 #[tokio::test]
 async fn a_host_only_credential_is_journaled_and_revoked_but_never_enters_the_sandbox() {
-    use stet::dispatch::journal::Resource;
-    use stet::forge::github_app::FallbackCredentialProvider;
+    use stet_engine::dispatch::journal::Resource;
+    use stet_engine::forge::github_app::FallbackCredentialProvider;
     let f = fixture().await;
     let primary = format!("primary{}", uuid::Uuid::new_v4().simple());
     let fallback = Arc::new(FallbackCredentialProvider::new(SecretValue::new(
@@ -346,7 +346,7 @@ async fn a_host_only_credential_is_journaled_and_revoked_but_never_enters_the_sa
         "{error}"
     );
     assert!(
-        !stet::dispatch::sandbox::SandboxPaths::under(&f.state_dir, None, refused_dispatch)
+        !stet_engine::dispatch::sandbox::SandboxPaths::under(&f.state_dir, None, refused_dispatch)
             .root
             .exists(),
         "the refused provisioning left files"
@@ -564,8 +564,8 @@ async fn a_twenty_megabyte_line_that_is_not_utf8_arrives_in_bounded_pieces() {
     let (sender, mut receiver) = mpsc::channel::<OutputChunk>(4);
     let collector = tokio::spawn(async move {
         let sanitizer =
-            std::sync::Arc::new(stet::dispatch::sanitize::TokenSanitizer::new().unwrap());
-        let mut framer = stet::runtime::lines::OutputFramer::new(&sanitizer);
+            std::sync::Arc::new(stet_engine::dispatch::sanitize::TokenSanitizer::new().unwrap());
+        let mut framer = stet_engine::runtime::lines::OutputFramer::new(&sanitizer);
         let mut pieces = Vec::new();
         let mut record = |lines: Vec<OutputLine>| {
             for line in lines {
@@ -587,7 +587,7 @@ async fn a_twenty_megabyte_line_that_is_not_utf8_arrives_in_bounded_pieces() {
         pieces
             .iter()
             .all(|(stream, len, _)| *stream == OutputStream::Stdout
-                && *len <= stet::runtime::lines::MAX_LINE_BYTES)
+                && *len <= stet_engine::runtime::lines::MAX_LINE_BYTES)
     );
     assert_eq!(
         pieces.iter().map(|(_, len, _)| len).sum::<usize>(),

@@ -19,7 +19,7 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 use tokio::sync::OnceCell;
 
-use stet::image::SandboxImage;
+use stet_engine::image::SandboxImage;
 
 /// Label every test container carries, so a leak is easy to find and sweep.
 pub const TEST_LABEL: &str = "dev.stet.test";
@@ -27,7 +27,7 @@ pub const TEST_LABEL: &str = "dev.stet.test";
 /// A Docker client with default settings. Panics when the engine cannot be reached: CI has Docker, and a
 /// test that needs it must fail, never skip silently.
 pub fn docker() -> Docker {
-    let host = stet::image::docker_host();
+    let host = stet_engine::image::docker_host();
     let unreachable = |err: &dyn std::fmt::Display| -> ! {
         panic!("Docker is unreachable at {host}: {err}; these tests need a running Docker engine")
     };
@@ -51,7 +51,7 @@ pub async fn sandbox_image() -> SandboxImage {
     IMAGE
         .get_or_init(|| async {
             let binary = Path::new(env!("CARGO_BIN_EXE_stet"));
-            stet::image::build_local(&docker(), binary)
+            stet_engine::image::build_local(&docker(), binary)
                 .await
                 .unwrap_or_else(|err| {
                     panic!(
@@ -192,9 +192,13 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// Provenance as a dispatch would report it, with no usage reported.
-pub fn provenance(credential_kind: &str, base: &str, commit: &str) -> stet::forge::Provenance {
-    stet::forge::Provenance {
-        dispatch: stet::dispatch::event::DispatchId::new(),
+pub fn provenance(
+    credential_kind: &str,
+    base: &str,
+    commit: &str,
+) -> stet_engine::forge::Provenance {
+    stet_engine::forge::Provenance {
+        dispatch: stet_engine::dispatch::event::DispatchId::new(),
         image: "stet-sandbox:test".into(),
         harness: "script".into(),
         harness_version: None,
@@ -207,8 +211,8 @@ pub fn provenance(credential_kind: &str, base: &str, commit: &str) -> stet::forg
         credential_kind: credential_kind.into(),
         redactions: 3,
         duration: std::time::Duration::from_secs(5),
-        base: stet::dispatch::branch::CommitSha::parse(base).unwrap(),
-        commit: stet::dispatch::branch::CommitSha::parse(commit).unwrap(),
+        base: stet_engine::dispatch::branch::CommitSha::parse(base).unwrap(),
+        commit: stet_engine::dispatch::branch::CommitSha::parse(commit).unwrap(),
     }
 }
 

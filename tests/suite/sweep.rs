@@ -7,13 +7,15 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use stet::dispatch::credential::{CredentialProvider, LocalCredentialProvider};
-use stet::dispatch::event::DispatchId;
-use stet::dispatch::journal::Journal;
-use stet::dispatch::sandbox::{CredentialRequest, DispatchSandbox, SandboxRequest};
-use stet::dispatch::service::DispatchService;
-use stet::runtime::docker::DockerRuntime;
-use stet::runtime::{DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, SandboxUser};
+use stet_engine::dispatch::credential::{CredentialProvider, LocalCredentialProvider};
+use stet_engine::dispatch::event::DispatchId;
+use stet_engine::dispatch::journal::Journal;
+use stet_engine::dispatch::sandbox::{CredentialRequest, DispatchSandbox, SandboxRequest};
+use stet_engine::dispatch::service::DispatchService;
+use stet_engine::runtime::docker::DockerRuntime;
+use stet_engine::runtime::{
+    DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, SandboxUser,
+};
 
 use super::support;
 

@@ -16,11 +16,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use stet::brief::Brief;
-use stet::dispatch::event::{DispatchId, Event, EventKind};
-use stet::dispatch::record::RunResult;
-use stet::dispatch::state::Phase;
-use stet::forge::local::ReviewRecord;
+use stet_engine::brief::Brief;
+use stet_engine::dispatch::event::{DispatchId, Event, EventKind};
+use stet_engine::dispatch::record::RunResult;
+use stet_engine::dispatch::state::Phase;
+use stet_engine::forge::local::ReviewRecord;
 
 use super::headless::{
     Home, Project, STET_VARIABLES, assert_nothing_left, containers_of, containers_where,

@@ -2020,7 +2020,7 @@ struct DocumentedEndpoint {
 
 /// Every TOML block of docs/agents.md that configures `[model]`, with its `# forwards:` line.
 fn documented_endpoints() -> Vec<DocumentedEndpoint> {
-    let doc = include_str!("../../docs/agents.md");
+    let doc = include_str!("../../../../docs/agents.md");
     let forwards = regex::Regex::new(r"(?m)^# forwards: POST (\S+), model (\S+)$").unwrap();
     doc.split("```toml\n")
         .skip(1)

@@ -14,7 +14,7 @@ use toml::Spanned;
 use super::GatewayError;
 
 /// The built-in table, embedded at build time.
-const BUILTIN_PRICES: &str = include_str!("../../assets/prices.toml");
+const BUILTIN_PRICES: &str = include_str!("../../../../assets/prices.toml");
 
 /// The name the built-in table's errors carry.
 const BUILTIN_SOURCE: &str = "built-in prices (assets/prices.toml)";

@@ -11,7 +11,10 @@ use crate::runtime::lines::{LineFramer, MAX_LINE_BYTES};
 
 /// The real captures of OpenHands 1.16 that this parser is built against (copied unchanged from
 /// the project's shared fixtures; their README says how they were made).
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/openhands-1.16");
+const FIXTURES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/fixtures/openhands-1.16"
+);
 
 fn sanitizer() -> Arc<TokenSanitizer> {
     Arc::new(TokenSanitizer::new().unwrap())

@@ -11,7 +11,7 @@ use crate::brief::{Anchor, Brief};
 /// The workflows compiled into stet: name and template text.
 const BUILTIN_WORKFLOWS: [(&str, &str); 1] = [(
     "implement",
-    include_str!("../assets/workflows/implement.md"),
+    include_str!("../../../assets/workflows/implement.md"),
 )];
 
 /// Every placeholder a template may use, by the name written between the braces.

@@ -37,24 +37,33 @@ const COMMIT_TIME: i64 = 1_767_225_600;
 
 /// The demo program, by path inside the repository.
 const PROGRAM: &[(&str, &str)] = &[
-    (".gitignore", include_str!("../assets/demo/repo/.gitignore")),
-    ("Cargo.toml", include_str!("../assets/demo/repo/Cargo.toml")),
-    ("README.md", include_str!("../assets/demo/repo/README.md")),
+    (
+        ".gitignore",
+        include_str!("../../../assets/demo/repo/.gitignore"),
+    ),
+    (
+        "Cargo.toml",
+        include_str!("../../../assets/demo/repo/Cargo.toml"),
+    ),
+    (
+        "README.md",
+        include_str!("../../../assets/demo/repo/README.md"),
+    ),
     (
         "src/main.rs",
-        include_str!("../assets/demo/repo/src/main.rs"),
+        include_str!("../../../assets/demo/repo/src/main.rs"),
     ),
     (
         "src/count.rs",
-        include_str!("../assets/demo/repo/src/count.rs"),
+        include_str!("../../../assets/demo/repo/src/count.rs"),
     ),
     (
         "checks/greeting.toml",
-        include_str!("../assets/demo/repo/checks/greeting.toml"),
+        include_str!("../../../assets/demo/repo/checks/greeting.toml"),
     ),
     (
         "checks/word-count.toml",
-        include_str!("../assets/demo/repo/checks/word-count.toml"),
+        include_str!("../../../assets/demo/repo/checks/word-count.toml"),
     ),
 ];
 
@@ -62,11 +71,11 @@ const PROGRAM: &[(&str, &str)] = &[
 const BRIEFS: &[(&str, &str)] = &[
     (
         "fix-greeting.toml",
-        include_str!("../assets/demo/briefs/fix-greeting.toml"),
+        include_str!("../../../assets/demo/briefs/fix-greeting.toml"),
     ),
     (
         "test-word-count.toml",
-        include_str!("../assets/demo/briefs/test-word-count.toml"),
+        include_str!("../../../assets/demo/briefs/test-word-count.toml"),
     ),
 ];
 

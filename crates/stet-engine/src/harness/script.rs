@@ -51,16 +51,16 @@ const MAX_REASON_BYTES: usize = 4 * 1024;
 const DEMO_SCENARIOS: &[(&str, &str)] = &[
     (
         "fix-greeting",
-        include_str!("../../assets/demo/scenarios/fix-greeting.toml"),
+        include_str!("../../../../assets/demo/scenarios/fix-greeting.toml"),
     ),
     (
         "test-word-count",
-        include_str!("../../assets/demo/scenarios/test-word-count.toml"),
+        include_str!("../../../../assets/demo/scenarios/test-word-count.toml"),
     ),
 ];
 
 /// The scenario of every other brief.
-const DEFAULT_SCENARIO: &str = include_str!("../../assets/demo/scenarios/default.toml");
+const DEFAULT_SCENARIO: &str = include_str!("../../../../assets/demo/scenarios/default.toml");
 
 /// Why the script harness cannot plan a run.
 #[derive(Debug, thiserror::Error)]

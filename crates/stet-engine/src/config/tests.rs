@@ -60,7 +60,7 @@ fn no_files_give_the_local_forge_with_defaults() {
 fn the_example_file_parses_and_states_the_defaults() {
     let example = ConfigFile::new(
         "assets/config.example.toml",
-        include_str!("../../assets/config.example.toml"),
+        include_str!("../../../../assets/config.example.toml"),
         FileRole::User,
     );
     assert_eq!(
@@ -989,7 +989,7 @@ fn the_repository_file_in_effect_is_said_in_a_line() {
 
 /// The settings table of docs/security.md: `| `field` | machine |` or `| `field` | project: rule |`.
 fn documented_classes() -> Vec<(String, String)> {
-    let docs = include_str!("../../docs/security.md");
+    let docs = include_str!("../../../../docs/security.md");
     let start = docs
         .find("<!-- settings table -->")
         .expect("docs/security.md marks its settings table");

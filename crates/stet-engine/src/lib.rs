@@ -1,6 +1,7 @@
-//! stet: dispatch an AI coding agent into a locked-down container and watch it work.
-//!
-//! The library holds the engine and its pure cores; `main.rs` is only the command line on top.
+//! stet's dispatch engine: everything between a brief and a pull request — the sandbox and its
+//! runtime, the agent harnesses, the model gateway, the forges, git, the journal, the run record —
+//! and nothing of terminals (ARCHITECTURE.md). The executable (`src/main.rs`, `src/cli/`) assembles it
+//! and hands the theater its handle.
 
 pub use stet_protocol::{brief, inbox};
 

@@ -165,7 +165,7 @@ mod tests {
 
     const FINISH: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/openhands-1.16/run-finish.stdout"
+        "/../../tests/fixtures/openhands-1.16/run-finish.stdout"
     );
 
     fn labels() -> ReplayLabels {
