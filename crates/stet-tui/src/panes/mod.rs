@@ -14,11 +14,13 @@ pub mod transcript;
 #[cfg(test)]
 mod screens;
 
-/// `insta::assert_snapshot!` with the snapshot kept in `tests/snapshots/`, beside the suite's.
+/// `insta::assert_snapshot!` with the snapshot kept in `tests/snapshots/`, beside the suite's; the
+/// path is absolute because insta finds the workspace with `cargo metadata`, which an account
+/// without cargo (the CI's non-root lane) cannot run.
 #[cfg(test)]
 macro_rules! assert_screen {
     ($shown:expr) => {
-        insta::with_settings!({ snapshot_path => "../../../../tests/snapshots" }, {
+        insta::with_settings!({ snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/snapshots") }, {
             insta::assert_snapshot!($shown)
         })
     };

@@ -16,6 +16,13 @@ const FIXTURES: &str = concat!(
     "/../../tests/fixtures/openhands-1.16"
 );
 
+/// Where the snapshots are, absolute: insta finds the workspace with `cargo metadata`, which an
+/// account without cargo (the CI's non-root lane) cannot run.
+const SNAPSHOTS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/src/harness/openhands/snapshots"
+);
+
 fn sanitizer() -> Arc<TokenSanitizer> {
     Arc::new(TokenSanitizer::new().unwrap())
 }
@@ -93,7 +100,9 @@ fn finish(message: &str) -> String {
 #[test]
 fn the_finish_capture_reads_as_task_command_output_and_finish() {
     let (listing, outcome) = fixture_transcript("run-finish.stdout");
-    insta::assert_snapshot!("run_finish", listing);
+    insta::with_settings!({ snapshot_path => SNAPSHOTS }, {
+        insta::assert_snapshot!("run_finish", listing)
+    });
     assert_eq!(
         outcome,
         HarnessOutcome::Succeeded {
@@ -105,7 +114,9 @@ fn the_finish_capture_reads_as_task_command_output_and_finish() {
 #[test]
 fn the_plain_text_capture_fails_for_want_of_a_finish() {
     let (listing, outcome) = fixture_transcript("run-text.stdout");
-    insta::assert_snapshot!("run_text", listing);
+    insta::with_settings!({ snapshot_path => SNAPSHOTS }, {
+        insta::assert_snapshot!("run_text", listing)
+    });
     let HarnessOutcome::Failed { reason } = outcome else {
         panic!("{outcome:?}");
     };
@@ -118,7 +129,9 @@ fn the_plain_text_capture_fails_for_want_of_a_finish() {
 #[test]
 fn the_multi_step_capture_reads_every_step_in_order() {
     let (listing, outcome) = fixture_transcript("run-multi.stdout");
-    insta::assert_snapshot!("run_multi", listing);
+    insta::with_settings!({ snapshot_path => SNAPSHOTS }, {
+        insta::assert_snapshot!("run_multi", listing)
+    });
     assert_eq!(
         outcome,
         HarnessOutcome::Succeeded {
