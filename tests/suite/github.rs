@@ -128,6 +128,18 @@ async fn mount_repo_and_base(server: &MockServer, base_path: &str, base_sha: &st
         .await;
 }
 
+/// Answers `POST /repos/octo/app/pulls` with pull request #12, opened.
+async fn mount_opened_pull(server: &MockServer) {
+    Mock::given(method("POST"))
+        .and(path("/repos/octo/app/pulls"))
+        .respond_with(json_reply(
+            201,
+            json!({"number": 12, "html_url": format!("{GIT_URL}/octo/app/pull/12")}),
+        ))
+        .mount(server)
+        .await;
+}
+
 /// Answers `GET /repos/octo/app/pulls/<number>` with `pull`.
 async fn mount_pull(server: &MockServer, number: u64, pull: Value) {
     Mock::given(method("GET"))
@@ -462,14 +474,7 @@ fn draft(f: &Fixture, head: &str) -> PullRequestDraft {
 #[tokio::test]
 async fn opening_a_pull_request_posts_title_body_head_and_base_only() {
     let f = fixture().await;
-    Mock::given(method("POST"))
-        .and(path("/repos/octo/app/pulls"))
-        .respond_with(json_reply(
-            201,
-            json!({"number": 12, "html_url": format!("{GIT_URL}/octo/app/pull/12")}),
-        ))
-        .mount(&f.server)
-        .await;
+    mount_opened_pull(&f.server).await;
     let draft = draft(&f, "stet/fix-login");
 
     let opened = f
@@ -631,14 +636,7 @@ async fn a_post_is_repeated_only_when_the_forge_did_not_act_on_it() {
         .up_to_n_times(1)
         .mount(&f.server)
         .await;
-    Mock::given(method("POST"))
-        .and(path("/repos/octo/app/pulls"))
-        .respond_with(json_reply(
-            201,
-            json!({"number": 12, "html_url": format!("{GIT_URL}/octo/app/pull/12")}),
-        ))
-        .mount(&f.server)
-        .await;
+    mount_opened_pull(&f.server).await;
     let draft = draft(&f, "stet/fix-login");
 
     let err = f
@@ -673,14 +671,7 @@ async fn a_post_is_repeated_only_when_the_forge_did_not_act_on_it() {
         .up_to_n_times(1)
         .mount(&f.server)
         .await;
-    Mock::given(method("POST"))
-        .and(path("/repos/octo/app/pulls"))
-        .respond_with(json_reply(
-            201,
-            json!({"number": 12, "html_url": format!("{GIT_URL}/octo/app/pull/12")}),
-        ))
-        .mount(&f.server)
-        .await;
+    mount_opened_pull(&f.server).await;
 
     let opened = f
         .forge

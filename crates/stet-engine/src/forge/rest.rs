@@ -91,19 +91,16 @@ impl Auth {
                 .jwt()
                 .map_err(|detail| ForgeError::Token { forge, detail })?,
         };
+        let uncarriable = || ForgeError::Token {
+            forge,
+            detail: "the token contains characters an HTTP header cannot carry".to_owned(),
+        };
+        // Stricter than a header value: no space, no byte beyond ASCII.
         if !token.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(ForgeError::Token {
-                forge,
-                detail: "the token contains characters an HTTP header cannot carry".to_owned(),
-            });
+            return Err(uncarriable());
         }
-        let mut value =
-            HeaderValue::try_from(format!("Bearer {}", token.as_str())).map_err(|_| {
-                ForgeError::Token {
-                    forge,
-                    detail: "the token contains characters an HTTP header cannot carry".to_owned(),
-                }
-            })?;
+        let mut value = HeaderValue::try_from(format!("Bearer {}", token.as_str()))
+            .map_err(|_| uncarriable())?;
         value.set_sensitive(true);
         Ok(value)
     }
