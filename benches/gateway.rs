@@ -7,7 +7,7 @@
 //!
 //! * direct: client → scripted model (TCP);
 //! * gateway: client → the gateway's unix socket → scripted model;
-//! * relay + gateway: client → `stet_engine::relay::relay` on an ephemeral 127.0.0.1 port → gateway socket →
+//! * relay + gateway: client → `stet_sandbox::relay::relay` on an ephemeral 127.0.0.1 port → gateway socket →
 //!   scripted model: the production path minus the container boundary (the same kernel loopback and
 //!   unix-socket path);
 //! * relay + gateway with a cost ceiling: the same, under a ceiling, where the gateway rewrites every
@@ -49,7 +49,7 @@ use serde_json::json;
 use stet_engine::dispatch::sanitize::TokenSanitizer;
 use stet_engine::gateway::prices::PriceTable;
 use stet_engine::gateway::{Gateway, GatewayConfig, GatewayEvent, GatewayLimits};
-use stet_engine::scripted_model::{DEMO_MODEL, ScriptedModel};
+use stet_scripted_model::{DEMO_MODEL, ScriptedModel};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::runtime::Handle;
@@ -361,7 +361,7 @@ async fn start_relay(side: &Side, socket: PathBuf) -> (SocketAddr, oneshot::Send
         .unwrap_or_else(|e| panic!("{e}"));
     let (stop, stopped) = oneshot::channel::<()>();
     side.handle.spawn(async move {
-        stet_engine::relay::relay(address, socket, async {
+        stet_sandbox::relay::relay(address, socket, async {
             let _ = stopped.await;
         })
         .await

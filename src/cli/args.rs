@@ -128,13 +128,6 @@ pub(crate) enum Command {
         dispatch: DispatchArgs,
     },
 
-    /// The scripted agent: acts out a scenario inside the sandbox (used by `stet demo` and the tests).
-    #[command(hide = true)]
-    Agent {
-        #[command(subcommand)]
-        command: AgentCommand,
-    },
-
     /// Copy standard input to standard output with secrets replaced by [REDACTED:<kind>].
     #[command(
         long_about = "Copy standard input to standard output with secrets replaced by [REDACTED:<kind>].\n\n\
@@ -257,117 +250,29 @@ pub(crate) enum Command {
     )]
     Doctor,
 
-    /// Keep a sandbox container alive until it is stopped (the container's main process).
-    #[command(hide = true)]
-    SandboxIdle {
-        /// Also relay the model port on the container's loopback (127.0.0.1:4141) to the gateway's
-        /// unix socket at this path.
-        #[arg(long, value_name = "SOCKET")]
-        relay: Option<PathBuf>,
-    },
-
     /// Manage the offline sandbox image.
     Image {
         #[command(subcommand)]
         command: ImageCommand,
     },
-
-    /// Print, as one JSON object, what this sandbox allows; runs inside the sandbox image.
-    #[command(
-        long_about = "Print, as one JSON object, what this sandbox allows; runs inside the sandbox image.\n\n\
-            Always reports uid, gid, capabilities, which of /, /tmp, $HOME and /workspace are writable, the \
-            mounts and whether a Docker socket is present. The options add active checks. It never connects \
-            anywhere not given with --connect. With --allocate-mb past the memory limit the process is \
-            killed (exit 137): that is the answer.",
-        after_help = "Examples:\n  \
-            stet probe --connect 10.0.0.1:443 --fork-up-to 64\n  \
-            SECRET=... stet probe --find-env-in-cmdlines SECRET"
-    )]
-    Probe {
-        /// Try a TCP connection to this IP:PORT (2 s timeout). Repeatable.
-        #[arg(long, value_name = "IP:PORT")]
-        connect: Vec<std::net::SocketAddr>,
-
-        /// Start up to N child processes, hold them all, and report how many started.
-        #[arg(long, value_name = "N")]
-        fork_up_to: Option<u32>,
-
-        /// Allocate and write N MiB, printing progress to standard error.
-        #[arg(long, value_name = "N")]
-        allocate_mb: Option<u64>,
-
-        /// Write N MiB into /workspace (files of --fill-piece-mb each), flushed as it goes.
-        #[arg(long, value_name = "N")]
-        fill_mb: Option<u64>,
-
-        /// The size of each file --fill-mb writes.
-        #[arg(long, value_name = "N", default_value_t = 16)]
-        fill_piece_mb: u64,
-
-        /// Report which processes carry the value of the environment variable NAME in their command
-        /// line (the value is read from the environment, never passed as an argument). Repeatable.
-        #[arg(long = "find-env-in-cmdlines", value_name = "NAME")]
-        find_env_in_cmdlines: Vec<String>,
-
-        /// Report the probe's whole environment.
-        #[arg(long)]
-        environment: bool,
-
-        /// Block until standard input closes (the children of --fork-up-to run this).
-        #[arg(
-            long,
-            hide = true,
-            conflicts_with_all = ["connect", "fork_up_to", "allocate_mb", "find_env_in_cmdlines"]
-        )]
-        hold: bool,
-
-        /// Write one line of N MiB of bytes that are not UTF-8 to standard output, then stop: checks
-        /// that the sandbox's output path bounds what it buffers.
-        #[arg(
-            long,
-            hide = true,
-            value_name = "N",
-            conflicts_with_all = ["connect", "fork_up_to", "allocate_mb", "find_env_in_cmdlines", "hold"]
-        )]
-        emit_line_mb: Option<usize>,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub(crate) enum AgentCommand {
-    /// Act out a scenario, printing the agent's records as JSON Lines.
-    Run {
-        #[arg(long, value_name = "PATH")]
-        scenario: PathBuf,
-        #[arg(long, value_name = "PATH")]
-        instructions: PathBuf,
-        #[arg(long, value_name = "FACTOR", default_value_t = 1.0)]
-        pace: f64,
-        #[arg(long, value_name = "DIR", default_value = stet_engine::runtime::WORKSPACE_MOUNT)]
-        workspace: PathBuf,
-    },
-    /// Run a checks file (the demo program's tests); exit 0 when every check passes.
-    Check {
-        file: PathBuf,
-        #[arg(long, value_name = "DIR", default_value = ".")]
-        root: PathBuf,
-    },
 }
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum ImageCommand {
-    /// Build the sandbox image from a stet executable and load it into Docker; print its ID and tag.
+    /// Build the sandbox image from the stet-sandbox executable and load it into Docker; print its ID
+    /// and tag.
     #[command(
-        long_about = "Build the sandbox image from a stet executable and load it into Docker; print its \
-            ID and tag.\n\n\
-            The image holds the executable at /usr/local/bin/stet, the shared libraries ldd names, and a \
-            minimal /etc/passwd with the sandbox user 65532. No registry is needed. It is tagged \
+        long_about = "Build the sandbox image from the stet-sandbox executable and load it into Docker; \
+            print its ID and tag.\n\n\
+            The image holds that executable (the scripted agent, the container's main process and the \
+            probe; nothing of the host's stet) at /usr/local/bin/stet, the shared libraries ldd names, \
+            and a minimal /etc/passwd with the sandbox user 65532. No registry is needed. It is tagged \
             stet-sandbox:<12 hex of the executable's sha256>; building again from the same executable \
             reuses it.",
         after_help = "Exit codes:\n  0  built or reused\n  2  Docker unreachable, or the image could not be built"
     )]
     BuildLocal {
-        /// The stet executable to package (default: this one).
+        /// The stet-sandbox executable to package (default: the one installed beside this stet).
         #[arg(long, value_name = "PATH")]
         binary: Option<PathBuf>,
     },

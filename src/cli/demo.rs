@@ -29,10 +29,10 @@ pub(crate) async fn demo(
 ) -> anyhow::Result<ExitCode> {
     use stet_engine::engine::{EngineOptions, ImageChoice};
     use stet_engine::harness::script::{ScenarioSource, ScriptHarness};
-    if !(pace.is_finite() && (0.0..=stet_engine::agent::MAX_PACE).contains(&pace)) {
+    if !(pace.is_finite() && (0.0..=stet_sandbox::agent::MAX_PACE).contains(&pace)) {
         eprintln!(
             "stet: --pace {pace} is out of range (0 to {})",
-            stet_engine::agent::MAX_PACE
+            stet_sandbox::agent::MAX_PACE
         );
         return Ok(ExitCode::from(EXIT_USAGE));
     }
@@ -58,7 +58,7 @@ pub(crate) async fn demo(
         )])?;
     // The demo's own deterministic model on loopback, behind the real gateway: the agent's asks go
     // through the relay and the gateway meters them, with no account anywhere.
-    let model = stet_engine::scripted_model::ScriptedModel::serve(std::net::SocketAddr::from((
+    let model = stet_scripted_model::ScriptedModel::serve(std::net::SocketAddr::from((
         std::net::Ipv4Addr::LOCALHOST,
         0,
     )))

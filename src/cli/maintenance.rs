@@ -28,8 +28,7 @@ pub(crate) async fn connect_engine() -> Result<DockerRuntime, ExitCode> {
 pub(crate) async fn image_build_local(binary: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let binary = match binary {
         Some(binary) => binary,
-        None => std::env::current_exe()
-            .context("finding the running stet executable (pass --binary PATH)")?,
+        None => stet_engine::image::sandbox_executable()?,
     };
     let engine = match connect_engine().await {
         Ok(engine) => engine,
@@ -65,7 +64,8 @@ pub(crate) async fn sweep() -> anyhow::Result<ExitCode> {
 }
 
 pub(crate) async fn doctor() -> anyhow::Result<ExitCode> {
-    let binary = std::env::current_exe().context("finding the running stet executable")?;
+    let running = std::env::current_exe().context("finding the running stet executable")?;
+    let binary = stet_engine::image::sandbox_executable_beside(&running);
     let docker = bollard::Docker::connect_with_defaults().map_err(|err| err.to_string());
     let report =
         stet_engine::doctor::diagnose(docker, stet_engine::state_dir::locate(), &binary).await;

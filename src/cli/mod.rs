@@ -7,7 +7,6 @@ mod demo;
 mod filters;
 mod headless;
 mod maintenance;
-mod sandbox;
 mod session;
 mod terminal;
 mod theater;
@@ -48,31 +47,6 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             headless,
             dispatch,
         }) => session::dispatch_runtime(demo::demo(dir, pace, headless || cli.headless, dispatch)),
-        Some(Command::Agent { command }) => sandbox::agent(command),
-        Some(Command::SandboxIdle { relay }) => session::block_on(sandbox::sandbox_idle(relay)),
-        Some(Command::Probe {
-            connect,
-            fork_up_to,
-            allocate_mb,
-            fill_mb,
-            fill_piece_mb,
-            find_env_in_cmdlines,
-            environment,
-            hold,
-            emit_line_mb,
-        }) => sandbox::probe(
-            &stet_engine::probe::ProbeRequest {
-                connect,
-                fork_up_to,
-                allocate_mb,
-                fill_mb,
-                fill_piece_mb,
-                find_env_in_cmdlines,
-                environment,
-            },
-            hold,
-            emit_line_mb,
-        ),
         None if cli.headless => {
             session::dispatch_runtime(headless::headless(cli.dispatch, cli.push))
         }

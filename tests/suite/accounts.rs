@@ -75,7 +75,8 @@ impl Account {
     }
 
     /// The stet binary, copied where another account can run it when the tests run as root (the
-    /// build directory may be in root's home).
+    /// build directory may be in root's home), with the stet-sandbox it packages beside it as
+    /// installed.
     pub(super) fn binary(&self) -> PathBuf {
         let built = PathBuf::from(env!("CARGO_BIN_EXE_stet"));
         if !running_as_root() {
@@ -84,8 +85,16 @@ impl Account {
         let copy = self.root.path().join("bin/stet");
         if !copy.exists() {
             std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
-            std::fs::copy(&built, &copy).unwrap();
-            std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+            for (from, to) in [
+                (built.as_path(), copy.clone()),
+                (
+                    Path::new(env!("CARGO_BIN_EXE_stet-sandbox")),
+                    stet_engine::image::sandbox_executable_beside(&copy),
+                ),
+            ] {
+                std::fs::copy(from, &to).unwrap();
+                std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
         }
         copy
     }
@@ -258,7 +267,7 @@ fn a_killed_dispatch_leaves_its_socket_dir_to_the_sweep_and_no_other_account_rea
     let dispatch: DispatchId = dispatch.expect("the demo printed events");
     let sockets = account.sockets();
     let socket_dir = sockets.dispatch_dir(dispatch);
-    let socket = socket_dir.join(stet_engine::relay::SOCKET_NAME);
+    let socket = socket_dir.join(stet_sandbox::relay::SOCKET_NAME);
     assert!(
         socket_dir.starts_with(account.runtime_dir.as_ref().unwrap()),
         "the socket is in the account's runtime directory: {}",

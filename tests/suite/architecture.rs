@@ -124,14 +124,97 @@ fn the_pure_crates_reach_no_runtime() {
     );
 }
 
-/// A source file of the engine and the module path it defines (`dispatch::run::agent`).
+/// What the sandbox side must not reach: everything of the host's (the engine, the forges, git, the
+/// terminal, TLS to the outside).
+const HOST: &[&str] = &[
+    "stet-engine",
+    "stet-tui",
+    "stet",
+    "bollard",
+    "git2",
+    "crossterm",
+    "ratatui",
+    "tar",
+    "ring",
+    "hyper-rustls",
+];
+
+#[test]
+fn the_sandbox_side_reaches_only_the_protocol() {
+    let graph = locked_graph();
+    let reached = closure(&graph, "stet-sandbox");
+    for host in HOST {
+        assert!(
+            !reached.contains(*host),
+            "stet-sandbox reaches {host}: {reached:?}"
+        );
+    }
+    assert!(
+        reached.contains("stet-protocol"),
+        "it prints the agent records the harness reads"
+    );
+    assert!(
+        closure(&graph, "stet-engine").contains("stet-sandbox"),
+        "the engine speaks the sandbox side's constants and formats"
+    );
+}
+
+/// By effect, in the executables this build made: the one the image carries links no code of the
+/// host's crates (their symbols are not in it), while the host's `stet` does (the control).
+#[test]
+fn the_sandbox_executable_carries_no_host_code() {
+    let sandbox = std::fs::read(env!("CARGO_BIN_EXE_stet-sandbox")).unwrap();
+    let host = std::fs::read(env!("CARGO_BIN_EXE_stet")).unwrap();
+    let holds = |binary: &[u8], name: &str| {
+        binary
+            .windows(name.len())
+            .any(|window| window == name.as_bytes())
+    };
+    for crate_name in [
+        "stet_engine",
+        "stet_tui",
+        "bollard",
+        "git2",
+        "ratatui",
+        "crossterm",
+    ] {
+        assert!(
+            holds(&host, crate_name),
+            "the control: stet holds {crate_name}"
+        );
+        assert!(
+            !holds(&sandbox, crate_name),
+            "stet-sandbox holds {crate_name}"
+        );
+    }
+    assert!(holds(&sandbox, "stet_sandbox"), "the sandbox side is there");
+    assert!(
+        sandbox.len() * 2 < host.len(),
+        "stet-sandbox is {} bytes, stet {}",
+        sandbox.len(),
+        host.len()
+    );
+}
+
+/// A source file of a library crate and the module path it defines (`dispatch::run::agent`).
 struct SourceFile {
     module: Vec<String>,
     text: String,
 }
 
-fn library_files() -> Vec<SourceFile> {
-    let src = Path::new(ROOT).join("crates/stet-engine/src");
+/// The workspace's library crates, each by its directory under `crates/`.
+const LIBRARIES: &[&str] = &[
+    "stet-sanitize",
+    "stet-protocol",
+    "stet-sandbox",
+    "stet-scripted-model",
+    "stet-tui",
+    "stet-engine",
+];
+
+/// The source files of the library crate in `crates/<library>/`.
+fn library_files(library: &str) -> Vec<SourceFile> {
+    let src = Path::new(ROOT).join("crates").join(library).join("src");
     let mut files = Vec::new();
     let mut todo = vec![src.clone()];
     while let Some(dir) = todo.pop() {
@@ -232,8 +315,8 @@ fn named_modules(file: &SourceFile, modules: &BTreeSet<Vec<String>>) -> BTreeSet
 
 /// The file-level dependency graph, leaving out a file's references to its own ancestors (a child
 /// module using its parent's types is the parent's namespace, not a dependency cycle) and to itself.
-fn dependency_graph() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
-    let files = library_files();
+fn dependency_graph(library: &str) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+    let files = library_files(library);
     let modules: BTreeSet<Vec<String>> = files.iter().map(|f| f.module.clone()).collect();
     files
         .iter()
@@ -323,18 +406,22 @@ fn the_cycle_finder_finds_a_cycle() {
 
 #[test]
 fn no_two_library_files_depend_on_each_other() {
-    let graph = dependency_graph();
     assert!(
-        graph.contains_key(&vec!["dispatch".to_owned(), "service".to_owned()]),
-        "the walk found the library's files"
+        dependency_graph("stet-engine")
+            .contains_key(&vec!["dispatch".to_owned(), "service".to_owned()]),
+        "the walk found the engine's files"
     );
-    let found = cycles(&graph);
-    assert!(found.is_empty(), "module cycles: {found:#?}");
+    for library in LIBRARIES {
+        let graph = dependency_graph(library);
+        assert!(graph.len() > 1, "the walk found {library}'s files");
+        let found = cycles(&graph);
+        assert!(found.is_empty(), "module cycles in {library}: {found:#?}");
+    }
 }
 
 #[test]
 fn the_engine_never_names_the_theater() {
-    let files = library_files();
+    let files = library_files("stet-engine");
     assert!(files.len() > 50, "the walk found the library's files");
     for file in &files {
         let code = production_code(&file.text);

@@ -394,7 +394,7 @@ fn transcript_replays_a_scripted_agent_capture() {
         ),
     )
     .unwrap();
-    let capture = stet(state.path())
+    let capture = Command::new(env!("CARGO_BIN_EXE_stet-sandbox"))
         .args(["agent", "run", "--pace", "0", "--scenario"])
         .arg(&scenario)
         .arg("--instructions")

@@ -35,7 +35,7 @@ use stet_engine::dispatch::journal::{Journal, Resource};
 use stet_engine::dispatch::order::{Decision, Delivery, DispatchControl, DispatchRun, result_ref};
 use stet_engine::dispatch::record::{EVENTS_FILE, PATCH_FILE, RESULT_FILE, read_result, run_dir};
 use stet_engine::dispatch::sanitize::{KnownValue, SanitizerHandle, TokenSanitizer};
-use stet_engine::dispatch::service::{DispatchParts, DispatchService, DispatchSettings};
+use stet_engine::dispatch::service::{DispatchContext, DispatchService, DispatchSettings};
 use stet_engine::dispatch::state::Phase;
 use stet_engine::forge::protected::ProtectedPaths;
 use stet_engine::forge::{
@@ -1462,7 +1462,7 @@ impl FixtureBuilder {
             protected: ProtectedPaths::default(),
             gateway: None,
         };
-        let parts = Arc::new(DispatchParts {
+        let parts = Arc::new(DispatchContext {
             repository: repo.clone(),
             forge: Arc::clone(&forge) as Arc<dyn Forge>,
             credentials: Arc::clone(&provider) as Arc<dyn CredentialProvider>,
@@ -1502,7 +1502,7 @@ struct Fixture {
     sanitizer: SanitizerHandle,
     journal: Arc<Journal>,
     service: DispatchService,
-    parts: Arc<DispatchParts>,
+    parts: Arc<DispatchContext>,
     /// The cancel of a dispatch started with [`Fixture::start`]; hooks cancel it at exact points.
     cancel: CancellationToken,
     /// The container of every process the fake runtime began to exec, in order.

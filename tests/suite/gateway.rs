@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 
 use stet_engine::dispatch::event::{EventKind, ItemKind};
 use stet_engine::dispatch::state::Phase;
-use stet_engine::scripted_model::{Behaviour, ModelRequest, ScriptedModel};
+use stet_scripted_model::{Behaviour, ModelRequest, ScriptedModel};
 
 use super::headless::{Project, docker_ready, files_under, run, scenario};
 

@@ -35,7 +35,7 @@ use stet_engine::dispatch::state::Phase;
 use stet_engine::forge::local::read_reviews;
 use stet_engine::forge::protected::ProtectedPaths;
 use stet_engine::git::changes::read_changes;
-use stet_engine::scripted_model::ScriptedModel;
+use stet_scripted_model::ScriptedModel;
 
 use super::git_http::GitHttpServer;
 use super::headless::{Home, Project, docker_ready, run, scenario, toml_string};

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use stet_engine::dispatch::credential::random_token;
 use stet_engine::dispatch::event::ItemKind;
 use stet_engine::dispatch::state::Phase;
-use stet_engine::scripted_model::ScriptedModel;
+use stet_scripted_model::ScriptedModel;
 
 use super::headless::{
     Finished, Home, Project, STET_VARIABLES, docker_ready, files_under, run, scenario, toml_string,

@@ -18,7 +18,10 @@ use stet_engine::image::{BINARY_PATH, BINARY_SHA256_LABEL, SandboxImage};
 
 use super::support;
 
+/// The host's stet, whose `image build-local` packages the sandbox executable.
 const STET: &str = env!("CARGO_BIN_EXE_stet");
+/// What the image carries: the sandbox side's executable, built beside `STET`.
+const SANDBOX: &str = env!("CARGO_BIN_EXE_stet-sandbox");
 
 fn unix_time_arg(time: SystemTime) -> String {
     let since_epoch = time.duration_since(UNIX_EPOCH).unwrap();
@@ -77,7 +80,7 @@ async fn probe(
 #[tokio::test]
 async fn building_twice_reuses_the_image() {
     let first = support::sandbox_image().await;
-    let binary_sha256 = format!("{:x}", Sha256::digest(std::fs::read(STET).unwrap()));
+    let binary_sha256 = format!("{:x}", Sha256::digest(std::fs::read(SANDBOX).unwrap()));
     assert_eq!(first.binary_sha256, binary_sha256);
     assert_eq!(first.tag, format!("stet-sandbox:{}", &binary_sha256[..12]));
     assert!(
@@ -90,7 +93,7 @@ async fn building_twice_reuses_the_image() {
 
     let docker = support::docker();
     let before = SystemTime::now();
-    let second = stet_engine::image::build_local(&docker, Path::new(STET))
+    let second = stet_engine::image::build_local(&docker, Path::new(SANDBOX))
         .await
         .unwrap();
     let after = SystemTime::now();
@@ -258,7 +261,7 @@ fn probe_finds_an_environment_value_in_another_command_line() {
         .spawn()
         .unwrap();
 
-    let output = Command::new(STET)
+    let output = Command::new(SANDBOX)
         .args([
             "probe",
             "--find-env-in-cmdlines",
@@ -291,7 +294,7 @@ fn probe_finds_an_environment_value_in_another_command_line() {
 
 #[test]
 fn probe_hold_returns_when_input_closes() {
-    let mut child = Command::new(STET)
+    let mut child = Command::new(SANDBOX)
         .args(["probe", "--hold"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -306,7 +309,7 @@ fn probe_hold_returns_when_input_closes() {
 #[test]
 fn build_local_names_an_unreachable_docker() {
     let output = Command::new(STET)
-        .args(["image", "build-local", "--binary", STET])
+        .args(["image", "build-local", "--binary", SANDBOX])
         .env("DOCKER_HOST", "unix:///nonexistent/stet-test/docker.sock")
         .output()
         .unwrap();
@@ -323,7 +326,7 @@ fn build_local_names_an_unreachable_docker() {
 async fn build_local_command_prints_id_and_tag() {
     let image = support::sandbox_image().await;
     let output = tokio::process::Command::new(STET)
-        .args(["image", "build-local", "--binary", STET])
+        .args(["image", "build-local", "--binary", SANDBOX])
         .output()
         .await
         .unwrap();
@@ -336,4 +339,43 @@ async fn build_local_command_prints_id_and_tag() {
         String::from_utf8(output.stdout).unwrap(),
         format!("{} {}\n", image.id, image.tag)
     );
+}
+
+#[tokio::test]
+async fn build_local_packages_the_sandbox_executable_beside_stet_by_default() {
+    let image = support::sandbox_image().await;
+    let output = tokio::process::Command::new(STET)
+        .args(["image", "build-local"])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        String::from_utf8(output.stdout).unwrap(),
+        format!("{} {}\n", image.id, image.tag),
+        "the image of {SANDBOX}, not of {STET}"
+    );
+}
+
+#[test]
+fn a_stet_without_its_sandbox_executable_says_which_file_is_missing() {
+    let installed = tempfile::tempdir().unwrap();
+    let lone = installed.path().join("stet");
+    std::fs::copy(STET, &lone).unwrap();
+    let output = Command::new(&lone)
+        .args(["image", "build-local"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let missing = installed.path().join("stet-sandbox");
+    assert!(
+        stderr.contains(&format!("{} is not there", missing.display())),
+        "{stderr}"
+    );
+    assert!(stderr.contains("cargo install --path ."), "{stderr}");
 }

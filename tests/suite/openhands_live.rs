@@ -42,14 +42,14 @@ const COST_PER_ANSWER_USD: f64 = 0.004;
 /// How long a held request stays unanswered: longer than any test runs.
 const HELD_FOR: Duration = Duration::from_secs(3600);
 
-/// The dispatch image with this build's stet inside, made once per test process.
+/// The dispatch image with this build's stet-sandbox inside, made once per test process.
 fn live_image() -> &'static str {
     static IMAGE: OnceLock<String> = OnceLock::new();
     IMAGE.get_or_init(|| {
         let _ = docker();
         let builder = concat!(env!("CARGO_MANIFEST_DIR"), "/docker/dispatch/build-offline");
         let output = Command::new(builder)
-            .args(["--stet", env!("CARGO_BIN_EXE_stet")])
+            .args(["--stet", env!("CARGO_BIN_EXE_stet-sandbox")])
             .output()
             .unwrap_or_else(|error| panic!("running {builder}: {error}"));
         let stdout = String::from_utf8_lossy(&output.stdout);

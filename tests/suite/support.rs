@@ -44,13 +44,13 @@ pub fn docker() -> Docker {
     docker
 }
 
-/// The sandbox image built from this build's `stet` binary, once per test process; across processes the
+/// The sandbox image built from this build's `stet-sandbox` binary, once per test process; across processes the
 /// image's label makes the build a lookup.
 pub async fn sandbox_image() -> SandboxImage {
     static IMAGE: OnceCell<SandboxImage> = OnceCell::const_new();
     IMAGE
         .get_or_init(|| async {
-            let binary = Path::new(env!("CARGO_BIN_EXE_stet"));
+            let binary = Path::new(env!("CARGO_BIN_EXE_stet-sandbox"));
             stet_engine::image::build_local(&docker(), binary)
                 .await
                 .unwrap_or_else(|err| {

@@ -310,9 +310,9 @@ fn git_error(path: &Path, operation: &'static str) -> impl Fn(git2::Error) -> De
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::{AgentOptions, AgentRecord};
     use crate::brief::Brief;
     use crate::config::{Config, ConfigFile, FileRole, ForgeConfig};
+    use stet_sandbox::agent::{AgentOptions, AgentRecord};
 
     fn main_commit(path: &Path) -> git2::Oid {
         Repository::open(path)
@@ -471,7 +471,7 @@ mod tests {
             let checks = setup.repo.join(checks);
             let mut out = Vec::new();
             assert_eq!(
-                crate::agent::check(&checks, &setup.repo, &mut out).unwrap(),
+                stet_sandbox::agent::check(&checks, &setup.repo, &mut out).unwrap(),
                 1,
                 "{id}"
             );
@@ -499,12 +499,12 @@ mod tests {
                 workspace: setup.repo.clone(),
             };
             let mut records = Vec::new();
-            assert_eq!(crate::agent::run(&options, &mut records).unwrap(), 0);
+            assert_eq!(stet_sandbox::agent::run(&options, &mut records).unwrap(), 0);
             let records = String::from_utf8(records).unwrap();
             let last: AgentRecord = serde_json::from_str(records.lines().last().unwrap()).unwrap();
             assert!(matches!(last, AgentRecord::Finish { .. }), "{id}: {last:?}");
             let mut out = Vec::new();
-            let passed = crate::agent::check(&checks, &setup.repo, &mut out).unwrap();
+            let passed = stet_sandbox::agent::check(&checks, &setup.repo, &mut out).unwrap();
             assert_eq!(passed, 0, "{id}: {}", String::from_utf8_lossy(&out));
         }
     }

@@ -273,8 +273,11 @@ async fn image_check(docker: &Docker, binary: &Path) -> Check {
             return Check::problem(
                 "sandbox image",
                 Status::Warn,
-                format!("cannot read {}: {error}", binary.display()),
-                "run stet from its installed path",
+                format!(
+                    "cannot read the sandbox executable {}: {error}",
+                    binary.display()
+                ),
+                "build or install stet-sandbox beside stet (`cargo install --path .` installs both)",
             );
         }
     };
@@ -290,7 +293,7 @@ async fn image_check(docker: &Docker, binary: &Path) -> Check {
         Err(_) => Check::problem(
             "sandbox image",
             Status::Warn,
-            format!("no offline sandbox image for this stet binary ({tag})"),
+            format!("no offline sandbox image for this stet-sandbox executable ({tag})"),
             "run `stet image build-local` (stet demo builds it too)",
         ),
     }

@@ -16,7 +16,7 @@ use crate::dispatch::event::Event;
 use crate::dispatch::journal::Journal;
 use crate::dispatch::sanitize::{KnownValue, SanitizerHandle};
 use crate::dispatch::service::{
-    DispatchParts, DispatchService, DispatchSettings, GatewaySettings, SweepReport,
+    DispatchContext, DispatchService, DispatchSettings, GatewaySettings, SweepReport,
 };
 use crate::gateway::prices::PriceTable;
 use crate::harness::Harness;
@@ -37,8 +37,8 @@ pub enum EngineError {
         binary: PathBuf,
         source: crate::image::ImageError,
     },
-    #[error("finding the running stet executable: {0}")]
-    CurrentExe(std::io::Error),
+    #[error("the offline sandbox image: {0}")]
+    Sandbox(#[source] crate::image::ImageError),
     #[error("the sandbox user: {0}")]
     User(std::io::Error),
     #[error(
@@ -108,7 +108,7 @@ pub struct EngineOptions {
 #[derive(Debug)]
 pub struct Engine {
     pub service: DispatchService,
-    pub parts: Arc<DispatchParts>,
+    pub parts: Arc<DispatchContext>,
     pub concurrency: usize,
     /// What the launch-time sweep reclaimed.
     pub sweep: SweepReport,
@@ -123,7 +123,7 @@ impl Engine {
         let image = match options.image {
             ImageChoice::Configured(image) => image,
             ImageChoice::Offline => {
-                let binary = std::env::current_exe().map_err(EngineError::CurrentExe)?;
+                let binary = crate::image::sandbox_executable().map_err(EngineError::Sandbox)?;
                 let built = crate::image::build_local(runtime.client(), &binary)
                     .await
                     .map_err(|source| EngineError::Image { binary, source })?;
@@ -146,7 +146,7 @@ impl Engine {
         }
         let sweep = service.sweep_orphans().await?;
         let config = &options.config;
-        let parts = DispatchParts {
+        let parts = DispatchContext {
             repository: options.repository,
             forge: setup.forge,
             credentials: setup.credentials,

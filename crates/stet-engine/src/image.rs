@@ -1,6 +1,8 @@
-//! Builds the offline sandbox image from a stet executable, because the engine may have no registry.
+//! Builds the offline sandbox image from the `stet-sandbox` executable, because the engine may have no
+//! registry.
 //!
-//! The image is `FROM scratch` in spirit: the executable at `/usr/local/bin/stet`, the shared libraries
+//! The image is `FROM scratch` in spirit: the executable at `/usr/local/bin/stet` (the sandbox side
+//! only: the scripted agent, the container's main process and the probe, see the stet-sandbox crate), the shared libraries
 //! `ldd` names (the dynamic loader at its exact path), a two-line `/etc/passwd` and `/etc/group`, and the
 //! empty directories a sandbox mounts over. It goes into the engine as a hand-made `docker save` archive
 //! through `POST /images/load`: that way stet writes the image configuration itself (user, labels,
@@ -29,6 +31,10 @@ pub const BINARY_SHA256_LABEL: &str = "dev.stet.binary-sha256";
 /// Where the executable lives inside the image.
 pub const BINARY_PATH: &str = "/usr/local/bin/stet";
 
+/// The file name of the executable the image carries; it is installed beside `stet` (a build puts
+/// both in one `target/<profile>/`, `cargo install --path .` both in one `bin/`).
+pub const SANDBOX_EXECUTABLE: &str = "stet-sandbox";
+
 /// The sandbox user and group the image runs as unless told otherwise.
 pub const SANDBOX_UID: u32 = 65532;
 /// See [`SANDBOX_UID`].
@@ -47,6 +53,14 @@ const GROUP: &str = "root:x:0:\nstet:x:65532:\n";
 /// Errors of building and loading the sandbox image.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
+    #[error("finding the running stet executable: {0}")]
+    CurrentExe(#[source] std::io::Error),
+    #[error(
+        "{} is not there: the sandbox image is built from the stet-sandbox executable beside {}; build or install both executables (`cargo build` builds both, `cargo install --path .` installs both)",
+        .beside.display(),
+        .running.display()
+    )]
+    NoSandboxExecutable { running: PathBuf, beside: PathBuf },
     #[error("reading {path}: {source}")]
     Read {
         path: PathBuf,
@@ -115,6 +129,23 @@ pub struct SandboxImage {
     pub tag: String,
     /// Full sha256 (hex) of the stet executable inside.
     pub binary_sha256: String,
+}
+
+/// Where the `stet-sandbox` beside the executable `running` is, whether or not it is there.
+pub fn sandbox_executable_beside(running: &Path) -> PathBuf {
+    running.with_file_name(SANDBOX_EXECUTABLE)
+}
+
+/// The `stet-sandbox` beside the running executable, which must be there: what the offline image
+/// carries.
+pub fn sandbox_executable() -> Result<PathBuf> {
+    let running = std::env::current_exe().map_err(ImageError::CurrentExe)?;
+    let beside = sandbox_executable_beside(&running);
+    if beside.is_file() {
+        Ok(beside)
+    } else {
+        Err(ImageError::NoSandboxExecutable { running, beside })
+    }
 }
 
 /// Where the Docker client connects: `DOCKER_HOST`, or bollard's default socket.

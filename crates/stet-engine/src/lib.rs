@@ -5,7 +5,6 @@
 
 pub use stet_protocol::{brief, inbox};
 
-pub mod agent;
 pub mod config;
 pub mod demo;
 pub mod dispatch;
@@ -16,13 +15,9 @@ pub mod gateway;
 pub mod git;
 pub mod harness;
 pub mod headless;
-pub mod host_file;
 pub mod image;
 pub mod logging;
 pub mod private_files;
-pub mod probe;
-pub mod relay;
 pub mod runtime;
-pub mod scripted_model;
 pub mod state_dir;
 pub mod workflow;

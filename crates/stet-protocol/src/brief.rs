@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
+use crate::host_file::line_and_column;
 use stet_sanitize::branch::{BranchError, BranchValidator, validate_ref_format};
 
 /// Largest brief file stet reads, in bytes (1 MiB).
@@ -649,19 +650,6 @@ fn field_prefix(field: &Option<String>) -> String {
         .as_ref()
         .map(|field| format!("field `{field}`: "))
         .unwrap_or_default()
-}
-
-/// 1-based line and column (in characters) of the byte `offset` in `text`.
-fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
-    let mut offset = offset.min(text.len());
-    while !text.is_char_boundary(offset) {
-        offset -= 1;
-    }
-    let before = text.get(..offset).unwrap_or_default();
-    let line_start = before.rfind('\n').map_or(0, |newline| newline + 1);
-    let line = before.bytes().filter(|byte| *byte == b'\n').count() + 1;
-    let column = before.get(line_start..).unwrap_or_default().chars().count() + 1;
-    (line, column)
 }
 
 /// One step of a field path: a table key or an array index.

@@ -5,9 +5,15 @@
 //!   from an untrusted file and checked before anything acts on it;
 //! * [`inbox`]: the briefs of a repository (`.stet/briefs/*.toml`);
 //! * [`state`]: the dispatch state machine, its phases and the one function that moves between them;
-//! * [`event`]: the versioned events, every free-text payload already sanitized (`docs/events.md`).
+//! * [`event`]: the versioned events, every free-text payload already sanitized (`docs/events.md`);
+//! * [`agent_record`]: the JSON Lines the scripted agent prints inside the sandbox and the `script`
+//!   harness reads back on the host;
+//! * [`host_file`]: how a problem in a file of the user's is named: by place and kind, never by its
+//!   text.
 
+pub mod agent_record;
 pub mod brief;
 pub mod event;
+pub mod host_file;
 pub mod inbox;
 pub mod state;

@@ -239,7 +239,7 @@ impl TokenSanitizer {
     /// display policy (escape sequences, controls, bidirectional and zero-width characters gone, so a
     /// token split by an invisible character is whole again), then masked.
     pub fn sanitize(self: &Arc<Self>, input: &str) -> SanitizedText {
-        let visible = crate::display::without_invisible(input).text;
+        let visible = crate::display::invisible::without_invisible(input).text;
         let out = self.redact(visible.as_bytes());
         SanitizedText(match String::from_utf8(out) {
             Ok(text) => text,

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::brief::Brief;
 use crate::dispatch::event::{DispatchId, Event, EventKind};
 use crate::dispatch::order::{Decision, Delivery, DispatchControl, DispatchRun};
-use crate::dispatch::service::{DispatchParts, DispatchService};
+use crate::dispatch::service::{DispatchContext, DispatchService};
 use crate::dispatch::state::Phase;
 
 /// How many commands may wait for the dispatcher.
@@ -218,7 +218,7 @@ impl DispatchModel {
 #[derive(Debug)]
 pub struct Dispatcher {
     service: DispatchService,
-    parts: Arc<DispatchParts>,
+    parts: Arc<DispatchContext>,
     slots: Arc<Semaphore>,
     events: mpsc::Sender<Event>,
     model: DispatchModel,
@@ -237,7 +237,7 @@ impl Dispatcher {
     /// Starts the dispatcher task; at most `ceiling` dispatches run at once (at least one).
     pub fn start(
         service: DispatchService,
-        parts: Arc<DispatchParts>,
+        parts: Arc<DispatchContext>,
         ceiling: usize,
         events: mpsc::Sender<Event>,
     ) -> (DispatchHandle, tokio::task::JoinHandle<()>) {

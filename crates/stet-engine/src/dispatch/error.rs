@@ -79,7 +79,7 @@ impl fmt::Display for DispatchError {
             DispatchError::TimedOut { after } => write!(
                 f,
                 "the dispatch ran past its wall-clock timeout of {}",
-                humane(*after)
+                spoken_duration(*after)
             ),
             DispatchError::CostCeilingHit {
                 spent_usd,
@@ -102,7 +102,7 @@ impl fmt::Display for DispatchError {
 impl std::error::Error for DispatchError {}
 
 /// A duration the way a person reads it: `90 s` is `1 min 30 s`.
-fn humane(duration: Duration) -> String {
+fn spoken_duration(duration: Duration) -> String {
     let secs = duration.as_secs();
     match (secs / 60, secs % 60) {
         (0, s) => format!("{s} s"),
@@ -179,8 +179,8 @@ mod tests {
 
     #[test]
     fn durations_read_as_a_person_says_them() {
-        assert_eq!(humane(Duration::from_secs(45)), "45 s");
-        assert_eq!(humane(Duration::from_secs(120)), "2 min");
-        assert_eq!(humane(Duration::from_secs(3601)), "60 min 1 s");
+        assert_eq!(spoken_duration(Duration::from_secs(45)), "45 s");
+        assert_eq!(spoken_duration(Duration::from_secs(120)), "2 min");
+        assert_eq!(spoken_duration(Duration::from_secs(3601)), "60 min 1 s");
     }
 }

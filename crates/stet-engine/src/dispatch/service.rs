@@ -136,7 +136,7 @@ pub struct GatewaySettings {
 
 /// What dispatches need beyond the sweep's parts: where results go and which agent runs.
 #[derive(Debug, Clone)]
-pub struct DispatchParts {
+pub struct DispatchContext {
     /// The user's repository: the base is read from it and results are committed into it.
     pub repository: PathBuf,
     pub forge: Arc<dyn Forge>,

@@ -69,7 +69,7 @@ impl PriceTable {
     pub fn from_toml(text: &str, source_name: &str) -> Result<PriceTable, GatewayError> {
         let file: PriceFile = toml::from_str(text).map_err(|err| GatewayError::PriceSyntax {
             source_name: source_name.to_owned(),
-            detail: crate::host_file::toml_problem(
+            detail: stet_protocol::host_file::toml_problem(
                 text,
                 &err,
                 "not a price table ([models.\"<name>\"] tables of input, output and cached_input, numbers of dollars per million tokens)",
@@ -79,7 +79,7 @@ impl PriceTable {
         for (model, entry) in file.models {
             let fail = |span: std::ops::Range<usize>, field, detail| GatewayError::PriceEntry {
                 source_name: source_name.to_owned(),
-                line: crate::host_file::line_and_column(text, span.start).0,
+                line: stet_protocol::host_file::line_and_column(text, span.start).0,
                 field,
                 detail,
             };

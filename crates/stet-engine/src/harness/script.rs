@@ -13,9 +13,6 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::agent::ask::{MODEL_KEY_ENV, MODEL_URL_ENV};
-use crate::agent::scenario::MAX_SCENARIO_BYTES;
-use crate::agent::{AgentError, AgentRecord, MAX_PACE, parse_scenario};
 use crate::dispatch::credential::SecretValue;
 use crate::dispatch::event::{ItemKind, TranscriptItem, Usage};
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
@@ -26,6 +23,9 @@ use crate::harness::{
 };
 use crate::image::BINARY_PATH;
 use crate::runtime::{OUTPUTS_MOUNT, OutputLine, OutputStream, SandboxProcess, WORKSPACE_MOUNT};
+use stet_sandbox::agent::ask::{MODEL_KEY_ENV, MODEL_URL_ENV};
+use stet_sandbox::agent::scenario::MAX_SCENARIO_BYTES;
+use stet_sandbox::agent::{AgentError, AgentRecord, MAX_PACE, parse_scenario};
 
 const HARNESS: &str = "script";
 
@@ -142,7 +142,7 @@ impl ScriptHarness {
 /// named only when it is one of the format's own keys.
 fn without_content(error: &AgentError) -> String {
     let key = |field: &str| {
-        if crate::agent::scenario::is_format_key(field) {
+        if stet_sandbox::agent::scenario::is_format_key(field) {
             format!("field `{field}`")
         } else {
             "a field".to_owned()

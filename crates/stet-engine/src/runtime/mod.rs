@@ -32,12 +32,13 @@ pub fn state_label(state_dir: &std::path::Path) -> String {
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
-/// Where the workspace and the outputs directory appear inside a sandbox.
-pub const WORKSPACE_MOUNT: &str = "/workspace";
+/// Where the workspace and the outputs directory appear inside a sandbox (the sandbox side's own
+/// constant: the scripted agent works there by default).
+pub const WORKSPACE_MOUNT: &str = stet_sandbox::WORKSPACE_MOUNT;
 pub const OUTPUTS_MOUNT: &str = "/outputs";
 /// Where the model gateway's socket directory is mounted, read-only (connecting to a socket needs no
 /// write access to the mount).
-pub const GATEWAY_MOUNT: &str = "/run/stet";
+pub const GATEWAY_MOUNT: &str = stet_sandbox::GATEWAY_MOUNT;
 /// The sandbox user's home directory (a tmpfs).
 pub const SANDBOX_HOME: &str = "/home/stet";
 

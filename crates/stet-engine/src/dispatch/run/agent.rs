@@ -59,7 +59,7 @@ pub(super) fn relayed(keepalive: &[String]) -> Vec<String> {
     command.push(format!(
         "{}/{}",
         crate::runtime::GATEWAY_MOUNT,
-        crate::relay::SOCKET_NAME
+        stet_sandbox::relay::SOCKET_NAME
     ));
     command
 }
@@ -307,7 +307,7 @@ impl Dispatch {
                     .to_owned(),
             ));
         };
-        let socket = directory.join(crate::relay::SOCKET_NAME);
+        let socket = directory.join(stet_sandbox::relay::SOCKET_NAME);
         let config = GatewayConfig {
             upstream: settings.upstream.clone(),
             api_key: settings.api_key.clone(),

@@ -176,8 +176,8 @@ impl Dispatch {
             }),
         };
         self.publisher.emit(collected).await;
-        self.facts.commit = Some(commit.clone());
-        self.facts.reference = Some(reference);
+        self.gathered.commit = Some(commit.clone());
+        self.gathered.reference = Some(reference);
         if self.stop.is_cancelled() {
             return Err(self.stop_reason());
         }
@@ -192,7 +192,7 @@ impl Dispatch {
         let mut message = display::without_invisible(brief.title.trim())
             .text
             .into_owned();
-        if let Some(summary) = self.facts.summary.as_deref().map(str::trim)
+        if let Some(summary) = self.gathered.summary.as_deref().map(str::trim)
             && !summary.is_empty()
         {
             let shown =

@@ -14,7 +14,7 @@ use crate::dispatch::state::Input;
 use crate::forge::{Preflight, Provenance, PullRequestDraft, PushBranch};
 use crate::runtime::NetworkPolicy;
 
-use super::{Dispatch, Ending};
+use super::{Completion, Dispatch};
 
 impl Dispatch {
     /// Keeps, pushes or holds for review the collected `commit`, as the dispatch's delivery says
@@ -25,7 +25,7 @@ impl Dispatch {
         preflight: &Preflight,
         commit: &CommitSha,
         gate: &GateReport,
-    ) -> Result<Ending, DispatchError> {
+    ) -> Result<Completion, DispatchError> {
         let known = gate.known_values();
         if !known.is_empty() {
             // Whatever the delivery: no decision at review can push it.
@@ -49,7 +49,7 @@ impl Dispatch {
                 self.publisher
                     .advance(Input::Kept, Some(reason.clone()))
                     .await;
-                return Ok(Ending {
+                return Ok(Completion {
                     reason: Some(reason),
                 });
             }
@@ -76,7 +76,7 @@ impl Dispatch {
 
     /// Waits at `awaiting_approval` for a person's decision, without holding a concurrency slot.
     /// `None`: approved, and a slot to push is held again; an ending: discarded.
-    async fn review(&mut self) -> Result<Option<Ending>, DispatchError> {
+    async fn review(&mut self) -> Result<Option<Completion>, DispatchError> {
         // A decision sent before there was anything to review is not a decision about it.
         while self.control.decisions.try_recv().is_ok() {}
         self.publisher
@@ -108,7 +108,7 @@ impl Dispatch {
                 self.publisher
                     .advance(Input::Discarded, Some(reason.clone()))
                     .await;
-                Ok(Some(Ending {
+                Ok(Some(Completion {
                     reason: Some(reason),
                 }))
             }
@@ -122,7 +122,7 @@ impl Dispatch {
         sandbox: &DispatchSandbox,
         preflight: &Preflight,
         commit: &CommitSha,
-    ) -> Result<Ending, DispatchError> {
+    ) -> Result<Completion, DispatchError> {
         let Some(credential) = sandbox.credential() else {
             return Err(self.fail("the dispatch has no scoped credential to push with".to_owned()));
         };
@@ -134,7 +134,7 @@ impl Dispatch {
                 target: &self.run.brief.target,
                 preflight,
                 commit,
-                branch: &self.facts.branch,
+                branch: &self.gathered.branch,
                 credential,
             })
             .await
@@ -152,8 +152,8 @@ impl Dispatch {
         let provenance = self.provenance(preflight, commit, credential.provider_name());
         let draft = PullRequestDraft::compose(
             &self.run.brief,
-            &self.facts.branch,
-            self.facts.summary.as_deref(),
+            &self.gathered.branch,
+            self.gathered.summary.as_deref(),
             &provenance,
             &self.sanitizer(),
         );
@@ -181,9 +181,9 @@ impl Dispatch {
                 url: url.clone(),
             })
             .await;
-        self.facts.pull_request = Some((pull_request.number, url));
+        self.gathered.pull_request = Some((pull_request.number, url));
         self.publisher.advance(Input::PullRequestReady, None).await;
-        Ok(Ending::default())
+        Ok(Completion::default())
     }
 
     pub(super) fn provenance(

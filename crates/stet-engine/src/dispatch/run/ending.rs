@@ -13,7 +13,7 @@ use crate::dispatch::sandbox::{DispatchSandbox, TeardownReport};
 use crate::dispatch::state::Phase;
 
 use super::publisher::millis;
-use super::{Dispatch, Ending};
+use super::{Completion, Dispatch};
 
 impl Dispatch {
     pub(super) async fn teardown(&mut self, sandbox: &DispatchSandbox) {
@@ -29,7 +29,7 @@ impl Dispatch {
         for step in &report.steps {
             let failure = step.failure.as_deref().map(|f| self.sanitize(f));
             if let Some(failure) = &failure {
-                self.facts.teardown_failures.push(failure.clone());
+                self.gathered.teardown_failures.push(failure.clone());
             }
             steps.push(TeardownStepReport {
                 resource: self.sanitize(&step.resource.to_string()),
@@ -40,7 +40,7 @@ impl Dispatch {
             .into_iter()
             .flatten()
         {
-            self.facts.teardown_failures.push(self.sanitize(extra));
+            self.gathered.teardown_failures.push(self.sanitize(extra));
         }
         self.publisher
             .emit(EventKind::TornDown {
@@ -48,7 +48,7 @@ impl Dispatch {
                 millis: millis(took),
             })
             .await;
-        for failure in self.facts.teardown_failures.clone() {
+        for failure in self.gathered.teardown_failures.clone() {
             let message = self.sanitize(&format!(
                 "teardown: {}; it stays journaled and `stet sweep` retries it",
                 failure.as_str()
@@ -59,7 +59,7 @@ impl Dispatch {
 
     /// Publishes the terminal phase (when the workflow did not reach it itself), writes the result
     /// and publishes `finished`.
-    pub(super) async fn end(&mut self, outcome: Result<Ending, DispatchError>) -> Phase {
+    pub(super) async fn end(&mut self, outcome: Result<Completion, DispatchError>) -> Phase {
         let reason = match outcome {
             Ok(ending) => ending.reason,
             Err(error) => {
@@ -88,17 +88,17 @@ impl Dispatch {
             phases: self.publisher.take_spans(),
             harness: self.parts.harness.name().to_owned(),
             image: self.parts.settings.image.to_string(),
-            branch: self.sanitize(&self.facts.branch),
-            base: self.facts.base.clone(),
-            commit: self.facts.commit.clone(),
-            reference: self.facts.reference.clone(),
-            pull_request: self.facts.pull_request.as_ref().map(|(n, _)| *n),
-            pull_request_url: self.facts.pull_request.as_ref().map(|(_, u)| u.clone()),
+            branch: self.sanitize(&self.gathered.branch),
+            base: self.gathered.base.clone(),
+            commit: self.gathered.commit.clone(),
+            reference: self.gathered.reference.clone(),
+            pull_request: self.gathered.pull_request.as_ref().map(|(n, _)| *n),
+            pull_request_url: self.gathered.pull_request.as_ref().map(|(_, u)| u.clone()),
             input_tokens: self.meter.input_tokens,
             output_tokens: self.meter.output_tokens,
             cost_usd: self.meter.cost_usd,
             redactions: self.publisher.redactions(),
-            teardown_failures: self.facts.teardown_failures.clone(),
+            teardown_failures: self.gathered.teardown_failures.clone(),
         };
         if let Some(record) = self.publisher.record()
             && let Err(error) = record.write_result(&result)

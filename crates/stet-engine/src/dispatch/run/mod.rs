@@ -30,7 +30,7 @@ use crate::dispatch::sandbox::{
     BaseFetch, CredentialRequest, DispatchSandbox, SandboxError, SandboxRequest, WorkspaceSource,
 };
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
-use crate::dispatch::service::{DispatchParts, DispatchService};
+use crate::dispatch::service::{DispatchContext, DispatchService};
 use crate::dispatch::state::{Input, Phase};
 use crate::forge::Preflight;
 use crate::harness::{HarnessLaunch, HarnessPlan, ModelAccess, PLACEHOLDER_KEY};
@@ -47,13 +47,14 @@ const PULL_PROGRESS_BUFFER: usize = 64;
 /// How a dispatch ended when it went as far as it could: the reason, if it stopped short of a pull
 /// request (kept, discarded, nothing to push).
 #[derive(Debug, Default)]
-struct Ending {
+struct Completion {
     reason: Option<SanitizedText>,
 }
 
-/// The facts a finished dispatch reports.
+/// What a dispatch has gathered for its `finished` event and its run record: the branch, the
+/// commits, the pull request, the summary, what teardown could not remove.
 #[derive(Debug, Default)]
-struct Facts {
+struct Gathered {
     branch: String,
     base: Option<CommitSha>,
     commit: Option<CommitSha>,
@@ -67,7 +68,7 @@ struct Facts {
 /// its terminal phase. Never panics on a dispatch error: every error becomes the outcome's reason.
 pub async fn run(
     service: DispatchService,
-    parts: Arc<DispatchParts>,
+    parts: Arc<DispatchContext>,
     dispatch: DispatchRun,
     events: mpsc::Sender<Event>,
     control: DispatchControl,
@@ -79,12 +80,12 @@ pub async fn run(
 /// One dispatch in flight: what it was asked, how it is steered, and what it has gathered so far.
 struct Dispatch {
     service: DispatchService,
-    parts: Arc<DispatchParts>,
+    parts: Arc<DispatchContext>,
     run: DispatchRun,
     control: DispatchControl,
     publisher: Publisher,
     meter: Meter,
-    facts: Facts,
+    gathered: Gathered,
     started: (DateTime<Utc>, Instant),
     /// Cancelled by the person's cancel or by the wall-clock timeout: what the agent's work races.
     stop: CancellationToken,
@@ -101,13 +102,13 @@ struct Dispatch {
 impl Dispatch {
     fn new(
         service: DispatchService,
-        parts: Arc<DispatchParts>,
+        parts: Arc<DispatchContext>,
         run: DispatchRun,
         events: mpsc::Sender<Event>,
         control: DispatchControl,
     ) -> Dispatch {
         let access = parts.settings.gateway.as_ref().map(|_| ModelAccess {
-            base_url: crate::relay::model_base_url(),
+            base_url: stet_sandbox::relay::model_base_url(),
             placeholder_key: PLACEHOLDER_KEY.to_owned(),
         });
         let (record, record_error) =
@@ -127,9 +128,9 @@ impl Dispatch {
                 parts.settings.cost_ceiling_usd,
                 parts.settings.gateway.is_some(),
             ),
-            facts: Facts {
+            gathered: Gathered {
                 branch,
-                ..Facts::default()
+                ..Gathered::default()
             },
             started: now,
             service,
@@ -168,7 +169,7 @@ impl Dispatch {
             title: self.sanitize(&self.run.brief.title),
             repo: self.sanitize(&self.run.brief.target.repo),
             base: self.sanitize(&self.run.brief.target.base),
-            branch: self.sanitize(&self.facts.branch),
+            branch: self.sanitize(&self.gathered.branch),
             harness: self.sanitize(&harness_label),
             image: self.sanitize(self.parts.settings.image.as_str()),
             cost_ceiling_usd: self.parts.settings.cost_ceiling_usd,
@@ -249,8 +250,10 @@ impl Dispatch {
         let target = &self.run.brief.target;
         if target.pr.is_none() {
             BranchValidator::default()
-                .validate(&self.facts.branch, Some(&target.base))
-                .map_err(|error| self.fail(format!("branch {:?}: {error}", self.facts.branch)))?;
+                .validate(&self.gathered.branch, Some(&target.base))
+                .map_err(|error| {
+                    self.fail(format!("branch {:?}: {error}", self.gathered.branch))
+                })?;
         }
         let forge = Arc::clone(&self.parts.forge);
         let preflight = self
@@ -266,9 +269,9 @@ impl Dispatch {
                         head.number, head.branch
                     ))
                 })?;
-            self.facts.branch = head.branch.clone();
+            self.gathered.branch = head.branch.clone();
         }
-        self.facts.base = Some(preflight.base_sha.clone());
+        self.gathered.base = Some(preflight.base_sha.clone());
         self.plan = Some(self.plan_agent()?);
         Ok(preflight)
     }
@@ -283,7 +286,7 @@ impl Dispatch {
                 brief.id, brief.workflow
             ))
         })?;
-        let instructions = workflow.render(brief, &self.facts.branch);
+        let instructions = workflow.render(brief, &self.gathered.branch);
         self.parts
             .harness
             .plan(&HarnessLaunch {
@@ -322,7 +325,7 @@ impl Dispatch {
             credential: Some(CredentialRequest {
                 provider: Arc::clone(&self.parts.credentials),
                 repository: self.run.brief.target.repo.clone(),
-                branch: self.facts.branch.clone(),
+                branch: self.gathered.branch.clone(),
                 ttl: settings.credential_ttl,
                 into_sandbox: false,
             }),
@@ -377,7 +380,7 @@ impl Dispatch {
         sandbox: &DispatchSandbox,
         preflight: &Preflight,
         timer: tokio::task::JoinHandle<()>,
-    ) -> Result<Ending, DispatchError> {
+    ) -> Result<Completion, DispatchError> {
         if let Some(credential) = sandbox.credential()
             && let Err(error) = credential.mask_in(&self.parts.sanitizer)
         {
@@ -392,7 +395,7 @@ impl Dispatch {
         self.publisher.advance(Input::Provisioned, None).await;
         let ran = self.run_agent(sandbox).await;
         self.stop_gateway().await;
-        self.facts.summary = ran?;
+        self.gathered.summary = ran?;
         self.publisher.advance(Input::AgentFinished, None).await;
         // Nothing of the agent runs from here on (a process it left in the background included):
         // not while its result is collected, not while a person reviews it.
@@ -413,7 +416,7 @@ impl Dispatch {
         timer.abort();
         let Some((commit, gate)) = imported else {
             self.publisher.advance(Input::NothingToPush, None).await;
-            return Ok(Ending {
+            return Ok(Completion {
                 reason: Some(self.sanitize("the agent changed nothing; there is nothing to push")),
             });
         };

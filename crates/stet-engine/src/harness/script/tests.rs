@@ -157,7 +157,7 @@ fn the_demo_picks_the_brief_s_scenario_or_the_default() {
         assert!(
             matches!(
                 scenario.steps.last().unwrap().action,
-                crate::agent::Action::Finish(_)
+                stet_sandbox::agent::Action::Finish(_)
             ),
             "{name}"
         );

@@ -1,4 +1,4 @@
-//! Unit tests of `crate::scripted_model`, in a file of their own so the module reads as code.
+//! Unit tests of the scripted model server, in a file of their own so the crate root reads as code.
 
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;

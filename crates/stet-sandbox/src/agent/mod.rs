@@ -19,7 +19,6 @@
 mod act;
 pub mod ask;
 pub mod check;
-pub mod protocol;
 pub mod scenario;
 
 use std::io::{Read as _, Write};
@@ -27,8 +26,8 @@ use std::path::PathBuf;
 
 pub use ask::ModelEndpoint;
 pub use check::check;
-pub use protocol::AgentRecord;
 pub use scenario::{Action, Leak, Scenario, Step, parse_scenario};
+pub use stet_protocol::agent_record::AgentRecord;
 
 /// The slowest pace a run accepts (pauses a hundred times their written length).
 pub const MAX_PACE: f64 = 100.0;

@@ -67,22 +67,57 @@ pub enum ProbeError {
 /// Result alias of this module.
 pub type Result<T> = std::result::Result<T, ProbeError>;
 
-/// What to try besides the passive checks; all of it comes from the command line.
-#[derive(Debug, Clone, Default)]
+/// What to try besides the passive checks; all of it comes from the command line, which clap parses
+/// straight into this (the field's help is the option's).
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct ProbeRequest {
     /// Addresses to try a TCP connection to, each at most [`CONNECT_TIMEOUT`].
+    #[arg(
+        long,
+        value_name = "IP:PORT",
+        help = "Try a TCP connection to this IP:PORT (2 s timeout). Repeatable."
+    )]
     pub connect: Vec<SocketAddr>,
     /// Start up to this many child processes and report how many started.
+    #[arg(
+        long,
+        value_name = "N",
+        help = "Start up to N child processes, hold them all, and report how many started."
+    )]
     pub fork_up_to: Option<u32>,
     /// Allocate and touch this many MiB.
+    #[arg(
+        long,
+        value_name = "N",
+        help = "Allocate and write N MiB, printing progress to standard error."
+    )]
     pub allocate_mb: Option<u64>,
     /// Write this many MiB into `/workspace`, in files of `fill_piece_mb` each.
+    #[arg(
+        long,
+        value_name = "N",
+        help = "Write N MiB into /workspace (files of --fill-piece-mb each), flushed as it goes."
+    )]
     pub fill_mb: Option<u64>,
     /// The size of each file `fill_mb` writes (a piece as large as the fill is one file).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 16,
+        help = "The size of each file --fill-mb writes."
+    )]
     pub fill_piece_mb: u64,
     /// Names of environment variables whose values are searched for in every process's command line.
+    #[arg(
+        long = "find-env-in-cmdlines",
+        value_name = "NAME",
+        help = "Report which processes carry the value of the environment variable NAME in their \
+            command line (the value is read from the environment, never passed as an argument). \
+            Repeatable."
+    )]
     pub find_env_in_cmdlines: Vec<String>,
     /// Report the probe's whole environment (to show what a sandbox's process is given).
+    #[arg(long, help = "Report the probe's whole environment.")]
     pub environment: bool,
 }
 

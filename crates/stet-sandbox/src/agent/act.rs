@@ -10,8 +10,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use super::AgentRecord;
 use super::ask::{ModelClient, ModelEndpoint};
-use super::protocol::AgentRecord;
 use super::scenario::{Action, Leak, Step};
 use super::{AgentError, AgentOptions, Result};
 
@@ -34,7 +34,7 @@ const ALPHANUMERIC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwx
 const GITHUB_TOKEN_BODY: usize = 36;
 
 /// Whether the run goes on after a step.
-enum Flow {
+enum AfterStep {
     Continue,
     Exit(u8),
 }
@@ -71,8 +71,8 @@ impl<'a> Actor<'a> {
         for (offset, step) in steps.iter().enumerate() {
             self.pause(step.pause);
             match self.act(offset + 1, step) {
-                Ok(Flow::Continue) => {}
-                Ok(Flow::Exit(code)) => return Ok(code),
+                Ok(AfterStep::Continue) => {}
+                Ok(AfterStep::Exit(code)) => return Ok(code),
                 Err(AgentError::Write(error)) => return Err(AgentError::Write(error)),
                 Err(error) => {
                     self.emit(AgentRecord::Error {
@@ -113,7 +113,7 @@ impl<'a> Actor<'a> {
         self.options.workspace.join(path)
     }
 
-    fn act(&mut self, step: usize, Step { pause, action }: &Step) -> Result<Flow> {
+    fn act(&mut self, step: usize, Step { pause, action }: &Step) -> Result<AfterStep> {
         match action {
             Action::Say(text) => self.emit(AgentRecord::Message { text: text.clone() })?,
             Action::Think(text) => self.emit(AgentRecord::Thought { text: text.clone() })?,
@@ -254,22 +254,22 @@ impl<'a> Actor<'a> {
                 self.emit(AgentRecord::Error {
                     text: message.clone(),
                 })?;
-                return Ok(Flow::Exit(*code));
+                return Ok(AfterStep::Exit(*code));
             }
             Action::GiveUp(reason) => {
                 self.emit(AgentRecord::Error {
                     text: reason.clone(),
                 })?;
-                return Ok(Flow::Exit(0));
+                return Ok(AfterStep::Exit(0));
             }
             Action::Finish(summary) => {
                 self.emit(AgentRecord::Finish {
                     summary: summary.clone(),
                 })?;
-                return Ok(Flow::Exit(0));
+                return Ok(AfterStep::Exit(0));
             }
         }
-        Ok(Flow::Continue)
+        Ok(AfterStep::Continue)
     }
 
     /// Asks the model `prompt`: its reply becomes a `message` record, a refusal or failure an `error`

@@ -199,7 +199,7 @@ pub fn parse_scenario(source: &Path, text: &str) -> Result<Scenario> {
     }
     let table: Table = toml::from_str(text).map_err(|error| AgentError::ScenarioSyntax {
         file: source.to_owned(),
-        message: crate::host_file::toml_problem(text, &error, "not a scenario"),
+        message: stet_protocol::host_file::toml_problem(text, &error, "not a scenario"),
     })?;
     let top = |field: &str, problem: String| AgentError::ScenarioField {
         file: source.to_owned(),

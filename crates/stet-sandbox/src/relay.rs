@@ -16,7 +16,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 /// The gateway socket's name in its directory, which the sandbox sees at
-/// [`crate::runtime::GATEWAY_MOUNT`].
+/// [`crate::GATEWAY_MOUNT`].
 pub const SOCKET_NAME: &str = "model.sock";
 
 /// The relay's address on the container's loopback.

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::super::{run, run_with_model};
 use super::*;
-use crate::scripted_model::{Behaviour, ScriptedModel};
+use stet_scripted_model::{Behaviour, ScriptedModel};
 
 /// A run of `steps` (TOML `[[step]]` tables) in a fresh workspace.
 struct Run {

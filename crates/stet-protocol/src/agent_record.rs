@@ -1,5 +1,6 @@
-//! The JSON Lines protocol `stet agent` prints on stdout, shared with the `script` harness that reads
-//! it, so the two sides cannot drift apart: one record per line, its kind in the field `type`.
+//! The JSON Lines protocol the scripted agent (`stet agent`, inside the sandbox) prints on stdout,
+//! shared with the `script` harness that reads it on the host, so the two sides cannot drift apart:
+//! one record per line, its kind in the field `type`.
 
 use serde::{Deserialize, Serialize};
 
@@ -8,27 +9,50 @@ use serde::{Deserialize, Serialize};
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum AgentRecord {
     /// The agent talking to the person.
-    Message { text: String },
+    Message {
+        /// The words, as the agent wrote them.
+        text: String,
+    },
     /// The agent's reasoning.
-    Thought { text: String },
+    Thought {
+        /// The reasoning, as the agent wrote it.
+        text: String,
+    },
     /// A command the agent runs or an edit it makes, described for display.
-    Command { text: String },
+    Command {
+        /// The description.
+        text: String,
+    },
     /// One line of what a command printed, or other output.
-    Output { text: String },
+    Output {
+        /// The line.
+        text: String,
+    },
     /// Something went wrong, as the agent reports it.
-    Error { text: String },
+    Error {
+        /// The agent's account of what went wrong.
+        text: String,
+    },
     /// Model usage of one (pretended) request.
     Usage {
+        /// The model the request went to.
         model: String,
+        /// Prompt tokens, cache reads included.
         input_tokens: u64,
+        /// Completion tokens.
         output_tokens: u64,
+        /// Prompt tokens read from the provider's cache.
         #[serde(default)]
         cached_tokens: u64,
+        /// What the request cost, when the agent knows it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cost_usd: Option<f64>,
     },
     /// The agent declares the task finished.
-    Finish { summary: String },
+    Finish {
+        /// What the agent says it did.
+        summary: String,
+    },
 }
 
 impl AgentRecord {

@@ -26,16 +26,17 @@ pub fn place(text: &str, span: Option<std::ops::Range<usize>>) -> String {
     format!("line {line}, column {column}")
 }
 
-/// The 1-based line, and column in characters, of byte `offset` of `text`.
+/// The 1-based line, and column in characters, of byte `offset` of `text` (an offset inside a
+/// character counts as that character's start).
 pub fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
-    let offset = offset.min(text.len());
-    let before = text.get(..offset).unwrap_or(text);
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |index| index + 1);
-    let column = before
-        .get(line_start..)
-        .map_or(0, |rest| rest.chars().count())
-        + 1;
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = text.get(..offset).unwrap_or_default();
+    let line_start = before.rfind('\n').map_or(0, |newline| newline + 1);
+    let line = before.bytes().filter(|byte| *byte == b'\n').count() + 1;
+    let column = before.get(line_start..).unwrap_or_default().chars().count() + 1;
     (line, column)
 }
 

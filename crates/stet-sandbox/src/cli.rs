@@ -1,0 +1,279 @@
+//! The command line of the `stet-sandbox` executable, the one program in the sandbox image (where it
+//! is `/usr/local/bin/stet`, so a scenario's `stet agent check` and the container's `stet
+//! sandbox-idle` read as they always did): `agent`, `sandbox-idle` and `probe`, and nothing that
+//! belongs on the host.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::agent::{self, AgentError, AgentOptions};
+use crate::probe::{self, ProbeError, ProbeRequest};
+use crate::relay::{self, RelayError};
+
+/// Exit code for a command that could not run at all (as the host's `stet` uses for usage errors).
+const EXIT_USAGE: u8 = 2;
+
+/// Why a command could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+    #[error("sandbox-idle: {0}")]
+    Relay(#[from] RelayError),
+    #[error("sandbox-idle: the relay address {address:?} is not an address: {source}")]
+    RelayAddress {
+        address: &'static str,
+        source: std::net::AddrParseError,
+    },
+    #[error("sandbox-idle: installing the {signal} handler: {source}")]
+    Signal {
+        signal: &'static str,
+        source: std::io::Error,
+    },
+    #[error("sandbox-idle: starting the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// The sandbox side's command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "stet",
+    version,
+    about = "stet's sandbox side: the scripted agent, the container's main process and the probe",
+    long_about = "stet's sandbox side: the scripted agent, the container's main process and the probe. \
+        It runs inside the sandbox image; the host's stet starts it there."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The scripted agent: acts out a scenario inside the sandbox (used by `stet demo` and the tests).
+    Agent {
+        #[command(subcommand)]
+        command: AgentCommand,
+    },
+
+    /// Keep a sandbox container alive until it is stopped (the container's main process).
+    SandboxIdle {
+        /// Also relay the model port on the container's loopback (127.0.0.1:4141) to the gateway's
+        /// unix socket at this path.
+        #[arg(long, value_name = "SOCKET")]
+        relay: Option<PathBuf>,
+    },
+
+    /// Print, as one JSON object, what this sandbox allows; runs inside the sandbox image.
+    #[command(
+        long_about = "Print, as one JSON object, what this sandbox allows; runs inside the sandbox image.\n\n\
+            Always reports uid, gid, capabilities, which of /, /tmp, $HOME and /workspace are writable, the \
+            mounts and whether a Docker socket is present. The options add active checks. It never connects \
+            anywhere not given with --connect. With --allocate-mb past the memory limit the process is \
+            killed (exit 137): that is the answer.",
+        after_help = "Examples:\n  \
+            stet probe --connect 10.0.0.1:443 --fork-up-to 64\n  \
+            SECRET=... stet probe --find-env-in-cmdlines SECRET"
+    )]
+    Probe {
+        #[command(flatten)]
+        request: ProbeRequest,
+
+        /// Block until standard input closes (the children of --fork-up-to run this).
+        #[arg(
+            long,
+            hide = true,
+            conflicts_with_all = ["connect", "fork_up_to", "allocate_mb", "find_env_in_cmdlines"]
+        )]
+        hold: bool,
+
+        /// Write one line of N MiB of bytes that are not UTF-8 to standard output, then stop: checks
+        /// that the sandbox's output path bounds what it buffers.
+        #[arg(
+            long,
+            hide = true,
+            value_name = "N",
+            conflicts_with_all = ["connect", "fork_up_to", "allocate_mb", "find_env_in_cmdlines", "hold"]
+        )]
+        emit_line_mb: Option<usize>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AgentCommand {
+    /// Act out a scenario, printing the agent's records as JSON Lines.
+    Run {
+        #[arg(long, value_name = "PATH")]
+        scenario: PathBuf,
+        #[arg(long, value_name = "PATH")]
+        instructions: PathBuf,
+        #[arg(long, value_name = "FACTOR", default_value_t = 1.0)]
+        pace: f64,
+        #[arg(long, value_name = "DIR", default_value = crate::WORKSPACE_MOUNT)]
+        workspace: PathBuf,
+    },
+    /// Run a checks file (the demo program's tests); exit 0 when every check passes.
+    Check {
+        file: PathBuf,
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        root: PathBuf,
+    },
+}
+
+/// Parses the command line and runs the command; an error is one line on stderr and exit code 2.
+pub fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(error) => {
+            let _ = writeln!(std::io::stderr(), "stet: {error}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+/// Runs the command `cli` names.
+pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
+    match cli.command {
+        Command::Agent { command } => agent_command(command),
+        Command::SandboxIdle { relay } => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(CliError::Runtime)?
+            .block_on(sandbox_idle(relay)),
+        Command::Probe {
+            request,
+            hold,
+            emit_line_mb,
+        } => probe_command(&request, hold, emit_line_mb),
+    }
+}
+
+/// `stet agent ...`.
+fn agent_command(command: AgentCommand) -> Result<ExitCode, CliError> {
+    let mut stdout = std::io::stdout().lock();
+    let code = match command {
+        AgentCommand::Run {
+            scenario,
+            instructions,
+            pace,
+            workspace,
+        } => agent::run(
+            &AgentOptions {
+                scenario,
+                instructions,
+                pace,
+                workspace,
+            },
+            &mut stdout,
+        )?,
+        AgentCommand::Check { file, root } => agent::check(&file, &root, &mut stdout)?,
+    };
+    Ok(ExitCode::from(code))
+}
+
+/// A sandbox's main process: waits for SIGTERM or SIGINT (as PID 1 it must handle them itself),
+/// relaying the model port to the gateway socket `relay` meanwhile when one is given. A relay that
+/// cannot listen ends it at once with exit code 1.
+async fn sandbox_idle(relay: Option<PathBuf>) -> Result<ExitCode, CliError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let installing = |signal: &'static str| move |source| CliError::Signal { signal, source };
+    let mut terminate = signal(SignalKind::terminate()).map_err(installing("SIGTERM"))?;
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(installing("SIGINT"))?;
+    let stopped = async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    };
+    let Some(socket) = relay else {
+        stopped.await;
+        return Ok(ExitCode::SUCCESS);
+    };
+    let address = relay::RELAY_ADDR
+        .parse()
+        .map_err(|source| CliError::RelayAddress {
+            address: relay::RELAY_ADDR,
+            source,
+        })?;
+    match relay::relay(address, socket, stopped).await {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(error) => {
+            let _ = writeln!(std::io::stderr(), "stet sandbox-idle: {error}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// `stet probe`: what a test asks of the sandbox from inside it, reported as JSON on stdout; `hold`
+/// waits for stdin to close, `emit_line_mb` prints one line of that many MiB.
+fn probe_command(
+    request: &ProbeRequest,
+    hold: bool,
+    emit_line_mb: Option<usize>,
+) -> Result<ExitCode, CliError> {
+    if hold {
+        probe::hold(&mut std::io::stdin().lock())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(megabytes) = emit_line_mb {
+        probe::emit_line(megabytes, &mut std::io::stdout().lock())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let report = probe::run(request)?;
+    probe::write_report(&report, &mut std::io::stdout().lock())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_probe_options_parse_into_the_request() {
+        let cli = Cli::try_parse_from([
+            "stet",
+            "probe",
+            "--connect",
+            "10.0.0.1:443",
+            "--fork-up-to",
+            "8",
+            "--find-env-in-cmdlines",
+            "SECRET",
+        ])
+        .unwrap();
+        let Command::Probe { request, hold, .. } = cli.command else {
+            panic!("not a probe: {cli:?}");
+        };
+        assert_eq!(request.connect, ["10.0.0.1:443".parse().unwrap()]);
+        assert_eq!(request.fork_up_to, Some(8));
+        assert_eq!(request.fill_piece_mb, 16);
+        assert_eq!(request.find_env_in_cmdlines, ["SECRET"]);
+        assert!(!hold);
+    }
+
+    #[test]
+    fn hold_conflicts_with_the_active_checks() {
+        let refused = Cli::try_parse_from(["stet", "probe", "--hold", "--connect", "10.0.0.1:1"]);
+        assert!(refused.is_err(), "{refused:?}");
+    }
+
+    #[test]
+    fn host_commands_are_not_here() {
+        for host_only in ["demo", "doctor", "image", "sweep"] {
+            let refused = Cli::try_parse_from(["stet", host_only]);
+            assert!(refused.is_err(), "{host_only} parsed: {refused:?}");
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! What stet runs inside the sandbox container, and nothing else: the scripted agent ([`agent`]),
+//! the relay of the model port to the host's gateway ([`relay`]) and the probe the tests ask what the
+//! sandbox allows ([`probe`]), behind the command line of the `stet-sandbox` executable ([`cli`]).
+//! The sandbox image carries that executable as `/usr/local/bin/stet`; it depends on the protocol
+//! alone, so no engine, forge, credential or terminal code is in the image.
+
+pub mod agent;
+pub mod cli;
+pub mod probe;
+pub mod relay;
+
+/// Where the private copy of the code is mounted in the container, and where the agent works.
+pub const WORKSPACE_MOUNT: &str = "/workspace";
+
+/// Where the directory holding the gateway's unix socket is mounted in the container.
+pub const GATEWAY_MOUNT: &str = "/run/stet";
