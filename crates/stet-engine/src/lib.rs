@@ -25,4 +25,5 @@ pub mod relay;
 pub mod runtime;
 pub mod scripted_model;
 pub mod state_dir;
+pub mod untrusted_tree;
 pub mod workflow;
