@@ -20,4 +20,5 @@ pub mod logging;
 pub mod private_files;
 pub mod runtime;
 pub mod state_dir;
+pub mod untrusted_tree;
 pub mod workflow;

@@ -17,6 +17,8 @@ use std::path::Path;
 use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
+use crate::untrusted_tree;
+
 /// How many directories are open at once, at most (plus the top one).
 const MAX_OPEN_LEVELS: usize = 32;
 
@@ -108,13 +110,10 @@ fn entries(dir: &OwnedFd) -> io::Result<Vec<(OsString, FileType)>> {
             continue;
         }
         let name = OsString::from_vec(name.to_vec());
-        let kind = match entry.file_type() {
-            FileType::Unknown => match rustix::fs::statat(dir, &name, AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(stat) => FileType::from_raw_mode(stat.st_mode),
-                Err(Errno::NOENT) => continue,
-                Err(errno) => return Err(errno.into()),
-            },
-            kind => kind,
+        let kind = match untrusted_tree::entry_type(dir, &name, entry.file_type()) {
+            Ok(kind) => kind,
+            Err(Errno::NOENT) => continue,
+            Err(errno) => return Err(errno.into()),
         };
         names.push((name, kind));
     }
@@ -122,12 +121,7 @@ fn entries(dir: &OwnedFd) -> io::Result<Vec<(OsString, FileType)>> {
 }
 
 fn open_directory(at: impl AsFd, path: impl rustix::path::Arg) -> rustix::io::Result<OwnedFd> {
-    let directory = rustix::fs::openat(
-        at,
-        path,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
+    let directory = untrusted_tree::open_directory(at, path)?;
     make_owner_writable(&directory)?;
     Ok(directory)
 }

@@ -19,7 +19,6 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, OsStr};
 use std::fmt;
-use std::io::Read;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -28,7 +27,7 @@ use git2::{
     Delta, DiffFormat, ErrorCode, FileMode, ObjectType, Odb, OdbLookupFlags, Oid, Repository,
     RepositoryOpenFlags, Signature, Tree,
 };
-use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
+use rustix::fs::FileType;
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 
@@ -36,6 +35,7 @@ use super::pack::PackWriter;
 use crate::dispatch::branch::CommitSha;
 use crate::dispatch::event::ChangeKind;
 use crate::dispatch::sanitize::SanitizedText;
+use crate::untrusted_tree::{self, Entry, FileError, Listing};
 
 /// Deepest directory nesting the walk follows; each level holds one open descriptor.
 pub const MAX_DEPTH: usize = 256;
@@ -378,7 +378,7 @@ fn find_parent<'r>(
 }
 
 fn open_workspace(workspace: &Path) -> Result<OwnedFd> {
-    rustix::fs::open(workspace, directory_flags(), Mode::empty()).map_err(|errno| match errno {
+    untrusted_tree::open_root(workspace).map_err(|errno| match errno {
         Errno::NOENT => ImportError::WorkspaceMissing {
             path: workspace.to_owned(),
         },
@@ -391,10 +391,6 @@ fn open_workspace(workspace: &Path) -> Result<OwnedFd> {
             source: errno.into(),
         },
     })
-}
-
-fn directory_flags() -> OFlags {
-    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
 }
 
 /// The parent's entry at the path being walked.
@@ -420,16 +416,16 @@ enum Kind {
 }
 
 impl Kind {
-    fn of(file_type: FileType) -> Option<Kind> {
+    fn of(file_type: FileType) -> Kind {
         match file_type {
-            FileType::Directory => Some(Kind::Directory),
-            FileType::RegularFile => Some(Kind::File),
-            FileType::Symlink => Some(Kind::Link),
-            FileType::Fifo => Some(Kind::Special("fifo")),
-            FileType::Socket => Some(Kind::Special("socket")),
-            FileType::CharacterDevice => Some(Kind::Special("character device")),
-            FileType::BlockDevice => Some(Kind::Special("block device")),
-            FileType::Unknown => None,
+            FileType::Directory => Kind::Directory,
+            FileType::RegularFile => Kind::File,
+            FileType::Symlink => Kind::Link,
+            FileType::Fifo => Kind::Special("fifo"),
+            FileType::Socket => Kind::Special("socket"),
+            FileType::CharacterDevice => Kind::Special("character device"),
+            FileType::BlockDevice => Kind::Special("block device"),
+            FileType::Unknown => Kind::Special("file of unknown type"),
         }
     }
 }
@@ -463,18 +459,16 @@ impl Walk<'_, '_> {
         previous: Option<&Tree<'_>>,
         depth: usize,
     ) -> Result<Option<Oid>> {
-        let mut listing = Dir::new(directory).map_err(|errno| self.io(path, "listing", errno))?;
+        let mut listing =
+            Listing::new(directory).map_err(|errno| self.io(path, "listing", errno))?;
         let mut names = Vec::new();
-        while let Some(entry) = listing.read() {
+        for entry in listing.by_ref() {
             let entry = entry.map_err(|errno| self.io(path, "listing", errno))?;
-            let name = entry.file_name();
-            if !matches!(name.to_bytes(), b"." | b"..") {
-                // Counted as listed, so a directory of millions of entries stops the walk early.
-                self.count_entry()?;
-                names.push((name.to_owned(), entry.file_type()));
-            }
+            // Counted as listed, so a directory of millions of entries stops the walk early.
+            self.count_entry()?;
+            names.push(entry);
         }
-        names.sort_unstable_by(|left, right| left.0.cmp(&right.0));
+        names.sort_unstable_by(|left, right| left.name.cmp(&right.name));
         let dirfd = listing
             .fd()
             .map_err(|errno| self.io(path, "listing", errno))?;
@@ -483,7 +477,7 @@ impl Walk<'_, '_> {
             .repository
             .treebuilder(None)
             .map_err(self.git("starting a tree"))?;
-        for (name, file_type) in names {
+        for Entry { name, file_type } in names {
             let child = join(path, name.to_bytes());
             if let Some((id, mode)) =
                 self.entry(dirfd, &name, file_type, &child, previous, depth)?
@@ -564,10 +558,9 @@ impl Walk<'_, '_> {
                 mode: entry.filemode(),
             })
         });
-        let kind = match Kind::of(file_type) {
-            Some(kind) => kind,
-            None => self.kind_at(dirfd, name, path)?,
-        };
+        let kind = untrusted_tree::entry_type(dirfd, name, file_type)
+            .map(Kind::of)
+            .map_err(|errno| self.opening_error(path, errno))?;
         if let Some(submodule) = previous.filter(|entry| entry.is(FileMode::Commit)) {
             if !self.is_empty_directory(dirfd, name, path, kind)? {
                 self.warnings
@@ -591,7 +584,7 @@ impl Walk<'_, '_> {
                     .map(|entry| self.repository.find_tree(entry.id))
                     .transpose()
                     .map_err(self.git("reading a tree of the parent commit"))?;
-                let opened = rustix::fs::openat(dirfd, name, directory_flags(), Mode::empty())
+                let opened = untrusted_tree::open_directory(dirfd, name)
                     .map_err(|errno| self.opening_error(path, errno))?;
                 Ok(self
                     .directory(opened, path, subtree.as_ref(), depth + 1)?
@@ -623,55 +616,36 @@ impl Walk<'_, '_> {
         path: &[u8],
         previous: Option<Previous>,
     ) -> Result<(Oid, FileMode)> {
-        // O_NONBLOCK: should the entry have become a fifo since it was listed, opening it returns at
-        // once instead of waiting for a writer; fstat then refuses it.
-        let opened = rustix::fs::openat(
-            dirfd,
-            name,
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|errno| self.opening_error(path, errno))?;
-        let stat = rustix::fs::fstat(&opened).map_err(|errno| self.io(path, "reading", errno))?;
-        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-            return Err(ImportError::WorkspaceChanged { path: lossy(path) });
-        }
         let limit = self.request.limits.max_file_bytes;
-        let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
-        if size > limit {
-            return Err(ImportError::FileTooLarge {
+        let refused = |error| match error {
+            FileError::Open(errno) => self.opening_error(path, errno),
+            FileError::Stat(errno) => self.io(path, "reading", errno),
+            FileError::NotRegular => ImportError::WorkspaceChanged { path: lossy(path) },
+            FileError::TooLarge { size, limit } => ImportError::FileTooLarge {
                 path: lossy(path),
                 size,
                 limit,
-            });
-        }
-        if self.total_bytes.saturating_add(size) > self.request.limits.max_total_bytes {
+            },
+            FileError::Read(source) => ImportError::Io {
+                path: self.request.workspace.join(OsStr::from_bytes(path)),
+                operation: "reading",
+                source,
+            },
+        };
+        let opened = untrusted_tree::open_file(dirfd, name, limit).map_err(refused)?;
+        if self.total_bytes.saturating_add(opened.size()) > self.request.limits.max_total_bytes {
             return Err(ImportError::TotalTooLarge {
                 limit: self.request.limits.max_total_bytes,
             });
         }
-        let mut content = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-        std::fs::File::from(opened)
-            .take(limit.saturating_add(1))
-            .read_to_end(&mut content)
-            .map_err(|source| ImportError::Io {
-                path: self.request.workspace.join(OsStr::from_bytes(path)),
-                operation: "reading",
-                source,
-            })?;
+        let executable = opened.owner_may_execute();
+        let content = opened.read().map_err(refused)?;
         let read = u64::try_from(content.len()).unwrap_or(u64::MAX);
-        if read > limit {
-            return Err(ImportError::FileTooLarge {
-                path: lossy(path),
-                size: read,
-                limit,
-            });
-        }
         self.add_bytes(read)?;
-        let mode = if stat.st_mode & 0o100 == 0 {
-            FileMode::Blob
-        } else {
+        let mode = if executable {
             FileMode::BlobExecutable
+        } else {
+            FileMode::Blob
         };
         Ok((self.blob(&content, previous)?, mode))
     }
@@ -718,13 +692,6 @@ impl Walk<'_, '_> {
         Ok(written)
     }
 
-    fn kind_at(&self, dirfd: BorrowedFd<'_>, name: &CStr, path: &[u8]) -> Result<Kind> {
-        let stat = rustix::fs::statat(dirfd, name, AtFlags::SYMLINK_NOFOLLOW)
-            .map_err(|errno| self.opening_error(path, errno))?;
-        Ok(Kind::of(FileType::from_raw_mode(stat.st_mode))
-            .unwrap_or(Kind::Special("file of unknown type")))
-    }
-
     fn is_empty_directory(
         &self,
         dirfd: BorrowedFd<'_>,
@@ -735,16 +702,14 @@ impl Walk<'_, '_> {
         if kind != Kind::Directory {
             return Ok(false);
         }
-        let opened = rustix::fs::openat(dirfd, name, directory_flags(), Mode::empty())
+        let opened = untrusted_tree::open_directory(dirfd, name)
             .map_err(|errno| self.opening_error(path, errno))?;
-        let mut listing = Dir::new(opened).map_err(|errno| self.io(path, "listing", errno))?;
-        while let Some(entry) = listing.read() {
-            let entry = entry.map_err(|errno| self.io(path, "listing", errno))?;
-            if !matches!(entry.file_name().to_bytes(), b"." | b"..") {
-                return Ok(false);
-            }
+        let mut listing = Listing::new(opened).map_err(|errno| self.io(path, "listing", errno))?;
+        match listing.next() {
+            None => Ok(true),
+            Some(Ok(_)) => Ok(false),
+            Some(Err(errno)) => Err(self.io(path, "listing", errno)),
         }
-        Ok(true)
     }
 
     /// Whether a path the parent commit does not have is ignored by the user's repository.

@@ -16,11 +16,12 @@ use git2::{
     ErrorCode, FileMode, IndexTime, ObjectType, Oid, Repository, RepositoryInitOptions,
     RepositoryOpenFlags,
 };
-use rustix::fs::{AtFlags, Dir, FileType, Gid, Mode, OFlags, Uid};
+use rustix::fs::{AtFlags, FileType, Gid, Uid};
 
 use super::pack::PackWriter;
 use crate::dispatch::branch::CommitSha;
 use crate::runtime::SandboxUser;
+use crate::untrusted_tree::{self, Entry, Listing};
 
 /// Why a workspace could not be materialized.
 #[derive(Debug, thiserror::Error)]
@@ -365,12 +366,7 @@ fn write_shallow_boundary(target: &Repository, base: &CommitSha) -> Result<()> {
 fn hand_over(root: &Path, owner: SandboxUser) -> Result<()> {
     let uid = Uid::from_raw(owner.uid);
     let gid = Gid::from_raw(owner.gid);
-    let directory = rustix::fs::open(
-        root,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|errno| handover_error(root, errno))?;
+    let directory = untrusted_tree::open_root(root).map_err(|errno| handover_error(root, errno))?;
     rustix::fs::fchown(&directory, Some(uid), Some(gid))
         .map_err(|errno| handover_error(root, errno))?;
     hand_over_entries(directory, root, uid, gid)
@@ -382,39 +378,30 @@ fn hand_over_entries(
     uid: Uid,
     gid: Gid,
 ) -> Result<()> {
-    let mut entries = Dir::new(directory).map_err(|errno| handover_error(path, errno))?;
+    let mut entries = Listing::new(directory).map_err(|errno| handover_error(path, errno))?;
     let mut subdirectories = Vec::new();
-    while let Some(entry) = entries.read() {
-        let entry = entry.map_err(|errno| handover_error(path, errno))?;
-        let name = entry.file_name();
-        if matches!(name.to_bytes(), b"." | b"..") {
-            continue;
-        }
+    while let Some(entry) = entries.next() {
+        let Entry { name, file_type } = entry.map_err(|errno| handover_error(path, errno))?;
         let dirfd = entries.fd().map_err(|errno| handover_error(path, errno))?;
-        rustix::fs::chownat(dirfd, name, Some(uid), Some(gid), AtFlags::SYMLINK_NOFOLLOW).map_err(
-            |errno| handover_error(&path.join(OsStr::from_bytes(name.to_bytes())), errno),
-        )?;
-        let is_directory = match entry.file_type() {
-            FileType::Directory => true,
-            FileType::Unknown => rustix::fs::statat(dirfd, name, AtFlags::SYMLINK_NOFOLLOW)
-                .map(|stat| FileType::from_raw_mode(stat.st_mode) == FileType::Directory)
-                .map_err(|errno| handover_error(path, errno))?,
-            _ => false,
-        };
-        if is_directory {
-            subdirectories.push(name.to_owned());
+        rustix::fs::chownat(
+            dirfd,
+            &name,
+            Some(uid),
+            Some(gid),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .map_err(|errno| handover_error(&path.join(OsStr::from_bytes(name.to_bytes())), errno))?;
+        let file_type = untrusted_tree::entry_type(dirfd, &name, file_type)
+            .map_err(|errno| handover_error(path, errno))?;
+        if file_type == FileType::Directory {
+            subdirectories.push(name);
         }
     }
     for name in subdirectories {
         let child = path.join(OsStr::from_bytes(name.to_bytes()));
         let dirfd = entries.fd().map_err(|errno| handover_error(path, errno))?;
-        let directory = rustix::fs::openat(
-            dirfd,
-            name.as_c_str(),
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|errno| handover_error(&child, errno))?;
+        let directory = untrusted_tree::open_directory(dirfd, &name)
+            .map_err(|errno| handover_error(&child, errno))?;
         hand_over_entries(directory, &child, uid, gid)?;
     }
     Ok(())

@@ -28,14 +28,13 @@
 //! is cut to a bound, so no cut can leave part of a secret unrecognised.
 
 use std::collections::BTreeMap;
-use std::ffi::{CStr, CString};
-use std::io::Read as _;
+use std::ffi::CStr;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags};
+use rustix::fs::FileType;
 use rustix::io::Errno;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -50,6 +49,7 @@ use crate::harness::{
 };
 use crate::runtime::lines::FramedLine;
 use crate::runtime::{OUTPUTS_MOUNT, OutputLine, OutputStream, SandboxProcess, WORKSPACE_MOUNT};
+use crate::untrusted_tree::{self, Entry, FileError, Listing, RegularFile};
 use stderr::{OpenHandsStderr, StderrRead};
 
 /// The OpenHands CLI version the dispatch image carries (`docker/dispatch/Dockerfile`) and this
@@ -824,7 +824,7 @@ fn bounded_text_of(
 ///
 /// `Ok(None)` when no state file is found or none records any usage.
 pub fn final_usage(outputs: &Path, sanitizer: &Arc<TokenSanitizer>) -> Result<Option<Usage>> {
-    let root = match rustix::fs::open(outputs, directory_flags(), Mode::empty()) {
+    let root = match untrusted_tree::open_root(outputs) {
         Ok(root) => root,
         Err(Errno::NOENT) => return Ok(None),
         Err(errno) => return Err(read_error(outputs, errno)),
@@ -840,10 +840,6 @@ pub fn final_usage(outputs: &Path, sanitizer: &Arc<TokenSanitizer>) -> Result<Op
         totals.add(path, bytes)?;
     }
     Ok(totals.into_usage(sanitizer))
-}
-
-fn directory_flags() -> OFlags {
-    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
 }
 
 fn read_error(path: &Path, errno: Errno) -> OpenHandsError {
@@ -864,14 +860,10 @@ struct StateSearch<'a> {
 
 impl StateSearch<'_> {
     fn directory(&mut self, directory: OwnedFd, path: &Path, depth: usize) -> Result<()> {
-        let mut listing = Dir::new(directory).map_err(|errno| read_error(path, errno))?;
-        let mut entries: Vec<(CString, FileType)> = Vec::new();
-        while let Some(entry) = listing.read() {
+        let mut listing = Listing::new(directory).map_err(|errno| read_error(path, errno))?;
+        let mut entries = Vec::new();
+        for entry in listing.by_ref() {
             let entry = entry.map_err(|errno| read_error(path, errno))?;
-            let name = entry.file_name();
-            if matches!(name.to_bytes(), b"." | b"..") {
-                continue;
-            }
             self.listed += 1;
             if self.listed > MAX_SEARCH_ENTRIES {
                 return Err(OpenHandsError::TooManyEntries {
@@ -879,18 +871,14 @@ impl StateSearch<'_> {
                     limit: MAX_SEARCH_ENTRIES,
                 });
             }
-            entries.push((name.to_owned(), entry.file_type()));
+            entries.push(entry);
         }
         let dirfd = listing.fd().map_err(|errno| read_error(path, errno))?;
         let mut subdirectories = Vec::new();
-        for (name, listed_type) in entries {
+        for Entry { name, file_type } in entries {
             let child = path.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
-            let file_type = match listed_type {
-                FileType::Unknown => rustix::fs::statat(dirfd, &name, AtFlags::SYMLINK_NOFOLLOW)
-                    .map(|stat| FileType::from_raw_mode(stat.st_mode))
-                    .map_err(|errno| read_error(&child, errno))?,
-                known => known,
-            };
+            let file_type = untrusted_tree::entry_type(dirfd, &name, file_type)
+                .map_err(|errno| read_error(&child, errno))?;
             match file_type {
                 FileType::RegularFile if name.as_c_str() == BASE_STATE => {
                     let bytes = read_state(dirfd, &child)?;
@@ -906,7 +894,7 @@ impl StateSearch<'_> {
         }
         subdirectories.sort();
         for (name, child) in subdirectories {
-            let opened = rustix::fs::openat(dirfd, &name, directory_flags(), Mode::empty())
+            let opened = untrusted_tree::open_directory(dirfd, &name)
                 .map_err(|errno| read_error(&child, errno))?;
             self.directory(opened, &child, depth + 1)?;
         }
@@ -917,44 +905,24 @@ impl StateSearch<'_> {
 /// Reads a state file through a descriptor opened without following links and checked to be a
 /// regular file of bounded size.
 fn read_state(dirfd: BorrowedFd<'_>, path: &Path) -> Result<Vec<u8>> {
-    // O_NONBLOCK: should the entry have become a fifo since it was listed, opening it returns at once
-    // instead of waiting for a writer; fstat then refuses it.
-    let opened = rustix::fs::openat(
-        dirfd,
-        BASE_STATE,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|errno| read_error(path, errno))?;
-    let stat = rustix::fs::fstat(&opened).map_err(|errno| read_error(path, errno))?;
-    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-        return Err(OpenHandsError::Malformed {
-            path: path.to_owned(),
-            problem: "it is not a regular file".to_owned(),
-        });
-    }
-    let too_large = |size: u64| OpenHandsError::TooLarge {
-        path: path.to_owned(),
-        size,
-        limit: MAX_STATE_BYTES,
-    };
-    let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
-    if size > MAX_STATE_BYTES {
-        return Err(too_large(size));
-    }
-    let mut bytes = Vec::new();
-    std::fs::File::from(opened)
-        .take(MAX_STATE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|source| OpenHandsError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-    let read = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
-    if read > MAX_STATE_BYTES {
-        return Err(too_large(read));
-    }
-    Ok(bytes)
+    untrusted_tree::open_file(dirfd, BASE_STATE, MAX_STATE_BYTES)
+        .and_then(RegularFile::read)
+        .map_err(|error| match error {
+            FileError::Open(errno) | FileError::Stat(errno) => read_error(path, errno),
+            FileError::NotRegular => OpenHandsError::Malformed {
+                path: path.to_owned(),
+                problem: "it is not a regular file".to_owned(),
+            },
+            FileError::TooLarge { size, limit } => OpenHandsError::TooLarge {
+                path: path.to_owned(),
+                size,
+                limit,
+            },
+            FileError::Read(source) => OpenHandsError::Read {
+                path: path.to_owned(),
+                source,
+            },
+        })
 }
 
 /// The part of `base_state.json` this module reads; every other field is passed over unread.
