@@ -18,6 +18,10 @@ const EXIT_USAGE: u8 = 2;
 
 /// Why a command could not run.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum CliError {
     #[error(transparent)]
     Agent(#[from] AgentError),

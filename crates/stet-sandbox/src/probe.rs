@@ -37,6 +37,10 @@ const DEFAULT_HOME: &str = "/home/stet";
 
 /// The probe's errors.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum ProbeError {
     #[error("reading {path}: {source}")]
     Read {
@@ -167,39 +171,53 @@ pub struct ProbeReport {
 /// One line of `/proc/self/mounts`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Mount {
+    /// What is mounted (a device, `tmpfs`, `overlay`, …).
     pub source: String,
+    /// Where it is mounted.
     pub target: String,
+    /// The file system's type.
     pub fstype: String,
+    /// The mount options, comma-separated (`ro`, `nosuid`, …).
     pub options: String,
 }
 
 /// One `--connect` attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ConnectOutcome {
+    /// The address tried.
     pub address: String,
+    /// Whether the connection was made.
     pub ok: bool,
+    /// Why not, when it was not.
     pub error: Option<String>,
 }
 
 /// How many children `--fork-up-to` could start, and why it stopped early if it did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ForkOutcome {
+    /// How many children started.
     pub started: u32,
+    /// Why the next one could not, when fewer than asked started.
     pub error: Option<String>,
 }
 
 /// How much `--allocate-mb` allocated and touched, and why it stopped early if it did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AllocateOutcome {
+    /// How many MiB were allocated and written.
     pub allocated_mb: u64,
+    /// Why the next could not be, when fewer than asked were.
     pub error: Option<String>,
 }
 
 /// How much `--fill-mb` wrote into `/workspace`, and why it stopped early if it did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FillOutcome {
+    /// How many MiB reached the disk.
     pub written_mb: u64,
+    /// How many files they went into.
     pub files: u64,
+    /// Why writing stopped, when it stopped short.
     pub error: Option<String>,
 }
 
@@ -221,12 +239,17 @@ pub struct ProcStatus {
     pub uid: u32,
     /// Effective gid (second column of `Gid:`).
     pub gid: u32,
+    /// The inheritable capability set, in hex (`CapInh:`).
     pub cap_inh: String,
+    /// The permitted set (`CapPrm:`).
     pub cap_prm: String,
+    /// The effective set (`CapEff:`).
     pub cap_eff: String,
+    /// The bounding set (`CapBnd:`).
     pub cap_bnd: String,
     /// Absent on kernels before 4.3, which have no ambient set.
     pub cap_amb: Option<String>,
+    /// Whether `NoNewPrivs:` is set: no exec can gain privileges.
     pub no_new_privs: bool,
 }
 

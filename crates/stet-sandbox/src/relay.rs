@@ -42,6 +42,10 @@ pub fn model_base_url() -> String {
 
 /// Why the relay could not run.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum RelayError {
     #[error("the model relay cannot listen on {address}: {source}")]
     Bind {
@@ -55,6 +59,7 @@ pub enum RelayError {
     SocketPathTooLong { path: PathBuf, length: usize },
 }
 
+/// Result alias of the relay.
 pub type Result<T> = std::result::Result<T, RelayError>;
 
 /// Accepts TCP connections on `listen` and pipes each, byte for byte in both directions, to a new

@@ -79,7 +79,10 @@ pub enum Behaviour {
     #[default]
     Normal,
     /// 429 with `Retry-After` and an OpenAI-style error body.
-    TooManyRequests { retry_after_secs: u64 },
+    TooManyRequests {
+        /// The `Retry-After` it sends, in seconds.
+        retry_after_secs: u64,
+    },
     /// 500 with an OpenAI-style error body.
     ServerError,
     /// 200 whose body (or, streaming, whose first event) is not valid JSON.

@@ -32,11 +32,15 @@ pub use view::{
 /// One line of the inbox: a brief that can be dispatched, or a file that failed to read.
 #[derive(Debug, Clone, PartialEq)]
 pub enum InboxRow {
+    /// A brief read and checked.
     Brief(Box<Brief>),
+    /// A file of the inbox that is not a valid brief.
     Invalid {
+        /// The file.
         file: PathBuf,
         /// The line the problem is on, when the reader knows it.
         line: Option<usize>,
+        /// Why it is not a brief, in the reader's words.
         reason: String,
     },
 }
@@ -90,23 +94,36 @@ fn error_line(error: &BriefError) -> Option<usize> {
 /// Everything that can change the app: engine events, the clock, and what the keymap asks for.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Msg {
+    /// One event from the engine.
     Engine(Event),
     /// Everything pending on the event channel, drained at once for one frame.
     EngineBatch(Vec<Event>),
     /// The engine refused a request the app made; `reason` is its error, shown as the status.
     RequestFailed {
+        /// The request refused.
         request: Request,
+        /// The engine's words.
         reason: String,
     },
+    /// The clock, for elapsed times and the status line's expiry.
     Tick(DateTime<Utc>),
+    /// Select the next row of the focused list.
     SelectNext,
+    /// Select the previous row of the focused list.
     SelectPrevious,
+    /// Ask to dispatch the selected brief (a confirmation follows).
     DispatchSelected,
+    /// Ask to cancel the selected dispatch (a confirmation follows).
     CancelSelected,
+    /// Answer yes to the open confirmation.
     ConfirmYes,
+    /// Answer no to the open confirmation.
     ConfirmNo,
+    /// Approve the selected dispatch at review: push and open the pull request.
     Approve,
+    /// Discard the selected dispatch at review.
     Discard,
+    /// Quit (with a confirmation when dispatches are running).
     Quit,
     /// Move the focus to the next pane.
     FocusNext,
@@ -116,6 +133,7 @@ pub enum Msg {
     ScrollDown(usize),
     /// Jump to the transcript's end and follow it again.
     FollowTail,
+    /// Show or hide the key help overlay.
     ToggleHelp,
     /// Close the help overlay, or leave the review gate for the transcript.
     Back,
@@ -135,7 +153,9 @@ pub enum Msg {
     SearchPrevious,
     /// The run record's patch of a collected dispatch, read for the review gate (or why not).
     PatchLoaded {
+        /// The dispatch whose result it is.
         dispatch: DispatchId,
+        /// The diff, or why it could not be read.
         patch: Result<String, String>,
     },
     /// Ctrl-C: the first press arms, a second one quits as `q` does.
@@ -146,7 +166,9 @@ pub enum Msg {
     FormKey(KeyEvent),
     /// The form's brief was written to `file` and read back (or why not).
     BriefSaved {
+        /// The file written, when it was.
         file: Option<PathBuf>,
+        /// The brief as read back, or why it could not be saved.
         saved: Result<Box<Brief>, String>,
     },
 }
@@ -154,11 +176,16 @@ pub enum Msg {
 /// What the app asks of the engine (sent as a `Command` through the `DispatchHandle`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
+    /// Dispatch a brief.
     Dispatch {
+        /// The brief, as the inbox read it.
         brief: Box<Brief>,
     },
+    /// Cancel a dispatch in flight.
     Cancel(DispatchId),
+    /// Approve a dispatch waiting for review.
     Approve(DispatchId),
+    /// Discard a dispatch waiting for review.
     Discard(DispatchId),
     /// Cancel every dispatch and tear everything down before exiting.
     Shutdown,
@@ -187,6 +214,7 @@ impl Request {
 pub enum Confirm {
     /// Dispatch the brief with this id.
     Dispatch(String),
+    /// Cancel this dispatch.
     Cancel(DispatchId),
     /// Quit although dispatches are running: they are cancelled and torn down first.
     Quit,
@@ -356,6 +384,7 @@ impl App {
         self.quitting && self.running_count() == 0
     }
 
+    /// Whether a quit was confirmed and the app waits for the teardowns before it exits.
     pub fn is_quitting(&self) -> bool {
         self.quitting
     }
@@ -370,6 +399,7 @@ impl App {
         (self.selected < self.rows.len()).then_some(self.selected)
     }
 
+    /// The inbox row the cursor is on.
     pub fn selected_row(&self) -> Option<&InboxRow> {
         self.rows.get(self.selected)
     }
@@ -384,6 +414,7 @@ impl App {
         self.dispatches.get(self.newest_by_brief.get(id)?)
     }
 
+    /// The dispatch `id`, when the app has seen its events.
     pub fn dispatch(&self, id: DispatchId) -> Option<&DispatchView> {
         self.dispatches.get(&id)
     }
@@ -409,6 +440,7 @@ impl App {
         self.newest(id).map_or(Badge::New, Badge::of)
     }
 
+    /// The question waiting for an answer, if one is open.
     pub fn confirm(&self) -> Option<&Confirm> {
         self.confirm.as_ref()
     }
@@ -429,6 +461,7 @@ impl App {
         self.changed = true;
     }
 
+    /// The colours the view draws with.
     pub fn theme(&self) -> Theme {
         self.theme
     }
@@ -439,6 +472,7 @@ impl App {
         self.changed = true;
     }
 
+    /// The cost ceiling the meter is drawn against, in dollars, before a dispatch names its own.
     pub fn cost_ceiling(&self) -> Option<f64> {
         self.cost_ceiling
     }
@@ -449,10 +483,12 @@ impl App {
         self.changed = true;
     }
 
+    /// The repository configuration file in effect, as the status line names it.
     pub fn configuration(&self) -> Option<&Configuration> {
         self.configuration.as_ref()
     }
 
+    /// The pane that keys act on.
     pub fn focus(&self) -> Focus {
         self.focus
     }
@@ -462,6 +498,7 @@ impl App {
         self.scroll
     }
 
+    /// Whether the key help overlay is shown.
     pub fn help_open(&self) -> bool {
         self.help
     }

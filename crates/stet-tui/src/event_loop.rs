@@ -41,6 +41,10 @@ pub enum Interrupt {
 }
 
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum LoopError {
     #[error("reading the terminal's input: {0}")]
     Input(std::io::Error),
@@ -48,6 +52,7 @@ pub enum LoopError {
     Draw(String),
 }
 
+/// Result alias of the event loop.
 pub type Result<T> = std::result::Result<T, LoopError>;
 
 /// Why the loop ended.
@@ -61,7 +66,10 @@ pub enum Exit {
     /// A second SIGINT/SIGTERM arrived while dispatches were still tearing down: exit now; the
     /// journal lets the next launch (or `stet sweep`) reclaim what is left. `hung_up` says whether
     /// the terminal had gone away before (then nothing more may be written to it).
-    Interrupted { hung_up: bool },
+    Interrupted {
+        /// Whether the terminal had gone away before.
+        hung_up: bool,
+    },
 }
 
 /// Whether `error`, from reading or writing the terminal, says the terminal is gone: EIO (a tty

@@ -127,6 +127,10 @@ pub struct BriefDraft {
 
 /// Why [`save`] could not write a brief. Every message names the path.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum FormError {
     /// The inbox directory was missing and could not be made.
     #[error("cannot create the inbox directory {}: {error}", dir.display())]

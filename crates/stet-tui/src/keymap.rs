@@ -57,7 +57,9 @@ impl Context {
 /// One key a binding answers to. Shift is ignored (a `G` arrives with it); Control is not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Chord {
+    /// The key.
     pub code: KeyCode,
+    /// Whether Control is held with it.
     pub control: bool,
 }
 
@@ -87,11 +89,15 @@ const fn form_key(code: KeyCode, modifiers: KeyModifiers) -> Msg {
 /// One row of the keymap.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Binding {
+    /// Where the binding applies (the inbox, the review gate, a dialog, …).
     pub context: Context,
+    /// The keys that trigger it.
     pub chords: &'static [Chord],
     /// The keys as the footer and help show them.
     pub keys: &'static str,
+    /// What it does, as the help shows it.
     pub description: &'static str,
+    /// What it sends the app.
     pub msg: Msg,
 }
 

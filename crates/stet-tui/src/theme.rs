@@ -9,6 +9,7 @@ use stet_protocol::event::ItemKind;
 /// Which palette the panes draw with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Theme {
+    /// Colours (the default).
     #[default]
     Colour,
     /// No colour at all, for `NO_COLOR` and for terminals that cannot show it.
@@ -41,6 +42,7 @@ impl Theme {
         Style::new().add_modifier(Modifier::BOLD)
     }
 
+    /// A pane's border, brighter when the pane has the focus.
     pub fn border(self, focused: bool) -> Style {
         match (self, focused) {
             (Theme::Colour, true) => Style::new().fg(Color::Cyan),
@@ -60,14 +62,17 @@ impl Theme {
         self.fg(Color::DarkGray)
     }
 
+    /// Errors and failed outcomes.
     pub fn error(self) -> Style {
         self.fg(Color::Red).add_modifier(Modifier::BOLD)
     }
 
+    /// Warnings and stopped-short outcomes.
     pub fn warning(self) -> Style {
         self.fg(Color::Yellow)
     }
 
+    /// Success: a pull request, a done dispatch.
     pub fn success(self) -> Style {
         self.fg(Color::Green)
     }

@@ -18,8 +18,11 @@ pub const MIN_HEIGHT: u16 = 16;
 /// A pane the mouse can point at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pane {
+    /// The inbox of briefs.
     Inbox,
+    /// The transcript.
     Transcript,
+    /// The review gate's diff.
     Review,
 }
 

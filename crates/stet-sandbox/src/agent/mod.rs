@@ -34,6 +34,10 @@ pub const MAX_PACE: f64 = 100.0;
 
 /// Why the scripted agent could not run, or could not read a scenario or checks file.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum AgentError {
     #[error("{}: cannot read the scenario: {source}", file.display())]
     ReadScenario {
@@ -134,6 +138,7 @@ pub enum AgentError {
     Write(#[source] std::io::Error),
 }
 
+/// Result alias of the scripted agent.
 pub type Result<T> = std::result::Result<T, AgentError>;
 
 /// What `stet agent run` was told.

@@ -86,6 +86,7 @@ pub fn is_format_key(key: &str) -> bool {
 pub struct Scenario {
     /// The model name usage records report.
     pub model: String,
+    /// The steps, in the order they are acted out.
     pub steps: Vec<Step>,
 }
 
@@ -94,13 +95,16 @@ pub struct Scenario {
 pub struct Step {
     /// Seconds slept before the action, before scaling by the run's pace.
     pub pause: f64,
+    /// What the step does after its pause.
     pub action: Action,
 }
 
 /// What a step does.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
+    /// Print a `message` record with this text.
     Say(String),
+    /// Print a `thought` record with this text.
     Think(String),
     /// Quote the first heading of the staged instruction file.
     ReadInstructions,
@@ -109,63 +113,103 @@ pub enum Action {
     /// Start a program in the workspace and leave it running in the background, past the agent's
     /// own end (what a hostile agent does to keep working while a person reviews).
     Daemon(Vec<String>),
+    /// Create or overwrite the file at `path` (relative to the workspace) with `content`.
     Write {
+        /// The file, relative to the workspace.
         path: String,
+        /// Its new content.
         content: String,
     },
+    /// Append `content` to the file at `path`, creating it when missing.
     Append {
+        /// The file, relative to the workspace.
         path: String,
+        /// What is appended.
         content: String,
     },
+    /// Replace the first `find` in the file at `path` with `with`; a missing `find` fails the run.
     Replace {
+        /// The file, relative to the workspace.
         path: String,
+        /// The text to find.
         find: String,
+        /// The text it becomes.
         with: String,
     },
+    /// Make a symbolic link at `path` pointing at `target` (which may point anywhere).
     Symlink {
+        /// The link, relative to the workspace.
         path: String,
+        /// What it points at, as written.
         target: String,
     },
+    /// Remove the file or directory (with what it holds) at this path, relative to the workspace.
     Remove(String),
     /// Set the permission bits of `path`.
     Chmod {
+        /// The file, relative to the workspace.
         path: String,
+        /// The permission bits.
         mode: u32,
     },
+    /// Print a `usage` record for the scenario's model, as if a request had been made.
     Usage {
+        /// Prompt tokens.
         input_tokens: u64,
+        /// Completion tokens.
         output_tokens: u64,
+        /// Prompt tokens read from a cache.
         cached_tokens: u64,
+        /// What the pretended request cost, if the scenario says.
         cost_usd: Option<f64>,
     },
+    /// Print a secret on stdout, as a careless or hostile agent would.
     Leak(Leak),
     /// Append `DEMO_TOKEN=<the secret>` to the file at `path`.
     Plant {
+        /// The file, relative to the workspace.
         path: String,
+        /// The secret written there (never printed).
         secret: Leak,
     },
+    /// Try a TCP connection to this address and report how it went (the sandbox should refuse).
     Network(SocketAddr),
     /// Ask the model `prompt`, reading the reply as a stream when `stream`.
     Ask {
+        /// What is asked.
         prompt: String,
+        /// Whether the reply is read as server-sent events.
         stream: bool,
     },
     /// Ask the model `prompt` until it refuses or `max` asks are done.
     AskUntilRefused {
+        /// What is asked each time.
         prompt: String,
+        /// The most asks made.
         max: u64,
+        /// Whether replies are read as server-sent events.
         stream: bool,
     },
+    /// Print `lines` raw lines of `bytes_per_line` bytes each, past any sane bound.
     Flood {
+        /// How many lines.
         lines: u64,
+        /// How long each line is, in bytes.
         bytes_per_line: u64,
     },
+    /// Print a `thought` heartbeat every second until the output closes: an agent that never ends.
     Forever,
+    /// Print an `error` record with `message` and end with exit code `code`.
     Fail {
+        /// The exit code.
         code: u8,
+        /// What the error record says.
         message: String,
     },
+    /// Print an `error` record with this text and end with exit code 0 and no `finish`: an agent
+    /// that stops without doing the task.
     GiveUp(String),
+    /// Print a `finish` record with this summary and end with exit code 0.
     Finish(String),
 }
 

@@ -4,8 +4,10 @@
 /// The pane that arrow keys act on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Focus {
+    /// The inbox of briefs (the start).
     #[default]
     Inbox,
+    /// The selected dispatch's transcript.
     Transcript,
 }
 
@@ -30,6 +32,7 @@ pub struct TranscriptScroll {
 }
 
 impl TranscriptScroll {
+    /// Whether the pane follows the tail as items arrive.
     pub fn is_following(&self) -> bool {
         self.pinned.is_none()
     }

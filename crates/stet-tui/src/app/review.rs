@@ -10,6 +10,7 @@ pub struct PatchText {
 }
 
 impl PatchText {
+    /// The patch `text`, its line starts found once.
     pub fn new(text: String) -> PatchText {
         let mut starts = vec![0];
         starts.extend(memchr::memchr_iter(b'\n', text.as_bytes()).map(|newline| newline + 1));
@@ -24,6 +25,7 @@ impl PatchText {
         self.starts.len()
     }
 
+    /// Whether the patch is empty (nothing changed).
     pub fn is_empty(&self) -> bool {
         self.text.is_empty()
     }
@@ -46,6 +48,7 @@ impl PatchText {
 pub enum PatchState {
     /// The result was collected; the patch is being read from the run record.
     Loading,
+    /// The patch, read.
     Loaded(PatchText),
     /// The run record's patch could not be read; the reason says why.
     Unavailable(String),

@@ -56,6 +56,7 @@ impl Search {
         })
     }
 
+    /// What was searched for, as typed.
     pub fn query(&self) -> &str {
         &self.query
     }

@@ -55,14 +55,17 @@ impl<T> BoundedRing<T> {
         &self.items
     }
 
+    /// How many items are kept.
     pub fn len(&self) -> usize {
         self.items.len()
     }
 
+    /// Whether no item is kept.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
 
+    /// The most items kept; older ones are dropped.
     pub fn capacity(&self) -> usize {
         self.capacity
     }
@@ -81,6 +84,7 @@ pub struct ClippedText {
 }
 
 impl ClippedText {
+    /// `text`, clipped.
     pub fn new(text: SanitizedText) -> ClippedText {
         let mut text = text.into_string();
         let mut keep = text.len().min(MAX_DISPLAY_TEXT_BYTES);
@@ -106,7 +110,9 @@ impl ClippedText {
 /// One transcript item as displayed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TranscriptLine {
+    /// What the agent did: said, thought, ran, printed.
     pub kind: ItemKind,
+    /// The item's text.
     pub text: ClippedText,
 }
 
@@ -118,11 +124,17 @@ pub(crate) fn positive_ceiling(ceiling: Option<f64>) -> Option<f64> {
 /// What the dispatch said it will do (from its `dispatched` event).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DispatchPlan {
+    /// The brief's title.
     pub title: SanitizedText,
+    /// The target repository (`owner/name`).
     pub repo: SanitizedText,
+    /// The base branch.
     pub base: SanitizedText,
+    /// The branch the result goes to.
     pub branch: SanitizedText,
+    /// Which harness runs the agent.
     pub harness: SanitizedText,
+    /// The sandbox image, by digest or local id.
     pub image: SanitizedText,
     /// The ceiling the dispatch runs under, as its first event said.
     pub cost_ceiling_usd: Option<f64>,
@@ -131,8 +143,11 @@ pub struct DispatchPlan {
 /// One phase on the timeline: when it began and, once left, how long it lasted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PhaseSpan {
+    /// The phase.
     pub phase: Phase,
+    /// When the dispatch entered it.
     pub started: DateTime<Utc>,
+    /// How long it lasted; `None` while it is current.
     pub duration: Option<TimeDelta>,
     /// Why the dispatch entered this phase, when the engine said (failures).
     pub reason: Option<SanitizedText>,
@@ -151,14 +166,19 @@ impl PhaseSpan {
 pub struct CostMeter {
     /// The model of the latest request.
     pub model: SanitizedText,
+    /// Prompt tokens so far, cache reads included.
     pub input_tokens: u64,
+    /// Completion tokens so far.
     pub output_tokens: u64,
+    /// Prompt tokens read from a cache so far.
     pub cached_tokens: u64,
     /// The engine's running total.
     pub total_cost_usd: f64,
+    /// Model requests metered so far.
     pub requests: u64,
     /// Requests whose cost neither the endpoint nor the price table knew.
     pub unpriced_requests: u64,
+    /// When the first usage arrived (the meter's rate is measured from it).
     pub first_report: DateTime<Utc>,
 }
 
@@ -192,20 +212,30 @@ impl CostMeter {
 /// The latest image-pull progress report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImagePullProgress {
+    /// The image being pulled.
     pub image: SanitizedText,
+    /// The layer the report is about, when it is about one.
     pub layer: Option<SanitizedText>,
+    /// The engine's words (`Downloading`, `Pull complete`, …).
     pub status: SanitizedText,
+    /// Bytes of the layer so far, when the engine says.
     pub current_bytes: Option<u64>,
+    /// The layer's size, when the engine says.
     pub total_bytes: Option<u64>,
 }
 
 /// The trusted import of the agent's work, for the review gate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CollectedResult {
+    /// The trusted commit stet made of the agent's work.
     pub commit: CommitSha,
+    /// Where the commit is kept until it is pushed (`refs/stet/<dispatch>`).
     pub reference: SanitizedText,
+    /// The changed paths, each with how it changed.
     pub files: Vec<ChangedPath>,
+    /// Lines added.
     pub insertions: usize,
+    /// Lines removed.
     pub deletions: usize,
     /// Changed paths held for review, as `path (rule)` (the only form older run records have).
     pub protected: Vec<SanitizedText>,
@@ -218,54 +248,75 @@ pub struct CollectedResult {
 /// The branch stet pushed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PushedBranch {
+    /// The branch.
     pub branch: SanitizedText,
+    /// The commit it points at.
     pub sha: CommitSha,
+    /// Where it was pushed (the remote's URL, without credentials).
     pub remote: SanitizedText,
 }
 
 /// The pull request stet opened or updated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PullRequestLink {
+    /// Whether it was opened or updated.
     pub action: PullRequestAction,
+    /// Its number on the forge.
     pub number: u64,
+    /// Its web address.
     pub url: SanitizedText,
 }
 
 /// How the sandbox was torn down.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Teardown {
+    /// Each step and how it went.
     pub steps: Vec<TeardownStepReport>,
+    /// How long the whole teardown took, in milliseconds.
     pub millis: u64,
 }
 
 /// How the dispatch ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
+    /// The terminal phase.
     pub phase: Phase,
+    /// The exit code `--headless` would give it (DESIGN §6).
     pub exit_code: u8,
+    /// Why it did not end `done`, when it did not.
     pub reason: Option<SanitizedText>,
 }
 
 /// Everything the panes show about one dispatch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DispatchView {
+    /// The dispatch.
     pub id: DispatchId,
+    /// The id of the brief it runs.
     pub brief: String,
     /// `None` until the `dispatched` event arrives.
     pub plan: Option<DispatchPlan>,
+    /// The current phase.
     pub phase: Phase,
     /// Every phase entered, in order; the last one is current.
     pub timeline: Vec<PhaseSpan>,
+    /// The latest transcript items (older ones dropped past the capacity).
     pub transcript: BoundedRing<TranscriptLine>,
     /// `None` means "no usage reported".
     pub cost: Option<CostMeter>,
+    /// The latest image-pull report, while the image is pulled.
     pub image_pull: Option<ImagePullProgress>,
+    /// The engine's warnings (teardown trouble, dropped output), the latest kept.
     pub warnings: BoundedRing<ClippedText>,
+    /// The trusted import of the agent's work, once collected.
     pub collected: Option<CollectedResult>,
     /// The collected result's patch, once asked for (the loop reads it from the run record).
     pub patch: Option<PatchState>,
+    /// The branch stet pushed, once pushed.
     pub pushed: Option<PushedBranch>,
+    /// The pull request, once opened or updated.
     pub pull_request: Option<PullRequestLink>,
+    /// How the sandbox was torn down, once it was.
     pub teardown: Option<Teardown>,
     /// `None` while the dispatch is in flight.
     pub outcome: Option<Outcome>,
@@ -456,14 +507,21 @@ pub enum Badge {
     New,
     /// Requested, or waiting for a concurrency slot.
     Queued,
+    /// In flight, in this phase.
     Running(Phase),
+    /// Collected and waiting for the person's decision.
     AwaitingReview,
     /// Done, with the pull request it opened or updated.
     PullRequest(u64),
+    /// Done without a pull request (kept, discarded or nothing to push).
     Done,
+    /// Ended with an error.
     Failed,
+    /// Cancelled by the person.
     Cancelled,
+    /// Ran past its wall-clock timeout.
     TimedOut,
+    /// Stopped at its cost ceiling.
     CeilingHit,
 }
 

@@ -75,6 +75,7 @@ pub fn lines(confirm: &Confirm, app: &App) -> (String, Vec<Line<'static>>) {
     }
 }
 
+/// Draws the dialog asking `confirm` into `area`.
 pub fn render(frame: &mut Frame, area: Rect, confirm: &Confirm, app: &App) {
     let theme = app.theme();
     let (title, mut lines) = lines(confirm, app);

@@ -26,6 +26,7 @@ pub fn badge_label(badge: Badge) -> String {
     }
 }
 
+/// Draws the inbox into `area`.
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let theme = app.theme();
     let block = pane_block(

@@ -102,6 +102,7 @@ pub fn lines(
     lines
 }
 
+/// Draws `view`'s cost meter into `area`, against `ceiling` dollars when there is one.
 pub fn render(
     frame: &mut Frame,
     area: Rect,

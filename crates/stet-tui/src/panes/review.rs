@@ -265,6 +265,7 @@ pub fn lines(
     head
 }
 
+/// Draws the review gate of `view` into `area`, its diff scrolled `scroll` lines down.
 pub fn render(frame: &mut Frame, area: Rect, view: &DispatchView, scroll: usize, theme: Theme) {
     let width = usize::from(area.width.saturating_sub(2));
     let height = usize::from(area.height.saturating_sub(2));

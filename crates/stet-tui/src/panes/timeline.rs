@@ -158,6 +158,7 @@ fn image_pull(pull: &ImagePullProgress) -> String {
     said
 }
 
+/// Draws `view`'s timeline into `area`, the current phase timed up to `now`.
 pub fn render(
     frame: &mut Frame,
     area: Rect,

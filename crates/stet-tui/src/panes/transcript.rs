@@ -32,9 +32,11 @@ fn mark(kind: ItemKind) -> &'static str {
 /// Where the person is looking in the transcript and what they searched for.
 #[derive(Debug, Clone, Copy)]
 pub struct Viewport<'a> {
+    /// Following the tail, or pinned to an item.
     pub scroll: TranscriptScroll,
     /// Its matches are highlighted.
     pub search: Option<&'a Search>,
+    /// Whether the pane has the focus (its border shows it).
     pub focused: bool,
 }
 
@@ -182,6 +184,7 @@ pub fn visible_rows(
     rows
 }
 
+/// Draws `view`'s transcript into `area` as `viewport` says.
 pub fn render(
     frame: &mut Frame,
     area: Rect,
