@@ -81,6 +81,10 @@ const BRIEFS: &[(&str, &str)] = &[
 
 /// Why the demo's scratch repository could not be made.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum DemoError {
     #[error(
         "{}: not using this directory for the demo: it is not empty and `stet demo` did not make it (it has no {MARKER} file); choose an empty or new directory",
@@ -105,6 +109,7 @@ pub enum DemoError {
     NotUtf8 { path: PathBuf },
 }
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, DemoError>;
 
 /// What [`prepare`] made.

@@ -16,18 +16,25 @@ const LOW_DISK_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 /// Below this, provisioning is likely to fail.
 const CRITICAL_DISK_BYTES: u64 = 200 * 1024 * 1024;
 
+/// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
+    /// It passed.
     Ok,
+    /// It found something worth fixing that does not stop dispatches.
     Warn,
+    /// It failed: dispatches will not work until it is fixed.
     Fail,
 }
 
 /// One check's outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {
+    /// What was checked (`docker`, `disk`, `sandbox user`, ...).
     pub name: &'static str,
+    /// How it came out.
     pub status: Status,
+    /// What the check found, in one line.
     pub detail: String,
     /// What a person should do, when the check did not pass.
     pub fix: Option<String>,
@@ -56,6 +63,7 @@ impl Check {
 /// Every check, in the order they ran.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DoctorReport {
+    /// Every check's outcome.
     pub checks: Vec<Check>,
 }
 

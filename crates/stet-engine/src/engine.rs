@@ -28,7 +28,12 @@ use crate::runtime::{
 /// How many events may wait for a slow consumer before the engine waits for it.
 pub const EVENT_BUFFER: usize = 1024;
 
+/// Why the engine could not be built from its options.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum EngineError {
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
@@ -66,6 +71,7 @@ pub enum EngineError {
     SocketDir(#[from] crate::dispatch::socket_dir::SocketDirError),
 }
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, EngineError>;
 
 /// The invoking user, or, when stet runs as root, the fixed sandbox uid provided no account or
@@ -94,21 +100,32 @@ pub enum ImageChoice {
 pub struct EngineOptions {
     /// The user's repository (its root; bare or not).
     pub repository: PathBuf,
+    /// Where stet keeps its state: journal, run records, dispatch directories.
     pub state_dir: PathBuf,
+    /// The resolved configuration.
     pub config: Config,
+    /// Which image sandboxes run.
     pub image: ImageChoice,
+    /// The agent every dispatch runs.
     pub harness: Arc<dyn Harness>,
+    /// Wall-clock limit on each dispatch's agent work.
     pub timeout: Duration,
+    /// The model cost a dispatch may reach, in US dollars; `None`: no ceiling.
     pub cost_ceiling_usd: Option<f64>,
+    /// How many dispatches may run at once.
     pub concurrency: usize,
+    /// Whether sandboxes get a network.
     pub network: NetworkPolicy,
 }
 
 /// A ready engine: start a dispatcher on it.
 #[derive(Debug)]
 pub struct Engine {
+    /// The shared parts every dispatch runs with.
     pub service: DispatchService,
+    /// Where results go and which agent runs.
     pub parts: Arc<DispatchContext>,
+    /// How many dispatches may run at once.
     pub concurrency: usize,
     /// What the launch-time sweep reclaimed.
     pub sweep: SweepReport,

@@ -27,7 +27,10 @@ const PROGRESS_TEXT_CHARS: usize = 160;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Output {
     /// JSON Lines on the writer (stdout), and, when `progress`, human lines on stderr.
-    JsonLines { progress: bool },
+    JsonLines {
+        /// Also show human progress lines on stderr.
+        progress: bool,
+    },
     /// Human lines on the writer (stdout); for `stet demo` until the theater has a UI.
     Human,
 }

@@ -52,6 +52,10 @@ const GROUP: &str = "root:x:0:\nstet:x:65532:\n";
 
 /// Errors of building and loading the sandbox image.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum ImageError {
     #[error("finding the running stet executable: {0}")]
     CurrentExe(#[source] std::io::Error),

@@ -26,7 +26,12 @@ const KEPT_LOG_FILES: usize = 14;
 const LOG_PREFIX: &str = "stet.";
 const LOG_SUFFIX: &str = ".log";
 
+/// Why stet's log could not be set up.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum LoggingError {
     #[error("cannot create the log directory {}: {}", .0.path.display(), .0.source)]
     CreateDir(crate::private_files::PrivateDirError),
@@ -44,6 +49,7 @@ pub enum LoggingError {
     AlreadyInstalled(#[from] tracing::subscriber::SetGlobalDefaultError),
 }
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, LoggingError>;
 
 /// Keeps the background log writer alive; dropping it flushes what is queued.

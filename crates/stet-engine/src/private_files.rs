@@ -23,6 +23,7 @@ pub const FILE_MODE: u32 = 0o600;
 pub struct PrivateDirError {
     /// The directory that failed: `path` itself or one of the parents being made.
     pub path: PathBuf,
+    /// What the filesystem said.
     #[source]
     pub source: io::Error,
 }

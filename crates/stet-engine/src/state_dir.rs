@@ -12,41 +12,64 @@ use std::path::{Path, PathBuf};
 pub enum StateDirError {
     /// Neither `XDG_STATE_HOME` nor `HOME` is set.
     Unset,
+    /// `HOME` is set to a relative path (the value given).
     RelativeHome(PathBuf),
     /// `failed` is the directory that could not be made or written, on the way to `state`.
     ReadOnly {
+        /// The state directory stet was to use.
         state: PathBuf,
+        /// The directory on the way to `state` that failed.
         failed: PathBuf,
     },
+    /// The filesystem has no space left.
     Full {
+        /// The state directory stet was to use.
         state: PathBuf,
+        /// The directory on the way to `state` that failed.
         failed: PathBuf,
     },
+    /// The directory is not writable by this user.
     Denied {
+        /// The state directory stet was to use.
         state: PathBuf,
+        /// The directory on the way to `state` that failed.
         failed: PathBuf,
+        /// This process's uid.
         uid: u32,
     },
+    /// Something on the way is not a directory.
     NotADirectory {
+        /// The state directory stet was to use.
         state: PathBuf,
+        /// The directory on the way to `state` that failed.
         failed: PathBuf,
     },
+    /// Any other I/O failure.
     Unusable {
+        /// The state directory stet was to use.
         state: PathBuf,
+        /// The directory on the way to `state` that failed.
         failed: PathBuf,
+        /// What the filesystem said.
         source: std::io::Error,
     },
     /// A directory (or link) on the way belongs to another account, which could swap or plant
     /// what stet keeps (its journal says what stet removes).
     Foreign {
+        /// The state directory stet was to use.
         state: PathBuf,
+        /// The directory on the way to `state` that failed.
         failed: PathBuf,
+        /// The uid that owns `failed`.
         owner: u32,
+        /// This process's uid.
         uid: u32,
     },
     /// A directory on the way is writable by every account and not sticky.
     OpenToOthers {
+        /// The state directory stet was to use.
         state: PathBuf,
+        /// The directory on the way to `state` that failed.
         failed: PathBuf,
     },
 }
@@ -138,6 +161,7 @@ impl std::fmt::Display for StateDirError {
 /// Its message already says what the underlying error was.
 impl std::error::Error for StateDirError {}
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, StateDirError>;
 
 /// `$XDG_STATE_HOME/stet`, or `$HOME/.local/state/stet`, as this process's environment says.

@@ -24,6 +24,10 @@ use rustix::path::Arg;
 
 /// Why a file of an untrusted tree was not read.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum FileError {
     /// Opening failed: `ELOOP` for a link, `ENOENT` for an entry gone since it was listed.
     #[error("opening it: {0}")]
@@ -65,6 +69,7 @@ pub fn open_directory(parent: impl AsFd, name: impl Arg) -> rustix::io::Result<O
 /// One entry of a [`Listing`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
+    /// The entry's name, without a `/`: never `.` or `..`.
     pub name: CString,
     /// As the directory gave it: [`FileType::Unknown`] where the file system does not say, which
     /// [`entry_type`] resolves.

@@ -27,6 +27,10 @@ const PLACEHOLDERS: [(&str, Placeholder); 7] = [
 
 /// Why a workflow could not be found or its template was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum WorkflowError {
     #[error(
         "there is no built-in workflow named {name:?}; the built-in workflows are: {}",

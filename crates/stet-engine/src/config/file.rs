@@ -200,7 +200,7 @@ pub(super) struct Layer {
 
 impl Layer {
     /// Parses `text`, the content of `path` read in `role`.
-    pub fn parse(path: &Path, text: &str, role: FileRole) -> Result<Layer> {
+    pub(crate) fn parse(path: &Path, text: &str, role: FileRole) -> Result<Layer> {
         let line_starts = line_starts(text);
         let settings: FileSettings = toml::from_str(text).map_err(|error| {
             let (line, column) =
@@ -227,7 +227,7 @@ impl Layer {
     /// The `STET_*` variables `env` finds, one layer each, in a fixed order; a value that is not a
     /// number where one is wanted is an error naming the variable (ranges are checked with the
     /// files' values). A variable that is empty counts as unset.
-    pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<Layer>> {
+    pub(crate) fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<Layer>> {
         let read = |variable: &'static str| {
             env(variable)
                 .map(|value| value.trim().to_owned())
@@ -298,7 +298,7 @@ impl Layer {
     }
 
     /// Where the value at `span` of this layer came from.
-    pub fn origin(&self, span: std::ops::Range<usize>) -> Origin {
+    pub(crate) fn origin(&self, span: std::ops::Range<usize>) -> Origin {
         match &self.source {
             LayerSource::File { path, .. } => Origin::File {
                 path: path.clone(),
@@ -309,7 +309,7 @@ impl Layer {
     }
 
     /// Whether this is a repository's file the user has not trusted.
-    pub fn is_untrusted_repository(&self) -> bool {
+    pub(crate) fn is_untrusted_repository(&self) -> bool {
         matches!(
             self.source,
             LayerSource::File {
@@ -320,7 +320,7 @@ impl Layer {
     }
 
     /// Whether this is a repository's file, trusted or not.
-    pub fn is_repository(&self) -> bool {
+    pub(crate) fn is_repository(&self) -> bool {
         matches!(
             self.source,
             LayerSource::File {

@@ -25,24 +25,38 @@ pub enum Class {
 /// Why a setting is a machine setting: what it names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
+    /// It names a command stet runs on the user's machine.
     Command,
+    /// It names an environment variable whose value stet sends out.
     EnvironmentVariable,
+    /// It names a host stet sends credentials to.
     Url,
+    /// It names a path on the user's machine outside the repository.
     HostPath,
+    /// It chooses the image the agent runs in.
     Image,
+    /// It chooses which credential stet mints, and from what.
     CredentialProvider,
+    /// It chooses where results are pushed and which token is read.
     Forge,
+    /// It names which of the user's credentials stet uses.
     Credential,
+    /// It is who pushed commits say wrote them.
     Identity,
+    /// It lets the agent's container reach the network.
     Network,
+    /// It chooses the program that works with the model key.
     Agent,
+    /// It chooses the model the user is billed for.
     Model,
+    /// It names a price table, which decides what counts toward the cost ceiling.
     PriceTable,
+    /// It names a scenario file to read from the user's machine.
     Scenario,
 }
 
 impl Reason {
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             Reason::Command => "it names a command stet runs on your machine",
             Reason::EnvironmentVariable => {
@@ -84,8 +98,11 @@ pub enum Rule {
 pub struct Refusal {
     /// The repository's file.
     pub file: PathBuf,
+    /// The line of the refused setting, counted from 1.
     pub line: usize,
+    /// The refused setting's dotted name (`dispatch.timeout_seconds`).
     pub field: &'static str,
+    /// Why it was refused.
     pub why: String,
 }
 
@@ -110,7 +127,7 @@ pub(super) struct Lists<T> {
 type Pick<T> = fn(&FileSettings) -> &Option<Spanned<T>>;
 
 impl Layers {
-    pub fn new(layers: Vec<Layer>) -> Layers {
+    pub(crate) fn new(layers: Vec<Layer>) -> Layers {
         Layers {
             layers,
             refusals: Vec::new(),
@@ -119,7 +136,7 @@ impl Layers {
     }
 
     /// The highest layer's value; refused from a repository file the user has not trusted.
-    pub fn machine<T: Clone>(
+    pub(crate) fn machine<T: Clone>(
         &mut self,
         field: &'static str,
         reason: Reason,
@@ -147,7 +164,11 @@ impl Layers {
     }
 
     /// The highest layer's value, whichever layer set it.
-    pub fn free<T: Clone>(&mut self, field: &'static str, pick: Pick<T>) -> Option<Sourced<T>> {
+    pub(crate) fn free<T: Clone>(
+        &mut self,
+        field: &'static str,
+        pick: Pick<T>,
+    ) -> Option<Sourced<T>> {
         self.read.push((field, Class::Project(Rule::Free)));
         self.layers
             .iter()
@@ -162,7 +183,7 @@ impl Layers {
 
     /// The highest layer's value; from a repository file the user has not trusted only when it is
     /// no higher than the value beneath it (`default` when no lower layer set one; `None`: no bound).
-    pub fn at_most<T: Clone + PartialOrd + Display>(
+    pub(crate) fn at_most<T: Clone + PartialOrd + Display>(
         &mut self,
         field: &'static str,
         pick: Pick<T>,
@@ -205,7 +226,7 @@ impl Layers {
     /// The lists to use, lowest first: the highest list of a layer that is not a repository file
     /// (replacing the ones beneath it; `None` when none set one), then every repository file's list
     /// added to it, trusted or not.
-    pub fn adds<T: Clone>(&mut self, field: &'static str, pick: Pick<Vec<T>>) -> Lists<T> {
+    pub(crate) fn adds<T: Clone>(&mut self, field: &'static str, pick: Pick<Vec<T>>) -> Lists<T> {
         self.read.push((field, Class::Project(Rule::Adds)));
         let mut base = None;
         let mut added = Vec::new();
@@ -225,7 +246,7 @@ impl Layers {
     }
 
     /// The highest layer's switch; a repository file the user has not trusted may only turn it off.
-    pub fn stays_off(
+    pub(crate) fn stays_off(
         &mut self,
         field: &'static str,
         reason: Reason,
@@ -256,19 +277,19 @@ impl Layers {
     }
 
     /// What was refused, in the order the settings were read.
-    pub fn refusals(&self) -> &[Refusal] {
+    pub(crate) fn refusals(&self) -> &[Refusal] {
         &self.refusals
     }
 
     /// What was refused, in the file's order.
-    pub fn refusals_by_line(&self) -> Vec<Refusal> {
+    pub(crate) fn refusals_by_line(&self) -> Vec<Refusal> {
         let mut refusals = self.refusals.clone();
         refusals.sort_by_key(|refusal| refusal.line);
         refusals
     }
 
     /// Every setting read so far, with its class.
-    pub fn catalog(&self) -> &[(&'static str, Class)] {
+    pub(crate) fn catalog(&self) -> &[(&'static str, Class)] {
         &self.read
     }
 }

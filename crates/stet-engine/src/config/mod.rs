@@ -51,6 +51,10 @@ pub const ENV_HARNESS: &str = "STET_HARNESS";
 
 /// Why configuration could not be used. Each names the file (and line) or the variable, and the field.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum ConfigError {
     #[error("{}: cannot read the configuration: {source}", file.display())]
     Read {
@@ -104,6 +108,7 @@ pub enum ConfigError {
     Trust(#[from] trust::TrustError),
 }
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, ConfigError>;
 
 /// What an untrusted repository file was refused, each line naming the file, line and field, and
@@ -135,7 +140,7 @@ fn untrusted_message(refusals: &[Refusal]) -> String {
 
 /// Which forge receives results.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ForgeConfig {
+pub(crate) enum ForgeConfig {
     /// A repository on disk; `None` means the repository stet runs in.
     Local {
         remote: Option<PathBuf>,
@@ -207,6 +212,8 @@ pub struct ScriptHarnessSettings {
 /// The OpenHands harness's settings (`[harness.openhands]`), before a dispatch needs them.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct OpenHandsHarnessConfig {
+    /// The model the agent asks for (`harness.openhands.model`); `None` until one is configured:
+    /// there is no default.
     pub model: Option<String>,
 }
 
@@ -266,8 +273,11 @@ impl Default for ModelConfig {
 /// Which harness runs the agent, and each harness's settings (`[harness]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct HarnessConfig {
+    /// Which harness runs (`harness.kind`; default OpenHands).
     pub kind: HarnessKind,
+    /// The scripted agent's settings (`[harness.script]`).
     pub script: ScriptHarnessSettings,
+    /// The OpenHands harness's settings (`[harness.openhands]`).
     pub openhands: OpenHandsHarnessConfig,
 }
 
@@ -292,7 +302,12 @@ pub enum RepositoryFile {
     /// Read untrusted: project settings only, and only to tighten them.
     Untrusted(PathBuf),
     /// Read trusted: it could set machine settings too.
-    Trusted { path: PathBuf, hash: ContentHash },
+    Trusted {
+        /// The trusted file.
+        path: PathBuf,
+        /// The content the user trusted, which the file still has.
+        hash: ContentHash,
+    },
 }
 
 impl RepositoryFile {
@@ -333,14 +348,22 @@ impl fmt::Display for RepositoryFile {
 /// Everything configurable that the engine, the forge and the git layers need.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    pub forge: ForgeConfig,
+    pub(crate) forge: ForgeConfig,
+    /// Which provider mints a dispatch's scoped credential (`[credentials]`).
     pub credentials: CredentialConfig,
+    /// How long a scoped credential lives (`credentials.ttl_seconds`, 60 to 3600; default 15 min).
     pub credential_ttl: Duration,
+    /// Author and committer of result commits (`[agent]`).
     pub agent: Identity,
+    /// Bounds on what an import reads from a workspace (`[import]`).
     pub import: ImportLimits,
+    /// Paths whose change holds a result for review: the defaults plus `review.protected_paths`.
     pub protected_paths: ProtectedPaths,
+    /// How dispatches run (`[dispatch]`).
     pub dispatch: DispatchSettings,
+    /// Which harness runs the agent (`[harness]`).
     pub harness: HarnessConfig,
+    /// Where the agent's model requests go (`[model]`).
     pub model: ModelConfig,
     /// The repository file this configuration was read with.
     pub repository_file: RepositoryFile,
@@ -360,12 +383,16 @@ pub enum FileRole {
 /// One configuration file's text, and whose it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigFile {
+    /// The file's path, as errors name it.
     pub path: PathBuf,
+    /// The file's contents.
     pub text: String,
+    /// Whose file it is.
     pub role: FileRole,
 }
 
 impl ConfigFile {
+    /// The file at `path` with contents `text`, read as `role`.
     pub fn new(path: impl Into<PathBuf>, text: impl Into<String>, role: FileRole) -> ConfigFile {
         ConfigFile {
             path: path.into(),
@@ -491,7 +518,12 @@ pub enum Origin {
     /// Nobody set it.
     Default,
     /// A file, at a line.
-    File { path: PathBuf, line: usize },
+    File {
+        /// The file.
+        path: PathBuf,
+        /// The line, counted from 1.
+        line: usize,
+    },
     /// An environment variable.
     Environment(&'static str),
 }

@@ -20,7 +20,9 @@ pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
 pub struct RepositoryFileText {
     /// `<root>/stet.toml`, the root resolved (`canonicalize`); the path trust is recorded under.
     pub path: PathBuf,
+    /// The file's contents.
     pub text: String,
+    /// The SHA-256 of those contents, which trust is checked against.
     pub hash: ContentHash,
 }
 

@@ -27,6 +27,10 @@ const MAX_RECORD_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Why the trust record could not be read or written.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum TrustError {
     #[error("{}: cannot {action}: {source}", path.display())]
     Io {
@@ -54,6 +58,7 @@ pub enum TrustError {
     TooLarge { path: PathBuf },
 }
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, TrustError>;
 
 /// The SHA-256 of a file's content.
@@ -61,7 +66,7 @@ pub type Result<T> = std::result::Result<T, TrustError>;
 pub struct ContentHash([u8; 32]);
 
 impl ContentHash {
-    pub fn of(bytes: &[u8]) -> ContentHash {
+    pub(crate) fn of(bytes: &[u8]) -> ContentHash {
         ContentHash(Sha256::digest(bytes).into())
     }
 
@@ -87,6 +92,7 @@ pub struct TrustEntry {
     pub path: PathBuf,
     /// The SHA-256 of the content that was trusted, as 64 lowercase hex digits.
     pub sha256: String,
+    /// When the user trusted it.
     pub trusted_at: DateTime<Utc>,
 }
 

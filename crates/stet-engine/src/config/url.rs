@@ -7,6 +7,10 @@ use std::net::IpAddr;
 
 /// Why a URL setting is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum UrlError {
     #[error("{0:?} is not a URL (expected https://host/... or http://127.0.0.1:port/...)")]
     NotAUrl(String),

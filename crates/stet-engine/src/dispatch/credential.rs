@@ -24,6 +24,10 @@ pub const CREDENTIAL_ENV: &str = "STET_GIT_CREDENTIAL";
 
 /// Everything that can go wrong minting or revoking. Messages never contain a credential value.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum CredentialError {
     #[error("the system random number generator failed: {0}")]
     Random(String),
@@ -38,6 +42,7 @@ pub enum CredentialError {
     Mask(#[from] SanitizeError),
 }
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, CredentialError>;
 
 /// A secret string: zeroized on drop, withheld from `Debug`, no `Display`, no `Serialize`.
@@ -45,6 +50,7 @@ pub type Result<T> = std::result::Result<T, CredentialError>;
 pub struct SecretValue(Zeroizing<String>);
 
 impl SecretValue {
+    /// Wraps `value`; every copy is zeroized when it drops.
     pub fn new(value: String) -> SecretValue {
         SecretValue(Zeroizing::new(value))
     }
@@ -68,10 +74,12 @@ impl fmt::Debug for SecretValue {
 pub struct CredentialId(String);
 
 impl CredentialId {
+    /// The handle a provider gave.
     pub fn new(id: String) -> CredentialId {
         CredentialId(id)
     }
 
+    /// The handle as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -86,14 +94,18 @@ impl fmt::Display for CredentialId {
 /// What a provider hands back from a mint.
 #[derive(Debug)]
 pub struct Minted {
+    /// The provider's handle on it.
     pub id: CredentialId,
+    /// The secret itself.
     pub value: SecretValue,
+    /// When it stops working.
     pub expires_at: DateTime<Utc>,
 }
 
 /// How a revocation went, as far as the provider could tell.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Revocation {
+    /// The provider revoked it.
     Revoked,
     /// The provider no longer knew it (expired, or revoked before): the goal is met.
     AlreadyGone,
@@ -104,7 +116,9 @@ pub enum Revocation {
 /// The logged outcome of [`ScopedCredential::revoke`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RevokeOutcome {
+    /// This call revoked it.
     Revoked,
+    /// It was gone already: revoked by an earlier call, or no longer known to the provider.
     AlreadyRevoked,
     /// The provider cannot revoke; the credential expires at its TTL (logged, not a failure).
     NotRevocable,
@@ -117,6 +131,8 @@ pub enum RevokeOutcome {
 pub trait CredentialProvider: Send + Sync + fmt::Debug {
     /// A short name for logs and errors (`local`, `github`).
     fn name(&self) -> &'static str;
+    /// Mints a credential for `repository` that lives `ttl` (pushing to `branch` only, where the
+    /// forge can scope that).
     async fn mint(&self, repository: &str, branch: &str, ttl: Duration) -> Result<Minted>;
     /// Whether its credentials may be handed to a sandbox. A provider whose value is (or unlocks) the
     /// primary token answers `false`, and the sandbox refuses it.
@@ -177,18 +193,12 @@ impl ScopedCredential {
         })
     }
 
+    /// The provider's handle on it.
     pub fn id(&self) -> &CredentialId {
         &self.id
     }
 
-    pub fn repository(&self) -> &str {
-        &self.repository
-    }
-
-    pub fn branch(&self) -> &str {
-        &self.branch
-    }
-
+    /// When it stops working.
     pub fn expires_at(&self) -> DateTime<Utc> {
         self.expires_at
     }

@@ -29,6 +29,10 @@ const MAX_WALKED: u64 = 4_000_000;
 
 /// What can go wrong looking at the disk.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum DiskWatchError {
     #[error("cannot read the free space of the filesystem holding {path}: {source}")]
     Statvfs {

@@ -25,6 +25,10 @@ const COMMAND_BUFFER: usize = 64;
 
 /// Why a dispatch was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum DispatcherError {
     #[error("brief {brief:?} is already being dispatched ({dispatch}); cancel it first")]
     BriefInFlight { brief: String, dispatch: DispatchId },
@@ -51,11 +55,12 @@ pub enum DispatcherError {
     },
 }
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, DispatcherError>;
 
 /// What consumers ask of the engine.
 #[derive(Debug)]
-pub enum Command {
+pub(crate) enum Command {
     Dispatch {
         brief: Box<Brief>,
         delivery: Delivery,
@@ -95,16 +100,19 @@ impl DispatchHandle {
         answer.await.map_err(|_| DispatcherError::Stopped)?
     }
 
+    /// Cancels `dispatch`: it ends as cancelled, its sandbox torn down.
     pub async fn cancel(&self, dispatch: DispatchId) -> Result<()> {
         let (reply, answer) = oneshot::channel();
         self.send(Command::Cancel { dispatch, reply }).await?;
         answer.await.map_err(|_| DispatcherError::Stopped)?
     }
 
+    /// Approves `dispatch`'s result at review: it is pushed and its pull request opened.
     pub async fn approve(&self, dispatch: DispatchId) -> Result<()> {
         self.decide(dispatch, Decision::Approve).await
     }
 
+    /// Discards `dispatch`'s result at review: nothing is pushed.
     pub async fn discard(&self, dispatch: DispatchId) -> Result<()> {
         self.decide(dispatch, Decision::Discard).await
     }
@@ -203,14 +211,6 @@ impl DispatchModel {
     /// The dispatch ended.
     pub fn release(&mut self, dispatch: DispatchId) {
         self.in_flight.remove(&dispatch);
-    }
-
-    pub fn len(&self) -> usize {
-        self.in_flight.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.in_flight.is_empty()
     }
 }
 
@@ -460,7 +460,7 @@ mod tests {
             })
         );
         model.admit(DispatchId::new(), &brief("b", None)).unwrap();
-        assert_eq!(model.len(), 2);
+        assert_eq!(model.in_flight.len(), 2);
         model.release(first);
         model.admit(DispatchId::new(), &brief("a", None)).unwrap();
     }

@@ -28,7 +28,7 @@ pub enum CancelPoint {
 
 /// Why a dispatch ended without going all the way.
 #[derive(Debug, Clone, PartialEq)]
-pub enum DispatchError {
+pub(crate) enum DispatchError {
     /// A step failed; the words say which and why.
     Failed(SanitizedText),
     Cancelled(CancelPoint),
@@ -46,12 +46,15 @@ pub enum DispatchError {
 
 impl DispatchError {
     /// A failure described by `what`, after it passed through `sanitizer`.
-    pub fn failed(sanitizer: &std::sync::Arc<TokenSanitizer>, what: impl fmt::Display) -> Self {
+    pub(crate) fn failed(
+        sanitizer: &std::sync::Arc<TokenSanitizer>,
+        what: impl fmt::Display,
+    ) -> Self {
         DispatchError::Failed(sanitizer.sanitize(&what.to_string()))
     }
 
     /// The state-machine input this ending feeds.
-    pub fn input(&self) -> Input {
+    pub(crate) fn input(&self) -> Input {
         match self {
             DispatchError::Failed(_) => Input::Fail,
             DispatchError::Cancelled(_) => Input::Cancel,

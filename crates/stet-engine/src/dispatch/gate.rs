@@ -68,7 +68,9 @@ impl fmt::Display for SecretFinding {
 /// What the gate found in one result.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GateReport {
+    /// Changed paths held for explicit approval.
     pub held: Vec<HeldPath>,
+    /// What looks like a secret in the lines the result adds.
     pub secrets: Vec<SecretFinding>,
 }
 

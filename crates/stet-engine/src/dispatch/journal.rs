@@ -49,6 +49,10 @@ const RECORD_EXTENSION: &str = "jsonl";
 
 /// Why a journal operation failed. Every variant names the file or directory involved.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum JournalError {
     #[error("cannot {action} {}: {source}", .path.display())]
     Io {
@@ -138,21 +142,30 @@ fn list(resources: &[Resource]) -> String {
 pub enum Resource {
     /// `stet-dispatch-<uuid>`, also labelled `dev.stet.dispatch=<id>`.
     Container {
+        /// The container's name.
         name: String,
     },
+    /// The dispatch's workspace directory.
     Workspace {
+        /// Its path.
         path: PathBuf,
     },
+    /// The dispatch's outputs directory.
     Outputs {
+        /// Its path.
         path: PathBuf,
     },
     /// The model gateway's socket directory, in the account's runtime directory
     /// ([`crate::dispatch::socket_dir`]).
     SocketDir {
+        /// Its path.
         path: PathBuf,
     },
+    /// A scoped credential minted for the dispatch's push.
     Credential {
+        /// The name of the provider that minted it and can revoke it.
         provider: String,
+        /// The provider's id for it.
         id: CredentialId,
     },
 }
@@ -187,6 +200,7 @@ impl fmt::Display for Resource {
 /// Who wrote a record: enough to tell whether that process is still alive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Owner {
+    /// The writing process's id.
     pub pid: u32,
     /// `/proc/<pid>/stat` field 22: clock ticks from boot to the process's start.
     pub start_time: u64,
@@ -291,10 +305,13 @@ impl ProcessStatus {
 /// One record as found on disk.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
+    /// The dispatch the record is about.
     pub dispatch: DispatchId,
+    /// The process that wrote it.
     pub owner: Owner,
     /// Intended and not yet released, in creation order.
     pub resources: Vec<Resource>,
+    /// The record's file.
     pub path: PathBuf,
 }
 
@@ -303,7 +320,9 @@ pub struct Record {
 /// problem never hides the other records; its file stays on disk for a person to look at.
 #[derive(Debug, Default)]
 pub struct Scan {
+    /// The records that could be read, sorted by dispatch id.
     pub records: Vec<Record>,
+    /// One problem for each record file that could not be read.
     pub problems: Vec<JournalError>,
 }
 
@@ -651,6 +670,7 @@ pub struct JournalEntry {
 }
 
 impl JournalEntry {
+    /// The dispatch this record is about.
     pub fn dispatch(&self) -> DispatchId {
         self.dispatch
     }

@@ -30,22 +30,29 @@ pub enum Delivery {
 /// A person's decision at review.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
+    /// Push the result and open or update its pull request.
     Approve,
+    /// Do not push the result; the dispatch ends as discarded.
     Discard,
 }
 
 /// One dispatch to run.
 #[derive(Debug, Clone)]
 pub struct DispatchRun {
+    /// The dispatch's id.
     pub id: DispatchId,
+    /// The brief it runs.
     pub brief: Brief,
+    /// What happens to its result.
     pub delivery: Delivery,
 }
 
 /// How a running dispatch is steered from outside.
 #[derive(Debug)]
 pub struct DispatchControl {
+    /// Cancelled to end the dispatch from outside.
     pub cancel: CancellationToken,
+    /// The decision at review arrives here.
     pub decisions: mpsc::Receiver<Decision>,
     /// The concurrency ceiling: a dispatch holds one permit from preflight to its end, except while
     /// it waits for a person at review.

@@ -16,8 +16,11 @@ use crate::dispatch::state::Phase;
 
 /// The directory under the state directory that holds every run record.
 pub const RUNS_DIR: &str = "runs";
+/// The file in a run's directory holding its events, one JSON line each.
 pub const EVENTS_FILE: &str = "events.jsonl";
+/// The file in a run's directory holding its [`RunResult`].
 pub const RESULT_FILE: &str = "result.json";
+/// The file in a run's directory holding the result's diff, as far as [`MAX_PATCH_BYTES`] allows.
 pub const PATCH_FILE: &str = "diff.patch";
 
 /// The most of a patch the record keeps; a longer one is cut with a note (the commit holds it all).
@@ -26,7 +29,12 @@ pub const MAX_PATCH_BYTES: usize = 16 * 1024 * 1024;
 /// The most of the agent's transcript an events file holds by default (`dispatch.max_record_bytes`).
 pub const DEFAULT_MAX_RECORD_BYTES: u64 = 64 * 1024 * 1024;
 
+/// Why a run record could not be written or read.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum RecordError {
     #[error("{}: {operation}: {source}", path.display())]
     Io {
@@ -38,43 +46,66 @@ pub enum RecordError {
     Encode(#[from] serde_json::Error),
 }
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, RecordError>;
 
 /// How one phase went, for the timeline and the benchmarks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PhaseSpan {
+    /// The phase this span covers.
     pub phase: Phase,
+    /// When the phase began.
     pub started: DateTime<Utc>,
+    /// How long it lasted, in milliseconds.
     pub millis: u64,
 }
 
 /// `result.json`: the outcome and what the dispatch produced.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
+    /// The dispatch this is the result of.
     pub dispatch: DispatchId,
+    /// The brief's id (its file stem).
     pub brief: String,
+    /// The terminal phase the dispatch ended in.
     pub outcome: Phase,
+    /// The `--headless` exit code of this outcome.
     pub exit_code: u8,
+    /// Why the dispatch did not succeed, when it did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<SanitizedText>,
+    /// When the dispatch began.
     pub started: DateTime<Utc>,
+    /// When it ended.
     pub ended: DateTime<Utc>,
+    /// Every phase it went through, in order.
     pub phases: Vec<PhaseSpan>,
+    /// The name of the harness that ran the agent.
     pub harness: String,
+    /// The image reference the sandbox ran.
     pub image: String,
+    /// The branch the brief asked for.
     pub branch: SanitizedText,
+    /// The commit the workspace was made from, once known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base: Option<CommitSha>,
+    /// The commit the agent's work was imported as; `None` when nothing was imported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<CommitSha>,
+    /// The ref in the user's repository that keeps `commit` (`refs/stet/<dispatch>`), once written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference: Option<String>,
+    /// The pull request's number, when one was opened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_request: Option<u64>,
+    /// The pull request's address, when one was opened.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_request_url: Option<SanitizedText>,
+    /// Input tokens the model counted over the dispatch.
     pub input_tokens: u64,
+    /// Output tokens the model counted over the dispatch.
     pub output_tokens: u64,
+    /// Model cost over the dispatch, in US dollars.
     pub cost_usd: f64,
     /// How many secrets the sanitizer masked in what the dispatch showed.
     pub redactions: u64,
@@ -117,10 +148,6 @@ impl RunRecord {
             max_bytes,
             capped: false,
         })
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     /// Appends one event as a JSON line. A transcript item that would take the file past its cap is
@@ -294,7 +321,7 @@ mod tests {
             );
             record.append(&event).unwrap();
         }
-        let text = std::fs::read_to_string(record.dir().join(EVENTS_FILE)).unwrap();
+        let text = std::fs::read_to_string(record.dir.join(EVENTS_FILE)).unwrap();
         assert_eq!(text.lines().count(), 2);
         assert!(
             RunRecord::create(state.path(), dispatch, DEFAULT_MAX_RECORD_BYTES).is_err(),
@@ -326,7 +353,7 @@ mod tests {
             teardown_failures: vec![],
         };
         record.write_result(&result).unwrap();
-        assert_eq!(read_result(record.dir()).unwrap(), result);
+        assert_eq!(read_result(&record.dir).unwrap(), result);
     }
 
     #[test]
@@ -337,7 +364,7 @@ mod tests {
             RunRecord::create(state.path(), DispatchId::new(), DEFAULT_MAX_RECORD_BYTES).unwrap();
         let patch = sanitizer.sanitize(&"é".repeat(MAX_PATCH_BYTES / 2 + 10));
         record.write_patch(&patch).unwrap();
-        let kept = std::fs::read_to_string(record.dir().join(PATCH_FILE)).unwrap();
+        let kept = std::fs::read_to_string(record.dir.join(PATCH_FILE)).unwrap();
         assert!(kept.len() < MAX_PATCH_BYTES + 200);
         assert!(kept.contains("only the first"));
     }

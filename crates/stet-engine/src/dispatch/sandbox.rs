@@ -26,7 +26,12 @@ use crate::runtime::{
     Removal, RuntimeError, SandboxProcess, SandboxSpec, SandboxUser, state_label,
 };
 
+/// Why a dispatch's sandbox could not be provisioned or used.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum SandboxError {
     #[error("journal: {0}")]
     Journal(#[from] JournalError),
@@ -62,6 +67,7 @@ pub enum SandboxError {
     SocketDir(#[from] SocketDirError),
 }
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, SandboxError>;
 
 /// Where a dispatch keeps its files: `<state>/dispatches/<dispatch id>/{workspace,outputs}`, and
@@ -71,7 +77,9 @@ pub type Result<T> = std::result::Result<T, SandboxError>;
 pub struct SandboxPaths {
     /// The dispatch's own directory, parent of the two below.
     pub root: PathBuf,
+    /// Bind-mounted read-write at [`crate::runtime::WORKSPACE_MOUNT`]: the agent's working tree.
     pub workspace: PathBuf,
+    /// Bind-mounted read-write at [`crate::runtime::OUTPUTS_MOUNT`]: what the agent hands back.
     pub outputs: PathBuf,
     /// The gateway's socket directory (only for a dispatch with a gateway), journaled on its own.
     pub gateway: Option<PathBuf>,
@@ -101,9 +109,13 @@ pub const DISPATCHES_DIR: &str = "dispatches";
 /// push, and handed to the sandbox's processes only when asked (the ADR's default path does not).
 #[derive(Debug, Clone)]
 pub struct CredentialRequest {
+    /// The provider that mints and later revokes it.
     pub provider: Arc<dyn CredentialProvider>,
+    /// The repository it is scoped to (`owner/name`).
     pub repository: String,
+    /// The only branch it may push.
     pub branch: String,
+    /// How long it lives.
     pub ttl: Duration,
     /// Put it in the environment of every process run in the sandbox (`STET_GIT_CREDENTIAL`).
     pub into_sandbox: bool,
@@ -113,7 +125,9 @@ pub struct CredentialRequest {
 /// `.git` of its own (never a worktree of theirs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkspaceSource {
+    /// The user's repository the base is read from.
     pub repository: PathBuf,
+    /// The commit the workspace is made from.
     pub base: CommitSha,
     /// Where to fetch `base` from (with the scoped credential) when the repository lacks it.
     pub fetch: Option<BaseFetch>,
@@ -122,31 +136,40 @@ pub struct WorkspaceSource {
 /// The forge URL and branch a missing base commit is fetched from; no ref is written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BaseFetch {
+    /// The forge's git URL of the repository.
     pub url: String,
+    /// The branch whose tip holds the base commit.
     pub branch: String,
 }
 
 /// Everything needed to provision one sandbox.
 #[derive(Debug, Clone)]
 pub struct SandboxRequest {
+    /// The dispatch the sandbox belongs to.
     pub dispatch: DispatchId,
+    /// The image the sandbox runs.
     pub image: ImageRef,
+    /// The container's caps.
     pub limits: DispatchLimits,
+    /// Whether the sandbox gets a network.
     pub network: NetworkPolicy,
+    /// The uid:gid its processes run as.
     pub user: SandboxUser,
+    /// The container's main process, idle while the agent is exec'd into it.
     pub keepalive: Vec<String>,
     /// What the workspace holds when the agent starts; `None` leaves it empty.
     pub workspace_source: Option<WorkspaceSource>,
     /// Where to make the model gateway's socket directory, mounted (read-only) in the sandbox;
     /// `None`: the dispatch has no gateway.
     pub gateway: Option<SocketPlace>,
+    /// The dispatch's push credential; `None`: the dispatch mints none.
     pub credential: Option<CredentialRequest>,
 }
 
 /// Provisioning failed: why, and the teardown of what it had created (`None` when it failed before
 /// creating anything).
 #[derive(Debug)]
-pub struct ProvisionFailure {
+pub(crate) struct ProvisionFailure {
     pub error: SandboxError,
     pub teardown: Option<TeardownReport>,
 }
@@ -163,6 +186,7 @@ impl ProvisionFailure {
 /// How one teardown step went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TeardownStep {
+    /// What the step removed or revoked.
     pub resource: Resource,
     /// `None` when the step succeeded; otherwise what went wrong (credential-free).
     pub failure: Option<String>,
@@ -171,6 +195,7 @@ pub struct TeardownStep {
 /// What a teardown did, step by step.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TeardownReport {
+    /// Every step, in the order taken.
     pub steps: Vec<TeardownStep>,
     /// The journal record could not be closed (something is still outstanding, or the write failed).
     pub journal_failure: Option<String>,
@@ -226,7 +251,7 @@ impl DispatchSandbox {
     /// is cancelled: what exists by then is torn down and [`SandboxError::Stopped`] returned. A failure
     /// carries the report of the teardown that followed it, so the caller can show what was reclaimed.
     /// An image pull reports its progress to `pull_progress`.
-    pub async fn provision_until(
+    pub(crate) async fn provision_until(
         runtime: Arc<dyn ContainerRuntime>,
         journal: &Journal,
         state_dir: &Path,
@@ -278,15 +303,12 @@ impl DispatchSandbox {
         }
     }
 
-    pub fn dispatch(&self) -> DispatchId {
-        self.dispatch
-    }
-
     /// The container's name (`stet-dispatch-<uuid>`).
     pub fn container(&self) -> &str {
         &self.container
     }
 
+    /// Where the dispatch keeps its files.
     pub fn paths(&self) -> &SandboxPaths {
         &self.paths
     }

@@ -23,7 +23,12 @@ use crate::dispatch::sandbox::{DISPATCHES_DIR, SandboxPaths};
 use crate::dispatch::socket_dir::SocketPlace;
 use crate::runtime::{ContainerRuntime, Removal, RuntimeError, state_label};
 
+/// Why a sweep of orphaned resources could not run.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum ServiceError {
     #[error("journal: {0}")]
     Journal(#[from] JournalError),
@@ -36,25 +41,31 @@ pub enum ServiceError {
     },
 }
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, ServiceError>;
 
 /// What a sweep reclaimed, and what it could not.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SweepReport {
+    /// Sandbox containers the sweep removed, by name.
     pub containers_removed: Vec<String>,
     /// Journaled containers Docker no longer had (removed as their dispatch was killed, or by hand).
     pub containers_already_gone: Vec<String>,
+    /// Dispatch directories the sweep removed.
     pub directories_removed: Vec<PathBuf>,
+    /// Credentials the sweep revoked, by id.
     pub credentials_revoked: Vec<String>,
     /// Credentials no provider here can revoke (minted by a process that is gone, or by a provider
     /// that cannot revoke): they expire at their TTL.
     pub credentials_left_to_expire: Vec<String>,
+    /// Orphaned journal records closed because nothing they list is left.
     pub records_closed: usize,
     /// Steps that failed; their records stay in the journal for the next sweep.
     pub failures: Vec<String>,
 }
 
 impl SweepReport {
+    /// Whether the sweep found nothing to do.
     pub fn is_empty(&self) -> bool {
         self.containers_removed.is_empty()
             && self.containers_already_gone.is_empty()
@@ -102,21 +113,29 @@ impl fmt::Display for SweepReport {
 /// How every dispatch of an engine runs.
 #[derive(Debug, Clone)]
 pub struct DispatchSettings {
+    /// The image every sandbox runs.
     pub image: ImageRef,
+    /// The container caps every sandbox gets.
     pub limits: DispatchLimits,
+    /// Whether sandboxes get a network.
     pub network: NetworkPolicy,
+    /// The uid:gid sandbox processes run as.
     pub user: SandboxUser,
     /// The container's main process (it only idles while the agent is exec'd into it).
     pub keepalive: Vec<String>,
     /// Wall-clock limit on the agent's work (preflight through collecting).
     pub timeout: Duration,
+    /// The model cost a dispatch may reach, in US dollars; `None`: no ceiling.
     pub cost_ceiling_usd: Option<f64>,
     /// The cap on the agent's transcript in each run record.
     pub max_record_bytes: u64,
+    /// How long a dispatch's push credential lives.
     pub credential_ttl: Duration,
     /// Author and committer of result commits.
     pub agent: Identity,
+    /// Bounds on what the import reads from the workspace.
     pub import: ImportLimits,
+    /// Paths whose change holds a result for review before it is pushed.
     pub protected: ProtectedPaths,
     /// The model gateway each dispatch runs; `None`: no model endpoint is configured.
     pub gateway: Option<GatewaySettings>,
@@ -127,8 +146,11 @@ pub struct DispatchSettings {
 pub struct GatewaySettings {
     /// The OpenAI-compatible upstream, e.g. `https://litellm.example/v1`.
     pub upstream: String,
+    /// The key the gateway adds to upstream requests; `None` when the upstream takes none.
     pub api_key: Option<crate::dispatch::credential::SecretValue>,
+    /// Prices that turn token counts into dollars, for the cost ceiling.
     pub prices: Arc<crate::gateway::prices::PriceTable>,
+    /// How long one forwarded request may take, from its arrival to the response's last byte.
     pub request_timeout: Duration,
     /// What one dispatch's agent can make the host hold through the gateway.
     pub limits: crate::gateway::GatewayLimits,
@@ -139,10 +161,15 @@ pub struct GatewaySettings {
 pub struct DispatchContext {
     /// The user's repository: the base is read from it and results are committed into it.
     pub repository: PathBuf,
+    /// Where the result's branch is pushed and its pull request opened.
     pub forge: Arc<dyn Forge>,
+    /// Mints the credential each push uses.
     pub credentials: Arc<dyn CredentialProvider>,
+    /// The agent that runs in the sandbox.
     pub harness: Arc<dyn Harness>,
+    /// The secret values the sanitizer masks, shared with the logs.
     pub sanitizer: SanitizerHandle,
+    /// How every dispatch runs.
     pub settings: DispatchSettings,
 }
 
@@ -160,6 +187,8 @@ pub struct DispatchService {
 }
 
 impl DispatchService {
+    /// A service over `runtime`, recording in `journal` under `state_dir`; the sweep revokes
+    /// credentials through `providers`, by name.
     pub fn new(
         runtime: Arc<dyn ContainerRuntime>,
         journal: Arc<Journal>,
@@ -191,15 +220,15 @@ impl DispatchService {
         &self.sockets
     }
 
-    pub fn runtime(&self) -> Arc<dyn ContainerRuntime> {
+    pub(crate) fn runtime(&self) -> Arc<dyn ContainerRuntime> {
         Arc::clone(&self.runtime)
     }
 
-    pub fn journal(&self) -> &Journal {
+    pub(crate) fn journal(&self) -> &Journal {
         &self.journal
     }
 
-    pub fn state_dir(&self) -> &Path {
+    pub(crate) fn state_dir(&self) -> &Path {
         &self.state_dir
     }
 

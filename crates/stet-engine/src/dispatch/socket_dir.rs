@@ -32,30 +32,49 @@ const PRIVATE_MODE: u32 = 0o700;
 /// Why the socket place cannot be used; shown as the problem and then its fix, on one line.
 #[derive(Debug)]
 pub enum SocketDirError {
+    /// A symbolic link where the directory should be.
     Link {
+        /// The directory concerned.
         path: PathBuf,
     },
+    /// Something other than a directory is there.
     NotDirectory {
+        /// The directory concerned.
         path: PathBuf,
     },
+    /// The directory belongs to another account.
     Foreign {
+        /// The directory concerned.
         path: PathBuf,
+        /// The uid that owns it.
         owner: u32,
+        /// This process's uid.
         uid: u32,
     },
+    /// Other accounts can reach into the directory.
     Open {
+        /// The directory concerned.
         path: PathBuf,
+        /// Its permission bits.
         mode: u32,
     },
+    /// The directory cannot be made.
     Create {
+        /// The directory concerned.
         path: PathBuf,
+        /// What the filesystem said.
         source: std::io::Error,
     },
+    /// The directory cannot be examined.
     Inspect {
+        /// The directory concerned.
         path: PathBuf,
+        /// What the filesystem said.
         source: std::io::Error,
     },
+    /// A dispatch's directory already exists.
     Taken {
+        /// The directory concerned.
         path: PathBuf,
     },
 }
@@ -120,6 +139,7 @@ impl fmt::Display for SocketDirError {
 /// Its message already says what the underlying error was.
 impl std::error::Error for SocketDirError {}
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, SocketDirError>;
 
 /// Where this installation's gateway sockets go, and why there.

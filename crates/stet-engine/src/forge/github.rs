@@ -45,6 +45,7 @@ pub struct GitHubSettings {
     pub git_url: String,
     /// Where the primary token comes from (a reference, never the value).
     pub token: TokenSource,
+    /// How failed REST calls are retried.
     pub retry: RetryPolicy,
 }
 

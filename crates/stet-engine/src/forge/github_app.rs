@@ -41,7 +41,9 @@ const INSTALLATION_TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
 pub struct GitHubAppSettings {
     /// The REST API, `https://api.github.com`.
     pub api_url: String,
+    /// The GitHub App's id.
     pub app_id: u64,
+    /// The id of the app's installation on the repository's owner.
     pub installation_id: u64,
     /// The app's RSA private key, a PEM file: configuration holds its path, never its contents.
     pub private_key: PathBuf,
@@ -263,6 +265,7 @@ impl fmt::Debug for FallbackCredentialProvider {
 }
 
 impl FallbackCredentialProvider {
+    /// A provider that hands out `primary`, the person's own token.
     pub fn new(primary: SecretValue) -> FallbackCredentialProvider {
         FallbackCredentialProvider { primary }
     }

@@ -34,31 +34,44 @@ pub const REVIEWS_DIR: &str = "reviews";
 /// A pull request of the local forge, as stored in `<state>/reviews/<number>.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReviewRecord {
+    /// The pull request's number; the records of every remote share one sequence.
     pub number: u64,
     /// The brief's `target.repo`: a label here, the remote is `remote`.
     pub repo: String,
+    /// The local repository the branch was pushed to.
     pub remote: PathBuf,
     /// The remote's identity: the canonical path of its common git directory, as it was when the
     /// record was opened. Absent from records written before stet kept it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_git_dir: Option<PathBuf>,
+    /// The pull request's title.
     pub title: String,
+    /// The pull request's description.
     pub body: String,
+    /// The branch it asks to merge into.
     pub base: String,
+    /// The branch it asks to merge.
     pub head: String,
+    /// Whether it is still open.
     pub state: ReviewState,
+    /// When it was opened.
     pub created: DateTime<Utc>,
+    /// When it last changed.
     pub updated: DateTime<Utc>,
 }
 
+/// Whether a local pull request is still open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ReviewState {
+    /// It awaits a decision.
     Open,
+    /// It was closed.
     Closed,
 }
 
 impl ReviewState {
+    /// The state as `stet reviews` prints it (`open`, `closed`).
     pub fn as_str(self) -> &'static str {
         match self {
             ReviewState::Open => "open",

@@ -32,6 +32,10 @@ pub use pull_request::{Provenance, PullRequestDraft};
 /// Everything a forge can answer wrongly. Messages name the repository, ref or pull request, and
 /// never carry a token (they are built from status codes and forge messages that were sanitized).
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum ForgeError {
     #[error(
         "{forge}: the brief targets {repo}, but this checkout's remotes on the forge are {remotes}: a brief may target only the repository it belongs to (to dispatch against {repo}, add it as a remote: `git remote add <name> <its URL>`)"
@@ -148,6 +152,7 @@ pub enum ForgeError {
     Push(Box<PushError>),
 }
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, ForgeError>;
 
 impl From<PushError> for ForgeError {
@@ -177,9 +182,11 @@ impl Preflight {
 /// An existing pull request's head, as the forge reports it (not as the brief claims it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvedHead {
+    /// The pull request's number.
     pub number: u64,
     /// The head branch's name (in the same repository).
     pub branch: String,
+    /// The commit the head branch points at.
     pub sha: CommitSha,
 }
 
@@ -188,8 +195,11 @@ pub struct ResolvedHead {
 pub struct PushBranch<'a> {
     /// The user's repository: its object store holds `commit` (the trusted import put it there).
     pub repository: &'a Path,
+    /// The repository and branch the brief names.
     pub target: &'a Target,
+    /// What preflight learned before the dispatch ran.
     pub preflight: &'a Preflight,
+    /// The result's commit, which the branch is made to point at.
     pub commit: &'a CommitSha,
     /// Already validated by `BranchValidator`.
     pub branch: &'a str,
@@ -200,7 +210,9 @@ pub struct PushBranch<'a> {
 /// What a push did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pushed {
+    /// The branch pushed.
     pub branch: String,
+    /// The commit it points at now.
     pub commit: CommitSha,
     /// What the branch pointed at before (`None`: it was created).
     pub previous: Option<CommitSha>,
@@ -209,6 +221,7 @@ pub struct Pushed {
 /// A pull request the forge holds after opening or updating one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PullRequest {
+    /// The pull request's number.
     pub number: u64,
     /// Where a person reads it: a web URL, or the review record's path for the local forge.
     pub url: String,
@@ -248,7 +261,7 @@ pub trait Forge: Send + Sync + fmt::Debug {
 
 /// The configured forge and the provider that mints each dispatch's scoped credential.
 #[derive(Debug, Clone)]
-pub struct ForgeSetup {
+pub(crate) struct ForgeSetup {
     pub forge: Arc<dyn Forge>,
     pub credentials: Arc<dyn CredentialProvider>,
 }
@@ -256,7 +269,7 @@ pub struct ForgeSetup {
 /// Builds the forge and credential provider `config` selects. `repository` is the repository stet runs
 /// in (the local forge's default remote); `sanitizer` learns the primary token. Must run inside the
 /// tokio runtime (the GitHub client starts a task there).
-pub fn from_config(
+pub(crate) fn from_config(
     config: &Config,
     repository: &Path,
     state_dir: &Path,

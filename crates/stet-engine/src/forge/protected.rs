@@ -33,7 +33,7 @@ pub enum Category {
 }
 
 impl Category {
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             Category::Ci => "CI",
             Category::DeveloperMachines => "runs on developer machines",
@@ -133,12 +133,12 @@ pub const DEFAULT_RULES: &[(&str, Category)] = &[
 /// A pattern that cannot be used, with what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("protected path pattern {pattern:?}: {problem}")]
-pub struct PatternError {
+pub(crate) struct PatternError {
     pub pattern: String,
     pub problem: &'static str,
 }
 
-pub type Result<T> = std::result::Result<T, PatternError>;
+pub(crate) type Result<T> = std::result::Result<T, PatternError>;
 
 /// One `/`-separated piece of a pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,19 +206,9 @@ impl Default for ProtectedPaths {
 }
 
 impl ProtectedPaths {
-    /// The defaults plus `patterns` (`review.protected_paths`). Checks every pattern: relative, no
-    /// `.` or `..` segment, no empty segment.
-    pub fn new<I, S>(patterns: I) -> Result<ProtectedPaths>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        ProtectedPaths::default().extended(patterns)
-    }
-
     /// These rules plus `patterns` (a later configuration layer adds, never removes); a pattern
     /// already present is not added twice.
-    pub fn extended<I, S>(mut self, patterns: I) -> Result<ProtectedPaths>
+    pub(crate) fn extended<I, S>(mut self, patterns: I) -> Result<ProtectedPaths>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
@@ -552,8 +542,9 @@ mod tests {
 
     #[test]
     fn wildcards_stay_inside_a_segment_and_double_star_spans_segments() {
-        let protected =
-            ProtectedPaths::new(["*.lock", "deploy/**/secrets-?.toml", "**/Makefile"]).unwrap();
+        let protected = ProtectedPaths::default()
+            .extended(["*.lock", "deploy/**/secrets-?.toml", "**/Makefile"])
+            .unwrap();
         let pattern = |path| protected.matching(path).map(ProtectedRule::pattern);
         assert_eq!(pattern("Cargo.lock"), Some("*.lock"));
         assert_eq!(pattern("sub/Cargo.lock"), None);
@@ -572,7 +563,9 @@ mod tests {
 
     #[test]
     fn configuration_adds_to_the_defaults_and_never_removes_one() {
-        let protected = ProtectedPaths::new(["deploy/*.yml"]).unwrap();
+        let protected = ProtectedPaths::default()
+            .extended(["deploy/*.yml"])
+            .unwrap();
         assert_eq!(
             protected
                 .matching("deploy/prod.yml")
@@ -595,7 +588,9 @@ mod tests {
             Some("review.protected_paths")
         );
         assert_eq!(
-            ProtectedPaths::new(Vec::<String>::new()).unwrap(),
+            ProtectedPaths::default()
+                .extended(Vec::<String>::new())
+                .unwrap(),
             ProtectedPaths::default()
         );
         assert_eq!(ProtectedPaths::default().rules().len(), DEFAULT_RULES.len());
@@ -610,7 +605,7 @@ mod tests {
             ("../x", "'..' segment"),
             ("a**/b", "inside a segment"),
         ] {
-            let error = ProtectedPaths::new([pattern]).unwrap_err();
+            let error = ProtectedPaths::default().extended([pattern]).unwrap_err();
             assert_eq!(error.pattern, pattern);
             assert!(error.problem.contains(problem), "{pattern}: {error}");
         }

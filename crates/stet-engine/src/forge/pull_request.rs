@@ -26,13 +26,19 @@ pub const PROVENANCE_MARKER: &str = "<!-- stet:provenance -->";
 /// Facts about a dispatch the host knows first-hand.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Provenance {
+    /// The dispatch that produced the result.
     pub dispatch: DispatchId,
     /// The image the container ran, by digest or local image id.
     pub image: String,
+    /// The harness's name (`openhands`, `script`).
     pub harness: String,
+    /// The agent program's version, when the harness pins one.
     pub harness_version: Option<String>,
+    /// The model the agent used, as metered or as configured; `None` when neither says.
     pub model: Option<String>,
+    /// Input tokens over the dispatch; `None` when no usage was reported.
     pub input_tokens: Option<u64>,
+    /// Output tokens over the dispatch; `None` when no usage was reported.
     pub output_tokens: Option<u64>,
     /// What the model gateway's ledger settled (or the agent reported, without a gateway).
     pub cost_usd: Option<f64>,
@@ -45,15 +51,20 @@ pub struct Provenance {
     pub credential_kind: String,
     /// How many secrets the sanitizer masked during the dispatch.
     pub redactions: u64,
+    /// How long the dispatch took.
     pub duration: Duration,
+    /// The commit the result builds on.
     pub base: CommitSha,
+    /// The result's commit.
     pub commit: CommitSha,
 }
 
 /// A pull request ready to send: every text field already sanitized.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PullRequestDraft {
+    /// The pull request's title.
     pub title: SanitizedText,
+    /// The pull request's description, provenance block included.
     pub body: SanitizedText,
     /// The branch it merges into.
     pub base: String,

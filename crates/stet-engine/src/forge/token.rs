@@ -29,6 +29,10 @@ const POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// Everything that can go wrong reading the primary token. Messages name the variable or the command,
 /// never a token value.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum TokenError {
     #[error("environment variable {name} is not set; export the forge token in it")]
     EnvMissing { name: String },
@@ -66,6 +70,7 @@ pub enum TokenError {
     Io { command: String, detail: String },
 }
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, TokenError>;
 
 /// A reference to the primary token, as configuration spells it.

@@ -10,7 +10,7 @@
 
 /// What a request may cost at most, as far as the gateway can tell before forwarding it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum WorstCase {
+pub(crate) enum WorstCase {
     /// The model is priced: its input costs `input_usd` at most, and each output token
     /// `per_output_token_usd` times the number of choices asked for.
     Priced {
@@ -49,18 +49,27 @@ pub enum Refusal {
     /// Settled spend, with nothing in flight, leaves less than this request needs: no request of its
     /// size will ever fit again. The dispatch ends at its ceiling.
     Reached {
+        /// Dollars the settled requests cost.
         spent_usd: f64,
+        /// The dispatch's ceiling, in dollars.
         ceiling_usd: f64,
+        /// The least this request can cost, in dollars.
         needed_usd: f64,
     },
     /// What is left is held by requests in flight; it may free when they settle.
     Held {
+        /// Dollars held for requests in flight.
         reserved_usd: f64,
+        /// Dollars neither settled nor held.
         available_usd: f64,
+        /// The least this request can cost, in dollars.
         needed_usd: f64,
     },
     /// A model the price table does not list, on an endpoint that has not reported a cost itself.
-    UnknownPrice { model: String },
+    UnknownPrice {
+        /// The model the request names.
+        model: String,
+    },
 }
 
 /// A ledger's figures at one moment.
@@ -95,11 +104,11 @@ impl CostLedger {
         }
     }
 
-    pub fn ceiling_usd(&self) -> Option<f64> {
+    pub(crate) fn ceiling_usd(&self) -> Option<f64> {
         self.ceiling_usd
     }
 
-    pub fn totals(&self) -> Totals {
+    pub(crate) fn totals(&self) -> Totals {
         self.totals
     }
 
@@ -119,7 +128,7 @@ impl CostLedger {
     /// nothing. Under one, a priced request reserves its input and as much output as it asks for and
     /// the budget left pays for (at least one token; the cap it must then be sent with is returned);
     /// an unpriced one is refused unless the endpoint reports cost, and then reserves all that is left.
-    pub fn admit(&mut self, worst: &WorstCase) -> Result<Reservation, Refusal> {
+    pub(crate) fn admit(&mut self, worst: &WorstCase) -> Result<Reservation, Refusal> {
         let Some(ceiling) = self.ceiling_usd else {
             return Ok(self.hold(0.0, None));
         };

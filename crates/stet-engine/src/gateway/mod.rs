@@ -26,6 +26,10 @@ pub use server::{
 /// Everything that can go wrong starting the gateway or reading a price table. Messages never contain
 /// the API key or a URL's userinfo.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum GatewayError {
     #[error("model upstream {url} refused: {reason}")]
     Upstream { url: String, reason: String },

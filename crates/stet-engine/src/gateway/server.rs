@@ -116,7 +116,9 @@ pub enum GatewayEvent {
     /// One settled request: its usage (tokens of zero when its cost was counted at its reservation)
     /// and the ledger after it.
     Usage {
+        /// The request's usage as metered.
         report: UsageReport,
+        /// The ledger after it settled.
         totals: Totals,
         /// From the request's arrival to the response's last byte.
         latency: Duration,
@@ -125,10 +127,18 @@ pub enum GatewayEvent {
     },
     /// Something the agent's request ran into (upstream down, 429 + Retry-After, 5xx, malformed
     /// JSON, SSE cut, refused path, ceiling refusal): one line saying what and which request path.
-    Error { message: SanitizedText },
+    Error {
+        /// What happened, naming the request path.
+        message: SanitizedText,
+    },
     /// Accumulated cost reached the ceiling (sent once); the engine then ends the dispatch as
     /// `CostCeilingHit`.
-    CeilingReached { spent_usd: f64, ceiling_usd: f64 },
+    CeilingReached {
+        /// Dollars settled when it was reached.
+        spent_usd: f64,
+        /// The ceiling, in dollars.
+        ceiling_usd: f64,
+    },
 }
 
 /// A running gateway: one per dispatch. Dropping it stops serving and removes the socket, like

@@ -16,6 +16,10 @@ use crate::dispatch::branch::CommitSha;
 
 /// Why the changes could not be read.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum ChangesError {
     #[error("{operation} in {}: {detail}", repository.display())]
     Git {
@@ -25,15 +29,21 @@ pub enum ChangesError {
     },
 }
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, ChangesError>;
 
 /// What a tree entry is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EntryKind {
+    /// A regular file.
     File,
+    /// A regular file with the executable bit.
     Executable,
+    /// A symbolic link.
     Link,
+    /// A submodule: a commit of another repository.
     Submodule,
+    /// A directory (a tree).
     Directory,
 }
 
@@ -52,6 +62,7 @@ impl EntryKind {
 /// One side of a changed path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
+    /// What the entry is.
     pub kind: EntryKind,
     /// What a link points at (its blob), exactly as stored.
     pub link_target: Option<Vec<u8>>,
@@ -60,6 +71,7 @@ pub struct Entry {
 /// The lines a file gains, joined by `\n`, and where each begins.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AddedText {
+    /// The added lines, without their `\n`s, joined by `\n`.
     pub text: Vec<u8>,
     /// `(offset in text, line number in the new file)`, one per added line, in order.
     pub lines: Vec<(usize, usize)>,
@@ -90,8 +102,11 @@ impl AddedText {
 pub struct PathChange {
     /// Repository-relative; a name that is not UTF-8 is shown with replacement characters.
     pub path: String,
+    /// The path in the base; `None` when the change adds it.
     pub before: Option<Entry>,
+    /// The path in the result; `None` when the change deletes it.
     pub after: Option<Entry>,
+    /// The lines the new content gains.
     pub added: AddedText,
     /// The new content holds a NUL byte (git would call it binary).
     pub binary: bool,
@@ -100,6 +115,7 @@ pub struct PathChange {
 /// Everything the review gate reads about a result.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResultChanges {
+    /// Every changed path.
     pub changes: Vec<PathChange>,
     /// Every removed line of the whole diff, joined by `\n`: what the base already held.
     pub removed: Vec<u8>,

@@ -72,18 +72,26 @@ impl Default for ImportLimits {
 /// Author and committer of the imported commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
+    /// The name git records for author and committer.
     pub name: String,
+    /// The email address git records for author and committer.
     pub email: String,
 }
 
 /// One import: the user's repository, the agent's workspace, and the commit the result builds on.
 #[derive(Debug, Clone, Copy)]
 pub struct ImportRequest<'a> {
+    /// The user's repository, whose object store receives the commit.
     pub repository: &'a Path,
+    /// The agent's workspace on the host: the tree to import, read without following links.
     pub workspace: &'a Path,
+    /// The commit the imported tree is compared with and becomes the child of.
     pub parent: &'a CommitSha,
+    /// Who the commit names as author and committer.
     pub identity: &'a Identity,
+    /// The commit message, already sanitized.
     pub message: &'a SanitizedText,
+    /// Bounds on how many entries and bytes the import reads.
     pub limits: ImportLimits,
 }
 
@@ -91,19 +99,43 @@ pub struct ImportRequest<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ImportWarning {
     /// A fifo, socket or device: never opened, never imported.
-    SpecialFileSkipped { path: String, kind: &'static str },
+    SpecialFileSkipped {
+        /// Its path.
+        path: String,
+        /// What it is (`fifo`, `socket`, `character device`, `block device`).
+        kind: &'static str,
+    },
     /// A path component git would read as `.git` (any case, or a spelling that names `.git` on NTFS
     /// or HFS+): git trees must not carry one.
-    GitDirectorySkipped { path: String },
+    GitDirectorySkipped {
+        /// Its path.
+        path: String,
+    },
     /// A symbolic link named `.gitmodules`, which git refuses in a tree.
-    GitmodulesLinkSkipped { path: String },
+    GitmodulesLinkSkipped {
+        /// Its path.
+        path: String,
+    },
     /// Paths that are new and ignored by the repository's ignore rules.
-    IgnoredPathsSkipped { count: usize, examples: Vec<String> },
+    IgnoredPathsSkipped {
+        /// How many paths were skipped.
+        count: usize,
+        /// The first few of them.
+        examples: Vec<String>,
+    },
     /// The path is a submodule in the parent commit; it stays as it was and what the agent put there
     /// is not imported.
-    SubmoduleKept { path: String },
+    SubmoduleKept {
+        /// Its path.
+        path: String,
+    },
     /// A name git refuses in a tree.
-    InvalidNameSkipped { path: String, detail: String },
+    InvalidNameSkipped {
+        /// Its path.
+        path: String,
+        /// What git objects to.
+        detail: String,
+    },
 }
 
 impl fmt::Display for ImportWarning {
@@ -151,18 +183,26 @@ impl fmt::Display for ImportWarning {
 /// keeps its bytes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChangedFile {
+    /// The path, relative to the repository root.
     pub path: String,
+    /// Added, modified, deleted, ...
     pub change: ChangeKind,
+    /// Lines added; 0 for a binary file.
     pub insertions: usize,
+    /// Lines removed; 0 for a binary file.
     pub deletions: usize,
+    /// Git sees the content as binary, so no line counts.
     pub binary: bool,
 }
 
 /// The imported commit against its parent, computed from the two trees in the user's repository.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResultDiff {
+    /// Every changed path, in tree order.
     pub files: Vec<ChangedFile>,
+    /// Lines added over all files.
     pub insertions: usize,
+    /// Lines removed over all files.
     pub deletions: usize,
     /// Unified diff text (lossy where the content is not UTF-8).
     pub patch: String,
@@ -173,16 +213,26 @@ pub struct ResultDiff {
 pub enum Imported {
     /// A new commit in the user's object store (no ref points at it yet).
     Committed {
+        /// The new commit.
         commit: CommitSha,
+        /// It against the parent.
         diff: ResultDiff,
+        /// What was left out.
         warnings: Vec<ImportWarning>,
     },
     /// The tree equals the parent's: nothing to push (a clear outcome, never an empty PR).
-    Unchanged { warnings: Vec<ImportWarning> },
+    Unchanged {
+        /// What was left out.
+        warnings: Vec<ImportWarning>,
+    },
 }
 
 /// Why an import failed. Paths named by a `String` are relative to the workspace.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum ImportError {
     #[error("the workspace {} is gone; nothing can be imported", path.display())]
     WorkspaceMissing { path: PathBuf },

@@ -36,6 +36,10 @@ const MAX_REMOTE_MESSAGE_BYTES: usize = 4096;
 /// branch and the repository; libgit2's messages are included, and never hold the credential because it
 /// is in no URL.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum PushError {
     #[error(
         "remote {url}: a remote URL may not carry a user name or password (the credential is presented separately); remove the part before '@'"
@@ -115,6 +119,7 @@ pub enum PushError {
     },
 }
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, PushError>;
 
 /// One host-side push.
@@ -124,6 +129,7 @@ pub struct PushRequest<'a> {
     pub repository: &'a Path,
     /// Where to push: `https://…`, `http://<loopback>…`, an absolute local path or `file:///…`.
     pub url: &'a str,
+    /// The commit the branch is made to point at.
     pub commit: &'a CommitSha,
     /// Pushed as `<commit>:refs/heads/<branch>`.
     pub branch: &'a str,

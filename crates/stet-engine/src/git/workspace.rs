@@ -25,6 +25,10 @@ use crate::untrusted_tree::{self, Entry, Listing};
 
 /// Why a workspace could not be materialized.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum WorkspaceError {
     #[error("cannot open the repository {}: {source}", repository.display())]
     OpenRepository {
@@ -94,7 +98,9 @@ pub type Result<T> = std::result::Result<T, WorkspaceError>;
 /// submodules are empty directories and not counted) and the sum of their sizes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Materialized {
+    /// Files and symbolic links written.
     pub files: u64,
+    /// Their sizes summed, in bytes.
     pub bytes: u64,
 }
 

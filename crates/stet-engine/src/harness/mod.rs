@@ -24,6 +24,10 @@ use crate::runtime::{OutputLine, SandboxProcess};
 
 /// Errors of planning a harness run or reading what it left behind.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum HarnessError {
     #[error("the {harness} harness cannot run this dispatch: {detail}")]
     Plan {
@@ -37,15 +41,22 @@ pub enum HarnessError {
     },
 }
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, HarnessError>;
 
 /// How the agent's run ended, as far as its own output tells.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HarnessOutcome {
     /// The agent declared the task finished; `summary` is its own message, when it wrote one.
-    Succeeded { summary: Option<SanitizedText> },
+    Succeeded {
+        /// The agent's closing message, when it wrote one.
+        summary: Option<SanitizedText>,
+    },
     /// The agent never declared the task finished, or reported that it failed.
-    Failed { reason: SanitizedText },
+    Failed {
+        /// Why, in the agent's words or the harness's.
+        reason: SanitizedText,
+    },
 }
 
 /// How the agent in the sandbox reaches the model: the relay's URL on the sandbox's own loopback
@@ -64,7 +75,9 @@ pub const PLACEHOLDER_KEY: &str = "stet-gateway-holds-the-key";
 /// What a harness needs to know to start its agent on one dispatch.
 #[derive(Debug, Clone, Copy)]
 pub struct HarnessLaunch<'a> {
+    /// The dispatch the agent works on.
     pub dispatch: DispatchId,
+    /// The brief it works from.
     pub brief: &'a Brief,
     /// The rendered instructions (the workflow template filled in with the brief).
     pub instructions: &'a str,
@@ -77,12 +90,14 @@ pub struct HarnessLaunch<'a> {
 pub struct StagedFile {
     /// A plain file name (no directory part); it appears at `/outputs/<name>` in the sandbox.
     pub name: String,
+    /// The file's bytes.
     pub contents: Vec<u8>,
 }
 
 /// The files to stage and the processes to run, in order, for one dispatch.
 #[derive(Debug, Clone, Default)]
 pub struct HarnessPlan {
+    /// Written before any process runs.
     pub files: Vec<StagedFile>,
     /// Run one after the other; the first that exits non-zero ends the run.
     pub processes: Vec<SandboxProcess>,
@@ -91,17 +106,24 @@ pub struct HarnessPlan {
 /// Model usage as an agent reports it for one request (the engine keeps the running total).
 #[derive(Debug, Clone, PartialEq)]
 pub struct UsageReport {
+    /// The model the request went to, as reported.
     pub model: SanitizedText,
+    /// Tokens of the prompt.
     pub input_tokens: u64,
+    /// Tokens of the completion.
     pub output_tokens: u64,
+    /// Tokens of the prompt served from the provider's cache.
     pub cached_tokens: u64,
+    /// What the request cost in US dollars, when the report says; `None` when it does not.
     pub cost_usd: Option<f64>,
 }
 
 /// One thing read from the agent's output.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Parsed {
+    /// An entry of the agent's transcript.
     Item(TranscriptItem),
+    /// Model usage for one request.
     Usage(UsageReport),
     /// Something about the run a person should know that is not the agent's doing (the harness's
     /// network attempts failing in a sandbox that has none); published as a `warning` event.

@@ -112,6 +112,10 @@ const BASE_STATE: &CStr = c"base_state.json";
 
 /// What can go wrong reading OpenHands' persisted state.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum OpenHandsError {
     #[error("reading {path:?}: {source}")]
     Read {
@@ -136,6 +140,7 @@ pub enum OpenHandsError {
     TooManyEntries { root: PathBuf, limit: usize },
 }
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, OpenHandsError>;
 
 /// What the OpenHands harness is told by configuration.
@@ -164,6 +169,7 @@ pub struct OpenHandsHarness {
 }
 
 impl OpenHandsHarness {
+    /// The harness, run with `settings`.
     pub fn new(settings: OpenHandsSettings) -> OpenHandsHarness {
         OpenHandsHarness { settings }
     }
@@ -266,6 +272,7 @@ pub struct OpenHandsOutput {
 }
 
 impl OpenHandsOutput {
+    /// A reader of both streams, redacting with `sanitizer`.
     pub fn new(sanitizer: Arc<TokenSanitizer>) -> OpenHandsOutput {
         OpenHandsOutput {
             parser: OpenHandsParser::new(Arc::clone(&sanitizer)),
@@ -361,7 +368,7 @@ impl Draft {
 }
 
 impl OpenHandsParser {
-    pub fn new(sanitizer: Arc<TokenSanitizer>) -> OpenHandsParser {
+    pub(crate) fn new(sanitizer: Arc<TokenSanitizer>) -> OpenHandsParser {
         OpenHandsParser {
             sanitizer,
             long_line: LongLine::None,

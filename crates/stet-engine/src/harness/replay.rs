@@ -21,6 +21,10 @@ const READ_CHUNK: usize = 64 * 1024;
 
 /// Why a replay stopped.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum ReplayError {
     #[error("reading the capture: {0}")]
     Read(std::io::Error),
@@ -32,12 +36,15 @@ pub enum ReplayError {
     Usage(#[from] openhands::OpenHandsError),
 }
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, ReplayError>;
 
 /// Where the events of a replay are attributed.
 #[derive(Debug, Clone)]
 pub struct ReplayLabels {
+    /// The dispatch the replayed events name.
     pub dispatch: DispatchId,
+    /// The brief id they name.
     pub brief: String,
 }
 

@@ -64,6 +64,10 @@ const DEFAULT_SCENARIO: &str = include_str!("../../../../assets/demo/scenarios/d
 
 /// Why the script harness cannot plan a run.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum ScriptError {
     #[error("{}: cannot read the scenario: {source}", file.display())]
     Read {
@@ -306,6 +310,7 @@ pub struct ScriptParser {
 }
 
 impl ScriptParser {
+    /// A parser of the scripted agent's output, redacting with `sanitizer`.
     pub fn new(sanitizer: Arc<TokenSanitizer>) -> ScriptParser {
         ScriptParser {
             sanitizer,

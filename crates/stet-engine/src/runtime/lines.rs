@@ -18,6 +18,7 @@ pub const MAX_LINE_BYTES: usize = 256 * 1024;
 /// One line (without its `\n`), or one piece of an over-long line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FramedLine {
+    /// The line's bytes, redacted, without the `\n`; not necessarily UTF-8.
     pub bytes: Vec<u8>,
     /// The line goes on in the next piece.
     pub continues: bool,
@@ -111,6 +112,7 @@ impl StreamFramer {
 }
 
 impl OutputFramer {
+    /// A framer for a process's two streams, each redacted with `sanitizer`.
     pub fn new(sanitizer: &Arc<TokenSanitizer>) -> OutputFramer {
         OutputFramer {
             stdout: StreamFramer::new(Arc::clone(sanitizer)),

@@ -35,6 +35,7 @@ pub fn state_label(state_dir: &std::path::Path) -> String {
 /// Where the workspace and the outputs directory appear inside a sandbox (the sandbox side's own
 /// constant: the scripted agent works there by default).
 pub const WORKSPACE_MOUNT: &str = stet_sandbox::WORKSPACE_MOUNT;
+/// Where the outputs directory appears inside a sandbox, read-write.
 pub const OUTPUTS_MOUNT: &str = "/outputs";
 /// Where the model gateway's socket directory is mounted, read-only (connecting to a socket needs no
 /// write access to the mount).
@@ -45,7 +46,12 @@ pub const SANDBOX_HOME: &str = "/home/stet";
 /// The unprivileged user a sandbox runs as when stet itself runs as root.
 pub const DEFAULT_SANDBOX_UID: u32 = 65532;
 
+/// Why the container engine could not do what stet asked of it.
 #[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
 pub enum RuntimeError {
     #[error("Docker is not reachable{}: {detail}; is the daemon running?", endpoint_hint(.endpoint))]
     Unreachable {
@@ -102,17 +108,27 @@ fn endpoint_hint(endpoint: &Option<String>) -> String {
         .unwrap_or_default()
 }
 
+/// Result alias of this module.
 pub type Result<T> = std::result::Result<T, RuntimeError>;
 
 /// An image reference stet will run: immutable unless explicitly allowed otherwise.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ImageRef {
     /// `repository@sha256:<64 hex>`: pulled by digest if missing.
-    Digest { reference: String },
+    Digest {
+        /// The reference as written, `repository@sha256:<64 hex>`.
+        reference: String,
+    },
     /// `sha256:<64 hex>`: an image id present in the engine (e.g. the offline sandbox image).
-    LocalId { id: String },
+    LocalId {
+        /// The image id as written, `sha256:<64 hex>`.
+        id: String,
+    },
     /// A mutable tag, accepted only when the configuration allows unpinned images (development).
-    Unpinned { reference: String },
+    Unpinned {
+        /// The tagged reference as written.
+        reference: String,
+    },
 }
 
 impl ImageRef {
@@ -199,6 +215,7 @@ impl Default for DispatchLimits {
 /// Whether the sandbox gets a network (ADR-0018 row 1: none unless the guardrail allows it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NetworkPolicy {
+    /// No network at all, not even loopback to the host: the default.
     None,
     /// The engine's default bridge network: only when the guardrail allows network access.
     Bridge,
@@ -207,7 +224,9 @@ pub enum NetworkPolicy {
 /// The uid:gid a sandbox runs as; never 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SandboxUser {
+    /// The user id the sandbox's processes run as.
     pub uid: u32,
+    /// The group id the sandbox's processes run as.
     pub gid: u32,
 }
 
@@ -275,7 +294,9 @@ pub(crate) fn name_for_id(text: &str, id: u32) -> Option<String> {
 /// Everything needed to create one sandbox container.
 #[derive(Debug, Clone)]
 pub struct SandboxSpec {
+    /// The dispatch this sandbox belongs to; also the container's name.
     pub dispatch: DispatchId,
+    /// The image the container runs.
     pub image: ImageRef,
     /// Bind-mounted read-write at [`WORKSPACE_MOUNT`].
     pub workspace: PathBuf,
@@ -284,8 +305,11 @@ pub struct SandboxSpec {
     /// The model gateway's socket directory, bind-mounted read-only at [`GATEWAY_MOUNT`]; `None`
     /// when the dispatch has no gateway.
     pub gateway: Option<PathBuf>,
+    /// CPU, memory, process, tmpfs and file-size caps of the container.
     pub limits: DispatchLimits,
+    /// Whether the container gets a network.
     pub network: NetworkPolicy,
+    /// The uid:gid the container's processes run as.
     pub user: SandboxUser,
     /// The container's main process; it only has to stay alive while processes are exec'd into it.
     pub keepalive: Vec<String>,
@@ -304,35 +328,45 @@ impl SandboxSpec {
 /// `env`, whose values `Debug` withholds.
 #[derive(Debug, Clone, Default)]
 pub struct SandboxProcess {
+    /// The program and its arguments, run without a shell.
     pub argv: Vec<String>,
+    /// The process's environment; the only way a secret reaches a sandbox.
     pub env: BTreeMap<String, SecretValue>,
+    /// The working directory inside the sandbox.
     pub workdir: String,
 }
 
 /// Which stream a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutputStream {
+    /// The process's standard output.
     Stdout,
+    /// The process's standard error.
     Stderr,
 }
 
 /// A piece of a process's output as the engine delivered it: any length, not split at lines.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutputChunk {
+    /// The stream the bytes came from.
     pub stream: OutputStream,
+    /// The bytes as delivered, unsanitized.
     pub bytes: Vec<u8>,
 }
 
 /// One framed line of a process's output.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutputLine {
+    /// The stream the line came from.
     pub stream: OutputStream,
+    /// The line, framed and sanitized.
     pub line: FramedLine,
 }
 
 /// How an exec'd process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExecExit {
+    /// The process's exit code.
     pub code: i64,
     /// The kernel's OOM killer ended it for exceeding the sandbox's memory cap.
     pub oom_killed: bool,
@@ -341,6 +375,7 @@ pub struct ExecExit {
 /// How a container ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ContainerExit {
+    /// The container's exit code.
     pub code: i64,
     /// The kernel killed it for exceeding its memory cap.
     pub oom_killed: bool,
@@ -349,27 +384,35 @@ pub struct ContainerExit {
 /// Whether a removal found something to remove.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Removal {
+    /// Something was there and is removed now.
     Removed,
+    /// Nothing by that name was there.
     AlreadyGone,
 }
 
 /// Progress of an image pull, as the theater shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PullProgress {
+    /// The layer id the status is about; `None` for a message about the whole pull.
     pub layer: Option<String>,
+    /// The engine's status text (`Downloading`, `Pull complete`, ...).
     pub status: String,
+    /// Bytes of the layer transferred so far, when the engine reports it.
     pub current_bytes: Option<u64>,
+    /// Size of the layer in bytes, when the engine reports it.
     pub total_bytes: Option<u64>,
 }
 
 /// A sandbox container the engine knows about, as the sweep sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SandboxContainer {
+    /// The container's name (`stet-dispatch-<uuid>`).
     pub name: String,
     /// The value of [`DISPATCH_LABEL`].
     pub dispatch: String,
     /// The value of [`STATE_LABEL`], if the container has one.
     pub state_label: Option<String>,
+    /// The engine's state word for it (`running`, `exited`, ...).
     pub state: String,
 }
 

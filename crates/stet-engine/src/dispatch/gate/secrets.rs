@@ -56,7 +56,7 @@ const MAX_DECODED_RUN: usize = 64 * 1024;
 const DECODED_OVERLAP: usize = 2 * 1024;
 
 /// The most findings of each sort reported for one file (the gate holds the result at the first).
-pub const MAX_FINDINGS_PER_FILE: usize = 16;
+pub(crate) const MAX_FINDINGS_PER_FILE: usize = 16;
 
 /// Whitespace and invisible format characters: what a value wrapped or padded over lines is spread by.
 static SPREAD: LazyLock<Option<Regex>> = LazyLock::new(|| {
