@@ -3,14 +3,14 @@
 //! every ~2 KB. Secrets are generated here at run time.
 
 /// A small deterministic generator (xorshift64).
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -141,7 +141,7 @@ fn secret(rng: &mut Rng) -> String {
 }
 
 /// About `size` bytes of log text; with `secret_every` set, a secret line roughly that often.
-pub fn generate(size: usize, secret_every: Option<usize>, seed: u64) -> Vec<u8> {
+pub(crate) fn generate(size: usize, secret_every: Option<usize>, seed: u64) -> Vec<u8> {
     let mut rng = Rng::new(seed);
     let mut out = String::with_capacity(size + 512);
     let mut next_secret = secret_every.unwrap_or(usize::MAX);

@@ -22,11 +22,11 @@ use tokio::sync::OnceCell;
 use stet_engine::image::SandboxImage;
 
 /// Label every test container carries, so a leak is easy to find and sweep.
-pub const TEST_LABEL: &str = "dev.stet.test";
+pub(super) const TEST_LABEL: &str = "dev.stet.test";
 
 /// A Docker client with default settings. Panics when the engine cannot be reached: CI has Docker, and a
 /// test that needs it must fail, never skip silently.
-pub fn docker() -> Docker {
+pub(super) fn docker() -> Docker {
     let host = stet_engine::image::docker_host();
     let unreachable = |err: &dyn std::fmt::Display| -> ! {
         panic!("Docker is unreachable at {host}: {err}; these tests need a running Docker engine")
@@ -46,7 +46,7 @@ pub fn docker() -> Docker {
 
 /// The sandbox image built from this build's `stet-sandbox` binary, once per test process; across processes the
 /// image's label makes the build a lookup.
-pub async fn sandbox_image() -> SandboxImage {
+pub(super) async fn sandbox_image() -> SandboxImage {
     static IMAGE: OnceCell<SandboxImage> = OnceCell::const_new();
     IMAGE
         .get_or_init(|| async {
@@ -66,7 +66,7 @@ pub async fn sandbox_image() -> SandboxImage {
 
 /// What a container run to completion left behind.
 #[derive(Debug)]
-pub struct Finished {
+pub(super) struct Finished {
     pub exit_code: i64,
     pub stdout: String,
     pub stderr: String,
@@ -74,7 +74,7 @@ pub struct Finished {
 
 /// Creates a container named `stet-test-<uuid>` and labelled [`TEST_LABEL`] from `body`, starts it,
 /// waits for it to exit and reads its logs. The container is removed before this returns or panics.
-pub async fn run_to_completion(docker: &Docker, mut body: ContainerCreateBody) -> Finished {
+pub(super) async fn run_to_completion(docker: &Docker, mut body: ContainerCreateBody) -> Finished {
     let name = format!("stet-test-{}", uuid::Uuid::new_v4());
     body.labels
         .get_or_insert_with(HashMap::new)
@@ -142,7 +142,7 @@ async fn start_wait_and_read(
 }
 
 /// The address of the default bridge's gateway (the host, seen from a bridged container).
-pub async fn bridge_gateway() -> Ipv4Addr {
+pub(super) async fn bridge_gateway() -> Ipv4Addr {
     let network = docker().inspect_network("bridge", None).await.unwrap();
     let config = network
         .ipam
@@ -161,7 +161,7 @@ pub async fn bridge_gateway() -> Ipv4Addr {
 
 /// A listener on the host's side of the default bridge (our own server), and the `IP:PORT` a
 /// container connects to when its network allows it.
-pub async fn host_listener() -> (std::net::TcpListener, String) {
+pub(super) async fn host_listener() -> (std::net::TcpListener, String) {
     let gateway = bridge_gateway().await;
     let listener = std::net::TcpListener::bind((gateway, 0)).unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -169,7 +169,7 @@ pub async fn host_listener() -> (std::net::TcpListener, String) {
 }
 
 /// Runs git with a fixed identity and no user or system configuration; returns trimmed stdout.
-pub fn git(dir: &Path, args: &[&str]) -> String {
+pub(super) fn git(dir: &Path, args: &[&str]) -> String {
     let output = Command::new("git")
         .arg("-C")
         .arg(dir)
@@ -192,7 +192,7 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// Provenance as a dispatch would report it, with no usage reported.
-pub fn provenance(
+pub(super) fn provenance(
     credential_kind: &str,
     base: &str,
     commit: &str,
@@ -218,7 +218,7 @@ pub fn provenance(
 
 /// A multi-threaded runtime whose worker serves a test's own listeners (a fake API, a scripted model)
 /// while the stet binary runs.
-pub fn serving_runtime() -> tokio::runtime::Runtime {
+pub(super) fn serving_runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
