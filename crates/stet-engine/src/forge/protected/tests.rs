@@ -1,0 +1,223 @@
+//! Unit tests of `crate::forge::protected`, in a file of their own so the module reads as code.
+
+use super::*;
+
+fn held_by(path: &str) -> Option<String> {
+    ProtectedPaths::default()
+        .matching(path)
+        .map(ToString::to_string)
+}
+
+#[test]
+fn the_default_holds_workflow_changes_and_the_rest_of_dot_github() {
+    let protected = ProtectedPaths::default();
+    for path in [
+        ".github/workflows/ci.yml",
+        ".github/workflows/nested/deploy.yaml",
+        ".github/workflows",
+        ".GitHub/Workflows/ci.yml",
+        ".github/CODEOWNERS",
+        ".github/actions/a/action.yml",
+        ".github/workflows-old/ci.yml",
+        ".github",
+    ] {
+        assert_eq!(
+            protected.matching(path).map(ProtectedRule::pattern),
+            Some(".github/**"),
+            "{path}"
+        );
+    }
+    for path in ["src/.github/workflows/ci.yml", "README.md", "github/x"] {
+        assert_eq!(protected.matching(path), None, "{path}");
+    }
+}
+
+#[test]
+fn every_default_rule_holds_its_paths_and_says_why() {
+    for (path, why) in [
+        (".github/actions/x/action.yml", "CI: .github/**"),
+        ("tools/deploy/action.yml", "CI: **/action.yml"),
+        ("action.yaml", "CI: **/action.yaml"),
+        (".gitlab-ci.yml", "CI"),
+        (".gitlab/ci/deploy.yml", "CI: .gitlab/**"),
+        (".gitea/workflows/x.yml", "CI: .gitea/**"),
+        (".forgejo/workflows/x.yml", "CI: .forgejo/**"),
+        (".circleci/config.yml", "CI: .circleci/**"),
+        (".buildkite/pipeline.yml", "CI: .buildkite/**"),
+        ("Jenkinsfile", "CI"),
+        ("azure-pipelines.yml", "CI"),
+        (".pre-commit-config.yaml", "runs on developer machines"),
+        (".husky/pre-commit", "runs on developer machines: .husky/**"),
+        (
+            ".devcontainer/devcontainer.json",
+            "runs on developer machines: .devcontainer/**",
+        ),
+        (
+            ".vscode/tasks.json",
+            "runs on developer machines: **/.vscode/**",
+        ),
+        (
+            "packages/app/.vscode/tasks.json",
+            "runs on developer machines: **/.vscode/**",
+        ),
+        (
+            "team.code-workspace",
+            "runs on developer machines: **/*.code-workspace",
+        ),
+        (
+            ".idea/workspace.xml",
+            "runs on developer machines: .idea/**",
+        ),
+        ("mise.toml", "runs on developer machines"),
+        ("appveyor.yml", "CI"),
+        (".semaphore/semaphore.yml", "CI: .semaphore/**"),
+        ("netlify.toml", "CI"),
+        ("GEMINI.md", "agent configuration: **/GEMINI.md"),
+        (".windsurf/rules/x.md", "agent configuration: .windsurf/**"),
+        (".clinerules", "agent configuration"),
+        (".envrc", "runs on developer machines: **/.envrc"),
+        (
+            "services/api/.envrc",
+            "runs on developer machines: **/.envrc",
+        ),
+        (".gitattributes", "git configuration: **/.gitattributes"),
+        (
+            "vendor/.gitattributes",
+            "git configuration: **/.gitattributes",
+        ),
+        (".gitmodules", "git configuration"),
+        (".lfsconfig", "git configuration"),
+        (".claude/settings.json", "agent configuration: .claude/**"),
+        (".mcp.json", "agent configuration"),
+        (".cursor/rules/x.mdc", "agent configuration: **/.cursor/**"),
+        (
+            ".openhands/microagents/repo.md",
+            "agent configuration: .openhands/**",
+        ),
+        ("AGENTS.md", "agent configuration: **/AGENTS.md"),
+        ("src/AGENTS.md", "agent configuration: **/AGENTS.md"),
+        ("CLAUDE.md", "agent configuration: **/CLAUDE.md"),
+        ("stet.toml", "stet's own configuration"),
+        (".stet/briefs/evil.toml", "stet's own files: .stet/**"),
+    ] {
+        assert_eq!(held_by(path).as_deref(), Some(why), "{path}");
+    }
+}
+
+#[test]
+fn root_only_files_are_not_held_in_subdirectories() {
+    for path in [
+        "docs/stet.toml",
+        "examples/.stet/briefs/x.toml",
+        "sub/.github/workflows/ci.yml",
+        "sub/.gitmodules",
+        "sub/.pre-commit-config.yaml",
+        "sub/Jenkinsfile",
+        "sub/.idea/workspace.xml",
+        "src/main.rs",
+        "stet.toml.example",
+        "docs/AGENTS.md.txt",
+        "actions.yml",
+    ] {
+        assert_eq!(held_by(path), None, "{path}");
+    }
+}
+
+#[test]
+fn names_are_compared_the_way_case_insensitive_file_systems_compare_them() {
+    for path in [
+        "STET.TOML",
+        "Stet.Toml",
+        "stet.toml.",
+        "stet.toml .. ",
+        "stet.toml::$DATA",
+        "st\u{200c}et.toml",
+        "\u{feff}stet.toml",
+        "\u{017f}tet.toml",
+        "./stet.toml",
+        ".STET/BRIEFS/EVIL.TOML",
+        ".github\\workflows\\ci.yml",
+        "agents.md",
+        ".g\u{131}thub/x",
+    ] {
+        assert!(
+            ProtectedPaths::default().matching(path).is_some(),
+            "{path:?}"
+        );
+    }
+    // A look-alike letter from another script names another file on every file system.
+    for path in ["st\u{435}t.toml", ".g\u{456}thub/workflows/ci.yml"] {
+        assert_eq!(held_by(path), None, "{path:?}");
+    }
+}
+
+#[test]
+fn wildcards_stay_inside_a_segment_and_double_star_spans_segments() {
+    let protected = ProtectedPaths::default()
+        .extended(["*.lock", "deploy/**/secrets-?.toml", "**/Makefile"])
+        .unwrap();
+    let pattern = |path| protected.matching(path).map(ProtectedRule::pattern);
+    assert_eq!(pattern("Cargo.lock"), Some("*.lock"));
+    assert_eq!(pattern("sub/Cargo.lock"), None);
+    assert_eq!(
+        pattern("deploy/secrets-a.toml"),
+        Some("deploy/**/secrets-?.toml")
+    );
+    assert_eq!(
+        pattern("deploy/eu/west/secrets-b.toml"),
+        Some("deploy/**/secrets-?.toml")
+    );
+    assert_eq!(pattern("deploy/secrets-ab.toml"), None);
+    assert_eq!(pattern("Makefile"), Some("**/Makefile"));
+    assert_eq!(pattern("a/b/Makefile"), Some("**/Makefile"));
+}
+
+#[test]
+fn configuration_adds_to_the_defaults_and_never_removes_one() {
+    let protected = ProtectedPaths::default()
+        .extended(["deploy/*.yml"])
+        .unwrap();
+    assert_eq!(
+        protected
+            .matching("deploy/prod.yml")
+            .map(ToString::to_string)
+            .as_deref(),
+        Some("review.protected_paths: deploy/*.yml")
+    );
+    assert!(protected.matching(".github/workflows/ci.yml").is_some());
+    assert!(protected.matching("stet.toml").is_some());
+    let again = protected
+        .clone()
+        .extended(["deploy/*.yml", ".github/**", "secrets.env"])
+        .unwrap();
+    assert_eq!(again.rules().len(), protected.rules().len() + 1);
+    assert_eq!(
+        again
+            .matching("secrets.env")
+            .map(ToString::to_string)
+            .as_deref(),
+        Some("review.protected_paths")
+    );
+    assert_eq!(
+        ProtectedPaths::default()
+            .extended(Vec::<String>::new())
+            .unwrap(),
+        ProtectedPaths::default()
+    );
+    assert_eq!(ProtectedPaths::default().rules().len(), DEFAULT_RULES.len());
+}
+
+#[test]
+fn unusable_patterns_are_refused_with_the_reason() {
+    for (pattern, problem) in [
+        ("", "is empty"),
+        ("/etc/x", "starts with '/'"),
+        ("a//b", "empty segment"),
+        ("../x", "'..' segment"),
+        ("a**/b", "inside a segment"),
+    ] {
+        let error = ProtectedPaths::default().extended([pattern]).unwrap_err();
+        assert_eq!(error.pattern, pattern);
+        assert!(error.problem.contains(problem), "{pattern}: {error}");
+    }
+}

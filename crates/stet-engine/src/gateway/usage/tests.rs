@@ -1,0 +1,164 @@
+//! Unit tests of `crate::gateway::usage`, in a file of their own so the module reads as code.
+
+use super::*;
+
+const CHAT: &str = r#"{"id":"c1","model":"gpt-4o-2024-08-06","choices":[],"usage":{"prompt_tokens":120,"completion_tokens":30,"total_tokens":150,"prompt_tokens_details":{"cached_tokens":100}}}"#;
+const RESPONSES: &str = r#"{"id":"r1","object":"response","model":"o4-mini","output":[],"usage":{"input_tokens":50,"output_tokens":7,"input_tokens_details":{"cached_tokens":20},"output_tokens_details":{"reasoning_tokens":3}}}"#;
+
+#[test]
+fn chat_completion_usage_is_read() {
+    let metered = from_json(CHAT.as_bytes()).unwrap();
+    assert_eq!(metered.model.as_deref(), Some("gpt-4o-2024-08-06"));
+    assert_eq!(
+        metered.usage,
+        Some(TokenCounts {
+            input: 120,
+            output: 30,
+            cached: 100
+        })
+    );
+}
+
+#[test]
+fn responses_api_usage_is_read() {
+    let metered = from_json(RESPONSES.as_bytes()).unwrap();
+    assert_eq!(metered.model.as_deref(), Some("o4-mini"));
+    assert_eq!(
+        metered.usage,
+        Some(TokenCounts {
+            input: 50,
+            output: 7,
+            cached: 20
+        })
+    );
+}
+
+#[test]
+fn missing_or_partial_usage_is_none_and_garbage_is_not_json() {
+    let metered = from_json(br#"{"model":"m","usage":{"prompt_tokens":3}}"#).unwrap();
+    assert_eq!(metered.usage, None);
+    assert_eq!(
+        from_json(br#"{"object":"list","data":[]}"#).unwrap(),
+        Metered::default()
+    );
+    assert!(from_json(b"{\"usage\": {").is_err());
+    assert!(from_json(b"<html>bad gateway</html>").is_err());
+}
+
+#[test]
+fn the_litellm_cost_header_must_be_a_finite_non_negative_decimal() {
+    assert_eq!(header_cost(b"0.00123"), Some(0.00123));
+    assert_eq!(header_cost(b" 2 "), Some(2.0));
+    assert_eq!(header_cost(b"1e-4"), Some(0.0001));
+    for bad in [&b""[..], b"-1", b"NaN", b"inf", b"$0.01", b"\xff"] {
+        assert_eq!(header_cost(bad), None, "{bad:?}");
+    }
+}
+
+fn chat_stream() -> String {
+    let mut stream = String::new();
+    for word in ["Hel", "lo"] {
+        stream.push_str(&format!(
+                "data: {{\"model\":\"gpt-4o\",\"choices\":[{{\"delta\":{{\"content\":\"{word}\"}}}}],\"usage\":null}}\n\n"
+            ));
+    }
+    stream.push_str(": keep-alive comment\n\n");
+    stream.push_str("data: {\"model\":\"gpt-4o\",\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":4}}}\r\n\r\n");
+    stream.push_str("data: [DONE]\n\n");
+    stream
+}
+
+#[test]
+fn sse_usage_is_read_however_the_stream_is_split() {
+    let stream = chat_stream();
+    let expected = SseSummary {
+        metered: Metered {
+            model: Some("gpt-4o".to_owned()),
+            usage: Some(TokenCounts {
+                input: 11,
+                output: 2,
+                cached: 4,
+            }),
+        },
+        done: true,
+    };
+    for split in 0..=stream.len() {
+        let mut scanner = SseScanner::new();
+        scanner.push(&stream.as_bytes()[..split]);
+        scanner.push(&stream.as_bytes()[split..]);
+        assert_eq!(scanner.finish(), expected, "split at {split}");
+    }
+    let mut scanner = SseScanner::new();
+    for byte in stream.as_bytes() {
+        scanner.push(std::slice::from_ref(byte));
+    }
+    assert_eq!(scanner.finish(), expected);
+}
+
+#[test]
+fn sse_cut_before_usage_has_no_usage_and_no_done() {
+    let stream = chat_stream();
+    let cut = stream
+        .find("data: {\"model\":\"gpt-4o\",\"choices\":[],")
+        .unwrap()
+        + 20;
+    let mut scanner = SseScanner::new();
+    scanner.push(&stream.as_bytes()[..cut]);
+    let summary = scanner.finish();
+    assert_eq!(summary.metered.usage, None);
+    assert!(!summary.done);
+}
+
+#[test]
+fn responses_api_stream_is_metered_from_response_completed() {
+    let stream = concat!(
+        "event: response.created\n",
+        "data: {\"type\":\"response.created\",\"response\":{\"model\":\"o4-mini\",\"usage\":null}}\n\n",
+        "event: response.output_text.delta\n",
+        "data: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}\n\n",
+        "event: response.completed\n",
+        "data: {\"type\":\"response.completed\",\"response\":{\"model\":\"o4-mini-2025-04-16\",",
+        "\"usage\":{\"input_tokens\":9,\"output_tokens\":5,\"input_tokens_details\":{\"cached_tokens\":0}}}}\n\n",
+    );
+    let mut scanner = SseScanner::new();
+    scanner.push(stream.as_bytes());
+    let summary = scanner.finish();
+    assert_eq!(summary.metered.model.as_deref(), Some("o4-mini-2025-04-16"));
+    assert_eq!(
+        summary.metered.usage,
+        Some(TokenCounts {
+            input: 9,
+            output: 5,
+            cached: 0
+        })
+    );
+    assert!(!summary.done);
+}
+
+#[test]
+fn multi_line_data_and_an_unterminated_last_event_are_read() {
+    let mut scanner = SseScanner::new();
+    scanner.push(b"data: {\"usage\":\ndata: {\"input_tokens\":1,\"output_tokens\":2}}");
+    assert_eq!(
+        scanner.finish().metered.usage,
+        Some(TokenCounts {
+            input: 1,
+            output: 2,
+            cached: 0
+        })
+    );
+}
+
+#[test]
+fn an_overlong_line_is_skipped_and_the_stream_read_on() {
+    let mut scanner = SseScanner::new();
+    scanner.push(b"data: ");
+    scanner.push(&vec![b'x'; MAX_SSE_LINE + 10]);
+    scanner.push(b"\n\ndata: {\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}\n\n");
+    let summary = scanner.finish();
+    assert_eq!(summary.metered.usage.map(|u| u.output), Some(1));
+
+    let mut scanner = SseScanner::new();
+    scanner.push(&vec![b'y'; MAX_SSE_LINE + 1]);
+    assert!(scanner.line.len() <= MAX_SSE_LINE);
+}
