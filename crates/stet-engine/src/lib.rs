@@ -10,6 +10,7 @@ pub mod demo;
 pub mod dispatch;
 pub mod doctor;
 pub mod engine;
+mod error_chain;
 pub mod forge;
 pub mod gateway;
 pub mod git;

@@ -26,6 +26,7 @@ use super::app_jwt::AppKey;
 use super::{ForgeError, Result};
 use crate::dispatch::credential::SecretValue;
 use crate::dispatch::sanitize::SanitizerHandle;
+use crate::error_chain::error_chain;
 
 /// How long connecting to the API may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -129,18 +130,6 @@ pub(crate) fn web_url(forge: &'static str, url: &str, setting: &str) -> Result<U
         }
         Some(_) => Ok(uri),
     }
-}
-
-/// An error and its sources, one line.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// A response as [`Rest::send`] returns it: read whole, the body zeroized when dropped (it may hold

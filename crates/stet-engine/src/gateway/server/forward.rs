@@ -27,9 +27,10 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::errors::{BoxError, describe};
+use super::errors::BoxError;
 use super::metered::{Meter, MeteredBody, Report};
 use super::{Hold, Shared, scan};
+use crate::error_chain::error_chain;
 use crate::gateway::ledger::{Refusal, WorstCase};
 use crate::gateway::prices::PriceTable;
 use crate::gateway::usage::{self, SseScanner};
@@ -202,7 +203,7 @@ pub(super) async fn handle(
                 }
                 shared.error(&format!(
                     "{label}: the model upstream could not be reached: {} (502)",
-                    describe(&err)
+                    error_chain(&err)
                 ));
                 return error_reply(
                     StatusCode::BAD_GATEWAY,
@@ -393,7 +394,7 @@ async fn read_body(
         let frame = match tokio::time::timeout_at(body_deadline, body.frame()).await {
             Err(_) => return Err(Unread::TimedOut(timeout)),
             Ok(None) => break,
-            Ok(Some(Err(err))) => return Err(Unread::Broken(describe(&err))),
+            Ok(Some(Err(err))) => return Err(Unread::Broken(error_chain(&err))),
             Ok(Some(Ok(frame))) => frame,
         };
         let Ok(data) = frame.into_data() else {

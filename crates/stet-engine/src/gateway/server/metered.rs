@@ -14,9 +14,10 @@ use std::time::Instant;
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
-use super::errors::{BoxError, describe};
+use super::errors::BoxError;
 use super::{GatewayEvent, Hold, Shared};
 use crate::dispatch::display::without_invisible;
+use crate::error_chain::error_chain;
 use crate::gateway::usage::{self, Metered, SseScanner};
 use crate::harness::UsageReport;
 
@@ -144,7 +145,7 @@ impl Body for MeteredBody {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(err))) => {
-                this.conclude(End::Cut(describe(&err)));
+                this.conclude(End::Cut(error_chain(&err)));
                 Poll::Ready(Some(Err(err.into())))
             }
             Poll::Ready(None) => {
