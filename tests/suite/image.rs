@@ -379,3 +379,36 @@ fn a_stet_without_its_sandbox_executable_says_which_file_is_missing() {
     );
     assert!(stderr.contains("cargo install --path ."), "{stderr}");
 }
+
+/// The attack: a directory the user runs `stet` from (a cloned repository, say) holds a link named
+/// `stet` to the installed one and a `stet-sandbox` of its own, and puts itself first on `PATH`. The
+/// image is packaged from the file beside the executable that runs, found through no link, no
+/// working directory and no `PATH`: here there is none, and the planted one is never packaged.
+#[test]
+fn a_stet_sandbox_beside_a_link_to_stet_or_in_the_working_directory_is_not_packaged() {
+    let installed = tempfile::tempdir().unwrap();
+    let lone = installed.path().join("stet");
+    std::fs::copy(STET, &lone).unwrap();
+    let planted = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(&lone, planted.path().join("stet")).unwrap();
+    std::fs::copy(SANDBOX, planted.path().join("stet-sandbox")).unwrap();
+    let path = format!(
+        "{}:{}",
+        planted.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+
+    let output = Command::new(planted.path().join("stet"))
+        .args(["image", "build-local"])
+        .current_dir(planted.path())
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    let missing = installed.path().join("stet-sandbox");
+    assert!(
+        stderr.contains(&format!("{} is not there", missing.display())),
+        "{stderr}"
+    );
+}

@@ -273,6 +273,26 @@ mod tests {
         assert!(refused.is_err(), "{refused:?}");
     }
 
+    /// The attack: an agent runs `/usr/local/bin/stet` with the host's command lines, hoping one of
+    /// them reaches code of the host's (the sanitizer's rules to probe, the trust store, the local
+    /// forge's reviews, a transcript replay, the headless dispatcher). None parses.
+    #[test]
+    fn no_command_line_of_the_hosts_stet_parses_here() {
+        for argv in [
+            &["stet"][..],
+            &["stet", "--headless", "--all"],
+            &["stet", "sanitize"],
+            &["stet", "check-branch", "main"],
+            &["stet", "trust", "--list"],
+            &["stet", "reviews"],
+            &["stet", "transcript", "-"],
+            &["stet", "image", "build-local"],
+        ] {
+            let refused = Cli::try_parse_from(argv);
+            assert!(refused.is_err(), "{argv:?} parsed: {refused:?}");
+        }
+    }
+
     #[test]
     fn host_commands_are_not_here() {
         for host_only in ["demo", "doctor", "image", "sweep"] {

@@ -8,9 +8,9 @@
 //! At most [`MAX_OPEN_LEVELS`] directories are open at once; a subtree below that depth is moved up
 //! to the top directory under a fresh name and removed on a later pass.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 
@@ -33,7 +33,7 @@ pub fn remove_tree(path: &Path) -> io::Result<()> {
     if !metadata.is_dir() {
         return ignore_gone(std::fs::remove_file(path));
     }
-    let top = match open_directory(rustix::fs::CWD, path) {
+    let top = match open_child(rustix::fs::CWD, path.as_os_str()) {
         Ok(top) => top,
         Err(Errno::NOENT) => return Ok(()),
         // Swapped for a link or a file since the `lstat`: remove that instead.
@@ -70,13 +70,12 @@ fn empty(dir: &OwnedFd, top: &OwnedFd, depth: usize, moved: &mut u64) -> io::Res
                 continue;
             }
             if depth + 1 >= MAX_OPEN_LEVELS {
-                *moved += 1;
-                let fresh = OsString::from(format!(".stet-removing-{moved}"));
+                let fresh = unused_name(top, moved)?;
                 rustix::fs::renameat(dir, &name, top, &fresh)?;
                 again = true;
                 continue;
             }
-            match open_child(dir, &name) {
+            match open_child(dir.as_fd(), &name) {
                 Ok(child) => {
                     again |= empty(&child, top, depth + 1, moved)?;
                     drop(child);
@@ -91,6 +90,22 @@ fn empty(dir: &OwnedFd, top: &OwnedFd, depth: usize, moved: &mut u64) -> io::Res
                 )?,
                 Err(errno) => return Err(errno.into()),
             }
+        }
+    }
+}
+
+/// A name nothing in `top` has, for a subtree moved up into it: the agent may have left entries
+/// named as earlier removals named theirs, and moving a directory onto one fails (onto a file, a link
+/// or a directory that is not empty) or replaces it (an empty directory). Nothing else writes the
+/// tree while it is removed.
+fn unused_name(top: &OwnedFd, moved: &mut u64) -> io::Result<OsString> {
+    loop {
+        *moved += 1;
+        let fresh = OsString::from(format!(".stet-removing-{moved}"));
+        match rustix::fs::statat(top, &fresh, AtFlags::SYMLINK_NOFOLLOW) {
+            Err(Errno::NOENT) => return Ok(fresh),
+            Ok(_) => {}
+            Err(errno) => return Err(errno.into()),
         }
     }
 }
@@ -126,8 +141,9 @@ fn open_directory(at: impl AsFd, path: impl rustix::path::Arg) -> rustix::io::Re
     Ok(directory)
 }
 
-/// Opens the directory `name` in `dir`, first opening up one the agent made unreadable.
-fn open_child(dir: &OwnedFd, name: &OsString) -> rustix::io::Result<OwnedFd> {
+/// Opens the directory `name` in `dir` (or the top of the tree, `dir` being the working directory),
+/// first opening up one the agent made unreadable.
+fn open_child(dir: BorrowedFd<'_>, name: &OsStr) -> rustix::io::Result<OwnedFd> {
     match open_directory(dir, name) {
         Err(Errno::ACCESS) => {
             // No read or search permission: open it by path only (no permission needed, no link
@@ -205,6 +221,87 @@ mod tests {
         remove_tree(&root).unwrap();
         assert!(!root.exists());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    /// The attack: the agent leaves, at the top of its tree, entries named as the removal names the
+    /// subtrees it moves up (`.stet-removing-<n>`: a file, a link, a directory that is not empty),
+    /// beside trees deeper than the removal keeps open: moving one up onto such a name fails, the
+    /// same way on every retry, and the agent's files outlive the dispatch and every sweep.
+    #[test]
+    fn entries_named_like_the_removals_own_do_not_stop_a_deep_tree_being_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("workspace");
+        std::fs::create_dir(&root).unwrap();
+        let top = std::fs::File::open(&root).unwrap();
+        let trees = 16;
+        for tree in 1..=trees {
+            let name = format!("deep-{tree}");
+            rustix::fs::mkdirat(&top, name.as_str(), Mode::RWXU).unwrap();
+            let mut at = std::fs::File::from(
+                rustix::fs::openat(&top, name.as_str(), OFlags::DIRECTORY, Mode::empty()).unwrap(),
+            );
+            for _ in 0..MAX_OPEN_LEVELS + 4 {
+                rustix::fs::mkdirat(&at, "d", Mode::RWXU).unwrap();
+                at = std::fs::File::from(
+                    rustix::fs::openat(&at, "d", OFlags::DIRECTORY, Mode::empty()).unwrap(),
+                );
+            }
+            // Interleaved with the trees, so whichever order the directory lists them in, some
+            // tree is moved up before the entry holding its name is removed.
+            let taken = format!(".stet-removing-{tree}");
+            match tree % 3 {
+                0 => std::fs::write(root.join(&taken), "agent").unwrap(),
+                1 => std::os::unix::fs::symlink("/etc", root.join(&taken)).unwrap(),
+                _ => {
+                    std::fs::create_dir(root.join(&taken)).unwrap();
+                    std::fs::write(root.join(&taken).join("inside"), "agent").unwrap();
+                }
+            }
+        }
+        drop(top);
+
+        remove_tree(&root).unwrap();
+        assert!(!root.exists());
+        assert!(
+            Path::new("/etc/passwd").exists(),
+            "the link target is untouched"
+        );
+    }
+
+    /// Runs `act` on a thread of its own without root's permission overrides (dropped from that
+    /// thread alone; an ordinary account has none), so it meets file modes as stet run by an ordinary
+    /// account does.
+    fn as_an_ordinary_account<T: Send + 'static>(act: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::spawn(move || {
+            use rustix::thread::{CapabilitySet, capabilities, set_capabilities};
+            let mut sets = capabilities(None).unwrap();
+            sets.effective
+                .remove(CapabilitySet::DAC_OVERRIDE | CapabilitySet::DAC_READ_SEARCH);
+            set_capabilities(None, sets).unwrap();
+            act()
+        })
+        .join()
+        .unwrap()
+    }
+
+    /// The attack: run as an ordinary account, stet gives the sandbox that account's uid, so the
+    /// agent owns the top of its workspace (the mount point) and may take every permission off it:
+    /// the removal could then open neither it nor anything in it, on every retry.
+    #[test]
+    fn a_top_directory_the_agent_made_unreadable_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("workspace");
+        std::fs::create_dir_all(root.join("inside")).unwrap();
+        std::fs::write(root.join("inside/f"), "agent").unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o000)).unwrap();
+
+        let removing = root.clone();
+        let removed = as_an_ordinary_account(move || remove_tree(&removing));
+        removed.unwrap();
+        assert!(
+            std::fs::symlink_metadata(&root).is_err(),
+            "the tree is still there"
+        );
     }
 
     #[test]

@@ -27,7 +27,7 @@
 //! token the sanitizer must see whole nor reach a terminal), then the sanitizer runs, then the result
 //! is cut to a bound, so no cut can leave part of a secret unrecognised.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::ffi::CStr;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
@@ -95,6 +95,11 @@ pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 /// The largest `base_state.json` that is read.
 pub const MAX_STATE_BYTES: u64 = 16 * 1024 * 1024;
 
+/// The most bytes of `base_state.json` files one search reads, all of them together: every file
+/// read is held until the search ends, and one file hard-linked into many directories costs the
+/// agent no disk.
+pub const MAX_STATES_BYTES: u64 = MAX_STATE_BYTES;
+
 /// The short rendering of an event or action kind this module does not know.
 const MAX_RENDERING_BYTES: usize = 1024;
 
@@ -138,6 +143,11 @@ pub enum OpenHandsError {
         "{root:?} holds more than {limit} entries; stopped looking for OpenHands' base_state.json"
     )]
     TooManyEntries { root: PathBuf, limit: usize },
+
+    #[error(
+        "the OpenHands state files under {root:?} add up to more than {limit} bytes; stopped reading them"
+    )]
+    StatesTooLarge { root: PathBuf, limit: u64 },
 }
 
 /// Result alias of this module.
@@ -820,7 +830,8 @@ fn bounded_text_of(
 /// The final usage OpenHands recorded for the run, from the `base_state.json` files under `outputs`
 /// (its conversations live in `<persistence dir>/<conversation id>/base_state.json`).
 ///
-/// The search goes at most six directories deep, lists at most 50 000 entries, follows no symbolic
+/// The search goes at most six directories deep, lists at most 50 000 entries, reads at most
+/// [`MAX_STATES_BYTES`] of state files in all (however many links lead to one), follows no symbolic
 /// link and reads only regular files. A conversation's directory is not searched further: the
 /// sub-agent conversations OpenHands keeps inside it (`subagents/<id>/`) are already counted in the
 /// parent's statistics, as `task:<id>` or `delegate:<id>` entries. Within a file, every entry of
@@ -839,6 +850,7 @@ pub fn final_usage(outputs: &Path, sanitizer: &Arc<TokenSanitizer>) -> Result<Op
     let mut search = StateSearch {
         root: outputs,
         listed: 0,
+        read: 0,
         found: Vec::new(),
     };
     search.directory(root, outputs, 0)?;
@@ -861,6 +873,8 @@ fn read_error(path: &Path, errno: Errno) -> OpenHandsError {
 struct StateSearch<'a> {
     root: &'a Path,
     listed: usize,
+    /// The bytes of state files read so far, at most [`MAX_STATES_BYTES`].
+    read: u64,
     /// Each state file found, with its contents.
     found: Vec<(PathBuf, Vec<u8>)>,
 }
@@ -888,7 +902,7 @@ impl StateSearch<'_> {
                 .map_err(|errno| read_error(&child, errno))?;
             match file_type {
                 FileType::RegularFile if name.as_c_str() == BASE_STATE => {
-                    let bytes = read_state(dirfd, &child)?;
+                    let bytes = self.read_state(dirfd, &child)?;
                     self.found.push((child, bytes));
                     return Ok(());
                 }
@@ -907,29 +921,39 @@ impl StateSearch<'_> {
         }
         Ok(())
     }
-}
 
-/// Reads a state file through a descriptor opened without following links and checked to be a
-/// regular file of bounded size.
-fn read_state(dirfd: BorrowedFd<'_>, path: &Path) -> Result<Vec<u8>> {
-    untrusted_tree::open_file(dirfd, BASE_STATE, MAX_STATE_BYTES)
-        .and_then(RegularFile::read)
-        .map_err(|error| match error {
-            FileError::Open(errno) | FileError::Stat(errno) => read_error(path, errno),
-            FileError::NotRegular => OpenHandsError::Malformed {
-                path: path.to_owned(),
-                problem: "it is not a regular file".to_owned(),
-            },
-            FileError::TooLarge { size, limit } => OpenHandsError::TooLarge {
-                path: path.to_owned(),
-                size,
-                limit,
-            },
-            FileError::Read(source) => OpenHandsError::Read {
-                path: path.to_owned(),
-                source,
-            },
-        })
+    /// Reads a state file through a descriptor opened without following links and checked to be a
+    /// regular file of bounded size, within what is left of [`MAX_STATES_BYTES`].
+    fn read_state(&mut self, dirfd: BorrowedFd<'_>, path: &Path) -> Result<Vec<u8>> {
+        let left = MAX_STATES_BYTES.saturating_sub(self.read);
+        let limit = left.min(MAX_STATE_BYTES);
+        let bytes = untrusted_tree::open_file(dirfd, BASE_STATE, limit)
+            .and_then(RegularFile::read)
+            .map_err(|error| match error {
+                FileError::Open(errno) | FileError::Stat(errno) => read_error(path, errno),
+                FileError::NotRegular => OpenHandsError::Malformed {
+                    path: path.to_owned(),
+                    problem: "it is not a regular file".to_owned(),
+                },
+                FileError::TooLarge { .. } if limit < MAX_STATE_BYTES => {
+                    OpenHandsError::StatesTooLarge {
+                        root: self.root.to_owned(),
+                        limit: MAX_STATES_BYTES,
+                    }
+                }
+                FileError::TooLarge { size, limit } => OpenHandsError::TooLarge {
+                    path: path.to_owned(),
+                    size,
+                    limit,
+                },
+                FileError::Read(source) => OpenHandsError::Read {
+                    path: path.to_owned(),
+                    source,
+                },
+            })?;
+        self.read += u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+        Ok(bytes)
+    }
 }
 
 /// The part of `base_state.json` this module reads; every other field is passed over unread.
@@ -969,7 +993,11 @@ struct TokenUsage {
 #[derive(Debug, Default)]
 struct Totals {
     entries: usize,
+    /// The models named, in the order first named.
     models: Vec<String>,
+    /// The same models, to look one up in constant time: a state file may name hundreds of
+    /// thousands.
+    named: HashSet<String>,
     input: u64,
     output: u64,
     cached: u64,
@@ -1017,7 +1045,7 @@ impl Totals {
             if let Some(model) = metrics.model_name
                 && !model.is_empty()
                 && model != "default"
-                && !self.models.contains(&model)
+                && self.named.insert(model.clone())
             {
                 self.models.push(model);
             }

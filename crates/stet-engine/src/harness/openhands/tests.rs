@@ -968,3 +968,89 @@ fn a_usage_record_that_cannot_be_read_is_a_harness_usage_error() {
         .unwrap();
     assert_eq!(usage.total_cost_usd, 0.5);
 }
+
+/// The bytes this thread has read through `read(2)` and its kin so far (`rchar` of
+/// `/proc/thread-self/io`): what the host took in, whoever else in the test process reads meanwhile.
+fn bytes_read_by_this_thread() -> u64 {
+    let io = std::fs::read_to_string("/proc/thread-self/io").unwrap();
+    io.lines()
+        .find_map(|line| line.strip_prefix("rchar: "))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// The attack: one state file of a legal size, hard-linked into many conversation directories (a
+/// link costs the agent no disk, so the disk watch never sees it), each link read and held in
+/// memory until the walk ends: the host's memory grows with the number of links, not with what the
+/// agent wrote.
+#[test]
+fn final_usage_reads_one_hard_linked_state_file_once_not_once_per_link() {
+    let root = tempfile::tempdir().unwrap();
+    let conversations = root.path().join("conversations");
+    let first = conversations.join("c000");
+    std::fs::create_dir_all(&first).unwrap();
+    let size = usize::try_from(MAX_STATE_BYTES / 2).unwrap();
+    let mut state = json!({"stats": {"usage_to_metrics": {"agent": metrics("m", 0.5, 1, 1, 0)}}})
+        .to_string()
+        .into_bytes();
+    state.resize(size, b' ');
+    std::fs::write(first.join("base_state.json"), &state).unwrap();
+    let links = 24;
+    for link in 1..links {
+        let directory = conversations.join(format!("c{link:03}"));
+        std::fs::create_dir(&directory).unwrap();
+        std::fs::hard_link(
+            first.join("base_state.json"),
+            directory.join("base_state.json"),
+        )
+        .unwrap();
+    }
+
+    let before = bytes_read_by_this_thread();
+    let searched = final_usage(root.path(), &sanitizer());
+    let read = bytes_read_by_this_thread() - before;
+    // Directory listings are not counted by rchar; a little room for what the sanitizer reads.
+    let bound = MAX_STATE_BYTES + 1024 * 1024;
+    assert!(
+        read <= bound,
+        "the search read {read} bytes ({links} links to one {size}-byte file), more than the \
+         {bound} any outputs directory should cost the host: {searched:?}"
+    );
+    assert!(
+        matches!(searched, Err(OpenHandsError::StatesTooLarge { .. })),
+        "{searched:?}"
+    );
+}
+
+/// The attack: one state file within its bound that names hundreds of thousands of distinct models,
+/// each looked up in the list of those already seen: quadratic in the file's size, on the host,
+/// before the container is removed and outside the dispatch's timeout.
+#[test]
+fn final_usage_of_a_state_file_naming_many_models_is_not_quadratic() {
+    let root = tempfile::tempdir().unwrap();
+    let directory = root.path().join("conversations/a");
+    std::fs::create_dir_all(&directory).unwrap();
+    let models = 300_000;
+    let mut state = String::from(r#"{"stats":{"usage_to_metrics":{"#);
+    for model in 0..models {
+        if model > 0 {
+            state.push(',');
+        }
+        write!(state, r#""u{model}":{{"model_name":"m{model}"}}"#).unwrap();
+    }
+    state.push_str("}}}");
+    assert!(state.len() as u64 <= MAX_STATE_BYTES, "{}", state.len());
+    std::fs::write(directory.join("base_state.json"), state).unwrap();
+
+    let (sender, answers) = std::sync::mpsc::channel();
+    let outputs = root.path().to_owned();
+    std::thread::spawn(move || {
+        let usage = final_usage(&outputs, &sanitizer()).map(|usage| usage.map(|u| u.input_tokens));
+        let _ = sender.send(usage);
+    });
+    let usage = answers
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("reading the usage of one bounded state file stalled the host past a minute");
+    assert_eq!(usage.unwrap(), Some(0));
+}
