@@ -129,6 +129,13 @@ pub enum ImportWarning {
         /// Its path.
         path: String,
     },
+    /// An ignore file of the user's checkout (or a directory on its way) that is a symbolic link or
+    /// not a regular file: libgit2 would read through it, so it is not read, and the new paths under
+    /// its directory are imported without checking them against ignore rules.
+    IgnoreRulesUnread {
+        /// The `.gitignore` (or the directory) in the checkout, relative to its root.
+        path: String,
+    },
     /// A name git refuses in a tree.
     InvalidNameSkipped {
         /// Its path.
@@ -168,6 +175,10 @@ impl fmt::Display for ImportWarning {
                 }
                 Ok(())
             }
+            ImportWarning::IgnoreRulesUnread { path } => write!(
+                f,
+                "{path:?} in the repository is a symbolic link or not a regular file; stet does not read ignore rules through it, so the new paths under its directory were imported without checking them against ignore rules"
+            ),
             ImportWarning::SubmoduleKept { path } => write!(
                 f,
                 "{path:?} is a submodule in the base commit; it was kept as it was and what the agent put there was not imported"
@@ -351,6 +362,7 @@ pub fn import_until(
         warnings: Vec::new(),
         ignored: 0,
         ignored_examples: Vec::new(),
+        ignore_rules_readable: HashMap::new(),
     };
     let tree = match walk.directory(root, b"", Some(&parent_tree), 0)? {
         Some(tree) => tree,
@@ -497,6 +509,8 @@ struct Walk<'a, 'r> {
     warnings: Vec<ImportWarning>,
     ignored: usize,
     ignored_examples: Vec<String>,
+    /// Each directory of the user's checkout asked about, and whether its ignore rules may be read.
+    ignore_rules_readable: HashMap<Vec<u8>, bool>,
 }
 
 impl Walk<'_, '_> {
@@ -762,9 +776,83 @@ impl Walk<'_, '_> {
         }
     }
 
+    /// Whether libgit2 may read every ignore file that decides about `path`: each directory of the
+    /// user's checkout above it is a real directory, and its `.gitignore` absent or a regular file.
+    /// A hostile repository can make either a link to anything on the host (or to a fifo that would
+    /// stall the import); libgit2 follows links, so such a file is not read at all.
+    fn ignore_rules_readable_for(&mut self, path: &[u8]) -> bool {
+        let Some(workdir) = self.repository.workdir().map(Path::to_owned) else {
+            return false;
+        };
+        let mut directory: Vec<u8> = Vec::new();
+        let components: Vec<&[u8]> = path.split(|byte| *byte == b'/').collect();
+        let parents = components.len().saturating_sub(1);
+        for (index, component) in std::iter::once(&b""[..])
+            .chain(components.into_iter().take(parents))
+            .enumerate()
+        {
+            if index > 0 {
+                if index > 1 {
+                    directory.push(b'/');
+                }
+                directory.extend_from_slice(component);
+            }
+            if let Some(readable) = self.ignore_rules_readable.get(&directory) {
+                if !readable {
+                    return false;
+                }
+                continue;
+            }
+            let readable = self.ignore_rules_checked(&workdir, &directory);
+            self.ignore_rules_readable
+                .insert(directory.clone(), readable);
+            if !readable {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// [`Walk::ignore_rules_readable_for`] of one directory, looked at without following links; a
+    /// warning names the first file or directory that is not read.
+    fn ignore_rules_checked(&mut self, workdir: &Path, directory: &[u8]) -> bool {
+        let place = workdir.join(OsStr::from_bytes(directory));
+        let is_directory = directory.is_empty()
+            || match std::fs::symlink_metadata(&place) {
+                Ok(metadata) => metadata.is_dir(),
+                Err(error) => error.kind() == std::io::ErrorKind::NotFound,
+            };
+        let shown = |name: &[u8]| lossy(name);
+        if !is_directory {
+            self.warnings.push(ImportWarning::IgnoreRulesUnread {
+                path: shown(directory),
+            });
+            return false;
+        }
+        let file = place.join(".gitignore");
+        let regular = match std::fs::symlink_metadata(&file) {
+            Ok(metadata) => metadata.is_file(),
+            Err(error) => error.kind() == std::io::ErrorKind::NotFound,
+        };
+        if !regular {
+            let mut relative = directory.to_vec();
+            if !relative.is_empty() {
+                relative.push(b'/');
+            }
+            relative.extend_from_slice(b".gitignore");
+            self.warnings.push(ImportWarning::IgnoreRulesUnread {
+                path: shown(&relative),
+            });
+        }
+        regular
+    }
+
     /// Whether a path the parent commit does not have is ignored by the user's repository.
     fn is_ignored(&mut self, path: &[u8], kind: Kind) -> Result<bool> {
         if !self.apply_ignores {
+            return Ok(false);
+        }
+        if !self.ignore_rules_readable_for(path) {
             return Ok(false);
         }
         let mut query = path.to_vec();

@@ -281,3 +281,122 @@ fn an_unchanged_workspace_writes_nothing_and_shared_content_is_stored_once() {
         "the new blob, the shared subtree, the root tree and the commit"
     );
 }
+
+/// The attack (a hostile repository, with an agent adding any new file): the user's checkout holds a
+/// `.gitignore` that is a link to a file outside the repository. The ignore rules decide what of the
+/// agent's result is imported, so whatever the link leads to is read on the host as rules.
+#[test]
+fn a_gitignore_link_in_the_users_checkout_is_not_read_through() {
+    let fixture = Fixture::new(&[("README.md", b"hello\n")]);
+    let outside = tempfile::tempdir().unwrap();
+    let marker = format!("host-only-{}", uuid::Uuid::new_v4().simple());
+    std::fs::write(outside.path().join("rules"), format!("{marker}*\n")).unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("rules"),
+        fixture.repository.join(".gitignore"),
+    )
+    .unwrap();
+    fixture.write(&format!("{marker}-result.txt"), b"the agent's work\n");
+
+    let imported = fixture.import(ImportLimits::default(), &|| false).unwrap();
+    let Imported::Committed { diff, warnings, .. } = &imported else {
+        panic!("the host file behind the link decided the result was ignored: {imported:?}");
+    };
+    assert_eq!(
+        diff.files
+            .iter()
+            .map(|file| file.path.as_str())
+            .collect::<Vec<_>>(),
+        [format!("{marker}-result.txt")],
+        "{warnings:?}"
+    );
+    assert!(
+        warnings.contains(&ImportWarning::IgnoreRulesUnread {
+            path: ".gitignore".to_owned()
+        }),
+        "the person is told the ignore rules were not read: {warnings:?}"
+    );
+}
+
+/// A directory of the user's checkout that is a link: its `.gitignore` would be read through it.
+#[test]
+fn a_linked_directory_of_the_users_checkout_is_not_read_through_for_ignore_rules() {
+    let fixture = Fixture::new(&[("README.md", b"hello\n")]);
+    let outside = tempfile::tempdir().unwrap();
+    let marker = format!("host-only-{}", uuid::Uuid::new_v4().simple());
+    std::fs::write(outside.path().join(".gitignore"), format!("{marker}*\n")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), fixture.repository.join("docs")).unwrap();
+    fixture.write(&format!("docs/{marker}-notes.txt"), b"the agent's work\n");
+
+    let imported = fixture.import(ImportLimits::default(), &|| false).unwrap();
+    let Imported::Committed { diff, warnings, .. } = &imported else {
+        panic!("the host file behind the link decided the result was ignored: {imported:?}");
+    };
+    assert_eq!(
+        diff.files
+            .iter()
+            .map(|file| file.path.as_str())
+            .collect::<Vec<_>>(),
+        [format!("docs/{marker}-notes.txt")],
+        "{warnings:?}"
+    );
+    assert!(
+        warnings.contains(&ImportWarning::IgnoreRulesUnread {
+            path: "docs".to_owned()
+        }),
+        "{warnings:?}"
+    );
+}
+
+/// The control: a regular `.gitignore` still decides what is imported.
+#[test]
+fn a_regular_gitignore_of_the_users_checkout_still_applies() {
+    let fixture = Fixture::new(&[("README.md", b"hello\n"), (".gitignore", b"*.log\n")]);
+    fixture.write("build.log", b"noise\n");
+    fixture.write("kept.txt", b"the agent's work\n");
+    let imported = fixture.import(ImportLimits::default(), &|| false).unwrap();
+    let Imported::Committed { diff, warnings, .. } = &imported else {
+        panic!("{imported:?}");
+    };
+    assert_eq!(
+        diff.files
+            .iter()
+            .map(|file| file.path.as_str())
+            .collect::<Vec<_>>(),
+        ["kept.txt"]
+    );
+    assert!(
+        !warnings
+            .iter()
+            .any(|warning| matches!(warning, ImportWarning::IgnoreRulesUnread { .. })),
+        "{warnings:?}"
+    );
+}
+
+/// The same link, to a fifo no one writes: the import must not wait on it.
+#[test]
+fn a_gitignore_link_to_a_fifo_does_not_stall_the_import() {
+    let fixture = Fixture::new(&[("README.md", b"hello\n")]);
+    let outside = tempfile::tempdir().unwrap();
+    let fifo = outside.path().join("fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &fifo,
+        FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&fifo, fixture.repository.join(".gitignore")).unwrap();
+    fixture.write("new.txt", b"the agent's work\n");
+
+    let (sender, answers) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let imported = fixture.import(ImportLimits::default(), &|| false).is_ok();
+        let _ = sender.send(imported);
+        drop(outside);
+    });
+    answers
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the import waited on a fifo the user's checkout links .gitignore to");
+}
