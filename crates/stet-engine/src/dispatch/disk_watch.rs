@@ -5,8 +5,13 @@
 //! it measures the two directories (a walk, only then), and when they have grown past the bound, or
 //! free space is under the floor, the dispatch ends `failed` with the figures.
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use rustix::fs::{AtFlags, FileType};
+
+use crate::untrusted_tree::{self, Listing};
 
 /// How often the filesystem is looked at.
 const INTERVAL: Duration = Duration::from_millis(250);
@@ -26,6 +31,10 @@ pub const DEFAULT_FLOOR_BYTES: u64 = 256 * 1024 * 1024;
 /// The most entries one measuring walk visits; past it the directories count as over the bound
 /// (more than an import would take anyway).
 const MAX_WALKED: u64 = 4_000_000;
+
+/// How many directories deep one measuring walk goes (as deep as the import does); a deeper tree is
+/// measured as incomplete, which, with free space falling past the bound, ends the dispatch.
+const MAX_DEPTH: usize = 256;
 
 /// What can go wrong looking at the disk.
 #[derive(Debug, thiserror::Error)]
@@ -202,43 +211,87 @@ impl Measured {
     }
 }
 
-/// The disk space allocated under `root`, links not followed.
+/// The disk space allocated under `root`, links not followed. The agent is still running while this
+/// walks, so every directory is opened relative to its parent without following links
+/// (`untrusted_tree`): a directory swapped for a link between its listing and its opening is refused,
+/// never walked into. A tree deeper than [`MAX_DEPTH`] is measured as incomplete.
 fn allocated(root: &Path) -> Measured {
-    use std::os::unix::fs::MetadataExt;
-    let mut measured = Measured {
-        bytes: 0,
-        complete: true,
+    let mut walk = Measuring {
+        measured: Measured {
+            bytes: 0,
+            complete: true,
+        },
+        walked: 0,
     };
-    let mut pending = vec![root.to_owned()];
-    let mut walked = 0u64;
-    while let Some(directory) = pending.pop() {
-        let Ok(entries) = std::fs::read_dir(&directory) else {
-            measured.complete = false;
-            continue;
+    match untrusted_tree::open_root(root) {
+        Ok(top) => walk.directory(top, 0),
+        Err(_) => walk.measured.complete = false,
+    }
+    if walk.walked > MAX_WALKED {
+        return Measured {
+            bytes: u64::MAX,
+            complete: false,
         };
-        for entry in entries {
-            walked += 1;
-            if walked > MAX_WALKED {
-                return Measured {
-                    bytes: u64::MAX,
-                    complete: false,
-                };
+    }
+    walk.measured
+}
+
+/// One measuring walk: what it has found so far and how many entries it has visited.
+struct Measuring {
+    measured: Measured,
+    walked: u64,
+}
+
+impl Measuring {
+    /// Adds what `directory` (at `depth` below the top) and everything under it take; one descriptor
+    /// per level stays open while its subdirectories are walked.
+    fn directory(&mut self, directory: OwnedFd, depth: usize) {
+        let Ok(parent) = rustix::io::fcntl_dupfd_cloexec(&directory, 0) else {
+            self.measured.complete = false;
+            return;
+        };
+        let Ok(listing) = Listing::new(directory) else {
+            self.measured.complete = false;
+            return;
+        };
+        let mut subdirectories = Vec::new();
+        for entry in listing {
+            self.walked += 1;
+            if self.walked > MAX_WALKED {
+                return;
             }
             let Ok(entry) = entry else {
-                measured.complete = false;
+                self.measured.complete = false;
                 continue;
             };
-            let Ok(metadata) = entry.path().symlink_metadata() else {
-                measured.complete = false;
+            let Ok(stat) = rustix::fs::statat(&parent, &entry.name, AtFlags::SYMLINK_NOFOLLOW)
+            else {
+                self.measured.complete = false;
                 continue;
             };
-            measured.bytes = measured.bytes.saturating_add(metadata.blocks() * 512);
-            if metadata.is_dir() {
-                pending.push(entry.path());
+            let blocks = u64::try_from(stat.st_blocks).unwrap_or(0);
+            self.measured.bytes = self
+                .measured
+                .bytes
+                .saturating_add(blocks.saturating_mul(512));
+            if FileType::from_raw_mode(stat.st_mode) == FileType::Directory {
+                subdirectories.push(entry.name);
+            }
+        }
+        for name in subdirectories {
+            if depth + 1 > MAX_DEPTH {
+                self.measured.complete = false;
+                return;
+            }
+            match untrusted_tree::open_directory(&parent, &name) {
+                Ok(child) => self.directory(child, depth + 1),
+                Err(_) => self.measured.complete = false,
+            }
+            if self.walked > MAX_WALKED {
+                return;
             }
         }
     }
-    measured
 }
 
 /// A size as people read it: `8.0 GiB`, `512 MiB`, `12 KiB`.
@@ -258,6 +311,65 @@ fn shown_bytes(bytes: u64) -> String {
 mod tests {
 
     use super::*;
+
+    /// The attack: while the disk watch measures, the agent (still running) swaps a directory it
+    /// listed for a link to a host directory; the walk lists by path, so it follows the link and
+    /// measures what lies outside the tree.
+    #[test]
+    fn a_directory_swapped_for_a_link_mid_measure_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("big"), vec![1u8; 8 * 1024 * 1024]).unwrap();
+        for filler in 0..64 {
+            std::fs::write(dir.path().join(format!("f{filler}")), "x").unwrap();
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flipping = {
+            let (root, target, stop) = (
+                dir.path().to_owned(),
+                outside.path().to_owned(),
+                stop.clone(),
+            );
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = std::fs::create_dir(root.join("d"));
+                    let _ = std::fs::remove_dir(root.join("d"));
+                    let _ = std::os::unix::fs::symlink(&target, root.join("d"));
+                    let _ = std::fs::remove_file(root.join("d"));
+                }
+            })
+        };
+        let escaped = (0..20_000).any(|_| allocated(dir.path()).bytes >= 8 * 1024 * 1024);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        flipping.join().unwrap();
+        assert!(
+            !escaped,
+            "the measuring walk followed a link out of the tree"
+        );
+    }
+
+    /// A tree deeper than the walk goes is measured as incomplete, never as small.
+    #[test]
+    fn a_tree_deeper_than_the_walk_goes_is_incomplete() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut deep = dir.path().to_owned();
+        for _ in 0..=MAX_DEPTH {
+            deep.push("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        std::fs::write(deep.join("hidden"), vec![1u8; 1024 * 1024]).unwrap();
+        assert!(!allocated(dir.path()).complete);
+        let control = tempfile::tempdir().unwrap();
+        let mut within = control.path().to_owned();
+        for _ in 0..MAX_DEPTH - 1 {
+            within.push("d");
+        }
+        std::fs::create_dir_all(&within).unwrap();
+        std::fs::write(within.join("seen"), vec![1u8; 1024 * 1024]).unwrap();
+        let measured = allocated(control.path());
+        assert!(measured.complete, "the control, within the depth");
+        assert!(measured.bytes >= 1024 * 1024, "{}", measured.bytes);
+    }
 
     #[test]
     fn allocated_space_counts_what_files_hold_and_follows_no_link() {
