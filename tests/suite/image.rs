@@ -322,11 +322,10 @@ fn build_local_names_an_unreachable_docker() {
     assert!(stderr.contains("is the daemon running?"), "{stderr}");
 }
 
-#[tokio::test]
-async fn build_local_command_prints_id_and_tag() {
-    let image = support::sandbox_image().await;
+/// What `stet <args>` printed on stdout, having succeeded.
+async fn stet_prints(args: &[&str]) -> String {
     let output = tokio::process::Command::new(STET)
-        .args(["image", "build-local", "--binary", SANDBOX])
+        .args(args)
         .output()
         .await
         .unwrap();
@@ -335,8 +334,14 @@ async fn build_local_command_prints_id_and_tag() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn build_local_command_prints_id_and_tag() {
+    let image = support::sandbox_image().await;
     assert_eq!(
-        String::from_utf8(output.stdout).unwrap(),
+        stet_prints(&["image", "build-local", "--binary", SANDBOX]).await,
         format!("{} {}\n", image.id, image.tag)
     );
 }
@@ -344,18 +349,8 @@ async fn build_local_command_prints_id_and_tag() {
 #[tokio::test]
 async fn build_local_packages_the_sandbox_executable_beside_stet_by_default() {
     let image = support::sandbox_image().await;
-    let output = tokio::process::Command::new(STET)
-        .args(["image", "build-local"])
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
     assert_eq!(
-        String::from_utf8(output.stdout).unwrap(),
+        stet_prints(&["image", "build-local"]).await,
         format!("{} {}\n", image.id, image.tag),
         "the image of {SANDBOX}, not of {STET}"
     );

@@ -29,11 +29,6 @@ pub enum CliError {
     Probe(#[from] ProbeError),
     #[error("sandbox-idle: {0}")]
     Relay(#[from] RelayError),
-    #[error("sandbox-idle: the relay address {address:?} is not an address: {source}")]
-    RelayAddress {
-        address: &'static str,
-        source: std::net::AddrParseError,
-    },
     #[error("sandbox-idle: installing the {signal} handler: {source}")]
     Signal {
         signal: &'static str,
@@ -198,13 +193,7 @@ async fn sandbox_idle(relay: Option<PathBuf>) -> Result<ExitCode, CliError> {
         stopped.await;
         return Ok(ExitCode::SUCCESS);
     };
-    let address = relay::RELAY_ADDR
-        .parse()
-        .map_err(|source| CliError::RelayAddress {
-            address: relay::RELAY_ADDR,
-            source,
-        })?;
-    match relay::relay(address, socket, stopped).await {
+    match relay::relay(relay::RELAY_ADDR, socket, stopped).await {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(error) => {
             let _ = writeln!(std::io::stderr(), "stet sandbox-idle: {error}");

@@ -6,7 +6,7 @@
 //!
 //! `stet sandbox-idle --relay <socket>` runs it as part of the container's main process.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +20,7 @@ use tokio::task::JoinSet;
 pub const SOCKET_NAME: &str = "model.sock";
 
 /// The relay's address on the container's loopback.
-pub const RELAY_ADDR: &str = "127.0.0.1:4141";
+pub const RELAY_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4141);
 
 /// How many connections the relay pipes at once; later ones wait in the listen backlog.
 pub const MAX_CONNECTIONS: usize = 64;

@@ -356,13 +356,12 @@ pub fn import_until(
         seen: HashSet::new(),
         interrupted,
         request,
-        apply_ignores: !repository.is_bare(),
+        ignores: repository.workdir().map(CheckoutIgnores::new),
         entries: 0,
         total_bytes: 0,
         warnings: Vec::new(),
         ignored: 0,
         ignored_examples: Vec::new(),
-        ignore_rules_readable: HashMap::new(),
     };
     let tree = match walk.directory(root, b"", Some(&parent_tree), 0)? {
         Some(tree) => tree,
@@ -503,14 +502,14 @@ struct Walk<'a, 'r> {
     seen: HashSet<Oid>,
     interrupted: &'a dyn Fn() -> bool,
     request: &'a ImportRequest<'a>,
-    apply_ignores: bool,
+    /// The user's checkout, whose ignore rules decide what is new; `None` for a bare repository,
+    /// which has none.
+    ignores: Option<CheckoutIgnores>,
     entries: u64,
     total_bytes: u64,
     warnings: Vec<ImportWarning>,
     ignored: usize,
     ignored_examples: Vec<String>,
-    /// Each directory of the user's checkout asked about, and whether its ignore rules may be read.
-    ignore_rules_readable: HashMap<Vec<u8>, bool>,
 }
 
 impl Walk<'_, '_> {
@@ -776,83 +775,12 @@ impl Walk<'_, '_> {
         }
     }
 
-    /// Whether libgit2 may read every ignore file that decides about `path`: each directory of the
-    /// user's checkout above it is a real directory, and its `.gitignore` absent or a regular file.
-    /// A hostile repository can make either a link to anything on the host (or to a fifo that would
-    /// stall the import); libgit2 follows links, so such a file is not read at all.
-    fn ignore_rules_readable_for(&mut self, path: &[u8]) -> bool {
-        let Some(workdir) = self.repository.workdir().map(Path::to_owned) else {
-            return false;
-        };
-        let mut directory: Vec<u8> = Vec::new();
-        let components: Vec<&[u8]> = path.split(|byte| *byte == b'/').collect();
-        let parents = components.len().saturating_sub(1);
-        for (index, component) in std::iter::once(&b""[..])
-            .chain(components.into_iter().take(parents))
-            .enumerate()
-        {
-            if index > 0 {
-                if index > 1 {
-                    directory.push(b'/');
-                }
-                directory.extend_from_slice(component);
-            }
-            if let Some(readable) = self.ignore_rules_readable.get(&directory) {
-                if !readable {
-                    return false;
-                }
-                continue;
-            }
-            let readable = self.ignore_rules_checked(&workdir, &directory);
-            self.ignore_rules_readable
-                .insert(directory.clone(), readable);
-            if !readable {
-                return false;
-            }
-        }
-        true
-    }
-
-    /// [`Walk::ignore_rules_readable_for`] of one directory, looked at without following links; a
-    /// warning names the first file or directory that is not read.
-    fn ignore_rules_checked(&mut self, workdir: &Path, directory: &[u8]) -> bool {
-        let place = workdir.join(OsStr::from_bytes(directory));
-        let is_directory = directory.is_empty()
-            || match std::fs::symlink_metadata(&place) {
-                Ok(metadata) => metadata.is_dir(),
-                Err(error) => error.kind() == std::io::ErrorKind::NotFound,
-            };
-        let shown = |name: &[u8]| lossy(name);
-        if !is_directory {
-            self.warnings.push(ImportWarning::IgnoreRulesUnread {
-                path: shown(directory),
-            });
-            return false;
-        }
-        let file = place.join(".gitignore");
-        let regular = match std::fs::symlink_metadata(&file) {
-            Ok(metadata) => metadata.is_file(),
-            Err(error) => error.kind() == std::io::ErrorKind::NotFound,
-        };
-        if !regular {
-            let mut relative = directory.to_vec();
-            if !relative.is_empty() {
-                relative.push(b'/');
-            }
-            relative.extend_from_slice(b".gitignore");
-            self.warnings.push(ImportWarning::IgnoreRulesUnread {
-                path: shown(&relative),
-            });
-        }
-        regular
-    }
-
     /// Whether a path the parent commit does not have is ignored by the user's repository.
     fn is_ignored(&mut self, path: &[u8], kind: Kind) -> Result<bool> {
-        if !self.apply_ignores {
+        let Some(ignores) = self.ignores.as_mut() else {
             return Ok(false);
-        }
-        if !self.ignore_rules_readable_for(path) {
+        };
+        if !ignores.readable_for(path, &mut self.warnings) {
             return Ok(false);
         }
         let mut query = path.to_vec();
@@ -930,6 +858,78 @@ fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
     }
     path.extend_from_slice(name);
     path
+}
+
+/// The ignore rules of the user's checkout, as far as libgit2 may read them: it follows links, and a
+/// hostile repository can make a `.gitignore`, or a directory on its way, a link to anything on the
+/// host (or to a fifo that would stall the import), so such a file is not read at all.
+struct CheckoutIgnores {
+    checkout: PathBuf,
+    /// Each directory of the checkout asked about, and whether its ignore rules may be read.
+    readable: HashMap<Vec<u8>, bool>,
+}
+
+impl CheckoutIgnores {
+    fn new(checkout: &Path) -> CheckoutIgnores {
+        CheckoutIgnores {
+            checkout: checkout.to_owned(),
+            readable: HashMap::new(),
+        }
+    }
+
+    /// Whether libgit2 may read every ignore file that decides about `path`: each directory of the
+    /// user's checkout above it is a real directory, and its `.gitignore` absent or a regular file.
+    fn readable_for(&mut self, path: &[u8], warnings: &mut Vec<ImportWarning>) -> bool {
+        // The checkout's root, then each directory above `path`.
+        for end in std::iter::once(0).chain(memchr::memchr_iter(b'/', path)) {
+            let directory = &path[..end];
+            let readable = match self.readable.get(directory) {
+                Some(readable) => *readable,
+                None => {
+                    let readable = self.checked(directory, warnings);
+                    self.readable.insert(directory.to_vec(), readable);
+                    readable
+                }
+            };
+            if !readable {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// [`CheckoutIgnores::readable_for`] of one directory, looked at without following links; a
+    /// warning names the first file or directory that is not read.
+    fn checked(&self, directory: &[u8], warnings: &mut Vec<ImportWarning>) -> bool {
+        let place = self.checkout.join(OsStr::from_bytes(directory));
+        if !directory.is_empty() && !absent_or(&place, std::fs::Metadata::is_dir) {
+            warnings.push(ImportWarning::IgnoreRulesUnread {
+                path: lossy(directory),
+            });
+            return false;
+        }
+        if !absent_or(&place.join(".gitignore"), std::fs::Metadata::is_file) {
+            let mut relative = directory.to_vec();
+            if !relative.is_empty() {
+                relative.push(b'/');
+            }
+            relative.extend_from_slice(b".gitignore");
+            warnings.push(ImportWarning::IgnoreRulesUnread {
+                path: lossy(&relative),
+            });
+            return false;
+        }
+        true
+    }
+}
+
+/// Whether `path` is absent, or there and `wanted` by its own metadata (a link's, never its
+/// target's).
+fn absent_or(path: &Path, wanted: fn(&std::fs::Metadata) -> bool) -> bool {
+    match std::fs::symlink_metadata(path) {
+        Ok(metadata) => wanted(&metadata),
+        Err(error) => error.kind() == std::io::ErrorKind::NotFound,
+    }
 }
 
 fn lossy(path: &[u8]) -> String {

@@ -282,6 +282,17 @@ fn an_unchanged_workspace_writes_nothing_and_shared_content_is_stored_once() {
     );
 }
 
+/// What an import of `fixture` with the default limits committed: the changed paths and the
+/// warnings (a panic naming `unexpected` when it committed nothing).
+fn committed_paths(fixture: &Fixture, unexpected: &str) -> (Vec<String>, Vec<ImportWarning>) {
+    let imported = fixture.import(ImportLimits::default(), &|| false).unwrap();
+    let Imported::Committed { diff, warnings, .. } = imported else {
+        panic!("{unexpected}: {imported:?}");
+    };
+    let paths = diff.files.iter().map(|file| file.path.clone()).collect();
+    (paths, warnings)
+}
+
 /// The attack (a hostile repository, with an agent adding any new file): the user's checkout holds a
 /// `.gitignore` that is a link to a file outside the repository. The ignore rules decide what of the
 /// agent's result is imported, so whatever the link leads to is read on the host as rules.
@@ -298,18 +309,11 @@ fn a_gitignore_link_in_the_users_checkout_is_not_read_through() {
     .unwrap();
     fixture.write(&format!("{marker}-result.txt"), b"the agent's work\n");
 
-    let imported = fixture.import(ImportLimits::default(), &|| false).unwrap();
-    let Imported::Committed { diff, warnings, .. } = &imported else {
-        panic!("the host file behind the link decided the result was ignored: {imported:?}");
-    };
-    assert_eq!(
-        diff.files
-            .iter()
-            .map(|file| file.path.as_str())
-            .collect::<Vec<_>>(),
-        [format!("{marker}-result.txt")],
-        "{warnings:?}"
+    let (paths, warnings) = committed_paths(
+        &fixture,
+        "the host file behind the link decided the result was ignored",
     );
+    assert_eq!(paths, [format!("{marker}-result.txt")], "{warnings:?}");
     assert!(
         warnings.contains(&ImportWarning::IgnoreRulesUnread {
             path: ".gitignore".to_owned()
@@ -328,18 +332,11 @@ fn a_linked_directory_of_the_users_checkout_is_not_read_through_for_ignore_rules
     std::os::unix::fs::symlink(outside.path(), fixture.repository.join("docs")).unwrap();
     fixture.write(&format!("docs/{marker}-notes.txt"), b"the agent's work\n");
 
-    let imported = fixture.import(ImportLimits::default(), &|| false).unwrap();
-    let Imported::Committed { diff, warnings, .. } = &imported else {
-        panic!("the host file behind the link decided the result was ignored: {imported:?}");
-    };
-    assert_eq!(
-        diff.files
-            .iter()
-            .map(|file| file.path.as_str())
-            .collect::<Vec<_>>(),
-        [format!("docs/{marker}-notes.txt")],
-        "{warnings:?}"
+    let (paths, warnings) = committed_paths(
+        &fixture,
+        "the host file behind the link decided the result was ignored",
     );
+    assert_eq!(paths, [format!("docs/{marker}-notes.txt")], "{warnings:?}");
     assert!(
         warnings.contains(&ImportWarning::IgnoreRulesUnread {
             path: "docs".to_owned()
@@ -354,17 +351,8 @@ fn a_regular_gitignore_of_the_users_checkout_still_applies() {
     let fixture = Fixture::new(&[("README.md", b"hello\n"), (".gitignore", b"*.log\n")]);
     fixture.write("build.log", b"noise\n");
     fixture.write("kept.txt", b"the agent's work\n");
-    let imported = fixture.import(ImportLimits::default(), &|| false).unwrap();
-    let Imported::Committed { diff, warnings, .. } = &imported else {
-        panic!("{imported:?}");
-    };
-    assert_eq!(
-        diff.files
-            .iter()
-            .map(|file| file.path.as_str())
-            .collect::<Vec<_>>(),
-        ["kept.txt"]
-    );
+    let (paths, warnings) = committed_paths(&fixture, "nothing was committed");
+    assert_eq!(paths, ["kept.txt"]);
     assert!(
         !warnings
             .iter()
