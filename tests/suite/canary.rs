@@ -22,7 +22,8 @@ use stet_engine::dispatch::branch::CommitSha;
 use stet_engine::dispatch::credential::{LocalCredentialProvider, ScopedCredential};
 use stet_engine::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
 use stet_engine::forge::checkout_remotes::CheckoutRemotes;
-use stet_engine::forge::github::{GitHubForge, GitHubSettings};
+use stet_engine::forge::ForgeSettings;
+use stet_engine::forge::github::GitHubForge;
 use stet_engine::forge::pull_request::PROVENANCE_MARKER;
 use stet_engine::forge::rest::RetryPolicy;
 use stet_engine::forge::token::TokenSource;
@@ -83,7 +84,7 @@ fn neither_token_reaches_a_sink_of_a_collect_push_and_pull_request() {
 }
 
 /// Everything the logger wrote, concatenated.
-fn log_text(dir: &Path) -> String {
+pub(super) fn log_text(dir: &Path) -> String {
     let mut text = String::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         text.push_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap());
@@ -92,7 +93,7 @@ fn log_text(dir: &Path) -> String {
 }
 
 /// The spellings of a value a careless sink could carry.
-fn spellings(value: &str) -> Vec<String> {
+pub(super) fn spellings(value: &str) -> Vec<String> {
     vec![
         value.to_owned(),
         base64::engine::general_purpose::STANDARD.encode(value),
@@ -100,7 +101,7 @@ fn spellings(value: &str) -> Vec<String> {
     ]
 }
 
-fn assert_absent(sink: &str, text: &str, secrets: &[String]) {
+pub(super) fn assert_absent(sink: &str, text: &str, secrets: &[String]) {
     for secret in secrets {
         assert!(
             !text.contains(secret.as_str()),
@@ -175,7 +176,7 @@ impl Bench {
             .await;
 
         let forge = GitHubForge::new(
-            GitHubSettings {
+            ForgeSettings {
                 api_url: api.uri(),
                 git_url: git_url.clone(),
                 token,
@@ -322,7 +323,7 @@ async fn child(logs: &Path, primary: &str) {
         &brief,
         &pushed.branch,
         Some(&summary),
-        &support::provenance(scoped.provider_name(), base, commit.as_str()),
+        &support::provenance(scoped.kind(), base, commit.as_str()),
         &sanitizer.current(),
     );
     let opened = forge.open_pull_request(&target, &draft).await.unwrap();
@@ -419,7 +420,7 @@ async fn a_base_that_moved_on_the_forge_since_preflight_stops_the_push() {
 }
 
 /// A commit on top of `parent` with one file, on no branch.
-fn commit_on(repo: &Path, parent: &str, text: &str) -> String {
+pub(super) fn commit_on(repo: &Path, parent: &str, text: &str) -> String {
     git(repo, &["checkout", "-q", "--detach", parent]);
     std::fs::write(repo.join("change.txt"), text).unwrap();
     git(repo, &["add", "change.txt"]);

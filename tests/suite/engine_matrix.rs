@@ -2400,6 +2400,10 @@ impl Forge for FakeForge {
         "fake"
     }
 
+    async fn diagnose(&self) -> Vec<stet_engine::doctor::Check> {
+        Vec::new()
+    }
+
     async fn preflight(&self, target: &Target) -> stet_engine::forge::Result<Preflight> {
         lock(&self.log).preflights += 1;
         Ok(Preflight {

@@ -22,10 +22,10 @@ use stet_engine::dispatch::credential::{
 use stet_engine::dispatch::event::DispatchId;
 use stet_engine::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
 use stet_engine::forge::checkout_remotes::CheckoutRemotes;
-use stet_engine::forge::github::{GitHubForge, GitHubSettings};
-use stet_engine::forge::github_app::{
-    FallbackCredentialProvider, GitHubAppCredentialProvider, GitHubAppSettings,
-};
+use stet_engine::forge::ForgeSettings;
+use stet_engine::forge::github::GitHubForge;
+use stet_engine::forge::fallback::FallbackCredentialProvider;
+use stet_engine::forge::github_app::{GitHubAppCredentialProvider, GitHubAppSettings};
 use stet_engine::forge::pull_request::PROVENANCE_MARKER;
 use stet_engine::forge::rest::RetryPolicy;
 use stet_engine::forge::token::{TokenError, TokenSource};
@@ -77,7 +77,7 @@ async fn fixture_with(retry: RetryPolicy) -> Fixture {
     let token = fake_token();
     let sanitizer = SanitizerHandle::new(TokenSanitizer::new().unwrap());
     let forge = GitHubForge::new(
-        GitHubSettings {
+        ForgeSettings {
             api_url: server.uri(),
             git_url: GIT_URL.to_owned(),
             token: printf_source(&token),
@@ -696,7 +696,7 @@ async fn a_post_that_never_connected_is_repeated() {
     let sanitizer = SanitizerHandle::new(TokenSanitizer::new().unwrap());
     let token = fake_token();
     let forge = GitHubForge::new(
-        GitHubSettings {
+        ForgeSettings {
             api_url,
             git_url: GIT_URL.to_owned(),
             token: printf_source(&token),
@@ -900,7 +900,7 @@ async fn the_token_can_come_from_an_environment_variable() {
         .mount(&server)
         .await;
     let forge = GitHubForge::new(
-        GitHubSettings {
+        ForgeSettings {
             api_url: server.uri(),
             git_url: GIT_URL.to_owned(),
             token: TokenSource::Env(name),
@@ -923,7 +923,7 @@ async fn the_token_can_come_from_an_environment_variable() {
 async fn a_missing_environment_variable_is_named() {
     let name = format!("STET_TEST_UNSET_{}", uuid::Uuid::new_v4().simple());
     let err = GitHubForge::new(
-        GitHubSettings {
+        ForgeSettings {
             api_url: "https://api.example".to_owned(),
             git_url: GIT_URL.to_owned(),
             token: TokenSource::Env(name.clone()),
@@ -954,7 +954,7 @@ async fn the_token_can_come_from_a_command() {
         .mount(&server)
         .await;
     let forge = GitHubForge::new(
-        GitHubSettings {
+        ForgeSettings {
             api_url: server.uri(),
             git_url: GIT_URL.to_owned(),
             token: printf_source(&token),
@@ -1342,7 +1342,7 @@ async fn a_token_no_header_can_carry_is_a_token_error_not_an_unreachable_forge()
     let server = MockServer::start().await;
     let token = format!("{} {}", fake_token(), fake_token());
     let forge = GitHubForge::with_token(
-        GitHubSettings {
+        ForgeSettings {
             api_url: server.uri(),
             git_url: GIT_URL.to_owned(),
             token: TokenSource::Env("STET_TEST_UNUSED".to_owned()),
@@ -1437,7 +1437,7 @@ async fn tiny_chunks_child() -> u64 {
         socket.write_all(&answer).await.unwrap();
     });
     let forge = GitHubForge::with_token(
-        GitHubSettings {
+        ForgeSettings {
             api_url: format!("http://{addr}"),
             git_url: GIT_URL.to_owned(),
             token: TokenSource::Env("STET_TEST_UNUSED".to_owned()),
@@ -1514,9 +1514,10 @@ async fn an_unreadable_private_key_is_named() {
 #[tokio::test]
 async fn the_fallback_never_enters_a_sandbox_and_revoking_it_does_nothing() {
     let primary = fake_token();
-    let provider = Arc::new(FallbackCredentialProvider::new(SecretValue::new(
-        primary.clone(),
-    )));
+    let provider = Arc::new(FallbackCredentialProvider::new(
+        SecretValue::new(primary.clone()),
+        "credentials.provider = \"fallback\"",
+    ));
     assert_eq!(provider.name(), "fallback");
     assert!(!provider.enters_sandbox());
 
@@ -1531,6 +1532,8 @@ async fn the_fallback_never_enters_a_sandbox_and_revoking_it_does_nothing() {
     .unwrap();
 
     assert!(!credential.enters_sandbox());
+    assert_eq!(credential.kind(), "fallback");
+    assert_eq!(credential.stand_in(), Some("credentials.provider = \"fallback\""));
     assert!(credential.id().as_str().starts_with("fallback-"));
     assert_eq!(credential.host_push_secret().expose_secret(), primary);
     let ttl_end = before + chrono::Duration::seconds(300);

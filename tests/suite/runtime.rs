@@ -322,12 +322,13 @@ async fn the_credential_is_in_the_environment_and_nowhere_else() {
 #[tokio::test]
 async fn a_host_only_credential_is_journaled_and_revoked_but_never_enters_the_sandbox() {
     use stet_engine::dispatch::journal::Resource;
-    use stet_engine::forge::github_app::FallbackCredentialProvider;
+    use stet_engine::forge::fallback::FallbackCredentialProvider;
     let f = fixture().await;
     let primary = format!("primary{}", uuid::Uuid::new_v4().simple());
-    let fallback = Arc::new(FallbackCredentialProvider::new(SecretValue::new(
-        primary.clone(),
-    )));
+    let fallback = Arc::new(FallbackCredentialProvider::new(
+        SecretValue::new(primary.clone()),
+        "the test has no narrow credential",
+    ));
 
     let mut refused = request(DispatchLimits::default(), NetworkPolicy::None, &f.provider).await;
     let refused_dispatch = refused.dispatch;

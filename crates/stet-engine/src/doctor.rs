@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use bollard::Docker;
 
+pub use crate::check::{Check, Status};
 use crate::dispatch::socket_dir::SocketPlace;
 use crate::state_dir::StateDirError;
 
@@ -15,50 +16,6 @@ use crate::state_dir::StateDirError;
 const LOW_DISK_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 /// Below this, provisioning is likely to fail.
 const CRITICAL_DISK_BYTES: u64 = 200 * 1024 * 1024;
-
-/// How a check came out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    /// It passed.
-    Ok,
-    /// It found something worth fixing that does not stop dispatches.
-    Warn,
-    /// It failed: dispatches will not work until it is fixed.
-    Fail,
-}
-
-/// One check's outcome.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
-    /// What was checked (`docker`, `disk`, `sandbox user`, ...).
-    pub name: &'static str,
-    /// How it came out.
-    pub status: Status,
-    /// What the check found, in one line.
-    pub detail: String,
-    /// What a person should do, when the check did not pass.
-    pub fix: Option<String>,
-}
-
-impl Check {
-    fn ok(name: &'static str, detail: String) -> Check {
-        Check {
-            name,
-            status: Status::Ok,
-            detail,
-            fix: None,
-        }
-    }
-
-    fn problem(name: &'static str, status: Status, detail: String, fix: &str) -> Check {
-        Check {
-            name,
-            status,
-            detail,
-            fix: Some(fix.to_owned()),
-        }
-    }
-}
 
 /// Every check, in the order they ran.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -5,6 +5,7 @@
 
 pub use stet_protocol::{brief, inbox};
 
+pub mod check;
 pub mod config;
 pub mod demo;
 pub mod dispatch;

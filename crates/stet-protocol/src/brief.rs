@@ -33,6 +33,9 @@ pub const MAX_ANCHOR_LINE: u32 = 10_000_000;
 const MAX_WORKFLOW_NAME_BYTES: usize = 64;
 /// Longest owner or repository name of a target, in bytes.
 pub const MAX_REPO_PART_BYTES: usize = 100;
+/// Most parts of a target's repository: an owner and a name, or GitLab's groups nested 20 deep and
+/// a name.
+pub const MAX_REPO_PARTS: usize = 21;
 const MAX_ANCHOR_PATH_BYTES: usize = 4096;
 
 /// Why a brief could not be read or was refused.
@@ -133,7 +136,7 @@ pub struct Brief {
 /// Where the result of a dispatch goes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Target {
-    /// Forge repository, `owner/name`.
+    /// Forge repository, `owner/name` (`group/subgroup/name` on GitLab).
     pub repo: String,
     /// Branch the work starts from; passes git's ref-format rules.
     pub base: String,
@@ -563,13 +566,21 @@ impl Document<'_> {
     }
 }
 
-/// What is wrong with `repo` as a forge repository `owner/name`; `None` when it is one.
+/// What is wrong with `repo` as a forge repository `owner/name` (or, for a forge that nests groups,
+/// `group/subgroup/name`, at most [`MAX_REPO_PARTS`] parts); `None` when it is one. Each forge
+/// refuses at preflight a shape it cannot hold.
 pub fn repo_problem(repo: &str) -> Option<String> {
-    match repo.split_once('/') {
-        None => Some("must be `owner/name`".to_owned()),
-        Some((owner, name)) => {
-            repo_part_problem("owner", owner).or_else(|| repo_part_problem("name", name))
-        }
+    let parts: Vec<&str> = repo.split('/').collect();
+    match parts.as_slice() {
+        [_] => Some("must be `owner/name`".to_owned()),
+        parts if parts.len() > MAX_REPO_PARTS => Some(format!(
+            "has more than {MAX_REPO_PARTS} parts; it must be `owner/name` (or `group/subgroup/name`)"
+        )),
+        [owners @ .., name] => owners
+            .iter()
+            .find_map(|owner| repo_part_problem("owner", owner))
+            .or_else(|| repo_part_problem("name", name)),
+        [] => Some("must be `owner/name`".to_owned()),
     }
 }
 

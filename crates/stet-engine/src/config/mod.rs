@@ -26,7 +26,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::dispatch::credential::SecretValue;
-use crate::forge::github::GitHubSettings;
+use crate::forge::ForgeSettings;
 use crate::forge::github_app::GitHubAppSettings;
 use crate::forge::protected::ProtectedPaths;
 use crate::git::import::{Identity, ImportLimits};
@@ -145,7 +145,7 @@ pub(crate) enum ForgeConfig {
     Local {
         remote: Option<PathBuf>,
     },
-    GitHub(GitHubSettings),
+    GitHub(ForgeSettings),
 }
 
 /// Which provider mints a dispatch's scoped credential.

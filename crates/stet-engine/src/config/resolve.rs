@@ -13,7 +13,7 @@ use super::{
     ModelConfig, OpenHandsHarnessConfig, Origin, RepositoryFile, Result, ScriptHarnessSettings,
     Sourced, default_agent,
 };
-use crate::forge::github::GitHubSettings;
+use crate::forge::ForgeSettings;
 use crate::forge::github_app::GitHubAppSettings;
 use crate::forge::protected::ProtectedPaths;
 use crate::forge::rest::RetryPolicy;
@@ -150,7 +150,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         ForgeKind::Local => ForgeConfig::Local {
             remote: remote.map(Sourced::into_path),
         },
-        ForgeKind::GitHub => ForgeConfig::GitHub(GitHubSettings {
+        ForgeKind::GitHub => ForgeConfig::GitHub(ForgeSettings {
             api_url: api_url.clone(),
             git_url: git_url.unwrap_or_else(|| DEFAULT_GIT_URL.to_owned()),
             token: token.unwrap_or_else(|| TokenSource::Env(DEFAULT_TOKEN_ENV.to_owned())),

@@ -17,10 +17,14 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use zeroize::Zeroizing;
 
+use crate::check::Check;
 use crate::dispatch::sanitize::{KnownValue, SanitizeError, SanitizerHandle};
 
 /// The one environment key a credential is injected under.
 pub const CREDENTIAL_ENV: &str = "STET_GIT_CREDENTIAL";
+
+/// The kind of a credential that is the person's primary token under stet's short TTL.
+pub const FALLBACK_KIND: &str = "fallback";
 
 /// Everything that can go wrong minting or revoking. Messages never contain a credential value.
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +104,9 @@ pub struct Minted {
     pub value: SecretValue,
     /// When it stops working.
     pub expires_at: DateTime<Utc>,
+    /// Set when the value is the person's primary token standing in for the narrow credential the
+    /// provider could not mint: why, in words a person is shown (never the value).
+    pub stand_in: Option<String>,
 }
 
 /// How a revocation went, as far as the provider could tell.
@@ -143,6 +150,12 @@ pub trait CredentialProvider: Send + Sync + fmt::Debug {
     /// one it cannot act on (minted by an earlier process, or a provider that cannot revoke) is
     /// [`Revocation::NotRevocable`].
     async fn revoke(&self, id: &CredentialId) -> Result<Revocation>;
+    /// What `stet doctor` reports about minting for `repositories`, changing nothing (a provider
+    /// that needs no account has nothing to report).
+    async fn diagnose(&self, repositories: &[String]) -> Vec<Check> {
+        let _ = repositories;
+        Vec::new()
+    }
 }
 
 /// A short-lived, repository-scoped credential.
@@ -152,6 +165,7 @@ pub struct ScopedCredential {
     branch: String,
     expires_at: DateTime<Utc>,
     value: SecretValue,
+    stand_in: Option<String>,
     provider: Arc<dyn CredentialProvider>,
     revoked: AtomicBool,
 }
@@ -164,6 +178,7 @@ impl fmt::Debug for ScopedCredential {
             .field("repository", &self.repository)
             .field("branch", &self.branch)
             .field("expires_at", &self.expires_at)
+            .field("stand_in", &self.stand_in.is_some())
             .field("value", &"<withheld>")
             .finish()
     }
@@ -188,6 +203,7 @@ impl ScopedCredential {
             branch: branch.to_owned(),
             expires_at: minted.expires_at,
             value: minted.value,
+            stand_in: minted.stand_in,
             provider,
             revoked: AtomicBool::new(false),
         })
@@ -203,15 +219,25 @@ impl ScopedCredential {
         self.expires_at
     }
 
-    /// The provider's short name (`local`, `github-app`, `fallback`): the credential kind a pull
-    /// request's provenance block names.
-    pub fn provider_name(&self) -> &'static str {
-        self.provider.name()
+    /// The credential's kind, the one a pull request's provenance block names: the provider's short
+    /// name (`local`, `github-app`, `gitlab-project-token`), or `fallback` when the primary token
+    /// stood in for it.
+    pub fn kind(&self) -> &'static str {
+        match self.stand_in {
+            Some(_) => FALLBACK_KIND,
+            None => self.provider.name(),
+        }
     }
 
-    /// Whether the provider allows this credential into a sandbox's environment.
+    /// Why the primary token stands in for a narrow credential, when it does: a person is told.
+    pub fn stand_in(&self) -> Option<&str> {
+        self.stand_in.as_deref()
+    }
+
+    /// Whether this credential may go into a sandbox's environment: the provider allows it, and it
+    /// is not the primary token standing in.
     pub fn enters_sandbox(&self) -> bool {
-        self.provider.enters_sandbox()
+        self.provider.enters_sandbox() && self.stand_in.is_none()
     }
 
     /// The credential's sanctioned way into a sandbox: one environment entry, never argv.
@@ -354,6 +380,7 @@ impl CredentialProvider for LocalCredentialProvider {
             id,
             value,
             expires_at,
+            stand_in: None,
         })
     }
 
@@ -457,6 +484,7 @@ mod tests {
                 id: CredentialId::new("b-1".into()),
                 value: SecretValue::new("broken-secret-value".into()),
                 expires_at: Utc::now() + chrono::Duration::from_std(ttl).unwrap(),
+                stand_in: None,
             })
         }
         async fn revoke(&self, _: &CredentialId) -> Result<Revocation> {

@@ -563,7 +563,13 @@ async fn provision_steps(
             credential.revoke().await;
             return Err(error.into());
         }
+        let (kind, enters) = (credential.kind(), credential.enters_sandbox());
+        // Kept before any refusal: the teardown revokes what the sandbox holds.
         sandbox.credential = Some(Arc::new(credential));
+        if wanted.into_sandbox && !enters {
+            // The provider allows sandboxes, but this value is the primary token standing in.
+            return Err(SandboxError::CredentialNotForSandbox(kind));
+        }
     }
     stopped()?;
     let workspace = sandbox.paths.workspace.clone();

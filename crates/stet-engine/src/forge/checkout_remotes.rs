@@ -9,6 +9,8 @@
 
 use std::path::Path;
 
+use crate::check::{Check, Status};
+
 /// The `owner/name` repositories, on one host, that a checkout's remotes point at (lower-cased,
 /// since the forge compares names without case).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -20,27 +22,33 @@ impl CheckoutRemotes {
     /// The repositories the remotes of the checkout at `checkout` point at on `host` (none when it
     /// cannot be opened as a repository, or has no such remote).
     pub fn of_checkout(checkout: &Path, host: &str) -> CheckoutRemotes {
-        let Ok(repository) = git2::Repository::open(checkout) else {
-            return CheckoutRemotes::default();
-        };
-        let mut urls = Vec::new();
-        if let Ok(names) = repository.remotes() {
-            for name in names.iter().flatten().flatten() {
-                let Ok(remote) = repository.find_remote(name) else {
-                    continue;
-                };
-                urls.extend(remote.url().ok().map(str::to_owned));
-                urls.extend(remote.pushurl().ok().flatten().map(str::to_owned));
-            }
-        }
-        CheckoutRemotes::from_urls(urls, host)
+        CheckoutRemotes::from_urls(urls_of(checkout), host)
     }
 
-    /// The repositories of `urls` on `host`.
+    /// [`CheckoutRemotes::of_checkout`] for a forge whose repositories sit in nested groups
+    /// (GitLab's `group/subgroup/project`, up to [`MAX_NAMESPACE_DEPTH`] parts).
+    pub fn of_checkout_namespaced(checkout: &Path, host: &str) -> CheckoutRemotes {
+        CheckoutRemotes::from_urls_namespaced(urls_of(checkout), host)
+    }
+
+    /// The `owner/name` repositories of `urls` on `host`.
     pub fn from_urls(urls: impl IntoIterator<Item = String>, host: &str) -> CheckoutRemotes {
+        CheckoutRemotes::collect(urls, host, 2)
+    }
+
+    /// The repositories of `urls` on `host`, in nested groups of up to [`MAX_NAMESPACE_DEPTH`]
+    /// parts.
+    pub fn from_urls_namespaced(
+        urls: impl IntoIterator<Item = String>,
+        host: &str,
+    ) -> CheckoutRemotes {
+        CheckoutRemotes::collect(urls, host, MAX_NAMESPACE_DEPTH)
+    }
+
+    fn collect(urls: impl IntoIterator<Item = String>, host: &str, depth: usize) -> CheckoutRemotes {
         let mut repositories: Vec<String> = urls
             .into_iter()
-            .filter_map(|url| repository_at(&url, host))
+            .filter_map(|url| repository_at(&url, host, depth))
             .collect();
         repositories.sort();
         repositories.dedup();
@@ -58,11 +66,45 @@ impl CheckoutRemotes {
     pub fn repositories(&self) -> &[String] {
         &self.repositories
     }
+
+    /// `stet doctor`'s word on them: a checkout with no remote on the forge can target nothing.
+    pub(crate) fn diagnose(&self, forge: &str, git_url: &str) -> Option<Check> {
+        self.repositories.is_empty().then(|| {
+            Check::problem(
+                "repository",
+                Status::Warn,
+                format!("{forge}: no remote of this checkout is on {git_url}, so a brief here can target no repository there"),
+                &format!("add the repository as a remote: git remote add origin {git_url}/<owner>/<name>.git"),
+            )
+        })
+    }
 }
 
-/// The `owner/name` (lower-cased) a remote URL points at, when it is on `host`: `https://host/o/n`,
-/// `ssh://[user@]host[:port]/o/n`, `[user@]host:o/n`, each with or without `.git`.
-fn repository_at(url: &str, host: &str) -> Option<String> {
+/// The most parts a namespaced repository path may have (GitLab nests groups 20 deep).
+pub const MAX_NAMESPACE_DEPTH: usize = 21;
+
+/// Every URL and push URL of the checkout's remotes.
+fn urls_of(checkout: &Path) -> Vec<String> {
+    let Ok(repository) = git2::Repository::open(checkout) else {
+        return Vec::new();
+    };
+    let mut urls = Vec::new();
+    if let Ok(names) = repository.remotes() {
+        for name in names.iter().flatten().flatten() {
+            let Ok(remote) = repository.find_remote(name) else {
+                continue;
+            };
+            urls.extend(remote.url().ok().map(str::to_owned));
+            urls.extend(remote.pushurl().ok().flatten().map(str::to_owned));
+        }
+    }
+    urls
+}
+
+/// The `owner/name` (with a `depth` above 2, up to that many parts: `group/sub/name`; lower-cased)
+/// a remote URL points at, when it is on `host`: `https://host/o/n`, `ssh://[user@]host[:port]/o/n`,
+/// `[user@]host:o/n`, each with or without `.git`.
+fn repository_at(url: &str, host: &str, depth: usize) -> Option<String> {
     let (authority, path) = if let Some((_, rest)) = url.split_once("://") {
         rest.split_once('/')?
     } else {
@@ -82,14 +124,16 @@ fn repository_at(url: &str, host: &str) -> Option<String> {
     }
     let path = path.trim_matches('/');
     let path = path.strip_suffix(".git").unwrap_or(path);
-    let (owner, name) = path.split_once('/')?;
-    let plain = |part: &str| {
+    let parts: Vec<&str> = path.split('/').collect();
+    let plain = |part: &&str| {
         !part.is_empty()
+            && !matches!(*part, "." | "..")
             && part
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
     };
-    (plain(owner) && plain(name)).then(|| format!("{owner}/{name}").to_ascii_lowercase())
+    ((2..=depth).contains(&parts.len()) && parts.iter().all(plain))
+        .then(|| parts.join("/").to_ascii_lowercase())
 }
 
 #[cfg(test)]
@@ -118,6 +162,18 @@ mod tests {
         assert!(remotes.allows("octo/app") && remotes.allows("OCTO/APP"));
         assert!(!remotes.allows("octo/elsewhere"));
         assert!(!remotes.allows("victim/app"));
+
+        let nested = CheckoutRemotes::from_urls_namespaced(
+            [
+                "https://gitlab.example/Group/Sub/App.git",
+                "git@gitlab.example:group/app",
+                "https://gitlab.example/solo",
+                "https://gitlab.example/a/../b",
+            ]
+            .map(str::to_owned),
+            "gitlab.example",
+        );
+        assert_eq!(nested.repositories(), ["group/app", "group/sub/app"]);
     }
 
     #[test]

@@ -11,43 +11,24 @@ use std::fmt;
 
 use async_trait::async_trait;
 use http::{Method, StatusCode};
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use percent_encoding::utf8_percent_encode;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::rest::{Auth, Reply, Rest, RetryPolicy, web_url};
+use super::rest::{Auth, Reply, Rest, SEGMENT, ref_path, web_url};
 use super::token::TokenSource;
 use super::{
-    Forge, ForgeError, Preflight, PullRequest, PullRequestDraft, PushBranch, Pushed, ResolvedHead,
+    Forge, ForgeError, ForgeSettings, Preflight, PullRequest, PullRequestDraft, PushBranch, Pushed, ResolvedHead,
     Result,
 };
 use crate::brief::Target;
+use crate::check::{Check, Status};
 use crate::dispatch::branch::CommitSha;
 use crate::dispatch::credential::SecretValue;
 use crate::dispatch::sanitize::{KnownValue, SanitizerHandle};
 use crate::forge::checkout_remotes::CheckoutRemotes;
 
 const FORGE: &str = "github";
-
-/// A path segment keeps only RFC 3986's unreserved characters; everything else is percent-encoded.
-const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
-
-/// Where GitHub is and how to reach it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GitHubSettings {
-    /// The REST API, `https://api.github.com` (or `https://<host>/api/v3` for GitHub Enterprise).
-    pub api_url: String,
-    /// Where repositories are pushed, `https://github.com`.
-    pub git_url: String,
-    /// Where the primary token comes from (a reference, never the value).
-    pub token: TokenSource,
-    /// How failed REST calls are retried.
-    pub retry: RetryPolicy,
-}
 
 /// Reads the primary token from its configured source.
 pub fn resolve_token(source: &TokenSource) -> Result<SecretValue> {
@@ -78,20 +59,6 @@ fn repo_path(repo: &str) -> Result<String> {
             detail: format!("repository {repo:?} is not owner/name"),
         }),
     }
-}
-
-/// A ref name for a REST path: each `/`-separated segment percent-encoded, the `/` kept (GitHub reads
-/// `branches/feature/x` as the branch `feature/x`). `None` for a name no ref can have (an empty, `.` or
-/// `..` segment), which would otherwise change the path itself.
-fn ref_path(name: &str) -> Option<String> {
-    let mut encoded = Vec::new();
-    for segment in name.split('/') {
-        if segment.is_empty() || segment == "." || segment == ".." {
-            return None;
-        }
-        encoded.push(utf8_percent_encode(segment, SEGMENT).to_string());
-    }
-    Some(encoded.join("/"))
 }
 
 #[derive(Deserialize)]
@@ -133,6 +100,23 @@ struct PullRequestBody {
     html_url: String,
 }
 
+#[derive(Deserialize)]
+struct UserBody {
+    login: String,
+}
+
+/// What the token may do to a repository, as GitHub answers about it.
+#[derive(Deserialize)]
+struct RepositoryAccess {
+    permissions: Option<Permissions>,
+}
+
+#[derive(Deserialize)]
+struct Permissions {
+    #[serde(default)]
+    push: bool,
+}
+
 /// The GitHub forge. Its primary token lives only inside its REST client.
 pub struct GitHubForge {
     rest: Rest,
@@ -155,7 +139,7 @@ impl GitHubForge {
     /// Reads the primary token from its source and builds the forge with it ([`GitHubForge::with_token`]).
     /// Must run inside the async runtime.
     pub fn new(
-        settings: GitHubSettings,
+        settings: ForgeSettings,
         sanitizer: SanitizerHandle,
         remotes: CheckoutRemotes,
     ) -> Result<GitHubForge> {
@@ -168,7 +152,7 @@ impl GitHubForge {
     /// needs it once more (the fallback credential provider), so its source runs only once. Briefs
     /// may target only the repositories in `remotes` ([`CheckoutRemotes`]).
     pub fn with_token(
-        settings: GitHubSettings,
+        settings: ForgeSettings,
         token: SecretValue,
         sanitizer: SanitizerHandle,
         remotes: CheckoutRemotes,
@@ -301,6 +285,57 @@ impl GitHubForge {
         })
     }
 
+    /// Whether the token may read `repo` and push to it (GitHub says so in `permissions`).
+    async fn repository_check(&self, repo: &str, token_fix: &str) -> Check {
+        let path = match repo_path(repo) {
+            Ok(path) => path,
+            Err(error) => {
+                return Check::problem(
+                    "repository",
+                    Status::Warn,
+                    error.to_string(),
+                    "a brief cannot target this remote",
+                );
+            }
+        };
+        match self.rest.send(Method::GET, &path, None).await {
+            Err(error) => Check::problem(
+                "repository",
+                Status::Fail,
+                error.to_string(),
+                "check the network",
+            ),
+            Ok(reply) if reply.status.is_success() => {
+                match self.rest.parse::<RepositoryAccess>(&reply, "repository") {
+                    Ok(RepositoryAccess {
+                        permissions: Some(Permissions { push: true }),
+                    }) => Check::ok(
+                        "repository",
+                        format!("github: {repo}: the token may read it and push to it"),
+                    ),
+                    Ok(_) => Check::problem(
+                        "repository",
+                        Status::Fail,
+                        format!("github: {repo}: the token may read it but not push to it"),
+                        token_fix,
+                    ),
+                    Err(error) => Check::problem(
+                        "repository",
+                        Status::Fail,
+                        error.to_string(),
+                        "check forge.github.api_url: it does not answer as GitHub does",
+                    ),
+                }
+            }
+            Ok(reply) => Check::problem(
+                "repository",
+                Status::Fail,
+                self.rest.failure(&reply, &format!("repository {repo}")).to_string(),
+                token_fix,
+            ),
+        }
+    }
+
     fn pull_request(reply: &Reply, rest: &Rest, opened: bool) -> Result<PullRequest> {
         let body: PullRequestBody = rest.parse(reply, "pull request")?;
         Ok(PullRequest {
@@ -315,6 +350,47 @@ impl GitHubForge {
 impl Forge for GitHubForge {
     fn name(&self) -> &'static str {
         FORGE
+    }
+
+    async fn diagnose(&self) -> Vec<Check> {
+        let api = self.rest.api_url();
+        let token_fix = "put a valid token where forge.github names it (token_env, default GITHUB_TOKEN, or token_command); a fine-grained token needs Contents and Pull requests: write on the repository";
+        let mut checks = Vec::new();
+        match self.rest.send(Method::GET, "/user", None).await {
+            Err(error) => {
+                checks.push(Check::problem(
+                    "forge",
+                    Status::Fail,
+                    error.to_string(),
+                    "check forge.github.api_url and this machine's network or proxy",
+                ));
+                return checks;
+            }
+            Ok(reply) if reply.status.is_success() => {
+                let login = self
+                    .rest
+                    .parse::<UserBody>(&reply, "user")
+                    .map_or_else(|_| "an account".to_owned(), |user| user.login);
+                checks.push(Check::ok(
+                    "forge",
+                    format!("github: {api} accepts the token of {login}"),
+                ));
+            }
+            Ok(reply) => {
+                checks.push(Check::problem(
+                    "forge",
+                    Status::Fail,
+                    self.rest.failure(&reply, "the token's user").to_string(),
+                    token_fix,
+                ));
+                return checks;
+            }
+        }
+        checks.extend(self.remotes.diagnose(FORGE, &self.git_url));
+        for repo in self.remotes.repositories() {
+            checks.push(self.repository_check(repo, token_fix).await);
+        }
+        checks
     }
 
     async fn preflight(&self, target: &Target) -> Result<Preflight> {
@@ -457,17 +533,6 @@ impl Forge for GitHubForge {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn refs_are_encoded_per_segment() {
-        assert_eq!(ref_path("feature/x#1").unwrap(), "feature/x%231");
-        assert_eq!(ref_path("a b/c?d").unwrap(), "a%20b/c%3Fd");
-        assert_eq!(ref_path("release/1.x").unwrap(), "release/1.x");
-        assert_eq!(ref_path("ü").unwrap(), "%C3%BC");
-        for bad in ["", "a//b", "../x", "a/./b", "a/"] {
-            assert!(ref_path(bad).is_none(), "{bad:?}");
-        }
-    }
 
     #[test]
     fn repositories_must_be_owner_slash_name() {

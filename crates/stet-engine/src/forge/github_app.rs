@@ -7,9 +7,6 @@
 //! token itself stays valid until GitHub's expiry unless it is revoked — which is why revoke runs on
 //! every exit. The tokens live in this process's memory only, so an id from an earlier process (the
 //! journal sweep after a crash) cannot be revoked and simply expires.
-//!
-//! [`FallbackCredentialProvider`] is the ADR's short-TTL wrapper over the primary token: it never
-//! enters a sandbox and cannot be revoked.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -218,6 +215,7 @@ impl CredentialProvider for GitHubAppCredentialProvider {
             id,
             value,
             expires_at,
+            stand_in: None,
         })
     }
 
@@ -246,55 +244,6 @@ impl CredentialProvider for GitHubAppCredentialProvider {
             StatusCode::NOT_FOUND | StatusCode::UNAUTHORIZED => Ok(Revocation::AlreadyGone),
             _ => Err(refused(rest.failure(&reply, "installation token"))),
         }
-    }
-}
-
-/// The ADR's fallback: the primary token itself behind a short TTL of stet's own bookkeeping. It may
-/// serve the host's push but never a sandbox ([`CredentialProvider::enters_sandbox`] is `false`), and
-/// it cannot be revoked (revoking would revoke the person's token).
-pub struct FallbackCredentialProvider {
-    primary: SecretValue,
-}
-
-impl fmt::Debug for FallbackCredentialProvider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FallbackCredentialProvider")
-            .field("primary", &"<withheld>")
-            .finish()
-    }
-}
-
-impl FallbackCredentialProvider {
-    /// A provider that hands out `primary`, the person's own token.
-    pub fn new(primary: SecretValue) -> FallbackCredentialProvider {
-        FallbackCredentialProvider { primary }
-    }
-}
-
-#[async_trait]
-impl CredentialProvider for FallbackCredentialProvider {
-    fn name(&self) -> &'static str {
-        "fallback"
-    }
-
-    async fn mint(&self, repository: &str, branch: &str, ttl: Duration) -> Result<Minted> {
-        let ttl_chrono = chrono::Duration::from_std(ttl).map_err(|_| CredentialError::Ttl(ttl))?;
-        let id = CredentialId::new(format!("fallback-{}", uuid::Uuid::new_v4()));
-        tracing::warn!(credential = %id, repository, branch, "fallback credential: the primary token under a short TTL; host push only, never a sandbox");
-        Ok(Minted {
-            id,
-            value: self.primary.clone(),
-            expires_at: Utc::now() + ttl_chrono,
-        })
-    }
-
-    fn enters_sandbox(&self) -> bool {
-        false
-    }
-
-    async fn revoke(&self, id: &CredentialId) -> Result<Revocation> {
-        tracing::info!(credential = %id, "fallback credential cannot be revoked; stet stops using it and the primary token stays valid");
-        Ok(Revocation::NotRevocable)
     }
 }
 

@@ -19,6 +19,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::brief::Target;
+use crate::check::{Check, Status};
 use crate::dispatch::branch::{CommitSha, validate_ref_format};
 use crate::forge::{
     Forge, ForgeError, Preflight, PullRequest, PullRequestDraft, PushBranch, Pushed, ResolvedHead,
@@ -218,6 +219,22 @@ impl LocalForge {
 impl Forge for LocalForge {
     fn name(&self) -> &'static str {
         FORGE
+    }
+
+    async fn diagnose(&self) -> Vec<Check> {
+        let remote = self.remote.display();
+        vec![match git2::Repository::open(&self.remote) {
+            Ok(_) => Check::ok(
+                "forge",
+                format!("local: results are pushed to the repository {remote}, needing no account"),
+            ),
+            Err(error) => Check::problem(
+                "forge",
+                Status::Fail,
+                format!("local: {remote} is not a git repository: {}", error.message()),
+                "run stet inside the repository, or set [forge.local] remote to one",
+            ),
+        }]
     }
 
     async fn preflight(&self, target: &Target) -> Result<Preflight> {

@@ -4,7 +4,9 @@
 
 mod app_jwt;
 pub mod checkout_remotes;
+pub mod fallback;
 pub mod github;
+pub mod gitea_token;
 pub mod github_app;
 pub mod local;
 pub mod protected;
@@ -20,14 +22,31 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::brief::Target;
+use crate::check::Check;
 use crate::config::{Config, CredentialConfig, ForgeConfig};
 use crate::dispatch::branch::CommitSha;
 use crate::dispatch::credential::ScopedCredential;
 use crate::dispatch::credential::{CredentialProvider, LocalCredentialProvider, SecretValue};
 use crate::dispatch::sanitize::SanitizerHandle;
 use crate::git::push::{PushError, PushRequest, push, remote_refs};
+use rest::RetryPolicy;
+use token::TokenSource;
 
 pub use pull_request::{Provenance, PullRequestDraft};
+
+/// Where a forge's REST API and git server are, and how to reach them (GitHub, Gitea, GitLab).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForgeSettings {
+    /// The REST API: `https://api.github.com`, `https://<host>/api/v1` (Gitea), `https://<host>/api/v4`
+    /// (GitLab).
+    pub api_url: String,
+    /// Where repositories are pushed: `https://github.com`, `https://<host>`.
+    pub git_url: String,
+    /// Where the primary token comes from (a reference, never the value).
+    pub token: TokenSource,
+    /// How failed REST calls are retried.
+    pub retry: RetryPolicy,
+}
 
 /// Everything a forge can answer wrongly. Messages name the repository, ref or pull request, and
 /// never carry a token (they are built from status codes and forge messages that were sanitized).
@@ -257,6 +276,11 @@ pub trait Forge: Send + Sync + fmt::Debug {
         number: u64,
         draft: &PullRequestDraft,
     ) -> Result<PullRequest>;
+
+    /// What `stet doctor` reports about this forge, changing nothing: whether it is reachable,
+    /// whether the token is accepted, and whether it may read, push to and propose on each
+    /// repository the checkout has as a remote there. Every problem names its fix.
+    async fn diagnose(&self) -> Vec<Check>;
 }
 
 /// The configured forge and the provider that mints each dispatch's scoped credential.
@@ -310,7 +334,10 @@ pub(crate) fn from_config(
             })?,
         ),
         (CredentialConfig::Fallback, Some(primary)) => {
-            Arc::new(github_app::FallbackCredentialProvider::new(primary))
+            Arc::new(fallback::FallbackCredentialProvider::new(
+                primary,
+                "credentials.provider = \"fallback\" in the configuration (a GitHub App's installation token would be narrowed to the repository)",
+            ))
         }
         (CredentialConfig::Fallback, None) => {
             return Err(ForgeError::Settings {

@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
+use base64::Engine as _;
 use http::header::{
-    ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, LOCATION, RETRY_AFTER, USER_AGENT,
+    ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER,
+    USER_AGENT,
 };
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
@@ -19,6 +21,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
 use zeroize::Zeroizing;
 
@@ -41,6 +44,27 @@ const MAX_REDIRECTS: usize = 5;
 const DETAIL_CHARS: usize = 500;
 /// What stet calls itself to the forge.
 const AGENT: &str = concat!("stet/", env!("CARGO_PKG_VERSION"));
+
+/// A path segment keeps only RFC 3986's unreserved characters; everything else is percent-encoded.
+pub(crate) const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// A ref name for a REST path: each `/`-separated segment percent-encoded, the `/` kept (GitHub reads
+/// `branches/feature/x` as the branch `feature/x`). `None` for a name no ref can have (an empty, `.` or
+/// `..` segment), which would otherwise change the path itself.
+pub(crate) fn ref_path(name: &str) -> Option<String> {
+    let mut encoded = Vec::new();
+    for segment in name.split('/') {
+        if segment.is_empty() || segment == "." || segment == ".." {
+            return None;
+        }
+        encoded.push(utf8_percent_encode(segment, SEGMENT).to_string());
+    }
+    Some(encoded.join("/"))
+}
 
 /// How often, and how patiently, a request that failed transiently (5xx, rate limits, the network) is
 /// sent again.
@@ -77,33 +101,84 @@ impl RetryPolicy {
 
 /// How a client authenticates to the API.
 pub(crate) enum Auth {
-    /// `Authorization: Bearer <token>`: a primary token, or a minted token revoking itself.
+    /// `Authorization: Bearer <token>`: a primary token (GitHub, GitLab), or a minted token revoking
+    /// itself.
     Bearer(SecretValue),
+    /// `Authorization: token <token>`: Gitea's and Forgejo's spelling.
+    Token(SecretValue),
+    /// `Authorization: Basic <user:password>`, with Gitea's `X-Gitea-OTP` when a one-time code is
+    /// given: the only way Gitea mints and deletes access tokens.
+    Basic {
+        /// The account's login name.
+        user: String,
+        /// Its password.
+        password: SecretValue,
+        /// The current one-time code of its second factor, when it has one.
+        otp: Option<SecretValue>,
+    },
     /// A GitHub App: `Authorization: Bearer <JWT>`, a fresh JWT signed with the app's key per request.
     GitHubApp(Box<AppKey>),
 }
 
+/// Gitea's header for the second factor's one-time code.
+const GITEA_OTP: &str = "x-gitea-otp";
+
 impl Auth {
-    /// The header value for the next request, marked sensitive so no debug output shows it.
-    fn header(&self, forge: &'static str) -> Result<HeaderValue> {
-        let token = match self {
-            Auth::Bearer(token) => Zeroizing::new(token.expose_secret().to_owned()),
-            Auth::GitHubApp(key) => key
-                .jwt()
-                .map_err(|detail| ForgeError::Token { forge, detail })?,
-        };
-        let uncarriable = || ForgeError::Token {
+    /// The headers for the next request, each marked sensitive so no debug output shows it.
+    fn headers(&self, forge: &'static str) -> Result<Vec<(HeaderName, HeaderValue)>> {
+        let uncarriable = |what: &str| ForgeError::Token {
             forge,
-            detail: "the token contains characters an HTTP header cannot carry".to_owned(),
+            detail: format!("the {what} contains characters an HTTP header cannot carry"),
+        };
+        let sensitive = |text: &str, what: &str| {
+            let mut value = HeaderValue::try_from(text).map_err(|_| uncarriable(what))?;
+            value.set_sensitive(true);
+            Ok::<_, ForgeError>(value)
         };
         // Stricter than a header value: no space, no byte beyond ASCII.
-        if !token.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(uncarriable());
+        let word = |token: &str, what: &str| {
+            if token.bytes().all(|b| b.is_ascii_graphic()) {
+                Ok(())
+            } else {
+                Err(uncarriable(what))
+            }
+        };
+        let authorization = match self {
+            Auth::Bearer(token) => {
+                word(token.expose_secret(), "token")?;
+                Zeroizing::new(format!("Bearer {}", token.expose_secret()))
+            }
+            Auth::Token(token) => {
+                word(token.expose_secret(), "token")?;
+                Zeroizing::new(format!("token {}", token.expose_secret()))
+            }
+            Auth::Basic { user, password, .. } => {
+                if user.contains(':') || user.chars().any(char::is_control) {
+                    return Err(uncarriable("user name"));
+                }
+                let pair = Zeroizing::new(format!("{user}:{}", password.expose_secret()));
+                Zeroizing::new(format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(pair.as_bytes())
+                ))
+            }
+            Auth::GitHubApp(key) => {
+                let jwt = key
+                    .jwt()
+                    .map_err(|detail| ForgeError::Token { forge, detail })?;
+                word(&jwt, "token")?;
+                Zeroizing::new(format!("Bearer {}", jwt.as_str()))
+            }
+        };
+        let mut headers = vec![(AUTHORIZATION, sensitive(&authorization, "token")?)];
+        if let Auth::Basic { otp: Some(otp), .. } = self {
+            word(otp.expose_secret(), "one-time code")?;
+            headers.push((
+                HeaderName::from_static(GITEA_OTP),
+                sensitive(otp.expose_secret(), "one-time code")?,
+            ));
         }
-        let mut value = HeaderValue::try_from(format!("Bearer {}", token.as_str()))
-            .map_err(|_| uncarriable())?;
-        value.set_sensitive(true);
-        Ok(value)
+        Ok(headers)
     }
 }
 
@@ -340,7 +415,7 @@ impl Rest {
             tracing::debug!(forge = self.forge, %method, path = uri.path(), "forge request");
             // Per request: a GitHub App signs a fresh JWT each time. A credential that cannot be sent
             // is not a transient failure.
-            let authorization = self.auth.header(self.forge)?;
+            let authorization = self.auth.headers(self.forge)?;
             let (status, headers, reply) = match self
                 .exchange(
                     &method,
@@ -374,7 +449,7 @@ impl Rest {
         &self,
         method: &Method,
         uri: &Uri,
-        authorization: HeaderValue,
+        authorization: Vec<(HeaderName, HeaderValue)>,
         payload: Option<&[u8]>,
     ) -> std::result::Result<(StatusCode, HeaderMap, Reply), (String, bool)> {
         let mut request = Request::builder()
@@ -385,8 +460,10 @@ impl Rest {
         if payload.is_some() {
             request = request.header(CONTENT_TYPE, "application/json");
         }
+        for (name, value) in authorization {
+            request = request.header(name, value);
+        }
         let request = request
-            .header(AUTHORIZATION, authorization)
             .body(Full::new(Bytes::copy_from_slice(
                 payload.unwrap_or_default(),
             )))

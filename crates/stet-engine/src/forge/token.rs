@@ -66,6 +66,10 @@ pub enum TokenError {
         "the token from {origin} contains whitespace or control characters; a token is one word of printable ASCII"
     )]
     Malformed { origin: String },
+    #[error(
+        "the password from {origin} is empty, spans more than one line or holds control characters; print the password alone on one line"
+    )]
+    MalformedLine { origin: String },
     #[error("token command `{command}`: {detail}")]
     Io { command: String, detail: String },
 }
@@ -91,9 +95,19 @@ impl TokenSource {
 
     /// Reads the token now, killing a command that runs longer than `timeout`.
     pub fn resolve_within(&self, timeout: Duration) -> Result<SecretValue> {
+        self.read(timeout, Shape::Word)
+    }
+
+    /// Reads a password now: one line, which may hold spaces and any printable character (only the
+    /// line end is taken off), waiting at most [`COMMAND_TIMEOUT`] for a command.
+    pub fn resolve_password(&self) -> Result<SecretValue> {
+        self.read(COMMAND_TIMEOUT, Shape::Line)
+    }
+
+    fn read(&self, timeout: Duration, shape: Shape) -> Result<SecretValue> {
         match self {
-            TokenSource::Env(name) => from_env(name),
-            TokenSource::Command(argv) => from_command(argv, timeout),
+            TokenSource::Env(name) => from_env(name, shape),
+            TokenSource::Command(argv) => from_command(argv, timeout, shape),
         }
     }
 
@@ -106,7 +120,25 @@ impl TokenSource {
     }
 }
 
-fn from_env(name: &str) -> Result<SecretValue> {
+/// What a secret must look like.
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    /// A token: one word of printable ASCII, surrounding whitespace trimmed.
+    Word,
+    /// A password: one line without control characters, its line end taken off.
+    Line,
+}
+
+impl Shape {
+    fn accept(self, text: &str, origin: impl Fn() -> String) -> Result<SecretValue> {
+        match self {
+            Shape::Word => one_word(text, origin),
+            Shape::Line => one_line(text, origin),
+        }
+    }
+}
+
+fn from_env(name: &str, shape: Shape) -> Result<SecretValue> {
     let value = std::env::var_os(name).ok_or_else(|| TokenError::EnvMissing {
         name: name.to_owned(),
     })?;
@@ -118,10 +150,10 @@ fn from_env(name: &str) -> Result<SecretValue> {
             name: name.to_owned(),
         });
     }
-    one_word(&value, || format!("environment variable {name}"))
+    shape.accept(&value, || format!("environment variable {name}"))
 }
 
-fn from_command(argv: &[String], timeout: Duration) -> Result<SecretValue> {
+fn from_command(argv: &[String], timeout: Duration, shape: Shape) -> Result<SecretValue> {
     let (program, args) = argv.split_first().ok_or(TokenError::CommandEmpty)?;
     let command = argv.join(" ");
     let io_error = |err: io::Error| TokenError::Io {
@@ -191,7 +223,7 @@ fn from_command(argv: &[String], timeout: Duration) -> Result<SecretValue> {
     if text.trim().is_empty() {
         return Err(TokenError::EmptyOutput { command });
     }
-    one_word(text, || format!("token command `{command}`"))
+    shape.accept(text, || format!("token command `{command}`"))
 }
 
 /// What a pipe delivered: the first `limit` bytes, and whether there was more.
@@ -279,9 +311,36 @@ fn one_word(text: &str, origin: impl Fn() -> String) -> Result<SecretValue> {
     }
 }
 
+/// Takes off one line end and accepts a line without control characters: a password may hold
+/// spaces, but a second line or a terminal escape is not part of one.
+fn one_line(text: &str, origin: impl Fn() -> String) -> Result<SecretValue> {
+    let line = text
+        .strip_suffix('\n')
+        .map_or(text, |rest| rest.strip_suffix('\r').unwrap_or(rest));
+    if !line.is_empty() && !line.chars().any(char::is_control) {
+        Ok(SecretValue::new(line.to_owned()))
+    } else {
+        Err(TokenError::MalformedLine { origin: origin() })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_password_keeps_its_spaces_and_loses_only_its_line_end() {
+        let password = sh("printf ' correct horse battery\\r\\n'")
+            .resolve_password()
+            .unwrap();
+        assert_eq!(password.expose_secret(), " correct horse battery");
+        for bad in ["printf 'one\\ntwo\\n'", "printf 'a\\033[2Jb'"] {
+            let err = sh(bad).resolve_password().unwrap_err();
+            assert!(matches!(err, TokenError::MalformedLine { .. }), "{bad}: {err}");
+        }
+        let err = sh("printf '\\n'").resolve_password().unwrap_err();
+        assert!(matches!(err, TokenError::EmptyOutput { .. }), "{err}");
+    }
 
     fn sh(script: &str) -> TokenSource {
         TokenSource::Command(vec!["sh".into(), "-c".into(), script.into()])

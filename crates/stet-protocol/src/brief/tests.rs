@@ -253,12 +253,15 @@ fn workflow_names_are_checked() {
 }
 
 #[test]
-fn repositories_must_be_owner_slash_name() {
+fn repositories_must_be_owner_slash_name_or_nested_groups() {
+    let too_deep = vec!["g"; MAX_REPO_PARTS + 1].join("/");
     for bad in [
         "app",
         "/app",
         "octo/",
-        "octo/app/x",
+        "octo//x",
+        "octo/../x",
+        too_deep.as_str(),
         "../app",
         "octo/..",
         "octo/a b",
@@ -269,6 +272,7 @@ fn repositories_must_be_owner_slash_name() {
         assert_eq!(location(&error), (Some("target.repo"), 6, 8), "{bad}");
     }
     assert!(parse(&replaced("\"octo/app\"", "\"Octo-1/app_2.rs\"")).is_ok());
+    assert!(parse(&replaced("\"octo/app\"", "\"group/sub/app\"")).is_ok());
 }
 
 #[test]

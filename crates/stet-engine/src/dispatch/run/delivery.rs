@@ -149,7 +149,7 @@ impl Dispatch {
             return Err(DispatchError::Cancelled(CancelPoint::AfterPush));
         }
         self.publisher.advance(Input::Pushed, None).await;
-        let provenance = self.provenance(preflight, commit, credential.provider_name());
+        let provenance = self.provenance(preflight, commit, credential.kind());
         let draft = PullRequestDraft::compose(
             &self.run.brief,
             &self.gathered.branch,

@@ -388,6 +388,13 @@ impl Dispatch {
                 "the scoped credential cannot be masked in output: {error}"
             )));
         }
+        if let Some(why) = sandbox.credential().and_then(|credential| credential.stand_in()) {
+            let message = self.sanitize(&format!(
+                "the push uses your own forge token, not a narrow one (stet drops it after {} s, but it stays valid at the forge; it never enters the sandbox): {why}",
+                self.parts.settings.credential_ttl.as_secs()
+            ));
+            self.publisher.emit(EventKind::Warning { message }).await;
+        }
         if self.stop.is_cancelled() {
             return Err(self.stop_reason());
         }

@@ -119,3 +119,14 @@ async fn one_time_limit_covers_an_attempt_and_all_its_redirects() {
         "{asked} requests in an attempt of 1 s whose answers each took 0.4 s"
     );
 }
+#[test]
+fn refs_are_encoded_per_segment() {
+    assert_eq!(ref_path("feature/x#1").unwrap(), "feature/x%231");
+    assert_eq!(ref_path("a b/c?d").unwrap(), "a%20b/c%3Fd");
+    assert_eq!(ref_path("release/1.x").unwrap(), "release/1.x");
+    assert_eq!(ref_path("ü").unwrap(), "%C3%BC");
+    for bad in ["", "a//b", "../x", "a/./b", "a/"] {
+        assert!(ref_path(bad).is_none(), "{bad:?}");
+    }
+}
+
