@@ -241,12 +241,15 @@ pub(crate) enum Command {
         list: bool,
     },
 
-    /// Check that this machine can run stet's sandboxes, and say what to fix.
+    /// Check that this machine can run stet's sandboxes and reach its forge, and say what to fix.
     #[command(
-        long_about = "Check that this machine can run stet's sandboxes, and say what to fix.\n\n\
+        long_about = "Check that this machine can run stet's sandboxes and reach its forge, and say what to fix.\n\n\
             Checks that the Docker engine answers, that it enforces the memory, swap, pids and cpu limits a \
             sandbox relies on, whether the offline sandbox image for this stet binary is present, and the \
-            free space of the state directory. Exits 1 if a check failed."
+            free space of the state directory. Then, from inside a repository, the configured forge: that \
+            it answers, that it accepts the token, and that the token may read, push to and propose on \
+            each repository the checkout has as a remote there (GitHub, Gitea/Forgejo, GitLab), and how \
+            the credential provider mints; nothing is changed. Exits 1 if a check failed."
     )]
     Doctor,
 

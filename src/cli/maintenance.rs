@@ -15,7 +15,7 @@ use stet_engine::dispatch::service::DispatchService;
 use stet_engine::runtime::docker::DockerRuntime;
 
 use super::EXIT_USAGE;
-use super::session::{install_logging, repository_root};
+use super::session::{install_logging, load_config, repository_root};
 
 /// The engine, or the exit-2 message saying it is unreachable.
 pub(crate) async fn connect_engine() -> Result<DockerRuntime, ExitCode> {
@@ -50,8 +50,23 @@ pub(crate) async fn sweep() -> anyhow::Result<ExitCode> {
         Err(code) => return Ok(code),
     };
     let journal = Arc::new(Journal::open(&state_dir.join("journal"))?);
-    let providers: Vec<Arc<dyn CredentialProvider>> =
+    let mut providers: Vec<Arc<dyn CredentialProvider>> =
         vec![Arc::new(LocalCredentialProvider::default())];
+    // Inside a repository, its forge's provider too: only it can revoke what it minted.
+    if let Ok(root) = repository_root("run stet sweep") {
+        let configured = load_config(&root).and_then(|config| {
+            Ok(stet_engine::forge::configured_credentials(
+                &config, &root, &state_dir, &handle,
+            )?)
+        });
+        match configured {
+            Ok(provider) if provider.name() != "local" => providers.push(provider),
+            Ok(_) => {}
+            Err(error) => eprintln!(
+                "stet: warning: the configured forge's credentials cannot be revoked by this sweep: {error:#}"
+            ),
+        }
+    }
     let service = DispatchService::new(Arc::new(engine), journal, &state_dir, providers);
     let report = service.sweep_orphans().await?;
     tracing::info!(?report, "sweep finished");
@@ -67,8 +82,16 @@ pub(crate) async fn doctor() -> anyhow::Result<ExitCode> {
     let running = std::env::current_exe().context("finding the running stet executable")?;
     let binary = stet_engine::image::sandbox_executable_beside(&running);
     let docker = bollard::Docker::connect_with_defaults().map_err(|err| err.to_string());
-    let report =
-        stet_engine::doctor::diagnose(docker, stet_engine::state_dir::locate(), &binary).await;
+    let state = stet_engine::state_dir::locate();
+    let repository = repository_root("run stet doctor")
+        .map_err(|error| format!("{error:#}"));
+    let config = match &repository {
+        Ok(root) => load_config(root).map_err(|error| format!("{error:#}")),
+        Err(why) => Err(why.clone()),
+    };
+    let forge = stet_engine::doctor::forge_checks(repository, config, &state).await;
+    let mut report = stet_engine::doctor::diagnose(docker, state, &binary).await;
+    report.checks.extend(forge);
     print!("{report}");
     Ok(if report.failed() {
         ExitCode::FAILURE

@@ -168,6 +168,44 @@ async fn success_with_push_is_done_and_reports_collect_push_pull_request_teardow
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_token_standing_in_is_announced_with_its_reason_and_named_in_the_provenance() {
+    let fx = Fixture::builder().build();
+    let reason = "GitLab refused to mint a project access token (403 Forbidden)";
+    *lock(&fx.provider.stand_in) = Some(reason.to_owned());
+    let fin = fx.run(brief("fix-login"), Delivery::Push).await;
+
+    assert_outcome(&fin, Phase::Done, 0);
+    let warnings: Vec<&str> = fin
+        .events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::Warning { message } => Some(message.as_str()),
+            _ => None,
+        })
+        .collect();
+    let announced = warnings
+        .iter()
+        .find(|warning| warning.contains("your own forge token"))
+        .unwrap_or_else(|| panic!("no warning says the primary token stood in: {warnings:?}"));
+    assert!(announced.contains(reason), "{announced}");
+    assert!(announced.contains("never enters the sandbox"), "{announced}");
+    let warned = fin.events.iter().position(|event| {
+        matches!(&event.kind, EventKind::Warning { message } if message.as_str().contains(reason))
+    });
+    let running = fin.events.iter().position(|e| is_phase(e, Phase::Running));
+    assert!(
+        matches!((warned, running), (Some(w), Some(r)) if w < r),
+        "announced before the agent runs"
+    );
+    let value = &fx.provider.minted()[0].value;
+    assert!(!announced.contains(value.as_str()));
+    let body = &fx.forge.pull_requests()[0].body;
+    assert!(body.contains("fallback"), "the provenance names the kind: {body}");
+    assert!(!body.contains("counting"), "{body}");
+    fx.assert_clean(&fin, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn success_with_keep_is_done_pushes_nothing_and_keeps_the_result_ref_and_the_patch() {
     let fx = Fixture::builder().build();
     let fin = fx.run(brief("fix-login"), Delivery::Keep).await;
@@ -2257,6 +2295,8 @@ struct CountingProvider {
     inner: LocalCredentialProvider,
     minted: Mutex<Vec<MintRecord>>,
     revokes: Mutex<HashMap<CredentialId, usize>>,
+    /// When set, each credential says it is the primary token standing in, and why.
+    stand_in: Mutex<Option<String>>,
 }
 
 impl fmt::Debug for CountingProvider {
@@ -2289,7 +2329,8 @@ impl CredentialProvider for CountingProvider {
         branch: &str,
         ttl: Duration,
     ) -> stet_engine::dispatch::credential::Result<Minted> {
-        let minted = self.inner.mint(repository, branch, ttl).await?;
+        let mut minted = self.inner.mint(repository, branch, ttl).await?;
+        minted.stand_in = lock(&self.stand_in).clone();
         lock(&self.minted).push(MintRecord {
             id: minted.id.clone(),
             value: minted.value.expose_secret().to_owned(),

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use bollard::Docker;
 
 pub use crate::check::{Check, Status};
+use crate::config::Config;
+use crate::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
 use crate::dispatch::socket_dir::SocketPlace;
 use crate::state_dir::StateDirError;
 
@@ -45,9 +47,9 @@ impl fmt::Display for DoctorReport {
             }
         }
         let verdict = if self.failed() {
-            "stet cannot run a locked-down sandbox here until the failures above are fixed"
+            "stet cannot dispatch from here until the failures above are fixed"
         } else {
-            "this machine can run stet's sandboxes"
+            "this machine can run stet's sandboxes and reach its forge"
         };
         writeln!(f, "{verdict}")
     }
@@ -87,6 +89,64 @@ pub async fn diagnose(
         )),
     }
     report
+}
+
+/// The forge's own checks for the checkout at `repository` under `config` (either may have failed to
+/// be found or read: then that is the one failing check): the configured forge and its credential
+/// provider report on themselves, changing nothing. The primary token is read as a dispatch reads it.
+pub async fn forge_checks(
+    repository: Result<PathBuf, String>,
+    config: Result<Config, String>,
+    state: &Result<PathBuf, StateDirError>,
+) -> Vec<Check> {
+    let repository = match repository {
+        Ok(repository) => repository,
+        Err(why) => {
+            return vec![Check::problem(
+                "forge",
+                Status::Warn,
+                format!("not checked: {why}"),
+                "run stet doctor inside the repository your briefs are for",
+            )];
+        }
+    };
+    let config = match config {
+        Ok(config) => config,
+        Err(why) => {
+            return vec![Check::problem(
+                "configuration",
+                Status::Fail,
+                why,
+                "correct the file and field the message names",
+            )];
+        }
+    };
+    let sanitizer = match TokenSanitizer::new() {
+        Ok(sanitizer) => SanitizerHandle::new(sanitizer),
+        Err(error) => {
+            return vec![Check::problem(
+                "forge",
+                Status::Fail,
+                format!("the sanitizer could not be built: {error}"),
+                "report this as a bug",
+            )];
+        }
+    };
+    let state_dir = state.as_ref().map_or_else(|_| repository.clone(), Clone::clone);
+    let setup = match crate::forge::from_config(&config, &repository, &state_dir, &sanitizer) {
+        Ok(setup) => setup,
+        Err(error) => {
+            return vec![Check::problem(
+                "forge",
+                Status::Fail,
+                error.to_string(),
+                "correct the [forge] or [credentials] settings the message names, or the token's source",
+            )];
+        }
+    };
+    let mut checks = setup.forge.diagnose().await;
+    checks.extend(setup.credentials.diagnose(&setup.repositories).await);
+    checks
 }
 
 /// Sandboxes run as the invoking account; as root, as a fixed uid no host account or process may

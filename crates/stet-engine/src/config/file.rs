@@ -35,6 +35,8 @@ pub(super) struct FileSettings {
 pub(super) enum ForgeKind {
     Local,
     GitHub,
+    Gitea,
+    GitLab,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -43,7 +45,31 @@ pub(super) enum ProviderKind {
     Local,
     #[serde(rename = "github-app")]
     GitHubApp,
+    GiteaToken,
+    #[serde(rename = "gitlab-project-token")]
+    GitLabProjectToken,
     Fallback,
+}
+
+impl ForgeKind {
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            ForgeKind::Local => "local",
+            ForgeKind::GitHub => "github",
+            ForgeKind::Gitea => "gitea",
+            ForgeKind::GitLab => "gitlab",
+        }
+    }
+
+    /// The credential providers this forge takes, as an error lists them.
+    pub(super) fn providers(self) -> &'static str {
+        match self {
+            ForgeKind::Local => "\"local\"",
+            ForgeKind::GitHub => "\"github-app\" or \"fallback\"",
+            ForgeKind::Gitea => "\"gitea-token\" or \"fallback\"",
+            ForgeKind::GitLab => "\"gitlab-project-token\" or \"fallback\"",
+        }
+    }
 }
 
 impl ProviderKind {
@@ -51,6 +77,8 @@ impl ProviderKind {
         match self {
             ProviderKind::Local => "local",
             ProviderKind::GitHubApp => "github-app",
+            ProviderKind::GiteaToken => "gitea-token",
+            ProviderKind::GitLabProjectToken => "gitlab-project-token",
             ProviderKind::Fallback => "fallback",
         }
     }
@@ -62,7 +90,9 @@ impl ProviderKind {
 pub(super) struct ForgeSection {
     pub kind: Setting<ForgeKind>,
     pub local: LocalSection,
-    pub github: GitHubSection,
+    pub github: RestForgeSection,
+    pub gitea: RestForgeSection,
+    pub gitlab: RestForgeSection,
 }
 
 /// `[forge.local]`
@@ -72,10 +102,10 @@ pub(super) struct LocalSection {
     pub remote: Setting<PathBuf>,
 }
 
-/// `[forge.github]`
+/// `[forge.github]`, `[forge.gitea]`, `[forge.gitlab]`: a forge reached over its REST API.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub(super) struct GitHubSection {
+pub(super) struct RestForgeSection {
     pub api_url: Setting<String>,
     pub git_url: Setting<String>,
     pub token_env: Setting<String>,
@@ -91,6 +121,20 @@ pub(super) struct CredentialsSection {
     pub provider: Setting<ProviderKind>,
     pub ttl_seconds: Setting<u64>,
     pub github_app: GitHubAppSection,
+    pub gitea: GiteaCredentialsSection,
+}
+
+/// `[credentials.gitea]`: the account whose password mints Gitea access tokens.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct GiteaCredentialsSection {
+    pub user: Setting<String>,
+    pub password_command: Setting<Vec<String>>,
+    pub otp_command: Setting<Vec<String>>,
+    /// Only here to refuse an inline password with a useful message.
+    password: Setting<toml::Value>,
+    /// Only here to refuse an inline one-time secret with a useful message.
+    otp: Setting<toml::Value>,
 }
 
 /// `[credentials.github_app]`
@@ -339,6 +383,26 @@ impl Layer {
                 "token_env = \"GITHUB_TOKEN\" or token_command = [\"gh\", \"auth\", \"token\"]",
             ),
             (
+                &settings.forge.gitea.token,
+                "forge.gitea.token",
+                "token_env = \"GITEA_TOKEN\" or token_command = [\"pass\", \"show\", \"gitea/token\"]",
+            ),
+            (
+                &settings.forge.gitlab.token,
+                "forge.gitlab.token",
+                "token_env = \"GITLAB_TOKEN\" or token_command = [\"glab\", \"auth\", \"token\"]",
+            ),
+            (
+                &settings.credentials.gitea.password,
+                "credentials.gitea.password",
+                "password_command = [\"pass\", \"show\", \"gitea/password\"]",
+            ),
+            (
+                &settings.credentials.gitea.otp,
+                "credentials.gitea.otp",
+                "otp_command = [\"pass\", \"otp\", \"gitea\"] (a command that prints the current code)",
+            ),
+            (
                 &settings.credentials.github_app.private_key_pem,
                 "credentials.github_app.private_key_pem",
                 "private_key = \"path/to/app.pem\"",
@@ -381,13 +445,18 @@ impl Layer {
                 });
             }
         }
-        let github = &settings.forge.github;
-        if let (Some(_), Some(command)) = (&github.token_env, &github.token_command) {
-            return Err(ConfigError::Invalid {
-                origin: self.origin(command.span()),
-                field: "forge.github.token_command",
-                problem: "set token_env or token_command, not both".to_owned(),
-            });
+        for (section, field) in [
+            (&settings.forge.github, "forge.github.token_command"),
+            (&settings.forge.gitea, "forge.gitea.token_command"),
+            (&settings.forge.gitlab, "forge.gitlab.token_command"),
+        ] {
+            if let (Some(_), Some(command)) = (&section.token_env, &section.token_command) {
+                return Err(ConfigError::Invalid {
+                    origin: self.origin(command.span()),
+                    field,
+                    problem: "set token_env or token_command, not both".to_owned(),
+                });
+            }
         }
         Ok(())
     }

@@ -27,6 +27,7 @@ use serde::Deserialize;
 
 use crate::dispatch::credential::SecretValue;
 use crate::forge::ForgeSettings;
+use crate::forge::gitea_token::GiteaTokenSettings;
 use crate::forge::github_app::GitHubAppSettings;
 use crate::forge::protected::ProtectedPaths;
 use crate::git::import::{Identity, ImportLimits};
@@ -146,6 +147,10 @@ pub(crate) enum ForgeConfig {
         remote: Option<PathBuf>,
     },
     GitHub(ForgeSettings),
+    /// Gitea or Forgejo (the same API).
+    Gitea(ForgeSettings),
+    /// GitLab, self-managed or gitlab.com.
+    GitLab(ForgeSettings),
 }
 
 /// Which provider mints a dispatch's scoped credential.
@@ -155,8 +160,15 @@ pub enum CredentialConfig {
     Local,
     /// GitHub App installation tokens limited to the target repository.
     GitHubApp(GitHubAppSettings),
+    /// Gitea access tokens of the `write:repository` scope, minted with the account's password.
+    GiteaToken(GiteaTokenSettings),
+    /// GitLab project access tokens of the target project (`write_repository`, Developer).
+    GitLabProjectToken,
     /// The ADR's fallback: the primary token behind a short TTL; it never enters a sandbox.
-    Fallback,
+    Fallback {
+        /// Why no narrow credential is minted, naming the setting that would change it.
+        reason: String,
+    },
 }
 
 /// How dispatches run (`[dispatch]`).

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::file::{ForgeKind, ProviderKind};
+use crate::forge::gitea_token::GiteaTokenSettings;
 use super::layers::{Layers, Lists, Reason};
 use super::{
     Config, ConfigError, CredentialConfig, DispatchSettings, ForgeConfig, HarnessConfig,
@@ -20,14 +21,133 @@ use crate::forge::rest::RetryPolicy;
 use crate::forge::token::TokenSource;
 use crate::git::import::{Identity, ImportLimits};
 
-const DEFAULT_TOKEN_ENV: &str = "GITHUB_TOKEN";
-const DEFAULT_API_URL: &str = "https://api.github.com";
-const DEFAULT_GIT_URL: &str = "https://github.com";
 pub(super) const DEFAULT_CREDENTIAL_TTL: Duration = Duration::from_secs(15 * 60);
 const DEFAULT_DISPATCH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 const DEFAULT_CONCURRENCY: usize = 2;
 const DEFAULT_PACE: f64 = 1.0;
 pub(super) const DEFAULT_MODEL_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What each REST forge's settings are called and default to.
+struct ForgeDefaults {
+    api_url_field: &'static str,
+    git_url_field: &'static str,
+    token_env_field: &'static str,
+    token_command_field: &'static str,
+    /// `None`: the setting is required (a self-hosted forge has no well-known address).
+    api_url: Option<&'static str>,
+    /// What the API's path is below the web address, to find `git_url` from `api_url`.
+    api_path: &'static str,
+    token_env: &'static str,
+}
+
+const GITHUB: ForgeDefaults = ForgeDefaults {
+    api_url_field: "forge.github.api_url",
+    git_url_field: "forge.github.git_url",
+    token_env_field: "forge.github.token_env",
+    token_command_field: "forge.github.token_command",
+    api_url: Some("https://api.github.com"),
+    api_path: "/api/v3",
+    token_env: "GITHUB_TOKEN",
+};
+
+const GITEA: ForgeDefaults = ForgeDefaults {
+    api_url_field: "forge.gitea.api_url",
+    git_url_field: "forge.gitea.git_url",
+    token_env_field: "forge.gitea.token_env",
+    token_command_field: "forge.gitea.token_command",
+    api_url: None,
+    api_path: "/api/v1",
+    token_env: "GITEA_TOKEN",
+};
+
+const GITLAB: ForgeDefaults = ForgeDefaults {
+    api_url_field: "forge.gitlab.api_url",
+    git_url_field: "forge.gitlab.git_url",
+    token_env_field: "forge.gitlab.token_env",
+    token_command_field: "forge.gitlab.token_command",
+    api_url: Some("https://gitlab.com/api/v4"),
+    api_path: "/api/v4",
+    token_env: "GITLAB_TOKEN",
+};
+
+/// One REST forge's section as the layers set it.
+struct RestForgeReads {
+    api_url: Option<Sourced<String>>,
+    git_url: Option<Sourced<String>>,
+    token_env: Option<Sourced<String>>,
+    token_command: Option<Sourced<Vec<String>>>,
+}
+
+/// Reads `[forge.<name>]` out of the layers: every field a machine setting.
+macro_rules! read_rest_forge {
+    ($layers:ident, $name:ident) => {
+        RestForgeReads {
+            api_url: $layers.machine(
+                concat!("forge.", stringify!($name), ".api_url"),
+                Reason::Url,
+                |s| &s.forge.$name.api_url,
+            ),
+            git_url: $layers.machine(
+                concat!("forge.", stringify!($name), ".git_url"),
+                Reason::Url,
+                |s| &s.forge.$name.git_url,
+            ),
+            token_env: $layers.machine(
+                concat!("forge.", stringify!($name), ".token_env"),
+                Reason::EnvironmentVariable,
+                |s| &s.forge.$name.token_env,
+            ),
+            token_command: $layers.machine(
+                concat!("forge.", stringify!($name), ".token_command"),
+                Reason::Command,
+                |s| &s.forge.$name.token_command,
+            ),
+        }
+    };
+}
+
+impl RestForgeReads {
+    /// The API's URL: as set, or the forge's well-known one; required where there is none.
+    fn api_url(&self, forge: &ForgeDefaults) -> Result<String> {
+        match (checked_url(self.api_url.clone(), forge.api_url_field)?, forge.api_url) {
+            (Some(url), _) => Ok(url),
+            (None, Some(default)) => Ok(default.to_owned()),
+            (None, None) => Err(invalid(
+                Origin::Default,
+                forge.api_url_field,
+                format!("is required: the forge's REST API, e.g. \"https://git.example.com{}\"", forge.api_path),
+            )),
+        }
+    }
+
+    /// The forge's settings: `git_url` defaults to `api_url` without its API path (`api.github.com`
+    /// is GitHub's own exception), the token to the forge's usual variable.
+    fn settings(self, forge: &ForgeDefaults) -> Result<ForgeSettings> {
+        let api_url = self.api_url(forge)?;
+        let git_url = match checked_url(self.git_url, forge.git_url_field)? {
+            Some(url) => url,
+            None if api_url == "https://api.github.com" => "https://github.com".to_owned(),
+            None => match api_url.trim_end_matches('/').strip_suffix(forge.api_path) {
+                Some(web) if !web.ends_with('/') && web.contains("://") => web.to_owned(),
+                _ => {
+                    return Err(invalid(
+                        Origin::Default,
+                        forge.git_url_field,
+                        format!("is required: {api_url:?} does not end in {:?}, so the address repositories are pushed to cannot be worked out from it", forge.api_path),
+                    ));
+                }
+            },
+        };
+        let token = token_source(self.token_env, self.token_command, forge)?
+            .unwrap_or_else(|| TokenSource::Env(forge.token_env.to_owned()));
+        Ok(ForgeSettings {
+            api_url,
+            git_url,
+            token,
+            retry: RetryPolicy::default(),
+        })
+    }
+}
 
 /// Reads every setting out of `layers`, refuses what a repository file may not set, then checks and
 /// builds the configuration.
@@ -37,18 +157,9 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
     let remote = layers.machine("forge.local.remote", Reason::HostPath, |s| {
         &s.forge.local.remote
     });
-    let api_url = layers.machine("forge.github.api_url", Reason::Url, |s| {
-        &s.forge.github.api_url
-    });
-    let git_url = layers.machine("forge.github.git_url", Reason::Url, |s| {
-        &s.forge.github.git_url
-    });
-    let token_env = layers.machine("forge.github.token_env", Reason::EnvironmentVariable, |s| {
-        &s.forge.github.token_env
-    });
-    let token_command = layers.machine("forge.github.token_command", Reason::Command, |s| {
-        &s.forge.github.token_command
-    });
+    let github = read_rest_forge!(layers, github);
+    let gitea = read_rest_forge!(layers, gitea);
+    let gitlab = read_rest_forge!(layers, gitlab);
     let provider = layers.machine("credentials.provider", Reason::CredentialProvider, |s| {
         &s.credentials.provider
     });
@@ -70,6 +181,15 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         Reason::HostPath,
         |s| &s.credentials.github_app.private_key,
     );
+    let gitea_user = layers.machine("credentials.gitea.user", Reason::Credential, |s| {
+        &s.credentials.gitea.user
+    });
+    let gitea_password = layers.machine("credentials.gitea.password_command", Reason::Command, |s| {
+        &s.credentials.gitea.password_command
+    });
+    let gitea_otp = layers.machine("credentials.gitea.otp_command", Reason::Command, |s| {
+        &s.credentials.gitea.otp_command
+    });
     let agent_name = layers.machine("agent.name", Reason::Identity, |s| &s.agent.name);
     let agent_email = layers.machine("agent.email", Reason::Identity, |s| &s.agent.email);
     let max_files = layers.at_most(
@@ -142,32 +262,38 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
     }
 
     let forge_kind = forge_kind.map_or(ForgeKind::Local, |kind| kind.value);
-    let api_url =
-        checked_url(api_url, "forge.github.api_url")?.unwrap_or_else(|| DEFAULT_API_URL.to_owned());
-    let git_url = checked_url(git_url, "forge.github.git_url")?;
-    let token = token_source(token_env, token_command)?;
     let forge = match forge_kind {
         ForgeKind::Local => ForgeConfig::Local {
             remote: remote.map(Sourced::into_path),
         },
-        ForgeKind::GitHub => ForgeConfig::GitHub(ForgeSettings {
-            api_url: api_url.clone(),
-            git_url: git_url.unwrap_or_else(|| DEFAULT_GIT_URL.to_owned()),
-            token: token.unwrap_or_else(|| TokenSource::Env(DEFAULT_TOKEN_ENV.to_owned())),
-            retry: RetryPolicy::default(),
-        }),
+        ForgeKind::GitHub => ForgeConfig::GitHub(github.settings(&GITHUB)?),
+        ForgeKind::Gitea => ForgeConfig::Gitea(gitea.settings(&GITEA)?),
+        ForgeKind::GitLab => ForgeConfig::GitLab(gitlab.settings(&GITLAB)?),
     };
     let provider = provider.unwrap_or(Sourced {
         value: match forge_kind {
             ForgeKind::Local => ProviderKind::Local,
             ForgeKind::GitHub => ProviderKind::GitHubApp,
+            ForgeKind::Gitea if gitea_password.is_some() => ProviderKind::GiteaToken,
+            ForgeKind::Gitea => ProviderKind::Fallback,
+            ForgeKind::GitLab => ProviderKind::GitLabProjectToken,
         },
         origin: Origin::Default,
         rank: 0,
     });
     let credentials = match (forge_kind, provider.value) {
         (ForgeKind::Local, ProviderKind::Local) => CredentialConfig::Local,
-        (ForgeKind::GitHub, ProviderKind::Fallback) => CredentialConfig::Fallback,
+        (ForgeKind::GitHub | ForgeKind::GitLab, ProviderKind::Fallback) => {
+            CredentialConfig::Fallback {
+                reason: "credentials.provider = \"fallback\" in the configuration".to_owned(),
+            }
+        }
+        (ForgeKind::Gitea, ProviderKind::Fallback) => CredentialConfig::Fallback {
+            reason: match provider.origin {
+                Origin::Default => "Gitea mints a narrow token only with the account's password, and [credentials.gitea] names no password_command".to_owned(),
+                _ => "credentials.provider = \"fallback\" in the configuration".to_owned(),
+            },
+        },
         (ForgeKind::GitHub, ProviderKind::GitHubApp) => {
             let missing = |field| {
                 ConfigError::Invalid {
@@ -177,7 +303,8 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
             }
             };
             CredentialConfig::GitHubApp(GitHubAppSettings {
-                api_url,
+                api_url: github
+                    .api_url(&GITHUB)?,
                 app_id: app_id
                     .ok_or_else(|| missing("credentials.github_app.app_id"))?
                     .value,
@@ -189,21 +316,33 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
                     .into_path(),
             })
         }
-        (ForgeKind::Local, other) => {
+        (ForgeKind::Gitea, ProviderKind::GiteaToken) => {
+            let password = command(gitea_password, "credentials.gitea.password_command")?
+                .ok_or_else(|| ConfigError::Invalid {
+                    origin: provider.origin.clone(),
+                    field: "credentials.gitea.password_command",
+                    problem: "the gitea-token provider mints with the account's password: name a command that prints it (or set credentials.provider = \"fallback\")".to_owned(),
+                })?;
+            CredentialConfig::GiteaToken(GiteaTokenSettings {
+                api_url: gitea.api_url(&GITEA)?,
+                user: non_empty(gitea_user, "credentials.gitea.user")?,
+                password: TokenSource::Command(password),
+                otp: command(gitea_otp, "credentials.gitea.otp_command")?.map(TokenSource::Command),
+            })
+        }
+        (ForgeKind::GitLab, ProviderKind::GitLabProjectToken) => {
+            CredentialConfig::GitLabProjectToken
+        }
+        (kind, other) => {
             return Err(ConfigError::Invalid {
                 origin: provider.origin,
                 field: "credentials.provider",
                 problem: format!(
-                    "{:?} mints GitHub credentials; the local forge uses provider \"local\"",
-                    other.label()
+                    "{:?} does not mint credentials for the {} forge; it takes {}",
+                    other.label(),
+                    kind.label(),
+                    kind.providers()
                 ),
-            });
-        }
-        (ForgeKind::GitHub, ProviderKind::Local) => {
-            return Err(ConfigError::Invalid {
-                origin: provider.origin,
-                field: "credentials.provider",
-                problem: "the local provider cannot mint GitHub credentials; use \"github-app\" or \"fallback\"".to_owned(),
             });
         }
     };
@@ -369,6 +508,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
 fn token_source(
     token_env: Option<Sourced<String>>,
     token_command: Option<Sourced<Vec<String>>>,
+    forge: &ForgeDefaults,
 ) -> Result<Option<TokenSource>> {
     let env_wins = match (&token_env, &token_command) {
         (Some(env), Some(command)) => env.rank > command.rank,
@@ -379,13 +519,21 @@ fn token_source(
         return match token_env {
             Some(Sourced { value, origin, .. }) if value.trim().is_empty() => Err(invalid(
                 origin,
-                "forge.github.token_env",
+                forge.token_env_field,
                 "is empty".to_owned(),
             )),
             other => Ok(other.map(|name| TokenSource::Env(name.value))),
         };
     }
-    match token_command {
+    Ok(command(token_command, forge.token_command_field)?.map(TokenSource::Command))
+}
+
+/// A command's argv, unless it names no program: then an error naming its origin and `field`.
+fn command(
+    argv: Option<Sourced<Vec<String>>>,
+    field: &'static str,
+) -> Result<Option<Vec<String>>> {
+    match argv {
         Some(Sourced { value, origin, .. })
             if value
                 .first()
@@ -393,11 +541,12 @@ fn token_source(
         {
             Err(invalid(
                 origin,
-                "forge.github.token_command",
-                "needs a program to run, e.g. [\"gh\", \"auth\", \"token\"]".to_owned(),
+                field,
+                "needs a program to run and its arguments, e.g. [\"pass\", \"show\", \"forge\"]"
+                    .to_owned(),
             ))
         }
-        other => Ok(other.map(|argv| TokenSource::Command(argv.value))),
+        other => Ok(other.map(|argv| argv.value)),
     }
 }
 

@@ -1,4 +1,6 @@
 use super::*;
+use crate::forge::gitea_token::GiteaTokenSettings;
+use crate::forge::rest::RetryPolicy;
 use crate::forge::token::TokenSource;
 
 fn user(text: &str) -> ConfigFile {
@@ -165,6 +167,38 @@ const EVERY_MACHINE_SETTING: &[(&str, &str)] = &[
         "forge.github.token_command",
     ),
     (
+        "[forge.gitea]\napi_url = \"https://evil.example\"",
+        "forge.gitea.api_url",
+    ),
+    (
+        "[forge.gitea]\ngit_url = \"https://evil.example\"",
+        "forge.gitea.git_url",
+    ),
+    (
+        "[forge.gitea]\ntoken_env = \"AWS_SECRET_ACCESS_KEY\"",
+        "forge.gitea.token_env",
+    ),
+    (
+        "[forge.gitea]\ntoken_command = [\"sh\", \"-c\", \"touch /tmp/x\"]",
+        "forge.gitea.token_command",
+    ),
+    (
+        "[forge.gitlab]\napi_url = \"https://evil.example\"",
+        "forge.gitlab.api_url",
+    ),
+    (
+        "[forge.gitlab]\ngit_url = \"https://evil.example\"",
+        "forge.gitlab.git_url",
+    ),
+    (
+        "[forge.gitlab]\ntoken_env = \"AWS_SECRET_ACCESS_KEY\"",
+        "forge.gitlab.token_env",
+    ),
+    (
+        "[forge.gitlab]\ntoken_command = [\"sh\", \"-c\", \"touch /tmp/x\"]",
+        "forge.gitlab.token_command",
+    ),
+    (
         "[credentials]\nprovider = \"fallback\"",
         "credentials.provider",
     ),
@@ -179,6 +213,15 @@ const EVERY_MACHINE_SETTING: &[(&str, &str)] = &[
     (
         "[credentials.github_app]\nprivate_key = \"/home/u/.ssh/id_rsa\"",
         "credentials.github_app.private_key",
+    ),
+    ("[credentials.gitea]\nuser = \"admin\"", "credentials.gitea.user"),
+    (
+        "[credentials.gitea]\npassword_command = [\"sh\", \"-c\", \"touch /tmp/x\"]",
+        "credentials.gitea.password_command",
+    ),
+    (
+        "[credentials.gitea]\notp_command = [\"sh\", \"-c\", \"touch /tmp/x\"]",
+        "credentials.gitea.otp_command",
     ),
     ("[agent]\nname = \"Maintainer\"", "agent.name"),
     (
@@ -228,12 +271,24 @@ remote = "/home/u/private.git"
 api_url = "https://evil.example"
 git_url = "https://evil.example"
 token_env = "AWS_SECRET_ACCESS_KEY"
+[forge.gitea]
+api_url = "https://evil.example"
+git_url = "https://evil.example"
+token_env = "AWS_SECRET_ACCESS_KEY"
+[forge.gitlab]
+api_url = "https://evil.example"
+git_url = "https://evil.example"
+token_env = "AWS_SECRET_ACCESS_KEY"
 [credentials]
 provider = "fallback"
 [credentials.github_app]
 app_id = 1
 installation_id = 2
 private_key = "/home/u/.ssh/id_rsa"
+[credentials.gitea]
+user = "admin"
+password_command = ["sh", "-c", "touch /tmp/x"]
+otp_command = ["sh", "-c", "touch /tmp/x"]
 [agent]
 name = "Maintainer"
 email = "maintainer@example.invalid"
@@ -257,7 +312,7 @@ prices = "/home/u/.pgpass"
     let mut wanted: Vec<_> = EVERY_MACHINE_SETTING
         .iter()
         .map(|(_, field)| *field)
-        .filter(|field| *field != "forge.github.token_command")
+        .filter(|field| !field.starts_with("forge.") || !field.ends_with(".token_command"))
         .collect();
     wanted.sort_unstable();
     assert_eq!(fields, wanted, "every one is named at once");
@@ -520,6 +575,13 @@ fn an_inline_token_or_key_is_refused_and_named_with_its_line() {
     ] {
         for (text, field) in [
             ("[forge.github]\ntoken = \"abc\"\n", "forge.github.token"),
+            ("[forge.gitea]\ntoken = \"abc\"\n", "forge.gitea.token"),
+            ("[forge.gitlab]\ntoken = \"abc\"\n", "forge.gitlab.token"),
+            (
+                "[credentials.gitea]\npassword = \"abc\"\n",
+                "credentials.gitea.password",
+            ),
+            ("[credentials.gitea]\notp = \"abc\"\n", "credentials.gitea.otp"),
             (
                 "[credentials.github_app]\nprivate_key_pem = \"abc\"\n",
                 "credentials.github_app.private_key_pem",
@@ -592,6 +654,31 @@ fn inconsistent_settings_are_refused_with_the_field() {
             "[forge.github]\ntoken_env = \" \"\n",
             "forge.github.token_env",
         ),
+        ("[forge]\nkind = \"gitea\"\n", "forge.gitea.api_url"),
+        (
+            "[forge]\nkind = \"gitea\"\n[forge.gitea]\napi_url = \"https://git.example/gitea\"\n",
+            "forge.gitea.git_url",
+        ),
+        (
+            "[forge]\nkind = \"gitea\"\n[forge.gitea]\napi_url = \"https://git.example/api/v1\"\n[credentials]\nprovider = \"gitea-token\"\n",
+            "credentials.gitea.password_command",
+        ),
+        (
+            "[forge]\nkind = \"gitea\"\n[forge.gitea]\napi_url = \"https://git.example/api/v1\"\n[credentials.gitea]\npassword_command = []\n",
+            "credentials.gitea.password_command",
+        ),
+        (
+            "[forge]\nkind = \"gitlab\"\n[credentials]\nprovider = \"github-app\"\n",
+            "credentials.provider",
+        ),
+        (
+            "[forge]\nkind = \"gitea\"\n[forge.gitea]\napi_url = \"https://git.example/api/v1\"\n[credentials]\nprovider = \"gitlab-project-token\"\n",
+            "credentials.provider",
+        ),
+        (
+            "[forge.gitlab]\ntoken_env = \"A\"\ntoken_command = [\"b\"]\n",
+            "forge.gitlab.token_command",
+        ),
     ];
     for (text, field) in cases {
         let error = Config::from_files(&[user(text)]).unwrap_err();
@@ -621,11 +708,79 @@ fn the_fallback_provider_needs_no_app_settings() {
         "[forge]\nkind = \"github\"\n[forge.github]\ntoken_env = \"MY_TOKEN\"\n[credentials]\nprovider = \"fallback\"\n",
     )])
     .unwrap();
-    assert_eq!(config.credentials, CredentialConfig::Fallback);
+    assert_eq!(
+        config.credentials,
+        CredentialConfig::Fallback {
+            reason: "credentials.provider = \"fallback\" in the configuration".to_owned()
+        }
+    );
     let ForgeConfig::GitHub(github) = config.forge else {
         panic!()
     };
     assert_eq!(github.token, TokenSource::Env("MY_TOKEN".into()));
+}
+
+#[test]
+fn gitea_needs_its_address_and_mints_only_with_a_password_command() {
+    let fallback = Config::from_files(&[user(
+        "[forge]\nkind = \"gitea\"\n[forge.gitea]\napi_url = \"https://git.example/api/v1\"\n",
+    )])
+    .unwrap();
+    assert_eq!(
+        fallback.forge,
+        ForgeConfig::Gitea(ForgeSettings {
+            api_url: "https://git.example/api/v1".into(),
+            git_url: "https://git.example".into(),
+            token: TokenSource::Env("GITEA_TOKEN".into()),
+            retry: RetryPolicy::default(),
+        })
+    );
+    let CredentialConfig::Fallback { reason } = &fallback.credentials else {
+        panic!("{:?}", fallback.credentials)
+    };
+    assert!(reason.contains("password_command"), "{reason}");
+
+    let minting = Config::from_files(&[user(
+        "[forge]\nkind = \"gitea\"\n[forge.gitea]\napi_url = \"https://git.example/forgejo/api/v1/\"\ntoken_command = [\"pass\", \"gitea\"]\n[credentials.gitea]\nuser = \"robot\"\npassword_command = [\"pass\", \"robot\"]\notp_command = [\"oathtool\", \"--totp\"]\n",
+    )])
+    .unwrap();
+    let ForgeConfig::Gitea(forge) = &minting.forge else {
+        panic!("{:?}", minting.forge)
+    };
+    assert_eq!(forge.git_url, "https://git.example/forgejo");
+    assert_eq!(
+        minting.credentials,
+        CredentialConfig::GiteaToken(GiteaTokenSettings {
+            api_url: "https://git.example/forgejo/api/v1/".into(),
+            user: Some("robot".into()),
+            password: TokenSource::Command(vec!["pass".into(), "robot".into()]),
+            otp: Some(TokenSource::Command(vec!["oathtool".into(), "--totp".into()])),
+        })
+    );
+}
+
+#[test]
+fn gitlab_defaults_to_gitlab_com_and_a_project_access_token() {
+    let config = Config::from_files(&[user("[forge]\nkind = \"gitlab\"\n")]).unwrap();
+    assert_eq!(
+        config.forge,
+        ForgeConfig::GitLab(ForgeSettings {
+            api_url: "https://gitlab.com/api/v4".into(),
+            git_url: "https://gitlab.com".into(),
+            token: TokenSource::Env("GITLAB_TOKEN".into()),
+            retry: RetryPolicy::default(),
+        })
+    );
+    assert_eq!(config.credentials, CredentialConfig::GitLabProjectToken);
+    let own = Config::from_files(&[user(
+        "[forge]\nkind = \"gitlab\"\n[forge.gitlab]\napi_url = \"https://code.example/api/v4\"\n[credentials]\nprovider = \"fallback\"\n",
+    )])
+    .unwrap();
+    let ForgeConfig::GitLab(forge) = &own.forge else {
+        panic!("{:?}", own.forge)
+    };
+    assert_eq!(forge.git_url, "https://code.example");
+    assert!(matches!(own.credentials, CredentialConfig::Fallback { .. }));
 }
 
 #[test]

@@ -9,6 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::Utc;
 
+use crate::check::{Check, Status};
 use crate::dispatch::credential::{
     CredentialError, CredentialId, CredentialProvider, FALLBACK_KIND, Minted, Result, Revocation,
     SecretValue,
@@ -91,5 +92,17 @@ impl CredentialProvider for FallbackCredentialProvider {
 
     async fn revoke(&self, id: &CredentialId) -> Result<Revocation> {
         Ok(not_revocable(id))
+    }
+
+    async fn diagnose(&self, _repositories: &[String]) -> Vec<Check> {
+        vec![Check::problem(
+            "credential",
+            Status::Warn,
+            format!(
+                "fallback: each push uses your own token, not narrowed to the repository (it never enters a sandbox): {}",
+                self.reason
+            ),
+            "to push with a narrow credential, set up the forge's own provider under [credentials] (assets/config.example.toml lists them)",
+        )]
     }
 }

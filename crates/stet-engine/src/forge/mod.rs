@@ -288,65 +288,133 @@ pub trait Forge: Send + Sync + fmt::Debug {
 pub(crate) struct ForgeSetup {
     pub forge: Arc<dyn Forge>,
     pub credentials: Arc<dyn CredentialProvider>,
+    /// The repositories on the forge a brief of this checkout may target.
+    pub repositories: Vec<String>,
 }
 
 /// Builds the forge and credential provider `config` selects. `repository` is the repository stet runs
-/// in (the local forge's default remote); `sanitizer` learns the primary token. Must run inside the
-/// tokio runtime (the GitHub client starts a task there).
+/// in (the local forge's default remote, and the checkout whose remotes a brief may target);
+/// `sanitizer` learns the primary token. Must run inside the tokio runtime (the REST clients start
+/// tasks there).
 pub(crate) fn from_config(
     config: &Config,
     repository: &Path,
     state_dir: &Path,
     sanitizer: &SanitizerHandle,
 ) -> Result<ForgeSetup> {
-    // The primary token is read once: the fallback provider wraps the same value the forge holds.
-    let (forge, primary): (Arc<dyn Forge>, Option<SecretValue>) = match &config.forge {
-        ForgeConfig::Local { remote } => (
-            Arc::new(local::LocalForge::new(
-                remote.clone().unwrap_or_else(|| repository.to_owned()),
-                state_dir,
-            )),
-            None,
-        ),
-        ForgeConfig::GitHub(settings) => {
-            let token = github::resolve_token(&settings.token)?;
-            let remotes = checkout_remotes::CheckoutRemotes::of_checkout(
-                repository,
-                &github::GitHubForge::git_host(&settings.git_url)?,
-            );
-            let forge = github::GitHubForge::with_token(
-                settings.clone(),
-                token.clone(),
-                sanitizer.clone(),
-                remotes,
-            )?;
-            (Arc::new(forge), Some(token))
-        }
+    // The primary token is read once: the providers that need it get the value the forge holds.
+    let mut repositories = Vec::new();
+    let (forge, primary): (Arc<dyn Forge>, Option<(SecretValue, &ForgeSettings)>) =
+        match &config.forge {
+            ForgeConfig::Local { remote } => (
+                Arc::new(local::LocalForge::new(
+                    remote.clone().unwrap_or_else(|| repository.to_owned()),
+                    state_dir,
+                )),
+                None,
+            ),
+            ForgeConfig::GitHub(settings) => {
+                let token = primary_token("github", &settings.token)?;
+                let remotes = checkout_remotes::CheckoutRemotes::of_checkout(
+                    repository,
+                    &github::GitHubForge::git_host(&settings.git_url)?,
+                );
+                repositories = remotes.repositories().to_vec();
+                let forge = github::GitHubForge::with_token(
+                    settings.clone(),
+                    token.clone(),
+                    sanitizer.clone(),
+                    remotes,
+                )?;
+                (Arc::new(forge), Some((token, settings)))
+            }
+            ForgeConfig::Gitea(settings) => {
+                let token = primary_token("gitea", &settings.token)?;
+                let remotes = checkout_remotes::CheckoutRemotes::of_checkout(
+                    repository,
+                    &gitea::GiteaForge::git_host(&settings.git_url)?,
+                );
+                repositories = remotes.repositories().to_vec();
+                let forge = gitea::GiteaForge::with_token(
+                    settings.clone(),
+                    token.clone(),
+                    sanitizer.clone(),
+                    remotes,
+                )?;
+                (Arc::new(forge), Some((token, settings)))
+            }
+            ForgeConfig::GitLab(settings) => {
+                let token = primary_token("gitlab", &settings.token)?;
+                let remotes = checkout_remotes::CheckoutRemotes::of_checkout_namespaced(
+                    repository,
+                    &gitlab::GitLabForge::git_host(&settings.git_url)?,
+                );
+                repositories = remotes.repositories().to_vec();
+                let forge = gitlab::GitLabForge::with_token(
+                    settings.clone(),
+                    token.clone(),
+                    sanitizer.clone(),
+                    remotes,
+                )?;
+                (Arc::new(forge), Some((token, settings)))
+            }
+        };
+    let refused = |error: crate::dispatch::credential::CredentialError| ForgeError::Settings {
+        forge: forge.name(),
+        detail: error.to_string(),
     };
     let credentials: Arc<dyn CredentialProvider> = match (&config.credentials, primary) {
-        (CredentialConfig::Local, _) => Arc::new(LocalCredentialProvider::default()),
-        (CredentialConfig::GitHubApp(settings), _) => Arc::new(
-            github_app::GitHubAppCredentialProvider::new(settings.clone()).map_err(|error| {
-                ForgeError::Settings {
-                    forge: forge.name(),
-                    detail: error.to_string(),
-                }
-            })?,
+        (CredentialConfig::Local, None) => Arc::new(LocalCredentialProvider::default()),
+        (CredentialConfig::GitHubApp(settings), Some(_)) => Arc::new(
+            github_app::GitHubAppCredentialProvider::new(settings.clone()).map_err(refused)?,
         ),
-        (CredentialConfig::Fallback, Some(primary)) => {
-            Arc::new(fallback::FallbackCredentialProvider::new(
+        (CredentialConfig::GiteaToken(settings), Some((primary, _))) => Arc::new(
+            gitea_token::GiteaTokenProvider::new(settings.clone(), primary, sanitizer.clone())
+                .map_err(refused)?,
+        ),
+        (CredentialConfig::GitLabProjectToken, Some((primary, forge_settings))) => Arc::new(
+            gitlab_token::GitLabProjectTokenProvider::new(
+                &forge_settings.api_url,
                 primary,
-                "credentials.provider = \"fallback\" in the configuration (a GitHub App's installation token would be narrowed to the repository)",
-            ))
-        }
-        (CredentialConfig::Fallback, None) => {
+                forge_settings.retry,
+                sanitizer.clone(),
+            )
+            .map_err(refused)?,
+        ),
+        (CredentialConfig::Fallback { reason }, Some((primary, _))) => Arc::new(
+            fallback::FallbackCredentialProvider::new(primary, reason.clone()),
+        ),
+        (credentials, _) => {
             return Err(ForgeError::Settings {
                 forge: forge.name(),
-                detail: "the fallback credential provider wraps a GitHub token; the local forge uses the local provider".to_owned(),
+                detail: format!("the credential provider {credentials:?} does not serve this forge"),
             });
         }
     };
-    Ok(ForgeSetup { forge, credentials })
+    Ok(ForgeSetup {
+        forge,
+        credentials,
+        repositories,
+    })
+}
+
+/// The credential provider `config` selects for the checkout at `repository`: what `stet sweep` needs
+/// to revoke the credentials crashed dispatches left (a Gitea token never expires on its own).
+pub fn configured_credentials(
+    config: &Config,
+    repository: &Path,
+    state_dir: &Path,
+    sanitizer: &SanitizerHandle,
+) -> Result<Arc<dyn CredentialProvider>> {
+    Ok(from_config(config, repository, state_dir, sanitizer)?.credentials)
+}
+
+/// Reads the primary token from its configured source; the error names the source, never a value.
+fn primary_token(forge: &'static str, source: &TokenSource) -> Result<SecretValue> {
+    source.resolve().map_err(|error| ForgeError::Token {
+        forge,
+        detail: error.to_string(),
+    })
 }
 
 /// The push every forge shares: list the remote's refs with the scoped credential, fail before pushing

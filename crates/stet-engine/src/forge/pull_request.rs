@@ -209,15 +209,26 @@ pub fn provenance_block(p: &Provenance) -> String {
     row("Network", p.network.clone());
     row(
         "Credential",
-        format!(
-            "{} (scoped to this repository, short-lived)",
-            p.credential_kind
-        ),
+        format!("{} ({})", p.credential_kind, credential_reach(&p.credential_kind)),
     );
     row("Redactions", p.redactions.to_string());
     row("Duration", human_duration(p.duration));
     row("Base → commit", format!("`{}` → `{}`", p.base, p.commit));
     block
+}
+
+/// What a credential of `kind` could do, in the provenance's words (docs/security.md, residual 43).
+fn credential_reach(kind: &str) -> &'static str {
+    match kind {
+        "local" => "scoped to this repository, short-lived",
+        "github-app" => "scoped to this repository, revoked after the push",
+        "gitlab-project-token" => "scoped to this project, Developer, revoked after the push",
+        "gitea-token" => {
+            "write:repository scope, every repository of the account, deleted after the push"
+        }
+        "fallback" => "the person's own token, not narrowed, used on the host only",
+        _ => "as its provider scopes it",
+    }
 }
 
 fn human_duration(duration: Duration) -> String {
