@@ -10,6 +10,7 @@ mod gateway;
 mod git_http;
 mod git_workspace;
 mod github;
+mod gitlab;
 mod headless;
 mod hostile_account;
 mod hostile_agent;

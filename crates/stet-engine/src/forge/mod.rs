@@ -8,6 +8,8 @@ pub mod fallback;
 pub mod github;
 pub mod gitea_token;
 pub mod github_app;
+pub mod gitlab;
+pub mod gitlab_token;
 pub mod local;
 pub mod protected;
 pub mod pull_request;
