@@ -83,8 +83,7 @@ pub(crate) async fn doctor() -> anyhow::Result<ExitCode> {
     let binary = stet_engine::image::sandbox_executable_beside(&running);
     let docker = bollard::Docker::connect_with_defaults().map_err(|err| err.to_string());
     let state = stet_engine::state_dir::locate();
-    let repository = repository_root("run stet doctor")
-        .map_err(|error| format!("{error:#}"));
+    let repository = repository_root("run stet doctor").map_err(|error| format!("{error:#}"));
     let config = match &repository {
         Ok(root) => load_config(root).map_err(|error| format!("{error:#}")),
         Err(why) => Err(why.clone()),

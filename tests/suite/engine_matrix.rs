@@ -188,7 +188,10 @@ async fn a_primary_token_standing_in_is_announced_with_its_reason_and_named_in_t
         .find(|warning| warning.contains("your own forge token"))
         .unwrap_or_else(|| panic!("no warning says the primary token stood in: {warnings:?}"));
     assert!(announced.contains(reason), "{announced}");
-    assert!(announced.contains("never enters the sandbox"), "{announced}");
+    assert!(
+        announced.contains("never enters the sandbox"),
+        "{announced}"
+    );
     let warned = fin.events.iter().position(|event| {
         matches!(&event.kind, EventKind::Warning { message } if message.as_str().contains(reason))
     });
@@ -200,7 +203,10 @@ async fn a_primary_token_standing_in_is_announced_with_its_reason_and_named_in_t
     let value = &fx.provider.minted()[0].value;
     assert!(!announced.contains(value.as_str()));
     let body = &fx.forge.pull_requests()[0].body;
-    assert!(body.contains("fallback"), "the provenance names the kind: {body}");
+    assert!(
+        body.contains("fallback"),
+        "the provenance names the kind: {body}"
+    );
     assert!(!body.contains("counting"), "{body}");
     fx.assert_clean(&fin, 1);
 }

@@ -21,10 +21,10 @@ use stet_engine::dispatch::credential::{
 };
 use stet_engine::dispatch::event::DispatchId;
 use stet_engine::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
-use stet_engine::forge::checkout_remotes::CheckoutRemotes;
 use stet_engine::forge::ForgeSettings;
-use stet_engine::forge::github::GitHubForge;
+use stet_engine::forge::checkout_remotes::CheckoutRemotes;
 use stet_engine::forge::fallback::FallbackCredentialProvider;
+use stet_engine::forge::github::GitHubForge;
 use stet_engine::forge::github_app::{GitHubAppCredentialProvider, GitHubAppSettings};
 use stet_engine::forge::pull_request::PROVENANCE_MARKER;
 use stet_engine::forge::rest::RetryPolicy;
@@ -1533,7 +1533,10 @@ async fn the_fallback_never_enters_a_sandbox_and_revoking_it_does_nothing() {
 
     assert!(!credential.enters_sandbox());
     assert_eq!(credential.kind(), "fallback");
-    assert_eq!(credential.stand_in(), Some("credentials.provider = \"fallback\""));
+    assert_eq!(
+        credential.stand_in(),
+        Some("credentials.provider = \"fallback\"")
+    );
     assert!(credential.id().as_str().starts_with("fallback-"));
     assert_eq!(credential.host_push_secret().expose_secret(), primary);
     let ttl_end = before + chrono::Duration::seconds(300);

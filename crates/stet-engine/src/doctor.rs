@@ -132,7 +132,9 @@ pub async fn forge_checks(
             )];
         }
     };
-    let state_dir = state.as_ref().map_or_else(|_| repository.clone(), Clone::clone);
+    let state_dir = state
+        .as_ref()
+        .map_or_else(|_| repository.clone(), Clone::clone);
     let setup = match crate::forge::from_config(&config, &repository, &state_dir, &sanitizer) {
         Ok(setup) => setup,
         Err(error) => {

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::file::{ForgeKind, ProviderKind};
-use crate::forge::gitea_token::GiteaTokenSettings;
 use super::layers::{Layers, Lists, Reason};
 use super::{
     Config, ConfigError, CredentialConfig, DispatchSettings, ForgeConfig, HarnessConfig,
@@ -15,6 +14,7 @@ use super::{
     Sourced, default_agent,
 };
 use crate::forge::ForgeSettings;
+use crate::forge::gitea_token::GiteaTokenSettings;
 use crate::forge::github_app::GitHubAppSettings;
 use crate::forge::protected::ProtectedPaths;
 use crate::forge::rest::RetryPolicy;
@@ -109,22 +109,28 @@ macro_rules! read_rest_forge {
 impl RestForgeReads {
     /// The API's URL: as set, or the forge's well-known one; required where there is none.
     fn api_url(&self, forge: &ForgeDefaults) -> Result<String> {
-        match (checked_url(self.api_url.clone(), forge.api_url_field)?, forge.api_url) {
+        match (
+            checked_url(self.api_url.clone(), forge.api_url_field)?,
+            forge.api_url,
+        ) {
             (Some(url), _) => Ok(url),
             (None, Some(default)) => Ok(default.to_owned()),
             (None, None) => Err(invalid(
                 Origin::Default,
                 forge.api_url_field,
-                format!("is required: the forge's REST API, e.g. \"https://git.example.com{}\"", forge.api_path),
+                format!(
+                    "is required: the forge's REST API, e.g. \"https://git.example.com{}\"",
+                    forge.api_path
+                ),
             )),
         }
     }
 
     /// The forge's settings: `git_url` defaults to `api_url` without its API path (`api.github.com`
     /// is GitHub's own exception), the token to the forge's usual variable.
-    fn settings(self, forge: &ForgeDefaults) -> Result<ForgeSettings> {
+    fn settings(&self, forge: &ForgeDefaults) -> Result<ForgeSettings> {
         let api_url = self.api_url(forge)?;
-        let git_url = match checked_url(self.git_url, forge.git_url_field)? {
+        let git_url = match checked_url(self.git_url.clone(), forge.git_url_field)? {
             Some(url) => url,
             None if api_url == "https://api.github.com" => "https://github.com".to_owned(),
             None => match api_url.trim_end_matches('/').strip_suffix(forge.api_path) {
@@ -133,12 +139,15 @@ impl RestForgeReads {
                     return Err(invalid(
                         Origin::Default,
                         forge.git_url_field,
-                        format!("is required: {api_url:?} does not end in {:?}, so the address repositories are pushed to cannot be worked out from it", forge.api_path),
+                        format!(
+                            "is required: {api_url:?} does not end in {:?}, so the address repositories are pushed to cannot be worked out from it",
+                            forge.api_path
+                        ),
                     ));
                 }
             },
         };
-        let token = token_source(self.token_env, self.token_command, forge)?
+        let token = token_source(self.token_env.clone(), self.token_command.clone(), forge)?
             .unwrap_or_else(|| TokenSource::Env(forge.token_env.to_owned()));
         Ok(ForgeSettings {
             api_url,
@@ -184,9 +193,10 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
     let gitea_user = layers.machine("credentials.gitea.user", Reason::Credential, |s| {
         &s.credentials.gitea.user
     });
-    let gitea_password = layers.machine("credentials.gitea.password_command", Reason::Command, |s| {
-        &s.credentials.gitea.password_command
-    });
+    let gitea_password =
+        layers.machine("credentials.gitea.password_command", Reason::Command, |s| {
+            &s.credentials.gitea.password_command
+        });
     let gitea_otp = layers.machine("credentials.gitea.otp_command", Reason::Command, |s| {
         &s.credentials.gitea.otp_command
     });
@@ -303,8 +313,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
             }
             };
             CredentialConfig::GitHubApp(GitHubAppSettings {
-                api_url: github
-                    .api_url(&GITHUB)?,
+                api_url: github.api_url(&GITHUB)?,
                 app_id: app_id
                     .ok_or_else(|| missing("credentials.github_app.app_id"))?
                     .value,
@@ -529,10 +538,7 @@ fn token_source(
 }
 
 /// A command's argv, unless it names no program: then an error naming its origin and `field`.
-fn command(
-    argv: Option<Sourced<Vec<String>>>,
-    field: &'static str,
-) -> Result<Option<Vec<String>>> {
+fn command(argv: Option<Sourced<Vec<String>>>, field: &'static str) -> Result<Option<Vec<String>>> {
     match argv {
         Some(Sourced { value, origin, .. })
             if value

@@ -214,7 +214,10 @@ const EVERY_MACHINE_SETTING: &[(&str, &str)] = &[
         "[credentials.github_app]\nprivate_key = \"/home/u/.ssh/id_rsa\"",
         "credentials.github_app.private_key",
     ),
-    ("[credentials.gitea]\nuser = \"admin\"", "credentials.gitea.user"),
+    (
+        "[credentials.gitea]\nuser = \"admin\"",
+        "credentials.gitea.user",
+    ),
     (
         "[credentials.gitea]\npassword_command = [\"sh\", \"-c\", \"touch /tmp/x\"]",
         "credentials.gitea.password_command",
@@ -581,7 +584,10 @@ fn an_inline_token_or_key_is_refused_and_named_with_its_line() {
                 "[credentials.gitea]\npassword = \"abc\"\n",
                 "credentials.gitea.password",
             ),
-            ("[credentials.gitea]\notp = \"abc\"\n", "credentials.gitea.otp"),
+            (
+                "[credentials.gitea]\notp = \"abc\"\n",
+                "credentials.gitea.otp",
+            ),
             (
                 "[credentials.github_app]\nprivate_key_pem = \"abc\"\n",
                 "credentials.github_app.private_key_pem",
@@ -754,7 +760,10 @@ fn gitea_needs_its_address_and_mints_only_with_a_password_command() {
             api_url: "https://git.example/forgejo/api/v1/".into(),
             user: Some("robot".into()),
             password: TokenSource::Command(vec!["pass".into(), "robot".into()]),
-            otp: Some(TokenSource::Command(vec!["oathtool".into(), "--totp".into()])),
+            otp: Some(TokenSource::Command(vec![
+                "oathtool".into(),
+                "--totp".into()
+            ])),
         })
     );
 }

@@ -45,7 +45,11 @@ impl CheckoutRemotes {
         CheckoutRemotes::collect(urls, host, MAX_NAMESPACE_DEPTH)
     }
 
-    fn collect(urls: impl IntoIterator<Item = String>, host: &str, depth: usize) -> CheckoutRemotes {
+    fn collect(
+        urls: impl IntoIterator<Item = String>,
+        host: &str,
+        depth: usize,
+    ) -> CheckoutRemotes {
         let mut repositories: Vec<String> = urls
             .into_iter()
             .filter_map(|url| repository_at(&url, host, depth))

@@ -1,7 +1,47 @@
 //! Scoped credentials for Gitea and Forgejo (ADR-0018, credential injection: "Gitea scoped token —
-//! DELETE, 404 no-ops").
+//! DELETE, 404 no-ops"): an access token per dispatch of the `write:repository` scope, deleted after
+//! the push.
+//!
+//! Gitea mints and deletes access tokens only under basic authentication, so this provider reads the
+//! account's password (and, with two factors, the current one-time code) by reference for each
+//! request, keeps them in memory only, and teaches them to the sanitizer. A Gitea token does not
+//! expire by itself: its id carries everything its deletion needs (a tag of the instance, the token's
+//! id, the account), so a later process — the journal's sweep after a crash — deletes it too.
+//! Gitea's scopes are per category, not per repository (docs/security.md, residual 43).
 
+use std::fmt;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use http::{Method, StatusCode};
+use percent_encoding::utf8_percent_encode;
+use serde::Deserialize;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::rest::{Auth, Rest, RetryPolicy, SEGMENT};
 use super::token::TokenSource;
+use crate::check::{Check, Status};
+use crate::dispatch::credential::{
+    CredentialError, CredentialId, CredentialProvider, Minted, Result, Revocation, SecretValue,
+};
+use crate::dispatch::sanitize::{KnownValue, MIN_KNOWN_VALUE_LEN, SanitizerHandle};
+
+const PROVIDER: &str = "gitea-token";
+
+/// The prefix of every id this provider mints.
+const ID_PREFIX: &str = "gitea-token-";
+
+/// The prefix of every token name this provider asks for: `stet doctor` finds what is left by it.
+const TOKEN_NAME_PREFIX: &str = "stet-";
+
+/// The one scope a minted token has.
+const SCOPE: &str = "write:repository";
+
+/// What to do about a password or one-time code Gitea refuses.
+const PASSWORD_FIX: &str = "make credentials.gitea.password_command print the password of credentials.gitea.user (and, with two-factor authentication, credentials.gitea.otp_command the current code)";
 
 /// How Gitea access tokens are minted: only with the account's password (basic authentication).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,4 +54,442 @@ pub struct GiteaTokenSettings {
     pub password: TokenSource,
     /// Where the current one-time code of the account's second factor comes from, when it has one.
     pub otp: Option<TokenSource>,
+}
+
+/// A provider error: credential-free (forge errors are built from sanitized text).
+fn refused(detail: impl fmt::Display) -> CredentialError {
+    CredentialError::Provider {
+        provider: PROVIDER,
+        detail: detail.to_string(),
+    }
+}
+
+/// A short tag of the Gitea instance (its API URL), so an id minted at one is never deleted at
+/// another.
+fn instance_tag(api_url: &str) -> String {
+    let digest = Sha256::digest(api_url.trim_end_matches('/').as_bytes());
+    digest.iter().take(4).map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `user` is a login Gitea can have (letters, digits, `-`, `_`, `.`): it goes into paths
+/// and ids.
+fn valid_user(user: &str) -> bool {
+    !user.is_empty()
+        && user != "."
+        && user != ".."
+        && user
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// What an id of this provider names: the token's id and its account.
+#[derive(Debug, PartialEq, Eq)]
+struct Grant {
+    token_id: u64,
+    user: String,
+}
+
+/// `gitea-token-<instance>-<token id>-<user>`.
+fn grant_id(instance: &str, grant: &Grant) -> CredentialId {
+    CredentialId::new(format!(
+        "{ID_PREFIX}{instance}-{}-{}",
+        grant.token_id, grant.user
+    ))
+}
+
+/// The grant an id of this provider at `instance` names; `None` for any other id.
+fn parse_grant(id: &CredentialId, instance: &str) -> Option<Grant> {
+    let rest = id.as_str().strip_prefix(ID_PREFIX)?;
+    let (tag, rest) = rest.split_once('-')?;
+    let (token_id, user) = rest.split_once('-')?;
+    if tag != instance || token_id.is_empty() || !token_id.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    valid_user(user).then_some(())?;
+    Some(Grant {
+        token_id: token_id.parse().ok()?,
+        user: user.to_owned(),
+    })
+}
+
+/// The answer to a mint: Gitea calls the token's value `sha1`.
+#[derive(Deserialize)]
+struct TokenBody {
+    id: u64,
+    sha1: String,
+}
+
+/// One entry of the account's token list.
+#[derive(Deserialize)]
+struct ListedToken {
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct UserBody {
+    login: String,
+}
+
+/// Mints and deletes Gitea access tokens with the account's password.
+pub struct GiteaTokenProvider {
+    api_url: String,
+    /// [`instance_tag`] of the API URL.
+    instance: String,
+    /// The account, once known: configured, or learned from the primary token.
+    user: Mutex<Option<String>>,
+    /// Authenticates with the primary token, only to learn its account.
+    lookup: Rest,
+    password: TokenSource,
+    otp: Option<TokenSource>,
+    retry: RetryPolicy,
+    /// Learns the password and every minted token, so no sink can show them.
+    sanitizer: SanitizerHandle,
+}
+
+impl fmt::Debug for GiteaTokenProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GiteaTokenProvider")
+            .field("api_url", &self.api_url)
+            .field("password", &self.password.describe())
+            .field("otp", &self.otp.as_ref().map(TokenSource::describe))
+            .finish_non_exhaustive()
+    }
+}
+
+impl GiteaTokenProvider {
+    /// A provider minting at the Gitea API of `settings`; `primary` (the person's token, taught to
+    /// `sanitizer` like the forge does) is used only to learn the account when none is configured.
+    pub fn new(
+        settings: GiteaTokenSettings,
+        primary: SecretValue,
+        sanitizer: SanitizerHandle,
+    ) -> Result<GiteaTokenProvider> {
+        if let Some(user) = settings.user.as_deref().filter(|user| !valid_user(user)) {
+            return Err(refused(format!(
+                "credentials.gitea.user {user:?} is not a Gitea login (letters, digits, '-', '_' and '.')"
+            )));
+        }
+        sanitizer.register(KnownValue::new("primary-token", primary.expose_secret())?)?;
+        let retry = RetryPolicy::default();
+        let lookup = Rest::new(
+            PROVIDER,
+            &settings.api_url,
+            Auth::Token(primary),
+            retry,
+            sanitizer.clone(),
+        )
+        .map_err(refused)?;
+        Ok(GiteaTokenProvider {
+            instance: instance_tag(&settings.api_url),
+            api_url: settings.api_url,
+            user: Mutex::new(settings.user),
+            lookup,
+            password: settings.password,
+            otp: settings.otp,
+            retry,
+            sanitizer,
+        })
+    }
+
+    /// The account tokens are minted for: configured, or the primary token's (asked once).
+    async fn user(&self) -> Result<String> {
+        if let Some(user) = self.known_user() {
+            return Ok(user);
+        }
+        let reply = self
+            .lookup
+            .send(Method::GET, "/user", None)
+            .await
+            .map_err(refused)?;
+        if !reply.status.is_success() {
+            return Err(refused(self.lookup.failure(&reply, "the token's user")));
+        }
+        let login = self
+            .lookup
+            .parse::<UserBody>(&reply, "user")
+            .map_err(refused)?
+            .login;
+        if !valid_user(&login) {
+            return Err(refused(format!(
+                "Gitea named the token's account {login:?}, which is not a login; set credentials.gitea.user"
+            )));
+        }
+        *self.user_slot() = Some(login.clone());
+        Ok(login)
+    }
+
+    fn known_user(&self) -> Option<String> {
+        self.user_slot().clone()
+    }
+
+    fn user_slot(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        match self.user.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// A client authenticated as `user` with the password and one-time code read now (the commands
+    /// block, so they run on the blocking pool), both taught to the sanitizer first.
+    async fn as_account(&self, user: &str) -> Result<Rest> {
+        let (password, otp) = (self.password.clone(), self.otp.clone());
+        let (password, otp) = tokio::task::spawn_blocking(move || {
+            let password = password
+                .resolve_password()
+                .map_err(|error| refused(format!("credentials.gitea.password_command: {error}")))?;
+            let otp = otp
+                .map(|otp| otp.resolve())
+                .transpose()
+                .map_err(|error| refused(format!("credentials.gitea.otp_command: {error}")))?;
+            Ok::<_, CredentialError>((password, otp))
+        })
+        .await
+        .map_err(|error| refused(format!("reading the password ended abnormally: {error}")))??;
+        self.mask("gitea-password", password.expose_secret())?;
+        self.mask(
+            "gitea-password",
+            &format!("{user}:{}", password.expose_secret()),
+        )?;
+        Rest::new(
+            PROVIDER,
+            &self.api_url,
+            Auth::Basic {
+                user: user.to_owned(),
+                password,
+                otp,
+            },
+            self.retry,
+            self.sanitizer.clone(),
+        )
+        .map_err(refused)
+    }
+
+    /// Teaches `value` to the sanitizer; one too short to mask without masking ordinary words is
+    /// left out (the `user:password` pair still covers a short password in the header's encoding).
+    fn mask(&self, label: &str, value: &str) -> Result<()> {
+        if value.len() < MIN_KNOWN_VALUE_LEN {
+            return Ok(());
+        }
+        self.sanitizer.register(KnownValue::new(label, value)?)?;
+        Ok(())
+    }
+
+    /// `/users/<user>/tokens`, the user encoded.
+    fn tokens_path(user: &str) -> String {
+        format!("/users/{}/tokens", utf8_percent_encode(user, SEGMENT))
+    }
+
+    /// `DELETE /users/<user>/tokens/<id>`: 404 means it is gone already.
+    async fn delete(&self, grant: &Grant) -> Result<Revocation> {
+        let account = self.as_account(&grant.user).await?;
+        let path = format!("{}/{}", Self::tokens_path(&grant.user), grant.token_id);
+        let reply = account
+            .send(Method::DELETE, &path, None)
+            .await
+            .map_err(refused)?;
+        match reply.status {
+            status if status.is_success() => Ok(Revocation::Revoked),
+            StatusCode::NOT_FOUND => Ok(Revocation::AlreadyGone),
+            _ => Err(refused(account.failure(
+                &reply,
+                &format!("token {} of {}", grant.token_id, grant.user),
+            ))),
+        }
+    }
+
+    /// Whether the password mints, and which of stet's tokens are still live, changing nothing.
+    async fn account_check(&self, user: &str) -> Check {
+        let account = match self.as_account(user).await {
+            Ok(account) => account,
+            Err(error) => {
+                return Check::problem("credential", Status::Fail, error.to_string(), PASSWORD_FIX);
+            }
+        };
+        let reply = match account
+            .send(Method::GET, &Self::tokens_path(user), None)
+            .await
+        {
+            Ok(reply) => reply,
+            Err(error) => {
+                return Check::problem(
+                    "credential",
+                    Status::Fail,
+                    error.to_string(),
+                    "check forge.gitea.api_url and this machine's network or proxy",
+                );
+            }
+        };
+        if reply.status == StatusCode::UNAUTHORIZED {
+            return Check::problem(
+                "credential",
+                Status::Fail,
+                format!("gitea-token: Gitea refused the password (or one-time code) of {user}"),
+                PASSWORD_FIX,
+            );
+        }
+        if !reply.status.is_success() {
+            return Check::problem(
+                "credential",
+                Status::Fail,
+                account
+                    .failure(&reply, &format!("the tokens of {user}"))
+                    .to_string(),
+                PASSWORD_FIX,
+            );
+        }
+        let listed: Vec<ListedToken> = account.parse(&reply, "tokens").unwrap_or_default();
+        let left: Vec<&str> = listed
+            .iter()
+            .map(|token| token.name.as_str())
+            .filter(|name| name.starts_with(TOKEN_NAME_PREFIX))
+            .collect();
+        if left.is_empty() {
+            Check::ok(
+                "credential",
+                format!(
+                    "gitea-token: the password of {user} mints tokens of the {SCOPE} scope, which reaches every repository {user} may write (Gitea's scopes are per category, not per repository)"
+                ),
+            )
+        } else {
+            Check::problem(
+                "credential",
+                Status::Warn,
+                format!(
+                    "gitea-token: {} token(s) stet minted for {user} are still live (a delete failed, or stet was killed before its sweep): {}",
+                    left.len(),
+                    left.join(", ")
+                ),
+                "delete them under Settings → Applications on the forge, or run stet (its launch sweep deletes those in its journal)",
+            )
+        }
+    }
+}
+
+#[async_trait]
+impl CredentialProvider for GiteaTokenProvider {
+    fn name(&self) -> &'static str {
+        PROVIDER
+    }
+
+    async fn mint(&self, repository: &str, branch: &str, ttl: Duration) -> Result<Minted> {
+        let ttl_chrono = chrono::Duration::from_std(ttl).map_err(|_| CredentialError::Ttl(ttl))?;
+        let user = self.user().await?;
+        let account = self.as_account(&user).await?;
+        let body = json!({
+            "name": format!("{TOKEN_NAME_PREFIX}{}", uuid::Uuid::new_v4()),
+            "scopes": [SCOPE],
+        });
+        let reply = account
+            .send(Method::POST, &Self::tokens_path(&user), Some(&body))
+            .await
+            .map_err(refused)?;
+        if !reply.status.is_success() {
+            return Err(refused(
+                account.failure(&reply, &format!("the account {user}")),
+            ));
+        }
+        let parsed: TokenBody = account.parse(&reply, "access token").map_err(refused)?;
+        let grant = Grant {
+            token_id: parsed.id,
+            user,
+        };
+        let value = SecretValue::new(parsed.sha1);
+        let masked = KnownValue::new("gitea-token", value.expose_secret())
+            .and_then(|known| self.sanitizer.register(known));
+        if !value.expose_secret().bytes().all(|b| b.is_ascii_graphic()) || masked.is_err() {
+            // A token stet cannot use or mask is deleted at once rather than left live.
+            if let Err(error) = self.delete(&grant).await {
+                tracing::warn!(provider = PROVIDER, token = grant.token_id, %error, "an unusable token could not be deleted");
+            }
+            return Err(refused(
+                "Gitea answered with a token an HTTP header cannot carry; it was deleted",
+            ));
+        }
+        let id = grant_id(&self.instance, &grant);
+        let expires_at = Utc::now() + ttl_chrono;
+        tracing::info!(credential = %id, repository, branch, %expires_at, "Gitea access token minted (valid until deleted)");
+        Ok(Minted {
+            id,
+            value,
+            expires_at,
+            stand_in: None,
+        })
+    }
+
+    /// Deletes the token its id names, as the account it belongs to; a fallback id, or one of
+    /// another instance or account, is not this provider's to delete.
+    async fn revoke(&self, id: &CredentialId) -> Result<Revocation> {
+        if super::fallback::is_fallback(id) {
+            return Ok(super::fallback::not_revocable(id));
+        }
+        let Some(grant) = parse_grant(id, &self.instance) else {
+            tracing::warn!(credential = %id, provider = PROVIDER, "not a token of this Gitea; it is not deleted");
+            return Ok(Revocation::NotRevocable);
+        };
+        if self.user().await? != grant.user {
+            tracing::warn!(credential = %id, provider = PROVIDER, "a token of another account than the configured one; it is not deleted");
+            return Ok(Revocation::NotRevocable);
+        }
+        self.delete(&grant).await
+    }
+
+    async fn diagnose(&self, _repositories: &[String]) -> Vec<Check> {
+        match self.user().await {
+            Ok(user) => vec![self.account_check(&user).await],
+            Err(error) => vec![Check::problem(
+                "credential",
+                Status::Fail,
+                error.to_string(),
+                "set credentials.gitea.user, or give forge.gitea a token with the read:user scope",
+            )],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_names_its_instance_token_and_account_and_nothing_else_parses() {
+        let instance = instance_tag("https://git.example/api/v1/");
+        assert_eq!(instance, instance_tag("https://git.example/api/v1"));
+        assert_ne!(instance, instance_tag("https://other.example/api/v1"));
+        let grant = Grant {
+            token_id: 42,
+            user: "robot.one".to_owned(),
+        };
+        let id = grant_id(&instance, &grant);
+        assert_eq!(parse_grant(&id, &instance), Some(grant));
+        assert_eq!(
+            parse_grant(&id, &instance_tag("https://other.example")),
+            None
+        );
+        for bad in [
+            format!("{ID_PREFIX}{instance}-x-robot"),
+            format!("{ID_PREFIX}{instance}--robot"),
+            format!("{ID_PREFIX}{instance}-42-"),
+            format!("{ID_PREFIX}{instance}-42-../admin"),
+            format!("{ID_PREFIX}{instance}-42-a/b"),
+            format!("{ID_PREFIX}{instance}-42-a%2Fb"),
+            format!("fallback-{instance}-42-robot"),
+            format!("{ID_PREFIX}{instance}"),
+        ] {
+            assert_eq!(
+                parse_grant(&CredentialId::new(bad.clone()), &instance),
+                None,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_login_is_what_gitea_allows_and_nothing_that_changes_a_path() {
+        for good in ["alice", "a.b-c_d", "Bob42"] {
+            assert!(valid_user(good), "{good}");
+        }
+        for bad in ["", ".", "..", "a/b", "a b", "a%2Fb", "a?b", "ü"] {
+            assert!(!valid_user(bad), "{bad:?}");
+        }
+    }
 }

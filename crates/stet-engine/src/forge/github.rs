@@ -1,4 +1,5 @@
-//! `GitHubForge` (ADR-0018 rows 3 and 5, the invariant): the host's side of GitHub. It holds the
+//! `GitHubForge` (ADR-0018 rows 3 and 5, the invariant): the host's side of GitHub, and in its Gitea
+//! [`Dialect`] of Gitea and Forgejo, whose REST API has GitHub's shape. It holds the
 //! person's primary token privately inside its REST client — the token leaves only as the
 //! `Authorization` header of REST calls, never into git, a container, a log or an error — checks a
 //! target before anything is created, and opens or updates the pull request. The push itself uses the
@@ -18,8 +19,8 @@ use serde_json::json;
 use super::rest::{Auth, Reply, Rest, SEGMENT, ref_path, web_url};
 use super::token::TokenSource;
 use super::{
-    Forge, ForgeError, ForgeSettings, Preflight, PullRequest, PullRequestDraft, PushBranch, Pushed, ResolvedHead,
-    Result,
+    Forge, ForgeError, ForgeSettings, Preflight, PullRequest, PullRequestDraft, PushBranch, Pushed,
+    ResolvedHead, Result,
 };
 use crate::brief::Target;
 use crate::check::{Check, Status};
@@ -28,18 +29,65 @@ use crate::dispatch::credential::SecretValue;
 use crate::dispatch::sanitize::{KnownValue, SanitizerHandle};
 use crate::forge::checkout_remotes::CheckoutRemotes;
 
-const FORGE: &str = "github";
+/// Which of the forges that speak GitHub's REST shape this one is. Gitea and Forgejo answer the same
+/// paths with the same bodies, save the spelling of the token's header, a branch's commit (`id` for
+/// `sha`) and a duplicate pull request (409 for 422).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// GitHub, or GitHub Enterprise.
+    GitHub,
+    /// Gitea, or Forgejo.
+    Gitea,
+}
+
+impl Dialect {
+    /// The forge's short name in errors, events and provenance.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dialect::GitHub => "github",
+            Dialect::Gitea => "gitea",
+        }
+    }
+
+    /// How the primary token authenticates REST calls.
+    fn auth(self, token: SecretValue) -> Auth {
+        match self {
+            Dialect::GitHub => Auth::Bearer(token),
+            Dialect::Gitea => Auth::Token(token),
+        }
+    }
+
+    /// What a person does about a token the forge refuses or that may not do enough.
+    fn token_fix(self) -> &'static str {
+        match self {
+            Dialect::GitHub => {
+                "put a valid token where forge.github names it (token_env, default GITHUB_TOKEN, or token_command); a fine-grained token needs Contents and Pull requests: write on the repository"
+            }
+            Dialect::Gitea => {
+                "put a valid token where forge.gitea names it (token_env, default GITEA_TOKEN, or token_command); it needs the write:repository and read:user scopes"
+            }
+        }
+    }
+
+    /// What a person does about a forge that cannot be reached.
+    fn reach_fix(self) -> &'static str {
+        match self {
+            Dialect::GitHub => "check forge.github.api_url and this machine's network or proxy",
+            Dialect::Gitea => "check forge.gitea.api_url and this machine's network or proxy",
+        }
+    }
+}
 
 /// Reads the primary token from its configured source.
 pub fn resolve_token(source: &TokenSource) -> Result<SecretValue> {
     source.resolve().map_err(|err| ForgeError::Token {
-        forge: FORGE,
+        forge: Dialect::GitHub.name(),
         detail: err.to_string(),
     })
 }
 
-/// `owner/name`, each part percent-encoded, checked to be a repository name GitHub can hold.
-fn repo_path(repo: &str) -> Result<String> {
+/// `owner/name`, each part percent-encoded, checked to be a repository name the forge can hold.
+fn repo_path(forge: &'static str, repo: &str) -> Result<String> {
     let valid_part = |part: &str| {
         !part.is_empty()
             && part != "."
@@ -55,7 +103,7 @@ fn repo_path(repo: &str) -> Result<String> {
             utf8_percent_encode(name, SEGMENT)
         )),
         _ => Err(ForgeError::InvalidTarget {
-            forge: FORGE,
+            forge,
             detail: format!("repository {repo:?} is not owner/name"),
         }),
     }
@@ -68,6 +116,7 @@ struct BranchBody {
 
 #[derive(Deserialize)]
 struct CommitBody {
+    #[serde(alias = "id")]
     sha: String,
 }
 
@@ -117,8 +166,10 @@ struct Permissions {
     push: bool,
 }
 
-/// The GitHub forge. Its primary token lives only inside its REST client.
+/// The GitHub forge, or in [`Dialect::Gitea`] the Gitea and Forgejo one. Its primary token lives only
+/// inside its REST client.
 pub struct GitHubForge {
+    dialect: Dialect,
     rest: Rest,
     git_url: String,
     /// The only repositories a brief may target: those the user's checkout has as remotes.
@@ -128,6 +179,7 @@ pub struct GitHubForge {
 impl fmt::Debug for GitHubForge {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GitHubForge")
+            .field("dialect", &self.dialect)
             .field("api_url", &self.rest.api_url())
             .field("git_url", &self.git_url)
             .field("token", &"<withheld>")
@@ -157,25 +209,35 @@ impl GitHubForge {
         sanitizer: SanitizerHandle,
         remotes: CheckoutRemotes,
     ) -> Result<GitHubForge> {
-        web_url(FORGE, &settings.git_url, "git_url")?;
-        let token_error = |detail: String| ForgeError::Token {
-            forge: FORGE,
-            detail,
-        };
+        GitHubForge::with_dialect(Dialect::GitHub, settings, token, sanitizer, remotes)
+    }
+
+    /// [`GitHubForge::with_token`] for a forge of `dialect` (`Authorization: token <t>` for Gitea).
+    pub fn with_dialect(
+        dialect: Dialect,
+        settings: ForgeSettings,
+        token: SecretValue,
+        sanitizer: SanitizerHandle,
+        remotes: CheckoutRemotes,
+    ) -> Result<GitHubForge> {
+        let forge = dialect.name();
+        web_url(forge, &settings.git_url, "git_url")?;
+        let token_error = |detail: String| ForgeError::Token { forge, detail };
         let known = KnownValue::new("primary-token", token.expose_secret())
             .map_err(|err| token_error(format!("{}: {err}", settings.token.describe())))?;
         sanitizer
             .register(known)
             .map_err(|err| token_error(err.to_string()))?;
         let rest = Rest::new(
-            FORGE,
+            forge,
             &settings.api_url,
-            Auth::Bearer(token),
+            dialect.auth(token),
             settings.retry,
             sanitizer,
         )?;
-        tracing::info!(api_url = %settings.api_url, source = %settings.token.describe(), "GitHub primary token read");
+        tracing::info!(forge, api_url = %settings.api_url, source = %settings.token.describe(), "primary token read");
         Ok(GitHubForge {
+            dialect,
             rest,
             git_url: settings.git_url.trim_end_matches('/').to_owned(),
             remotes,
@@ -184,7 +246,7 @@ impl GitHubForge {
 
     /// The host of `git_url`, which the checkout's remotes are matched on.
     pub fn git_host(git_url: &str) -> Result<String> {
-        let uri = web_url(FORGE, git_url, "git_url")?;
+        let uri = web_url(Dialect::GitHub.name(), git_url, "git_url")?;
         Ok(uri.host().unwrap_or_default().to_owned())
     }
 
@@ -192,7 +254,7 @@ impl GitHubForge {
     fn pull_request_found(&self, reply: &Reply, target: &Target, number: u64) -> Result<()> {
         if reply.status == StatusCode::NOT_FOUND {
             return Err(ForgeError::PullRequestNotFound {
-                forge: FORGE,
+                forge: self.name(),
                 repo: target.repo.clone(),
                 number,
             });
@@ -226,7 +288,7 @@ impl GitHubForge {
             return Err(self.rest.failure(&reply, &format!("branch {branch:?}")));
         }
         Err(ForgeError::BranchExists {
-            forge: FORGE,
+            forge: self.name(),
             repo: target.repo.clone(),
             branch: branch.to_owned(),
         })
@@ -241,7 +303,7 @@ impl GitHubForge {
         let pull: PullBody = self.rest.parse(&reply, "pull request")?;
         if pull.state != "open" {
             return Err(ForgeError::PullRequestClosed {
-                forge: FORGE,
+                forge: self.name(),
                 repo: target.repo.clone(),
                 number,
                 state: if pull.merged {
@@ -252,7 +314,7 @@ impl GitHubForge {
             });
         }
         let refused = |detail: String| ForgeError::InvalidTarget {
-            forge: FORGE,
+            forge: self.name(),
             detail,
         };
         match &pull.head.repo {
@@ -287,7 +349,7 @@ impl GitHubForge {
 
     /// Whether the token may read `repo` and push to it (GitHub says so in `permissions`).
     async fn repository_check(&self, repo: &str, token_fix: &str) -> Check {
-        let path = match repo_path(repo) {
+        let path = match repo_path(self.name(), repo) {
             Ok(path) => path,
             Err(error) => {
                 return Check::problem(
@@ -311,26 +373,34 @@ impl GitHubForge {
                         permissions: Some(Permissions { push: true }),
                     }) => Check::ok(
                         "repository",
-                        format!("github: {repo}: the token may read it and push to it"),
+                        format!(
+                            "{}: {repo}: the token may read it and push to it",
+                            self.name()
+                        ),
                     ),
                     Ok(_) => Check::problem(
                         "repository",
                         Status::Fail,
-                        format!("github: {repo}: the token may read it but not push to it"),
+                        format!(
+                            "{}: {repo}: the token may read it but not push to it",
+                            self.name()
+                        ),
                         token_fix,
                     ),
                     Err(error) => Check::problem(
                         "repository",
                         Status::Fail,
                         error.to_string(),
-                        "check forge.github.api_url: it does not answer as GitHub does",
+                        self.dialect.reach_fix(),
                     ),
                 }
             }
             Ok(reply) => Check::problem(
                 "repository",
                 Status::Fail,
-                self.rest.failure(&reply, &format!("repository {repo}")).to_string(),
+                self.rest
+                    .failure(&reply, &format!("repository {repo}"))
+                    .to_string(),
                 token_fix,
             ),
         }
@@ -349,12 +419,13 @@ impl GitHubForge {
 #[async_trait]
 impl Forge for GitHubForge {
     fn name(&self) -> &'static str {
-        FORGE
+        self.dialect.name()
     }
 
     async fn diagnose(&self) -> Vec<Check> {
         let api = self.rest.api_url();
-        let token_fix = "put a valid token where forge.github names it (token_env, default GITHUB_TOKEN, or token_command); a fine-grained token needs Contents and Pull requests: write on the repository";
+        let forge = self.name();
+        let token_fix = self.dialect.token_fix();
         let mut checks = Vec::new();
         match self.rest.send(Method::GET, "/user", None).await {
             Err(error) => {
@@ -362,7 +433,7 @@ impl Forge for GitHubForge {
                     "forge",
                     Status::Fail,
                     error.to_string(),
-                    "check forge.github.api_url and this machine's network or proxy",
+                    self.dialect.reach_fix(),
                 ));
                 return checks;
             }
@@ -373,7 +444,7 @@ impl Forge for GitHubForge {
                     .map_or_else(|_| "an account".to_owned(), |user| user.login);
                 checks.push(Check::ok(
                     "forge",
-                    format!("github: {api} accepts the token of {login}"),
+                    format!("{forge}: {api} accepts the token of {login}"),
                 ));
             }
             Ok(reply) => {
@@ -386,7 +457,7 @@ impl Forge for GitHubForge {
                 return checks;
             }
         }
-        checks.extend(self.remotes.diagnose(FORGE, &self.git_url));
+        checks.extend(self.remotes.diagnose(forge, &self.git_url));
         for repo in self.remotes.repositories() {
             checks.push(self.repository_check(repo, token_fix).await);
         }
@@ -396,7 +467,7 @@ impl Forge for GitHubForge {
     async fn preflight(&self, target: &Target) -> Result<Preflight> {
         if !self.remotes.allows(&target.repo) {
             return Err(ForgeError::NotThisCheckout {
-                forge: FORGE,
+                forge: self.name(),
                 repo: target.repo.clone(),
                 remotes: match self.remotes.repositories() {
                     [] => "none".to_owned(),
@@ -404,11 +475,11 @@ impl Forge for GitHubForge {
                 },
             });
         }
-        let repo = repo_path(&target.repo)?;
+        let repo = repo_path(self.name(), &target.repo)?;
         let reply = self.rest.send(Method::GET, &repo, None).await?;
         if reply.status == StatusCode::NOT_FOUND {
             return Err(ForgeError::RepositoryNotFound {
-                forge: FORGE,
+                forge: self.name(),
                 repo: target.repo.clone(),
             });
         }
@@ -418,7 +489,7 @@ impl Forge for GitHubForge {
                 .failure(&reply, &format!("repository {}", target.repo)));
         }
         let base_not_found = || ForgeError::BaseNotFound {
-            forge: FORGE,
+            forge: self.name(),
             repo: target.repo.clone(),
             base: target.base.clone(),
         };
@@ -438,7 +509,7 @@ impl Forge for GitHubForge {
         let branch: BranchBody = self.rest.parse(&reply, "branch")?;
         let base_sha =
             CommitSha::parse(&branch.commit.sha).map_err(|err| ForgeError::Protocol {
-                forge: FORGE,
+                forge: self.name(),
                 detail: format!("branch {:?}: commit SHA: {err}", target.base),
             })?;
         if target.pr.is_none()
@@ -460,7 +531,7 @@ impl Forge for GitHubForge {
     /// Pushes with the dispatch's scoped credential through the shared checked push; the primary
     /// token never reaches git.
     async fn push_branch(&self, push: PushBranch<'_>) -> Result<Pushed> {
-        super::push_checked(FORGE, push).await
+        super::push_checked(self.name(), push).await
     }
 
     async fn open_pull_request(
@@ -468,7 +539,7 @@ impl Forge for GitHubForge {
         target: &Target,
         draft: &PullRequestDraft,
     ) -> Result<PullRequest> {
-        let repo = repo_path(&target.repo)?;
+        let repo = repo_path(self.name(), &target.repo)?;
         let body = json!({
             "title": draft.title.as_str(),
             "body": draft.body.as_str(),
@@ -479,14 +550,17 @@ impl Forge for GitHubForge {
             .rest
             .send(Method::POST, &format!("{repo}/pulls"), Some(&body))
             .await?;
-        if reply.status == StatusCode::UNPROCESSABLE_ENTITY {
+        // GitHub: 422 "A pull request already exists"; Gitea: 409 "pull request already exists".
+        if reply.status == StatusCode::UNPROCESSABLE_ENTITY || reply.status == StatusCode::CONFLICT
+        {
             let detail = self.rest.detail(&reply);
-            if detail
-                .to_ascii_lowercase()
-                .contains("a pull request already exists")
+            if reply.status == StatusCode::CONFLICT
+                || detail
+                    .to_ascii_lowercase()
+                    .contains("a pull request already exists")
             {
                 return Err(ForgeError::PullRequestExists {
-                    forge: FORGE,
+                    forge: self.name(),
                     repo: target.repo.clone(),
                     head: draft.head.clone(),
                     base: draft.base.clone(),
@@ -500,7 +574,7 @@ impl Forge for GitHubForge {
                 .failure(&reply, &format!("repository {}", target.repo)));
         }
         let opened = Self::pull_request(&reply, &self.rest, true)?;
-        tracing::info!(repo = %target.repo, number = opened.number, head = %draft.head, base = %draft.base, "GitHub pull request opened");
+        tracing::info!(repo = %target.repo, number = opened.number, head = %draft.head, base = %draft.base, "pull request opened");
         Ok(opened)
     }
 
@@ -510,7 +584,7 @@ impl Forge for GitHubForge {
         number: u64,
         draft: &PullRequestDraft,
     ) -> Result<PullRequest> {
-        let repo = repo_path(&target.repo)?;
+        let repo = repo_path(self.name(), &target.repo)?;
         let body = json!({
             "title": draft.title.as_str(),
             "body": draft.body.as_str(),
@@ -525,7 +599,7 @@ impl Forge for GitHubForge {
             .await?;
         self.pull_request_found(&reply, target, number)?;
         let updated = Self::pull_request(&reply, &self.rest, false)?;
-        tracing::info!(repo = %target.repo, number, "GitHub pull request updated");
+        tracing::info!(repo = %target.repo, number, "pull request updated");
         Ok(updated)
     }
 }
@@ -536,12 +610,18 @@ mod tests {
 
     #[test]
     fn repositories_must_be_owner_slash_name() {
-        assert_eq!(repo_path("octo/app.rs").unwrap(), "/repos/octo/app.rs");
+        assert_eq!(
+            repo_path("github", "octo/app.rs").unwrap(),
+            "/repos/octo/app.rs"
+        );
         for bad in [
             "octo", "octo/", "/app", "a/b/c", "a/..", "o/r#x", "o/r?x", "o /r",
         ] {
             assert!(
-                matches!(repo_path(bad), Err(ForgeError::InvalidTarget { .. })),
+                matches!(
+                    repo_path("github", bad),
+                    Err(ForgeError::InvalidTarget { .. })
+                ),
                 "{bad:?}"
             );
         }

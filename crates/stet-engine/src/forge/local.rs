@@ -231,7 +231,10 @@ impl Forge for LocalForge {
             Err(error) => Check::problem(
                 "forge",
                 Status::Fail,
-                format!("local: {remote} is not a git repository: {}", error.message()),
+                format!(
+                    "local: {remote} is not a git repository: {}",
+                    error.message()
+                ),
                 "run stet inside the repository, or set [forge.local] remote to one",
             ),
         }]

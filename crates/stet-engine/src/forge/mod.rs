@@ -5,8 +5,8 @@
 mod app_jwt;
 pub mod checkout_remotes;
 pub mod fallback;
-pub mod github;
 pub mod gitea_token;
+pub mod github;
 pub mod github_app;
 pub mod gitlab;
 pub mod gitlab_token;
@@ -334,10 +334,11 @@ pub(crate) fn from_config(
                 let token = primary_token("gitea", &settings.token)?;
                 let remotes = checkout_remotes::CheckoutRemotes::of_checkout(
                     repository,
-                    &gitea::GiteaForge::git_host(&settings.git_url)?,
+                    &github::GitHubForge::git_host(&settings.git_url)?,
                 );
                 repositories = remotes.repositories().to_vec();
-                let forge = gitea::GiteaForge::with_token(
+                let forge = github::GitHubForge::with_dialect(
+                    github::Dialect::Gitea,
                     settings.clone(),
                     token.clone(),
                     sanitizer.clone(),
@@ -389,7 +390,9 @@ pub(crate) fn from_config(
         (credentials, _) => {
             return Err(ForgeError::Settings {
                 forge: forge.name(),
-                detail: format!("the credential provider {credentials:?} does not serve this forge"),
+                detail: format!(
+                    "the credential provider {credentials:?} does not serve this forge"
+                ),
             });
         }
     };

@@ -209,7 +209,11 @@ pub fn provenance_block(p: &Provenance) -> String {
     row("Network", p.network.clone());
     row(
         "Credential",
-        format!("{} ({})", p.credential_kind, credential_reach(&p.credential_kind)),
+        format!(
+            "{} ({})",
+            p.credential_kind,
+            credential_reach(&p.credential_kind)
+        ),
     );
     row("Redactions", p.redactions.to_string());
     row("Duration", human_duration(p.duration));

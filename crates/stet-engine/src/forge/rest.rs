@@ -6,9 +6,9 @@
 use std::fmt;
 use std::time::Duration;
 
+use base64::Engine as _;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use base64::Engine as _;
 use http::header::{
     ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER,
     USER_AGENT,
@@ -19,9 +19,9 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
 use zeroize::Zeroizing;
 
@@ -540,8 +540,12 @@ impl Rest {
         if status != StatusCode::TOO_MANY_REQUESTS && status != StatusCode::FORBIDDEN {
             return None;
         }
-        let exhausted = header_str(headers, "x-ratelimit-remaining") == Some("0");
-        let reset = header_str(headers, "x-ratelimit-reset")
+        // GitHub's and Gitea's `x-ratelimit-*`, GitLab's `ratelimit-*`.
+        let limit_header = |name: &str| {
+            header_str(headers, &format!("x-{name}")).or_else(|| header_str(headers, name))
+        };
+        let exhausted = limit_header("ratelimit-remaining") == Some("0");
+        let reset = limit_header("ratelimit-reset")
             .and_then(|reset| reset.parse::<i64>().ok())
             .filter(|_| exhausted)
             .map(|reset| {
@@ -611,8 +615,7 @@ impl Rest {
         let reason = reply.status.canonical_reason().unwrap_or("no reason given");
         let text = match serde_json::from_str::<ErrorBody>(&reply.body) {
             Ok(parsed) => {
-                let mut parts: Vec<String> = parsed.message.into_iter().collect();
-                parts.extend(parsed.errors.iter().filter_map(error_entry));
+                let parts = parsed.parts();
                 if parts.is_empty() {
                     reason.to_owned()
                 } else {
@@ -653,12 +656,43 @@ impl Transient {
     }
 }
 
-/// A forge's error body.
+/// A forge's error body: GitHub's and Gitea's `message` and `errors[]`; GitLab's `message` as a
+/// string, a list, or an object of field errors, and OAuth's `error` and `error_description`.
 #[derive(Deserialize)]
 struct ErrorBody {
-    message: Option<String>,
+    message: Option<Value>,
     #[serde(default)]
     errors: Vec<Value>,
+    error: Option<String>,
+    error_description: Option<String>,
+}
+
+impl ErrorBody {
+    /// Every part of the body a person should read, in order.
+    fn parts(self) -> Vec<String> {
+        let mut parts = match self.message {
+            Some(Value::String(text)) => vec![text],
+            Some(Value::Array(items)) => items.iter().filter_map(error_entry).collect(),
+            Some(Value::Object(fields)) => fields
+                .iter()
+                .map(|(field, problems)| {
+                    let problems: Vec<String> = match problems {
+                        Value::Array(items) => items.iter().filter_map(error_entry).collect(),
+                        other => error_entry(other).into_iter().collect(),
+                    };
+                    format!("{field}: {}", problems.join(", "))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        parts.extend(self.errors.iter().filter_map(error_entry));
+        match (self.error_description, self.error) {
+            (Some(description), _) => parts.push(description),
+            (None, Some(error)) if parts.is_empty() => parts.push(error),
+            (None, _) => {}
+        }
+        parts
+    }
 }
 
 /// One `errors[]` entry: a string, or an object with a `message` or a `code` on a `field`.

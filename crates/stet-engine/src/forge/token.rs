@@ -336,7 +336,10 @@ mod tests {
         assert_eq!(password.expose_secret(), " correct horse battery");
         for bad in ["printf 'one\\ntwo\\n'", "printf 'a\\033[2Jb'"] {
             let err = sh(bad).resolve_password().unwrap_err();
-            assert!(matches!(err, TokenError::MalformedLine { .. }), "{bad}: {err}");
+            assert!(
+                matches!(err, TokenError::MalformedLine { .. }),
+                "{bad}: {err}"
+            );
         }
         let err = sh("printf '\\n'").resolve_password().unwrap_err();
         assert!(matches!(err, TokenError::EmptyOutput { .. }), "{err}");

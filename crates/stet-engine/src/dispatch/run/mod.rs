@@ -388,7 +388,10 @@ impl Dispatch {
                 "the scoped credential cannot be masked in output: {error}"
             )));
         }
-        if let Some(why) = sandbox.credential().and_then(|credential| credential.stand_in()) {
+        if let Some(why) = sandbox
+            .credential()
+            .and_then(|credential| credential.stand_in())
+        {
             let message = self.sanitize(&format!(
                 "the push uses your own forge token, not a narrow one (stet drops it after {} s, but it stays valid at the forge; it never enters the sandbox): {why}",
                 self.parts.settings.credential_ttl.as_secs()

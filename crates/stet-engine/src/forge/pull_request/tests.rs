@@ -258,13 +258,28 @@ fn durations_read_like_a_clock() {
 fn the_credential_row_claims_only_what_each_kind_is_narrowed_to() {
     for (kind, says, never) in [
         ("github-app", "scoped to this repository", ""),
-        ("gitlab-project-token", "scoped to this project", "repository"),
-        ("gitea-token", "every repository of the account", "scoped to this"),
+        (
+            "gitlab-project-token",
+            "scoped to this project",
+            "repository",
+        ),
+        (
+            "gitea-token",
+            "every repository of the account",
+            "scoped to this",
+        ),
         ("fallback", "not narrowed", "scoped"),
-        ("something-new", "as its provider scopes it", "scoped to this"),
+        (
+            "something-new",
+            "as its provider scopes it",
+            "scoped to this",
+        ),
     ] {
         let reach = credential_reach(kind);
         assert!(reach.contains(says), "{kind}: {reach}");
-        assert!(never.is_empty() || !reach.contains(never), "{kind}: {reach}");
+        assert!(
+            never.is_empty() || !reach.contains(never),
+            "{kind}: {reach}"
+        );
     }
 }

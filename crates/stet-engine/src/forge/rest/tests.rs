@@ -130,3 +130,35 @@ fn refs_are_encoded_per_segment() {
     }
 }
 
+#[test]
+fn gitlabs_error_bodies_are_read_in_each_of_their_shapes() {
+    let parts = |body: serde_json::Value| {
+        serde_json::from_value::<ErrorBody>(body)
+            .unwrap()
+            .parts()
+            .join("; ")
+    };
+    assert_eq!(
+        parts(
+            json!({"message": ["Another open merge request already exists for this source branch: !7"]})
+        ),
+        "Another open merge request already exists for this source branch: !7"
+    );
+    assert_eq!(
+        parts(
+            json!({"message": {"expires_at": ["must be in the future"], "name": ["is too long"]}})
+        ),
+        "expires_at: must be in the future; name: is too long"
+    );
+    assert_eq!(
+        parts(
+            json!({"error": "insufficient_scope", "error_description": "The request requires higher privileges than provided by the access token."})
+        ),
+        "The request requires higher privileges than provided by the access token."
+    );
+    assert_eq!(parts(json!({"error": "invalid_token"})), "invalid_token");
+    assert_eq!(
+        parts(json!({"message": "Validation Failed", "errors": [{"message": "head is invalid"}]})),
+        "Validation Failed; head is invalid"
+    );
+}
