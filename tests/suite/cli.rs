@@ -234,6 +234,131 @@ fn doctor_checks_the_engine_limits_and_disk() {
     );
 }
 
+/// `stet doctor` run in a fresh checkout whose remote is `remote`, with `config` as the user's file
+/// and `token` in `STET_TEST_DOCTOR_TOKEN`: its exit code and its report (stdout and stderr).
+async fn doctor_in_checkout(config: &str, remote: &str, token: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let (state, home, repo) = (
+        dir.path().join("state"),
+        dir.path().join("config"),
+        dir.path().join("repo"),
+    );
+    std::fs::create_dir_all(home.join("stet")).unwrap();
+    std::fs::write(home.join("stet/config.toml"), config).unwrap();
+    std::fs::create_dir(&repo).unwrap();
+    super::support::git(&repo, &["init", "-q", "-b", "main"]);
+    super::support::git(&repo, &["remote", "add", "origin", remote]);
+    let token = token.to_owned();
+    let output = tokio::task::spawn_blocking(move || {
+        stet(&state)
+            .arg("doctor")
+            .current_dir(&repo)
+            .env("XDG_CONFIG_HOME", &home)
+            .env("STET_TEST_DOCTOR_TOKEN", token)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.code(), report)
+}
+
+/// The line of `report` that starts with `mark` and names `text`, and the fix line after it.
+fn check_with_fix<'r>(report: &'r str, mark: &str, text: &str) -> (&'r str, &'r str) {
+    let lines: Vec<&str> = report.lines().collect();
+    let at = lines
+        .iter()
+        .position(|line| line.starts_with(mark) && line.contains(text))
+        .unwrap_or_else(|| panic!("no {mark} line naming {text:?}:\n{report}"));
+    let fix = lines
+        .get(at + 1)
+        .filter(|line| line.trim_start().starts_with("fix: "))
+        .unwrap_or_else(|| panic!("{:?} has no fix line:\n{report}", lines[at]));
+    (lines[at], fix)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_reports_a_refused_gitlab_token_with_its_fix_and_never_the_token() {
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let api = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/api/v4/user"))
+        .respond_with(
+            ResponseTemplate::new(401)
+                .set_body_json(serde_json::json!({"message": "401 Unauthorized"})),
+        )
+        .expect(1)
+        .mount(&api)
+        .await;
+    let token = format!("glpat-{}", random_token(24).unwrap());
+    let config = format!(
+        "[forge]\nkind = \"gitlab\"\n[forge.gitlab]\napi_url = \"{0}/api/v4\"\ngit_url = \"{0}\"\ntoken_env = \"STET_TEST_DOCTOR_TOKEN\"\n",
+        api.uri()
+    );
+    let (code, report) =
+        doctor_in_checkout(&config, &format!("{}/group/sub/app.git", api.uri()), &token).await;
+    assert_eq!(code, Some(1), "{report}");
+    let (_, fix) = check_with_fix(&report, "[FAIL] forge", "gitlab");
+    assert!(fix.contains("forge.gitlab"), "{fix}");
+    assert!(
+        !report.contains(&token),
+        "the token reached the report:\n{report}"
+    );
+    let asked = api.received_requests().await.unwrap();
+    assert!(
+        asked.iter().all(|r| r.method.as_str() == "GET"),
+        "{asked:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_passes_a_gitea_token_that_may_push_and_warns_that_the_fallback_is_not_narrow() {
+    use wiremock::matchers::{header, method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let api = MockServer::start().await;
+    let token = random_token(40).unwrap();
+    let json = |body: serde_json::Value| ResponseTemplate::new(200).set_body_json(body);
+    Mock::given(method("GET"))
+        .and(path("/api/v1/user"))
+        .and(header("authorization", format!("token {token}").as_str()))
+        .respond_with(json(serde_json::json!({"login": "alice"})))
+        .mount(&api)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/api/v1/repos/octo/app"))
+        .respond_with(json(serde_json::json!({"full_name": "octo/app", "permissions": {"push": true, "pull": true}})))
+        .mount(&api)
+        .await;
+    let config = format!(
+        "[forge]\nkind = \"gitea\"\n[forge.gitea]\napi_url = \"{}/api/v1\"\ntoken_env = \"STET_TEST_DOCTOR_TOKEN\"\n",
+        api.uri()
+    );
+    let (code, report) =
+        doctor_in_checkout(&config, &format!("{}/octo/app.git", api.uri()), &token).await;
+    assert_eq!(code, Some(0), "{report}");
+    assert!(
+        report.contains("[ok  ] forge: gitea:") && report.contains("alice"),
+        "{report}"
+    );
+    assert!(
+        report.contains("[ok  ] repository: gitea: octo/app: the token may read it and push to it"),
+        "{report}"
+    );
+    let (warning, fix) = check_with_fix(&report, "[warn] credential", "fallback");
+    assert!(warning.contains("password_command"), "{warning}");
+    assert!(fix.contains("[credentials]"), "{fix}");
+    assert!(
+        !report.contains(&token),
+        "the token reached the report:\n{report}"
+    );
+}
+
 #[test]
 fn sweep_reports_nothing_on_a_clean_state_and_exit_2_without_an_engine() {
     let state = tempfile::tempdir().unwrap();

@@ -37,6 +37,9 @@ struct ForgeDefaults {
     api_url: Option<&'static str>,
     /// What the API's path is below the web address, to find `git_url` from `api_url`.
     api_path: &'static str,
+    /// The git address when `api_url` does not end in `api_path` (GitHub's own `api.github.com`);
+    /// `None`: `git_url` is then required.
+    git_url: Option<&'static str>,
     token_env: &'static str,
 }
 
@@ -47,6 +50,7 @@ const GITHUB: ForgeDefaults = ForgeDefaults {
     token_command_field: "forge.github.token_command",
     api_url: Some("https://api.github.com"),
     api_path: "/api/v3",
+    git_url: Some("https://github.com"),
     token_env: "GITHUB_TOKEN",
 };
 
@@ -57,6 +61,7 @@ const GITEA: ForgeDefaults = ForgeDefaults {
     token_command_field: "forge.gitea.token_command",
     api_url: None,
     api_path: "/api/v1",
+    git_url: None,
     token_env: "GITEA_TOKEN",
 };
 
@@ -67,6 +72,7 @@ const GITLAB: ForgeDefaults = ForgeDefaults {
     token_command_field: "forge.gitlab.token_command",
     api_url: Some("https://gitlab.com/api/v4"),
     api_path: "/api/v4",
+    git_url: None,
     token_env: "GITLAB_TOKEN",
 };
 
@@ -107,8 +113,9 @@ macro_rules! read_rest_forge {
 }
 
 impl RestForgeReads {
-    /// The API's URL: as set, or the forge's well-known one; required where there is none.
-    fn api_url(&self, forge: &ForgeDefaults) -> Result<String> {
+    /// The API's URL: as set, or the forge's well-known one; required where there is none (the
+    /// error is placed where the forge was chosen, `chosen`).
+    fn api_url(&self, forge: &ForgeDefaults, chosen: &Origin) -> Result<String> {
         match (
             checked_url(self.api_url.clone(), forge.api_url_field)?,
             forge.api_url,
@@ -116,28 +123,39 @@ impl RestForgeReads {
             (Some(url), _) => Ok(url),
             (None, Some(default)) => Ok(default.to_owned()),
             (None, None) => Err(invalid(
-                Origin::Default,
+                chosen.clone(),
                 forge.api_url_field,
                 format!(
-                    "is required: the forge's REST API, e.g. \"https://git.example.com{}\"",
+                    "is required by this forge kind: its REST API, e.g. \"https://git.example.com{}\"",
                     forge.api_path
                 ),
             )),
         }
     }
 
-    /// The forge's settings: `git_url` defaults to `api_url` without its API path (`api.github.com`
-    /// is GitHub's own exception), the token to the forge's usual variable.
-    fn settings(&self, forge: &ForgeDefaults) -> Result<ForgeSettings> {
-        let api_url = self.api_url(forge)?;
+    /// Checks what is set, whichever forge is chosen: a bad value is an error even in a section not
+    /// in use.
+    fn check(&self, forge: &ForgeDefaults) -> Result<()> {
+        checked_url(self.api_url.clone(), forge.api_url_field)?;
+        checked_url(self.git_url.clone(), forge.git_url_field)?;
+        token_source(self.token_env.clone(), self.token_command.clone(), forge)?;
+        Ok(())
+    }
+
+    /// The forge's settings: `git_url` defaults to `api_url` without its API path (GitHub's own
+    /// `api.github.com` to `github.com`), the token to the forge's usual variable.
+    fn settings(&self, forge: &ForgeDefaults, chosen: &Origin) -> Result<ForgeSettings> {
+        let api_url = self.api_url(forge, chosen)?;
         let git_url = match checked_url(self.git_url.clone(), forge.git_url_field)? {
             Some(url) => url,
-            None if api_url == "https://api.github.com" => "https://github.com".to_owned(),
             None => match api_url.trim_end_matches('/').strip_suffix(forge.api_path) {
                 Some(web) if !web.ends_with('/') && web.contains("://") => web.to_owned(),
+                _ if let Some(git_url) = forge.git_url => git_url.to_owned(),
                 _ => {
                     return Err(invalid(
-                        Origin::Default,
+                        self.api_url
+                            .as_ref()
+                            .map_or_else(|| chosen.clone(), |url| url.origin.clone()),
                         forge.git_url_field,
                         format!(
                             "is required: {api_url:?} does not end in {:?}, so the address repositories are pushed to cannot be worked out from it",
@@ -271,14 +289,20 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         });
     }
 
-    let forge_kind = forge_kind.map_or(ForgeKind::Local, |kind| kind.value);
+    let (forge_kind, kind_origin) = forge_kind
+        .map_or((ForgeKind::Local, Origin::Default), |kind| {
+            (kind.value, kind.origin)
+        });
+    github.check(&GITHUB)?;
+    gitea.check(&GITEA)?;
+    gitlab.check(&GITLAB)?;
     let forge = match forge_kind {
         ForgeKind::Local => ForgeConfig::Local {
             remote: remote.map(Sourced::into_path),
         },
-        ForgeKind::GitHub => ForgeConfig::GitHub(github.settings(&GITHUB)?),
-        ForgeKind::Gitea => ForgeConfig::Gitea(gitea.settings(&GITEA)?),
-        ForgeKind::GitLab => ForgeConfig::GitLab(gitlab.settings(&GITLAB)?),
+        ForgeKind::GitHub => ForgeConfig::GitHub(github.settings(&GITHUB, &kind_origin)?),
+        ForgeKind::Gitea => ForgeConfig::Gitea(gitea.settings(&GITEA, &kind_origin)?),
+        ForgeKind::GitLab => ForgeConfig::GitLab(gitlab.settings(&GITLAB, &kind_origin)?),
     };
     let provider = provider.unwrap_or(Sourced {
         value: match forge_kind {
@@ -313,7 +337,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
             }
             };
             CredentialConfig::GitHubApp(GitHubAppSettings {
-                api_url: github.api_url(&GITHUB)?,
+                api_url: github.api_url(&GITHUB, &kind_origin)?,
                 app_id: app_id
                     .ok_or_else(|| missing("credentials.github_app.app_id"))?
                     .value,
@@ -333,7 +357,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
                     problem: "the gitea-token provider mints with the account's password: name a command that prints it (or set credentials.provider = \"fallback\")".to_owned(),
                 })?;
             CredentialConfig::GiteaToken(GiteaTokenSettings {
-                api_url: gitea.api_url(&GITEA)?,
+                api_url: gitea.api_url(&GITEA, &kind_origin)?,
                 user: non_empty(gitea_user, "credentials.gitea.user")?,
                 password: TokenSource::Command(password),
                 otp: command(gitea_otp, "credentials.gitea.otp_command")?.map(TokenSource::Command),

@@ -105,7 +105,10 @@ protected_paths = [".github/**", "deploy/*.yml"]
         panic!("{:?}", config.forge)
     };
     assert_eq!(github.api_url, "https://ghe.example.invalid/api/v3");
-    assert_eq!(github.git_url, "https://github.com");
+    assert_eq!(
+        github.git_url, "https://ghe.example.invalid",
+        "GitHub Enterprise pushes to the host its API is on"
+    );
     assert_eq!(
         github.token,
         TokenSource::Command(vec!["gh".into(), "auth".into(), "token".into()])
@@ -609,7 +612,7 @@ fn an_inline_token_or_key_is_refused_and_named_with_its_line() {
 
 #[test]
 fn unknown_fields_and_bad_values_name_the_file_the_line_and_the_column() {
-    let error = Config::from_files(&[user("[forge]\nkind = \"gitlab\"\n")]).unwrap_err();
+    let error = Config::from_files(&[user("[forge]\nkind = \"gitbucket\"\n")]).unwrap_err();
     let message = error.to_string();
     assert!(
         message.starts_with("/home/u/.config/stet/config.toml:2:8: "),
