@@ -21,13 +21,13 @@ use stet_engine::dispatch::credential::{
 };
 use stet_engine::dispatch::event::DispatchId;
 use stet_engine::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
-use stet_engine::forge::ForgeSettings;
 use stet_engine::forge::checkout_remotes::CheckoutRemotes;
 use stet_engine::forge::fallback::FallbackCredentialProvider;
 use stet_engine::forge::github::GitHubForge;
 use stet_engine::forge::github_app::{GitHubAppCredentialProvider, GitHubAppSettings};
 use stet_engine::forge::pull_request::PROVENANCE_MARKER;
 use stet_engine::forge::rest::RetryPolicy;
+use stet_engine::forge::settings::ForgeSettings;
 use stet_engine::forge::token::{TokenError, TokenSource};
 use stet_engine::forge::{Forge, ForgeError, Provenance, PullRequestDraft, ResolvedHead};
 

@@ -26,10 +26,10 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::dispatch::credential::SecretValue;
-use crate::forge::ForgeSettings;
 use crate::forge::gitea_token::GiteaTokenSettings;
 use crate::forge::github_app::GitHubAppSettings;
 use crate::forge::protected::ProtectedPaths;
+use crate::forge::settings::ForgeSettings;
 use crate::git::import::{Identity, ImportLimits};
 use crate::harness::openhands::OpenHandsSettings;
 

@@ -13,11 +13,11 @@ use super::{
     ModelConfig, OpenHandsHarnessConfig, Origin, RepositoryFile, Result, ScriptHarnessSettings,
     Sourced, default_agent,
 };
-use crate::forge::ForgeSettings;
 use crate::forge::gitea_token::GiteaTokenSettings;
 use crate::forge::github_app::GitHubAppSettings;
 use crate::forge::protected::ProtectedPaths;
 use crate::forge::rest::RetryPolicy;
+use crate::forge::settings::ForgeSettings;
 use crate::forge::token::TokenSource;
 use crate::git::import::{Identity, ImportLimits};
 

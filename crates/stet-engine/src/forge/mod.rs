@@ -14,6 +14,7 @@ pub mod local;
 pub mod protected;
 pub mod pull_request;
 pub mod rest;
+pub mod settings;
 pub mod token;
 
 use std::collections::BTreeMap;
@@ -31,24 +32,10 @@ use crate::dispatch::credential::ScopedCredential;
 use crate::dispatch::credential::{CredentialProvider, LocalCredentialProvider, SecretValue};
 use crate::dispatch::sanitize::SanitizerHandle;
 use crate::git::push::{PushError, PushRequest, push, remote_refs};
-use rest::RetryPolicy;
+use settings::ForgeSettings;
 use token::TokenSource;
 
 pub use pull_request::{Provenance, PullRequestDraft};
-
-/// Where a forge's REST API and git server are, and how to reach them (GitHub, Gitea, GitLab).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ForgeSettings {
-    /// The REST API: `https://api.github.com`, `https://<host>/api/v1` (Gitea), `https://<host>/api/v4`
-    /// (GitLab).
-    pub api_url: String,
-    /// Where repositories are pushed: `https://github.com`, `https://<host>`.
-    pub git_url: String,
-    /// Where the primary token comes from (a reference, never the value).
-    pub token: TokenSource,
-    /// How failed REST calls are retried.
-    pub retry: RetryPolicy,
-}
 
 /// Everything a forge can answer wrongly. Messages name the repository, ref or pull request, and
 /// never carry a token (they are built from status codes and forge messages that were sanitized).
