@@ -9,6 +9,7 @@ mod forge_local;
 mod gateway;
 mod git_http;
 mod git_workspace;
+mod gitea;
 mod github;
 mod gitlab;
 mod headless;

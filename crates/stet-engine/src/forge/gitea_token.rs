@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::rest::{Auth, Rest, RetryPolicy, SEGMENT};
+use super::rest::{Auth, Reply, Rest, RetryPolicy, SEGMENT};
 use super::token::TokenSource;
 use crate::check::{Check, Status};
 use crate::dispatch::credential::{
@@ -62,6 +62,32 @@ fn refused(detail: impl fmt::Display) -> CredentialError {
         provider: PROVIDER,
         detail: detail.to_string(),
     }
+}
+
+/// A failed request made as `user`: a 401 is Gitea refusing the password or the one-time code (and
+/// says which settings read them), anything else as the REST client reads it.
+fn account_failure(account: &Rest, reply: &Reply, user: &str, what: &str) -> CredentialError {
+    if reply.status == StatusCode::UNAUTHORIZED {
+        return refused(format!(
+            "Gitea refused the password (or one-time code) of {user} (401 Unauthorized): {}; {PASSWORD_FIX}",
+            account.detail(reply)
+        ));
+    }
+    refused(account.failure(reply, what))
+}
+
+/// What a minted token reaches beyond the dispatch's repository, for `stet doctor`.
+fn reach_check(user: &str, repositories: &[String]) -> Check {
+    let beyond = match repositories {
+        [] => String::new(),
+        own => format!(", not only {}", own.join(", ")),
+    };
+    Check::ok(
+        "credential",
+        format!(
+            "gitea-token: a token of the {SCOPE} scope reaches every repository {user} may write{beyond}: Gitea's scopes are per category, not per repository (docs/security.md, residual 43)"
+        ),
+    )
 }
 
 /// A short tag of the Gitea instance (its API URL), so an id minted at one is never deleted at
@@ -150,8 +176,14 @@ impl fmt::Debug for GiteaTokenProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GiteaTokenProvider")
             .field("api_url", &self.api_url)
-            .field("password", &self.password.describe())
-            .field("otp", &self.otp.as_ref().map(TokenSource::describe))
+            .field("password", &"<read by credentials.gitea.password_command>")
+            .field(
+                "otp",
+                &self
+                    .otp
+                    .as_ref()
+                    .map(|_| "<read by credentials.gitea.otp_command>"),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -290,10 +322,12 @@ impl GiteaTokenProvider {
         match reply.status {
             status if status.is_success() => Ok(Revocation::Revoked),
             StatusCode::NOT_FOUND => Ok(Revocation::AlreadyGone),
-            _ => Err(refused(account.failure(
+            _ => Err(account_failure(
+                &account,
                 &reply,
+                &grant.user,
                 &format!("token {} of {}", grant.token_id, grant.user),
-            ))),
+            )),
         }
     }
 
@@ -347,7 +381,7 @@ impl GiteaTokenProvider {
             Check::ok(
                 "credential",
                 format!(
-                    "gitea-token: the password of {user} mints tokens of the {SCOPE} scope, which reaches every repository {user} may write (Gitea's scopes are per category, not per repository)"
+                    "gitea-token: Gitea accepts the password of {user} where tokens are minted, and no token stet minted is left"
                 ),
             )
         } else {
@@ -384,8 +418,11 @@ impl CredentialProvider for GiteaTokenProvider {
             .await
             .map_err(refused)?;
         if !reply.status.is_success() {
-            return Err(refused(
-                account.failure(&reply, &format!("the account {user}")),
+            return Err(account_failure(
+                &account,
+                &reply,
+                &user,
+                &format!("the account {user}"),
             ));
         }
         let parsed: TokenBody = account.parse(&reply, "access token").map_err(refused)?;
@@ -402,7 +439,7 @@ impl CredentialProvider for GiteaTokenProvider {
                 tracing::warn!(provider = PROVIDER, token = grant.token_id, %error, "an unusable token could not be deleted");
             }
             return Err(refused(
-                "Gitea answered with a token an HTTP header cannot carry; it was deleted",
+                "Gitea answered with a token stet cannot use (not printable ASCII, or too short or too long to mask); it was deleted",
             ));
         }
         let id = grant_id(&self.instance, &grant);
@@ -433,9 +470,12 @@ impl CredentialProvider for GiteaTokenProvider {
         self.delete(&grant).await
     }
 
-    async fn diagnose(&self, _repositories: &[String]) -> Vec<Check> {
+    async fn diagnose(&self, repositories: &[String]) -> Vec<Check> {
         match self.user().await {
-            Ok(user) => vec![self.account_check(&user).await],
+            Ok(user) => vec![
+                self.account_check(&user).await,
+                reach_check(&user, repositories),
+            ],
             Err(error) => vec![Check::problem(
                 "credential",
                 Status::Fail,
