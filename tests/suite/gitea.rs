@@ -32,10 +32,9 @@ use stet_engine::forge::gitea_token::{GiteaTokenProvider, GiteaTokenSettings};
 use stet_engine::forge::github::{Dialect, GitHubForge};
 use stet_engine::forge::pull_request::PROVENANCE_MARKER;
 use stet_engine::forge::rest::RetryPolicy;
+use stet_engine::forge::settings::ForgeSettings;
 use stet_engine::forge::token::TokenSource;
-use stet_engine::forge::{
-    Forge, ForgeError, ForgeSettings, PullRequestDraft, PushBranch, ResolvedHead,
-};
+use stet_engine::forge::{Forge, ForgeError, PullRequestDraft, PushBranch, ResolvedHead};
 use stet_engine::git::import::{Identity, ImportLimits, ImportRequest, Imported, import};
 use stet_engine::git::workspace::materialize;
 use stet_engine::runtime::{DEFAULT_SANDBOX_UID, SandboxUser};
