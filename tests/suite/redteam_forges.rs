@@ -438,3 +438,68 @@ impl fmt::Display for EmptyEngine {
         f.write_str("EmptyEngine")
     }
 }
+
+// 4. A status misread.
+
+/// GitHub answers 409 to `POST /pulls` for other conflicts than a duplicate ("Git Repository is
+/// empty."); only Gitea's dialect means "already exists" by 409, yet the GitHub forge reports every
+/// 409 as an existing pull request.
+#[tokio::test]
+async fn a_github_409_that_is_not_a_duplicate_is_not_reported_as_an_existing_pull_request() {
+    use stet_engine::brief::{Brief, Target};
+    use stet_engine::dispatch::branch::CommitSha;
+    use stet_engine::forge::{ForgeError, Provenance, PullRequestDraft};
+
+    let server = MockServer::start().await;
+    mount(
+        &server,
+        "POST",
+        "/repos/octo/app/pulls",
+        json_reply(409, json!({"message": "Git Repository is empty."})),
+    )
+    .await;
+    let sanitizer = sanitizer();
+    let forge = GitHubForge::with_token(
+        settings(&server.uri(), "https://github.com"),
+        SecretValue::new(secret()),
+        sanitizer.clone(),
+        CheckoutRemotes::from_urls(["https://github.com/octo/app".to_owned()], "github.com"),
+    )
+    .unwrap();
+    let brief = Brief::parse(
+        "b",
+        Path::new("b.toml"),
+        "title = \"T\"\nworkflow = \"implement\"\n[target]\nrepo = \"octo/app\"\nbase = \"main\"\n[[items]]\ntext = \"x\"\n",
+    )
+    .unwrap();
+    let provenance = Provenance {
+        dispatch: DispatchId::new(),
+        image: format!("sha256:{}", "cd".repeat(32)),
+        harness: "script".into(),
+        harness_version: None,
+        model: None,
+        input_tokens: None,
+        output_tokens: None,
+        cost_usd: None,
+        peak_reserved_usd: None,
+        network: "none".into(),
+        credential_kind: "fallback".into(),
+        redactions: 0,
+        duration: Duration::from_secs(1),
+        base: CommitSha::parse(&"a".repeat(40)).unwrap(),
+        commit: CommitSha::parse(&"c".repeat(40)).unwrap(),
+    };
+    let draft =
+        PullRequestDraft::compose(&brief, "stet/x", None, &provenance, &sanitizer.current());
+    let target = Target {
+        repo: "octo/app".into(),
+        base: "main".into(),
+        branch: None,
+        pr: None,
+    };
+    let error = forge.open_pull_request(&target, &draft).await.unwrap_err();
+    assert!(
+        !matches!(error, ForgeError::PullRequestExists { .. }),
+        "an empty repository was reported as an existing pull request: {error}"
+    );
+}
