@@ -22,6 +22,7 @@ mod image;
 mod journal;
 mod openhands_live;
 mod push;
+mod redteam_forges;
 mod registry;
 mod runtime;
 mod support;
