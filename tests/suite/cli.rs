@@ -347,7 +347,8 @@ async fn doctor_passes_a_gitea_token_that_may_push_and_warns_that_the_fallback_i
         "{report}"
     );
     assert!(
-        report.contains("[ok  ] repository: gitea: octo/app: the token may read it and push to it"),
+        report
+            .contains("[ok  ] repository: gitea: octo/app: the account may read it and push to it"),
         "{report}"
     );
     let (warning, fix) = check_with_fix(&report, "[warn] credential", "fallback");

@@ -148,6 +148,11 @@ pub async fn forge_checks(
     };
     let mut checks = setup.forge.diagnose().await;
     checks.extend(setup.credentials.diagnose(&setup.repositories).await);
+    // A forge's words (a login, a token's name) are outside input: masked, and inert on a terminal.
+    let masks = sanitizer.current();
+    for check in &mut checks {
+        check.detail = crate::dispatch::display::one_line(masks.sanitize(&check.detail).as_str());
+    }
     checks
 }
 

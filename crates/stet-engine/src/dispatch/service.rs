@@ -406,8 +406,13 @@ impl DispatchService {
                     }
                     Err(error) => Err(error.to_string()),
                 },
+                // A Gitea token never expires: the record stays for a process that has its provider.
+                None if provider == crate::forge::gitea_token::PROVIDER => Err(format!(
+                    "{id} ({provider}): this process has no provider for it; {}",
+                    crate::forge::gitea_token::LEFT_LIVE
+                )),
                 // A provider this process does not have: nothing here can revoke the credential, and
-                // keeping the record would only repeat this at every launch.
+                // keeping the record would only repeat this at every launch; it expires at its TTL.
                 None => {
                     report
                         .credentials_left_to_expire

@@ -9,6 +9,7 @@
 
 use std::path::Path;
 
+use super::ForgeError;
 use crate::check::{Check, Status};
 
 /// The `owner/name` repositories, on one host, that a checkout's remotes point at (lower-cased,
@@ -69,6 +70,21 @@ impl CheckoutRemotes {
     /// The repositories, for an error that says which a brief may target.
     pub fn repositories(&self) -> &[String] {
         &self.repositories
+    }
+
+    /// Fails unless a brief of this checkout may target `repo` on `forge`.
+    pub(crate) fn refuse_others(&self, forge: &'static str, repo: &str) -> Result<(), ForgeError> {
+        if self.allows(repo) {
+            return Ok(());
+        }
+        Err(ForgeError::NotThisCheckout {
+            forge,
+            repo: repo.to_owned(),
+            remotes: match self.repositories.as_slice() {
+                [] => "none".to_owned(),
+                own => own.join(", "),
+            },
+        })
     }
 
     /// `stet doctor`'s word on them: a checkout with no remote on the forge can target nothing.

@@ -29,7 +29,8 @@ use crate::dispatch::credential::{
 };
 use crate::dispatch::sanitize::{KnownValue, MIN_KNOWN_VALUE_LEN, SanitizerHandle};
 
-const PROVIDER: &str = "gitea-token";
+/// The provider's name, as the journal records it.
+pub const PROVIDER: &str = "gitea-token";
 
 /// The prefix of every id this provider mints.
 const ID_PREFIX: &str = "gitea-token-";
@@ -39,6 +40,9 @@ const TOKEN_NAME_PREFIX: &str = "stet-";
 
 /// The one scope a minted token has.
 const SCOPE: &str = "write:repository";
+
+/// What a person does about a token stet cannot delete: it stays live until someone does.
+pub const LEFT_LIVE: &str = "a Gitea token does not expire: run `stet sweep` in a repository configured for the Gitea and account that minted it, or delete the token named stet-… under Settings → Applications";
 
 /// What to do about a password or one-time code Gitea refuses.
 const PASSWORD_FIX: &str = "make credentials.gitea.password_command print the password of credentials.gitea.user (and, with two-factor authentication, credentials.gitea.otp_command the current code)";
@@ -391,7 +395,7 @@ impl GiteaTokenProvider {
                 format!(
                     "gitea-token: {} token(s) stet minted for {user} are still live (a delete failed, or stet was killed before its sweep): {}",
                     left.len(),
-                    left.join(", ")
+                    account.shown(&left.join(", "))
                 ),
                 "delete them under Settings → Applications on the forge, or run stet (its launch sweep deletes those in its journal)",
             )
@@ -459,13 +463,20 @@ impl CredentialProvider for GiteaTokenProvider {
         if super::fallback::is_fallback(id) {
             return Ok(super::fallback::not_revocable(id));
         }
+        // A Gitea token never expires: one this provider may not delete is an error, so the journal
+        // keeps it for a process configured for its instance and account.
         let Some(grant) = parse_grant(id, &self.instance) else {
-            tracing::warn!(credential = %id, provider = PROVIDER, "not a token of this Gitea; it is not deleted");
-            return Ok(Revocation::NotRevocable);
+            return Err(refused(format!(
+                "{id} was not minted at {} and is not deleted here; {LEFT_LIVE}",
+                self.api_url
+            )));
         };
-        if self.user().await? != grant.user {
-            tracing::warn!(credential = %id, provider = PROVIDER, "a token of another account than the configured one; it is not deleted");
-            return Ok(Revocation::NotRevocable);
+        let user = self.user().await?;
+        if user != grant.user {
+            return Err(refused(format!(
+                "{id} belongs to {}, not to the configured account {user}, and is not deleted here; {LEFT_LIVE}",
+                grant.user
+            )));
         }
         self.delete(&grant).await
     }

@@ -69,6 +69,16 @@ impl Dialect {
         }
     }
 
+    /// What a repository's `permissions.push` proves.
+    fn may_push(self) -> &'static str {
+        match self {
+            Dialect::GitHub => "the token may read it and push to it",
+            Dialect::Gitea => {
+                "the account may read it and push to it (Gitea shows the account's role, not the token's scope: write:repository is proven by the first push)"
+            }
+        }
+    }
+
     /// What a person does about a forge that cannot be reached.
     fn reach_fix(self) -> &'static str {
         match self {
@@ -373,10 +383,7 @@ impl GitHubForge {
                         permissions: Some(Permissions { push: true }),
                     }) => Check::ok(
                         "repository",
-                        format!(
-                            "{}: {repo}: the token may read it and push to it",
-                            self.name()
-                        ),
+                        format!("{}: {repo}: {}", self.name(), self.dialect.may_push()),
                     ),
                     Ok(_) => Check::problem(
                         "repository",
@@ -438,10 +445,10 @@ impl Forge for GitHubForge {
                 return checks;
             }
             Ok(reply) if reply.status.is_success() => {
-                let login = self
-                    .rest
-                    .parse::<UserBody>(&reply, "user")
-                    .map_or_else(|_| "an account".to_owned(), |user| user.login);
+                let login = self.rest.parse::<UserBody>(&reply, "user").map_or_else(
+                    |_| "an account".to_owned(),
+                    |user| self.rest.shown(&user.login),
+                );
                 checks.push(Check::ok(
                     "forge",
                     format!("{forge}: {api} accepts the token of {login}"),
@@ -465,16 +472,7 @@ impl Forge for GitHubForge {
     }
 
     async fn preflight(&self, target: &Target) -> Result<Preflight> {
-        if !self.remotes.allows(&target.repo) {
-            return Err(ForgeError::NotThisCheckout {
-                forge: self.name(),
-                repo: target.repo.clone(),
-                remotes: match self.remotes.repositories() {
-                    [] => "none".to_owned(),
-                    own => own.join(", "),
-                },
-            });
-        }
+        self.remotes.refuse_others(self.name(), &target.repo)?;
         let repo = repo_path(self.name(), &target.repo)?;
         let reply = self.rest.send(Method::GET, &repo, None).await?;
         if reply.status == StatusCode::NOT_FOUND {
@@ -539,6 +537,7 @@ impl Forge for GitHubForge {
         target: &Target,
         draft: &PullRequestDraft,
     ) -> Result<PullRequest> {
+        self.remotes.refuse_others(self.name(), &target.repo)?;
         let repo = repo_path(self.name(), &target.repo)?;
         let body = json!({
             "title": draft.title.as_str(),
@@ -550,11 +549,12 @@ impl Forge for GitHubForge {
             .rest
             .send(Method::POST, &format!("{repo}/pulls"), Some(&body))
             .await?;
-        // GitHub: 422 "A pull request already exists"; Gitea: 409 "pull request already exists".
-        if reply.status == StatusCode::UNPROCESSABLE_ENTITY || reply.status == StatusCode::CONFLICT
-        {
+        // GitHub: 422 "A pull request already exists"; Gitea: 409 "pull request already exists"
+        // (GitHub's own 409s are about something else, an empty repository say).
+        let gitea_conflict = self.dialect == Dialect::Gitea && reply.status == StatusCode::CONFLICT;
+        if reply.status == StatusCode::UNPROCESSABLE_ENTITY || gitea_conflict {
             let detail = self.rest.detail(&reply);
-            if reply.status == StatusCode::CONFLICT
+            if gitea_conflict
                 || detail
                     .to_ascii_lowercase()
                     .contains("a pull request already exists")
@@ -584,6 +584,7 @@ impl Forge for GitHubForge {
         number: u64,
         draft: &PullRequestDraft,
     ) -> Result<PullRequest> {
+        self.remotes.refuse_others(self.name(), &target.repo)?;
         let repo = repo_path(self.name(), &target.repo)?;
         let body = json!({
             "title": draft.title.as_str(),

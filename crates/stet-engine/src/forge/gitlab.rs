@@ -200,21 +200,6 @@ impl GitLabForge {
         Ok(uri.host().unwrap_or_default().to_owned())
     }
 
-    /// Fails unless the brief's project is one the checkout has as a remote.
-    fn refuse_other_projects(&self, target: &Target) -> Result<()> {
-        if self.remotes.allows(&target.repo) {
-            return Ok(());
-        }
-        Err(ForgeError::NotThisCheckout {
-            forge: FORGE,
-            repo: target.repo.clone(),
-            remotes: match self.remotes.repositories() {
-                [] => "none".to_owned(),
-                own => own.join(", "),
-            },
-        })
-    }
-
     /// `GET /projects/:id`: the project as GitLab answers about it (404: not found, or not visible).
     async fn project(&self, target: &Target, project: &str) -> Result<ProjectBody> {
         let reply = self.rest.send(Method::GET, project, None).await?;
@@ -362,10 +347,10 @@ impl GitLabForge {
                 false,
             ),
             Ok(reply) if reply.status.is_success() => {
-                let user = self
-                    .rest
-                    .parse::<UserBody>(&reply, "user")
-                    .map_or_else(|_| "an account".to_owned(), |user| user.username);
+                let user = self.rest.parse::<UserBody>(&reply, "user").map_or_else(
+                    |_| "an account".to_owned(),
+                    |user| self.rest.shown(&user.username),
+                );
                 (
                     Check::ok(
                         "forge",
@@ -406,7 +391,7 @@ impl GitLabForge {
                         Status::Fail,
                         format!(
                             "gitlab: the token's scopes are [{}], without api: stet cannot open merge requests or mint project access tokens with it",
-                            token.scopes.join(", ")
+                            self.rest.shown(&token.scopes.join(", "))
                         ),
                         fix_scope,
                     ),
@@ -569,7 +554,7 @@ impl Forge for GitLabForge {
     }
 
     async fn preflight(&self, target: &Target) -> Result<Preflight> {
-        self.refuse_other_projects(target)?;
+        self.remotes.refuse_others(FORGE, &target.repo)?;
         let project = project_path(&target.repo)?;
         let project_id = self.project(target, &project).await?.id;
         let base_sha = self.base_sha(target, &project).await?;
@@ -601,6 +586,7 @@ impl Forge for GitLabForge {
         target: &Target,
         draft: &PullRequestDraft,
     ) -> Result<PullRequest> {
+        self.remotes.refuse_others(FORGE, &target.repo)?;
         let project = project_path(&target.repo)?;
         let body = json!({
             "source_branch": draft.head,
@@ -642,6 +628,7 @@ impl Forge for GitLabForge {
         number: u64,
         draft: &PullRequestDraft,
     ) -> Result<PullRequest> {
+        self.remotes.refuse_others(FORGE, &target.repo)?;
         let project = project_path(&target.repo)?;
         let body = json!({
             "title": draft.title.as_str(),

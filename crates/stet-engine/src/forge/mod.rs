@@ -100,7 +100,7 @@ pub enum ForgeError {
     )]
     Unauthorized { forge: &'static str, detail: String },
     #[error(
-        "{forge}: the token may not do this (403 Forbidden): {detail}; check its scopes or the app's permissions"
+        "{forge}: the token may not do this (403 Forbidden): {detail}; check the token's scopes, or the app's or the account's permissions"
     )]
     Forbidden { forge: &'static str, detail: String },
     #[error("{forge}: {what} was not found (404): {detail}")]

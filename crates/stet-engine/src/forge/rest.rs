@@ -636,8 +636,15 @@ impl Rest {
         })
     }
 
+    /// A forge's own words (a login, a token's name) as stet may show them: masked, bounded, one line
+    /// and inert on a terminal.
+    pub(crate) fn shown(&self, text: &str) -> String {
+        self.sanitize(text)
+    }
+
     fn sanitize(&self, text: &str) -> String {
-        let sanitized = self.sanitizer.current().sanitize(text).into_string();
+        let masked = self.sanitizer.current().sanitize(text);
+        let sanitized = crate::dispatch::display::one_line(masked.as_str());
         let mut bounded: String = sanitized.chars().take(DETAIL_CHARS).collect();
         if bounded.len() < sanitized.len() {
             bounded.push('…');
