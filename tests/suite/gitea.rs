@@ -1396,6 +1396,50 @@ async fn a_fresh_provider_deletes_by_id_alone_but_never_at_another_gitea_or_for_
     server.verify().await;
 }
 
+/// An eight-digit one-time code (TOTP allows them) that Gitea echoes back is masked like the
+/// password: it is read as a secret too.
+#[tokio::test]
+async fn a_one_time_code_gitea_echoes_back_is_masked_like_the_password() {
+    let server = MockServer::start().await;
+    let account = Account::new();
+    let code = format!("{:08}", uuid::Uuid::new_v4().as_u128() % 100_000_000);
+    Mock::given(method("POST"))
+        .and(path(tokens_path(USER)))
+        .and(wiremock::matchers::header("x-gitea-otp", code.as_str()))
+        .respond_with(json_reply(
+            401,
+            json!({"message": format!("the one-time code {code} is wrong")}),
+        ))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let provider = GiteaTokenProvider::new(
+        GiteaTokenSettings {
+            otp: Some(TokenSource::Command(vec![
+                "printf".into(),
+                "%s".into(),
+                code.clone(),
+            ])),
+            ..account.settings(&api_url(&server))
+        },
+        SecretValue::new(account.primary.clone()),
+        sanitizer(),
+    )
+    .unwrap();
+
+    let text = provider
+        .mint("octo/app", "stet/fix", Duration::from_secs(300))
+        .await
+        .unwrap_err()
+        .to_string();
+
+    assert!(text.contains("[REDACTED:gitea-otp]"), "{text}");
+    assert!(
+        !text.contains(&code),
+        "the one-time code reached the error: {text}"
+    );
+}
+
 #[tokio::test]
 async fn the_password_never_appears_in_an_error_or_debug_output() {
     let server = MockServer::start().await;

@@ -282,6 +282,9 @@ impl GiteaTokenProvider {
         .await
         .map_err(|error| refused(format!("reading the password ended abnormally: {error}")))??;
         self.mask("gitea-password", password.expose_secret())?;
+        if let Some(otp) = &otp {
+            self.mask("gitea-otp", otp.expose_secret())?;
+        }
         self.mask(
             "gitea-password",
             &format!("{user}:{}", password.expose_secret()),
@@ -301,7 +304,8 @@ impl GiteaTokenProvider {
     }
 
     /// Teaches `value` to the sanitizer; one too short to mask without masking ordinary words is
-    /// left out (the `user:password` pair still covers a short password in the header's encoding).
+    /// left out (the `user:password` pair still covers a short password in the header's encoding; a
+    /// six-digit one-time code is not masked, and is worthless within a minute).
     fn mask(&self, label: &str, value: &str) -> Result<()> {
         if value.len() < MIN_KNOWN_VALUE_LEN {
             return Ok(());

@@ -144,6 +144,8 @@ struct PullBody {
 struct PullEnd {
     #[serde(rename = "ref")]
     branch: String,
+    /// Only the head's is read; an empty one is refused as no SHA.
+    #[serde(default)]
     sha: String,
     repo: Option<RepoBody>,
 }

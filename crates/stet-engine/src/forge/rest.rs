@@ -668,8 +668,9 @@ impl Transient {
 #[derive(Deserialize)]
 struct ErrorBody {
     message: Option<Value>,
+    /// Gitea sends `"errors": null`.
     #[serde(default)]
-    errors: Vec<Value>,
+    errors: Option<Vec<Value>>,
     error: Option<String>,
     error_description: Option<String>,
 }
@@ -692,7 +693,7 @@ impl ErrorBody {
                 .collect(),
             _ => Vec::new(),
         };
-        parts.extend(self.errors.iter().filter_map(error_entry));
+        parts.extend(self.errors.iter().flatten().filter_map(error_entry));
         match (self.error_description, self.error) {
             (Some(description), _) => parts.push(description),
             (None, Some(error)) if parts.is_empty() => parts.push(error),

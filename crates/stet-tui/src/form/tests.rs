@@ -154,7 +154,7 @@ fn submit_names_the_field_to_fix_and_focuses_it() {
         form.error(),
         Some("Repo: \"octo\" must be `owner/name`, e.g. octo/app")
     );
-    for bad in ["/app", "octo/", "octo/app/x", "octo/a b", "../app"] {
+    for bad in ["/app", "octo/", "octo//x", "octo/a b", "../app"] {
         let mut form = NewBriefForm::new(bad, "main");
         type_text(&mut form, "Fix");
         form.handle_key(ctrl('s'));

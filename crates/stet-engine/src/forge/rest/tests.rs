@@ -158,6 +158,10 @@ fn gitlabs_error_bodies_are_read_in_each_of_their_shapes() {
     );
     assert_eq!(parts(json!({"error": "invalid_token"})), "invalid_token");
     assert_eq!(
+        parts(json!({"errors": null, "message": "The target couldn't be found."})),
+        "The target couldn't be found."
+    );
+    assert_eq!(
         parts(json!({"message": "Validation Failed", "errors": [{"message": "head is invalid"}]})),
         "Validation Failed; head is invalid"
     );
