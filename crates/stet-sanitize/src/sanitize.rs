@@ -612,6 +612,29 @@ impl Redactor {
             .map_or(self.sent, |at| at + 1)
     }
 
+    /// The end of a shape's mask over `start..end`, pushed past every known value that begins inside
+    /// it: a shape that stops within a known secret (`password: <word>` before a password holding a
+    /// space) must not leave the secret's rest in the clear.
+    fn past_known_values(&self, start: usize, mut end: usize) -> usize {
+        let Some(known) = self
+            .sanitizer
+            .scanners
+            .first()
+            .filter(|_| !self.sanitizer.known_labels.is_empty())
+        else {
+            return end;
+        };
+        let mut from = start;
+        while let Some(hit) = known.find(&self.buffer, from) {
+            if hit.start >= end {
+                break;
+            }
+            end = end.max(hit.end);
+            from = hit.start + 1;
+        }
+        end
+    }
+
     /// Decides what the trigger `hit` is.
     fn judge(&self, hit: Hit, at_end: bool) -> Verdict {
         let sanitizer = &self.sanitizer;
@@ -656,14 +679,16 @@ impl Redactor {
             {
                 continue;
             }
+            let shape_end = start + secret.end();
+            let end = self.past_known_values(start + secret.start(), shape_end);
             return match rule.action {
                 Action::Mask => Verdict::Mask {
                     start: start + secret.start(),
-                    end: start + secret.end(),
+                    end,
                     kind: Arc::clone(&rule.label),
                     known: false,
                     // A match that reaches the window's end may continue past it.
-                    then: if start + secret.end() == hit.start + WINDOW && !at_end {
+                    then: if end == shape_end && shape_end == hit.start + WINDOW && !at_end {
                         Mode::SwallowingToken
                     } else {
                         Mode::Scanning

@@ -601,6 +601,25 @@ fn known_values_are_masked_in_every_encoding() {
 }
 
 #[test]
+fn a_known_value_a_shape_cuts_short_is_masked_whole_in_one_piece_and_in_chunks() {
+    let password = format!("pw {}!", Fake::new(11).body(ALNUM, 24));
+    let known = KnownValue::new("gitea-password", &password).unwrap();
+    let sanitizer = Arc::new(TokenSanitizer::with_known_values(vec![known]).unwrap());
+    let text = format!("login failed: password: {password} (try again)\n");
+    let whole = String::from_utf8(sanitizer.redact(text.as_bytes())).unwrap();
+    let rest = &password[3..];
+    assert!(
+        !whole.contains(rest),
+        "the password's rest is in the clear: {whole}"
+    );
+    assert!(whole.ends_with(" (try again)\n"), "{whole}");
+    for cut in 1..text.len() {
+        let chunked = redact_chunked(&sanitizer, text.as_bytes(), &[cut]);
+        assert_eq!(String::from_utf8(chunked).unwrap(), whole, "cut at {cut}");
+    }
+}
+
+#[test]
 fn a_private_key_block_is_withheld_whole() {
     let mut f = Fake::new(4);
     let body: Vec<String> = (0..20).map(|_| f.body(ALNUM, 64)).collect();
