@@ -10,6 +10,7 @@
 use std::path::Path;
 
 use super::ForgeError;
+use super::rest::is_name_part;
 use crate::check::{Check, Status};
 
 /// The `owner/name` repositories, on one host, that a checkout's remotes point at (lower-cased,
@@ -145,14 +146,7 @@ fn repository_at(url: &str, host: &str, depth: usize) -> Option<String> {
     let path = path.trim_matches('/');
     let path = path.strip_suffix(".git").unwrap_or(path);
     let parts: Vec<&str> = path.split('/').collect();
-    let plain = |part: &&str| {
-        !part.is_empty()
-            && !matches!(*part, "." | "..")
-            && part
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-    };
-    ((2..=depth).contains(&parts.len()) && parts.iter().all(plain))
+    ((2..=depth).contains(&parts.len()) && parts.iter().all(|part| is_name_part(part)))
         .then(|| parts.join("/").to_ascii_lowercase())
 }
 

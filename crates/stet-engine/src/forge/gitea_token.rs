@@ -19,9 +19,8 @@ use http::{Method, StatusCode};
 use percent_encoding::utf8_percent_encode;
 use serde::Deserialize;
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
-use super::rest::{Auth, Reply, Rest, RetryPolicy, SEGMENT};
+use super::rest::{Auth, Reply, Rest, RetryPolicy, SEGMENT, instance_tag, is_name_part};
 use super::token::TokenSource;
 use crate::check::{Check, Status};
 use crate::dispatch::credential::{
@@ -94,24 +93,6 @@ fn reach_check(user: &str, repositories: &[String]) -> Check {
     )
 }
 
-/// A short tag of the Gitea instance (its API URL), so an id minted at one is never deleted at
-/// another.
-fn instance_tag(api_url: &str) -> String {
-    let digest = Sha256::digest(api_url.trim_end_matches('/').as_bytes());
-    digest.iter().take(4).map(|b| format!("{b:02x}")).collect()
-}
-
-/// Whether `user` is a login Gitea can have (letters, digits, `-`, `_`, `.`): it goes into paths
-/// and ids.
-fn valid_user(user: &str) -> bool {
-    !user.is_empty()
-        && user != "."
-        && user != ".."
-        && user
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-}
-
 /// What an id of this provider names: the token's id and its account.
 #[derive(Debug, PartialEq, Eq)]
 struct Grant {
@@ -135,7 +116,7 @@ fn parse_grant(id: &CredentialId, instance: &str) -> Option<Grant> {
     if tag != instance || token_id.is_empty() || !token_id.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    valid_user(user).then_some(())?;
+    is_name_part(user).then_some(())?;
     Some(Grant {
         token_id: token_id.parse().ok()?,
         user: user.to_owned(),
@@ -200,7 +181,7 @@ impl GiteaTokenProvider {
         primary: SecretValue,
         sanitizer: SanitizerHandle,
     ) -> Result<GiteaTokenProvider> {
-        if let Some(user) = settings.user.as_deref().filter(|user| !valid_user(user)) {
+        if let Some(user) = settings.user.as_deref().filter(|user| !is_name_part(user)) {
             return Err(refused(format!(
                 "credentials.gitea.user {user:?} is not a Gitea login (letters, digits, '-', '_' and '.')"
             )));
@@ -245,7 +226,7 @@ impl GiteaTokenProvider {
             .parse::<UserBody>(&reply, "user")
             .map_err(refused)?
             .login;
-        if !valid_user(&login) {
+        if !is_name_part(&login) {
             return Err(refused(format!(
                 "Gitea named the token's account {login:?}, which is not a login; set credentials.gitea.user"
             )));
@@ -539,12 +520,12 @@ mod tests {
     }
 
     #[test]
-    fn a_login_is_what_gitea_allows_and_nothing_that_changes_a_path() {
+    fn a_login_is_a_name_part_and_nothing_that_changes_a_path() {
         for good in ["alice", "a.b-c_d", "Bob42"] {
-            assert!(valid_user(good), "{good}");
+            assert!(is_name_part(good), "{good}");
         }
         for bad in ["", ".", "..", "a/b", "a b", "a%2Fb", "a?b", "ü"] {
-            assert!(!valid_user(bad), "{bad:?}");
+            assert!(!is_name_part(bad), "{bad:?}");
         }
     }
 }

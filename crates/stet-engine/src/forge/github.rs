@@ -16,7 +16,7 @@ use percent_encoding::utf8_percent_encode;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::rest::{Auth, Reply, Rest, SEGMENT, ref_path, web_url};
+use super::rest::{Auth, Reply, Rest, SEGMENT, is_name_part, ref_path};
 use super::token::TokenSource;
 use super::{
     Forge, ForgeError, ForgeSettings, Preflight, PullRequest, PullRequestDraft, PushBranch, Pushed,
@@ -26,7 +26,7 @@ use crate::brief::Target;
 use crate::check::{Check, Status};
 use crate::dispatch::branch::CommitSha;
 use crate::dispatch::credential::SecretValue;
-use crate::dispatch::sanitize::{KnownValue, SanitizerHandle};
+use crate::dispatch::sanitize::SanitizerHandle;
 use crate::forge::checkout_remotes::CheckoutRemotes;
 
 /// Which of the forges that speak GitHub's REST shape this one is. Gitea and Forgejo answer the same
@@ -50,10 +50,10 @@ impl Dialect {
     }
 
     /// How the primary token authenticates REST calls.
-    fn auth(self, token: SecretValue) -> Auth {
+    fn auth(self) -> fn(SecretValue) -> Auth {
         match self {
-            Dialect::GitHub => Auth::Bearer(token),
-            Dialect::Gitea => Auth::Token(token),
+            Dialect::GitHub => Auth::Bearer,
+            Dialect::Gitea => Auth::Token,
         }
     }
 
@@ -98,16 +98,8 @@ pub fn resolve_token(source: &TokenSource) -> Result<SecretValue> {
 
 /// `owner/name`, each part percent-encoded, checked to be a repository name the forge can hold.
 fn repo_path(forge: &'static str, repo: &str) -> Result<String> {
-    let valid_part = |part: &str| {
-        !part.is_empty()
-            && part != "."
-            && part != ".."
-            && part
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-    };
     match repo.split_once('/') {
-        Some((owner, name)) if valid_part(owner) && valid_part(name) => Ok(format!(
+        Some((owner, name)) if is_name_part(owner) && is_name_part(name) => Ok(format!(
             "/repos/{}/{}",
             utf8_percent_encode(owner, SEGMENT),
             utf8_percent_encode(name, SEGMENT)
@@ -232,22 +224,7 @@ impl GitHubForge {
         sanitizer: SanitizerHandle,
         remotes: CheckoutRemotes,
     ) -> Result<GitHubForge> {
-        let forge = dialect.name();
-        web_url(forge, &settings.git_url, "git_url")?;
-        let token_error = |detail: String| ForgeError::Token { forge, detail };
-        let known = KnownValue::new("primary-token", token.expose_secret())
-            .map_err(|err| token_error(format!("{}: {err}", settings.token.describe())))?;
-        sanitizer
-            .register(known)
-            .map_err(|err| token_error(err.to_string()))?;
-        let rest = Rest::new(
-            forge,
-            &settings.api_url,
-            dialect.auth(token),
-            settings.retry,
-            sanitizer,
-        )?;
-        tracing::info!(forge, api_url = %settings.api_url, source = %settings.token.describe(), "primary token read");
+        let rest = settings.primary_client(dialect.name(), token, dialect.auth(), sanitizer)?;
         Ok(GitHubForge {
             dialect,
             rest,
@@ -258,8 +235,7 @@ impl GitHubForge {
 
     /// The host of `git_url`, which the checkout's remotes are matched on.
     pub fn git_host(git_url: &str) -> Result<String> {
-        let uri = web_url(Dialect::GitHub.name(), git_url, "git_url")?;
-        Ok(uri.host().unwrap_or_default().to_owned())
+        super::rest::git_host(Dialect::GitHub.name(), git_url)
     }
 
     /// Fails unless `reply` is a success about pull request `number` (404: it does not exist).

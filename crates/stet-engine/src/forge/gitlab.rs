@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::checkout_remotes::{CheckoutRemotes, MAX_NAMESPACE_DEPTH};
-use super::rest::{Auth, Reply, Rest, SEGMENT, web_url};
+use super::rest::{Auth, Reply, Rest, SEGMENT, is_name_part};
 use super::{
     Forge, ForgeError, ForgeSettings, Preflight, PullRequest, PullRequestDraft, PushBranch, Pushed,
     ResolvedHead, Result,
@@ -27,7 +27,7 @@ use crate::brief::Target;
 use crate::check::{Check, Status};
 use crate::dispatch::branch::CommitSha;
 use crate::dispatch::credential::SecretValue;
-use crate::dispatch::sanitize::{KnownValue, SanitizerHandle};
+use crate::dispatch::sanitize::SanitizerHandle;
 
 const FORGE: &str = "gitlab";
 
@@ -42,16 +42,8 @@ const TOKEN_FIX: &str = "put a valid token where forge.gitlab names it (token_en
 /// The project's `:id` in GitLab's API: its whole path (`group/sub/project`) as one percent-encoded
 /// segment, each part checked to be a name GitLab can hold.
 pub(crate) fn project_segment(project: &str) -> Result<String> {
-    let valid_part = |part: &str| {
-        !part.is_empty()
-            && part != "."
-            && part != ".."
-            && part
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-    };
     let parts: Vec<&str> = project.split('/').collect();
-    if (2..=MAX_NAMESPACE_DEPTH).contains(&parts.len()) && parts.iter().all(|p| valid_part(p)) {
+    if (2..=MAX_NAMESPACE_DEPTH).contains(&parts.len()) && parts.iter().all(|p| is_name_part(p)) {
         return Ok(utf8_percent_encode(project, SEGMENT).to_string());
     }
     Err(ForgeError::InvalidTarget {
@@ -169,24 +161,7 @@ impl GitLabForge {
         sanitizer: SanitizerHandle,
         remotes: CheckoutRemotes,
     ) -> Result<GitLabForge> {
-        web_url(FORGE, &settings.git_url, "git_url")?;
-        let token_error = |detail: String| ForgeError::Token {
-            forge: FORGE,
-            detail,
-        };
-        let known = KnownValue::new("primary-token", token.expose_secret())
-            .map_err(|err| token_error(format!("{}: {err}", settings.token.describe())))?;
-        sanitizer
-            .register(known)
-            .map_err(|err| token_error(err.to_string()))?;
-        let rest = Rest::new(
-            FORGE,
-            &settings.api_url,
-            Auth::Bearer(token),
-            settings.retry,
-            sanitizer,
-        )?;
-        tracing::info!(api_url = %settings.api_url, source = %settings.token.describe(), "GitLab primary token read");
+        let rest = settings.primary_client(FORGE, token, Auth::Bearer, sanitizer)?;
         Ok(GitLabForge {
             rest,
             git_url: settings.git_url.trim_end_matches('/').to_owned(),
@@ -196,8 +171,7 @@ impl GitLabForge {
 
     /// The host of `git_url`, which the checkout's remotes are matched on.
     pub fn git_host(git_url: &str) -> Result<String> {
-        let uri = web_url(FORGE, git_url, "git_url")?;
-        Ok(uri.host().unwrap_or_default().to_owned())
+        super::rest::git_host(FORGE, git_url)
     }
 
     /// `GET /projects/:id`: the project as GitLab answers about it (404: not found, or not visible).

@@ -21,10 +21,9 @@ use chrono::{DateTime, NaiveDate, Utc};
 use http::{Method, StatusCode};
 use serde::Deserialize;
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
 use super::gitlab::{DEVELOPER, project_segment};
-use super::rest::{Auth, Reply, Rest, RetryPolicy};
+use super::rest::{Auth, Reply, Rest, RetryPolicy, instance_tag};
 use crate::check::{Check, Status};
 use crate::dispatch::credential::{
     CredentialError, CredentialId, CredentialProvider, Minted, Result, Revocation, SecretValue,
@@ -55,13 +54,6 @@ fn refused(detail: impl fmt::Display) -> CredentialError {
 /// date that still outlives the TTL (and always tomorrow at the earliest).
 fn expiry_date(now: DateTime<Utc>, ttl: chrono::Duration) -> NaiveDate {
     (now + ttl + chrono::Duration::days(1)).date_naive()
-}
-
-/// A short tag of the GitLab instance (its API URL), so an id minted at one instance is never
-/// revoked at another.
-fn instance_tag(api_url: &str) -> String {
-    let digest = Sha256::digest(api_url.trim_end_matches('/').as_bytes());
-    digest.iter().take(4).map(|b| format!("{b:02x}")).collect()
 }
 
 /// What an id of this provider says: the token's id and the project's `:id` segment.

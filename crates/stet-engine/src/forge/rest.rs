@@ -23,6 +23,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
 use super::app_jwt::AppKey;
@@ -64,6 +65,31 @@ pub(crate) fn ref_path(name: &str) -> Option<String> {
         encoded.push(utf8_percent_encode(segment, SEGMENT).to_string());
     }
     Some(encoded.join("/"))
+}
+
+/// Whether `part` can be one part of a repository's path on a forge (an owner, a group, a name, a
+/// login): letters, digits, `-`, `_` and `.`, and not `.` or `..`, so it never changes a URL's path.
+pub(crate) fn is_name_part(part: &str) -> bool {
+    !part.is_empty()
+        && part != "."
+        && part != ".."
+        && part
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// A short tag of a forge instance (its API URL, without a trailing `/`), so an id a provider minted
+/// at one instance is never acted on at another.
+pub(crate) fn instance_tag(api_url: &str) -> String {
+    let digest = Sha256::digest(api_url.trim_end_matches('/').as_bytes());
+    digest.iter().take(4).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The host of a forge's `git_url` (checked like every forge URL), which a checkout's remotes are
+/// matched on.
+pub(crate) fn git_host(forge: &'static str, git_url: &str) -> Result<String> {
+    let uri = web_url(forge, git_url, "git_url")?;
+    Ok(uri.host().unwrap_or_default().to_owned())
 }
 
 /// How often, and how patiently, a request that failed transiently (5xx, rate limits, the network) is
