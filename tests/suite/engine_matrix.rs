@@ -34,7 +34,7 @@ use stet_engine::dispatch::event::{
 use stet_engine::dispatch::journal::{Journal, Resource};
 use stet_engine::dispatch::order::{Decision, Delivery, DispatchControl, DispatchRun, result_ref};
 use stet_engine::dispatch::record::{EVENTS_FILE, PATCH_FILE, RESULT_FILE, read_result, run_dir};
-use stet_engine::dispatch::sanitize::{KnownValue, SanitizerHandle, TokenSanitizer};
+use stet_engine::dispatch::sanitize::{KnownValue, SanitizedText, SanitizerHandle, TokenSanitizer};
 use stet_engine::dispatch::service::{DispatchContext, DispatchService, DispatchSettings};
 use stet_engine::dispatch::state::Phase;
 use stet_engine::forge::protected::ProtectedPaths;
@@ -44,8 +44,7 @@ use stet_engine::forge::{
 use stet_engine::git::import::ImportLimits;
 use stet_engine::git::push::PushError;
 use stet_engine::harness::{
-    Harness, HarnessLaunch, HarnessOutcome, HarnessPlan, OutputParser, Parsed, StagedFile,
-    UsageReport,
+    Finish, Harness, HarnessLaunch, HarnessPlan, OutputParser, Parsed, StagedFile, UsageReport,
 };
 use stet_engine::runtime::{
     ContainerExit, ContainerRuntime, DEFAULT_SANDBOX_UID, DispatchLimits, ExecExit, ImageRef,
@@ -2592,10 +2591,9 @@ impl Harness for FakeHarness {
     }
 
     fn parser(&self, sanitizer: Arc<TokenSanitizer>) -> Box<dyn OutputParser> {
-        let reason = sanitizer.sanitize("the agent never said it was done");
         Box::new(FakeParser {
             sanitizer,
-            outcome: HarnessOutcome::Failed { reason },
+            failed: None,
         })
     }
 
@@ -2614,7 +2612,8 @@ impl Harness for FakeHarness {
 
 struct FakeParser {
     sanitizer: Arc<TokenSanitizer>,
-    outcome: HarnessOutcome,
+    /// What the last `fail` line said.
+    failed: Option<SanitizedText>,
 }
 
 impl FakeParser {
@@ -2652,23 +2651,21 @@ impl OutputParser for FakeParser {
                 Some(usage) => vec![usage],
                 None => vec![self.item(ItemKind::Other, &text)],
             },
-            "done" => {
-                self.outcome = HarnessOutcome::Succeeded {
-                    summary: Some(self.sanitizer.sanitize(rest)),
-                };
-                vec![self.item(ItemKind::Finish, rest)]
-            }
+            "done" => vec![Parsed::Finish(Finish {
+                summary: Some(self.sanitizer.sanitize(rest)),
+                shown: self.sanitizer.sanitize(rest),
+            })],
             "fail" => {
-                self.outcome = HarnessOutcome::Failed {
-                    reason: self.sanitizer.sanitize(rest),
-                };
+                self.failed = Some(self.sanitizer.sanitize(rest));
                 vec![self.item(ItemKind::Error, rest)]
             }
             _ => vec![self.item(ItemKind::Other, &text)],
         }
     }
 
-    fn outcome(&self) -> HarnessOutcome {
-        self.outcome.clone()
+    fn failure(&self, finished: bool) -> Option<SanitizedText> {
+        self.failed.clone().or_else(|| {
+            (!finished).then(|| self.sanitizer.sanitize("the agent never said it was done"))
+        })
     }
 }

@@ -1,4 +1,5 @@
 mod accounts;
+mod agent_voice;
 mod architecture;
 mod branch;
 mod brief;

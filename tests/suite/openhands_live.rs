@@ -319,6 +319,15 @@ fn a_terminal_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() 
         live.pushed_file(&finished, "src/notes.txt"),
         "one\ntwo\nthree\nfour\n"
     );
+    // Under `stet speak`, nothing the CLI starts (its terminal, tmux) keeps its output open.
+    for event in &finished.events {
+        if let EventKind::Warning { message } = &event.kind {
+            assert!(
+                !message.as_str().contains("held the harness's"),
+                "{message:?}"
+            );
+        }
+    }
 
     // The model key reached the upstream on every request, and never the sandbox.
     live.assert_keyed_by_the_host();

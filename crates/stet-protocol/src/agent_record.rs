@@ -1,6 +1,8 @@
 //! The JSON Lines protocol the scripted agent (`stet agent`, inside the sandbox) prints on stdout,
 //! shared with the `script` harness that reads it on the host, so the two sides cannot drift apart:
-//! one record per line, its kind in the field `type`.
+//! one record per line, its kind in the field `type`. Also the one line `stet speak`, the process every
+//! harness program runs under, writes on its stderr when the harness left its output held open
+//! ([`SpeakerReport`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -55,6 +57,39 @@ pub enum AgentRecord {
     },
 }
 
+/// One of a harness program's two output streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HarnessStream {
+    /// Its standard output.
+    Stdout,
+    /// Its standard error.
+    Stderr,
+}
+
+/// What `stet speak` writes as its last stderr line when the harness program it ran exited while
+/// another process (one the harness started) still held the program's stdout or stderr open: from
+/// then on nothing written there was relayed. It is written only then, by `stet speak` itself, after
+/// it stopped relaying; the engine turns it into a warning.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpeakerReport {
+    /// The streams still held open when the harness program exited.
+    pub held_open_after_exit: Vec<HarnessStream>,
+}
+
+impl SpeakerReport {
+    /// The report as one JSON line, without its newline.
+    pub fn to_line(&self) -> serde_json::Result<String> {
+        serde_json::to_string(self)
+    }
+
+    /// The report a line holds, when it holds exactly one and nothing else.
+    pub fn from_line(line: &[u8]) -> Option<SpeakerReport> {
+        serde_json::from_slice(line.trim_ascii()).ok()
+    }
+}
+
 impl AgentRecord {
     /// The record as one JSON line, without its newline.
     pub fn to_line(&self) -> serde_json::Result<String> {
@@ -100,6 +135,24 @@ mod tests {
                 .unwrap(),
             r#"{"type":"message","text":"hi"}"#
         );
+    }
+
+    #[test]
+    fn a_speaker_report_reads_back_and_nothing_else_reads_as_one() {
+        let report = SpeakerReport {
+            held_open_after_exit: vec![HarnessStream::Stdout, HarnessStream::Stderr],
+        };
+        let line = report.to_line().unwrap();
+        assert_eq!(line, r#"{"held_open_after_exit":["stdout","stderr"]}"#);
+        assert_eq!(SpeakerReport::from_line(line.as_bytes()), Some(report));
+        for other in [
+            r#"{"held_open_after_exit":["stdout"],"text":"more"}"#,
+            r#"{"held_open_after_exit":["stdin"]}"#,
+            r#"{"type":"finish","summary":"done"}"#,
+            "held_open_after_exit",
+        ] {
+            assert_eq!(SpeakerReport::from_line(other.as_bytes()), None, "{other}");
+        }
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The command line of the `stet-sandbox` executable, the one program in the sandbox image (where it
 //! is `/usr/local/bin/stet`, so a scenario's `stet agent check` and the container's `stet
-//! sandbox-idle` read as they always did): `agent`, `sandbox-idle` and `probe`, and nothing that
-//! belongs on the host.
+//! sandbox-idle` read as they always did): `agent`, `speak`, `sandbox-idle` and `probe`, and nothing
+//! that belongs on the host.
 
+use std::ffi::OsString;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,6 +13,7 @@ use clap::{Parser, Subcommand};
 use crate::agent::{self, AgentError, AgentOptions};
 use crate::probe::{self, ProbeError, ProbeRequest};
 use crate::relay::{self, RelayError};
+use crate::speaker::{self, SpeakerError};
 
 /// Exit code for a command that could not run at all (as the host's `stet` uses for usage errors).
 const EXIT_USAGE: u8 = 2;
@@ -27,6 +29,8 @@ pub enum CliError {
     Agent(#[from] AgentError),
     #[error(transparent)]
     Probe(#[from] ProbeError),
+    #[error(transparent)]
+    Speaker(#[from] SpeakerError),
     #[error("sandbox-idle: {0}")]
     Relay(#[from] RelayError),
     #[error("sandbox-idle: installing the {signal} handler: {source}")]
@@ -58,6 +62,29 @@ enum Command {
     Agent {
         #[command(subcommand)]
         command: AgentCommand,
+    },
+
+    /// Run a harness program as the one process that speaks for the agent (the engine starts every
+    /// harness program this way).
+    #[command(
+        long_about = "Run a harness program as the one process that speaks for the agent (the engine \
+            starts every harness program this way).\n\n\
+            This process makes itself non-dumpable first, so no other process of the sandbox's user can \
+            open its output through /proc or trace it; it gives the program pipes of its own as stdout \
+            and stderr and relays them; once the program has exited it relays what they already hold and \
+            nothing more, and says so on stderr when another process still held them open. It exits \
+            with the program's exit code (128 + the signal for a program a signal ended).",
+        after_help = "Example:\n  stet speak -- stet agent run --scenario /outputs/scenario.toml --instructions /outputs/task.md"
+    )]
+    Speak {
+        /// The harness program and its arguments.
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "PROGRAM"
+        )]
+        argv: Vec<OsString>,
     },
 
     /// Keep a sandbox container alive until it is stopped (the container's main process).
@@ -139,6 +166,7 @@ pub fn main() -> ExitCode {
 pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Agent { command } => agent_command(command),
+        Command::Speak { argv } => speak(&argv),
         Command::SandboxIdle { relay } => tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -161,17 +189,32 @@ fn agent_command(command: AgentCommand) -> Result<ExitCode, CliError> {
             instructions,
             pace,
             workspace,
-        } => agent::run(
-            &AgentOptions {
-                scenario,
-                instructions,
-                pace,
-                workspace,
-            },
-            &mut stdout,
-        )?,
+        } => {
+            // Its children run as the same user: its stdout must be out of their reach.
+            speaker::keep_voice_private()?;
+            agent::run(
+                &AgentOptions {
+                    scenario,
+                    instructions,
+                    pace,
+                    workspace,
+                },
+                &mut stdout,
+            )?
+        }
         AgentCommand::Check { file, root } => agent::check(&file, &root, &mut stdout)?,
     };
+    Ok(ExitCode::from(code))
+}
+
+/// `stet speak -- <program> [args]`: non-dumpable before anything else, then the program run through.
+fn speak(argv: &[OsString]) -> Result<ExitCode, CliError> {
+    speaker::keep_voice_private()?;
+    let code = speaker::speak(
+        argv,
+        &mut std::io::stdout().lock(),
+        &mut std::io::stderr().lock(),
+    )?;
     Ok(ExitCode::from(code))
 }
 
@@ -254,6 +297,34 @@ mod tests {
         assert_eq!(request.fill_piece_mb, 16);
         assert_eq!(request.find_env_in_cmdlines, ["SECRET"]);
         assert!(!hold);
+    }
+
+    #[test]
+    fn speak_takes_the_harness_programs_argv_whole() {
+        let cli = Cli::try_parse_from([
+            "stet",
+            "speak",
+            "--",
+            "python3",
+            "-c",
+            "print(1)",
+            "--headless",
+            "-f",
+            "x",
+        ])
+        .unwrap();
+        let Command::Speak { argv } = cli.command else {
+            panic!("not speak: {cli:?}");
+        };
+        assert_eq!(
+            argv,
+            ["python3", "-c", "print(1)", "--headless", "-f", "x"].map(OsString::from)
+        );
+        assert!(
+            Cli::try_parse_from(["stet", "speak"]).is_err(),
+            "a program is needed"
+        );
+        assert!(Cli::try_parse_from(["stet", "speak", "--"]).is_err());
     }
 
     #[test]

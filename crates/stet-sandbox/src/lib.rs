@@ -1,4 +1,5 @@
 //! What stet runs inside the sandbox container, and nothing else: the scripted agent ([`agent`]),
+//! the process every harness program runs under, the one that speaks as the agent ([`speaker`]),
 //! the relay of the model port to the host's gateway ([`relay`]) and the probe the tests ask what the
 //! sandbox allows ([`probe`]), behind the command line of the `stet-sandbox` executable ([`cli`]).
 //! The sandbox image carries that executable as `/usr/local/bin/stet`; it depends on the protocol
@@ -8,6 +9,7 @@ pub mod agent;
 pub mod cli;
 pub mod probe;
 pub mod relay;
+pub mod speaker;
 
 /// Where the private copy of the code is mounted in the container, and where the agent works.
 pub const WORKSPACE_MOUNT: &str = "/workspace";

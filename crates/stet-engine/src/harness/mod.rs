@@ -6,6 +6,23 @@
 //! run, and hands out a fresh [`OutputParser`] per dispatch. Staged files are written by the host into
 //! the outputs directory (mounted at `/outputs`) before the agent starts, so no brief text ever travels
 //! on a command line (ADR-0018 row 4).
+//!
+//! **Only the harness process speaks as the agent** (DESIGN §5 row 21). The engine, not each harness,
+//! keeps that rule, so a new harness inherits it:
+//!
+//! * every planned process runs under `stet speak` ([`speaking`]), the sandbox executable every image
+//!   carries: it is non-dumpable from its start, gives the harness program pipes of its own (its
+//!   output is captured, never the engine's stream inherited), and relays nothing written after the
+//!   harness program exited, saying so on stderr when a process of the agent's held its output open
+//!   past that (a warning here);
+//! * the parser is read through an [`AgentVoice`], which keeps the agent's first `finish` (a
+//!   [`Parsed::Finish`]) and shows any later one as a warning instead: the outcome's summary, the
+//!   commit message and the pull request's body are the first one's.
+//!
+//! What is left to each harness: its program must not hand its own stdout or stderr to the commands
+//! it runs (capture theirs), and should be non-dumpable itself (`prctl(PR_SET_DUMPABLE, 0)` before
+//! it starts any), or those commands, running as the same user, can write into its output through
+//! `/proc/<pid>/fd`. `stet agent run` and the OpenHands launch line do both.
 
 pub mod openhands;
 pub mod replay;
@@ -18,9 +35,13 @@ use std::sync::Arc;
 
 use crate::brief::Brief;
 use crate::dispatch::credential::SecretValue;
-use crate::dispatch::event::{DispatchId, TranscriptItem, Usage};
+use crate::dispatch::event::{DispatchId, ItemKind, TranscriptItem, Usage};
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
-use crate::runtime::{OutputLine, SandboxProcess};
+use crate::runtime::{OutputLine, OutputStream, SandboxProcess};
+use stet_protocol::agent_record::{HarnessStream, SpeakerReport};
+
+/// The longest warning about a later `finish`, its quoted summary included.
+const MAX_FINISH_WARNING_BYTES: usize = 4 * 1024;
 
 /// Errors of planning a harness run or reading what it left behind.
 #[derive(Debug, thiserror::Error)]
@@ -118,11 +139,23 @@ pub struct UsageReport {
     pub cost_usd: Option<f64>,
 }
 
+/// The agent declaring the task finished, as a harness reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finish {
+    /// The agent's closing message, when it wrote one: the outcome's summary.
+    pub summary: Option<SanitizedText>,
+    /// What the transcript's `finish` item shows: the summary, or the harness's words for none.
+    pub shown: SanitizedText,
+}
+
 /// One thing read from the agent's output.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Parsed {
-    /// An entry of the agent's transcript.
+    /// An entry of the agent's transcript (never a `finish`: that is [`Parsed::Finish`]).
     Item(TranscriptItem),
+    /// The agent declared the task finished. [`AgentVoice`] passes the first one on (shown as a
+    /// `finish` item) and turns any later one into a [`Parsed::Warning`].
+    Finish(Finish),
     /// Model usage for one request.
     Usage(UsageReport),
     /// Something about the run a person should know that is not the agent's doing (the harness's
@@ -132,7 +165,8 @@ pub enum Parsed {
     RecordOnly(TranscriptItem),
 }
 
-/// Reads one agent run's output, line by line; one parser per dispatch.
+/// Reads one agent run's output, line by line; one parser per dispatch, always read through an
+/// [`AgentVoice`], which decides which `finish` counts.
 pub trait OutputParser: Send {
     /// One framed line of stdout or stderr. Every text it returns is already sanitized.
     fn parse(&mut self, line: &OutputLine) -> Vec<Parsed>;
@@ -140,8 +174,139 @@ pub trait OutputParser: Send {
     fn finish(&mut self) -> Vec<Parsed> {
         Vec::new()
     }
-    /// The outcome of what was read so far.
-    fn outcome(&self) -> HarnessOutcome;
+    /// Why the run failed, from what was read so far, given whether the agent declared a finish
+    /// (`finished`); `None` when it did not fail. A run without a finish normally failed; a
+    /// harness may also fail a run that finished (the agent's conversation stopped on an error).
+    fn failure(&self, finished: bool) -> Option<SanitizedText>;
+}
+
+/// The agent's voice: an [`OutputParser`] read under the rule that only the harness speaks as the
+/// agent (module documentation). The agent's first `finish` stands and a later one is a warning;
+/// `stet speak`'s report of output held open past the harness's end is a warning; the outcome is
+/// the parser's verdict on the first finish.
+pub struct AgentVoice<'p> {
+    parser: &'p mut dyn OutputParser,
+    sanitizer: Arc<TokenSanitizer>,
+    /// The first finish's summary, once there was one.
+    first_finish: Option<Option<SanitizedText>>,
+    /// The last stderr piece said its line goes on.
+    stderr_continues: bool,
+}
+
+impl<'p> AgentVoice<'p> {
+    /// Reads through `parser`, writing its own warnings with `sanitizer`.
+    pub fn new(parser: &'p mut dyn OutputParser, sanitizer: Arc<TokenSanitizer>) -> AgentVoice<'p> {
+        AgentVoice {
+            parser,
+            sanitizer,
+            first_finish: None,
+            stderr_continues: false,
+        }
+    }
+
+    /// One framed line of stdout or stderr, as the parser reads it under the rule.
+    pub fn parse(&mut self, line: &OutputLine) -> Vec<Parsed> {
+        if line.stream == OutputStream::Stderr {
+            let whole = !self.stderr_continues && !line.line.continues;
+            self.stderr_continues = line.line.continues;
+            if let Some(report) = whole
+                .then(|| SpeakerReport::from_line(&line.line.bytes))
+                .flatten()
+            {
+                return vec![Parsed::Warning(self.held_open(&report))];
+            }
+        }
+        let parsed = self.parser.parse(line);
+        self.first_finish_stands(parsed)
+    }
+
+    /// The output ended: what the parser still held back, under the rule.
+    pub fn ended(&mut self) -> Vec<Parsed> {
+        let parsed = self.parser.finish();
+        self.first_finish_stands(parsed)
+    }
+
+    /// How the run ended: failed when the parser says so (given whether a finish came), otherwise
+    /// succeeded with the first finish's summary.
+    pub fn outcome(&self) -> HarnessOutcome {
+        match self.parser.failure(self.first_finish.is_some()) {
+            Some(reason) => HarnessOutcome::Failed { reason },
+            None => HarnessOutcome::Succeeded {
+                summary: self.first_finish.clone().flatten(),
+            },
+        }
+    }
+
+    /// Passes the first finish on and turns every later one into a warning quoting it. A `finish`
+    /// item a parser returned as a plain item counts as a finish too.
+    fn first_finish_stands(&mut self, parsed: Vec<Parsed>) -> Vec<Parsed> {
+        parsed
+            .into_iter()
+            .map(|parsed| {
+                let finish = match parsed {
+                    Parsed::Finish(finish) => finish,
+                    Parsed::Item(item) | Parsed::RecordOnly(item)
+                        if item.item == ItemKind::Finish =>
+                    {
+                        Finish {
+                            summary: Some(item.text.clone()),
+                            shown: item.text,
+                        }
+                    }
+                    other => return other,
+                };
+                if self.first_finish.is_none() {
+                    self.first_finish = Some(finish.summary.clone());
+                    return Parsed::Finish(finish);
+                }
+                Parsed::Warning(text::bounded_text(
+                    &self.sanitizer,
+                    &format!(
+                        "the agent's output held another finish after the first; the first one stands and this one is ignored: {}",
+                        finish.shown.as_str()
+                    ),
+                    MAX_FINISH_WARNING_BYTES,
+                    0,
+                ))
+            })
+            .collect()
+    }
+
+    fn held_open(&self, report: &SpeakerReport) -> SanitizedText {
+        let streams = match report.held_open_after_exit.as_slice() {
+            [HarnessStream::Stdout] => "stdout",
+            [HarnessStream::Stderr] => "stderr",
+            _ => "stdout and stderr",
+        };
+        self.sanitizer.sanitize(&format!(
+            "a process the agent started held the harness's {streams} open after the harness exited; nothing written there after that was read"
+        ))
+    }
+}
+
+impl fmt::Debug for AgentVoice<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentVoice")
+            .field("first_finish", &self.first_finish)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `process` as the engine runs it: under `stet speak` (the sandbox executable at
+/// [`crate::image::BINARY_PATH`]), which keeps the rule of the module documentation whatever the
+/// harness program is.
+pub fn speaking(process: &SandboxProcess) -> SandboxProcess {
+    let mut argv = vec![
+        crate::image::BINARY_PATH.to_owned(),
+        "speak".to_owned(),
+        "--".to_owned(),
+    ];
+    argv.extend(process.argv.iter().cloned());
+    SandboxProcess {
+        argv,
+        env: process.env.clone(),
+        workdir: process.workdir.clone(),
+    }
 }
 
 /// One agent program: how it starts in the sandbox and how its output reads.
@@ -167,3 +332,6 @@ pub trait Harness: Send + Sync + fmt::Debug {
     fn final_usage(&self, outputs: &Path, sanitizer: &Arc<TokenSanitizer>)
     -> Result<Option<Usage>>;
 }
+
+#[cfg(test)]
+mod tests;

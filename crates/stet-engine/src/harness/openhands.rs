@@ -18,7 +18,8 @@
 //! agent's words; they are logged at debug level. What the CLI writes to stderr is shown as it is.
 //!
 //! The process exits 0 whatever happened, so the outcome comes from the events: the run succeeded when
-//! the agent called `finish` and no `ConversationErrorEvent` arrived. Usage never appears in the stream;
+//! the agent called `finish` and no `ConversationErrorEvent` arrived. Its first `finish` is the one
+//! that counts (the engine's [`crate::harness::AgentVoice`] keeps it; a later one is a warning). Usage never appears in the stream;
 //! OpenHands writes its totals to `base_state.json` in the conversation's persistence directory, which
 //! [`final_usage`] finds under a root it walks without following links.
 //!
@@ -45,7 +46,7 @@ use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 pub use crate::harness::HarnessOutcome;
 use crate::harness::text;
 use crate::harness::{
-    Harness, HarnessError, HarnessLaunch, HarnessPlan, OutputParser, Parsed, StagedFile,
+    Finish, Harness, HarnessError, HarnessLaunch, HarnessPlan, OutputParser, Parsed, StagedFile,
 };
 use crate::runtime::lines::FramedLine;
 use crate::runtime::{OUTPUTS_MOUNT, OutputLine, OutputStream, SandboxProcess, WORKSPACE_MOUNT};
@@ -301,7 +302,14 @@ impl OutputParser for OpenHandsOutput {
                 } else {
                     self.stderr.end_startup()
                 };
-                startup.into_iter().chain(items).map(Parsed::Item).collect()
+                let read = items.into_iter().map(|item| match item.item {
+                    ItemKind::Finish => Parsed::Finish(Finish {
+                        summary: self.parser.finish_summary(),
+                        shown: item.text,
+                    }),
+                    _ => Parsed::Item(item),
+                });
+                startup.map(Parsed::Item).into_iter().chain(read).collect()
             }
             OutputStream::Stderr => match self.stderr.read(&line.line) {
                 StderrRead::Nothing => Vec::new(),
@@ -320,8 +328,8 @@ impl OutputParser for OpenHandsOutput {
             .collect()
     }
 
-    fn outcome(&self) -> HarnessOutcome {
-        self.parser.outcome()
+    fn failure(&self, finished: bool) -> Option<SanitizedText> {
+        self.parser.failure(finished)
     }
 }
 
@@ -330,7 +338,8 @@ impl OutputParser for OpenHandsOutput {
 pub struct OpenHandsParser {
     sanitizer: Arc<TokenSanitizer>,
     long_line: LongLine,
-    /// The message of the last `FinishAction`, as the agent wrote it.
+    /// The message of the latest `FinishAction`, as the agent wrote it: its observation, which only
+    /// echoes it, is left out.
     finish_message: Option<String>,
     /// The text of the agent's last message, quoted when the run fails without a finish.
     last_agent_message: Option<String>,
@@ -426,33 +435,34 @@ impl OpenHandsParser {
         }
     }
 
-    /// The outcome of the events read so far: succeeded when a `FinishAction` was seen and no
-    /// `ConversationErrorEvent`.
-    pub fn outcome(&self) -> HarnessOutcome {
+    /// Why the run failed, from the events read so far, given whether the agent called `finish`
+    /// (`finished`): a `ConversationErrorEvent` fails it whatever else came; without a finish it
+    /// failed too, its last message quoted. `None`: it did not fail.
+    pub fn failure(&self, finished: bool) -> Option<SanitizedText> {
         if let Some(error) = &self.conversation_error {
-            return HarnessOutcome::Failed {
-                reason: self.text(
-                    &format!("the OpenHands conversation stopped on an error: {error}"),
-                    MAX_REASON_BYTES,
-                ),
-            };
+            return Some(self.text(
+                &format!("the OpenHands conversation stopped on an error: {error}"),
+                MAX_REASON_BYTES,
+            ));
         }
-        match (&self.finish_message, &self.last_agent_message) {
-            (Some(message), _) => HarnessOutcome::Succeeded {
-                summary: (!message.trim().is_empty()).then(|| self.text(message, MAX_ITEM_BYTES)),
-            },
-            (None, Some(message)) => HarnessOutcome::Failed {
-                reason: self.text(
-                    &format!(
-                        "the agent stopped without calling finish; its last message: {message}"
-                    ),
-                    MAX_REASON_BYTES,
-                ),
-            },
-            (None, None) => HarnessOutcome::Failed {
-                reason: self.text("the agent stopped without calling finish", MAX_REASON_BYTES),
-            },
+        if finished {
+            return None;
         }
+        let reason = match &self.last_agent_message {
+            Some(message) => {
+                format!("the agent stopped without calling finish; its last message: {message}")
+            }
+            None => "the agent stopped without calling finish".to_owned(),
+        };
+        Some(self.text(&reason, MAX_REASON_BYTES))
+    }
+
+    /// The latest `FinishAction`'s message as the run's summary: `None` when it said nothing.
+    pub fn finish_summary(&self) -> Option<SanitizedText> {
+        self.finish_message
+            .as_deref()
+            .filter(|message| !message.trim().is_empty())
+            .map(|message| self.text(message, MAX_ITEM_BYTES))
     }
 
     fn oversized(&mut self, len: usize, continues: bool) -> Vec<TranscriptItem> {

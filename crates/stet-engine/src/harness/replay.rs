@@ -1,20 +1,20 @@
 //! Replaying a captured harness output as stet's own event lines (`stet transcript`): the same framing,
 //! parsing and sanitizing a live dispatch applies, so a capture from a real run shows exactly what the
 //! theater would have shown — and a new harness version's drift shows up as a diff of these lines.
-//! Any harness's [`OutputParser`] replays; [`replay_openhands`] is the OpenHands one with its usage
-//! record.
+//! Any harness's [`OutputParser`] replays, read through the [`AgentVoice`] as in a dispatch (its first
+//! finish stands); [`replay_openhands`] is the OpenHands one with its usage record.
 
 use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::dispatch::event::{DispatchId, Event, EventKind, Usage};
+use crate::dispatch::event::{DispatchId, Event, EventKind, ItemKind, TranscriptItem, Usage};
 use crate::dispatch::sanitize::TokenSanitizer;
 use crate::dispatch::state::Phase;
 use crate::harness::openhands::{self, OpenHandsOutput};
-use crate::harness::{HarnessOutcome, OutputParser, Parsed};
+use crate::harness::{AgentVoice, HarnessOutcome, OutputParser, Parsed};
 use crate::runtime::lines::OutputFramer;
-use crate::runtime::{OutputChunk, OutputLine, OutputStream};
+use crate::runtime::{OutputChunk, OutputStream};
 
 /// How much of the capture is read at a time.
 const READ_CHUNK: usize = 64 * 1024;
@@ -66,6 +66,7 @@ pub fn replay(
         labels,
         total_cost_usd: 0.0,
     };
+    let mut voice = AgentVoice::new(parser, Arc::clone(sanitizer));
     let mut framer = OutputFramer::new(sanitizer);
     let mut buffer = vec![0u8; READ_CHUNK];
     loop {
@@ -80,18 +81,17 @@ pub fn replay(
             bytes: buffer[..read].to_vec(),
         };
         for line in framer.push(&chunk) {
-            events.parsed(parser, &line)?;
+            events.emit_parsed(voice.parse(&line))?;
         }
     }
     for line in framer.finish() {
-        events.parsed(parser, &line)?;
+        events.emit_parsed(voice.parse(&line))?;
     }
-    let held_back = parser.finish();
-    events.emit_parsed(held_back)?;
+    events.emit_parsed(voice.ended())?;
     if let Some(usage) = usage {
         events.emit(EventKind::Usage(usage))?;
     }
-    let (outcome, reason) = match parser.outcome() {
+    let (outcome, reason) = match voice.outcome() {
         HarnessOutcome::Succeeded { summary } => (Phase::Done, summary),
         HarnessOutcome::Failed { reason } => (Phase::Failed, Some(reason)),
     };
@@ -134,18 +134,16 @@ impl<W: Write> EventWriter<'_, W> {
         writeln!(self.output, "{line}").map_err(ReplayError::Write)
     }
 
-    /// Emits what `parser` reads from one framed line.
-    fn parsed(&mut self, parser: &mut dyn OutputParser, line: &OutputLine) -> Result<()> {
-        let parsed = parser.parse(line);
-        self.emit_parsed(parsed)
-    }
-
     fn emit_parsed(&mut self, parsed: Vec<Parsed>) -> Result<()> {
         for parsed in parsed {
             let kind = match parsed {
                 Parsed::Warning(message) => EventKind::Warning { message },
                 Parsed::RecordOnly(item) => EventKind::Transcript(item),
                 Parsed::Item(item) => EventKind::Transcript(item),
+                Parsed::Finish(finish) => EventKind::Transcript(TranscriptItem {
+                    item: ItemKind::Finish,
+                    text: finish.shown,
+                }),
                 Parsed::Usage(report) => {
                     self.total_cost_usd += report.cost_usd.unwrap_or(0.0);
                     EventKind::Usage(Usage {

@@ -18,8 +18,8 @@ use crate::dispatch::event::{ItemKind, TranscriptItem, Usage};
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 use crate::harness::text;
 use crate::harness::{
-    Harness, HarnessError, HarnessLaunch, HarnessOutcome, HarnessPlan, ModelAccess, OutputParser,
-    Parsed, StagedFile, UsageReport,
+    Finish, Harness, HarnessError, HarnessLaunch, HarnessPlan, ModelAccess, OutputParser, Parsed,
+    StagedFile, UsageReport,
 };
 use crate::image::BINARY_PATH;
 use crate::runtime::{OUTPUTS_MOUNT, OutputLine, OutputStream, SandboxProcess, WORKSPACE_MOUNT};
@@ -297,15 +297,14 @@ impl LongLine {
     }
 }
 
-/// Reads `stet agent`'s output into transcript items and usage, and remembers what decides the
-/// outcome: a `finish` record, or the last `error` record.
+/// Reads `stet agent`'s output into transcript items, finishes and usage, and remembers the last
+/// `error` record, which says why a run without a finish failed.
 #[derive(Debug)]
 pub struct ScriptParser {
     sanitizer: Arc<TokenSanitizer>,
     /// The pieces so far of a long stdout line and of a long stderr line.
     long_stdout: Option<LongLine>,
     long_stderr: Option<LongLine>,
-    finish: Option<String>,
     last_error: Option<String>,
 }
 
@@ -316,7 +315,6 @@ impl ScriptParser {
             sanitizer,
             long_stdout: None,
             long_stderr: None,
-            finish: None,
             last_error: None,
         }
     }
@@ -344,14 +342,16 @@ impl ScriptParser {
                 item
             }
             AgentRecord::Finish { summary } => {
-                let shown = if summary.trim().is_empty() {
-                    "(no summary)"
-                } else {
+                let written = !summary.trim().is_empty();
+                let shown = if written {
                     summary.as_str()
+                } else {
+                    "(no summary)"
                 };
-                let item = self.item(ItemKind::Finish, shown, 0);
-                self.finish = Some(summary);
-                item
+                Parsed::Finish(Finish {
+                    summary: written.then(|| self.text(&summary, 0, MAX_ITEM_BYTES)),
+                    shown: self.text(shown, 0, MAX_ITEM_BYTES),
+                })
             }
             AgentRecord::Usage {
                 model,
@@ -403,23 +403,15 @@ impl OutputParser for ScriptParser {
         }
     }
 
-    fn outcome(&self) -> HarnessOutcome {
-        match (&self.finish, &self.last_error) {
-            (Some(summary), _) => HarnessOutcome::Succeeded {
-                summary: (!summary.trim().is_empty())
-                    .then(|| self.text(summary, 0, MAX_ITEM_BYTES)),
-            },
-            (None, Some(error)) => HarnessOutcome::Failed {
-                reason: self.text(
-                    &format!("the agent stopped without finishing: {error}"),
-                    0,
-                    MAX_REASON_BYTES,
-                ),
-            },
-            (None, None) => HarnessOutcome::Failed {
-                reason: self.text("the agent stopped without finishing", 0, MAX_REASON_BYTES),
-            },
+    fn failure(&self, finished: bool) -> Option<SanitizedText> {
+        if finished {
+            return None;
         }
+        let reason = match &self.last_error {
+            Some(error) => format!("the agent stopped without finishing: {error}"),
+            None => "the agent stopped without finishing".to_owned(),
+        };
+        Some(self.text(&reason, 0, MAX_REASON_BYTES))
     }
 }
 

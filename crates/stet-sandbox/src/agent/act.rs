@@ -119,7 +119,8 @@ impl<'a> Actor<'a> {
             Action::Think(text) => self.emit(AgentRecord::Thought { text: text.clone() })?,
             Action::ReadInstructions => self.read_instructions()?,
             Action::Run(argv) => self.run_program(step, argv)?,
-            Action::Daemon(argv) => self.start_daemon(step, argv)?,
+            Action::Daemon(argv) => self.start_daemon(step, argv, false)?,
+            Action::DaemonWithOutput(argv) => self.start_daemon(step, argv, true)?,
             Action::Write { path, content } => {
                 self.command(format!("write {path} ({})", lines(content)))?;
                 let full = self.workspace_path(path);
@@ -333,11 +334,17 @@ impl<'a> Actor<'a> {
         self.emit(AgentRecord::Message { text: message })
     }
 
-    /// Runs `argv` in the workspace, each line it prints becoming an `output` record, then its exit
-    /// status. A program that cannot start or exits non-zero does not end the run.
-    /// Starts `argv` with no stdio and does not wait for it: it outlives this agent.
-    fn start_daemon(&mut self, step: usize, argv: &[String]) -> Result<()> {
+    /// Starts `argv` with no input and does not wait for it: it outlives this agent. Its output goes
+    /// nowhere, or, `with_output`, to this process's own stdout and stderr.
+    fn start_daemon(&mut self, step: usize, argv: &[String], with_output: bool) -> Result<()> {
         self.command(format!("{} &", shown_argv(argv)))?;
+        let output = || {
+            if with_output {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            }
+        };
         let Some((program, args)) = argv.split_first() else {
             return Ok(());
         };
@@ -346,8 +353,8 @@ impl<'a> Actor<'a> {
                 .args(args)
                 .current_dir(&self.options.workspace)
                 .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
+                .stdout(output())
+                .stderr(output())
                 .spawn()
         });
         match started {
@@ -375,6 +382,9 @@ impl<'a> Actor<'a> {
         }
     }
 
+    /// Runs `argv` in the workspace, each line it prints becoming an `output` record, then its exit
+    /// status. A program that cannot start or exits non-zero does not end the run. It gets pipes of
+    /// its own, never this process's stdout: only the agent writes records.
     fn run_program(&mut self, step: usize, argv: &[String]) -> Result<()> {
         self.command(shown_argv(argv))?;
         let Some((program, args)) = argv.split_first() else {

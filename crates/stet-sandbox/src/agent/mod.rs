@@ -3,7 +3,10 @@
 //! It stands in for a real coding agent where one cannot or should not run: the sandbox image holds
 //! only the stet binary, with no shell, no compiler and no network. It reads a scenario (TOML, see
 //! [`scenario`]) and the staged instruction file and acts the scenario out step by step, printing one
-//! [`AgentRecord`] per line on stdout. The `script` harness reads those lines back.
+//! [`AgentRecord`] per line on stdout. The `script` harness reads those lines back. Only the agent
+//! writes records: `stet agent run` makes itself non-dumpable first, and the programs it runs get
+//! pipes of their own (their lines become `output` records), never its stdout; only the hostile
+//! `daemon_with_output` step hands that over.
 //!
 //! Its `ask` steps are the one way out: they ask a model over HTTP at the URL the harness passes in
 //! `STET_MODEL_URL`, in the sandbox the relay on the container's loopback that leads to stet's

@@ -11,6 +11,8 @@
 //! | `say = "…"`, `think = "…"` | a `message` or `thought` record |
 //! | `read_instructions = true` | a message quoting the staged instructions' first heading |
 //! | `run = ["argv", …]` | runs a program in the workspace (`"stet"` is the agent's own executable), its lines and exit status as `output` records; a failure does not end the run |
+//! | `daemon = ["argv", …]` | starts a program in the workspace with no input or output and leaves it running past the agent's end |
+//! | `daemon_with_output = ["argv", …]` | the same, but the program holds the agent's own stdout and stderr (what a hostile agent does to speak after its end) |
 //! | `write = { path, content }`, `append = { path, content }` | writes or appends to a file, making its directories |
 //! | `replace = { path, find, with }` | replaces the first `find` (an error when it is absent) |
 //! | `symlink = { path, target }`, `remove = "path"` | makes a symbolic link; removes a file, link or tree |
@@ -56,6 +58,7 @@ const ACTIONS: &[&str] = &[
     "read_instructions",
     "run",
     "daemon",
+    "daemon_with_output",
     "write",
     "append",
     "replace",
@@ -113,6 +116,9 @@ pub enum Action {
     /// Start a program in the workspace and leave it running in the background, past the agent's
     /// own end (what a hostile agent does to keep working while a person reviews).
     Daemon(Vec<String>),
+    /// [`Action::Daemon`] holding the agent's own stdout and stderr (the process's, whatever the
+    /// records are written to): a hostile agent that would go on speaking after its own end.
+    DaemonWithOutput(Vec<String>),
     /// Create or overwrite the file at `path` (relative to the workspace) with `content`.
     Write {
         /// The file, relative to the workspace.
@@ -397,6 +403,7 @@ impl StepReader<'_> {
             }
             "run" => Action::Run(self.argv(key, value)?),
             "daemon" => Action::Daemon(self.argv(key, value)?),
+            "daemon_with_output" => Action::DaemonWithOutput(self.argv(key, value)?),
             "network" => Action::Network(self.address(value)?),
             "write" | "append" => {
                 let fields = self.fields(key, value, &["path", "content"])?;

@@ -1,6 +1,7 @@
-//! The agent's phase: the harness's files staged, its processes run with their output parsed and
-//! published live, raced by cancel, the timeout, the disk bound and the cost ceiling; and the model
-//! gateway that serves the agent while it runs.
+//! The agent's phase: the harness's files staged, its processes run (each under `stet speak`, the one
+//! process that speaks as the agent) with their output read through the agent's voice and published
+//! live, raced by cancel, the timeout, the disk bound and the cost ceiling; and the model gateway that
+//! serves the agent while it runs.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use crate::dispatch::event::{EventKind, ItemKind, TranscriptItem};
 use crate::dispatch::sandbox::DispatchSandbox;
 use crate::dispatch::sanitize::{KnownValue, SanitizedText};
 use crate::gateway::{Gateway, GatewayConfig, GatewayEvent};
-use crate::harness::{HarnessOutcome, ModelAccess, OutputParser, Parsed, StagedFile};
+use crate::harness::{AgentVoice, HarnessOutcome, ModelAccess, Parsed, StagedFile, speaking};
 use crate::runtime::lines::OutputFramer;
 use crate::runtime::{OutputChunk, OutputLine};
 
@@ -97,9 +98,10 @@ impl Dispatch {
                 .map_err(|error| self.fail(format!("staging {}: {error}", file.name)))?;
         }
         let mut parser = self.parts.harness.parser(self.sanitizer());
+        let mut voice = AgentVoice::new(parser.as_mut(), self.sanitizer());
         for process in &plan.processes {
             let exit = self
-                .execute(sandbox, process, parser.as_mut(), &disk)
+                .execute(sandbox, &speaking(process), &mut voice, &disk)
                 .await?;
             if exit.oom_killed {
                 return Err(self.fail(
@@ -148,7 +150,7 @@ impl Dispatch {
                 self.publisher.emit(EventKind::Warning { message }).await;
             }
         }
-        match parser.outcome() {
+        match voice.outcome() {
             HarnessOutcome::Succeeded { summary } => Ok(summary.map(SanitizedText::into_string)),
             HarnessOutcome::Failed { reason } => {
                 Err(self.fail(format!("the agent did not finish: {}", reason.as_str())))
@@ -156,12 +158,12 @@ impl Dispatch {
         }
     }
 
-    /// Runs one process, publishing what the parser reads from its output as it arrives.
+    /// Runs one process, publishing what the agent's voice reads from its output as it arrives.
     pub(super) async fn execute(
         &mut self,
         sandbox: &DispatchSandbox,
         process: &crate::runtime::SandboxProcess,
-        parser: &mut dyn OutputParser,
+        voice: &mut AgentVoice<'_>,
         disk: &DiskWatch,
     ) -> Result<crate::runtime::ExecExit, DispatchError> {
         let (sender, mut chunks) = mpsc::channel::<OutputChunk>(OUTPUT_BUFFER);
@@ -188,7 +190,7 @@ impl Dispatch {
                         Some(chunk) => (framer.push(&chunk), false),
                         None => (framer.finish(), true),
                     };
-                    match self.publish_lines(lines, ended, parser, &stop).await {
+                    match self.publish_lines(lines, ended, voice, &stop).await {
                         Ok(true) if ended => break Ok(()),
                         Ok(true) => continue,
                         Ok(false) => self.stop_reason(),
@@ -201,7 +203,7 @@ impl Dispatch {
                 }
             };
             // Whatever stopped it, what was read already still goes to the run record.
-            self.record_pending(&mut chunks, &mut framer, parser);
+            self.record_pending(&mut chunks, &mut framer, voice);
             break Err(stopped);
         };
         self.model.events = gateway;
@@ -213,21 +215,21 @@ impl Dispatch {
         result.map_err(|error| self.fail(format!("running the agent: {error}")))
     }
 
-    /// Publishes what the parser reads from `lines` (and, when the output `ended`, what it held
-    /// back); on a stop (`Ok(false)` or the ceiling) the lines not published yet still go to the
-    /// run record.
+    /// Publishes what the voice reads from `lines` (and, when the output `ended`, what its parser
+    /// held back); on a stop (`Ok(false)` or the ceiling) the lines not published yet still go to
+    /// the run record.
     async fn publish_lines(
         &mut self,
         lines: Vec<OutputLine>,
         ended: bool,
-        parser: &mut dyn OutputParser,
+        voice: &mut AgentVoice<'_>,
         stop: &CancellationToken,
     ) -> Result<bool, DispatchError> {
         let mut lines = lines.into_iter().map(Some).chain(ended.then_some(None));
         for line in lines.by_ref() {
             let read = match &line {
-                Some(line) => parser.parse(line),
-                None => parser.finish(),
+                Some(line) => voice.parse(line),
+                None => voice.ended(),
             };
             let mut parsed = read.into_iter();
             for item in parsed.by_ref() {
@@ -238,8 +240,8 @@ impl Dispatch {
                     }
                     for line in lines {
                         match line {
-                            Some(line) => self.record_line(&line, parser),
-                            None => self.record_held_back(parser),
+                            Some(line) => self.record_line(&line, voice),
+                            None => self.record_held_back(voice),
                         }
                     }
                     return published;
@@ -271,6 +273,10 @@ impl Dispatch {
     pub(super) fn parsed_kind(&mut self, parsed: Parsed) -> Option<EventKind> {
         match parsed {
             Parsed::Item(item) => Some(EventKind::Transcript(item)),
+            Parsed::Finish(finish) => Some(EventKind::Transcript(TranscriptItem {
+                item: ItemKind::Finish,
+                text: finish.shown,
+            })),
             Parsed::Usage(report) => self.meter.add_reported(report).map(EventKind::Usage),
             Parsed::Warning(message) => Some(EventKind::Warning { message }),
             Parsed::RecordOnly(item) => Some(EventKind::Transcript(item)),
@@ -389,27 +395,27 @@ impl Dispatch {
         &mut self,
         chunks: &mut mpsc::Receiver<OutputChunk>,
         framer: &mut OutputFramer,
-        parser: &mut dyn OutputParser,
+        voice: &mut AgentVoice<'_>,
     ) {
         while let Ok(chunk) = chunks.try_recv() {
             for line in framer.push(&chunk) {
-                self.record_line(&line, parser);
+                self.record_line(&line, voice);
             }
         }
         for line in framer.finish() {
-            self.record_line(&line, parser);
+            self.record_line(&line, voice);
         }
-        self.record_held_back(parser);
+        self.record_held_back(voice);
     }
 
-    fn record_line(&mut self, line: &OutputLine, parser: &mut dyn OutputParser) {
-        for parsed in parser.parse(line) {
+    fn record_line(&mut self, line: &OutputLine, voice: &mut AgentVoice<'_>) {
+        for parsed in voice.parse(line) {
             self.record_parsed(parsed);
         }
     }
 
-    fn record_held_back(&mut self, parser: &mut dyn OutputParser) {
-        for parsed in parser.finish() {
+    fn record_held_back(&mut self, voice: &mut AgentVoice<'_>) {
+        for parsed in voice.ended() {
             self.record_parsed(parsed);
         }
     }

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::dispatch::event::ItemKind;
+use crate::runtime::OutputLine;
 
 const FINISH: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -61,8 +62,8 @@ impl OutputParser for Lines {
         }
     }
 
-    fn outcome(&self) -> HarnessOutcome {
-        HarnessOutcome::Succeeded { summary: None }
+    fn failure(&self, _finished: bool) -> Option<crate::dispatch::sanitize::SanitizedText> {
+        None
     }
 }
 

@@ -1,0 +1,334 @@
+//! `stet speak`: the one process that speaks as the agent (DESIGN §5 row 21). The engine runs every
+//! harness program under it, whatever the harness, so the rule is kept in one place:
+//!
+//! * it is made non-dumpable before it does anything else ([`keep_voice_private`]), so no process of
+//!   the sandbox's user (the agent's own commands, a repository's programs) can open its stdout
+//!   through `/proc/<pid>/fd`, read its environment or attach to it: the sandbox drops every
+//!   capability, so only the kernel's owner check would let them in, and a non-dumpable process is
+//!   root's there;
+//! * the harness program gets pipes of this process's own as its stdout and stderr, never the
+//!   engine's stream inherited, and what comes through them is relayed as it comes;
+//! * once the harness program has exited, what its pipes already hold (all it wrote) is relayed and
+//!   nothing after: a process that kept them open (a daemon of the agent's) writes into pipes nobody
+//!   reads, and never after the harness's own last words. That this happened is reported as one
+//!   [`SpeakerReport`] line on stderr, the last one.
+//!
+//! The harness program itself should be non-dumpable too, or its own children could reach the pipes
+//! through it: `stet agent run`, the scripted agent, makes itself so; the OpenHands CLI is started
+//! through a Python line that does.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt as _;
+use std::process::{Child, Command, Stdio};
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::io::Errno;
+use rustix::process::{DumpableBehavior, Pid, PidfdFlags};
+use stet_protocol::agent_record::{HarnessStream, SpeakerReport};
+
+/// How much is relayed at a time.
+const RELAY_CHUNK: usize = 64 * 1024;
+
+/// Why `stet speak` could not run its harness program through.
+#[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
+pub enum SpeakerError {
+    #[error("speak: making this process non-dumpable (prctl PR_SET_DUMPABLE): {0}")]
+    Dumpable(#[source] std::io::Error),
+    #[error("speak: no harness program to run")]
+    NoProgram,
+    #[error("speak: cannot start {program:?}: {source}")]
+    Start {
+        program: OsString,
+        source: std::io::Error,
+    },
+    #[error("speak: watching {program:?}: {source}")]
+    Watch {
+        program: OsString,
+        source: std::io::Error,
+    },
+    #[error("speak: relaying the {stream} of {program:?}: {source}")]
+    Relay {
+        program: OsString,
+        stream: &'static str,
+        source: std::io::Error,
+    },
+}
+
+/// Result alias of this module.
+pub type Result<T> = std::result::Result<T, SpeakerError>;
+
+/// Makes this process non-dumpable: its `/proc/<pid>` entries become root's, so a process of the
+/// same user can neither open its file descriptors nor read its memory or environment, nor trace it.
+/// It lasts until the process runs another program (`execve` makes the new one dumpable again).
+pub fn keep_voice_private() -> Result<()> {
+    rustix::process::set_dumpable_behavior(DumpableBehavior::NotDumpable)
+        .map_err(|errno| SpeakerError::Dumpable(errno.into()))
+}
+
+/// One of the harness program's output pipes and where it is relayed.
+struct Relay<'a> {
+    stream: HarnessStream,
+    /// `None` once it reached its end.
+    pipe: Option<OwnedFd>,
+    to: &'a mut dyn Write,
+    /// How many bytes the last read relayed.
+    last_read: usize,
+}
+
+impl Relay<'_> {
+    fn name(&self) -> &'static str {
+        match self.stream {
+            HarnessStream::Stdout => "stdout",
+            HarnessStream::Stderr => "stderr",
+        }
+    }
+
+    /// Reads once and relays what came; an end of the pipe closes it. `Err(AGAIN)` passes through.
+    fn relay_once(&mut self, buffer: &mut [u8]) -> std::result::Result<(), RelayFailure> {
+        let Some(pipe) = &self.pipe else {
+            return Ok(());
+        };
+        match rustix::io::read(pipe, &mut *buffer) {
+            Ok(0) => {
+                self.pipe = None;
+                self.last_read = 0;
+                Ok(())
+            }
+            Ok(read) => {
+                self.last_read = read;
+                let written = self
+                    .to
+                    .write_all(&buffer[..read])
+                    .and_then(|()| self.to.flush());
+                written.map_err(RelayFailure::Write)
+            }
+            Err(Errno::INTR) => {
+                self.last_read = 0;
+                Ok(())
+            }
+            Err(errno) => Err(RelayFailure::Read(errno)),
+        }
+    }
+
+    /// Relays exactly what the pipe holds now, when the harness program has exited (all it wrote,
+    /// since a write to a pipe is done once it returns), then looks once more without waiting:
+    /// returns whether some other process still holds the pipe open (no end reached). Anything it
+    /// wrote after that moment is read and passed over, never relayed.
+    fn drain(&mut self, buffer: &mut [u8]) -> std::result::Result<bool, RelayFailure> {
+        let Some(pipe) = &self.pipe else {
+            return Ok(false);
+        };
+        rustix::io::ioctl_fionbio(pipe, true).map_err(RelayFailure::Read)?;
+        let held = rustix::io::ioctl_fionread(pipe).map_err(RelayFailure::Read)?;
+        let mut left = usize::try_from(held).unwrap_or(usize::MAX);
+        while left > 0 {
+            let want = left.min(buffer.len());
+            match self.relay_once(&mut buffer[..want]) {
+                Ok(()) if self.pipe.is_none() => return Ok(false),
+                Ok(()) => left = left.saturating_sub(self.last_read),
+                Err(RelayFailure::Read(Errno::AGAIN)) => break,
+                Err(failure) => return Err(failure),
+            }
+        }
+        let Some(pipe) = &self.pipe else {
+            return Ok(false);
+        };
+        let last_look = loop {
+            match rustix::io::read(pipe, &mut buffer[..1]) {
+                Err(Errno::INTR) => continue,
+                looked => break looked,
+            }
+        };
+        match last_look {
+            Ok(0) => Ok(false),
+            Ok(_) | Err(Errno::AGAIN) => Ok(true),
+            Err(errno) => Err(RelayFailure::Read(errno)),
+        }
+    }
+}
+
+/// Why relaying stopped.
+enum RelayFailure {
+    Read(Errno),
+    Write(std::io::Error),
+}
+
+/// Runs `argv` (program first) with pipes as its stdout and stderr and no stdin, relaying them to
+/// `stdout` and `stderr` until it exits, then what they already hold and nothing more (see the module
+/// documentation). Returns the program's exit code, or 128 + the signal that ended it.
+pub fn speak(argv: &[OsString], stdout: &mut dyn Write, stderr: &mut dyn Write) -> Result<u8> {
+    let (program, args) = argv.split_first().ok_or(SpeakerError::NoProgram)?;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| SpeakerError::Start {
+            program: program.clone(),
+            source,
+        })?;
+    let relayed = relay(&mut child, stdout, stderr);
+    let held_open = match relayed {
+        Ok(held_open) => held_open,
+        Err(error) => {
+            // Nobody hears it any more: it is not left running on its own.
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(error.named(program));
+        }
+    };
+    let status = child.wait().map_err(|source| SpeakerError::Watch {
+        program: program.clone(),
+        source,
+    })?;
+    if !held_open.is_empty() {
+        let report = SpeakerReport {
+            held_open_after_exit: held_open,
+        };
+        if let Ok(line) = report.to_line() {
+            let _ = writeln!(stderr, "{line}");
+            let _ = stderr.flush();
+        }
+    }
+    Ok(exit_code(status))
+}
+
+/// A failure of [`relay`], before it is told which program it was about.
+enum Unnamed {
+    Watch(std::io::Error),
+    Relay {
+        stream: &'static str,
+        source: std::io::Error,
+    },
+}
+
+impl Unnamed {
+    fn named(self, program: &OsString) -> SpeakerError {
+        match self {
+            Unnamed::Watch(source) => SpeakerError::Watch {
+                program: program.clone(),
+                source,
+            },
+            Unnamed::Relay { stream, source } => SpeakerError::Relay {
+                program: program.clone(),
+                stream,
+                source,
+            },
+        }
+    }
+}
+
+/// Relays the child's stdout and stderr until it exits (seen through a pidfd, so the moment does not
+/// depend on the pipes closing), then drains them; returns the streams still held open after that.
+/// The child is left to be reaped.
+fn relay(
+    child: &mut Child,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> std::result::Result<Vec<HarnessStream>, Unnamed> {
+    let exited = rustix::process::pidfd_open(Pid::from_child(child), PidfdFlags::empty())
+        .map_err(|errno| Unnamed::Watch(errno.into()))?;
+    let mut relays = [
+        Relay {
+            stream: HarnessStream::Stdout,
+            pipe: child.stdout.take().map(OwnedFd::from),
+            to: stdout,
+            last_read: 0,
+        },
+        Relay {
+            stream: HarnessStream::Stderr,
+            pipe: child.stderr.take().map(OwnedFd::from),
+            to: stderr,
+            last_read: 0,
+        },
+    ];
+    let mut buffer = vec![0u8; RELAY_CHUNK];
+    let failed = |relay: &Relay<'_>, failure: RelayFailure| Unnamed::Relay {
+        stream: relay.name(),
+        source: match failure {
+            RelayFailure::Read(errno) => errno.into(),
+            RelayFailure::Write(error) => error,
+        },
+    };
+    loop {
+        let ready =
+            wait_for(exited.as_fd(), &relays).map_err(|errno| Unnamed::Watch(errno.into()))?;
+        for (relay, readable) in relays.iter_mut().zip(ready.pipes) {
+            if readable {
+                relay
+                    .relay_once(&mut buffer)
+                    .or_else(|failure| match failure {
+                        RelayFailure::Read(Errno::AGAIN) => Ok(()),
+                        failure => Err(failed(relay, failure)),
+                    })?;
+            }
+        }
+        if ready.exited {
+            break;
+        }
+    }
+    let mut held_open = Vec::new();
+    for relay in &mut relays {
+        if relay
+            .drain(&mut buffer)
+            .map_err(|failure| failed(relay, failure))?
+        {
+            held_open.push(relay.stream);
+        }
+    }
+    Ok(held_open)
+}
+
+/// What [`wait_for`] found ready.
+struct Ready {
+    exited: bool,
+    /// Per relay: its pipe has something to read (or reached its end).
+    pipes: [bool; 2],
+}
+
+/// Waits until the child has exited or one of the open pipes can be read.
+fn wait_for(
+    exited: std::os::fd::BorrowedFd<'_>,
+    relays: &[Relay<'_>; 2],
+) -> rustix::io::Result<Ready> {
+    let readable = PollFlags::IN;
+    let mut fds = vec![PollFd::new(&exited, readable)];
+    let mut polled = [None, None];
+    for (index, relay) in relays.iter().enumerate() {
+        if let Some(pipe) = &relay.pipe {
+            polled[index] = Some(fds.len());
+            fds.push(PollFd::new(pipe, readable));
+        }
+    }
+    loop {
+        match rustix::event::poll(&mut fds, None) {
+            Ok(_) => break,
+            Err(Errno::INTR) => continue,
+            Err(errno) => return Err(errno),
+        }
+    }
+    let woke = |at: usize| !fds[at].revents().is_empty();
+    Ok(Ready {
+        exited: woke(0),
+        pipes: polled.map(|at| at.is_some_and(woke)),
+    })
+}
+
+/// The exit code a shell would report: the program's own, or 128 + the signal that ended it.
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(u8::MAX),
+        (None, Some(signal)) => u8::try_from((128 + signal) & 0xff).unwrap_or(u8::MAX),
+        (None, None) => u8::MAX,
+    }
+}
+
+#[cfg(test)]
+mod tests;
