@@ -77,8 +77,6 @@ struct Relay<'a> {
     /// `None` once it reached its end.
     pipe: Option<OwnedFd>,
     to: &'a mut dyn Write,
-    /// How many bytes the last read relayed.
-    last_read: usize,
 }
 
 impl Relay<'_> {
@@ -89,29 +87,25 @@ impl Relay<'_> {
         }
     }
 
-    /// Reads once and relays what came; an end of the pipe closes it. `Err(AGAIN)` passes through.
-    fn relay_once(&mut self, buffer: &mut [u8]) -> std::result::Result<(), RelayFailure> {
+    /// Reads once (at most `buffer`'s length) and relays what came; returns how many bytes. The
+    /// end of the pipe closes it; `Err(AGAIN)` passes through.
+    fn relay_once(&mut self, buffer: &mut [u8]) -> std::result::Result<usize, RelayFailure> {
         let Some(pipe) = &self.pipe else {
-            return Ok(());
+            return Ok(0);
         };
         match rustix::io::read(pipe, &mut *buffer) {
             Ok(0) => {
                 self.pipe = None;
-                self.last_read = 0;
-                Ok(())
+                Ok(0)
             }
             Ok(read) => {
-                self.last_read = read;
                 let written = self
                     .to
                     .write_all(&buffer[..read])
                     .and_then(|()| self.to.flush());
-                written.map_err(RelayFailure::Write)
+                written.map(|()| read).map_err(RelayFailure::Write)
             }
-            Err(Errno::INTR) => {
-                self.last_read = 0;
-                Ok(())
-            }
+            Err(Errno::INTR) => Ok(0),
             Err(errno) => Err(RelayFailure::Read(errno)),
         }
     }
@@ -130,8 +124,8 @@ impl Relay<'_> {
         while left > 0 {
             let want = left.min(buffer.len());
             match self.relay_once(&mut buffer[..want]) {
-                Ok(()) if self.pipe.is_none() => return Ok(false),
-                Ok(()) => left = left.saturating_sub(self.last_read),
+                Ok(_) if self.pipe.is_none() => return Ok(false),
+                Ok(read) => left = left.saturating_sub(read),
                 Err(RelayFailure::Read(Errno::AGAIN)) => break,
                 Err(failure) => return Err(failure),
             }
@@ -159,6 +153,19 @@ enum RelayFailure {
     Write(std::io::Error),
 }
 
+impl RelayFailure {
+    fn about(self, program: &OsString, relay: &Relay<'_>) -> SpeakerError {
+        SpeakerError::Relay {
+            program: program.clone(),
+            stream: relay.name(),
+            source: match self {
+                RelayFailure::Read(errno) => errno.into(),
+                RelayFailure::Write(error) => error,
+            },
+        }
+    }
+}
+
 /// Runs `argv` (program first) with pipes as its stdout and stderr and no stdin, relaying them to
 /// `stdout` and `stderr` until it exits, then what they already hold and nothing more (see the module
 /// documentation). Returns the program's exit code, or 128 + the signal that ended it.
@@ -174,14 +181,13 @@ pub fn speak(argv: &[OsString], stdout: &mut dyn Write, stderr: &mut dyn Write) 
             program: program.clone(),
             source,
         })?;
-    let relayed = relay(&mut child, stdout, stderr);
-    let held_open = match relayed {
+    let held_open = match relay(&mut child, program, stdout, stderr) {
         Ok(held_open) => held_open,
         Err(error) => {
             // Nobody hears it any more: it is not left running on its own.
             let _ = child.kill();
             let _ = child.wait();
-            return Err(error.named(program));
+            return Err(error);
         }
     };
     let status = child.wait().map_err(|source| SpeakerError::Watch {
@@ -200,74 +206,43 @@ pub fn speak(argv: &[OsString], stdout: &mut dyn Write, stderr: &mut dyn Write) 
     Ok(exit_code(status))
 }
 
-/// A failure of [`relay`], before it is told which program it was about.
-enum Unnamed {
-    Watch(std::io::Error),
-    Relay {
-        stream: &'static str,
-        source: std::io::Error,
-    },
-}
-
-impl Unnamed {
-    fn named(self, program: &OsString) -> SpeakerError {
-        match self {
-            Unnamed::Watch(source) => SpeakerError::Watch {
-                program: program.clone(),
-                source,
-            },
-            Unnamed::Relay { stream, source } => SpeakerError::Relay {
-                program: program.clone(),
-                stream,
-                source,
-            },
-        }
-    }
-}
-
 /// Relays the child's stdout and stderr until it exits (seen through a pidfd, so the moment does not
 /// depend on the pipes closing), then drains them; returns the streams still held open after that.
 /// The child is left to be reaped.
 fn relay(
     child: &mut Child,
+    program: &OsString,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
-) -> std::result::Result<Vec<HarnessStream>, Unnamed> {
+) -> Result<Vec<HarnessStream>> {
+    let watch_error = |errno: Errno| SpeakerError::Watch {
+        program: program.clone(),
+        source: errno.into(),
+    };
     let exited = rustix::process::pidfd_open(Pid::from_child(child), PidfdFlags::empty())
-        .map_err(|errno| Unnamed::Watch(errno.into()))?;
+        .map_err(watch_error)?;
     let mut relays = [
         Relay {
             stream: HarnessStream::Stdout,
             pipe: child.stdout.take().map(OwnedFd::from),
             to: stdout,
-            last_read: 0,
         },
         Relay {
             stream: HarnessStream::Stderr,
             pipe: child.stderr.take().map(OwnedFd::from),
             to: stderr,
-            last_read: 0,
         },
     ];
     let mut buffer = vec![0u8; RELAY_CHUNK];
-    let failed = |relay: &Relay<'_>, failure: RelayFailure| Unnamed::Relay {
-        stream: relay.name(),
-        source: match failure {
-            RelayFailure::Read(errno) => errno.into(),
-            RelayFailure::Write(error) => error,
-        },
-    };
     loop {
-        let ready =
-            wait_for(exited.as_fd(), &relays).map_err(|errno| Unnamed::Watch(errno.into()))?;
+        let ready = wait_for(exited.as_fd(), &relays).map_err(watch_error)?;
         for (relay, readable) in relays.iter_mut().zip(ready.pipes) {
-            if readable {
-                relay
-                    .relay_once(&mut buffer)
-                    .or_else(|failure| match failure {
-                        RelayFailure::Read(Errno::AGAIN) => Ok(()),
-                        failure => Err(failed(relay, failure)),
-                    })?;
+            if !readable {
+                continue;
+            }
+            match relay.relay_once(&mut buffer) {
+                Ok(_) | Err(RelayFailure::Read(Errno::AGAIN)) => {}
+                Err(failure) => return Err(failure.about(program, relay)),
             }
         }
         if ready.exited {
@@ -276,11 +251,10 @@ fn relay(
     }
     let mut held_open = Vec::new();
     for relay in &mut relays {
-        if relay
-            .drain(&mut buffer)
-            .map_err(|failure| failed(relay, failure))?
-        {
-            held_open.push(relay.stream);
+        match relay.drain(&mut buffer) {
+            Ok(true) => held_open.push(relay.stream),
+            Ok(false) => {}
+            Err(failure) => return Err(failure.about(program, relay)),
         }
     }
     Ok(held_open)
