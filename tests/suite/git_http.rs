@@ -57,6 +57,51 @@ pub(crate) struct Presented {
     pub service: String,
     /// The request's method and path, e.g. `POST /octo/app.git/git-receive-pack`.
     pub request: String,
+    /// The request's `Host` header: which name and port the client believed it was talking to.
+    pub host: String,
+}
+
+/// One kind of smart-HTTP request, as a redirecting front end picks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RequestKind {
+    /// `GET …/info/refs?service=git-upload-pack` (ls-remote, fetch).
+    UploadRefs,
+    /// `GET …/info/refs?service=git-receive-pack` (push).
+    ReceiveRefs,
+    /// `POST …/git-upload-pack` (fetch).
+    UploadPack,
+    /// `POST …/git-receive-pack` (push).
+    ReceivePack,
+}
+
+impl RequestKind {
+    pub(crate) const ALL: [RequestKind; 4] = [
+        RequestKind::UploadRefs,
+        RequestKind::ReceiveRefs,
+        RequestKind::UploadPack,
+        RequestKind::ReceivePack,
+    ];
+
+    fn of(method: &str, service: &str) -> Option<RequestKind> {
+        match (method, service) {
+            ("GET", "git-upload-pack") => Some(RequestKind::UploadRefs),
+            ("GET", "git-receive-pack") => Some(RequestKind::ReceiveRefs),
+            ("POST", "git-upload-pack") => Some(RequestKind::UploadPack),
+            ("POST", "git-receive-pack") => Some(RequestKind::ReceivePack),
+            _ => None,
+        }
+    }
+}
+
+/// A front end's redirect: requests of `kind` are answered `307` to `location` + their own path and
+/// query, with a `WWW-Authenticate: Basic` challenge (which makes libgit2 present the credential it
+/// holds to the new place at once) — before the credential is checked, or only once it was accepted.
+#[derive(Debug, Clone)]
+pub(crate) struct Redirect {
+    pub kind: RequestKind,
+    /// `scheme://host:port`, without a trailing `/`.
+    pub location: String,
+    pub after_auth: bool,
 }
 
 /// What the serving thread and the test share.
@@ -65,6 +110,9 @@ struct Shared {
     authorizer: Authorizer,
     presented: Mutex<Vec<Presented>>,
     requests: AtomicUsize,
+    redirect: Mutex<Option<Redirect>>,
+    /// The `Host` header of every request, in order.
+    hosts: Mutex<Vec<String>>,
 }
 
 /// A smart-HTTP git server on `127.0.0.1:<ephemeral>` serving the bare repositories under a root
@@ -88,6 +136,8 @@ impl GitHttpServer {
             authorizer,
             presented: Mutex::new(Vec::new()),
             requests: AtomicUsize::new(0),
+            redirect: Mutex::new(None),
+            hosts: Mutex::new(Vec::new()),
         });
         let (shutdown, stop) = oneshot::channel();
         let serving = shared.clone();
@@ -127,6 +177,16 @@ impl GitHttpServer {
     /// How many requests arrived so far, with or without a credential.
     pub(crate) fn request_count(&self) -> usize {
         self.shared.requests.load(Ordering::SeqCst)
+    }
+
+    /// The `Host` header of every request so far, with or without a credential.
+    pub(crate) fn hosts(&self) -> Vec<String> {
+        self.shared.hosts.lock().unwrap().clone()
+    }
+
+    /// From now on, answers one kind of request with a redirect (`None`: none).
+    pub(crate) fn redirect(&self, redirect: Option<Redirect>) {
+        *self.shared.redirect.lock().unwrap() = redirect;
     }
 
     /// Creates an empty bare repository for `repo` (`owner/name`) at `<root>/owner/name.git`, with
@@ -282,6 +342,11 @@ async fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Share
             Ok(None) => return,
             Ok(Some(head)) => {
                 shared.requests.fetch_add(1, Ordering::SeqCst);
+                shared
+                    .hosts
+                    .lock()
+                    .unwrap()
+                    .push(head.header("host").unwrap_or_default().to_owned());
                 match handle(&head, &mut reader, &mut write, peer, &shared).await {
                     Ok((response, body_consumed)) => {
                         let keep = body_consumed && head.keeps_alive();
@@ -571,6 +636,16 @@ where
             consumed,
         ));
     };
+    let redirect = shared
+        .redirect
+        .lock()
+        .unwrap()
+        .clone()
+        .filter(|redirect| RequestKind::of(&head.method, &service) == Some(redirect.kind));
+    if let Some(redirect) = redirect.as_ref().filter(|redirect| !redirect.after_auth) {
+        let consumed = consume_unless_continue(reader, &framing, expects_continue).await?;
+        return Ok((redirected(head, redirect), consumed));
+    }
     let Some(authorization) = head.header("authorization") else {
         let consumed = consume_unless_continue(reader, &framing, expects_continue).await?;
         return Ok((Response::unauthorized("authentication required"), consumed));
@@ -584,10 +659,15 @@ where
         accepted,
         service: service.clone(),
         request: format!("{} {}", head.method, head.path),
+        host: head.header("host").unwrap_or_default().to_owned(),
     });
     if !accepted {
         let consumed = consume_unless_continue(reader, &framing, expects_continue).await?;
         return Ok((Response::unauthorized("credential refused"), consumed));
+    }
+    if let Some(redirect) = &redirect {
+        let consumed = consume_unless_continue(reader, &framing, expects_continue).await?;
+        return Ok((redirected(head, redirect), consumed));
     }
     let encoding = match head.header("content-encoding") {
         None => None,
@@ -620,6 +700,25 @@ where
         encoding: encoding.as_deref(),
     };
     Ok((run_backend(&shared.root, &cgi).await, true))
+}
+
+/// A `307` to the redirect's location with the request's own path and query, and a Basic challenge.
+fn redirected(head: &RequestHead, redirect: &Redirect) -> Response {
+    let query = if head.query.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", head.query)
+    };
+    let mut response = Response::text(307, "Temporary Redirect", "moved");
+    response.headers.push((
+        "Location".into(),
+        format!("{}{}{query}", redirect.location, head.path),
+    ));
+    response.headers.push((
+        "WWW-Authenticate".into(),
+        format!("Basic realm=\"{REALM}\""),
+    ));
+    response
 }
 
 /// Reads and drops a body the server will not use, so the connection stays usable; with

@@ -9,6 +9,7 @@ mod engine_matrix;
 mod forge_local;
 mod gateway;
 mod git_http;
+mod git_origins;
 mod git_workspace;
 mod gitea;
 mod github;

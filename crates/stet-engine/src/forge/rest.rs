@@ -1,7 +1,9 @@
 //! A forge's REST API over HTTPS, shared by every forge: the credential goes out only as the
 //! `Authorization` header of requests to the API's own origin (a redirect elsewhere is not followed),
 //! failures that may pass are retried under [`RetryPolicy`] honouring `Retry-After`, answers are read
-//! whole but bounded, and every error text went through the sanitizer first.
+//! whole but bounded (an answer over the bound is final, never asked for again), a whole request — its
+//! attempts, redirects and waits — has one deadline, and every error text went through the sanitizer
+//! first.
 
 use std::fmt;
 use std::time::Duration;
@@ -37,7 +39,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one attempt may take: every request of it sent and every answer read whole, the redirects
 /// within the API's origin included (each of them is not given this time afresh).
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
-/// The largest answer read; a forge's JSON about one repository or pull request is a few KiB.
+/// How long a whole request may take: every attempt, every redirect and every wait between attempts.
+/// A forge that trickles its answers cannot hold `stet doctor` or a preflight longer than this.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(60);
+/// The largest answer read; a forge's JSON about one repository or pull request is a few KiB. An
+/// answer over it is an error at once: it would be as large the next time.
 const MAX_REPLY_BYTES: usize = 8 * 1024 * 1024;
 /// Redirects followed within the API's origin before giving up.
 const MAX_REDIRECTS: usize = 5;
@@ -294,6 +300,8 @@ pub(crate) struct Rest {
     retry: RetryPolicy,
     /// [`READ_TIMEOUT`]; shorter in tests.
     read_timeout: Duration,
+    /// [`REQUEST_DEADLINE`]; shorter in tests.
+    deadline: Duration,
     sanitizer: SanitizerHandle,
 }
 
@@ -353,6 +361,7 @@ impl Rest {
             auth,
             retry,
             read_timeout: READ_TIMEOUT,
+            deadline: REQUEST_DEADLINE,
             sanitizer,
         })
     }
@@ -372,9 +381,10 @@ impl Rest {
         body: Option<&Value>,
     ) -> Result<Reply> {
         let max_attempts = self.retry.max_attempts.max(1);
+        let until = tokio::time::Instant::now() + self.deadline;
         let mut attempt = 1;
         loop {
-            let transient = match self.attempt(&method, path, body).await? {
+            let transient = match self.attempt(&method, path, body, until).await? {
                 Attempt::Answered(reply, headers) => match self.transient(&reply, &headers) {
                     None => return Ok(reply),
                     Some(transient) => transient,
@@ -404,6 +414,10 @@ impl Rest {
                 }
                 _ => told.unwrap_or_else(|| self.retry.backoff(attempt)),
             };
+            if tokio::time::Instant::now() + delay >= until {
+                tracing::warn!(forge = self.forge, %method, path, attempt, deadline_s = self.deadline.as_secs(), "the request's deadline would pass before the next attempt; giving up");
+                return Err(self.past_deadline(transient, attempt));
+            }
             tracing::warn!(forge = self.forge, %method, path, attempt, delay_ms = delay.as_millis(), reason = transient.reason(), "forge request failed transiently; retrying");
             tokio::time::sleep(delay).await;
             attempt += 1;
@@ -411,13 +425,22 @@ impl Rest {
     }
 
     /// One request and the redirects within the API's origin it leads to, read whole, all within
-    /// [`READ_TIMEOUT`]. A request that cannot be built (the credential cannot make a header), or a
-    /// redirect to another origin, is an error at once; one that found no answer may be tried again.
-    async fn attempt(&self, method: &Method, path: &str, body: Option<&Value>) -> Result<Attempt> {
-        match tokio::time::timeout(self.read_timeout, self.follow(method, path, body)).await {
+    /// [`READ_TIMEOUT`] and before the request's deadline `until`. A request that cannot be built (the
+    /// credential cannot make a header), a redirect to another origin, or an answer over the size bound
+    /// is an error at once; one that found no answer may be tried again.
+    async fn attempt(
+        &self,
+        method: &Method,
+        path: &str,
+        body: Option<&Value>,
+        until: tokio::time::Instant,
+    ) -> Result<Attempt> {
+        let remaining = until.saturating_duration_since(tokio::time::Instant::now());
+        let limit = self.read_timeout.min(remaining);
+        match tokio::time::timeout(limit, self.follow(method, path, body)).await {
             Ok(attempt) => attempt,
             Err(_) => Ok(Attempt::Unreachable {
-                detail: format!("no answer within {} s", self.read_timeout.as_secs()),
+                detail: format!("no answer within {} s", limit.as_secs_f32()),
                 sent: true,
             }),
         }
@@ -452,7 +475,15 @@ impl Rest {
                 .await
             {
                 Ok(answer) => answer,
-                Err((detail, sent)) => return Ok(Attempt::Unreachable { detail, sent }),
+                Err(Unanswered::Transport { detail, sent }) => {
+                    return Ok(Attempt::Unreachable { detail, sent });
+                }
+                Err(Unanswered::TooLarge { detail }) => {
+                    return Err(ForgeError::Protocol {
+                        forge: self.forge,
+                        detail: format!("{path}: {detail}; it is not asked for again"),
+                    });
+                }
             };
             if !status.is_redirection() || status == StatusCode::NOT_MODIFIED {
                 return Ok(Attempt::Answered(reply, headers));
@@ -477,7 +508,7 @@ impl Rest {
         uri: &Uri,
         authorization: Vec<(HeaderName, HeaderValue)>,
         payload: Option<&[u8]>,
-    ) -> std::result::Result<(StatusCode, HeaderMap, Reply), (String, bool)> {
+    ) -> std::result::Result<(StatusCode, HeaderMap, Reply), Unanswered> {
         let mut request = Request::builder()
             .method(method.clone())
             .uri(uri.clone())
@@ -493,21 +524,30 @@ impl Rest {
             .body(Full::new(Bytes::copy_from_slice(
                 payload.unwrap_or_default(),
             )))
-            .map_err(|err| {
-                (
-                    self.sanitize(&format!("the request could not be built: {err}")),
-                    false,
-                )
+            .map_err(|err| Unanswered::Transport {
+                detail: self.sanitize(&format!("the request could not be built: {err}")),
+                sent: false,
             })?;
         let response = self
             .client
             .request(request)
             .await
-            .map_err(|err| (self.sanitize(&error_chain(&err)), !err.is_connect()))?;
+            .map_err(|err| Unanswered::Transport {
+                detail: self.sanitize(&error_chain(&err)),
+                sent: !err.is_connect(),
+            })?;
         let (parts, body) = response.into_parts();
         let text = read_bounded(body, MAX_REPLY_BYTES)
             .await
-            .map_err(|err| (self.sanitize(&format!("reading the answer: {err}")), true))?;
+            .map_err(|err| match err {
+                Unread::TooLarge(limit) => Unanswered::TooLarge {
+                    detail: format!("the answer is longer than {} MiB", limit / (1024 * 1024)),
+                },
+                Unread::Broken(detail) => Unanswered::Transport {
+                    detail: self.sanitize(&format!("reading the answer: {detail}")),
+                    sent: true,
+                },
+            })?;
         Ok((
             parts.status,
             parts.headers,
@@ -591,6 +631,20 @@ impl Rest {
             detail,
             wait: retry_after.or(reset),
         })
+    }
+
+    /// The error for a request whose deadline passed: what went wrong last, and the deadline.
+    fn past_deadline(&self, transient: Transient, attempts: u32) -> ForgeError {
+        match self.exhausted(transient, attempts) {
+            ForgeError::Transport { forge, detail } => ForgeError::Transport {
+                forge,
+                detail: format!(
+                    "{detail}; the request's deadline of {} s has passed",
+                    self.deadline.as_secs_f32()
+                ),
+            },
+            other => other,
+        }
     }
 
     fn exhausted(&self, transient: Transient, attempts: u32) -> ForgeError {
@@ -746,6 +800,23 @@ fn error_entry(entry: &Value) -> Option<String> {
     }
 }
 
+/// Why an exchange brought no answer to interpret.
+enum Unanswered {
+    /// No answer, or one cut short: the sanitized reason, and whether the request may have reached the
+    /// forge. May be tried again.
+    Transport { detail: String, sent: bool },
+    /// An answer over [`MAX_REPLY_BYTES`]: final.
+    TooLarge { detail: String },
+}
+
+/// Why a body could not be read whole.
+enum Unread {
+    /// It is longer than this many bytes.
+    TooLarge(usize),
+    /// The connection failed while reading it.
+    Broken(String),
+}
+
 /// A body read whole into one buffer of at most `limit` bytes, copied frame by frame: memory follows
 /// the answer's size, not the number of its chunks (collecting the frames would keep each one, and the
 /// buffer it was read into, until the end: tens of bytes for each one-byte chunk). The text is
@@ -753,20 +824,21 @@ fn error_entry(entry: &Value) -> Option<String> {
 async fn read_bounded<B>(
     mut body: B,
     limit: usize,
-) -> std::result::Result<Zeroizing<String>, String>
+) -> std::result::Result<Zeroizing<String>, Unread>
 where
     B: hyper::body::Body<Data = Bytes> + Unpin,
     B::Error: std::error::Error,
 {
+    // A Content-Length over the bound is refused before a byte of the body is read.
+    if usize::try_from(body.size_hint().lower()).map_or(true, |announced| announced > limit) {
+        return Err(Unread::TooLarge(limit));
+    }
     let mut bytes = Vec::new();
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|err| error_chain(&err))?;
+        let frame = frame.map_err(|err| Unread::Broken(error_chain(&err)))?;
         if let Ok(data) = frame.into_data() {
             if data.len() > limit - bytes.len() {
-                return Err(format!(
-                    "the answer is longer than {} MiB",
-                    limit / (1024 * 1024)
-                ));
+                return Err(Unread::TooLarge(limit));
             }
             bytes.extend_from_slice(&data);
         }

@@ -4,6 +4,7 @@
 
 pub mod changes;
 pub mod import;
+pub mod origin_guard;
 mod pack;
 pub mod push;
 pub mod workspace;

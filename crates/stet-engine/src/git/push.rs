@@ -5,6 +5,10 @@
 //! A URL is checked before any network: no userinfo, and plain `http://` only to a loopback host, so a
 //! credential never crosses a network in clear. The same rules serve the host's other two remote
 //! operations: listing a remote's refs, and fetching a base commit the user's repository lacks.
+//!
+//! Every operation over HTTP keeps to the origin rule (docs/security.md): libgit2 talks only to an
+//! [`OriginGuard`] that forwards to the checked origin (scheme, host and port) and refuses a redirect
+//! anywhere else, and the credentials callback answers only for the guard's own origin.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -18,6 +22,7 @@ use git2::{
 
 use crate::dispatch::branch::{BranchError, CommitSha, validate_ref_format};
 use crate::dispatch::credential::ScopedCredential;
+use crate::git::origin_guard::{Origin, OriginGuard};
 
 /// The user name presented with a scoped credential over HTTP(S) (GitHub's convention).
 pub const PUSH_USERNAME: &str = "x-access-token";
@@ -67,6 +72,25 @@ pub enum PushError {
     },
     #[error("remote {url}: the remote asked for a credential and none is configured")]
     CredentialRequired { url: String },
+    #[error(
+        "remote {url}: {request} was redirected from {from} to {to}, another origin; stet refused the redirect and sent the credential nowhere but {from}"
+    )]
+    RedirectRefused {
+        url: String,
+        from: String,
+        to: String,
+        request: String,
+    },
+    #[error(
+        "remote {url}: a credential was asked for {asked}, but stet checked {checked}; the credential goes only to the origin stet checked"
+    )]
+    OriginMismatch {
+        url: String,
+        checked: String,
+        asked: String,
+    },
+    #[error("remote {url}: {detail}")]
+    Guard { url: String, detail: String },
     #[error(
         "remote {url}: the credential was refused (presented {attempts} time(s)): it is wrong, expired or revoked, or has no access to this repository"
     )]
@@ -147,8 +171,9 @@ pub fn push(request: &PushRequest<'_>) -> Result<()> {
     let reference = format!("refs/heads/{}", request.branch);
     let repository = open_repository(request.repository)?;
     find_commit(&repository, request.commit, request.repository)?;
-    let exchange = Exchange::new(request.credential);
-    let mut remote = anonymous_remote(&repository, request.url)?;
+    let route = Route::to(request.url)?;
+    let exchange = Exchange::new(request.credential, &route);
+    let mut remote = route.remote(&repository)?;
     let mut options = PushOptions::new();
     options
         .remote_callbacks(exchange.callbacks())
@@ -157,9 +182,9 @@ pub fn push(request: &PushRequest<'_>) -> Result<()> {
     let refspec = format!("{}:{reference}", request.commit);
     let pushed = remote.push(&[refspec.as_str()], Some(&mut options));
     if let Err(err) = pushed {
-        return Err(exchange
-            .auth_failure(request.url, &err)
-            .unwrap_or_else(|| push_failure(request, err)));
+        return Err(route
+            .refusal(&exchange, &err)
+            .unwrap_or_else(|| push_failure(request, &route, err)));
     }
     match exchange.rejection() {
         Some((rejected, reason)) => Err(PushError::Rejected {
@@ -180,8 +205,9 @@ pub fn remote_refs(
 ) -> Result<BTreeMap<String, CommitSha>> {
     check_url(url)?;
     let opened = open_repository(repository)?;
-    let exchange = Exchange::new(credential);
-    let mut remote = anonymous_remote(&opened, url)?;
+    let route = Route::to(url)?;
+    let exchange = Exchange::new(credential, &route);
+    let mut remote = route.remote(&opened)?;
     let list_failure = |detail: String| PushError::ListFailed {
         url: url.to_owned(),
         repository: repository.to_owned(),
@@ -194,13 +220,13 @@ pub fn remote_refs(
             Some(ProxyOptions::new()),
         )
         .map_err(|err| {
-            exchange
-                .auth_failure(url, &err)
-                .unwrap_or_else(|| list_failure(err.message().to_owned()))
+            route
+                .refusal(&exchange, &err)
+                .unwrap_or_else(|| list_failure(route.detail(&err)))
         })?;
     let heads = connection
         .list()
-        .map_err(|err| list_failure(err.message().to_owned()))?;
+        .map_err(|err| list_failure(route.detail(&err)))?;
     let mut refs = BTreeMap::new();
     for head in heads {
         if head.name().ends_with("^{}") {
@@ -233,8 +259,9 @@ pub fn fetch_commit(
     if find_commit(&opened, commit, repository).is_ok() {
         return Ok(());
     }
-    let exchange = Exchange::new(credential);
-    let mut remote = anonymous_remote(&opened, url)?;
+    let route = Route::to(url)?;
+    let exchange = Exchange::new(credential, &route);
+    let mut remote = route.remote(&opened)?;
     let mut options = FetchOptions::new();
     options
         .remote_callbacks(exchange.callbacks())
@@ -246,13 +273,13 @@ pub fn fetch_commit(
     remote
         .download(&[refspec.as_str()], Some(&mut options))
         .map_err(|err| {
-            exchange
-                .auth_failure(url, &err)
+            route
+                .refusal(&exchange, &err)
                 .unwrap_or_else(|| PushError::FetchFailed {
                     url: url.to_owned(),
                     branch: branch.to_owned(),
                     repository: repository.to_owned(),
-                    detail: err.message().to_owned(),
+                    detail: route.detail(&err),
                 })
         })?;
     find_commit(&opened, commit, repository).map_err(|_| PushError::FetchFailed {
@@ -457,47 +484,121 @@ fn remote_refusal(err: &git2::Error) -> &'static str {
     }
 }
 
-fn push_failure(request: &PushRequest<'_>, err: git2::Error) -> PushError {
+fn push_failure(request: &PushRequest<'_>, route: &Route<'_>, err: git2::Error) -> PushError {
     if err.code() == ErrorCode::NotFastForward {
         return PushError::NonFastForward {
             url: request.url.to_owned(),
             branch: request.branch.to_owned(),
             repository: request.repository.to_owned(),
-            detail: err.message().to_owned(),
+            detail: route.detail(&err),
         };
     }
     PushError::PushFailed {
         url: request.url.to_owned(),
         branch: request.branch.to_owned(),
         repository: request.repository.to_owned(),
-        detail: err.message().to_owned(),
+        detail: route.detail(&err),
+    }
+}
+
+/// Where libgit2 is sent for one operation: for an `http(s)` URL, an [`OriginGuard`] in front of the
+/// checked origin; a local path as it is.
+struct Route<'u> {
+    url: &'u str,
+    guard: Option<OriginGuard>,
+}
+
+impl<'u> Route<'u> {
+    /// A route to `url`, which [`check_url`] accepted.
+    fn to(url: &'u str) -> Result<Route<'u>> {
+        let guard = match Origin::of(url) {
+            Some(_) => Some(OriginGuard::start(url).map_err(|err| PushError::Guard {
+                url: url.to_owned(),
+                detail: err.to_string(),
+            })?),
+            None => None,
+        };
+        Ok(Route { url, guard })
+    }
+
+    /// The in-memory remote libgit2 talks to. The checked URL must not be one the repository's
+    /// configuration rewrites (stet would silently ignore the user's rule), nor may the guard's.
+    fn remote<'r>(&self, repository: &'r Repository) -> Result<Remote<'r>> {
+        let checked = anonymous_remote(repository, self.url)?;
+        let Some(guard) = &self.guard else {
+            return Ok(checked);
+        };
+        drop(checked);
+        anonymous_remote(repository, &guard.local_url()).map_err(|err| match err {
+            PushError::UrlRewritten { .. } => PushError::UrlRewritten {
+                url: self.url.to_owned(),
+            },
+            PushError::UnsupportedUrl { reason, .. } => PushError::UnsupportedUrl {
+                url: self.url.to_owned(),
+                reason,
+            },
+            other => other,
+        })
+    }
+
+    /// The error for a redirect the guard refused, or for a credential the callback refused or the
+    /// remote did not take.
+    fn refusal(&self, exchange: &Exchange<'_>, err: &git2::Error) -> Option<PushError> {
+        if let Some(guard) = &self.guard
+            && let Some(refused) = guard.refused()
+        {
+            return Some(PushError::RedirectRefused {
+                url: self.url.to_owned(),
+                from: guard.origin().to_string(),
+                to: refused.to,
+                request: refused.request,
+            });
+        }
+        exchange.auth_failure(self.url, err)
+    }
+
+    /// libgit2's message, naming the checked origin where it named the guard.
+    fn detail(&self, err: &git2::Error) -> String {
+        match &self.guard {
+            Some(guard) => guard.unmask(err.message()),
+            None => err.message().to_owned(),
+        }
     }
 }
 
 /// Why the credentials callback stopped answering.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum AuthStop {
     NoneConfigured,
     Exhausted,
     Unsupported(CredentialType),
+    /// libgit2 asked for a credential for another origin than the guard's (shown as given).
+    OtherOrigin(String),
 }
 
 /// What the callbacks of one push or listing saw: how often a credential was asked for, why the
 /// callback stopped, which ref the remote rejected, and what the remote said on its side band.
 struct Exchange<'a> {
     credential: Option<&'a ScopedCredential>,
+    /// The origin libgit2 may be given the credential for (the guard's), and the checked origin it
+    /// stands for; `None` for a local path, where no credential is ever presented.
+    origins: Option<(Origin, String)>,
     attempts: Cell<u32>,
-    stop: Cell<Option<AuthStop>>,
+    stop: RefCell<Option<AuthStop>>,
     rejected: RefCell<Option<(String, String)>>,
     remote_messages: RefCell<String>,
 }
 
 impl<'a> Exchange<'a> {
-    fn new(credential: Option<&'a ScopedCredential>) -> Exchange<'a> {
+    fn new(credential: Option<&'a ScopedCredential>, route: &Route<'_>) -> Exchange<'a> {
         Exchange {
             credential,
+            origins: route
+                .guard
+                .as_ref()
+                .map(|guard| (guard.local_origin().clone(), guard.origin().to_string())),
             attempts: Cell::new(0),
-            stop: Cell::new(None),
+            stop: RefCell::new(None),
             rejected: RefCell::new(None),
             remote_messages: RefCell::new(String::new()),
         }
@@ -505,7 +606,7 @@ impl<'a> Exchange<'a> {
 
     fn callbacks<'s>(&'s self) -> RemoteCallbacks<'s> {
         let mut callbacks = RemoteCallbacks::new();
-        callbacks.credentials(|_url, _username, allowed| self.answer(allowed));
+        callbacks.credentials(|url, _username, allowed| self.answer(url, allowed));
         callbacks.push_update_reference(|reference, status| {
             if let Some(status) = status {
                 self.record_rejection(reference, status);
@@ -519,12 +620,21 @@ impl<'a> Exchange<'a> {
         callbacks
     }
 
-    /// The credentials callback: the scoped credential, at most [`MAX_CREDENTIAL_ATTEMPTS`] times.
-    fn answer(&self, allowed: CredentialType) -> std::result::Result<Cred, git2::Error> {
+    /// The credentials callback: the scoped credential, at most [`MAX_CREDENTIAL_ATTEMPTS`] times,
+    /// and only for the guard's origin (scheme, host and port compared whole).
+    fn answer(&self, url: &str, allowed: CredentialType) -> std::result::Result<Cred, git2::Error> {
         let stop = |why: AuthStop, message: &str| {
-            self.stop.set(Some(why));
+            *self.stop.borrow_mut() = Some(why);
             Err(git2::Error::from_str(message))
         };
+        let asked = Origin::of(url);
+        if self.origins.as_ref().map(|(local, _)| local) != asked.as_ref() || asked.is_none() {
+            let shown = asked.map_or_else(|| withhold_userinfo(url), |origin| origin.to_string());
+            return stop(
+                AuthStop::OtherOrigin(shown),
+                "a credential was asked for another origin than the one stet checked",
+            );
+        }
         let Some(credential) = self.credential else {
             return stop(
                 AuthStop::NoneConfigured,
@@ -572,7 +682,7 @@ impl<'a> Exchange<'a> {
     /// was presented (a request refused where libgit2 does not ask again), into its error.
     fn auth_failure(&self, url: &str, err: &git2::Error) -> Option<PushError> {
         let url = url.to_owned();
-        match self.stop.get() {
+        match self.stop.borrow().clone() {
             Some(AuthStop::NoneConfigured) => Some(PushError::CredentialRequired { url }),
             Some(AuthStop::Exhausted) => Some(PushError::AuthenticationFailed {
                 url,
@@ -581,6 +691,14 @@ impl<'a> Exchange<'a> {
             Some(AuthStop::Unsupported(asked)) => Some(PushError::UnsupportedCredential {
                 url,
                 asked: format!("{asked:?}"),
+            }),
+            Some(AuthStop::OtherOrigin(asked)) => Some(PushError::OriginMismatch {
+                checked: self.origins.as_ref().map_or_else(
+                    || "no origin (a local path)".to_owned(),
+                    |(_, checked)| checked.clone(),
+                ),
+                url,
+                asked,
             }),
             None if err.code() == ErrorCode::Auth && self.attempts.get() > 0 => {
                 Some(PushError::AuthenticationFailed {

@@ -1,5 +1,8 @@
 use super::*;
+use std::sync::Arc;
+
 use serde_json::json;
+use tokio::io::AsyncWriteExt as _;
 
 #[test]
 fn backoff_doubles_up_to_the_cap() {
@@ -165,4 +168,154 @@ fn gitlabs_error_bodies_are_read_in_each_of_their_shapes() {
         parts(json!({"message": "Validation Failed", "errors": [{"message": "head is invalid"}]})),
         "Validation Failed; head is invalid"
     );
+}
+
+fn quick_rest(uri: &str, max_attempts: u32) -> Rest {
+    Rest::new(
+        "github",
+        uri,
+        Auth::Bearer(SecretValue::new(format!(
+            "t{}",
+            uuid::Uuid::new_v4().simple()
+        ))),
+        RetryPolicy {
+            max_attempts,
+            base_delay: Duration::from_millis(10),
+            max_delay: Duration::from_secs(1),
+        },
+        SanitizerHandle::new(crate::dispatch::sanitize::TokenSanitizer::new().unwrap()),
+    )
+    .unwrap()
+}
+
+/// An answer over the size bound would be as large the next time: it is asked for once, whether it
+/// announces its length or streams without one.
+#[tokio::test]
+async fn an_answer_over_the_bound_is_final() {
+    use wiremock::matchers::{any, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let server = MockServer::start().await;
+    let oversized = "x".repeat(MAX_REPLY_BYTES + 1);
+    Mock::given(any())
+        .and(path("/announced"))
+        .respond_with(ResponseTemplate::new(200).set_body_string(oversized.clone()))
+        .mount(&server)
+        .await;
+    let rest = quick_rest(&server.uri(), 4);
+
+    let err = rest
+        .send(Method::GET, "/announced", None)
+        .await
+        .err()
+        .unwrap();
+
+    assert!(
+        matches!(&err, ForgeError::Protocol { detail, .. } if detail.contains("longer than 8 MiB") && detail.contains("not asked for again")),
+        "{err}"
+    );
+    assert_eq!(server.received_requests().await.unwrap().len(), 1);
+
+    // Streamed (chunked, no Content-Length): the bound is found while reading, and is final too.
+    let (uri, connections) = serve_raw(|stream| async move {
+        let mut stream = stream;
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .await?;
+        let chunk = vec![b'x'; 64 * 1024];
+        loop {
+            stream
+                .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                .await?;
+            stream.write_all(&chunk).await?;
+            stream.write_all(b"\r\n").await?;
+        }
+    })
+    .await;
+    let err = quick_rest(&uri, 4)
+        .send(Method::GET, "/streamed", None)
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&err, ForgeError::Protocol { detail, .. } if detail.contains("longer than 8 MiB")),
+        "{err}"
+    );
+    assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// A forge that answers a byte at a time cannot stretch a request past its one deadline: the attempts
+/// after the first get only what is left of it, and none starts once it has passed (with a time limit
+/// per attempt only, four attempts would have taken four connections and four limits).
+#[tokio::test]
+async fn a_trickling_forge_meets_one_deadline_for_the_whole_request() {
+    let (uri, connections) = serve_raw(|stream| async move {
+        let mut stream = stream;
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n")
+            .await?;
+        let mut interval = tokio::time::interval(Duration::from_millis(20));
+        loop {
+            interval.tick().await;
+            stream.write_all(b"{").await?;
+        }
+    })
+    .await;
+    let mut rest = quick_rest(&uri, 4);
+    rest.read_timeout = Duration::from_millis(700);
+    rest.deadline = Duration::from_secs(1);
+
+    let started = std::time::Instant::now();
+    let err = rest
+        .send(Method::GET, "/repos/o/r", None)
+        .await
+        .err()
+        .unwrap();
+    let took = started.elapsed();
+
+    assert!(
+        matches!(&err, ForgeError::Transport { detail, .. } if detail.contains("deadline of 1 s")),
+        "{err}"
+    );
+    let made = connections.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        (1..=2).contains(&made),
+        "{made} connections within a deadline of 1 s"
+    );
+    assert!(
+        took < Duration::from_millis(2500),
+        "the request took {took:?} under a deadline of 1 s"
+    );
+}
+
+/// A loopback listener that reads each request's head and hands the connection to `answer`; returns
+/// its URL and how many connections it accepted.
+async fn serve_raw<F, Fut>(answer: F) -> (String, Arc<std::sync::atomic::AtomicUsize>)
+where
+    F: Fn(tokio::net::TcpStream) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = std::io::Result<()>> + Send,
+{
+    use tokio::io::AsyncReadExt as _;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let uri = format!("http://{}", listener.local_addr().unwrap());
+    let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = Arc::clone(&connections);
+    let answer = Arc::new(answer);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let answer = Arc::clone(&answer);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let _ = answer(stream).await;
+            });
+        }
+    });
+    (uri, connections)
 }

@@ -178,7 +178,13 @@ fn remote_messages_keep_the_last_state_of_each_line_without_control_characters()
 
 #[test]
 fn the_remote_message_buffer_stays_bounded() {
-    let exchange = Exchange::new(None);
+    let exchange = Exchange::new(
+        None,
+        &Route {
+            url: "/srv/git/app.git",
+            guard: None,
+        },
+    );
     for _ in 0..100 {
         exchange.record_remote_message("é".repeat(1000).as_bytes());
     }

@@ -1,0 +1,448 @@
+//! The origin rule from the attacker's side (issue 27 part 1): a forge's git endpoint that answers
+//! with a redirect — to another port, to another name for the same address, to another scheme — for
+//! each kind of smart-HTTP request, before or after it saw the credential. The credential (a canary
+//! made at test time) must reach only the origin stet checked: the redirect targets' own listeners
+//! prove it. Run for each forge's git transport (GitHub, Gitea, GitLab) and each credential provider
+//! that needs no forge to mint (`local`, and `fallback`, which hands out the user's primary token).
+
+use std::io::{Read as _, Write as _};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use git2::Repository;
+
+use stet_engine::brief::Target;
+use stet_engine::dispatch::branch::CommitSha;
+use stet_engine::dispatch::credential::{
+    CredentialProvider, LocalCredentialProvider, ScopedCredential, SecretValue, random_token,
+};
+use stet_engine::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
+use stet_engine::forge::checkout_remotes::CheckoutRemotes;
+use stet_engine::forge::fallback::FallbackCredentialProvider;
+use stet_engine::forge::github::{Dialect, GitHubForge};
+use stet_engine::forge::gitlab::GitLabForge;
+use stet_engine::forge::rest::RetryPolicy;
+use stet_engine::forge::settings::ForgeSettings;
+use stet_engine::forge::token::TokenSource;
+use stet_engine::forge::{Forge, Preflight, PushBranch};
+use stet_engine::git::push::{PushError, fetch_commit, remote_refs};
+
+use super::git_http::{GitHttpServer, Redirect, RequestKind};
+use super::support::git;
+
+const REPO: &str = "octo/app";
+
+/// A listener that only records: every connection it accepts and the bytes that arrived before the
+/// end of a request head, answered with a Basic challenge (bait for a credential).
+struct Trap {
+    address: SocketAddr,
+    connections: Recorded,
+    stopping: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What a settle probe sends, so the trap tells it from a client's connection.
+const SETTLE: &[u8] = b"STET-TRAP-SETTLE\n";
+
+/// The bytes each accepted connection sent, in the order accepted.
+type Recorded = Arc<Mutex<Vec<Arc<Mutex<Vec<u8>>>>>>;
+
+impl Trap {
+    fn start() -> Trap {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let address = listener.local_addr().unwrap();
+        let connections: Recorded = Arc::default();
+        let stopping = Arc::new(AtomicBool::new(false));
+        let (recorded, stop) = (Arc::clone(&connections), Arc::clone(&stopping));
+        let thread = std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(mut stream) = stream else { continue };
+                let bytes = Arc::new(Mutex::new(Vec::new()));
+                recorded.lock().unwrap().push(Arc::clone(&bytes));
+                std::thread::spawn(move || {
+                    stream
+                        .set_read_timeout(Some(Duration::from_secs(5)))
+                        .unwrap();
+                    let mut buffer = [0; 4096];
+                    while let Ok(read) = stream.read(&mut buffer) {
+                        if read == 0 {
+                            break;
+                        }
+                        let mut bytes = bytes.lock().unwrap();
+                        bytes.extend_from_slice(&buffer[..read]);
+                        if bytes.starts_with(SETTLE)
+                            || bytes.windows(4).any(|window| window == b"\r\n\r\n")
+                            || bytes.len() > 64 * 1024
+                        {
+                            break;
+                        }
+                    }
+                    let _ = stream.write_all(b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"trap\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+                });
+            }
+        });
+        Trap {
+            address,
+            connections,
+            stopping,
+            thread: Some(thread),
+        }
+    }
+
+    /// Waits until the trap accepted every connection made before this call (it accepts in order, so
+    /// once a probe made now is accepted, so are they), then returns what those connections sent.
+    fn settle(&self) -> Vec<Vec<u8>> {
+        let mut probe = TcpStream::connect(self.address).unwrap();
+        probe.write_all(SETTLE).unwrap();
+        let mut answer = Vec::new();
+        let _ = probe.read_to_end(&mut answer);
+        let connections = self.connections.lock().unwrap();
+        connections
+            .iter()
+            .map(|bytes| bytes.lock().unwrap().clone())
+            .filter(|bytes| !bytes.starts_with(SETTLE))
+            .collect()
+    }
+}
+
+impl Drop for Trap {
+    fn drop(&mut self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.address);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Where a redirect leads.
+#[derive(Debug, Clone, Copy)]
+enum Elsewhere {
+    /// The same host, another port: the trap.
+    Port,
+    /// `localhost` for the server's own `127.0.0.1`, same port: the server itself, under another name.
+    HostName,
+    /// `https://` to the same host, another port: the trap.
+    Scheme,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    GitHub,
+    Gitea,
+    GitLab,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Provider {
+    Local,
+    Fallback,
+}
+
+fn make_forge(
+    kind: Kind,
+    git_url: &str,
+    primary: &str,
+    sanitizer: &SanitizerHandle,
+) -> Box<dyn Forge> {
+    let settings = ForgeSettings {
+        // Pushing talks to no API; nothing listens here.
+        api_url: "http://127.0.0.1:9/api".to_owned(),
+        git_url: git_url.to_owned(),
+        token: TokenSource::Env("STET_TEST_UNUSED".to_owned()),
+        retry: RetryPolicy::default(),
+    };
+    let remotes = CheckoutRemotes::from_urls(
+        [format!("{git_url}/{REPO}.git")],
+        &GitHubForge::git_host(git_url).unwrap(),
+    );
+    let token = SecretValue::new(primary.to_owned());
+    match kind {
+        Kind::GitHub => {
+            Box::new(GitHubForge::with_token(settings, token, sanitizer.clone(), remotes).unwrap())
+        }
+        Kind::Gitea => Box::new(
+            GitHubForge::with_dialect(Dialect::Gitea, settings, token, sanitizer.clone(), remotes)
+                .unwrap(),
+        ),
+        Kind::GitLab => {
+            Box::new(GitLabForge::with_token(settings, token, sanitizer.clone(), remotes).unwrap())
+        }
+    }
+}
+
+/// One forge kind and one provider against a redirecting git server: every request kind, every
+/// elsewhere, before and after the credential was checked.
+async fn redirects_never_carry_the_credential(kind: Kind, provider_kind: Provider) {
+    let dir = tempfile::tempdir().unwrap();
+    let primary = random_token(40).unwrap();
+    let provider: Arc<dyn CredentialProvider> = match provider_kind {
+        Provider::Local => Arc::new(LocalCredentialProvider::default()),
+        Provider::Fallback => Arc::new(FallbackCredentialProvider::new(
+            SecretValue::new(primary.clone()),
+            "the test configures no narrow credential",
+        )),
+    };
+    let credential = Arc::new(
+        ScopedCredential::mint(provider, REPO, "stet/origins", Duration::from_secs(300))
+            .await
+            .unwrap(),
+    );
+    let canary = credential.host_push_secret().expose_secret().to_owned();
+    if matches!(provider_kind, Provider::Fallback) {
+        assert_eq!(canary, primary, "fallback hands out the primary token");
+    }
+    let only = canary.clone();
+    let server = GitHttpServer::start(
+        &dir.path().join("forge"),
+        Arc::new(move |repo: &str, _user: &str, password: &str| repo == REPO && password == only),
+    );
+    let remote = server.create_bare(REPO);
+    let url = server.url(REPO);
+    let git_url = url.trim_end_matches(&format!("/{REPO}.git")).to_owned();
+    let origin = format!("http://{}", server.address());
+    let trap = Trap::start();
+
+    let repo = dir.path().join("app");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("README.md"), "app\n").unwrap();
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "initial"]);
+    git(&repo, &["push", "-q", remote.to_str().unwrap(), "main"]);
+    let base = CommitSha::parse(&git(&repo, &["rev-parse", "HEAD"])).unwrap();
+    std::fs::write(repo.join("result.txt"), "the agent's result\n").unwrap();
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "result"]);
+    let commit = CommitSha::parse(&git(&repo, &["rev-parse", "HEAD"])).unwrap();
+
+    let sanitizer = SanitizerHandle::new(TokenSanitizer::new().unwrap());
+    let forge = make_forge(kind, &git_url, &primary, &sanitizer);
+    let target = Target {
+        repo: REPO.to_owned(),
+        base: "main".to_owned(),
+        branch: None,
+        pr: None,
+    };
+    let preflight = Preflight {
+        base_sha: base.clone(),
+        head: None,
+        push_url: url.clone(),
+    };
+
+    for request_kind in RequestKind::ALL {
+        for elsewhere in [Elsewhere::Port, Elsewhere::HostName, Elsewhere::Scheme] {
+            for after_auth in [false, true] {
+                let case = format!(
+                    "{kind:?}/{provider_kind:?}: {request_kind:?} redirected to {elsewhere:?} (after the credential was checked: {after_auth})"
+                );
+                let location = match elsewhere {
+                    Elsewhere::Port => format!("http://{}", trap.address),
+                    Elsewhere::HostName => format!("http://localhost:{}", server.address().port()),
+                    Elsewhere::Scheme => format!("https://{}", trap.address),
+                };
+                let to = match elsewhere {
+                    Elsewhere::Port => format!("http://127.0.0.1:{}", trap.address.port()),
+                    Elsewhere::HostName => format!("http://localhost:{}", server.address().port()),
+                    Elsewhere::Scheme => format!("https://127.0.0.1:{}", trap.address.port()),
+                };
+                server.redirect(Some(Redirect {
+                    kind: request_kind,
+                    location,
+                    after_auth,
+                }));
+
+                // A fetch of the base into a repository that lacks it: info/refs and upload-pack.
+                let empty = tempfile::tempdir().unwrap();
+                Repository::init(empty.path()).unwrap();
+                let fetched = {
+                    let (path, url, base, credential) = (
+                        empty.path().to_owned(),
+                        url.clone(),
+                        base.clone(),
+                        Arc::clone(&credential),
+                    );
+                    tokio::task::spawn_blocking(move || {
+                        fetch_commit(&path, &url, "main", &base, Some(&credential))
+                    })
+                    .await
+                    .unwrap()
+                };
+                // The forge's push: ls-remote (upload info/refs), then info/refs and receive-pack.
+                let pushed = forge
+                    .push_branch(PushBranch {
+                        repository: &repo,
+                        target: &target,
+                        preflight: &preflight,
+                        commit: &commit,
+                        branch: "stet/origins",
+                        credential: &credential,
+                    })
+                    .await;
+                server.redirect(None);
+
+                let fetch_hit = matches!(
+                    request_kind,
+                    RequestKind::UploadRefs | RequestKind::UploadPack
+                );
+                let push_hit = !matches!(request_kind, RequestKind::UploadPack);
+                match (&fetched, fetch_hit) {
+                    (Err(err @ PushError::RedirectRefused { .. }), true) => {
+                        assert_refusal(&err.to_string(), &origin, &to, &canary, &case);
+                    }
+                    (Ok(()), false) => {}
+                    (other, _) => panic!("{case}: the fetch gave {other:?}"),
+                }
+                match (&pushed, push_hit) {
+                    (Err(err), true) => {
+                        assert_refusal(&err.to_string(), &origin, &to, &canary, &case)
+                    }
+                    (Ok(_), false) => {}
+                    (other, _) => panic!("{case}: the push gave {other:?}"),
+                }
+
+                // What the redirect targets' listeners saw.
+                let trapped = trap.settle();
+                assert!(
+                    trapped.is_empty(),
+                    "{case}: the other origin was contacted {} time(s); the credential reached it: {}",
+                    trapped.len(),
+                    trapped.iter().any(|bytes| carries(bytes, &canary))
+                );
+                let hosts = server.hosts();
+                assert!(
+                    hosts
+                        .iter()
+                        .all(|host| *host == server.address().to_string()),
+                    "{case}: the server was reached under another name: {hosts:?}"
+                );
+                let presented = server.presented();
+                assert!(
+                    presented
+                        .iter()
+                        .all(|p| p.host == server.address().to_string()),
+                    "{case}: {presented:?}"
+                );
+            }
+        }
+    }
+    // The rule refuses redirects, not pushes: with no redirect the same push and fetch go through.
+    let empty = tempfile::tempdir().unwrap();
+    Repository::init(empty.path()).unwrap();
+    fetch_commit(empty.path(), &url, "main", &base, Some(&credential)).unwrap();
+    let refs = remote_refs(empty.path(), &url, Some(&credential)).unwrap();
+    assert_eq!(refs.get("refs/heads/stet/origins"), Some(&commit));
+}
+
+/// Whether the recorded bytes hold the canary, plain or as a Basic credential.
+fn carries(bytes: &[u8], canary: &str) -> bool {
+    use base64::Engine as _;
+    let text = String::from_utf8_lossy(bytes);
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!(
+        "{}:{canary}",
+        stet_engine::git::push::PUSH_USERNAME
+    ));
+    text.contains(canary) || text.contains(&basic)
+}
+
+fn assert_refusal(text: &str, origin: &str, to: &str, canary: &str, case: &str) {
+    assert!(
+        text.contains("another origin") && text.contains(origin) && text.contains(to),
+        "{case}: the error names neither both origins nor the refusal: {text}"
+    );
+    assert!(
+        !text.contains(canary),
+        "{case}: the error shows the credential: {text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_local_credential_stays_at_the_checked_origin() {
+    redirects_never_carry_the_credential(Kind::GitHub, Provider::Local).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_fallback_primary_token_stays_at_the_checked_origin() {
+    redirects_never_carry_the_credential(Kind::GitHub, Provider::Fallback).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gitea_local_credential_stays_at_the_checked_origin() {
+    redirects_never_carry_the_credential(Kind::Gitea, Provider::Local).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gitea_fallback_primary_token_stays_at_the_checked_origin() {
+    redirects_never_carry_the_credential(Kind::Gitea, Provider::Fallback).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gitlab_local_credential_stays_at_the_checked_origin() {
+    redirects_never_carry_the_credential(Kind::GitLab, Provider::Local).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gitlab_fallback_primary_token_stays_at_the_checked_origin() {
+    redirects_never_carry_the_credential(Kind::GitLab, Provider::Fallback).await;
+}
+
+/// The user's own git configuration cannot send the credential elsewhere either: a proxy
+/// (`http.proxy`), a redirect policy (`http.followRedirects = true`) and a rewrite
+/// (`url.<base>.insteadOf`) in the repository's configuration.
+#[test]
+fn the_repositorys_git_configuration_cannot_move_the_credential() {
+    let dir = tempfile::tempdir().unwrap();
+    let canary = random_token(40).unwrap();
+    let only = canary.clone();
+    let server = GitHttpServer::start(
+        &dir.path().join("forge"),
+        Arc::new(move |repo: &str, _user: &str, password: &str| repo == REPO && password == only),
+    );
+    server.create_bare(REPO);
+    let trap = Trap::start();
+    let user = dir.path().join("user");
+    let repository = Repository::init(&user).unwrap();
+    let mut config = repository.config().unwrap();
+    config
+        .set_str("http.proxy", &format!("http://{}", trap.address))
+        .unwrap();
+    config.set_str("http.followRedirects", "true").unwrap();
+    server.redirect(Some(Redirect {
+        kind: RequestKind::UploadRefs,
+        location: format!("http://{}", trap.address),
+        after_auth: true,
+    }));
+    let provider = Arc::new(FallbackCredentialProvider::new(
+        SecretValue::new(canary.clone()),
+        "test",
+    ));
+    let credential = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(ScopedCredential::mint(
+            provider,
+            REPO,
+            "stet/origins",
+            Duration::from_secs(300),
+        ))
+        .unwrap();
+    let err = remote_refs(&user, &server.url(REPO), Some(&credential)).unwrap_err();
+    assert!(matches!(err, PushError::RedirectRefused { .. }), "{err}");
+    config
+        .set_str(
+            &format!("url.http://{}/.insteadOf", trap.address),
+            &format!("http://{}/", server.address()),
+        )
+        .unwrap();
+    let err = remote_refs(&user, &server.url(REPO), Some(&credential)).unwrap_err();
+    assert!(matches!(err, PushError::UrlRewritten { .. }), "{err}");
+    assert!(
+        trap.settle().is_empty(),
+        "the proxy or the rewrite target was contacted"
+    );
+    assert!(server.presented().iter().all(|p| p.password == canary));
+}
