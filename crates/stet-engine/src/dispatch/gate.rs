@@ -97,6 +97,12 @@ impl GateReport {
     }
 }
 
+/// The gate was told to stop before it read the whole result: it gives no report, since a partial
+/// one would pass what it never read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the review gate was interrupted before it read the whole result")]
+pub struct Interrupted;
+
 /// Reads `changes` against the path `rules` and the `sanitizer`'s shape rules and known values.
 pub fn inspect(
     changes: &ResultChanges,
@@ -107,6 +113,20 @@ pub fn inspect(
         held: paths::held(changes, rules),
         secrets: secrets::scan(changes, sanitizer),
     }
+}
+
+/// [`inspect`], ending with [`Interrupted`] once `interrupted` says so (asked at each changed path,
+/// each name a link reaches it by, and each reading of its content).
+pub fn inspect_until(
+    changes: &ResultChanges,
+    rules: &ProtectedPaths,
+    sanitizer: &Arc<TokenSanitizer>,
+    interrupted: &dyn Fn() -> bool,
+) -> Result<GateReport, Interrupted> {
+    Ok(GateReport {
+        held: paths::held_until(changes, rules, interrupted)?,
+        secrets: secrets::scan_until(changes, sanitizer, interrupted)?,
+    })
 }
 
 /// A path as a person can read it: control and invisible characters shown as escapes (the one

@@ -13,6 +13,10 @@
 
 use std::fmt;
 
+use matcher::Matcher;
+
+mod matcher;
+
 /// What a rule protects, as the review gate names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Category {
@@ -133,12 +137,15 @@ pub const DEFAULT_RULES: &[(&str, Category)] = &[
 /// A pattern that cannot be used, with what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("protected path pattern {pattern:?}: {problem}")]
-pub(crate) struct PatternError {
+pub struct PatternError {
+    /// The pattern as it was written.
     pub pattern: String,
-    pub problem: &'static str,
+    /// What is wrong with it.
+    pub problem: String,
 }
 
-pub(crate) type Result<T> = std::result::Result<T, PatternError>;
+/// A protected-path result.
+pub type Result<T> = std::result::Result<T, PatternError>;
 
 /// One `/`-separated piece of a pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,48 +191,94 @@ impl fmt::Display for ProtectedRule {
 }
 
 /// The longest pattern configuration may add, in characters.
-const MAX_PATTERN_CHARS: usize = 256;
-/// The most rules in all, the built-in ones included: each changed path is matched against each.
-const MAX_RULES: usize = 512;
+pub const MAX_PATTERN_CHARS: usize = 256;
+/// The most patterns configuration may add to the built-in rules, every file's together.
+pub const MAX_ADDED_RULES: usize = 128;
+/// The most characters the patterns configuration adds may hold together: the compiled matcher
+/// reads one bit per character for each character of a path.
+pub const MAX_ADDED_CHARS: usize = 8 * 1024;
 
-/// The rules a result's changed paths are held by: the defaults, then what configuration added.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The rules a result's changed paths are held by: the defaults, then what configuration added,
+/// compiled into one matcher.
+#[derive(Debug, Clone)]
 pub struct ProtectedPaths {
     rules: Vec<ProtectedRule>,
+    matcher: Matcher,
 }
+
+impl PartialEq for ProtectedPaths {
+    fn eq(&self, other: &Self) -> bool {
+        self.rules == other.rules
+    }
+}
+
+impl Eq for ProtectedPaths {}
 
 impl Default for ProtectedPaths {
     fn default() -> Self {
-        ProtectedPaths {
-            rules: DEFAULT_RULES
+        ProtectedPaths::compiled(
+            DEFAULT_RULES
                 .iter()
                 .filter_map(|(text, category)| ProtectedRule::parse(text, *category).ok())
                 .collect(),
-        }
+        )
     }
 }
 
 impl ProtectedPaths {
+    fn compiled(rules: Vec<ProtectedRule>) -> ProtectedPaths {
+        let matcher = Matcher::compile(rules.iter().map(|rule| rule.segments.as_slice()));
+        ProtectedPaths { rules, matcher }
+    }
+
     /// These rules plus `patterns` (a later configuration layer adds, never removes); a pattern
-    /// already present is not added twice.
-    pub(crate) fn extended<I, S>(mut self, patterns: I) -> Result<ProtectedPaths>
+    /// already present is not added twice. Refused past [`MAX_ADDED_RULES`] added patterns or
+    /// [`MAX_ADDED_CHARS`] characters of them, every list added so far counted.
+    pub fn extended<I, S>(self, patterns: I) -> Result<ProtectedPaths>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
+        let mut rules = self.rules;
         for text in patterns {
             let rule = ProtectedRule::parse(text.as_ref(), Category::Configured)?;
-            if !self.rules.iter().any(|known| known.text == rule.text) {
-                if self.rules.len() >= MAX_RULES {
-                    return Err(PatternError {
-                        pattern: rule.text,
-                        problem: "is one pattern too many: at most 512 rules in all",
-                    });
-                }
-                self.rules.push(rule);
+            if !rules.iter().any(|known| known.text == rule.text) {
+                rules.push(rule);
             }
         }
-        Ok(self)
+        let added: Vec<&str> = rules
+            .iter()
+            .filter(|rule| rule.category == Category::Configured)
+            .map(|rule| rule.text.as_str())
+            .collect();
+        if let Some(beyond) = added.get(MAX_ADDED_RULES) {
+            return Err(PatternError {
+                pattern: (*beyond).to_owned(),
+                problem: format!(
+                    "is one pattern too many: {} patterns are added to the built-in rules with this \
+                     list, and at most {MAX_ADDED_RULES} may be",
+                    added.len()
+                ),
+            });
+        }
+        let mut chars = 0;
+        let mut beyond = None;
+        for text in &added {
+            chars += text.chars().count();
+            if chars > MAX_ADDED_CHARS && beyond.is_none() {
+                beyond = Some(*text);
+            }
+        }
+        if let Some(beyond) = beyond {
+            return Err(PatternError {
+                pattern: beyond.to_owned(),
+                problem: format!(
+                    "passes the size limit: the patterns added with this list come to {chars} \
+                     characters, and at most {MAX_ADDED_CHARS} may be"
+                ),
+            });
+        }
+        Ok(ProtectedPaths::compiled(rules))
     }
 
     /// Every rule, in the order they are tried.
@@ -233,41 +286,43 @@ impl ProtectedPaths {
         &self.rules
     }
 
-    /// The first rule `path` (repository-relative, `/`-separated) falls under, if any.
+    /// The first rule `path` (repository-relative, `/`-separated) falls under, if any; in time
+    /// linear in the path's length, whatever the rules.
     pub fn matching(&self, path: &str) -> Option<&ProtectedRule> {
-        let folded = fold_path(path);
-        self.rules
-            .iter()
-            .find(|rule| match_segments(&rule.segments, &folded))
+        let rule = self.matcher.first_match(&fold_path(path))?;
+        self.rules.get(rule)
     }
 }
 
 impl ProtectedRule {
     fn parse(text: &str, category: Category) -> Result<ProtectedRule> {
-        let problem = |problem| PatternError {
+        let problem = |problem: String| PatternError {
             pattern: text.to_owned(),
             problem,
         };
         if text.trim().is_empty() {
-            return Err(problem("is empty"));
+            return Err(problem("is empty".to_owned()));
         }
-        if text.chars().count() > MAX_PATTERN_CHARS {
-            return Err(problem("is longer than 256 characters"));
+        let chars = text.chars().count();
+        if chars > MAX_PATTERN_CHARS {
+            return Err(problem(format!(
+                "is {chars} characters long, and at most {MAX_PATTERN_CHARS} are allowed"
+            )));
         }
         if text.starts_with('/') {
             return Err(problem(
-                "starts with '/': patterns are relative to the repository root",
+                "starts with '/': patterns are relative to the repository root".to_owned(),
             ));
         }
         let segments = text
             .trim_end_matches('/')
             .split('/')
             .map(|segment| match segment {
-                "" => Err(problem("has an empty segment ('//')")),
-                "." | ".." => Err(problem("has a '.' or '..' segment")),
+                "" => Err(problem("has an empty segment ('//')".to_owned())),
+                "." | ".." => Err(problem("has a '.' or '..' segment".to_owned())),
                 "**" => Ok(Segment::AnyDepth),
                 glob if glob.contains("**") => Err(problem(
-                    "uses '**' inside a segment; write it as a whole segment",
+                    "uses '**' inside a segment; write it as a whole segment".to_owned(),
                 )),
                 glob => Ok(Segment::Glob(parse_glob(glob))),
             })
@@ -348,43 +403,6 @@ fn is_invisible(character: char) -> bool {
             | '\u{feff}'
             | '\u{ffa0}'
     )
-}
-
-/// Whether `pattern` matches the whole of `path`, in time linear in the product of their lengths
-/// (no backtracking: a hostile pattern such as `**/**/**/…/x` costs no more than a plain one).
-fn match_segments(pattern: &[Segment], path: &[Vec<char>]) -> bool {
-    // `rest[j]`: whether the pattern from the current element on matches `path[j..]`.
-    let mut rest = vec![false; path.len() + 1];
-    rest[path.len()] = true;
-    for element in pattern.iter().rev() {
-        let mut here = vec![false; path.len() + 1];
-        for j in (0..=path.len()).rev() {
-            here[j] = match element {
-                Segment::AnyDepth => rest[j] || (j < path.len() && here[j + 1]),
-                Segment::Glob(glob) => j < path.len() && rest[j + 1] && match_glob(glob, &path[j]),
-            };
-        }
-        rest = here;
-    }
-    rest[0]
-}
-
-/// Whether `glob` matches the whole of `name`, in time linear in the product of their lengths.
-fn match_glob(glob: &[Glob], name: &[char]) -> bool {
-    let mut rest = vec![false; name.len() + 1];
-    rest[name.len()] = true;
-    for element in glob.iter().rev() {
-        let mut here = vec![false; name.len() + 1];
-        for j in (0..=name.len()).rev() {
-            here[j] = match element {
-                Glob::AnyRun => rest[j] || (j < name.len() && here[j + 1]),
-                Glob::AnyOne => j < name.len() && rest[j + 1],
-                Glob::Literal(literal) => j < name.len() && name[j] == *literal && rest[j + 1],
-            };
-        }
-        rest = here;
-    }
-    rest[0]
 }
 
 #[cfg(test)]

@@ -27,6 +27,8 @@ pub enum ChangesError {
         operation: &'static str,
         detail: String,
     },
+    #[error("reading the result's changes was interrupted")]
+    Interrupted,
 }
 
 /// Result alias of this module.
@@ -129,6 +131,17 @@ pub fn read_changes(
     parent: &CommitSha,
     commit: &CommitSha,
 ) -> Result<ResultChanges> {
+    read_changes_until(repository, parent, commit, &|| false)
+}
+
+/// [`read_changes`], ending with [`ChangesError::Interrupted`] once `interrupted` says so (asked at
+/// each changed path, each hunk and each entry of the result's tree).
+pub fn read_changes_until(
+    repository: &Path,
+    parent: &CommitSha,
+    commit: &CommitSha,
+    interrupted: &dyn Fn() -> bool,
+) -> Result<ResultChanges> {
     let git = |operation: &'static str| {
         move |error: git2::Error| ChangesError::Git {
             repository: repository.to_owned(),
@@ -160,6 +173,9 @@ pub fn read_changes(
     let mut result = ResultChanges::default();
     let mut positions: HashMap<Vec<u8>, usize> = HashMap::new();
     for index in 0..diff.deltas().len() {
+        if interrupted() {
+            return Err(ChangesError::Interrupted);
+        }
         let Some(delta) = diff.get_delta(index) else {
             continue;
         };
@@ -219,6 +235,9 @@ pub fn read_changes(
             continue;
         };
         for hunk in 0..patch.num_hunks() {
+            if interrupted() {
+                return Err(ChangesError::Interrupted);
+            }
             let lines = patch
                 .num_lines_in_hunk(hunk)
                 .map_err(git("reading a hunk"))?;
@@ -244,26 +263,31 @@ pub fn read_changes(
     }
 
     let mut walk_error = None;
-    new_tree
-        .walk(TreeWalkMode::PreOrder, |root, entry| {
-            if entry.filemode() != i32::from(FileMode::Link) {
-                return TreeWalkResult::Ok;
+    let walked = new_tree.walk(TreeWalkMode::PreOrder, |root, entry| {
+        if interrupted() {
+            return TreeWalkResult::Abort;
+        }
+        if entry.filemode() != i32::from(FileMode::Link) {
+            return TreeWalkResult::Ok;
+        }
+        match repo.find_blob(entry.id()) {
+            Ok(blob) => {
+                let name = String::from_utf8_lossy(entry.name_bytes());
+                result
+                    .links
+                    .push((format!("{root}{name}"), blob.content().to_vec()));
+                TreeWalkResult::Ok
             }
-            match repo.find_blob(entry.id()) {
-                Ok(blob) => {
-                    let name = String::from_utf8_lossy(entry.name_bytes());
-                    result
-                        .links
-                        .push((format!("{root}{name}"), blob.content().to_vec()));
-                    TreeWalkResult::Ok
-                }
-                Err(error) => {
-                    walk_error = Some(error);
-                    TreeWalkResult::Abort
-                }
+            Err(error) => {
+                walk_error = Some(error);
+                TreeWalkResult::Abort
             }
-        })
-        .map_err(git("walking the result's tree"))?;
+        }
+    });
+    if interrupted() {
+        return Err(ChangesError::Interrupted);
+    }
+    walked.map_err(git("walking the result's tree"))?;
     if let Some(error) = walk_error {
         return Err(git("reading a link")(error));
     }

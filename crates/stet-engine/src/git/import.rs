@@ -316,7 +316,8 @@ pub fn import(request: &ImportRequest<'_>) -> Result<Imported> {
 }
 
 /// [`import`], stopping with [`ImportError::Interrupted`] as soon as `interrupted` says so (it is
-/// asked before each workspace entry and once more before anything is written to the repository).
+/// asked before each workspace entry, at each line of the diff, and once more before anything is
+/// written to the repository).
 pub fn import_until(
     request: &ImportRequest<'_>,
     interrupted: &dyn Fn() -> bool,
@@ -401,7 +402,11 @@ pub fn import_until(
         )
         .map_err(git("writing the commit"))?;
     walk.created(commit, ObjectType::Commit);
-    let diff = result_diff(&repository, &parent_tree, &tree).map_err(git("computing the diff"))?;
+    let diff = result_diff(&repository, &parent_tree, &tree, interrupted);
+    if interrupted() {
+        return Err(ImportError::Interrupted);
+    }
+    let diff = diff.map_err(git("computing the diff"))?;
     let commit = CommitSha::parse(&commit.to_string()).map_err(|error| ImportError::Git {
         repository: request.repository.to_owned(),
         operation: "reading the new commit's id",
@@ -983,11 +988,13 @@ fn is_hfs_ignorable(character: char) -> bool {
     )
 }
 
-/// Per-file stats and the patch text of the imported tree against the parent's.
+/// Per-file stats and the patch text of the imported tree against the parent's; ends early (with
+/// libgit2's "user" error) once `interrupted` says so, asked at every line.
 fn result_diff(
     repository: &Repository,
     parent: &Tree<'_>,
     imported: &Tree<'_>,
+    interrupted: &dyn Fn() -> bool,
 ) -> std::result::Result<ResultDiff, git2::Error> {
     // Without typechange detection a file that became a link (or the reverse) is a deletion and an
     // addition of the same path, which is how git shows it: both contents appear in the patch.
@@ -1019,6 +1026,9 @@ fn result_diff(
     }
     let mut patch = Vec::new();
     diff.print(DiffFormat::Patch, |delta, _hunk, line| {
+        if interrupted() {
+            return false;
+        }
         let origin = line.origin();
         if let Some(file) = positions
             .get(delta_path(&delta))

@@ -8,7 +8,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use super::{HeldPath, printable};
+use super::{HeldPath, Interrupted, printable};
 use crate::forge::protected::{ProtectedPaths, fold_name};
 use crate::git::changes::{Entry, EntryKind, PathChange, ResultChanges};
 
@@ -166,22 +166,42 @@ fn is(entry: Option<&Entry>, kind: EntryKind) -> bool {
     entry.is_some_and(|entry| entry.kind == kind)
 }
 
+/// Every changed path held, with its reasons.
 pub(super) fn held(changes: &ResultChanges, rules: &ProtectedPaths) -> Vec<HeldPath> {
-    let links = Links::new(&changes.links);
-    changes
-        .changes
-        .iter()
-        .filter_map(|change| {
-            let reasons = reasons(change, rules, &links);
-            (!reasons.is_empty()).then(|| HeldPath {
-                path: printable(&change.path),
-                reasons,
-            })
-        })
-        .collect()
+    // Never told to stop, it reads every path.
+    held_until(changes, rules, &|| false).unwrap_or_default()
 }
 
-fn reasons(change: &PathChange, rules: &ProtectedPaths, links: &Links<'_>) -> Vec<String> {
+/// [`held`], ending with [`Interrupted`] once `interrupted` says so (asked at each path and each
+/// name a link reaches it by).
+pub(super) fn held_until(
+    changes: &ResultChanges,
+    rules: &ProtectedPaths,
+    interrupted: &dyn Fn() -> bool,
+) -> Result<Vec<HeldPath>, Interrupted> {
+    let links = Links::new(&changes.links);
+    let mut held = Vec::new();
+    for change in &changes.changes {
+        let reasons = reasons(change, rules, &links, interrupted)?;
+        if !reasons.is_empty() {
+            held.push(HeldPath {
+                path: printable(&change.path),
+                reasons,
+            });
+        }
+    }
+    Ok(held)
+}
+
+fn reasons(
+    change: &PathChange,
+    rules: &ProtectedPaths,
+    links: &Links<'_>,
+    interrupted: &dyn Fn() -> bool,
+) -> Result<Vec<String>, Interrupted> {
+    if interrupted() {
+        return Err(Interrupted);
+    }
     let path = change.path.as_str();
     let mut reasons = Vec::new();
     if let Some(rule) = rules.matching(path) {
@@ -212,11 +232,17 @@ fn reasons(change: &PathChange, rules: &ProtectedPaths, links: &Links<'_>) -> Ve
         reasons.push("newly executable".to_owned());
     }
     let (aliases, exhausted) = links.aliases(path);
-    if let Some((alias, link, rule)) = aliases.into_iter().find_map(|(alias, link)| {
-        rules
-            .matching(&alias)
-            .map(|rule| (alias.clone(), link, rule.to_string()))
-    }) {
+    let mut reached = None;
+    for (alias, link) in aliases {
+        if interrupted() {
+            return Err(Interrupted);
+        }
+        if let Some(rule) = rules.matching(&alias) {
+            reached = Some((alias.clone(), link, rule.to_string()));
+            break;
+        }
+    }
+    if let Some((alias, link, rule)) = reached {
         reasons.push(format!(
             "reached as {} through the symlink {}: {rule}",
             printable(&alias),
@@ -245,7 +271,7 @@ fn reasons(change: &PathChange, rules: &ProtectedPaths, links: &Links<'_>) -> Ve
             printable(link)
         ));
     }
-    reasons
+    Ok(reasons)
 }
 
 #[cfg(test)]

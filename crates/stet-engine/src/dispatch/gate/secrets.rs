@@ -19,7 +19,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
 use regex::bytes::Regex;
 
-use super::{SecretFinding, printable};
+use super::{Interrupted, SecretFinding, printable};
 use crate::dispatch::sanitize::{Detection, TokenSanitizer};
 use crate::git::changes::{PathChange, ResultChanges};
 
@@ -101,7 +101,19 @@ impl Base {
     }
 }
 
+/// What the result adds that looks like a secret.
 pub(super) fn scan(changes: &ResultChanges, sanitizer: &Arc<TokenSanitizer>) -> Vec<SecretFinding> {
+    // Never told to stop, it reads everything.
+    scan_until(changes, sanitizer, &|| false).unwrap_or_default()
+}
+
+/// [`scan`], ending with [`Interrupted`] once `interrupted` says so (asked at each changed path and
+/// each reading of its content).
+pub(super) fn scan_until(
+    changes: &ResultChanges,
+    sanitizer: &Arc<TokenSanitizer>,
+    interrupted: &dyn Fn() -> bool,
+) -> Result<Vec<SecretFinding>, Interrupted> {
     let base = Base::new(&changes.removed);
     let mut findings = Vec::new();
     for change in changes
@@ -109,6 +121,9 @@ pub(super) fn scan(changes: &ResultChanges, sanitizer: &Arc<TokenSanitizer>) -> 
         .iter()
         .filter(|change| change.after.is_some())
     {
+        if interrupted() {
+            return Err(Interrupted);
+        }
         let mut file = FileFindings {
             path: printable(&change.path),
             seen: HashSet::new(),
@@ -118,11 +133,11 @@ pub(super) fn scan(changes: &ResultChanges, sanitizer: &Arc<TokenSanitizer>) -> 
         for detection in sanitizer.detect(name) {
             file.add(None, name, &detection, true, &base.written);
         }
-        scan_added(change, sanitizer, &base, &mut file);
+        scan_added(change, sanitizer, &base, &mut file, interrupted)?;
         file.found.sort_by_key(|finding| finding.line);
         findings.extend(file.found);
     }
-    findings
+    Ok(findings)
 }
 
 fn scan_added(
@@ -130,12 +145,20 @@ fn scan_added(
     sanitizer: &Arc<TokenSanitizer>,
     base: &Base,
     file: &mut FileFindings,
-) {
+    interrupted: &dyn Fn() -> bool,
+) -> Result<(), Interrupted> {
     let added = &change.added;
     let text = added.text.as_slice();
     if text.is_empty() {
-        return;
+        return Ok(());
     }
+    let stop = || {
+        if interrupted() {
+            Err(Interrupted)
+        } else {
+            Ok(())
+        }
+    };
     let line_of = |offset: usize| added.line_at(offset);
     for detection in sanitizer.detect(text) {
         file.add(
@@ -146,7 +169,9 @@ fn scan_added(
             &base.written,
         );
     }
+    stop()?;
     file.read_decoded(text, sanitizer, &base.written, line_of);
+    stop()?;
     // One rewritten reading at a time, so no more than two copies of the text are alive at once.
     {
         let joined = View::without(text, JOINERS.as_ref());
@@ -160,13 +185,16 @@ fn scan_added(
             line_of(unnulled.original(offset))
         });
     }
+    stop()?;
     let spread = View::without(text, SPREAD.as_ref());
     file.read(&spread.text, sanitizer, &base.spread, |offset| {
         line_of(spread.original(offset))
     });
+    stop()?;
     file.read_decoded(&spread.text, sanitizer, &base.written, |offset| {
         line_of(spread.original(offset))
     });
+    stop()?;
     let spread_joined = View::without(&spread.text, JOINERS.as_ref());
     file.read(
         &spread_joined.text,
@@ -174,6 +202,7 @@ fn scan_added(
         &base.spread_joined,
         |offset| line_of(spread.original(spread_joined.original(offset))),
     );
+    Ok(())
 }
 
 /// The findings of one file, each line and kind once, at most [`MAX_FINDINGS_PER_FILE`] of each

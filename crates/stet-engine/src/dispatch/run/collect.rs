@@ -8,13 +8,13 @@ use crate::dispatch::branch::CommitSha;
 use crate::dispatch::display;
 use crate::dispatch::error::DispatchError;
 use crate::dispatch::event::{ChangedPath, EventKind, GateFindings, HeldPathReport, SecretReport};
-use crate::dispatch::gate::{GateReport, inspect, printable};
+use crate::dispatch::gate::{GateReport, inspect_until, printable};
 use crate::dispatch::order::result_ref;
 use crate::dispatch::record::truncate;
 use crate::dispatch::sandbox::DispatchSandbox;
 use crate::dispatch::sanitize::SanitizedText;
 use crate::forge::Preflight;
-use crate::git::changes::read_changes;
+use crate::git::changes::read_changes_until;
 use crate::git::import::{ImportRequest, Imported, import_until};
 
 use super::Dispatch;
@@ -44,7 +44,8 @@ impl Dispatch {
         let keep_at = reference.clone();
         let rules = self.parts.settings.protected.clone();
         let sanitizer = self.sanitizer();
-        // The import goes on in its thread when the dispatch stops; told so, it ends writing nothing.
+        // The import and the gate go on in their thread when the dispatch stops (cancel or timeout);
+        // told so, at each entry, path and line, they end there, the import writing nothing.
         let stop = self.stop.clone();
         let imported = tokio::task::spawn_blocking(move || {
             let request = ImportRequest {
@@ -55,15 +56,17 @@ impl Dispatch {
                 message: &message,
                 limits,
             };
-            let imported = import_until(&request, &|| stop.is_cancelled())
+            let interrupted = || stop.is_cancelled();
+            let imported = import_until(&request, &interrupted)
                 .map_err(|error| format!("collecting the result: {error}"))?;
             let Imported::Committed { commit, .. } = &imported else {
                 return Ok::<_, String>((imported, GateReport::default()));
             };
             keep_result(&repository, &keep_at, commit)?;
-            let changes = read_changes(&repository, &parent, commit)
+            let changes = read_changes_until(&repository, &parent, commit, &interrupted)
                 .map_err(|error| format!("reviewing the result: {error}"))?;
-            let gate = inspect(&changes, &rules, &sanitizer);
+            let gate = inspect_until(&changes, &rules, &sanitizer, &interrupted)
+                .map_err(|error| error.to_string())?;
             Ok((imported, gate))
         });
         let imported = self

@@ -221,3 +221,193 @@ fn unusable_patterns_are_refused_with_the_reason() {
         assert!(error.problem.contains(problem), "{pattern}: {error}");
     }
 }
+
+#[test]
+fn a_repository_adds_a_bounded_number_and_size_of_patterns() {
+    let many: Vec<String> = (0..=MAX_ADDED_RULES)
+        .map(|n| format!("generated/{n}/**"))
+        .collect();
+    assert!(
+        ProtectedPaths::default()
+            .extended(&many[..MAX_ADDED_RULES])
+            .is_ok()
+    );
+    let error = ProtectedPaths::default().extended(&many).unwrap_err();
+    assert_eq!(error.pattern, many[MAX_ADDED_RULES]);
+    assert!(
+        error.problem.contains(&format!(
+            "{} patterns are added to the built-in rules with this list, and at most {MAX_ADDED_RULES} may be",
+            MAX_ADDED_RULES + 1
+        )),
+        "{error}"
+    );
+    // Earlier lists count: the one that crosses the limit is named.
+    let (first, second) = many.split_at(MAX_ADDED_RULES / 2);
+    let error = ProtectedPaths::default()
+        .extended(first)
+        .and_then(|paths| paths.extended(second))
+        .unwrap_err();
+    assert!(error.problem.contains("at most 128 may be"), "{error}");
+
+    let long: Vec<String> = (0..MAX_ADDED_CHARS / MAX_PATTERN_CHARS + 1)
+        .map(|n| format!("{n:03}{}", "x".repeat(MAX_PATTERN_CHARS - 3)))
+        .collect();
+    let error = ProtectedPaths::default().extended(&long).unwrap_err();
+    assert_eq!(error.pattern, *long.last().unwrap());
+    assert!(
+        error.problem.contains(&format!(
+            "come to {} characters, and at most {MAX_ADDED_CHARS} may be",
+            long.len() * MAX_PATTERN_CHARS
+        )),
+        "{error}"
+    );
+    let error = ProtectedPaths::default()
+        .extended(["y".repeat(MAX_PATTERN_CHARS + 1)])
+        .unwrap_err();
+    assert!(
+        error
+            .problem
+            .contains("is 257 characters long, and at most 256 are allowed"),
+        "{error}"
+    );
+}
+
+/// The matcher before the compiled automaton, kept as the reference the automaton must agree with:
+/// each rule tried in order, segment by segment, by dynamic programming.
+mod reference {
+    use super::super::{Glob, ProtectedPaths, ProtectedRule, Segment, fold_path};
+
+    pub(super) fn matching<'p>(paths: &'p ProtectedPaths, path: &str) -> Option<&'p ProtectedRule> {
+        let folded = fold_path(path);
+        paths
+            .rules()
+            .iter()
+            .find(|rule| match_segments(&rule.segments, &folded))
+    }
+
+    fn match_segments(pattern: &[Segment], path: &[Vec<char>]) -> bool {
+        let mut rest = vec![false; path.len() + 1];
+        rest[path.len()] = true;
+        for element in pattern.iter().rev() {
+            let mut here = vec![false; path.len() + 1];
+            for j in (0..=path.len()).rev() {
+                here[j] = match element {
+                    Segment::AnyDepth => rest[j] || (j < path.len() && here[j + 1]),
+                    Segment::Glob(glob) => {
+                        j < path.len() && rest[j + 1] && match_glob(glob, &path[j])
+                    }
+                };
+            }
+            rest = here;
+        }
+        rest[0]
+    }
+
+    fn match_glob(glob: &[Glob], name: &[char]) -> bool {
+        let mut rest = vec![false; name.len() + 1];
+        rest[name.len()] = true;
+        for element in glob.iter().rev() {
+            let mut here = vec![false; name.len() + 1];
+            for j in (0..=name.len()).rev() {
+                here[j] = match element {
+                    Glob::AnyRun => rest[j] || (j < name.len() && here[j + 1]),
+                    Glob::AnyOne => j < name.len() && rest[j + 1],
+                    Glob::Literal(literal) => j < name.len() && name[j] == *literal && rest[j + 1],
+                };
+            }
+            rest = here;
+        }
+        rest[0]
+    }
+}
+
+mod differential {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A pattern segment over a small alphabet, so generated paths hit it often: `**`, or a mix of
+    /// literals (with case, a trailing dot, an invisible character), `*` and `?`.
+    fn pattern_segment() -> impl Strategy<Value = String> {
+        prop_oneof![
+            1 => Just("**".to_owned()),
+            4 => "(a|B|b\\.|\u{200b}|\\*|\\?|\\.a|ä){1,4}"
+                .prop_filter("no ** inside a segment", |s| !s.contains("**")),
+        ]
+    }
+
+    fn pattern() -> impl Strategy<Value = String> {
+        prop::collection::vec(pattern_segment(), 1..6)
+            .prop_map(|segments| segments.join("/"))
+            .prop_filter("no '.' or '..' segment", |pattern| {
+                pattern
+                    .split('/')
+                    .all(|segment| segment != "." && segment != "..")
+            })
+    }
+
+    fn path() -> impl Strategy<Value = String> {
+        "(a|A|b|B\\.|\u{200b}|/|\\\\|\\.|ä|Ä|:x){0,14}"
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        #[test]
+        fn the_compiled_matcher_agrees_with_the_reference(
+            patterns in prop::collection::vec(pattern(), 1..8),
+            paths in prop::collection::vec(path(), 1..16),
+        ) {
+            let protected = ProtectedPaths::default().extended(&patterns).unwrap();
+            for path in paths.iter().map(String::as_str).chain([
+                "", "a", ".github/x", "x/AGENTS.md", "a/b/c",
+            ]) {
+                prop_assert_eq!(
+                    protected.matching(path).map(ProtectedRule::pattern),
+                    reference::matching(&protected, path).map(ProtectedRule::pattern),
+                    "path {:?} under {:?}", path, patterns
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn hostile_shapes_agree_with_the_reference() {
+        let patterns = [
+            "**/**/**/**/**/**/never",
+            "*a*a*a*a*a*a*a*a*b",
+            "**/*?*?*?*?*/**",
+            "a/**",
+            "\u{200b}/**",
+            "a*/**/b",
+            "**",
+            "x/*",
+            "*./?",
+        ];
+        for pattern in patterns {
+            let protected = ProtectedPaths::default().extended([pattern]).unwrap();
+            for path in [
+                "",
+                "a",
+                "ab",
+                "a/",
+                "a//b",
+                "d/d/d/d/d/d/d/never",
+                "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaac",
+                "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab",
+                "q/abcd/r",
+                "q/abc",
+                "x/...",
+                "x/\u{200b}",
+                "z./q",
+                "z/qq",
+            ] {
+                assert_eq!(
+                    protected.matching(path).map(ProtectedRule::pattern),
+                    reference::matching(&protected, path).map(ProtectedRule::pattern),
+                    "path {path:?} under {pattern:?}"
+                );
+            }
+        }
+    }
+}
