@@ -6,8 +6,10 @@
 //! tested.
 //!
 //! Routes: `POST /v1/chat/completions` (plain JSON, or server-sent events with `"stream": true`,
-//! ending with a usage chunk when `stream_options.include_usage` is true), `POST /v1/responses`
-//! (plain JSON only) and `GET /v1/models`. Any other path is 404.
+//! ending with a usage chunk when `stream_options.include_usage` is true), `POST /v1/responses` and
+//! Anthropic's `POST /v1/messages` (plain JSON, or with `"stream": true` the named server-sent events
+//! the real APIs send, usage in their last event) and `GET /v1/models`. Any other path is 404, and
+//! every request, whatever its path, is recorded with its body as received.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -24,6 +26,8 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
+
+mod wire;
 
 /// The model the scripted server lists and the demo's scenarios name.
 pub const DEMO_MODEL: &str = "stet-demo-model";
@@ -58,6 +62,8 @@ pub struct ModelRequest {
     pub headers: Vec<(String, String)>,
     /// The body as JSON; `Null` when empty, a JSON string holding the text when it is not JSON.
     pub body: Value,
+    /// The body's bytes exactly as received (a duplicated key, which `body` resolves, shows here).
+    pub raw: Bytes,
 }
 
 impl ModelRequest {
@@ -232,6 +238,7 @@ async fn accept(listener: TcpListener, state: Arc<State>, mut stopped: oneshot::
 enum Route {
     ChatCompletions,
     Responses,
+    Messages,
     Models,
 }
 
@@ -247,6 +254,7 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
             );
         }
     };
+    let raw = bytes.clone();
     let body = if bytes.is_empty() {
         Value::Null
     } else {
@@ -271,11 +279,13 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
                 })
                 .collect(),
             body: body.clone(),
+            raw,
         });
 
     let (route, method) = match path.as_str() {
         "/v1/chat/completions" => (Route::ChatCompletions, Method::POST),
         "/v1/responses" => (Route::Responses, Method::POST),
+        "/v1/messages" => (Route::Messages, Method::POST),
         "/v1/models" => (Route::Models, Method::GET),
         _ => {
             return error_response(
@@ -295,6 +305,7 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
     } else {
         state.asked.fetch_add(1, Ordering::SeqCst) + 1
     };
+    let error_response = |status, message: &str| route_error(route, status, message);
     match state.behaviour() {
         Behaviour::Normal => {}
         Behaviour::TooManyRequests { retry_after_secs } => {
@@ -326,12 +337,17 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
             json_response(StatusCode::OK, &chat_completion(&body, number, bytes.len()))
         }
         Route::Responses if is_streaming(&body) => {
-            return error_response(
-                StatusCode::BAD_REQUEST,
-                "the scripted model does not stream /v1/responses",
-            );
+            named_sse_response(wire::response_events(&body, number, bytes.len()))
         }
-        Route::Responses => json_response(StatusCode::OK, &response(&body, number, bytes.len())),
+        Route::Responses => {
+            json_response(StatusCode::OK, &wire::response(&body, number, bytes.len()))
+        }
+        Route::Messages if is_streaming(&body) => {
+            named_sse_response(wire::message_events(&body, number, bytes.len()))
+        }
+        Route::Messages => {
+            json_response(StatusCode::OK, &wire::message(&body, number, bytes.len()))
+        }
     };
     if let Some(usd) = state.cost_usd()
         && let Ok(value) = HeaderValue::from_str(&usd.to_string())
@@ -507,42 +523,6 @@ fn chat_events(body: &Value, number: u64, request_bytes: usize) -> Vec<String> {
     events
 }
 
-fn response(body: &Value, number: u64, request_bytes: usize) -> Value {
-    let question = match body.get("input") {
-        Some(Value::String(text)) => Some(text.clone()),
-        Some(Value::Array(items)) => last_user_text(items),
-        _ => None,
-    };
-    let limit = body.get("max_output_tokens").and_then(Value::as_u64);
-    let reply = Reply::to(question, limit, number, request_bytes);
-    let mut answer = json!({
-        "id": format!("resp-stet-{number}"),
-        "object": "response",
-        "created_at": 0,
-        "model": model_name(body),
-        "status": "completed",
-        "output": [{
-            "type": "message",
-            "id": format!("msg-stet-{number}"),
-            "role": "assistant",
-            "status": "completed",
-            "content": [{ "type": "output_text", "text": reply.text, "annotations": [] }],
-        }],
-        "usage": {
-            "input_tokens": reply.prompt_tokens,
-            "output_tokens": reply.completion_tokens,
-            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
-            "input_tokens_details": { "cached_tokens": 0 },
-            "output_tokens_details": { "reasoning_tokens": 0 },
-        },
-    });
-    if reply.truncated {
-        answer["status"] = json!("incomplete");
-        answer["incomplete_details"] = json!({ "reason": "max_output_tokens" });
-    }
-    answer
-}
-
 fn models() -> Value {
     json!({
         "object": "list",
@@ -552,7 +532,17 @@ fn models() -> Value {
 
 /// A 200 whose JSON breaks off: a streamed reply's first event, or a plain body.
 fn malformed(route: Route, body: &Value) -> Response<Body> {
-    if route == Route::ChatCompletions && is_streaming(body) {
+    if route != Route::ChatCompletions && route != Route::Models && is_streaming(body) {
+        let kind = if route == Route::Messages {
+            "message_start"
+        } else {
+            "response.created"
+        };
+        named_sse_response(vec![(
+            kind.to_owned(),
+            format!("{{\"type\": \"{kind}\", \"x"),
+        )])
+    } else if route == Route::ChatCompletions && is_streaming(body) {
         sse_response(vec![
             "{\"id\": \"chatcmpl-stet\", \"choices\": [".to_owned(),
             "[DONE]".to_owned(),
@@ -582,9 +572,25 @@ fn cut(route: Route, body: &Value, number: u64, request_bytes: usize) -> Respons
             "application/json",
             half(chat_completion(body, number, request_bytes).to_string()),
         ),
+        Route::Responses | Route::Messages if is_streaming(body) => {
+            let events = if route == Route::Messages {
+                wire::message_events(body, number, request_bytes)
+            } else {
+                wire::response_events(body, number, request_bytes)
+            };
+            let (name, data) = events.into_iter().next().unwrap_or_default();
+            (
+                "text/event-stream",
+                format!("event: {name}\ndata: {data}\n\n"),
+            )
+        }
         Route::Responses => (
             "application/json",
-            half(response(body, number, request_bytes).to_string()),
+            half(wire::response(body, number, request_bytes).to_string()),
+        ),
+        Route::Messages => (
+            "application/json",
+            half(wire::message(body, number, request_bytes).to_string()),
         ),
         Route::Models => ("application/json", half(models().to_string())),
     };
@@ -651,11 +657,46 @@ fn error_response(status: StatusCode, message: &str) -> Response<Body> {
     )
 }
 
+/// An error in the shape the route's API uses: Anthropic's for Messages, OpenAI's otherwise.
+fn route_error(route: Route, status: StatusCode, message: &str) -> Response<Body> {
+    if route != Route::Messages {
+        return error_response(status, message);
+    }
+    json_response(
+        status,
+        &json!({
+            "type": "error",
+            "error": { "type": "scripted_model_error", "message": message },
+        }),
+    )
+}
+
+/// Named server-sent events, as the Responses and Messages APIs send them: one frame per
+/// `(event, data)`.
+fn named_sse_response(events: Vec<(String, String)>) -> Response<Body> {
+    sse_frames(
+        events
+            .into_iter()
+            .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+            .collect(),
+    )
+}
+
 /// Server-sent events, one frame per `data:` payload.
 fn sse_response(events: Vec<String>) -> Response<Body> {
-    let frames = events.into_iter().map(|event| {
-        Ok::<_, std::io::Error>(Frame::data(Bytes::from(format!("data: {event}\n\n"))))
-    });
+    sse_frames(
+        events
+            .into_iter()
+            .map(|event| format!("data: {event}\n\n"))
+            .collect(),
+    )
+}
+
+/// A `text/event-stream` response sending each of `frames` as a frame of its own.
+fn sse_frames(frames: Vec<String>) -> Response<Body> {
+    let frames = frames
+        .into_iter()
+        .map(|frame| Ok::<_, std::io::Error>(Frame::data(Bytes::from(frame))));
     let mut response = Response::new(StreamBody::new(futures_util::stream::iter(frames)).boxed());
     response.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -154,6 +154,7 @@ async fn every_request_is_recorded_with_its_headers_and_body() {
         Some(format!("Bearer {key}").as_str())
     );
     assert_eq!(requests[0].body, body);
+    assert_eq!(requests[0].raw, Bytes::from(body.to_string()));
     assert_eq!(requests[1].body, Value::Null);
     assert_eq!(requests[1].header("authorization"), None);
     assert_eq!(requests[2].body, json!("x"));
@@ -302,10 +303,116 @@ async fn responses_answer_with_output_text_and_usage() {
         reply["output"][0]["content"][0]["text"],
         json!("step 2: second")
     );
-    let mut streamed = by_string;
+    model.shutdown().await;
+}
+
+/// The `(event, data)` pairs of a named event stream.
+fn named_events(text: &str) -> Vec<(String, Value)> {
+    assert!(text.ends_with("\n\n"), "{text:?}");
+    text.split("\n\n")
+        .filter(|event| !event.is_empty())
+        .map(|event| {
+            let (name, data) = event.split_once('\n').unwrap();
+            (
+                name.strip_prefix("event: ").unwrap().to_owned(),
+                serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_streamed_response_sends_the_events_of_the_responses_api() {
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let body = json!({
+        "model": DEMO_MODEL,
+        "stream": true,
+        "input": [{ "role": "user", "content": [{ "type": "input_text", "text": "stream me a reply" }] }],
+    });
+    let answer = send(&model, Method::POST, "/v1/responses", Some(body.clone())).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(
+        answer.headers[header::CONTENT_TYPE],
+        HeaderValue::from_static("text/event-stream")
+    );
+    let events = named_events(&answer.text());
+    for (sequence, (name, data)) in events.iter().enumerate() {
+        assert_eq!(data["type"], json!(name));
+        assert_eq!(data["sequence_number"], json!(sequence));
+    }
+    let names: Vec<&str> = events.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names[0], "response.created");
+    assert_eq!(names.last(), Some(&"response.completed"));
+    let deltas: String = events
+        .iter()
+        .filter(|(name, _)| name == "response.output_text.delta")
+        .map(|(_, data)| data["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(deltas, "step 1: stream me a reply");
+    let done = &events.last().unwrap().1["response"];
+    assert_eq!(done["status"], json!("completed"));
+    assert_eq!(done["output"][0]["content"][0]["text"], json!(deltas));
+    let request_bytes = body.to_string().len() as u64;
+    assert_eq!(done["usage"]["input_tokens"], json!(request_bytes / 4 + 50));
+    assert_eq!(
+        done["usage"]["output_tokens"],
+        json!((deltas.len() as u64).div_ceil(4))
+    );
+    model.shutdown().await;
+}
+
+#[tokio::test]
+async fn messages_answer_in_anthropic_shape_plain_and_streamed() {
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let body = json!({
+        "model": "claude-scripted",
+        "max_tokens": 1000,
+        "system": [{ "type": "text", "text": "be brief" }],
+        "messages": [
+            { "role": "user", "content": "an earlier question" },
+            { "role": "assistant", "content": [{ "type": "text", "text": "an answer" }] },
+            { "role": "user", "content": [{ "type": "text", "text": "what now" }] },
+        ],
+    });
+    let request_bytes = body.to_string().len() as u64;
+    let plain = send(&model, Method::POST, "/v1/messages", Some(body.clone())).await;
+    assert_eq!(plain.status, StatusCode::OK);
+    let reply = plain.json();
+    assert_eq!(reply["type"], json!("message"));
+    assert_eq!(reply["model"], json!("claude-scripted"));
+    assert_eq!(reply["content"][0]["text"], json!("step 1: what now"));
+    assert_eq!(reply["stop_reason"], json!("end_turn"));
+    assert_eq!(
+        reply["usage"]["input_tokens"],
+        json!(request_bytes / 4 + 50)
+    );
+
+    let mut streamed = body;
     streamed["stream"] = json!(true);
-    let refused = send(&model, Method::POST, "/v1/responses", Some(streamed)).await;
-    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    streamed["max_tokens"] = json!(2);
+    let answer = send(&model, Method::POST, "/v1/messages", Some(streamed)).await;
+    let events = named_events(&answer.text());
+    let names: Vec<&str> = events.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names[0], "message_start");
+    assert_eq!(&names[names.len() - 2..], ["message_delta", "message_stop"]);
+    let text: String = events
+        .iter()
+        .filter_map(|(_, data)| data["delta"]["text"].as_str())
+        .collect();
+    assert_eq!(text, "step 2: ");
+    let delta = &events[events.len() - 2].1;
+    assert_eq!(delta["delta"]["stop_reason"], json!("max_tokens"));
+    assert_eq!(delta["usage"]["output_tokens"], json!(2));
+
+    model.set_behaviour(Behaviour::ServerError);
+    let failed = send(&model, Method::POST, "/v1/messages", Some(json!({}))).await;
+    assert_eq!(failed.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(failed.json()["type"], json!("error"));
+    assert!(failed.json()["error"]["message"].is_string());
     model.shutdown().await;
 }
 
