@@ -1502,6 +1502,7 @@ impl FixtureBuilder {
             credential_ttl: Duration::from_secs(600),
             agent: default_agent(),
             import: ImportLimits::default(),
+            base: Default::default(),
             protected: ProtectedPaths::default(),
             gateway: None,
         };

@@ -452,6 +452,7 @@ async fn the_workspace_starts_at_the_base_commit_owned_by_the_sandbox_user_and_g
         repository: origin.path().to_owned(),
         base: base.clone(),
         fetch: None,
+        limits: Default::default(),
     });
     let user = request.user;
     let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)

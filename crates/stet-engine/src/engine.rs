@@ -191,6 +191,7 @@ impl Engine {
                 credential_ttl: config.credential_ttl,
                 agent: config.agent.clone(),
                 import: config.import,
+                base: config.base,
                 protected: config.protected_paths.clone(),
                 gateway,
             },

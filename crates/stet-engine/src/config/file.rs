@@ -24,6 +24,7 @@ pub(super) struct FileSettings {
     pub credentials: CredentialsSection,
     pub agent: AgentSection,
     pub import: ImportSection,
+    pub base: BaseSection,
     pub review: ReviewSection,
     pub dispatch: DispatchSection,
     pub harness: HarnessSection,
@@ -163,6 +164,16 @@ pub(super) struct ImportSection {
     pub max_files: Setting<u64>,
     pub max_file_bytes: Setting<u64>,
     pub max_total_bytes: Setting<u64>,
+}
+
+/// `[base]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct BaseSection {
+    pub max_files: Setting<u64>,
+    pub max_file_bytes: Setting<u64>,
+    pub max_total_bytes: Setting<u64>,
+    pub max_depth: Setting<u64>,
 }
 
 /// `[review]`

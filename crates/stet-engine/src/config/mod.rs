@@ -31,6 +31,7 @@ use crate::forge::github_app::GitHubAppSettings;
 use crate::forge::protected::ProtectedPaths;
 use crate::forge::settings::ForgeSettings;
 use crate::git::import::{Identity, ImportLimits};
+use crate::git::workspace::BaseLimits;
 use crate::harness::openhands::OpenHandsSettings;
 
 pub use layers::{Class, Reason, Refusal, Rule};
@@ -369,6 +370,8 @@ pub struct Config {
     pub agent: Identity,
     /// Bounds on what an import reads from a workspace (`[import]`).
     pub import: ImportLimits,
+    /// Bounds on the base a workspace is materialized from (`[base]`).
+    pub base: BaseLimits,
     /// Paths whose change holds a result for review: the defaults plus `review.protected_paths`.
     pub protected_paths: ProtectedPaths,
     /// How dispatches run (`[dispatch]`).

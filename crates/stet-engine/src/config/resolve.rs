@@ -20,6 +20,7 @@ use crate::forge::rest::RetryPolicy;
 use crate::forge::settings::ForgeSettings;
 use crate::forge::token::TokenSource;
 use crate::git::import::{Identity, ImportLimits};
+use crate::git::workspace::BaseLimits;
 
 pub(super) const DEFAULT_CREDENTIAL_TTL: Duration = Duration::from_secs(15 * 60);
 const DEFAULT_DISPATCH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
@@ -235,6 +236,27 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         |s| &s.import.max_total_bytes,
         Some(defaults.max_total_bytes),
     );
+    let base_defaults = BaseLimits::default();
+    let base_files = layers.at_most(
+        "base.max_files",
+        |s| &s.base.max_files,
+        Some(base_defaults.max_files),
+    );
+    let base_file_bytes = layers.at_most(
+        "base.max_file_bytes",
+        |s| &s.base.max_file_bytes,
+        Some(base_defaults.max_file_bytes),
+    );
+    let base_total_bytes = layers.at_most(
+        "base.max_total_bytes",
+        |s| &s.base.max_total_bytes,
+        Some(base_defaults.max_total_bytes),
+    );
+    let base_depth = layers.at_most(
+        "base.max_depth",
+        |s| &s.base.max_depth,
+        Some(base_defaults.max_depth as u64),
+    );
     let protected = layers.adds("review.protected_paths", |s| &s.review.protected_paths);
     let timeout_secs = layers.at_most(
         "dispatch.timeout_secs",
@@ -412,6 +434,28 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         max_file_bytes: max_file_bytes.map_or(defaults.max_file_bytes, |found| found.value),
         max_total_bytes: max_total_bytes.map_or(defaults.max_total_bytes, |found| found.value),
     };
+    let base = BaseLimits {
+        max_files: base_files.map_or(base_defaults.max_files, |found| found.value),
+        max_file_bytes: base_file_bytes.map_or(base_defaults.max_file_bytes, |found| found.value),
+        max_total_bytes: base_total_bytes
+            .map_or(base_defaults.max_total_bytes, |found| found.value),
+        max_depth: match base_depth {
+            None => base_defaults.max_depth,
+            Some(Sourced { value, origin, .. })
+                if !(1..=crate::git::import::MAX_DEPTH as u64).contains(&value) =>
+            {
+                return Err(invalid(
+                    origin,
+                    "base.max_depth",
+                    format!(
+                        "{value} is outside 1..={} (the import walks no deeper)",
+                        crate::git::import::MAX_DEPTH
+                    ),
+                ));
+            }
+            Some(depth) => depth.value as usize,
+        },
+    };
     let protected_paths = protected_paths(protected)?;
     let dispatch = DispatchSettings {
         timeout: match timeout_secs {
@@ -528,6 +572,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         credential_ttl,
         agent,
         import,
+        base,
         protected_paths,
         dispatch,
         harness,

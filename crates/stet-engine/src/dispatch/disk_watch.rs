@@ -295,7 +295,7 @@ impl Measuring {
 }
 
 /// A size as people read it: `8.0 GiB`, `512 MiB`, `12 KiB`.
-fn shown_bytes(bytes: u64) -> String {
+pub(crate) fn shown_bytes(bytes: u64) -> String {
     const GIB: u64 = 1 << 30;
     const MIB: u64 = 1 << 20;
     if bytes >= GIB {

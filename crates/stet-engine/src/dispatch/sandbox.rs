@@ -20,7 +20,7 @@ use crate::dispatch::journal::{Journal, JournalEntry, JournalError, Resource};
 use crate::dispatch::remove_tree::remove_tree;
 use crate::dispatch::socket_dir::{SocketDirError, SocketPlace};
 use crate::git::push::{PushError, fetch_commit};
-use crate::git::workspace::{WorkspaceError, materialize};
+use crate::git::workspace::{BaseLimits, WorkspaceError, materialize_within};
 use crate::runtime::{
     ContainerRuntime, DispatchLimits, ExecExit, ImageRef, NetworkPolicy, OutputChunk, PullProgress,
     Removal, RuntimeError, SandboxProcess, SandboxSpec, SandboxUser, state_label,
@@ -131,6 +131,8 @@ pub struct WorkspaceSource {
     pub base: CommitSha,
     /// Where to fetch `base` from (with the scoped credential) when the repository lacks it.
     pub fetch: Option<BaseFetch>,
+    /// Bounds on the base, checked before any of its files is read.
+    pub limits: BaseLimits,
 }
 
 /// The forge URL and branch a missing base commit is fetched from; no ref is written.
@@ -597,11 +599,12 @@ async fn provision_steps(
                     credential.as_deref(),
                 )?;
             }
-            Ok::<_, SandboxError>(materialize(
+            Ok::<_, SandboxError>(materialize_within(
                 &source.repository,
                 &source.base,
                 &destination,
                 owner,
+                &source.limits,
             )?)
         })
         .await

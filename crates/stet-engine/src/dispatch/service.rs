@@ -13,6 +13,7 @@ use crate::dispatch::sanitize::SanitizerHandle;
 use crate::forge::Forge;
 use crate::forge::protected::ProtectedPaths;
 use crate::git::import::{Identity, ImportLimits};
+use crate::git::workspace::BaseLimits;
 use crate::harness::Harness;
 use crate::runtime::{DispatchLimits, ImageRef, NetworkPolicy, SandboxUser};
 
@@ -135,6 +136,8 @@ pub struct DispatchSettings {
     pub agent: Identity,
     /// Bounds on what the import reads from the workspace.
     pub import: ImportLimits,
+    /// Bounds on the base a workspace is materialized from.
+    pub base: BaseLimits,
     /// Paths whose change holds a result for review before it is pushed.
     pub protected: ProtectedPaths,
     /// The model gateway each dispatch runs; `None`: no model endpoint is configured.

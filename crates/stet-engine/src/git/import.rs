@@ -944,7 +944,7 @@ fn lossy(path: &[u8]) -> String {
 /// Whether git would read this path component as `.git`: in any case; with the characters HFS+
 /// ignores; with the trailing dots and spaces, `\`, or `:stream` suffix NTFS drops; or as NTFS's short
 /// name `git~1`.
-fn names_git_directory(name: &[u8]) -> bool {
+pub(crate) fn names_git_directory(name: &[u8]) -> bool {
     folds_to(name, b".git") || folds_to(name, b"git~1")
 }
 

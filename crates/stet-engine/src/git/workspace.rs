@@ -18,10 +18,38 @@ use git2::{
 };
 use rustix::fs::{AtFlags, FileType, Gid, Uid};
 
+use self::survey::{MAX_COMMIT_BYTES, survey};
 use super::pack::PackWriter;
 use crate::dispatch::branch::CommitSha;
 use crate::runtime::SandboxUser;
 use crate::untrusted_tree::{self, Entry, Listing};
+
+mod survey;
+
+/// Bounds on the base a workspace is materialized from (`[base]`), checked from object headers
+/// before any file is read or written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BaseLimits {
+    /// Entries the checkout writes (files, links, submodules and directories), each path counted.
+    pub max_files: u64,
+    /// The largest file, in bytes.
+    pub max_file_bytes: u64,
+    /// The sizes of every file and link target, summed per path, in bytes.
+    pub max_total_bytes: u64,
+    /// How many directories deep a path may lie.
+    pub max_depth: usize,
+}
+
+impl Default for BaseLimits {
+    fn default() -> Self {
+        BaseLimits {
+            max_files: 200_000,
+            max_file_bytes: 1024 * 1024 * 1024,
+            max_total_bytes: 2 * 1024 * 1024 * 1024,
+            max_depth: 256,
+        }
+    }
+}
 
 /// Why a workspace could not be materialized.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +73,19 @@ pub enum WorkspaceError {
         commit: CommitSha,
         repository: PathBuf,
     },
+
+    #[error(
+        "the base {commit} holds {figure}, past {setting} = {limit}; stet refused it before reading a file (a repository's stet.toml may only lower {setting}, your own configuration may raise it)"
+    )]
+    OverLimit {
+        commit: CommitSha,
+        figure: String,
+        limit: String,
+        setting: &'static str,
+    },
+
+    #[error("the base {commit} cannot be materialized: {detail}")]
+    Malformed { commit: CommitSha, detail: String },
 
     #[error("{commit} names a {kind} in {}, not a commit", repository.display())]
     BaseNotCommit {
@@ -119,6 +160,18 @@ pub fn materialize(
     destination: &Path,
     owner: SandboxUser,
 ) -> Result<Materialized> {
+    materialize_within(repository, base, destination, owner, &BaseLimits::default())
+}
+
+/// [`materialize`] within `limits`: the base's tree is measured from object headers first, and a
+/// base past a limit is refused before any file is read or written.
+pub fn materialize_within(
+    repository: &Path,
+    base: &CommitSha,
+    destination: &Path,
+    owner: SandboxUser,
+    limits: &BaseLimits,
+) -> Result<Materialized> {
     let context = Context {
         repository,
         base,
@@ -135,6 +188,11 @@ pub fn materialize(
         source,
     })?;
     let commit = find_base(&source, &context)?;
+    let root = source
+        .find_commit(commit)
+        .map_err(context.git("reading the base commit"))?
+        .tree_id();
+    survey(&source, root, limits, &context)?;
 
     let target = Repository::init_opts(
         destination,
@@ -273,8 +331,12 @@ fn refuse_unusable_destination(destination: &Path) -> Result<()> {
 
 fn find_base(source: &Repository, context: &Context<'_>) -> Result<Oid> {
     let oid = Oid::from_str(context.base.as_str()).map_err(context.git("reading the commit id"))?;
-    let object = match source.find_object(oid, None) {
-        Ok(object) => object,
+    let odb = source
+        .odb()
+        .map_err(context.git("opening the repository's object store"))?;
+    // From the header: a commit object is read only once it is known to be one, and small.
+    let (size, kind) = match odb.read_header(oid) {
+        Ok(header) => header,
         Err(error) if error.code() == ErrorCode::NotFound => {
             return Err(WorkspaceError::BaseMissing {
                 commit: context.base.clone(),
@@ -283,16 +345,22 @@ fn find_base(source: &Repository, context: &Context<'_>) -> Result<Oid> {
         }
         Err(error) => return Err(context.git("looking up the base commit")(error)),
     };
-    match object.kind() {
-        Some(ObjectType::Commit) => Ok(oid),
-        kind => Err(WorkspaceError::BaseNotCommit {
+    if kind != ObjectType::Commit {
+        return Err(WorkspaceError::BaseNotCommit {
             commit: context.base.clone(),
             repository: context.repository.to_owned(),
-            kind: kind
-                .map_or("object of unknown type", |kind| kind.str())
-                .to_owned(),
-        }),
+            kind: kind.str().to_owned(),
+        });
     }
+    if size > MAX_COMMIT_BYTES {
+        return Err(WorkspaceError::Malformed {
+            commit: context.base.clone(),
+            detail: format!(
+                "its commit object is {size} bytes, more than the {MAX_COMMIT_BYTES} stet reads"
+            ),
+        });
+    }
+    Ok(oid)
 }
 
 /// Copies the base commit and every tree and blob it reaches (not its history) into one pack in the

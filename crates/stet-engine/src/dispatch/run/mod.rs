@@ -321,6 +321,7 @@ impl Dispatch {
                     url: preflight.push_url.clone(),
                     branch: self.run.brief.target.base.clone(),
                 }),
+                limits: settings.base,
             }),
             credential: Some(CredentialRequest {
                 provider: Arc::clone(&self.parts.credentials),

@@ -1,0 +1,465 @@
+//! A hostile repository's base, materialized (DESIGN §5 rows 16 and 23, §8): a branch `git clone`
+//! fetches but never checks out can hold blobs of GiB that compress to a MiB, trees naming each other
+//! into a million paths, or a path thousands of directories deep. Each is refused from the object
+//! headers before a blob is read, proven by effect: objects whose header claims GiB but whose
+//! content is a few bytes (reading one would fail with a corrupt object, not a limit), a destination
+//! left empty, and, against the built binary, stet's peak RSS under a stated bound while real
+//! zero-filled blobs of GiB sit in the repository.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use git2::{FileMode, ObjectType, Oid, Repository, Signature};
+use stet_engine::dispatch::branch::CommitSha;
+use stet_engine::dispatch::state::Phase;
+use stet_engine::git::workspace::{BaseLimits, WorkspaceError, materialize_within};
+use stet_engine::runtime::{DEFAULT_SANDBOX_UID, SandboxUser};
+
+use super::headless::{Finished, Project, STET_VARIABLES, docker_ready, run, scenario};
+use super::support::git;
+
+const GIB: u64 = 1 << 30;
+
+/// A repository of the test's own, where hostile bases are made.
+struct Hostile {
+    root: tempfile::TempDir,
+    repo: PathBuf,
+}
+
+impl Hostile {
+    fn new() -> Hostile {
+        let root = tempfile::tempdir().unwrap();
+        let repo = root.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        git(&repo, &["init", "-q", "-b", "main"]);
+        Hostile { root, repo }
+    }
+
+    fn open(&self) -> Repository {
+        Repository::open(&self.repo).unwrap()
+    }
+
+    /// A loose object whose header claims `claimed` bytes of `kind` while its content is a few
+    /// bytes: its header reads fine, reading it whole fails.
+    fn claimed(&self, kind: &str, claimed: u64) -> Oid {
+        let mut content = format!("{kind} {claimed}\0").into_bytes();
+        content.extend_from_slice(b"only this");
+        let id = Oid::hash_object(ObjectType::Blob, uuid::Uuid::new_v4().as_bytes()).unwrap();
+        let hex = id.to_string();
+        let directory = self.repo.join(".git/objects").join(&hex[..2]);
+        std::fs::create_dir_all(&directory).unwrap();
+        std::fs::write(directory.join(&hex[2..]), stored_zlib(&content)).unwrap();
+        id
+    }
+
+    /// A tree naming each of `entries` (name, id, mode), written without libgit2's name checks.
+    fn tree(&self, entries: &[(&[u8], Oid, FileMode)]) -> Oid {
+        let mut sorted: Vec<_> = entries.to_vec();
+        sorted.sort_by_key(tree_order);
+        let mut raw = Vec::new();
+        for (name, id, mode) in sorted {
+            write!(raw, "{:o} ", i32::from(mode)).unwrap();
+            raw.extend_from_slice(name);
+            raw.push(0);
+            raw.extend_from_slice(id.as_bytes());
+        }
+        self.open()
+            .odb()
+            .unwrap()
+            .write(ObjectType::Tree, &raw)
+            .unwrap()
+    }
+
+    fn blob(&self, content: &[u8]) -> Oid {
+        self.open().blob(content).unwrap()
+    }
+
+    fn commit(&self, tree: Oid) -> CommitSha {
+        let repo = self.open();
+        let tree = repo.find_tree(tree).unwrap();
+        let signature = Signature::now("hostile", "hostile@example.invalid").unwrap();
+        let id = repo
+            .commit(None, &signature, &signature, "hostile", &tree, &[])
+            .unwrap();
+        CommitSha::parse(&id.to_string()).unwrap()
+    }
+
+    /// Materializes `base` within `limits` into a fresh directory: the error, and the directory.
+    fn refused(&self, base: &CommitSha, limits: &BaseLimits) -> (WorkspaceError, PathBuf) {
+        let destination = self
+            .root
+            .path()
+            .join(format!("workspace-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir(&destination).unwrap();
+        let owner = SandboxUser::for_invoker(DEFAULT_SANDBOX_UID).unwrap();
+        let error = materialize_within(&self.repo, base, &destination, owner, limits).unwrap_err();
+        (error, destination)
+    }
+}
+
+/// Git's tree order: a directory sorts as if its name ended in `/`.
+fn tree_order(entry: &(&[u8], Oid, FileMode)) -> Vec<u8> {
+    let mut key = entry.0.to_vec();
+    if entry.2 == FileMode::Tree {
+        key.push(b'/');
+    }
+    key
+}
+
+/// A zlib stream of stored blocks (no compression), as git reads any.
+fn stored_zlib(data: &[u8]) -> Vec<u8> {
+    let mut out = vec![0x78, 0x01];
+    let chunks: Vec<&[u8]> = data.chunks(0xffff).collect();
+    for (index, chunk) in chunks.iter().enumerate() {
+        out.push(u8::from(index + 1 == chunks.len()));
+        let length = chunk.len() as u16;
+        out.extend_from_slice(&length.to_le_bytes());
+        out.extend_from_slice(&(!length).to_le_bytes());
+        out.extend_from_slice(chunk);
+    }
+    let (mut a, mut b) = (1_u32, 0_u32);
+    for byte in data {
+        a = (a + u32::from(*byte)) % 65521;
+        b = (b + a) % 65521;
+    }
+    out.extend_from_slice(&((b << 16) | a).to_be_bytes());
+    out
+}
+
+/// A tree of `levels` levels, each naming the one below `fanout` times, over a leaf of `leaf`.
+fn bomb(hostile: &Hostile, levels: usize, fanout: usize, leaf: Oid) -> Oid {
+    let names: Vec<Vec<u8>> = (0..fanout).map(|i| format!("d{i}").into_bytes()).collect();
+    let mut below = leaf;
+    for _ in 0..levels {
+        let entries: Vec<(&[u8], Oid, FileMode)> = names
+            .iter()
+            .map(|name| (name.as_slice(), below, FileMode::Tree))
+            .collect();
+        below = hostile.tree(&entries);
+    }
+    below
+}
+
+fn assert_over(error: &WorkspaceError, setting: &str, destination: &Path) {
+    assert!(
+        matches!(error, WorkspaceError::OverLimit { setting: named, .. } if *named == setting),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(message.contains(setting), "{message}");
+    assert!(message.contains("the base "), "{message}");
+    assert_eq!(
+        std::fs::read_dir(destination).unwrap().count(),
+        0,
+        "nothing was written: {message}"
+    );
+}
+
+#[test]
+fn a_blob_of_gib_is_refused_from_its_header_and_never_read() {
+    let hostile = Hostile::new();
+    let huge = hostile.claimed("blob", 3 * GIB);
+    let tree = hostile.tree(&[(b"zeros.bin", huge, FileMode::Blob)]);
+    let base = hostile.commit(tree);
+    let (error, destination) = hostile.refused(&base, &BaseLimits::default());
+    assert_over(&error, "base.max_file_bytes", &destination);
+    let message = error.to_string();
+    assert!(message.contains("\"zeros.bin\" of 3.0 GiB"), "{message}");
+    assert!(message.contains(base.as_str()), "{message}");
+}
+
+#[test]
+fn many_paths_to_gib_blobs_are_refused_by_their_sum() {
+    let hostile = Hostile::new();
+    let one = hostile.claimed("blob", GIB);
+    let other = hostile.claimed("blob", GIB);
+    let tree = hostile.tree(&[
+        (b"a", one, FileMode::Blob),
+        (b"b", other, FileMode::Blob),
+        (b"c", one, FileMode::BlobExecutable),
+    ]);
+    let base = hostile.commit(tree);
+    let (error, destination) = hostile.refused(&base, &BaseLimits::default());
+    assert_over(&error, "base.max_total_bytes", &destination);
+}
+
+#[test]
+fn tree_bombs_are_refused_by_their_count_or_their_sum_without_walking_each_path() {
+    let hostile = Hostile::new();
+    // A million paths to one small file.
+    let small = hostile.blob(b"x\n");
+    let leaf = hostile.tree(&[(b"f", small, FileMode::Blob)]);
+    let million = hostile.commit(bomb(&hostile, 6, 10, leaf));
+    let (error, destination) = hostile.refused(&million, &BaseLimits::default());
+    assert_over(&error, "base.max_files", &destination);
+
+    // A hundred thousand paths, each to the same 64 KiB: 6.4 GiB.
+    let chunk = hostile.blob(&vec![b'z'; 64 * 1024]);
+    let leaf = hostile.tree(&[(b"f", chunk, FileMode::Blob)]);
+    let spread = hostile.commit(bomb(&hostile, 5, 10, leaf));
+    let (error, destination) = hostile.refused(&spread, &BaseLimits::default());
+    assert_over(&error, "base.max_total_bytes", &destination);
+}
+
+#[test]
+fn a_deep_tree_is_refused_with_its_depth() {
+    let hostile = Hostile::new();
+    let mut tree = hostile.tree(&[(b"f", hostile.blob(b"deep\n"), FileMode::Blob)]);
+    for _ in 0..300 {
+        tree = hostile.tree(&[(b"d", tree, FileMode::Tree)]);
+    }
+    let base = hostile.commit(tree);
+    let (error, destination) = hostile.refused(&base, &BaseLimits::default());
+    assert_over(&error, "base.max_depth", &destination);
+    // A project that lowers the limit is refused sooner.
+    let (error, destination) = hostile.refused(
+        &base,
+        &BaseLimits {
+            max_depth: 8,
+            ..BaseLimits::default()
+        },
+    );
+    assert_over(&error, "base.max_depth", &destination);
+    assert!(error.to_string().contains("= 8"), "{error}");
+}
+
+#[test]
+fn a_tree_or_commit_object_claiming_a_huge_size_is_never_read() {
+    let hostile = Hostile::new();
+    let tree = hostile.claimed("tree", GIB);
+    let wrapper = hostile.tree(&[(b"dir", tree, FileMode::Tree)]);
+    let base = hostile.commit(wrapper);
+    let (error, destination) = hostile.refused(&base, &BaseLimits::default());
+    assert!(
+        matches!(error, WorkspaceError::Malformed { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("\"dir\""), "{error}");
+    assert_eq!(std::fs::read_dir(&destination).unwrap().count(), 0);
+
+    let commit = hostile.claimed("commit", GIB);
+    let base = CommitSha::parse(&commit.to_string()).unwrap();
+    let (error, destination) = hostile.refused(&base, &BaseLimits::default());
+    assert!(
+        matches!(error, WorkspaceError::Malformed { .. }),
+        "{error:?}"
+    );
+    assert_eq!(std::fs::read_dir(&destination).unwrap().count(), 0);
+}
+
+#[test]
+fn names_no_checkout_writes_are_refused_before_anything_is_written() {
+    for name in [&b".."[..], b".git", b".GIT", b"git~1", b"."] {
+        let hostile = Hostile::new();
+        let payload = hostile.blob(b"#!/bin/sh\n");
+        let hooks = hostile.tree(&[(b"post-checkout", payload, FileMode::BlobExecutable)]);
+        let tree = hostile.tree(&[(name, hooks, FileMode::Tree)]);
+        let base = hostile.commit(tree);
+        let (error, destination) = hostile.refused(&base, &BaseLimits::default());
+        assert!(
+            matches!(error, WorkspaceError::Malformed { .. }),
+            "{}: {error:?}",
+            String::from_utf8_lossy(name)
+        );
+        assert_eq!(std::fs::read_dir(&destination).unwrap().count(), 0);
+    }
+}
+
+#[test]
+fn a_project_lower_limit_refuses_an_ordinary_base() {
+    let hostile = Hostile::new();
+    let file = hostile.blob(b"hello\n");
+    let tree = hostile.tree(&[
+        (b"a", file, FileMode::Blob),
+        (b"b", file, FileMode::Blob),
+        (b"c", file, FileMode::Blob),
+    ]);
+    let base = hostile.commit(tree);
+    let (error, destination) = hostile.refused(
+        &base,
+        &BaseLimits {
+            max_files: 2,
+            ..BaseLimits::default()
+        },
+    );
+    assert_over(&error, "base.max_files", &destination);
+    assert!(error.to_string().contains("at least 3 files"), "{error}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Against the built binary: real zero-filled blobs, stet's peak RSS measured by /usr/bin/time
+// ---------------------------------------------------------------------------------------------
+
+/// stet's own peak RSS while it refuses a hostile base: its idle size and some room, far under one
+/// of the GiB blobs it must never hold.
+const REFUSAL_RSS_KIB: u64 = 200 * 1024;
+
+/// A zero-filled blob of `size` bytes written by git from a sparse file (a GiB compresses to about
+/// a MiB of objects), in `repo`.
+fn zero_blob(repo: &Path, size: u64) -> String {
+    let file = repo.join(format!("../zeros-{size}"));
+    std::fs::File::create(&file).unwrap().set_len(size).unwrap();
+    let id = git(repo, &["hash-object", "-w", file.to_str().unwrap()]);
+    std::fs::remove_file(file).unwrap();
+    id
+}
+
+/// `git mktree` of `lines` (`<mode> <type> <id>\t<name>`).
+fn mktree(repo: &Path, lines: &[String]) -> String {
+    let mut child = std::process::Command::new("git")
+        .args(["mktree"])
+        .current_dir(repo)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for line in lines {
+        writeln!(stdin, "{line}").unwrap();
+    }
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+/// A commit of `tree` on a branch of the remote named `branch`: the remote borrows the repository's
+/// objects, so nothing of GiB is copied to make it.
+fn hostile_branch(project: &Project, branch: &str, tree: &str) {
+    let commit = git(
+        &project.repo,
+        &["commit-tree", tree, "-m", &format!("hostile {branch}")],
+    );
+    let alternates = project.remote.join("objects/info/alternates");
+    std::fs::create_dir_all(alternates.parent().unwrap()).unwrap();
+    std::fs::write(
+        &alternates,
+        format!("{}\n", project.repo.join(".git/objects").display()),
+    )
+    .unwrap();
+    git(
+        &project.remote,
+        &["update-ref", &format!("refs/heads/{branch}"), &commit],
+    );
+    git(&project.repo, &["fetch", "-q", "origin", branch]);
+}
+
+/// Points the project's one brief at `base`.
+fn brief_on(project: &Project, base: &str) {
+    let briefs = project.repo.join(".stet/briefs");
+    let brief = std::fs::read_dir(&briefs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let text = std::fs::read_to_string(&brief).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    for line in &mut lines {
+        if line.starts_with("base = ") {
+            *line = format!("base = \"{base}\"");
+        }
+    }
+    std::fs::write(&brief, lines.join("\n") + "\n").unwrap();
+}
+
+/// `stet --headless` under `/usr/bin/time`: what it did, and its peak RSS in KiB.
+fn headless_measured(project: &Project, extra: &[&str]) -> (Finished, u64) {
+    let rss = project.home.path().join("rss.txt");
+    let mut command = std::process::Command::new("/usr/bin/time");
+    command
+        .arg("-o")
+        .arg(&rss)
+        .args([
+            "-f",
+            "%M",
+            env!("CARGO_BIN_EXE_stet"),
+            "--headless",
+            "--brief",
+        ])
+        .arg(
+            std::fs::read_dir(project.repo.join(".stet/briefs"))
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap()
+                .path()
+                .file_stem()
+                .unwrap(),
+        )
+        .args(extra)
+        .env("XDG_STATE_HOME", project.home.path().join("state"))
+        .env("XDG_CONFIG_HOME", project.home.path().join("config"))
+        .current_dir(&project.repo)
+        .stdin(std::process::Stdio::null());
+    for variable in STET_VARIABLES {
+        command.env_remove(variable);
+    }
+    let finished = run(command);
+    let peak = std::fs::read_to_string(&rss)
+        .unwrap()
+        .lines()
+        .last()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    (finished, peak)
+}
+
+#[test]
+fn the_binary_refuses_hostile_bases_before_reading_with_its_memory_bounded() {
+    docker_ready();
+    let project = Project::new(&scenario(&["finish = \"Nothing to do.\""]));
+    let repo = &project.repo;
+    // Three distinct zero blobs of a GiB each, named by four paths: 4 GiB from about 3 MiB.
+    let blobs: Vec<String> = (0..3).map(|extra| zero_blob(repo, GIB + extra)).collect();
+    let mut lines: Vec<String> = blobs
+        .iter()
+        .enumerate()
+        .map(|(index, id)| format!("100644 blob {id}\tzeros-{index}"))
+        .collect();
+    lines.push(format!("100644 blob {}\tzeros-again", blobs[0]));
+    hostile_branch(&project, "zeros", &mktree(repo, &lines));
+    let huge = zero_blob(repo, 3 * GIB);
+    hostile_branch(
+        &project,
+        "huge",
+        &mktree(repo, &[format!("100644 blob {huge}\tzeros.bin")]),
+    );
+    // A million paths from a few KiB of trees.
+    let small = git(repo, &["hash-object", "-w", "README.md"]);
+    let mut tree = mktree(repo, &[format!("100644 blob {small}\tf")]);
+    for _ in 0..6 {
+        let lines: Vec<String> = (0..10)
+            .map(|index| format!("040000 tree {tree}\td{index}"))
+            .collect();
+        tree = mktree(repo, &lines);
+    }
+    hostile_branch(&project, "bomb", &tree);
+    let mut deep = mktree(repo, &[format!("100644 blob {small}\tf")]);
+    for _ in 0..300 {
+        deep = mktree(repo, &[format!("040000 tree {deep}\td")]);
+    }
+    hostile_branch(&project, "deep", &deep);
+
+    for (branch, setting) in [
+        ("zeros", "base.max_total_bytes"),
+        ("huge", "base.max_file_bytes"),
+        ("bomb", "base.max_files"),
+        ("deep", "base.max_depth"),
+    ] {
+        brief_on(&project, branch);
+        let (finished, peak_kib) = headless_measured(&project, &[]);
+        let (outcome, code, reason) = finished.outcome();
+        let reason = reason.unwrap_or_default();
+        assert_eq!((outcome, code), (Phase::Failed, 1), "{branch}: {reason}");
+        assert!(reason.contains(setting), "{branch}: {reason}");
+        assert!(
+            peak_kib < REFUSAL_RSS_KIB,
+            "{branch}: stet's peak RSS was {peak_kib} KiB, past {REFUSAL_RSS_KIB} KiB"
+        );
+        eprintln!("{branch}: refused with a peak RSS of {peak_kib} KiB");
+        finished.torn_down_cleanly();
+    }
+}
