@@ -102,6 +102,8 @@ pub(crate) struct Redirect {
     /// `scheme://host:port`, without a trailing `/`.
     pub location: String,
     pub after_auth: bool,
+    /// Whether only the first matching request is redirected (a redirect to the same place).
+    pub once: bool,
 }
 
 /// What the serving thread and the test share.
@@ -636,12 +638,17 @@ where
             consumed,
         ));
     };
-    let redirect = shared
-        .redirect
-        .lock()
-        .unwrap()
-        .clone()
-        .filter(|redirect| RequestKind::of(&head.method, &service) == Some(redirect.kind));
+    let redirect = {
+        let mut rule = shared.redirect.lock().unwrap();
+        let redirect = rule
+            .clone()
+            .filter(|redirect| RequestKind::of(&head.method, &service) == Some(redirect.kind))
+            .filter(|redirect| !redirect.after_auth || head.header("authorization").is_some());
+        if redirect.as_ref().is_some_and(|redirect| redirect.once) {
+            *rule = None;
+        }
+        redirect
+    };
     if let Some(redirect) = redirect.as_ref().filter(|redirect| !redirect.after_auth) {
         let consumed = consume_unless_continue(reader, &framing, expects_continue).await?;
         return Ok((redirected(head, redirect), consumed));

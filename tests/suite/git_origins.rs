@@ -255,6 +255,7 @@ async fn redirects_never_carry_the_credential(kind: Kind, provider_kind: Provide
                     kind: request_kind,
                     location,
                     after_auth,
+                    once: false,
                 }));
 
                 // A fetch of the base into a repository that lacks it: info/refs and upload-pack.
@@ -416,6 +417,7 @@ fn the_repositorys_git_configuration_cannot_move_the_credential() {
         kind: RequestKind::UploadRefs,
         location: format!("http://{}", trap.address),
         after_auth: true,
+        once: false,
     }));
     let provider = Arc::new(FallbackCredentialProvider::new(
         SecretValue::new(canary.clone()),
@@ -445,4 +447,69 @@ fn the_repositorys_git_configuration_cannot_move_the_credential() {
         "the proxy or the rewrite target was contacted"
     );
     assert!(server.presented().iter().all(|p| p.password == canary));
+}
+
+/// A redirect within the checked origin is still followed — and one that carries a challenge before
+/// any credential was presented no longer crashes the process (libgit2 1.9 dereferences the credential
+/// it does not hold yet: SIGSEGV in `best_scheme_and_challenge`).
+#[test]
+fn a_redirect_within_the_origin_is_followed_and_a_challenge_on_it_crashes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let canary = random_token(40).unwrap();
+    let only = canary.clone();
+    let server = GitHttpServer::start(
+        &dir.path().join("forge"),
+        Arc::new(move |repo: &str, _user: &str, password: &str| repo == REPO && password == only),
+    );
+    let remote = server.create_bare(REPO);
+    let seed = dir.path().join("seed");
+    std::fs::create_dir(&seed).unwrap();
+    git(&seed, &["init", "-q", "-b", "main"]);
+    std::fs::write(seed.join("README.md"), "app\n").unwrap();
+    git(&seed, &["add", "."]);
+    git(&seed, &["commit", "-q", "-m", "initial"]);
+    git(&seed, &["push", "-q", remote.to_str().unwrap(), "main"]);
+    let main = git(&seed, &["rev-parse", "HEAD"]);
+    let credential = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(ScopedCredential::mint(
+            Arc::new(FallbackCredentialProvider::new(
+                SecretValue::new(canary.clone()),
+                "test",
+            )),
+            REPO,
+            "stet/origins",
+            Duration::from_secs(300),
+        ))
+        .unwrap();
+    for kind in [RequestKind::UploadRefs, RequestKind::ReceiveRefs] {
+        for after_auth in [false, true] {
+            server.redirect(Some(Redirect {
+                kind,
+                location: format!("http://{}", server.address()),
+                after_auth,
+                once: true,
+            }));
+            let refs = if kind == RequestKind::UploadRefs {
+                remote_refs(&seed, &server.url(REPO), Some(&credential)).unwrap()
+            } else {
+                let commit = CommitSha::parse(&main).unwrap();
+                stet_engine::git::push::push(&stet_engine::git::push::PushRequest {
+                    repository: &seed,
+                    url: &server.url(REPO),
+                    commit: &commit,
+                    branch: "stet/origins",
+                    credential: Some(&credential),
+                })
+                .unwrap();
+                remote_refs(&seed, &server.url(REPO), Some(&credential)).unwrap()
+            };
+            assert_eq!(
+                refs.get("refs/heads/main").map(CommitSha::as_str),
+                Some(main.as_str()),
+                "{kind:?} after_auth {after_auth}"
+            );
+        }
+    }
+    assert!(server.presented().iter().all(|p| p.accepted));
 }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{HOST, HeaderName, LOCATION};
+use http::header::{HOST, HeaderName, LOCATION, WWW_AUTHENTICATE};
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
@@ -326,6 +326,10 @@ async fn forward(shared: &Shared, request: Request<Incoming>) -> Response<Body> 
     let (mut parts, body) = answer.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     if parts.status.is_redirection() && parts.status != StatusCode::NOT_MODIFIED {
+        // A challenge on a redirect makes libgit2 present the credential it holds to the new place at
+        // once, or, holding none yet, crash (a NULL credential in `best_scheme_and_challenge`): a
+        // redirect is never a challenge.
+        parts.headers.remove(WWW_AUTHENTICATE);
         let location = parts
             .headers
             .get(LOCATION)

@@ -319,3 +319,48 @@ where
     });
     (uri, connections)
 }
+
+/// The REST clients keep the origin rule too: a redirect to another port, to another name for the same
+/// address, or to another scheme is refused before any connection, so the token reaches no other
+/// listener (the API's own listener sees every request under the name it was configured with).
+#[tokio::test]
+async fn a_redirect_to_another_origin_is_refused_before_any_connection() {
+    use wiremock::matchers::any;
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let (elsewhere, connections) = serve_raw(|_stream| async { Ok(()) }).await;
+    let elsewhere_port = elsewhere.rsplit(':').next().unwrap().to_owned();
+    let server = MockServer::start().await;
+    let port = server.address().port();
+    for location in [
+        format!("{elsewhere}/repos/o/r"),
+        format!("http://localhost:{port}/repos/o/r"),
+        format!("https://127.0.0.1:{elsewhere_port}/repos/o/r"),
+        format!("//localhost:{port}/repos/o/r"),
+    ] {
+        server.reset().await;
+        Mock::given(any())
+            .respond_with(ResponseTemplate::new(307).insert_header("location", location.as_str()))
+            .mount(&server)
+            .await;
+
+        let err = quick_rest(&server.uri(), 4)
+            .send(Method::GET, "/repos/o/r", None)
+            .await
+            .err()
+            .unwrap();
+
+        assert!(
+            matches!(&err, ForgeError::Protocol { detail, .. } if detail.contains("another origin")),
+            "{location}: {err}"
+        );
+        let requests = server.received_requests().await.unwrap();
+        assert_eq!(requests.len(), 1, "{location}: asked once, never again");
+        let host = requests[0].headers.get("host").unwrap().to_str().unwrap();
+        assert_eq!(host, format!("127.0.0.1:{port}"), "{location}");
+    }
+    assert_eq!(
+        connections.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the other listener was contacted"
+    );
+}
