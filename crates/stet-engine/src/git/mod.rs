@@ -6,4 +6,5 @@ pub mod changes;
 pub mod import;
 mod pack;
 pub mod push;
+pub mod text_budget;
 pub mod workspace;
