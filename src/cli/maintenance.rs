@@ -178,13 +178,16 @@ pub(crate) fn trust(path: Option<PathBuf>, revoke: bool, list: bool) -> anyhow::
 
 pub(crate) fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
     let dir = stet_engine::state_dir::locate()?.join(stet_engine::forge::local::REVIEWS_DIR);
-    let records = stet_engine::forge::local::read_reviews(&dir)?;
     let mut out = std::io::stdout().lock();
-    match number {
-        None if records.is_empty() => writeln!(out, "no reviews yet in {}", dir.display())?,
-        None => {
-            for record in &records {
-                writeln!(
+    // One record at a time: each is at most MAX_REVIEW_RECORD_BYTES, however many there are.
+    let mut listed = 0;
+    let mut found = None;
+    let mut written = Ok(());
+    stet_engine::forge::local::each_review(&dir, |record| {
+        match number {
+            None if written.is_ok() => {
+                listed += 1;
+                written = writeln!(
                     out,
                     "#{:<4} {:<6} {} -> {}  {}  ({} at {}, updated {})",
                     record.number,
@@ -195,10 +198,18 @@ pub(crate) fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
                     record.repo,
                     record.remote.display(),
                     record.updated.format("%Y-%m-%d %H:%M")
-                )?;
+                );
             }
+            Some(number) if found.is_none() && record.number == number => found = Some(record),
+            _ => {}
         }
-        Some(number) => match records.iter().find(|record| record.number == number) {
+        Ok(())
+    })?;
+    written?;
+    match number {
+        None if listed == 0 => writeln!(out, "no reviews yet in {}", dir.display())?,
+        None => {}
+        Some(number) => match found {
             Some(record) => writeln!(
                 out,
                 "#{} {} ({})\n{} -> {} in {}\nopened {}, updated {}\n\n{}",

@@ -760,6 +760,7 @@ fn a_file_replaced_by_a_link_is_a_type_change() {
             insertions: 1,
             deletions: 3,
             binary: false,
+            cut: false,
         }]
     );
     assert_eq!(

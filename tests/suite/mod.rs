@@ -15,6 +15,7 @@ mod gitea;
 mod github;
 mod gitlab;
 mod headless;
+mod host_memory;
 mod hostile_account;
 mod hostile_agent;
 mod hostile_agent_text;

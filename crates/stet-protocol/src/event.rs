@@ -293,6 +293,9 @@ pub struct ChangedPath {
     /// Whether git reads the content as binary (no line counts).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub binary: bool,
+    /// Whether the diff stet shows leaves part or all of it out (past the review's text budget).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cut: bool,
 }
 
 /// What the review gate found in a collected result; each list is left out of the JSON when empty.

@@ -2,7 +2,7 @@
 //! the host. Dangerous paths are held for explicit approval ([`paths`]: protected rules, new or
 //! retargeted symbolic links, newly executable files, paths reached through a link); the content the
 //! result adds is scanned for secrets ([`secrets`]): a value stet itself handles is never pushed, and
-//! a shape match is held like a dangerous path. Pure: it reads what [`crate::git::changes`] read.
+//! a shape match is held like a dangerous path; content past the scan's budget is held unread. Pure: it reads what [`crate::git::changes`] read.
 
 mod paths;
 mod secrets;
@@ -109,8 +109,32 @@ pub fn inspect(
     rules: &ProtectedPaths,
     sanitizer: &Arc<TokenSanitizer>,
 ) -> GateReport {
+    let mut held = paths::held(changes, rules);
+    let mut positions: std::collections::HashMap<String, usize> = held
+        .iter()
+        .enumerate()
+        .map(|(position, held)| (held.path.clone(), position))
+        .collect();
+    // What the scan could not read, it cannot vouch for: a person decides.
+    for change in &changes.changes {
+        let Some(reason) = &change.unread else {
+            continue;
+        };
+        let path = printable(&change.path);
+        let reason = format!("not scanned for secrets: {reason}");
+        match positions.get(&path).and_then(|at| held.get_mut(*at)) {
+            Some(held) => held.reasons.push(reason),
+            None => {
+                positions.insert(path.clone(), held.len());
+                held.push(HeldPath {
+                    path,
+                    reasons: vec![reason],
+                });
+            }
+        }
+    }
     GateReport {
-        held: paths::held(changes, rules),
+        held,
         secrets: secrets::scan(changes, sanitizer),
     }
 }
@@ -174,6 +198,30 @@ mod tests {
         assert_eq!(report.shaped_secrets().len(), 1);
         assert!(report.needs_approval());
         assert!(!GateReport::default().needs_approval());
+    }
+
+    /// The attack: a secret in a file past the scan's bound. The file is held, named with why, and
+    /// never passes the gate unread.
+    #[test]
+    fn a_file_the_scan_could_not_read_is_held() {
+        let token = format!("ghp_{}", "a1B2".repeat(9));
+        let mut content = format!("TOKEN={token}\n").into_bytes();
+        content.resize(2 * 1024 * 1024, b'x');
+        let changes = crate::git::changes::trees::changes(
+            &[],
+            &[("config.env", git2::FileMode::Blob, &content)],
+        );
+        let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
+        let report = inspect(&changes, &ProtectedPaths::default(), &sanitizer);
+        assert!(report.needs_approval());
+        assert_eq!(report.held.len(), 1, "{report:?}");
+        assert_eq!(report.held[0].path, "config.env");
+        assert!(
+            report.held[0]
+                .rule()
+                .starts_with("not scanned for secrets: "),
+            "{report:?}"
+        );
     }
 
     #[test]

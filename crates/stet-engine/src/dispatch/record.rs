@@ -23,8 +23,9 @@ pub const RESULT_FILE: &str = "result.json";
 /// The file in a run's directory holding the result's diff, as far as [`MAX_PATCH_BYTES`] allows.
 pub const PATCH_FILE: &str = "diff.patch";
 
-/// The most of a patch the record keeps; a longer one is cut with a note (the commit holds it all).
-pub const MAX_PATCH_BYTES: usize = 16 * 1024 * 1024;
+/// The most of a patch the record keeps: the import's own budget and room for its note; a longer one
+/// is cut with a note (the commit holds it all).
+pub const MAX_PATCH_BYTES: usize = crate::git::text_budget::MAX_PATCH_BYTES + 4096;
 
 /// The most of the agent's transcript an events file holds by default (`dispatch.max_record_bytes`).
 pub const DEFAULT_MAX_RECORD_BYTES: u64 = 64 * 1024 * 1024;

@@ -32,6 +32,10 @@ const FORGE: &str = "local";
 /// Where review records live, under the state directory.
 pub const REVIEWS_DIR: &str = "reviews";
 
+/// The largest review record read: the pull request's body is agent text (bounded where it is
+/// made), and a record grown past this on disk is refused naming its file, never read whole.
+pub const MAX_REVIEW_RECORD_BYTES: u64 = 8 * 1024 * 1024;
+
 /// A pull request of the local forge, as stored in `<state>/reviews/<number>.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReviewRecord {
@@ -109,7 +113,7 @@ impl LocalForge {
             return Ok(Vec::new());
         };
         let mut closed = Vec::new();
-        for mut record in self.reviews()? {
+        each_review(&self.reviews, |mut record| {
             if record.state == ReviewState::Open && belongs_to(&record, &identity) {
                 record.state = ReviewState::Closed;
                 record.remote_git_dir = Some(identity.clone());
@@ -117,7 +121,8 @@ impl LocalForge {
                 self.replace_record(&record)?;
                 closed.push(record.number);
             }
-        }
+            Ok(())
+        })?;
         Ok(closed)
     }
 
@@ -309,25 +314,31 @@ impl Forge for LocalForge {
         draft: &PullRequestDraft,
     ) -> Result<PullRequest> {
         let identity = remote_git_dir(&self.remote)?;
-        let existing = self.reviews()?;
-        let duplicate = existing.iter().find(|record| {
-            record.state == ReviewState::Open
+        let (mut last, mut duplicate) = (0, None);
+        each_review(&self.reviews, |record| {
+            last = last.max(record.number);
+            if duplicate.is_none()
+                && record.state == ReviewState::Open
                 && record.head == draft.head
                 && record.base == draft.base
-                && belongs_to(record, &identity)
-        });
+                && belongs_to(&record, &identity)
+            {
+                duplicate = Some(record.number);
+            }
+            Ok(())
+        })?;
         if let Some(existing) = duplicate {
             return Err(ForgeError::PullRequestExists {
                 forge: FORGE,
                 repo: target.repo.clone(),
                 head: draft.head.clone(),
                 base: draft.base.clone(),
-                detail: format!("review #{} is open for it", existing.number),
+                detail: format!("review #{existing} is open for it"),
             });
         }
         let now = Utc::now();
         let record = self.create_record(ReviewRecord {
-            number: existing.last().map_or(1, |last| last.number + 1),
+            number: last + 1,
             repo: target.repo.clone(),
             remote: self.remote.clone(),
             remote_git_dir: Some(identity),
@@ -368,20 +379,42 @@ impl Forge for LocalForge {
 /// The review records in `dir` (`<state>/reviews`), by number. A record that cannot be read is an
 /// error naming it, never silently skipped; a missing directory means no reviews yet.
 pub fn read_reviews(dir: &Path) -> Result<Vec<ReviewRecord>> {
+    let mut records = Vec::new();
+    each_review(dir, |record| {
+        records.push(record);
+        Ok(())
+    })?;
+    Ok(records)
+}
+
+/// Hands each review record in `dir` to `each`, one at a time (at most
+/// [`MAX_REVIEW_RECORD_BYTES`] held at once), in the order of their numbers; a record that cannot be
+/// read is an error naming it.
+pub fn each_review(dir: &Path, mut each: impl FnMut(ReviewRecord) -> Result<()>) -> Result<()> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(error) => return Err(store_error(dir, error)),
     };
-    let mut records = Vec::new();
+    let mut paths = Vec::new();
     for entry in entries {
         let path = entry.map_err(|e| store_error(dir, e))?.path();
         if path.extension().is_some_and(|ext| ext == "json") {
-            records.push(read_record(&path)?);
+            paths.push(path);
         }
     }
-    records.sort_by_key(|record| record.number);
-    Ok(records)
+    // `<number>.json`: by number, any other name after them.
+    paths.sort_by_cached_key(|path| {
+        let number = path
+            .file_stem()
+            .and_then(|stem| stem.to_str())
+            .and_then(|stem| stem.parse::<u64>().ok());
+        (number.unwrap_or(u64::MAX), path.clone())
+    });
+    for path in paths {
+        each(read_record(&path)?)?;
+    }
+    Ok(())
 }
 
 /// The identity of the repository at `remote`: the canonical path of its common git directory.
@@ -501,9 +534,25 @@ fn copy_objects(
     Ok(())
 }
 
-fn read_record(path: &Path) -> Result<ReviewRecord> {
-    let text = std::fs::read_to_string(path).map_err(|e| store_error(path, e))?;
-    serde_json::from_str(&text).map_err(|error| ForgeError::Store {
+/// Review record `path`, read within [`MAX_REVIEW_RECORD_BYTES`].
+pub fn read_record(path: &Path) -> Result<ReviewRecord> {
+    let file = std::fs::File::open(path).map_err(|e| store_error(path, e))?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(file, MAX_REVIEW_RECORD_BYTES + 1),
+        &mut bytes,
+    )
+    .map_err(|e| store_error(path, e))?;
+    if bytes.len() as u64 > MAX_REVIEW_RECORD_BYTES {
+        return Err(ForgeError::Store {
+            forge: FORGE,
+            path: path.to_owned(),
+            detail: format!(
+                "the review record is larger than {MAX_REVIEW_RECORD_BYTES} bytes; it was not read"
+            ),
+        });
+    }
+    serde_json::from_slice(&bytes).map_err(|error| ForgeError::Store {
         forge: FORGE,
         path: path.to_owned(),
         detail: format!("not a review record: {error}"),

@@ -12,6 +12,7 @@ use git2::{
     DiffOptions, FileMode, Oid, Repository, RepositoryOpenFlags, TreeWalkMode, TreeWalkResult,
 };
 
+use super::text_budget;
 use crate::dispatch::branch::CommitSha;
 
 /// Why the changes could not be read.
@@ -112,6 +113,9 @@ pub struct PathChange {
     pub added: AddedText,
     /// The new content holds a NUL byte (git would call it binary).
     pub binary: bool,
+    /// Why the content was not read (past a bound of [`text_budget`]): the gate cannot vouch for
+    /// it, so it holds the path.
+    pub unread: Option<String>,
 }
 
 /// Everything the review gate reads about a result.
@@ -125,7 +129,16 @@ pub struct ResultChanges {
     pub links: Vec<(String, Vec<u8>)>,
 }
 
-/// Reads what `commit` changes against `parent` in `repository`.
+/// The most added text read for the secret scan over a whole result; a file that does not fit is
+/// left unread (and held).
+pub const MAX_SCANNED_BYTES: usize = 2 * 1024 * 1024;
+
+/// The most removed text kept to recognize what the base already held; past it, a value is taken
+/// as new (the scan reports more, never less).
+pub const MAX_REMOVED_BYTES: usize = 2 * 1024 * 1024;
+
+/// Reads what `commit` changes against `parent` in `repository`, within [`MAX_SCANNED_BYTES`] of
+/// added text, [`MAX_REMOVED_BYTES`] of removed text and the per-file bounds of [`text_budget`].
 pub fn read_changes(
     repository: &Path,
     parent: &CommitSha,
@@ -172,6 +185,7 @@ pub fn read_changes_until(
 
     let mut result = ResultChanges::default();
     let mut positions: HashMap<Vec<u8>, usize> = HashMap::new();
+    let mut scanned = 0;
     for index in 0..diff.deltas().len() {
         if interrupted() {
             return Err(ChangesError::Interrupted);
@@ -202,7 +216,12 @@ pub fn read_changes_until(
             Ok(Some(Entry { kind, link_target }))
         };
         let (before, after) = (side(delta.old_file())?, side(delta.new_file())?);
+        let sized = |file| text_budget::side_too_large(&repo, &file).map_err(git("reading a file"));
+        let unread = sized(delta.new_file())?;
+        // A base too large to compare with: all of the new content counts as added.
+        let whole = unread.is_none() && sized(delta.old_file())?.is_some();
         let binary = match after.as_ref().map(|entry| entry.kind) {
+            _ if unread.is_some() => false,
             Some(EntryKind::File | EntryKind::Executable) => repo
                 .find_blob(delta.new_file().id())
                 .map_err(git("reading a file"))?
@@ -221,6 +240,7 @@ pub fn read_changes_until(
                     after: None,
                     added: AddedText::default(),
                     binary: false,
+                    unread: None,
                 });
                 result.changes.len() - 1
             }
@@ -229,6 +249,29 @@ pub fn read_changes_until(
         change.before = change.before.take().or(before);
         change.after = change.after.take().or(after);
         change.binary |= binary;
+        if let Some(reason) = unread {
+            change.unread = Some(reason);
+            change.added = AddedText::default();
+            continue;
+        }
+        if whole {
+            if matches!(
+                change.after.as_ref().map(|entry| entry.kind),
+                Some(EntryKind::File | EntryKind::Executable)
+            ) {
+                let blob = repo
+                    .find_blob(delta.new_file().id())
+                    .map_err(git("reading a file"))?;
+                for (number, content) in blob
+                    .content()
+                    .split_inclusive(|byte| *byte == b'\n')
+                    .enumerate()
+                {
+                    take_added(change, &mut scanned, number + 1, content);
+                }
+            }
+            continue;
+        }
 
         let patch = git2::Patch::from_diff(&diff, index).map_err(git("reading a patch"))?;
         let Some(patch) = patch else {
@@ -246,11 +289,13 @@ pub fn read_changes_until(
                     .line_in_hunk(hunk, line)
                     .map_err(git("reading a line"))?;
                 match (line.origin(), line.new_lineno()) {
-                    ('+', Some(number)) => change.added.push(
+                    ('+', Some(number)) => take_added(
+                        change,
+                        &mut scanned,
                         usize::try_from(number).unwrap_or(usize::MAX),
                         line.content(),
                     ),
-                    ('-', _) => {
+                    ('-', _) if result.removed.len() + line.content().len() < MAX_REMOVED_BYTES => {
                         if !result.removed.is_empty() {
                             result.removed.push(b'\n');
                         }
@@ -292,6 +337,24 @@ pub fn read_changes_until(
         return Err(git("reading a link")(error));
     }
     Ok(result)
+}
+
+/// Adds line `number` to what `change` adds, unless the result's added text would pass
+/// [`MAX_SCANNED_BYTES`] (`scanned` so far): then none of the file's is kept and it is left unread.
+fn take_added(change: &mut PathChange, scanned: &mut usize, number: usize, content: &[u8]) {
+    if change.unread.is_some() {
+        return;
+    }
+    if *scanned + content.len() + 1 > MAX_SCANNED_BYTES {
+        *scanned -= change.added.text.len().min(*scanned);
+        change.added = AddedText::default();
+        change.unread = Some(format!(
+            "the secret scan reads at most {MAX_SCANNED_BYTES} bytes of added text in a result"
+        ));
+        return;
+    }
+    *scanned += content.len() + 1;
+    change.added.push(number, content);
 }
 
 /// Repositories built from lists of entries, for the tests of the review gate.
@@ -440,6 +503,63 @@ mod tests {
                 ("swap".to_owned(), b"/etc/passwd".to_vec()),
             ]
         );
+    }
+
+    /// The attack: files past the per-file text bounds (bytes, lines) and added text past the
+    /// result's scan budget. Each such file is left unread, named with why, never diffed or held in
+    /// memory; a base too large to compare with makes all of the new content count as added.
+    #[test]
+    fn files_past_the_text_bounds_are_left_unread_and_the_added_text_stays_within_its_budget() {
+        use crate::git::text_budget::{MAX_DIFF_FILE_BYTES, MAX_DIFF_FILE_LINES};
+        let wide = vec![b'x'; usize::try_from(MAX_DIFF_FILE_BYTES).unwrap() + 1];
+        let lines = "a\n".repeat(MAX_DIFF_FILE_LINES + 1);
+        let chunk = vec![b'y'; 900 * 1024];
+        let read = changes(
+            &[("old.txt", FILE, &wide)],
+            &[
+                ("old.txt", FILE, b"small\n"),
+                ("wide.bin", FILE, &wide),
+                ("lines.txt", FILE, lines.as_bytes()),
+                ("c1", FILE, &chunk),
+                ("c2", FILE, &chunk),
+                ("c3", FILE, &chunk),
+            ],
+        );
+        for unread in ["wide.bin", "lines.txt", "c3"] {
+            let change = change(&read, unread);
+            assert!(change.unread.is_some(), "{unread}");
+            assert!(change.added.text.is_empty(), "{unread}");
+        }
+        assert!(
+            change(&read, "wide.bin")
+                .unread
+                .as_deref()
+                .unwrap()
+                .contains("bytes")
+        );
+        assert!(
+            change(&read, "lines.txt")
+                .unread
+                .as_deref()
+                .unwrap()
+                .contains("lines")
+        );
+        assert!(
+            change(&read, "c3")
+                .unread
+                .as_deref()
+                .unwrap()
+                .contains("secret scan")
+        );
+        assert_eq!(change(&read, "c1").unread, None);
+        assert_eq!(change(&read, "old.txt").added.text, b"small");
+        let added: usize = read
+            .changes
+            .iter()
+            .map(|change| change.added.text.len())
+            .sum();
+        assert!(added <= MAX_SCANNED_BYTES, "{added}");
+        assert!(read.removed.len() <= MAX_REMOVED_BYTES);
     }
 
     #[test]

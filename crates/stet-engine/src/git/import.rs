@@ -24,7 +24,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use git2::{
-    Delta, DiffFormat, ErrorCode, FileMode, ObjectType, Odb, OdbLookupFlags, Oid, Repository,
+    Delta, ErrorCode, FileMode, ObjectType, Odb, OdbLookupFlags, Oid, Repository,
     RepositoryOpenFlags, Signature, Tree,
 };
 use rustix::fs::FileType;
@@ -32,6 +32,7 @@ use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 
 use super::pack::PackWriter;
+use super::text_budget::{self, BoundedText, MAX_PATCH_BYTES};
 use crate::dispatch::branch::CommitSha;
 use crate::dispatch::event::ChangeKind;
 use crate::dispatch::sanitize::SanitizedText;
@@ -204,6 +205,9 @@ pub struct ChangedFile {
     pub deletions: usize,
     /// Git sees the content as binary, so no line counts.
     pub binary: bool,
+    /// The patch does not show all of it (past a bound of [`text_budget`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cut: bool,
 }
 
 /// The imported commit against its parent, computed from the two trees in the user's repository.
@@ -215,7 +219,8 @@ pub struct ResultDiff {
     pub insertions: usize,
     /// Lines removed over all files.
     pub deletions: usize,
-    /// Unified diff text (lossy where the content is not UTF-8).
+    /// Unified diff text (lossy where the content is not UTF-8), at most [`MAX_PATCH_BYTES`] and a
+    /// note saying what was cut.
     pub patch: String,
 }
 
@@ -988,8 +993,10 @@ fn is_hfs_ignorable(character: char) -> bool {
     )
 }
 
-/// Per-file stats and the patch text of the imported tree against the parent's; ends early (with
-/// libgit2's "user" error) once `interrupted` says so, asked at every line.
+/// Per-file stats and the patch text of the imported tree against the parent's, the text within
+/// [`MAX_PATCH_BYTES`] and each file diffed only within the bounds of [`text_budget`]; a file left
+/// out of the text, wholly or partly, is marked `cut` and a note in the patch says so. Ends early
+/// (with libgit2's "user" error) once `interrupted` says so, asked at every file and every line.
 fn result_diff(
     repository: &Repository,
     parent: &Tree<'_>,
@@ -1022,38 +1029,68 @@ fn result_diff(
             insertions: 0,
             deletions: 0,
             binary: false,
+            cut: false,
         });
     }
-    let mut patch = Vec::new();
-    diff.print(DiffFormat::Patch, |delta, _hunk, line| {
+    let mut patch = BoundedText::new(MAX_PATCH_BYTES);
+    for index in 0..diff.deltas().len() {
         if interrupted() {
-            return false;
+            return Err(git2::Error::from_str("interrupted"));
         }
-        let origin = line.origin();
-        if let Some(file) = positions
+        let Some(delta) = diff.get_delta(index) else {
+            continue;
+        };
+        let Some(file) = positions
             .get(delta_path(&delta))
             .and_then(|position| files.get_mut(*position))
-        {
+        else {
+            continue;
+        };
+        if let Some(reason) = text_budget::too_large(repository, &delta)? {
+            file.cut = true;
+            let shown = format!(
+                "diff --git a/{0} b/{0}\n[stet: the content of {0} is not shown: {reason}]\n",
+                file.path
+            );
+            patch.push(shown.as_bytes());
+            continue;
+        }
+        let Some(mut one) = git2::Patch::from_diff(&diff, index)? else {
+            continue;
+        };
+        let mut whole = true;
+        one.print(&mut |delta, _hunk, line| {
+            if interrupted() {
+                return false;
+            }
+            let origin = line.origin();
             file.binary |= delta.flags().is_binary();
             match origin {
                 '+' => file.insertions += 1,
                 '-' => file.deletions += 1,
                 _ => {}
             }
-        }
-        if matches!(origin, '+' | '-' | ' ') {
-            patch.push(origin as u8);
-        }
-        patch.extend_from_slice(line.content());
-        true
-    })?;
+            if matches!(origin, '+' | '-' | ' ') {
+                whole &= patch.push(&[origin as u8]);
+            }
+            whole &= patch.push(line.content());
+            true
+        })?;
+        file.cut |= !whole;
+    }
+    let cut = files.iter().filter(|file| file.cut).count();
+    if patch.is_cut() {
+        patch.note(&format!(
+            "\n[stet: the patch stops here, at {MAX_PATCH_BYTES} bytes; {cut} file(s) are not shown whole, the commit holds all of it]\n"
+        ));
+    }
     let insertions = files.iter().map(|file| file.insertions).sum();
     let deletions = files.iter().map(|file| file.deletions).sum();
     Ok(ResultDiff {
         files,
         insertions,
         deletions,
-        patch: String::from_utf8_lossy(&patch).into_owned(),
+        patch: patch.into_string(),
     })
 }
 

@@ -7,4 +7,5 @@ pub mod import;
 pub mod origin_guard;
 mod pack;
 pub mod push;
+pub mod text_budget;
 pub mod workspace;

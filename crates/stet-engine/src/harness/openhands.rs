@@ -91,7 +91,11 @@ const QUIET_ENV: &[(&str, &str)] = &[
 pub const MAX_ITEM_BYTES: usize = 64 * 1024;
 
 /// The longest event line that is read; a longer one becomes a note saying it was skipped.
-pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+pub const MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
+
+/// The most JSON values (counted by their separators) an event line may hold to be parsed: a tree of
+/// values costs tens of bytes each on the host, whatever few bytes each took on the line.
+pub const MAX_EVENT_VALUES: usize = 128 * 1024;
 
 /// The largest `base_state.json` that is read.
 pub const MAX_STATE_BYTES: u64 = 16 * 1024 * 1024;
@@ -477,6 +481,16 @@ impl OpenHandsParser {
     }
 
     fn parse_event(&mut self, line: &[u8]) -> Vec<TranscriptItem> {
+        let values = line
+            .iter()
+            .filter(|byte| matches!(byte, b',' | b'[' | b'{' | b':'))
+            .count();
+        if values > MAX_EVENT_VALUES && may_be_event(line) {
+            let note = format!(
+                "an OpenHands event line of {values} values was not read (the limit is {MAX_EVENT_VALUES})"
+            );
+            return vec![self.item(Draft::new(ItemKind::Other, note))];
+        }
         let Some(event) = event_object(line) else {
             self.log_skipped(line);
             return Vec::new();
@@ -976,7 +990,7 @@ struct BaseState {
 #[derive(Debug, Deserialize)]
 struct Stats {
     #[serde(default)]
-    usage_to_metrics: Option<BTreeMap<String, Metrics>>,
+    usage_to_metrics: Option<Totals>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -999,22 +1013,84 @@ struct TokenUsage {
     cache_read_tokens: u64,
 }
 
-/// Usage added up over every metrics entry of every state file.
+/// Usage added up over every metrics entry of every state file, as each entry is read: no entry is
+/// kept, so a file naming millions of usages costs no more memory than one naming a few, and the
+/// models are kept only as far as they are shown ([`MAX_RENDERING_BYTES`]).
 #[derive(Debug, Default)]
 struct Totals {
     entries: usize,
-    /// The models named, in the order first named.
+    /// The models named, in the order first named, as far as they are shown.
     models: Vec<String>,
-    /// The same models, to look one up in constant time: a state file may name hundreds of
-    /// thousands.
+    /// The same models, to look one up in constant time.
     named: HashSet<String>,
+    /// The bytes of the models kept.
+    model_bytes: usize,
     input: u64,
     output: u64,
     cached: u64,
     cost: f64,
+    /// The first usage whose cost is not a non-negative number.
+    bad_cost: Option<String>,
+}
+
+/// `stats.usage_to_metrics` read entry by entry into [`Totals`].
+impl<'de> Deserialize<'de> for Totals {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> std::result::Result<Totals, D::Error> {
+        struct Fold;
+        impl<'de> serde::de::Visitor<'de> for Fold {
+            type Value = Totals;
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("a map of usage ids to metrics")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Totals, A::Error> {
+                let mut totals = Totals::default();
+                while let Some((usage_id, metrics)) = map.next_entry::<String, Metrics>()? {
+                    totals.entry(usage_id, metrics);
+                }
+                Ok(totals)
+            }
+        }
+        deserializer.deserialize_map(Fold)
+    }
 }
 
 impl Totals {
+    fn entry(&mut self, usage_id: String, metrics: Metrics) {
+        let cost = metrics.accumulated_cost.unwrap_or(0.0);
+        if !cost.is_finite() || cost < 0.0 {
+            self.bad_cost.get_or_insert(usage_id);
+            return;
+        }
+        let tokens = metrics.accumulated_token_usage.unwrap_or_default();
+        self.entries += 1;
+        self.input = self.input.saturating_add(tokens.prompt_tokens);
+        self.output = self.output.saturating_add(tokens.completion_tokens);
+        self.cached = self.cached.saturating_add(tokens.cache_read_tokens);
+        self.cost += cost;
+        // "default" is the SDK's name for metrics with no model, such as a sub-agent's combined ones.
+        if let Some(model) = metrics.model_name {
+            self.name(model);
+        }
+    }
+
+    fn name(&mut self, model: String) {
+        if model.is_empty()
+            || model == "default"
+            || self.model_bytes > MAX_RENDERING_BYTES
+            || self.named.contains(&model)
+        {
+            return;
+        }
+        self.model_bytes += model.len() + 2;
+        self.named.insert(model.clone());
+        self.models.push(model);
+    }
+
     fn add(&mut self, path: &Path, bytes: &[u8]) -> Result<()> {
         let malformed = |problem: String| OpenHandsError::Malformed {
             path: path.to_owned(),
@@ -1034,31 +1110,22 @@ impl Totals {
                 error.column()
             ))
         })?;
-        let entries = state
+        let file = state
             .stats
             .and_then(|stats| stats.usage_to_metrics)
             .unwrap_or_default();
-        for (usage_id, metrics) in entries {
-            let cost = metrics.accumulated_cost.unwrap_or(0.0);
-            if !cost.is_finite() || cost < 0.0 {
-                return Err(malformed(format!(
-                    "the accumulated cost of usage {usage_id:?} is not a non-negative number"
-                )));
-            }
-            let tokens = metrics.accumulated_token_usage.unwrap_or_default();
-            self.entries += 1;
-            self.input = self.input.saturating_add(tokens.prompt_tokens);
-            self.output = self.output.saturating_add(tokens.completion_tokens);
-            self.cached = self.cached.saturating_add(tokens.cache_read_tokens);
-            self.cost += cost;
-            // "default" is the SDK's name for metrics with no model, such as a sub-agent's combined ones.
-            if let Some(model) = metrics.model_name
-                && !model.is_empty()
-                && model != "default"
-                && self.named.insert(model.clone())
-            {
-                self.models.push(model);
-            }
+        if let Some(usage_id) = file.bad_cost {
+            return Err(malformed(format!(
+                "the accumulated cost of usage {usage_id:?} is not a non-negative number"
+            )));
+        }
+        self.entries += file.entries;
+        self.input = self.input.saturating_add(file.input);
+        self.output = self.output.saturating_add(file.output);
+        self.cached = self.cached.saturating_add(file.cached);
+        self.cost += file.cost;
+        for model in file.models {
+            self.name(model);
         }
         Ok(())
     }

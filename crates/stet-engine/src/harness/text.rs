@@ -13,16 +13,25 @@ use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 /// Room left at the end of a cut text for the note saying how much was cut.
 const NOTE_ROOM: usize = 40;
 
+/// How much past its limit a text is read before it is cleaned and sanitized: room for a secret that
+/// starts before the cut to be seen whole (a private key block is a few KiB), while a text of any
+/// length costs no more than this to show.
+const SANITIZE_MARGIN: usize = 64 * 1024;
+
 /// `text` made safe to show: escape sequences, control characters and invisible characters removed
 /// (newlines and tabs kept, a lone carriage return or a line separator read as a newline), secrets
 /// masked, then cut to `limit` bytes with a note saying how many more there were (`dropped` of them
-/// already passed over before).
+/// already passed over before). Only the first `limit` bytes and [`SANITIZE_MARGIN`] are cleaned and
+/// sanitized: the rest is counted, never converted.
 pub(crate) fn bounded_text(
     sanitizer: &Arc<TokenSanitizer>,
     text: &str,
     limit: usize,
     dropped: usize,
 ) -> SanitizedText {
+    let window = crate::dispatch::record::truncate(text, limit.saturating_add(SANITIZE_MARGIN));
+    let dropped = dropped + (text.len() - window.len());
+    let text = window;
     let full = sanitizer.sanitize(&displayable(text));
     let shown = full.as_str();
     if shown.len() <= limit && dropped == 0 {

@@ -171,6 +171,7 @@ impl Script {
             insertions,
             deletions,
             binary: false,
+            cut: false,
         }
     }
 
@@ -301,6 +302,7 @@ fn a_demo_run_builds_the_timeline_meter_review_and_pull_request() {
                     insertions: 3,
                     deletions: 1,
                     binary: false,
+                    cut: false,
                 }],
                 insertions: 3,
                 deletions: 1,

@@ -224,7 +224,9 @@ pub fn lines(
     };
     let number_width = 12;
     for file in collected.files.iter().take(shown) {
-        let stat = if file.binary {
+        let stat = if file.cut {
+            "cut".to_owned()
+        } else if file.binary {
             "binary".to_owned()
         } else {
             format!("+{} −{}", file.insertions, file.deletions)

@@ -138,6 +138,7 @@ impl Dispatch {
                 insertions: file.insertions,
                 deletions: file.deletions,
                 binary: file.binary,
+                cut: file.cut,
             })
             .collect();
         if let Some(record) = self.publisher.record()

@@ -389,3 +389,59 @@ fn a_gitignore_link_to_a_fifo_does_not_stall_the_import() {
         .recv_timeout(std::time::Duration::from_secs(20))
         .expect("the import waited on a fifo the user's checkout links .gitignore to");
 }
+
+/// The attack on the patch: invalid UTF-8 on very long and very short lines, one file past the
+/// per-file text bounds, and more patch text than the review keeps. The patch stays within its
+/// budget (the conversion included), each file left out is marked cut, and notes say what was cut.
+#[test]
+fn the_patch_is_built_within_its_budget_and_says_what_it_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = Repository::init_bare(dir.path()).unwrap();
+    let tree = |entries: &[(&str, Vec<u8>)]| {
+        let mut builder = repo.treebuilder(None).unwrap();
+        for (name, content) in entries {
+            let blob = repo.blob(content).unwrap();
+            builder.insert(name, blob, 0o100_644).unwrap();
+        }
+        repo.find_tree(builder.write().unwrap()).unwrap()
+    };
+    // Lone lead bytes on one long line: three bytes each once converted.
+    let long = [vec![0xc3u8; 900 * 1024], b"\n".to_vec()].concat();
+    let short = b"\xff\n".repeat(16 * 1024);
+    let wide = vec![b'w'; 2 * 1024 * 1024];
+    let mut after = vec![("a-wide.txt".to_owned(), wide)];
+    for file in 0..8 {
+        after.push((format!("long{file}.txt"), long.clone()));
+        after.push((format!("short{file}.txt"), short.clone()));
+    }
+    let after: Vec<(&str, Vec<u8>)> = after
+        .iter()
+        .map(|(name, content)| (name.as_str(), content.clone()))
+        .collect();
+    let diff = result_diff(&repo, &tree(&[]), &tree(&after)).unwrap();
+    assert!(
+        diff.patch.len() <= MAX_PATCH_BYTES + 1024,
+        "{}",
+        diff.patch.len()
+    );
+    assert!(
+        diff.patch
+            .contains("[stet: the content of a-wide.txt is not shown: ")
+    );
+    assert!(diff.patch.contains("[stet: the patch stops here"));
+    let cut: Vec<&str> = diff
+        .files
+        .iter()
+        .filter(|file| file.cut)
+        .map(|file| file.path.as_str())
+        .collect();
+    assert!(cut.contains(&"a-wide.txt"), "{cut:?}");
+    assert!(cut.len() > 1, "{cut:?}");
+    assert!(diff.files.iter().any(|file| !file.cut), "{:?}", diff.files);
+    let short = diff
+        .files
+        .iter()
+        .find(|file| file.path == "short0.txt")
+        .unwrap();
+    assert_eq!(short.insertions, 16 * 1024, "counted even where not shown");
+}

@@ -1155,3 +1155,59 @@ fn final_usage_of_a_state_file_naming_many_models_is_not_quadratic() {
         .expect("reading the usage of one bounded state file stalled the host past a minute");
     assert_eq!(usage.unwrap(), Some(0));
 }
+
+/// The attack: an event line within its byte limit made of tiny values (each a few bytes on the
+/// line, tens of bytes once parsed). It is reported, never parsed, and the next line is read.
+#[test]
+fn an_event_line_of_too_many_values_is_reported_not_parsed() {
+    let mut parser = OpenHandsParser::new(sanitizer());
+    let mut stream = br#"{"kind": "ObservationEvent", "observation": {"content": [0"#.to_vec();
+    stream.extend_from_slice(&b",0".repeat(MAX_EVENT_VALUES));
+    stream.extend_from_slice(b"]}}\n");
+    assert!(stream.len() < MAX_EVENT_BYTES);
+    stream.extend_from_slice(finish("Done").as_bytes());
+    let items = parse_stream(&mut parser, &stream);
+    assert_eq!(items.len(), 2, "{:?}", pairs(&items));
+    assert_eq!(items[0].item, ItemKind::Other);
+    assert!(
+        items[0].text.as_str().contains(&format!(
+            "values was not read (the limit is {MAX_EVENT_VALUES})"
+        )),
+        "{:?}",
+        items[0].text
+    );
+    assert_eq!(pairs(&items[1..]), vec![(ItemKind::Finish, "Done")]);
+}
+
+/// A state file within its bound naming 200,000 usages is added up entry by entry (never held as a
+/// map of them all): the totals are right, and the models are kept only as far as they are shown.
+#[test]
+fn final_usage_adds_up_every_usage_without_keeping_them() {
+    let root = tempfile::tempdir().unwrap();
+    let directory = root.path().join("conversations/a");
+    std::fs::create_dir_all(&directory).unwrap();
+    let usages = 200_000;
+    let mut state = String::from(r#"{"stats":{"usage_to_metrics":{"#);
+    for usage in 0..usages {
+        if usage > 0 {
+            state.push(',');
+        }
+        write!(
+            state,
+            r#""{usage}":{{"model_name":"m{usage}","accumulated_token_usage":{{"prompt_tokens":1}}}}"#
+        )
+        .unwrap();
+    }
+    state.push_str("}}}");
+    assert!(state.len() as u64 <= MAX_STATE_BYTES, "{}", state.len());
+    let mut totals = Totals::default();
+    totals.add(&directory, state.as_bytes()).unwrap();
+    assert_eq!(totals.entries, usages);
+    assert_eq!(totals.input, usages as u64);
+    assert!(
+        totals.model_bytes <= MAX_RENDERING_BYTES + 64,
+        "{}",
+        totals.model_bytes
+    );
+    assert!(totals.named.len() < 200, "{}", totals.named.len());
+}

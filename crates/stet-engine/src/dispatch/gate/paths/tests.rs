@@ -29,6 +29,7 @@ fn change(path: &str, before: Option<Entry>, after: Option<Entry>) -> PathChange
         after,
         added: AddedText::default(),
         binary: false,
+        unread: None,
     }
 }
 
