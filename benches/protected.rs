@@ -1,9 +1,10 @@
 //! The review gate's protected-path matching (issue 27): the cost of matching one changed path
 //! against every rule, for the compiled automaton and for the matcher before it
 //! (`support/protected_reference.rs`), as the path grows. Two rule sets: the built-in rules alone,
-//! and the built-in rules plus the costliest a repository may add (`MAX_ADDED_RULES` patterns that
-//! start with `**/` and are made of `*`, `?` and literals, `MAX_ADDED_CHARS` characters in all),
-//! matched against paths of 16-character names that none of them matches, 1 to 256 deep.
+//! and the built-in rules plus the costliest a repository may add (`MAX_ADDED_RULES` patterns of
+//! the shape `**/*a?*a?…z7/**`, `MAX_ADDED_CHARS` characters in all: the old matcher tried the
+//! glob against every name of the path, for every rule), matched against paths of 16-character
+//! names that none of them matches, 1 to 256 deep.
 //!
 //! `cargo bench --bench protected`; criterion reports time per path, and the throughput in
 //! path bytes.
@@ -21,12 +22,13 @@ mod protected_reference;
 use protected_reference::Reference;
 
 /// The costliest legal addition: as many patterns as allowed, as long as the size limit lets them
-/// be, each `**/` then runs of `*a?` in one segment, so every name keeps every rule alive.
+/// be, each `**/`, runs of `*a?` and a tail no name holds, then `/**`, so every name of a path is
+/// tried against every rule's glob.
 fn costly_patterns() -> Vec<String> {
     let each = (MAX_ADDED_CHARS / MAX_ADDED_RULES).min(MAX_PATTERN_CHARS);
     (0..MAX_ADDED_RULES)
         .map(|n| {
-            let tail = format!("z{n:x}");
+            let tail = format!("z{n:x}/**");
             let mut pattern = "**/".to_owned();
             while pattern.len() + 3 + tail.len() <= each {
                 pattern.push_str("*a?");

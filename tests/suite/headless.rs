@@ -422,7 +422,7 @@ impl Watched {
     }
 
     /// Reads events until one is `wanted`; panics when stet ends first.
-    fn until(&mut self, what: &str, wanted: impl Fn(&Event) -> bool) -> Event {
+    pub(super) fn until(&mut self, what: &str, wanted: impl Fn(&Event) -> bool) -> Event {
         while let Some(event) = self.next_event() {
             if wanted(&event) {
                 return event;

@@ -5,6 +5,7 @@ mod branch;
 mod brief;
 mod canary;
 mod cli;
+mod costly_settings;
 mod engine_matrix;
 mod forge_local;
 mod gateway;

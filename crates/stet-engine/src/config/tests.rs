@@ -1195,3 +1195,43 @@ fn the_settings_table_in_the_docs_is_the_codes() {
         .collect();
     assert_eq!(documented_classes(), code);
 }
+
+#[test]
+fn a_repository_file_past_the_protected_path_limits_is_named_with_its_figure_and_the_limit() {
+    let list = |prefix: &str, count: usize| {
+        let patterns: Vec<String> = (0..count).map(|n| format!("\"{prefix}/{n}/**\"")).collect();
+        format!("[review]\nprotected_paths = [{}]\n", patterns.join(", "))
+    };
+    // The user's patterns and the repository's count together.
+    let error = Config::from_files(&[
+        user(&list("mine", 100)),
+        repository(&format!("\n{}", list("theirs", 29))),
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.starts_with("/src/app/stet.toml:3: field `review.protected_paths`"),
+        "{error}"
+    );
+    assert!(
+        error.contains(
+            "129 patterns are added to the built-in rules with this list, and at most 128 may be"
+        ),
+        "{error}"
+    );
+    assert!(Config::from_files(&[repository(&list("theirs", 128))]).is_ok());
+    let long: Vec<String> = (0..33)
+        .map(|n| format!("\"{n:02}{}\"", "x".repeat(254)))
+        .collect();
+    let error = Config::from_files(&[repository(&format!(
+        "[review]\nprotected_paths = [{}]\n",
+        long.join(", ")
+    ))])
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.starts_with("/src/app/stet.toml:2: field `review.protected_paths`")
+            && error.contains("come to 8448 characters, and at most 8192 may be"),
+        "{error}"
+    );
+}

@@ -19,28 +19,34 @@ use super::{Glob, Segment};
 /// A set of positions, one bit each, 64 to a word.
 type Bits = Vec<u64>;
 
-/// Every rule's positions, as masks over all of them.
+/// What the positions of one word of the automaton are, each mask a bit per position.
+#[derive(Debug, Clone, Copy, Default)]
+struct Masks {
+    /// Each rule's start position: where a match begins, reached by no character.
+    starts: u64,
+    /// Each rule's last position: live once the whole path is read, the rule matches.
+    lasts: u64,
+    /// `*` and the position of `**` that takes any character: they repeat.
+    loops: u64,
+    /// `*`: it may take nothing.
+    runs: u64,
+    /// The position of `**` that takes any character: it may take nothing once its `/` is read.
+    anys: u64,
+    /// The exit of `**`: reached from its any-character position, or from before its `/` when the
+    /// whole `**` takes nothing.
+    exits: u64,
+    /// Positions that take `/`.
+    slash: u64,
+    /// Positions that take any character but `/`.
+    other: u64,
+}
+
+/// Every rule's positions, word by word.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Matcher {
     /// The first position of each rule, in rule order.
     bases: Vec<usize>,
-    /// Each rule's start position: where a match begins, reached by no character.
-    starts: Bits,
-    /// Each rule's last position: live once the whole path is read, the rule matches.
-    lasts: Bits,
-    /// `*` and the position of `**` that takes any character: they repeat.
-    loops: Bits,
-    /// `*`: it may take nothing.
-    runs: Bits,
-    /// The position of `**` that takes any character: it may take nothing once its `/` is read.
-    anys: Bits,
-    /// The exit of `**`: reached from its any-character position, or from before its `/` when the
-    /// whole `**` takes nothing.
-    exits: Bits,
-    /// Positions that take `/`.
-    slash: Bits,
-    /// Positions that take any character but `/`.
-    other: Bits,
+    words: Vec<Masks>,
     /// Positions that take one character exactly, by that character.
     literals: HashMap<char, Bits>,
 }
@@ -87,60 +93,52 @@ impl Matcher {
                 previous_any_depth = matches!(segment, Segment::AnyDepth);
             }
         }
-        let words = positions.len().div_ceil(64);
-        let mut matcher = Matcher {
-            starts: vec![0; words],
-            lasts: vec![0; words],
-            loops: vec![0; words],
-            runs: vec![0; words],
-            anys: vec![0; words],
-            exits: vec![0; words],
-            slash: vec![0; words],
-            other: vec![0; words],
-            literals: HashMap::new(),
-            bases: Vec::new(),
-        };
+        let count = positions.len().div_ceil(64);
+        let mut words = vec![Masks::default(); count];
+        let mut literals: HashMap<char, Bits> = HashMap::new();
         for (index, takes) in positions.iter().enumerate() {
-            let (word, bit) = (index / 64, 1u64 << (index % 64));
-            let set = |mask: &mut Bits| mask[word] |= bit;
+            let bit = 1u64 << (index % 64);
+            let masks = &mut words[index / 64];
             match takes {
-                Takes::Nothing => set(&mut matcher.starts),
-                Takes::Slash | Takes::DepthSlash => set(&mut matcher.slash),
-                Takes::OneOther => set(&mut matcher.other),
+                Takes::Nothing => masks.starts |= bit,
+                Takes::Slash | Takes::DepthSlash => masks.slash |= bit,
+                Takes::OneOther => masks.other |= bit,
                 Takes::RunOfOther => {
-                    set(&mut matcher.other);
-                    set(&mut matcher.loops);
-                    set(&mut matcher.runs);
+                    masks.other |= bit;
+                    masks.loops |= bit;
+                    masks.runs |= bit;
                 }
-                Takes::DepthExit => set(&mut matcher.exits),
                 Takes::Anything => {
-                    for mask in [
-                        &mut matcher.slash,
-                        &mut matcher.other,
-                        &mut matcher.loops,
-                        &mut matcher.anys,
-                    ] {
-                        set(mask);
-                    }
+                    masks.slash |= bit;
+                    masks.other |= bit;
+                    masks.loops |= bit;
+                    masks.anys |= bit;
                 }
-                Takes::Literal(character) => set(matcher
-                    .literals
-                    .entry(*character)
-                    .or_insert_with(|| vec![0; words])),
+                Takes::DepthExit => masks.exits |= bit,
+                Takes::Literal(character) => {
+                    literals.entry(*character).or_insert_with(|| vec![0; count])[index / 64] |= bit;
+                }
             }
         }
         for end in bases.iter().skip(1).copied().chain([positions.len()]) {
             let last = end - 1;
-            matcher.lasts[last / 64] |= 1 << (last % 64);
+            words[last / 64].lasts |= 1 << (last % 64);
         }
-        matcher.bases = bases;
-        matcher
+        Matcher {
+            bases,
+            words,
+            literals,
+        }
     }
 
     /// The index of the first rule the folded path `segments` falls under, if any.
     pub(super) fn first_match(&self, segments: &[Vec<char>]) -> Option<usize> {
-        let mut live = self.starts.clone();
-        self.close(&mut live);
+        let mut live: Bits = Vec::with_capacity(self.words.len());
+        let mut below = 0;
+        for masks in &self.words {
+            below = close(masks.starts, below, masks);
+            live.push(below);
+        }
         for segment in segments {
             for character in std::iter::once(&'/').chain(segment) {
                 if !self.step(&mut live, *character) {
@@ -150,58 +148,47 @@ impl Matcher {
         }
         let (word, bits) = live
             .iter()
-            .zip(&self.lasts)
-            .map(|(live, last)| live & last)
+            .zip(&self.words)
+            .map(|(live, masks)| live & masks.lasts)
             .enumerate()
             .find(|(_, bits)| *bits != 0)?;
         let position = word * 64 + bits.trailing_zeros() as usize;
         Some(self.bases.partition_point(|base| *base <= position) - 1)
     }
 
-    /// Reads one character: each live position hands on to the next one (or to itself, for a
-    /// repeating one) where that one takes `character`. Whether any position is still live.
-    fn step(&self, live: &mut Bits, character: char) -> bool {
+    /// Reads one character, from the lowest word up: each live position hands on to the next one
+    /// (or to itself, for a repeating one) where that one takes `character`, and what that makes
+    /// live without a character is added. Whether any position is still live.
+    fn step(&self, live: &mut [u64], character: char) -> bool {
         let literal = self.literals.get(&character);
-        let mut any = false;
-        for word in (0..live.len()).rev() {
+        // The word below this one, as it was before the character and as it is now.
+        let (mut below_before, mut below_now) = (0u64, 0u64);
+        let mut any = 0;
+        for (word, masks) in self.words.iter().enumerate() {
+            let before = live[word];
             let takes = if character == '/' {
-                self.slash[word]
+                masks.slash
             } else {
-                self.other[word] | literal.map_or(0, |bits| bits[word])
+                masks.other | literal.map_or(0, |bits| bits[word])
             };
-            let next = (shifted(live, word, 1) | (live[word] & self.loops[word])) & takes;
-            live[word] = next;
-            any |= next != 0;
+            let taken = ((before << 1) | (below_before >> 63) | (before & masks.loops)) & takes;
+            let now = close(taken, below_now, masks);
+            live[word] = now;
+            (below_before, below_now) = (before, now);
+            any |= now;
         }
-        if any {
-            self.close(live);
-        }
-        any
-    }
-
-    /// Adds what is live without taking a character, in the one order no chain of skips needs
-    /// more: past a `*`; past a whole `**` (a `*` may end the segment before it); past the
-    /// any-character position of `**` once its `/` is read; to the exit of `**` from there.
-    fn close(&self, live: &mut Bits) {
-        for (by, mask) in [
-            (1, &self.runs),
-            (3, &self.exits),
-            (1, &self.anys),
-            (1, &self.exits),
-        ] {
-            for word in (0..live.len()).rev() {
-                live[word] |= shifted(live, word, by) & mask[word];
-            }
-        }
+        any != 0
     }
 }
 
-/// Word `word` of `bits` shifted up by `by` (1 to 3) positions, carrying from the word below; read
-/// from the top word down, so the word below is still unchanged.
-fn shifted(bits: &[u64], word: usize, by: u32) -> u64 {
-    let carry = match word.checked_sub(1) {
-        Some(below) => bits[below] >> (64 - by),
-        None => 0,
-    };
-    (bits[word] << by) | carry
+/// `bits` (one word) with what is live without taking a character added, `below` being the word
+/// below, already closed: past a `*`; past a whole `**` (a `*` may end the segment before it); past
+/// the any-character position of `**` once its `/` is read; to the exit of `**` from there. In this
+/// order no chain of skips needs another round (`**/**` was made one `**`).
+fn close(mut bits: u64, below: u64, masks: &Masks) -> u64 {
+    bits |= ((bits << 1) | (below >> 63)) & masks.runs;
+    bits |= ((bits << 3) | (below >> 61)) & masks.exits;
+    bits |= ((bits << 1) | (below >> 63)) & masks.anys;
+    bits |= ((bits << 1) | (below >> 63)) & masks.exits;
+    bits
 }
