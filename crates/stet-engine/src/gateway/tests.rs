@@ -2046,3 +2046,5 @@ async fn the_documented_endpoints_receive_what_the_docs_say() {
         );
     }
 }
+
+mod policy;
