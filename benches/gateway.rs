@@ -310,6 +310,11 @@ impl Tally {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .push(message.into_string()),
+            GatewayEvent::Refused { refusal } => self
+                .errors
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(format!("refused: {}", refusal.field)),
             GatewayEvent::CeilingReached { .. } => self
                 .errors
                 .lock()
@@ -338,6 +343,7 @@ async fn start_gateway(
             ceiling_usd,
             request_timeout: Duration::from_secs(120),
             limits: GatewayLimits::default(),
+            policy: Arc::new(stet_engine::gateway::policy::RequestPolicy::default()),
         };
         let (gateway, mut events) = Gateway::start(&socket, config, sanitizer)
             .await

@@ -135,7 +135,7 @@ impl Engine {
     /// Connects to Docker (an unreachable engine is an error that says so), makes the image present,
     /// builds the forge, and sweeps orphans of earlier runs.
     pub async fn assemble(options: EngineOptions, sanitizer: &SanitizerHandle) -> Result<Engine> {
-        let gateway = gateway_settings(&options.config.model, sanitizer)?;
+        let gateway = gateway_settings(&options.config.model, options.harness.model(), sanitizer)?;
         let runtime = DockerRuntime::connect().await?;
         let image = match options.image {
             ImageChoice::Configured(image) => image,
@@ -223,6 +223,7 @@ impl Engine {
 /// and the built-in price table with the user's file laid over it.
 fn gateway_settings(
     model: &crate::config::ModelConfig,
+    harness_model: Option<String>,
     sanitizer: &SanitizerHandle,
 ) -> Result<Option<GatewaySettings>> {
     let Some(upstream) = &model.base_url else {
@@ -254,5 +255,35 @@ fn gateway_settings(
             max_concurrent_requests: model.max_concurrent_requests,
             ..crate::gateway::GatewayLimits::default()
         },
+        policy: Arc::new(request_policy(model, harness_model)),
     }))
+}
+
+/// The request policy of a dispatch's gateway: the models the user allows (`[model] allow`, and
+/// always the harness's configured model as the agent sends it upstream) and the provider tools
+/// `[model] provider_tools` enables. With neither a configured model nor `[model] allow` (the
+/// scripted agent names its models in its scenario) any model passes but a routing suffix. OpenHands
+/// 1.16 calls no helper model besides the configured one.
+fn request_policy(
+    model: &crate::config::ModelConfig,
+    harness_model: Option<String>,
+) -> crate::gateway::policy::RequestPolicy {
+    let mut models: Option<std::collections::BTreeSet<String>> = model
+        .allow
+        .as_ref()
+        .map(|allow| allow.iter().cloned().collect());
+    if let Some(configured) = harness_model {
+        let models = models.get_or_insert_with(Default::default);
+        // LiteLLM sends `openai/<m>` and `litellm_proxy/<m>` upstream as `<m>`.
+        for prefix in ["openai/", "litellm_proxy/"] {
+            if let Some(bare) = configured.strip_prefix(prefix) {
+                models.insert(bare.to_owned());
+            }
+        }
+        models.insert(configured);
+    }
+    crate::gateway::policy::RequestPolicy {
+        models,
+        provider_tools: model.provider_tools.clone(),
+    }
 }

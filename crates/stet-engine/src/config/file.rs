@@ -234,6 +234,8 @@ pub(super) struct ModelSection {
     pub prices: Setting<PathBuf>,
     pub request_timeout_secs: Setting<u64>,
     pub max_concurrent_requests: Setting<u64>,
+    pub allow: Setting<Vec<String>>,
+    pub provider_tools: Setting<std::collections::BTreeMap<String, f64>>,
     /// Only here to refuse an inline key with a useful message.
     api_key: Setting<toml::Value>,
 }

@@ -53,6 +53,8 @@ pub enum Reason {
     PriceTable,
     /// It names a scenario file to read from the user's machine.
     Scenario,
+    /// It lets the model provider act on the network, and bill calls, for the agent.
+    ProviderTools,
 }
 
 impl Reason {
@@ -76,6 +78,9 @@ impl Reason {
                 "it names a price table, which decides what counts toward your cost ceiling"
             }
             Reason::Scenario => "it names a scenario file to read from your machine",
+            Reason::ProviderTools => {
+                "it lets the model provider act on the network, and bill calls, for the agent"
+            }
         }
     }
 }

@@ -244,6 +244,12 @@ pub struct ModelConfig {
     pub request_timeout: Duration,
     /// The most model requests one dispatch has in flight at once.
     pub max_concurrent_requests: usize,
+    /// Models the agent may call besides the harness's configured one (`[model] allow`); `None`:
+    /// the configured model (and the helper models its harness is documented to use) only.
+    pub allow: Option<Vec<String>>,
+    /// Provider-executed tools enabled by name, each with its price per call in dollars
+    /// (`[model] provider_tools`); empty: none.
+    pub provider_tools: std::collections::BTreeMap<String, f64>,
 }
 
 impl ModelConfig {
@@ -279,6 +285,8 @@ impl Default for ModelConfig {
             prices: None,
             request_timeout: resolve::DEFAULT_MODEL_REQUEST_TIMEOUT,
             max_concurrent_requests: crate::gateway::DEFAULT_MAX_CONCURRENT_REQUESTS,
+            allow: None,
+            provider_tools: std::collections::BTreeMap::new(),
         }
     }
 }

@@ -305,6 +305,10 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         |s| &s.model.max_concurrent_requests,
         Some(crate::gateway::DEFAULT_MAX_CONCURRENT_REQUESTS as u64),
     );
+    let allow = layers.machine("model.allow", Reason::Model, |s| &s.model.allow);
+    let provider_tools = layers.machine("model.provider_tools", Reason::ProviderTools, |s| {
+        &s.model.provider_tools
+    });
     if !layers.refusals().is_empty() {
         return Err(ConfigError::Untrusted {
             refusals: layers.refusals_by_line(),
@@ -564,6 +568,23 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
                 ));
             }
             Some(count) => count.value as usize,
+        },
+        allow: allow.map(|allow| allow.value),
+        provider_tools: match provider_tools {
+            None => std::collections::BTreeMap::new(),
+            Some(Sourced { value, origin, .. }) => {
+                if let Some((name, price)) = value
+                    .iter()
+                    .find(|(_, price)| !(price.is_finite() && **price >= 0.0))
+                {
+                    return Err(invalid(
+                        origin,
+                        "model.provider_tools",
+                        format!("{name:?} costs {price}, not a price in dollars per call"),
+                    ));
+                }
+                value
+            }
         },
     };
     Ok(Config {

@@ -257,6 +257,11 @@ const EVERY_MACHINE_SETTING: &[(&str, &str)] = &[
         "model.api_key_env",
     ),
     ("[model]\nprices = \"/home/u/.pgpass\"", "model.prices"),
+    ("[model]\nallow = [\"o1-pro\"]", "model.allow"),
+    (
+        "[model]\nprovider_tools = { web_search = 0.01 }",
+        "model.provider_tools",
+    ),
 ];
 
 #[test]
@@ -311,6 +316,8 @@ model = "openai/o1-pro"
 base_url = "https://evil.example/v1"
 api_key_env = "GITHUB_TOKEN"
 prices = "/home/u/.pgpass"
+allow = ["o1-pro"]
+provider_tools = { mcp = 0.0 }
 "#;
     let refused = refusals(&[user("[forge]\nkind = \"local\"\n"), repository(file)]);
     let mut fields: Vec<_> = refused.iter().map(|refusal| refusal.field).collect();
@@ -848,6 +855,8 @@ api_key_env = "USER_MODEL_KEY"
 prices = "prices.toml"
 request_timeout_secs = 90
 max_concurrent_requests = 2
+allow = ["gpt-4.1-nano"]
+provider_tools = { web_search_preview = 0.025 }
 "#;
 
 #[test]
@@ -892,6 +901,8 @@ fn dispatch_and_harness_settings_come_from_the_files_field_by_field() {
             prices: Some(PathBuf::from("/home/u/.config/stet/prices.toml")),
             request_timeout: Duration::from_secs(90),
             max_concurrent_requests: 2,
+            allow: Some(vec!["gpt-4.1-nano".to_owned()]),
+            provider_tools: [("web_search_preview".to_owned(), 0.025)].into(),
         }
     );
     assert_eq!(

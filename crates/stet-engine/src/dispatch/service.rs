@@ -157,6 +157,8 @@ pub struct GatewaySettings {
     pub request_timeout: Duration,
     /// What one dispatch's agent can make the host hold through the gateway.
     pub limits: crate::gateway::GatewayLimits,
+    /// The models and provider-executed tools the user allows the agent's requests.
+    pub policy: Arc<crate::gateway::policy::RequestPolicy>,
 }
 
 /// What dispatches need beyond the sweep's parts: where results go and which agent runs.

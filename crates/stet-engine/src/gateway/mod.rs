@@ -10,6 +10,7 @@
 //! comes out as [`GatewayEvent`]s, sanitized and free of request and response bodies.
 
 pub mod ledger;
+pub mod policy;
 pub mod prices;
 mod server;
 pub mod usage;

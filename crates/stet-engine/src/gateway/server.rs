@@ -28,6 +28,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use super::GatewayError;
 use super::ledger::{CostLedger, Refusal, Reservation, Totals, WorstCase};
+use super::policy::{Refusal as PolicyRefusal, RequestPolicy};
 use super::prices::PriceTable;
 use crate::dispatch::credential::SecretValue;
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
@@ -107,6 +108,8 @@ pub struct GatewayConfig {
     pub request_timeout: Duration,
     /// What one agent can make the host hold.
     pub limits: GatewayLimits,
+    /// Which models and provider-executed tools the user allows (DESIGN §5 row 24).
+    pub policy: Arc<RequestPolicy>,
 }
 
 /// What the gateway reports to the engine. Every text in it has passed the sanitizer, and none holds
@@ -130,6 +133,12 @@ pub enum GatewayEvent {
     Error {
         /// What happened, naming the request path.
         message: SanitizedText,
+    },
+    /// The request policy refused a request before it reached the upstream: where, what kind of
+    /// value and why, never the value.
+    Refused {
+        /// The refusal; its `shown` value is not repeated by events.
+        refusal: PolicyRefusal,
     },
     /// Accumulated cost reached the ceiling (sent once); the engine then ends the dispatch as
     /// `CostCeilingHit`.
@@ -193,6 +202,7 @@ impl Gateway {
             ceiling_usd: config.ceiling_usd,
             request_timeout: config.request_timeout,
             limits: config.limits,
+            policy: config.policy,
             requests: Arc::new(Semaphore::new(config.limits.max_concurrent_requests.max(1))),
             bytes_in_flight: Arc::new(Semaphore::new(
                 config
@@ -484,6 +494,7 @@ struct Shared {
     ceiling_usd: Option<f64>,
     request_timeout: Duration,
     limits: GatewayLimits,
+    policy: Arc<RequestPolicy>,
     /// One permit per request in flight.
     requests: Arc<Semaphore>,
     /// One permit per request body byte held.
@@ -557,6 +568,15 @@ impl Shared {
                 "gateway event receiver is behind or gone; event dropped"
             );
         }
+    }
+
+    /// Reports a refusal of the request policy: its field made one line, bounded and sanitized,
+    /// its shown value dropped.
+    fn refused(&self, mut refusal: PolicyRefusal) {
+        refusal.shown = None;
+        let field = forward::shown_text(&refusal.field);
+        refusal.field = self.sanitizer.sanitize(&field).as_str().to_owned();
+        self.emit(GatewayEvent::Refused { refusal });
     }
 
     /// Reports a problem: made one line, sanitized, sent as a `GatewayEvent::Error`.

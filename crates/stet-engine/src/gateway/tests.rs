@@ -225,6 +225,7 @@ fn config(upstream: &str, key: &str, ceiling_usd: Option<f64>, timeout: Duration
         ceiling_usd,
         request_timeout: timeout,
         limits: GatewayLimits::default(),
+        policy: Arc::new(crate::gateway::policy::RequestPolicy::default()),
     }
 }
 
@@ -1553,62 +1554,6 @@ fn refused_before_the_upstream(rig: &Rig, status: StatusCode, expected: StatusCo
 const O1_PRO_INPUT: f64 = 150e-6;
 const O1_PRO_OUTPUT: f64 = 600e-6;
 
-/// A JSON value read the way a first-key-wins parser reads it (gjson, jsonparser, simdjson's
-/// `find_field`, a streaming reader that stops at the first match): a duplicated key keeps its
-/// first value, where serde_json keeps its last.
-struct FirstWins(Value);
-
-impl<'de> serde::Deserialize<'de> for FirstWins {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = FirstWins;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("JSON")
-            }
-            fn visit_bool<E>(self, v: bool) -> Result<FirstWins, E> {
-                Ok(FirstWins(Value::Bool(v)))
-            }
-            fn visit_i64<E>(self, v: i64) -> Result<FirstWins, E> {
-                Ok(FirstWins(Value::from(v)))
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<FirstWins, E> {
-                Ok(FirstWins(Value::from(v)))
-            }
-            fn visit_f64<E>(self, v: f64) -> Result<FirstWins, E> {
-                Ok(FirstWins(Value::from(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<FirstWins, E> {
-                Ok(FirstWins(Value::from(v)))
-            }
-            fn visit_unit<E>(self) -> Result<FirstWins, E> {
-                Ok(FirstWins(Value::Null))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<FirstWins, A::Error> {
-                let mut items = Vec::new();
-                while let Some(FirstWins(item)) = seq.next_element()? {
-                    items.push(item);
-                }
-                Ok(FirstWins(Value::Array(items)))
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<FirstWins, A::Error> {
-                let mut object = serde_json::Map::new();
-                while let Some((key, FirstWins(value))) = map.next_entry::<String, FirstWins>()? {
-                    object.entry(key).or_insert(value);
-                }
-                Ok(FirstWins(Value::Object(object)))
-            }
-        }
-        deserializer.deserialize_any(Visit)
-    }
-}
-
 /// A whole number the way pydantic's lax mode reads an `int` field (vLLM's and SGLang's request
 /// models): an integer, a float with no fraction, or a string of digits.
 fn lax_int(value: &Value) -> Option<u64> {
@@ -1621,15 +1566,6 @@ fn lax_int(value: &Value) -> Option<u64> {
         Value::String(s) => s.trim().parse().ok(),
         _ => None,
     }
-}
-
-/// Dollars per input and output token of `model` in the built-in table, o1-pro at its list price.
-fn per_token(model: &str) -> (f64, f64) {
-    if model.contains("o1-pro") {
-        return (O1_PRO_INPUT, O1_PRO_OUTPUT);
-    }
-    let price = PriceTable::builtin().price(model).copied().unwrap();
-    (price.input / 1e6, price.output / 1e6)
 }
 
 /// Bound: spend. LiteLLM runs the model a query parameter names over the body's (`chat_completion(
@@ -1673,41 +1609,45 @@ async fn attack15_litellm_model_overrides_escape_the_price_reserved() {
     assert!(violations.is_empty(), "{violations:#?}");
 }
 
-/// Bound: spend. A body with a duplicated key passes byte for byte when the gateway has nothing to
-/// rewrite: it priced the last value (serde_json), an upstream that keeps the first runs another.
+/// Bound: spend. A body with a duplicated key is refused by the request policy (400, naming the
+/// field) and never reaches the upstream: the gateway priced the last value (serde_json), an
+/// upstream that keeps the first would run another.
 #[tokio::test]
-async fn attack15_duplicate_keys_reach_the_upstream_unresolved() {
-    let ceiling = 0.01;
-    let mut rig = rig_with(Some(ceiling), Duration::from_secs(20)).await;
+async fn attack15_duplicate_keys_are_refused_before_the_upstream() {
+    let mut rig = rig_with(Some(0.01), Duration::from_secs(20)).await;
     let messages = r#""messages":[{"role":"user","content":"hi"}]"#;
     let cases = [
-        format!(r#"{{"model":"stet-demo-model","max_tokens":1000000,"max_tokens":16,{messages}}}"#),
-        format!(r#"{{"model":"stet-demo-model","n":128,"n":1,"max_tokens":500,{messages}}}"#),
-        format!(r#"{{"model":"o1-pro","model":"stet-demo-model","max_tokens":500,{messages}}}"#),
+        (
+            format!(
+                r#"{{"model":"stet-demo-model","max_tokens":1000000,"max_tokens":16,{messages}}}"#
+            ),
+            "max_tokens",
+        ),
+        (
+            format!(r#"{{"model":"stet-demo-model","n":128,"n":1,"max_tokens":500,{messages}}}"#),
+            "n",
+        ),
+        (
+            format!(
+                r#"{{"model":"o1-pro","model":"stet-demo-model","max_tokens":500,{messages}}}"#
+            ),
+            "model",
+        ),
     ];
-    let mut violations = Vec::new();
-    for body in cases {
-        rig.upstream
-            .reply(ok_json(chat_completion("stet-demo-model", 10, 10, 0)));
-        let (status, _, _) = call(&rig.socket, "POST", "/v1/chat/completions", &body).await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-        let _ = rig.next_event().await;
-        let sent = rig.upstream.requests().pop().unwrap();
-        let FirstWins(first) = serde_json::from_slice(&sent.body).unwrap();
-        let (input, output) = per_token(first["model"].as_str().unwrap());
-        let cap = first["max_tokens"].as_u64().unwrap();
-        let choices = first["n"].as_u64().unwrap_or(1);
-        let worst = sent.body.len() as f64 * input + (cap * choices) as f64 * output;
-        if worst > ceiling {
-            violations.push(format!(
-                "sent {}: read first-key-wins it is {} × {cap} tokens of {}, ${worst:.4} under ${ceiling}",
-                String::from_utf8_lossy(&sent.body),
-                choices,
-                first["model"]
-            ));
+    for (body, field) in cases {
+        let (status, _, reply) = call(&rig.socket, "POST", "/v1/chat/completions", &body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        let reply: Value = serde_json::from_str(&reply).unwrap();
+        assert_eq!(reply["error"]["param"], Value::from(field), "{body}");
+        match rig.next_event().await {
+            GatewayEvent::Refused { refusal } => {
+                assert_eq!(refusal.field, field);
+                assert_eq!(refusal.rule, crate::gateway::policy::Rule::DuplicateKey);
+            }
+            other => panic!("{body}: {other:?}"),
         }
     }
-    assert!(violations.is_empty(), "{violations:#?}");
+    assert!(rig.upstream.requests().is_empty());
 }
 
 /// Bound: spend. With both output fields named, the gateway reads the smaller whole number and,
@@ -2106,3 +2046,5 @@ async fn the_documented_endpoints_receive_what_the_docs_say() {
         );
     }
 }
+
+mod policy;

@@ -321,6 +321,7 @@ impl Dispatch {
             ceiling_usd: self.parts.settings.cost_ceiling_usd,
             request_timeout: settings.request_timeout,
             limits: settings.limits,
+            policy: Arc::clone(&settings.policy),
         };
         let (gateway, events) = Gateway::start(&socket, config, self.sanitizer())
             .await
@@ -377,6 +378,24 @@ impl Dispatch {
                 item: ItemKind::Error,
                 text: message,
             })),
+            GatewayEvent::Refused { refusal } => {
+                let allow = refusal
+                    .rule
+                    .setting()
+                    .map(|setting| format!("; {setting} would allow it"))
+                    .unwrap_or_default();
+                let line = format!(
+                    "the request policy refused a {} request: `{}` ({}): {}{allow}",
+                    refusal.api.name(),
+                    refusal.field,
+                    refusal.value_kind,
+                    refusal.rule.name(),
+                );
+                Ok(EventKind::Transcript(TranscriptItem {
+                    item: ItemKind::Error,
+                    text: self.sanitizer().sanitize(&line),
+                }))
+            }
             GatewayEvent::CeilingReached {
                 spent_usd,
                 ceiling_usd,

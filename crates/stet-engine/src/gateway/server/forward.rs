@@ -32,6 +32,7 @@ use super::metered::{Meter, MeteredBody, Report};
 use super::{Hold, Shared, scan};
 use crate::error_chain::error_chain;
 use crate::gateway::ledger::{Refusal, WorstCase};
+use crate::gateway::policy::{self, WireApi};
 use crate::gateway::prices::PriceTable;
 use crate::gateway::usage::{self, SseScanner};
 
@@ -86,6 +87,16 @@ impl Route {
     fn metered(self) -> bool {
         self != Route::Models
     }
+
+    /// The wire API whose request policy the route's bodies pass; `None` on a route whose body is
+    /// not forwarded.
+    fn api(self) -> Option<WireApi> {
+        match self {
+            Route::ChatCompletions => Some(WireApi::ChatCompletions),
+            Route::Responses => Some(WireApi::Responses),
+            Route::Models => None,
+        }
+    }
 }
 
 /// Serves one agent request. Never fails: every problem becomes a reply and a `GatewayEvent::Error`.
@@ -138,9 +149,51 @@ pub(super) async fn handle(
     };
 
     let (parts, body) = request.into_parts();
+    if let Some(encoding) = parts.headers.get(header::CONTENT_ENCODING)
+        && !encoding.as_bytes().eq_ignore_ascii_case(b"identity")
+    {
+        shared.error(&format!(
+            "{label}: refused, its body is compressed (Content-Encoding), which stet does not decode before its request policy (415)"
+        ));
+        return error_reply(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "content_encoding_not_supported",
+            "stet gateway: send the request body uncompressed (no Content-Encoding); stet checks every body before it is forwarded",
+        );
+    }
     let (body, held_bytes) = match read_body(&shared, &parts.headers, body, deadline).await {
         Ok(read) => read,
         Err(unread) => return unread.reply(&shared, &label),
+    };
+    // The request policy: what goes upstream is its re-serialization, never the agent's bytes.
+    let body = match route.api() {
+        None if body.is_empty() => body,
+        None => {
+            shared.error(&format!("{label}: refused, it carries a body (400)"));
+            return error_reply(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                &format!("stet gateway: {label} takes no body"),
+            );
+        }
+        Some(api) => match shared.policy.check(api, &body) {
+            Ok(checked) => {
+                for call in &checked.provider_calls {
+                    let host = call
+                        .host
+                        .as_deref()
+                        .map(|host| format!(", reaching {}", shown_text(host)))
+                        .unwrap_or_default();
+                    shared.error(&format!(
+                        "{label}: egress through the provider: the enabled provider tool `{}` at ${:.4} a call{host}",
+                        shown_text(&call.name),
+                        call.price_usd
+                    ));
+                }
+                Bytes::from(checked.body)
+            }
+            Err(refusal) => return refused(&shared, &label, refusal),
+        },
     };
 
     let Ok(uri) = shared.upstream.uri(route.rest(), parts.uri.query()) else {
@@ -918,6 +971,45 @@ fn shown_path(path: &str) -> String {
         end -= 1;
     }
     format!("{}…", &path[..end])
+}
+
+/// Reports a request the policy refused (the field, the kind of value and the rule, never the
+/// value) and answers it with a 400 in its API's own error shape.
+fn refused(shared: &Shared, label: &str, refusal: policy::Refusal) -> Response<GatewayBody> {
+    let message = refusal.message();
+    let body = match refusal.api {
+        WireApi::Messages => serde_json::json!({
+            "type": "error",
+            "error": { "type": "invalid_request_error", "message": message },
+        }),
+        _ => serde_json::json!({
+            "error": {
+                "message": message,
+                "type": "invalid_request_error",
+                "param": refusal.field,
+                "code": "stet_request_policy",
+            }
+        }),
+    };
+    tracing::info!(
+        path = label,
+        field = %shown_text(&refusal.field),
+        kind = refusal.value_kind,
+        rule = refusal.rule.name(),
+        "the request policy refused a model request"
+    );
+    shared.refused(refusal);
+    let mut response = Response::new(
+        Full::new(Bytes::from(body.to_string()))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = StatusCode::BAD_REQUEST;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// A reply the gateway makes itself for something that passes: with `Retry-After`.
