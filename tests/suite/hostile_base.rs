@@ -164,7 +164,10 @@ fn a_blob_of_gib_is_refused_from_its_header_and_never_read() {
     let (error, destination) = hostile.refused(&base, &BaseLimits::default());
     assert_over(&error, "base.max_file_bytes", &destination);
     let message = error.to_string();
-    assert!(message.contains("\"zeros.bin\" of 3.0 GiB"), "{message}");
+    assert!(
+        message.contains("\"zeros.bin\" of 3221225472 bytes (3.0 GiB)"),
+        "{message}"
+    );
     assert!(message.contains(base.as_str()), "{message}");
 }
 
@@ -413,7 +416,7 @@ fn the_binary_refuses_hostile_bases_before_reading_with_its_memory_bounded() {
     let project = Project::new(&scenario(&["finish = \"Nothing to do.\""]));
     let repo = &project.repo;
     // Three distinct zero blobs of a GiB each, named by four paths: 4 GiB from about 3 MiB.
-    let blobs: Vec<String> = (0..3).map(|extra| zero_blob(repo, GIB + extra)).collect();
+    let blobs: Vec<String> = (0..3).map(|less| zero_blob(repo, GIB - less)).collect();
     let mut lines: Vec<String> = blobs
         .iter()
         .enumerate()

@@ -1,4 +1,5 @@
-//! Holds a dispatch's disk use to its bound while the agent runs. The workspace and outputs are bind
+//! Holds a dispatch's disk use to its bound while the agent runs, the base's files counted from the
+//! first byte. The workspace and outputs are bind
 //! mounts of host directories, which no engine option caps on Docker 20.10 or 28; so stet bounds them
 //! itself: `RLIMIT_FSIZE` in the sandbox stops any one file at the bound, and this watch looks at the
 //! filesystem four times a second. When free space has fallen by more than the bound since the start
@@ -23,6 +24,16 @@ pub fn bound_for(import_max_total_bytes: u64) -> u64 {
     import_max_total_bytes
         .saturating_mul(2)
         .max(import_max_total_bytes.saturating_add(256 * 1024 * 1024))
+}
+
+/// The disk bound of a dispatch whose workspace was materialized from a base of `base_bytes` in
+/// `base_entries` entries: [`bound_for`] the import, plus the base's files twice (in the workspace,
+/// and in its disposable repository's pack, which can hold them uncompressible) and a block for each
+/// entry.
+pub fn bound_with_base(import_max_total_bytes: u64, base_bytes: u64, base_entries: u64) -> u64 {
+    bound_for(import_max_total_bytes)
+        .saturating_add(base_bytes.saturating_mul(2))
+        .saturating_add(base_entries.saturating_mul(4096))
 }
 
 /// The free space a dispatch starts with at least and never takes the filesystem below.
@@ -56,6 +67,10 @@ pub enum DiskWatchError {
         free: String,
         floor: String,
     },
+    #[error(
+        "the workspace and outputs already hold {held}, past the dispatch's disk bound of {bound}"
+    )]
+    OverBound { held: String, bound: String },
 }
 
 /// A dispatch's disk bound, watched.
@@ -63,7 +78,7 @@ pub enum DiskWatchError {
 pub struct DiskWatch {
     /// The directories the agent writes (workspace, outputs), on one filesystem.
     places: Vec<PathBuf>,
-    /// How much they may grow past their size at the start.
+    /// How much they may hold, what they held at the start included.
     limit_bytes: u64,
     floor_bytes: u64,
     free_at_start: u64,
@@ -71,7 +86,8 @@ pub struct DiskWatch {
 }
 
 impl DiskWatch {
-    /// Measures `places` and the free space of their filesystem; refuses to start under the floor.
+    /// Measures `places` and the free space of their filesystem; refuses to start under the floor, or
+    /// with `places` already holding more than `limit_bytes`.
     pub fn start(
         places: Vec<PathBuf>,
         limit_bytes: u64,
@@ -90,7 +106,13 @@ impl DiskWatch {
                 floor: shown_bytes(floor_bytes),
             });
         }
-        let used_at_start = places.iter().map(|place| allocated(place).bytes).sum();
+        let used_at_start: u64 = places.iter().map(|place| allocated(place).bytes).sum();
+        if used_at_start > limit_bytes {
+            return Err(DiskWatchError::OverBound {
+                held: shown_bytes(used_at_start),
+                bound: shown_bytes(limit_bytes),
+            });
+        }
         Ok(DiskWatch {
             places,
             limit_bytes,
@@ -132,7 +154,8 @@ impl DiskWatch {
                 "the filesystem holding the dispatch has {inodes} inodes free, under the floor a dispatch keeps free"
             ));
         }
-        if self.free_at_start.saturating_sub(free) <= self.limit_bytes {
+        let room = self.limit_bytes.saturating_sub(self.used_at_start);
+        if self.free_at_start.saturating_sub(free) <= room {
             return None;
         }
         // Free space fell by more than the bound: measure whether the agent is why.
@@ -152,10 +175,11 @@ impl DiskWatch {
             complete: false,
         });
         let grown = measured.bytes.saturating_sub(self.used_at_start);
-        if grown > self.limit_bytes {
+        if measured.bytes > self.limit_bytes {
             return Some(format!(
-                "the agent's workspace and outputs grew by {}, past the dispatch's disk bound of {} (derived from import.max_total_bytes)",
+                "the agent's workspace and outputs grew by {} to {}, past the dispatch's disk bound of {} (derived from import.max_total_bytes and the base's size, whose files count from the first byte)",
                 shown_bytes(grown),
+                shown_bytes(measured.bytes),
                 shown_bytes(self.limit_bytes)
             ));
         }
@@ -163,7 +187,7 @@ impl DiskWatch {
             return Some(format!(
                 "the agent's workspace and outputs could not be measured whole while free space fell by {}, more than the dispatch's disk bound of {}",
                 shown_bytes(self.free_at_start.saturating_sub(free)),
-                shown_bytes(self.limit_bytes)
+                shown_bytes(room)
             ));
         }
         None
@@ -428,8 +452,30 @@ mod tests {
         assert_eq!(watch.look().await, None);
     }
 
+    #[tokio::test]
+    async fn what_the_places_hold_at_the_start_counts_against_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("base"), vec![7u8; 2 * 1024 * 1024]).unwrap();
+        let error = DiskWatch::start(vec![dir.path().to_owned()], 1024 * 1024, 0).unwrap_err();
+        assert!(error.to_string().contains("already hold 2 MiB"), "{error}");
+        let watch = DiskWatch::start(vec![dir.path().to_owned()], 3 * 1024 * 1024, 0).unwrap();
+        std::fs::write(dir.path().join("more"), vec![7u8; 2 * 1024 * 1024]).unwrap();
+        let reason = tokio::time::timeout(Duration::from_secs(20), watch.breach())
+            .await
+            .unwrap();
+        assert!(
+            reason.contains("grew by 2 MiB to 4 MiB") && reason.contains("bound of 3 MiB"),
+            "{reason}"
+        );
+    }
+
     #[test]
     fn the_bound_leaves_room_for_what_an_import_takes() {
+        assert_eq!(bound_with_base(1 << 30, 0, 0), 2 << 30);
+        assert_eq!(
+            bound_with_base(1 << 30, 1 << 20, 10),
+            (2 << 30) + (2 << 20) + 40960
+        );
         assert_eq!(bound_for(1 << 30), 2 << 30);
         assert_eq!(bound_for(300_000), 300_000 + (256 << 20));
         assert_eq!(bound_for(u64::MAX), u64::MAX);

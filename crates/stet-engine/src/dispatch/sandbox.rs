@@ -20,7 +20,7 @@ use crate::dispatch::journal::{Journal, JournalEntry, JournalError, Resource};
 use crate::dispatch::remove_tree::remove_tree;
 use crate::dispatch::socket_dir::{SocketDirError, SocketPlace};
 use crate::git::push::{PushError, fetch_commit};
-use crate::git::workspace::{BaseLimits, WorkspaceError, materialize_within};
+use crate::git::workspace::{BaseLimits, Materialized, WorkspaceError, materialize_within};
 use crate::runtime::{
     ContainerRuntime, DispatchLimits, ExecExit, ImageRef, NetworkPolicy, OutputChunk, PullProgress,
     Removal, RuntimeError, SandboxProcess, SandboxSpec, SandboxUser, state_label,
@@ -232,6 +232,8 @@ pub struct DispatchSandbox {
     /// Steps released before the teardown (the agent's container and files, once the result is
     /// collected); the teardown's report starts with them.
     released_early: Mutex<Vec<TeardownStep>>,
+    /// What the workspace's base put on disk, when one was materialized.
+    base: Option<Materialized>,
 }
 
 impl DispatchSandbox {
@@ -282,6 +284,7 @@ impl DispatchSandbox {
             state: Mutex::new(None),
             report: Mutex::new(None),
             released_early: Mutex::new(Vec::new()),
+            base: None,
         };
         let provisioned = provision_steps(
             &mut entry,
@@ -313,6 +316,12 @@ impl DispatchSandbox {
     /// Where the dispatch keeps its files.
     pub fn paths(&self) -> &SandboxPaths {
         &self.paths
+    }
+
+    /// What the workspace's base put on disk, when one was materialized: it counts against the
+    /// dispatch's disk bound from its first byte.
+    pub fn base(&self) -> Option<Materialized> {
+        self.base
     }
 
     /// The dispatch's scoped credential, for the host's push; revoked by [`DispatchSandbox::teardown`].
@@ -610,6 +619,7 @@ async fn provision_steps(
         .await
         .map_err(|error| SandboxError::WorkspaceTask(error.to_string()))??;
         tracing::info!(dispatch = %request.dispatch, files = materialized.files, bytes = materialized.bytes, "workspace materialized");
+        sandbox.base = Some(materialized);
     }
     hand_over(&workspace, request.user)?;
     stopped()?;

@@ -1,8 +1,8 @@
 //! Writes a version 2 pack and its index without compression: every object is a zlib stream of
 //! stored blocks, so writing costs a copy and three checksums (SHA-1 of the pack and of the index,
-//! CRC-32 and Adler-32 of each entry) instead of a delta search and deflate. The workspace's
-//! disposable repository gets its objects this way, and the trusted import adds its new objects to
-//! the user's repository this way, all at once (docs/benchmarks.md has the figures).
+//! CRC-32 and Adler-32 of each entry) instead of a delta search and deflate. The trusted import adds
+//! its new objects to the user's repository this way, all at once (docs/benchmarks.md has the
+//! figures).
 
 use std::fs::{File, Permissions};
 use std::io::{self, BufWriter, Write};

@@ -4,26 +4,25 @@
 //! read: its working tree, index, refs and configuration stay exactly as they were. stet never opens
 //! this workspace as a repository again; its result comes back through [`crate::git::import`].
 
-use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 
-use git2::build::CheckoutBuilder;
 use git2::{
-    ErrorCode, FileMode, IndexTime, ObjectType, Oid, Repository, RepositoryInitOptions,
+    ErrorCode, FileMode, IndexEntry, IndexTime, ObjectType, Oid, Repository, RepositoryInitOptions,
     RepositoryOpenFlags,
 };
 use rustix::fs::{AtFlags, FileType, Gid, Uid};
 
 use self::survey::{MAX_COMMIT_BYTES, survey};
-use super::pack::PackWriter;
 use crate::dispatch::branch::CommitSha;
 use crate::runtime::SandboxUser;
 use crate::untrusted_tree::{self, Entry, Listing};
 
+mod checkout;
 mod survey;
 
 /// Bounds on the base a workspace is materialized from (`[base]`), checked from object headers
@@ -109,6 +108,18 @@ pub enum WorkspaceError {
     )]
     DestinationNotOwned { destination: PathBuf, uid: u32 },
 
+    #[error(
+        "{program} failed ({status}) materializing {commit} from {}: {stderr}",
+        repository.display()
+    )]
+    Tool {
+        program: &'static str,
+        commit: CommitSha,
+        repository: PathBuf,
+        status: String,
+        stderr: String,
+    },
+
     #[error("{operation} {}: {source}", path.display())]
     Io {
         path: PathBuf,
@@ -192,7 +203,7 @@ pub fn materialize_within(
         .find_commit(commit)
         .map_err(context.git("reading the base commit"))?
         .tree_id();
-    survey(&source, root, limits, &context)?;
+    let surveyed = survey(&source, root, limits, &context)?;
 
     let target = Repository::init_opts(
         destination,
@@ -202,16 +213,25 @@ pub fn materialize_within(
             .mkdir(false),
     )
     .map_err(context.git("creating the disposable repository"))?;
-    copy_and_check_out(source, &target, commit, &context)?;
+    let mut objects = vec![commit];
+    objects.extend(surveyed.objects);
+    let pack_directory = target.path().join("objects").join("pack");
+    let pack = checkout::start_pack(&source, &pack_directory, objects, &context)?;
+    let index = match checkout::check_out(&source, root, destination, &context) {
+        Ok(index) => index,
+        Err(error) => {
+            pack.abort();
+            return Err(error);
+        }
+    };
+    pack.finish(&context)?;
     // A fresh handle sees only the disposable repository's own objects, so a commit missing from the
     // pack fails here rather than in the agent's first git command.
     drop(target);
-    let target = Repository::open_ext(
-        destination,
-        RepositoryOpenFlags::NO_SEARCH,
-        std::iter::empty::<&OsStr>(),
-    )
-    .map_err(context.git("reopening the disposable repository"))?;
+    let target = open(destination, &context)?;
+    target
+        .find_commit(commit)
+        .map_err(context.git("reading the base commit from the disposable repository"))?;
     write_shallow_boundary(&target, base)?;
     target
         .set_head_detached(commit)
@@ -227,53 +247,27 @@ pub fn materialize_within(
     if handed_over {
         hand_over(destination, owner)?;
     }
-    count_and_restat(&target, destination, handed_over.then_some(owner), &context)
-}
-
-/// Writes the disposable repository's pack and checks the base tree out, at the same time when it
-/// can: the checkout reads the user's object store through an alternate that exists only in this
-/// process's handle (never in `objects/info/alternates`), while another thread writes the pack.
-fn copy_and_check_out(
-    source: Repository,
-    target: &Repository,
-    commit: Oid,
-    context: &Context<'_>,
-) -> Result<()> {
-    let pack_directory = target.path().join("objects").join("pack");
-    let objects = source.commondir().join("objects");
-    let Some(alternate) = objects.to_str() else {
-        // libgit2 takes an alternate's path as UTF-8 only: copy first, then check out from the copy.
-        copy_objects(&source, &pack_directory, commit, context)?;
-        return check_out(target, commit, context);
-    };
-    std::thread::scope(|scope| {
-        let copying = scope.spawn(move || copy_objects(&source, &pack_directory, commit, context));
-        let checked_out = target
-            .odb()
-            .and_then(|odb| odb.add_disk_alternate(alternate))
-            .map_err(context.git("reading the repository's objects from the disposable one"))
-            .and_then(|()| check_out(target, commit, context));
-        let copied = copying
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        copied.and(checked_out)
+    let files = write_index(
+        &target,
+        index,
+        destination,
+        handed_over.then_some(owner),
+        &context,
+    )?;
+    Ok(Materialized {
+        files,
+        bytes: surveyed.figures.bytes,
     })
 }
 
-/// Writes the base tree's files and an index with their stat data. Filters stay off: the workspace
-/// holds the exact bytes of each blob, which is what the import reads back, so a file the agent did
-/// not touch is never reported as changed.
-fn check_out(target: &Repository, commit: Oid, context: &Context<'_>) -> Result<()> {
-    let tree = target
-        .find_commit(commit)
-        .and_then(|commit| commit.tree())
-        .map_err(context.git("reading the base tree"))?;
-    target
-        .checkout_tree(
-            tree.as_object(),
-            Some(CheckoutBuilder::new().force().disable_filters(true)),
-        )
-        .map_err(context.git("checking out the base tree"))
+/// Opens a repository at exactly `path`.
+fn open(path: &Path, context: &Context<'_>) -> Result<Repository> {
+    Repository::open_ext(
+        path,
+        RepositoryOpenFlags::NO_SEARCH,
+        std::iter::empty::<&OsStr>(),
+    )
+    .map_err(context.git("opening the repository"))
 }
 
 /// The three paths every error of one materialization names.
@@ -284,6 +278,25 @@ struct Context<'a> {
 }
 
 impl Context<'_> {
+    fn io(&self, operation: &'static str, source: std::io::Error) -> WorkspaceError {
+        WorkspaceError::Io {
+            path: self.repository.to_owned(),
+            operation,
+            source,
+        }
+    }
+
+    fn tool(&self, program: &'static str, status: ExitStatus, stderr: &[u8]) -> WorkspaceError {
+        let stderr = String::from_utf8_lossy(&stderr[..stderr.len().min(2048)]);
+        WorkspaceError::Tool {
+            program,
+            commit: self.base.clone(),
+            repository: self.repository.to_owned(),
+            status: status.to_string(),
+            stderr: stderr.trim().to_owned(),
+        }
+    }
+
     fn git(&self, operation: &'static str) -> impl FnOnce(git2::Error) -> WorkspaceError + '_ {
         move |source| WorkspaceError::Git {
             operation,
@@ -363,67 +376,6 @@ fn find_base(source: &Repository, context: &Context<'_>) -> Result<Oid> {
     Ok(oid)
 }
 
-/// Copies the base commit and every tree and blob it reaches (not its history) into one pack in the
-/// disposable repository's object store.
-///
-/// The pack is written here rather than by libgit2's pack builder: that one searches for deltas and
-/// deflates every object, which took 2.7–5 s for 50,000 files against 0.8 s for this stored pack
-/// (docs/benchmarks.md). A disposable repository trades the space for the time.
-fn copy_objects(
-    source: &Repository,
-    directory: &Path,
-    commit: Oid,
-    context: &Context<'_>,
-) -> Result<()> {
-    let objects = reachable_objects(source, commit, context)?;
-    let odb = source
-        .odb()
-        .map_err(context.git("opening the repository's object store"))?;
-    let io = |source| WorkspaceError::Io {
-        path: directory.to_owned(),
-        operation: "writing the base commit's objects into",
-        source,
-    };
-    let mut pack = PackWriter::create(directory, objects.len()).map_err(io)?;
-    for id in objects {
-        let object = odb
-            .read(id)
-            .map_err(context.git("reading an object of the base commit"))?;
-        pack.add(id, object.kind(), object.data()).map_err(io)?;
-    }
-    pack.finish().map_err(io)
-}
-
-/// The base commit, then its trees and blobs in walk order, each once; submodule commits are not
-/// objects of this repository and are left out.
-fn reachable_objects(source: &Repository, commit: Oid, context: &Context<'_>) -> Result<Vec<Oid>> {
-    let root = source
-        .find_commit(commit)
-        .map_err(context.git("reading the base commit"))?
-        .tree_id();
-    let mut seen = HashSet::from([commit, root]);
-    let mut trees = vec![root];
-    let mut blobs = Vec::new();
-    let mut next = 0;
-    while let Some(id) = trees.get(next).copied() {
-        next += 1;
-        let tree = source
-            .find_tree(id)
-            .map_err(context.git("reading a tree of the base commit"))?;
-        for entry in tree.iter() {
-            let list = match entry.kind() {
-                Some(ObjectType::Tree) => &mut trees,
-                Some(ObjectType::Blob) => &mut blobs,
-                _ => continue,
-            };
-            if seen.insert(entry.id()) {
-                list.push(entry.id());
-            }
-        }
-    }
-    Ok([commit].into_iter().chain(trees).chain(blobs).collect())
-}
-
 /// `.git/shallow` tells git that the base commit's parents are missing on purpose.
 fn write_shallow_boundary(target: &Repository, base: &CommitSha) -> Result<()> {
     let path = target.path().join("shallow");
@@ -489,26 +441,25 @@ fn handover_error(path: &Path, errno: rustix::io::Errno) -> WorkspaceError {
     }
 }
 
-/// Counts the checked-out entries and, when their owner changed after the checkout wrote the index,
-/// records their new stat data (owner and change time) so git still sees every file as unchanged.
-fn count_and_restat(
+/// Writes the checkout's index, counting its files and links; when their owner changed after they
+/// were written, their new stat data (owner and change time) goes in first, so git still sees every
+/// file as unchanged.
+fn write_index(
     target: &Repository,
+    entries: Vec<IndexEntry>,
     destination: &Path,
     restat: Option<SandboxUser>,
     context: &Context<'_>,
-) -> Result<Materialized> {
+) -> Result<u64> {
     let mut index = target
         .index()
-        .map_err(context.git("reading the workspace index"))?;
-    let mut counted = Materialized { files: 0, bytes: 0 };
-    let entries: Vec<_> = index.iter().collect();
+        .map_err(context.git("opening the workspace index"))?;
+    let mut files = 0;
     for mut entry in entries {
-        if entry.mode == u32::from(FileMode::Commit) {
-            continue;
+        if entry.mode != u32::from(FileMode::Commit) {
+            files += 1;
         }
-        counted.files += 1;
-        counted.bytes += u64::from(entry.file_size);
-        if restat.is_some() {
+        if restat.is_some() && entry.mode != u32::from(FileMode::Commit) {
             let path = destination.join(OsStr::from_bytes(&entry.path));
             let metadata =
                 std::fs::symlink_metadata(&path).map_err(|source| WorkspaceError::Io {
@@ -520,15 +471,15 @@ fn count_and_restat(
             entry.gid = metadata.gid();
             // Truncated to 32 bits, as git and libgit2 store it.
             entry.ctime = IndexTime::new(metadata.ctime() as i32, metadata.ctime_nsec() as u32);
-            index
-                .add(&entry)
-                .map_err(context.git("updating the workspace index"))?;
         }
-    }
-    if let Some(owner) = restat {
         index
-            .write()
+            .add(&entry)
             .map_err(context.git("writing the workspace index"))?;
+    }
+    index
+        .write()
+        .map_err(context.git("writing the workspace index"))?;
+    if let Some(owner) = restat {
         let path = target.path().join("index");
         std::os::unix::fs::lchown(&path, Some(owner.uid), Some(owner.gid)).map_err(|source| {
             WorkspaceError::Io {
@@ -538,7 +489,7 @@ fn count_and_restat(
             }
         })?;
     }
-    Ok(counted)
+    Ok(files)
 }
 
 #[cfg(test)]

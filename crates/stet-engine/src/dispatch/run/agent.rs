@@ -15,6 +15,7 @@ use crate::dispatch::event::{EventKind, ItemKind, TranscriptItem};
 use crate::dispatch::sandbox::DispatchSandbox;
 use crate::dispatch::sanitize::{KnownValue, SanitizedText};
 use crate::gateway::{Gateway, GatewayConfig, GatewayEvent};
+use crate::git::workspace::Materialized;
 use crate::harness::{AgentVoice, HarnessOutcome, ModelAccess, Parsed, StagedFile, speaking};
 use crate::runtime::lines::OutputFramer;
 use crate::runtime::{OutputChunk, OutputLine};
@@ -86,10 +87,18 @@ impl Dispatch {
                 })?;
         }
         let outputs = sandbox.paths().outputs.clone();
-        // The agent may add to its workspace and outputs what an import would take, and some room.
+        // The agent may add to its workspace and outputs what an import would take, and some room;
+        // the base's files count from the first byte.
+        let base = sandbox
+            .base()
+            .unwrap_or(Materialized { files: 0, bytes: 0 });
         let disk = DiskWatch::start(
             vec![sandbox.paths().workspace.clone(), outputs.clone()],
-            disk_watch::bound_for(self.parts.settings.import.max_total_bytes),
+            disk_watch::bound_with_base(
+                self.parts.settings.import.max_total_bytes,
+                base.bytes,
+                base.files,
+            ),
             DEFAULT_FLOOR_BYTES,
         )
         .map_err(|error| self.fail(error.to_string()))?;

@@ -43,6 +43,12 @@ impl Figures {
     }
 }
 
+/// A base within its limits: its figures, and the trees and blobs it reaches, each once.
+pub(super) struct Surveyed {
+    pub figures: Figures,
+    pub objects: Vec<Oid>,
+}
+
 /// One walk of one base tree.
 struct Survey<'a> {
     repository: &'a Repository,
@@ -61,7 +67,7 @@ pub(super) fn survey(
     tree: Oid,
     limits: &BaseLimits,
     context: &Context<'_>,
-) -> Result<Figures> {
+) -> Result<Surveyed> {
     let odb = repository
         .odb()
         .map_err(context.git("opening the repository's object store"))?;
@@ -73,7 +79,10 @@ pub(super) fn survey(
         trees: HashMap::new(),
         blobs: HashMap::new(),
     };
-    survey.tree(tree, &mut Vec::new(), 0)
+    let figures = survey.tree(tree, &mut Vec::new(), 0)?;
+    let mut objects: Vec<Oid> = survey.trees.into_keys().collect();
+    objects.extend(survey.blobs.into_keys());
+    Ok(Surveyed { figures, objects })
 }
 
 /// An object's size from its header, refused unless it is of the `wanted` kind.
@@ -182,8 +191,8 @@ impl Survey<'_> {
                 let size = self.blob(entry.id())?;
                 if size > self.limits.max_file_bytes {
                     return Err(self.refused(
-                        format!("{} of {}", shown(path), shown_bytes(size)),
-                        shown_bytes(self.limits.max_file_bytes),
+                        format!("{} of {}", shown(path), exact(size)),
+                        exact(self.limits.max_file_bytes),
                         "base.max_file_bytes",
                     ));
                 }
@@ -236,8 +245,8 @@ impl Survey<'_> {
         }
         if figures.bytes > self.limits.max_total_bytes {
             return Err(self.refused(
-                format!("at least {} of files{under}", shown_bytes(figures.bytes)),
-                shown_bytes(self.limits.max_total_bytes),
+                format!("at least {} of files{under}", exact(figures.bytes)),
+                exact(self.limits.max_total_bytes),
                 "base.max_total_bytes",
             ));
         }
@@ -272,6 +281,11 @@ fn check_name(name: &[u8], path: &[u8], context: &Context<'_>) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// A size in bytes, and as people read it.
+fn exact(bytes: u64) -> String {
+    format!("{bytes} bytes ({})", shown_bytes(bytes))
 }
 
 /// The directory holding `path`.

@@ -1,0 +1,443 @@
+//! The base's files written to disk as streams, never held whole (DESIGN §5 row 23). libgit2 reads a
+//! packed object only whole, so the blobs come from git's own `cat-file --batch`, which streams a
+//! blob that is not a delta, through a pipe and a fixed buffer into each file; the disposable
+//! repository gets its objects from `git pack-objects`, which copies their compressed form (never an
+//! uncompressed copy). Both run on the user's repository with replacement refs off and the
+//! environment's `GIT_*` variables removed, and read nothing of the base but its objects.
+//!
+//! The tree is walked twice in the same order: by a thread that asks `cat-file` for each blob, and
+//! by the writer that takes each answer in turn, so the pipe never waits on the other side.
+
+use std::ffi::{CString, OsStr};
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
+
+use git2::{FileMode, IndexEntry, IndexTime, ObjectType, Oid, Repository};
+use rustix::fs::{AtFlags, Mode, OFlags};
+
+use super::{Context, Result, WorkspaceError};
+
+/// The buffer each blob streams through.
+const STREAM_BUFFER: usize = 1 << 20;
+
+/// One step of the walk, in tree order.
+enum Step<'n> {
+    /// Into a directory of this name.
+    Enter(&'n [u8]),
+    /// Out of the last directory entered.
+    Leave,
+    /// A file, a symbolic link or a submodule.
+    Leaf { name: &'n [u8], id: Oid, mode: i32 },
+}
+
+/// Walks `tree` depth first in tree order, which is also the index's order of paths.
+fn walk(
+    repository: &Repository,
+    tree: Oid,
+    visit: &mut dyn FnMut(Step<'_>) -> Result<()>,
+    context: &Context<'_>,
+) -> Result<()> {
+    let tree = repository
+        .find_tree(tree)
+        .map_err(context.git("reading a tree of the base"))?;
+    for entry in tree.iter() {
+        match entry.kind() {
+            Some(ObjectType::Tree) => {
+                visit(Step::Enter(entry.name_bytes()))?;
+                walk(repository, entry.id(), visit, context)?;
+                visit(Step::Leave)?;
+            }
+            _ => visit(Step::Leaf {
+                name: entry.name_bytes(),
+                id: entry.id(),
+                mode: entry.filemode(),
+            })?,
+        }
+    }
+    Ok(())
+}
+
+fn is_blob(mode: i32) -> bool {
+    mode != i32::from(FileMode::Commit)
+}
+
+/// A git command on the user's repository, with nothing from the environment deciding which
+/// objects it reads.
+fn git_on(source: &Repository, context: &Context<'_>) -> Command {
+    let mut command = Command::new("git");
+    for (name, _) in std::env::vars_os() {
+        if name.as_bytes().starts_with(b"GIT_") {
+            command.env_remove(name);
+        }
+    }
+    command
+        .env("GIT_NO_REPLACE_OBJECTS", "1")
+        .arg("--git-dir")
+        .arg(source.path())
+        .current_dir(context.repository);
+    command
+}
+
+/// Starts `git pack-objects` writing one pack of `objects` (the base commit, its trees and blobs)
+/// into `pack_directory`, reusing the compressed objects of the user's store, searching no delta.
+pub(super) fn start_pack(
+    source: &Repository,
+    pack_directory: &Path,
+    objects: Vec<Oid>,
+    context: &Context<'_>,
+) -> Result<PackJob> {
+    let mut child = git_on(source, context)
+        .args(["pack-objects", "--quiet", "--window=0", "--non-empty"])
+        .arg(pack_directory.join("pack"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| context.io("starting git pack-objects for", source))?;
+    let stdin = child.stdin.take();
+    let feeder = std::thread::spawn(move || -> std::io::Result<()> {
+        let Some(stdin) = stdin else {
+            return Ok(());
+        };
+        let mut stdin = BufWriter::new(stdin);
+        for id in objects {
+            writeln!(stdin, "{id}")?;
+        }
+        stdin.flush()
+    });
+    Ok(PackJob { child, feeder })
+}
+
+/// A running `git pack-objects`.
+pub(super) struct PackJob {
+    child: Child,
+    feeder: std::thread::JoinHandle<std::io::Result<()>>,
+}
+
+impl PackJob {
+    /// Stops the pack being written (the checkout failed); what it wrote goes with the workspace.
+    pub(super) fn abort(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = self.feeder.join();
+    }
+
+    /// Waits for the pack to be written.
+    pub(super) fn finish(self, context: &Context<'_>) -> Result<()> {
+        let fed = self
+            .feeder
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        let output = self
+            .child
+            .wait_with_output()
+            .map_err(|source| context.io("waiting for git pack-objects for", source))?;
+        if !output.status.success() {
+            return Err(context.tool("git pack-objects", output.status, &output.stderr));
+        }
+        fed.map_err(|source| {
+            context.io("listing the base's objects to git pack-objects for", source)
+        })
+    }
+}
+
+/// Writes the files of `tree` under `destination` and returns the index entries that describe them
+/// (stat data included), in the index's order, streaming each blob from `git cat-file --batch`.
+pub(super) fn check_out(
+    source: &Repository,
+    tree: Oid,
+    destination: &Path,
+    context: &Context<'_>,
+) -> Result<Vec<IndexEntry>> {
+    let mut child = git_on(source, context)
+        .args(["cat-file", "--batch"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| context.io("starting git cat-file for", source))?;
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(context.io(
+            "reading git cat-file's pipes for",
+            std::io::Error::other("no pipe"),
+        ));
+    };
+    let repository = context.repository.to_owned();
+    let base = context.base.clone();
+    let destination_owned = destination.to_owned();
+    // The asking side walks its own handle of the repository.
+    let asking = std::thread::spawn(move || -> Result<()> {
+        let context = Context {
+            repository: &repository,
+            base: &base,
+            destination: &destination_owned,
+        };
+        let source = super::open(&repository, &context)?;
+        let mut stdin = BufWriter::new(stdin);
+        walk(
+            &source,
+            tree,
+            &mut |step| {
+                if let Step::Leaf { id, mode, .. } = step
+                    && is_blob(mode)
+                {
+                    writeln!(stdin, "{id}").map_err(|source| {
+                        context.io("asking git cat-file for a blob of", source)
+                    })?;
+                }
+                Ok(())
+            },
+            &context,
+        )?;
+        stdin
+            .flush()
+            .map_err(|source| context.io("asking git cat-file for a blob of", source))
+    });
+    let written = write_tree(tree, destination, stdout, source, context);
+    let asked = asking
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    let output = child
+        .wait_with_output()
+        .map_err(|source| context.io("waiting for git cat-file for", source))?;
+    let index = written?;
+    asked?;
+    if !output.status.success() {
+        return Err(context.tool("git cat-file", output.status, &output.stderr));
+    }
+    Ok(index)
+}
+
+/// The writing side: every directory, file, link and submodule of `tree`, in walk order.
+fn write_tree(
+    tree: Oid,
+    destination: &Path,
+    stdout: ChildStdout,
+    source: &Repository,
+    context: &Context<'_>,
+) -> Result<Vec<IndexEntry>> {
+    let mut index = Vec::new();
+    let root = crate::untrusted_tree::open_root(destination)
+        .map_err(|errno| context.io("opening the workspace", errno.into()))?;
+    let mut writer = Writer {
+        blobs: BufReader::with_capacity(STREAM_BUFFER, stdout),
+        directories: vec![root],
+        path: Vec::new(),
+        lengths: Vec::new(),
+        index: &mut index,
+        context,
+    };
+    walk(source, tree, &mut |step| writer.step(step), context)?;
+    drop(writer);
+    Ok(index)
+}
+
+/// The writer's state: the open directories from the root down, and the path there.
+struct Writer<'a> {
+    blobs: BufReader<ChildStdout>,
+    directories: Vec<OwnedFd>,
+    path: Vec<u8>,
+    lengths: Vec<usize>,
+    index: &'a mut Vec<IndexEntry>,
+    context: &'a Context<'a>,
+}
+
+impl Writer<'_> {
+    fn step(&mut self, step: Step<'_>) -> Result<()> {
+        match step {
+            Step::Enter(name) => {
+                self.push(name);
+                let parent = self.current()?;
+                let name = c_name(name, self.context)?;
+                let made = rustix::fs::mkdirat(parent, &name, Mode::from_raw_mode(0o755))
+                    .and_then(|()| crate::untrusted_tree::open_directory(parent, &name));
+                let directory = made.map_err(|errno| self.failed("creating", errno.into()))?;
+                self.directories.push(directory);
+                Ok(())
+            }
+            Step::Leave => {
+                self.directories.pop();
+                if let Some(length) = self.lengths.pop() {
+                    self.path.truncate(length);
+                }
+                Ok(())
+            }
+            Step::Leaf { name, id, mode } => {
+                self.push(name);
+                let written = self.leaf(name, id, mode);
+                if let Some(length) = self.lengths.pop() {
+                    self.path.truncate(length);
+                }
+                written
+            }
+        }
+    }
+
+    fn push(&mut self, name: &[u8]) {
+        self.lengths.push(self.path.len());
+        if !self.path.is_empty() {
+            self.path.push(b'/');
+        }
+        self.path.extend_from_slice(name);
+    }
+
+    fn current(&self) -> Result<&OwnedFd> {
+        self.directories
+            .last()
+            .ok_or_else(|| self.failed("creating", std::io::Error::other("no directory open")))
+    }
+
+    fn leaf(&mut self, name: &[u8], id: Oid, mode: i32) -> Result<()> {
+        let c = c_name(name, self.context)?;
+        let parent = self
+            .current()?
+            .try_clone()
+            .map_err(|source| self.failed("creating", source))?;
+        if mode == i32::from(FileMode::Commit) {
+            rustix::fs::mkdirat(&parent, &c, Mode::from_raw_mode(0o755))
+                .map_err(|errno| self.failed("creating", errno.into()))?;
+            return self.add(id, mode, None);
+        }
+        let size = self.blob_header(id)?;
+        if mode == i32::from(FileMode::Link) {
+            let mut target = vec![0; usize::try_from(size).unwrap_or(usize::MAX)];
+            self.blobs
+                .read_exact(&mut target)
+                .map_err(|source| self.failed("reading the link target of", source))?;
+            self.blob_end()?;
+            rustix::fs::symlinkat(target.as_slice(), &parent, &c)
+                .map_err(|errno| self.failed("creating", errno.into()))?;
+        } else {
+            let executable = mode & 0o111 != 0;
+            let file = rustix::fs::openat(
+                &parent,
+                &c,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(if executable { 0o755 } else { 0o644 }),
+            )
+            .map_err(|errno| self.failed("creating", errno.into()))?;
+            let mut file = std::fs::File::from(file);
+            self.stream(size, &mut file)?;
+            self.blob_end()?;
+        }
+        self.add(id, mode, Some((&parent, &c)))
+    }
+
+    /// Reads `cat-file`'s header line for the blob `id` and returns its size.
+    fn blob_header(&mut self, id: Oid) -> Result<u64> {
+        let mut line = Vec::new();
+        (&mut self.blobs)
+            .take(128)
+            .read_until(b'\n', &mut line)
+            .map_err(|source| self.failed("reading from git cat-file", source))?;
+        let text = String::from_utf8_lossy(&line);
+        let mut fields = text.trim_end().split(' ');
+        let expected = id.to_string();
+        match (fields.next(), fields.next(), fields.next()) {
+            (Some(named), Some("blob"), Some(size)) if named == expected => {
+                size.parse().map_err(|_| self.unexpected(&text))
+            }
+            _ => Err(self.unexpected(&text)),
+        }
+    }
+
+    fn unexpected(&self, line: &str) -> WorkspaceError {
+        self.failed(
+            "reading from git cat-file",
+            std::io::Error::other(format!("unexpected answer {:?}", line.trim_end())),
+        )
+    }
+
+    /// The newline `cat-file` ends each object with.
+    fn blob_end(&mut self) -> Result<()> {
+        let mut end = [0_u8];
+        self.blobs
+            .read_exact(&mut end)
+            .map_err(|source| self.failed("reading from git cat-file", source))?;
+        if end != *b"\n" {
+            return Err(self.unexpected("a blob longer than its header said"));
+        }
+        Ok(())
+    }
+
+    /// Copies `size` bytes of the pipe into `file` through the reader's buffer.
+    fn stream(&mut self, size: u64, file: &mut std::fs::File) -> Result<()> {
+        let mut left = size;
+        while left > 0 {
+            let buffer = match self.blobs.fill_buf() {
+                Ok(buffer) => buffer,
+                Err(source) => return Err(self.failed("reading from git cat-file", source)),
+            };
+            if buffer.is_empty() {
+                return Err(self.unexpected("a blob shorter than its header said"));
+            }
+            let take = buffer
+                .len()
+                .min(usize::try_from(left).unwrap_or(usize::MAX));
+            let result = file.write_all(&buffer[..take]);
+            result.map_err(|source| self.failed("writing", source))?;
+            self.blobs.consume(take);
+            left -= take as u64;
+        }
+        Ok(())
+    }
+
+    /// Adds the entry at the current path to the index, with the stat data of what was written.
+    fn add(&mut self, id: Oid, mode: i32, written: Option<(&OwnedFd, &CString)>) -> Result<()> {
+        let mut entry = IndexEntry {
+            ctime: IndexTime::new(0, 0),
+            mtime: IndexTime::new(0, 0),
+            dev: 0,
+            ino: 0,
+            mode: if mode == i32::from(FileMode::Commit) || mode == i32::from(FileMode::Link) {
+                mode as u32
+            } else if mode & 0o111 != 0 {
+                u32::from(FileMode::BlobExecutable)
+            } else {
+                u32::from(FileMode::Blob)
+            },
+            uid: 0,
+            gid: 0,
+            file_size: 0,
+            id,
+            flags: self.path.len().min(0xfff) as u16,
+            flags_extended: 0,
+            path: self.path.clone(),
+        };
+        if let Some((parent, name)) = written {
+            let stat = rustix::fs::statat(parent.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(|errno| self.failed("reading the stat data of", errno.into()))?;
+            // Truncated to 32 bits, as git and libgit2 store them.
+            entry.ctime = IndexTime::new(stat.st_ctime as i32, stat.st_ctime_nsec as u32);
+            entry.mtime = IndexTime::new(stat.st_mtime as i32, stat.st_mtime_nsec as u32);
+            entry.dev = stat.st_dev as u32;
+            entry.ino = stat.st_ino as u32;
+            entry.uid = stat.st_uid;
+            entry.gid = stat.st_gid;
+            entry.file_size = stat.st_size as u32;
+        }
+        self.index.push(entry);
+        Ok(())
+    }
+
+    fn failed(&self, operation: &'static str, source: std::io::Error) -> WorkspaceError {
+        WorkspaceError::Io {
+            path: self.context.destination.join(OsStr::from_bytes(&self.path)),
+            operation,
+            source,
+        }
+    }
+}
+
+fn c_name(name: &[u8], context: &Context<'_>) -> Result<CString> {
+    CString::new(name).map_err(|_| WorkspaceError::Malformed {
+        commit: context.base.clone(),
+        detail: format!(
+            "a name holds a NUL byte: {:?}",
+            String::from_utf8_lossy(name)
+        ),
+    })
+}
