@@ -17,6 +17,7 @@ mod headless;
 mod hostile_account;
 mod hostile_agent;
 mod hostile_agent_text;
+mod hostile_display;
 mod hostile_outside;
 mod hostile_repo;
 mod image;

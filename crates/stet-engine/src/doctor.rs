@@ -33,17 +33,20 @@ impl DoctorReport {
     }
 }
 
+/// Each check's name, detail and fix quote the engine, the forge, the configuration or a path:
+/// they are shown on one line each under the display policy (DESIGN §5 row 19).
 impl fmt::Display for DoctorReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::dispatch::display::one_line;
         for check in &self.checks {
             let mark = match check.status {
                 Status::Ok => "ok  ",
                 Status::Warn => "warn",
                 Status::Fail => "FAIL",
             };
-            writeln!(f, "[{mark}] {}: {}", check.name, check.detail)?;
+            writeln!(f, "[{mark}] {}: {}", check.name, one_line(&check.detail))?;
             if let Some(fix) = &check.fix {
-                writeln!(f, "       fix: {fix}")?;
+                writeln!(f, "       fix: {}", one_line(fix))?;
             }
         }
         let verdict = if self.failed() {

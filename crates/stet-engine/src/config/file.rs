@@ -28,6 +28,7 @@ pub(super) struct FileSettings {
     pub dispatch: DispatchSection,
     pub harness: HarnessSection,
     pub model: ModelSection,
+    pub inbox: InboxSection,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -162,6 +163,14 @@ pub(super) struct AgentSection {
 pub(super) struct ImportSection {
     pub max_files: Setting<u64>,
     pub max_file_bytes: Setting<u64>,
+    pub max_total_bytes: Setting<u64>,
+}
+
+/// `[inbox]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct InboxSection {
+    pub max_briefs: Setting<u64>,
     pub max_total_bytes: Setting<u64>,
 }
 

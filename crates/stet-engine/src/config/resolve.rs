@@ -235,6 +235,17 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         |s| &s.import.max_total_bytes,
         Some(defaults.max_total_bytes),
     );
+    let inbox_defaults = crate::inbox::InboxLimits::default();
+    let max_briefs = layers.at_most(
+        "inbox.max_briefs",
+        |s| &s.inbox.max_briefs,
+        Some(inbox_defaults.max_briefs),
+    );
+    let max_inbox_bytes = layers.at_most(
+        "inbox.max_total_bytes",
+        |s| &s.inbox.max_total_bytes,
+        Some(inbox_defaults.max_total_bytes),
+    );
     let protected = layers.adds("review.protected_paths", |s| &s.review.protected_paths);
     let timeout_secs = layers.at_most(
         "dispatch.timeout_secs",
@@ -412,6 +423,11 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         max_file_bytes: max_file_bytes.map_or(defaults.max_file_bytes, |found| found.value),
         max_total_bytes: max_total_bytes.map_or(defaults.max_total_bytes, |found| found.value),
     };
+    let inbox = crate::inbox::InboxLimits {
+        max_briefs: max_briefs.map_or(inbox_defaults.max_briefs, |found| found.value),
+        max_total_bytes: max_inbox_bytes
+            .map_or(inbox_defaults.max_total_bytes, |found| found.value),
+    };
     let protected_paths = protected_paths(protected)?;
     let dispatch = DispatchSettings {
         timeout: match timeout_secs {
@@ -533,6 +549,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         harness,
         model,
         repository_file,
+        inbox,
     })
 }
 
