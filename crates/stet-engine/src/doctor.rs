@@ -421,6 +421,31 @@ mod tests {
     }
 
     #[test]
+    fn what_a_check_quotes_is_shown_under_the_display_policy() {
+        let hostile = "main\u{202e}x\u{9b}31m\u{9d}52;c;aGk=\u{9c}\u{1b}[2J\nnext";
+        let report = DoctorReport {
+            checks: vec![Check {
+                name: "forge",
+                status: Status::Fail,
+                detail: format!("the forge said {hostile}"),
+                fix: Some(format!("push {hostile}")),
+            }],
+        };
+        let text = report.to_string();
+        assert!(
+            text.contains("[FAIL] forge: the forge said mainx next"),
+            "{text:?}"
+        );
+        assert!(text.contains("fix: push mainx next"), "{text:?}");
+        assert!(
+            !text.chars().any(|c| c != '\n'
+                && crate::dispatch::display::treatment(c)
+                    != crate::dispatch::display::Treatment::Keep),
+            "{text:?}"
+        );
+    }
+
+    #[test]
     fn sizes_read_as_a_person_would_write_them() {
         assert_eq!(human_bytes(3 * 1024 * 1024 * 1024 / 2), "1.5 GiB");
         assert_eq!(human_bytes(300 * 1024 * 1024), "300 MiB");
