@@ -14,7 +14,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             // The terminal may be gone (a hung-up session): a failed write must not panic.
-            let _ = writeln!(std::io::stderr(), "stet: {err:#}");
+            let _ = writeln!(std::io::stderr(), "stet: {}", cli::shown_error(&err));
             ExitCode::from(cli::EXIT_USAGE)
         }
     }

@@ -86,8 +86,10 @@ pub(crate) async fn demo(
         config,
     };
     if !headless && args.briefs.is_empty() && !args.all && on_a_terminal() {
-        let inbox =
-            stet_engine::inbox::Inbox::load(&stet_engine::inbox::Inbox::default_dir(&setup.repo))?;
+        let inbox = stet_engine::inbox::Inbox::load_within(
+            &stet_engine::inbox::Inbox::default_dir(&setup.repo),
+            &options.config.inbox,
+        )?;
         // Nothing goes to stdout while the theater owns the screen; the hints come after it (not
         // at all when the terminal hung up).
         let end = open_theater(options, &inbox).await?;
@@ -112,6 +114,7 @@ pub(crate) async fn demo(
             },
             ..args.clone()
         },
+        &options.config.inbox,
     )?;
     let output = if headless {
         Output::JsonLines {

@@ -19,7 +19,7 @@ pub(crate) async fn headless(args: DispatchArgs, push: bool) -> anyhow::Result<E
     let root = repository_root("run stet --headless")?;
     let config = load_config(&root)?;
     eprintln!("stet: configuration: {}", config.repository_file);
-    let briefs = select_briefs(&root, &args)?;
+    let briefs = select_briefs(&root, &args, &config.inbox)?;
     let options = engine_options(root, config, &args)?;
     let delivery = if push { Delivery::Push } else { Delivery::Keep };
     let output = Output::JsonLines {

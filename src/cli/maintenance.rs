@@ -70,7 +70,11 @@ pub(crate) async fn sweep() -> anyhow::Result<ExitCode> {
     let service = DispatchService::new(Arc::new(engine), journal, &state_dir, providers);
     let report = service.sweep_orphans().await?;
     tracing::info!(?report, "sweep finished");
-    print!("{report}");
+    // The report quotes the engine's and the forge's answers: shown under the display policy.
+    print!(
+        "{}",
+        stet_engine::dispatch::display::without_invisible(&report.to_string()).text
+    );
     Ok(if report.failures.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -177,8 +181,13 @@ pub(crate) fn trust(path: Option<PathBuf>, revoke: bool, list: bool) -> anyhow::
 }
 
 pub(crate) fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
+    use stet_engine::dispatch::display::{escaped_invisible, one_line, without_invisible};
     let dir = stet_engine::state_dir::locate()?.join(stet_engine::forge::local::REVIEWS_DIR);
     let mut out = std::io::stdout().lock();
+    // Every field of a record came from outside (a brief, the agent, the forge's repository): names
+    // are shown with what the display policy hides escaped, text with it removed.
+    let name = |text: &str| escaped_invisible(text).into_owned();
+    let path = |path: &std::path::Path| name(&path.to_string_lossy());
     // One record at a time: each is at most MAX_REVIEW_RECORD_BYTES, however many there are.
     let mut listed = 0;
     let mut found = None;
@@ -192,11 +201,11 @@ pub(crate) fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
                     "#{:<4} {:<6} {} -> {}  {}  ({} at {}, updated {})",
                     record.number,
                     record.state.as_str(),
-                    record.head,
-                    record.base,
-                    stet_engine::dispatch::display::one_line(&record.title),
-                    record.repo,
-                    record.remote.display(),
+                    name(&record.head),
+                    name(&record.base),
+                    one_line(&record.title),
+                    name(&record.repo),
+                    path(&record.remote),
                     record.updated.format("%Y-%m-%d %H:%M")
                 );
             }
@@ -207,24 +216,24 @@ pub(crate) fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
     })?;
     written?;
     match number {
-        None if listed == 0 => writeln!(out, "no reviews yet in {}", dir.display())?,
+        None if listed == 0 => writeln!(out, "no reviews yet in {}", path(&dir))?,
         None => {}
         Some(number) => match found {
             Some(record) => writeln!(
                 out,
                 "#{} {} ({})\n{} -> {} in {}\nopened {}, updated {}\n\n{}",
                 record.number,
-                stet_engine::dispatch::display::one_line(&record.title),
+                one_line(&record.title),
                 record.state.as_str(),
-                record.head,
-                record.base,
-                record.remote.display(),
+                name(&record.head),
+                name(&record.base),
+                path(&record.remote),
                 record.created.format("%Y-%m-%d %H:%M"),
                 record.updated.format("%Y-%m-%d %H:%M"),
-                stet_engine::dispatch::display::without_invisible(&record.body).text
+                without_invisible(&record.body).text
             )?,
             None => {
-                eprintln!("stet: no review #{number} in {}", dir.display());
+                eprintln!("stet: no review #{number} in {}", path(&dir));
                 return Ok(ExitCode::FAILURE);
             }
         },

@@ -14,6 +14,7 @@ mod theater;
 use std::process::ExitCode;
 
 use args::{Cli, Command, ImageCommand};
+pub(crate) use session::shown_error;
 
 /// Exit code for usage and configuration errors (DESIGN §6).
 pub(crate) const EXIT_USAGE: u8 = 2;

@@ -225,17 +225,18 @@ pub(crate) fn harness_from_config(
     })
 }
 
-/// The briefs named by `--brief` (inbox ids or paths) or `--all`; any brief that does not parse is
-/// an error naming its file.
+/// The briefs named by `--brief` (inbox ids or paths) or `--all` (the inbox read within `limits`);
+/// any brief that does not parse is an error naming its file.
 pub(crate) fn select_briefs(
     root: &std::path::Path,
     args: &DispatchArgs,
+    limits: &stet_engine::inbox::InboxLimits,
 ) -> anyhow::Result<Vec<stet_engine::brief::Brief>> {
     use stet_engine::brief::Brief;
     let inbox = stet_engine::inbox::Inbox::default_dir(root);
     let mut briefs = Vec::new();
     if args.all {
-        let listed = stet_engine::inbox::Inbox::load(&inbox)?;
+        let listed = stet_engine::inbox::Inbox::load_within(&inbox, limits)?;
         for entry in listed.entries() {
             match &entry.brief {
                 Ok(brief) => briefs.push(brief.clone()),
@@ -279,7 +280,7 @@ impl Session {
         let engine = match stet_engine::engine::Engine::assemble(options, &sanitizer).await {
             Ok(engine) => engine,
             Err(error) => {
-                let _ = writeln!(std::io::stderr(), "stet: {error}");
+                let _ = writeln!(std::io::stderr(), "stet: {}", shown_error(&error));
                 return Ok(Err(ExitCode::from(EXIT_USAGE)));
             }
         };
@@ -288,7 +289,7 @@ impl Session {
             let _ = write!(
                 std::io::stderr(),
                 "stet: swept what earlier runs left behind:\n{}",
-                engine.sweep
+                shown_error(&engine.sweep)
             );
         }
         Ok(Ok(Session {
@@ -297,4 +298,13 @@ impl Session {
             log_guard,
         }))
     }
+}
+
+/// An error as stet prints it on a terminal: its text, which may quote a brief, a repository, the
+/// engine or a forge, under the display policy (escape sequences, C1 controls and invisible or
+/// text-direction characters never reach the terminal; DESIGN §5 row 19).
+pub(crate) fn shown_error(error: &dyn std::fmt::Display) -> String {
+    stet_engine::dispatch::display::without_invisible(&format!("{error:#}"))
+        .text
+        .into_owned()
 }

@@ -33,7 +33,10 @@ pub(crate) async fn theater(args: DispatchArgs) -> anyhow::Result<ExitCode> {
     }
     let root = repository_root("run stet")?;
     let config = load_config(&root)?;
-    let inbox = stet_engine::inbox::Inbox::load(&stet_engine::inbox::Inbox::default_dir(&root))?;
+    let inbox = stet_engine::inbox::Inbox::load_within(
+        &stet_engine::inbox::Inbox::default_dir(&root),
+        &config.inbox,
+    )?;
     let options = engine_options(root, config, &args)?;
     Ok(open_theater(options, &inbox).await?.code)
 }
@@ -57,7 +60,7 @@ pub(crate) async fn open_theater(
     inbox: &stet_engine::inbox::Inbox,
 ) -> anyhow::Result<TheaterEnd> {
     use stet_tui::event_loop::Exit;
-    let inbox_dir = stet_engine::inbox::Inbox::default_dir(&options.repository);
+    let repository = options.repository.clone();
     let configuration = configuration_of(&options.config.repository_file);
     let session = match Session::assemble(options).await? {
         Ok(session) => session,
@@ -83,7 +86,7 @@ pub(crate) async fn open_theater(
         events,
         interrupts.into_stream(),
         Arc::new(Engine(dispatcher.clone())),
-        inbox_dir,
+        repository,
     )
     .await;
     // A SIGHUP someone sent by hand leaves the terminal there: that one is given back as usual.
@@ -124,7 +127,8 @@ pub(crate) async fn open_theater(
             if terminal_there {
                 let _ = writeln!(
                     std::io::stderr(),
-                    "stet: {error}; cancelling every dispatch and waiting for teardown"
+                    "stet: {}; cancelling every dispatch and waiting for teardown",
+                    super::session::shown_error(&error)
                 );
             }
             dispatcher.shutdown().await;

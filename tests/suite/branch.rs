@@ -1,10 +1,12 @@
 //! Checks the branch rules against git itself: a deterministic corpus of awkward names goes through
-//! both `validate_ref_format`/`BranchValidator::validate` and `git check-ref-format`.
+//! both `validate_ref_format`/`BranchValidator::validate` and `git check-ref-format` (which
+//! `validate_ref_format` follows, refusing besides what the display policy would not show).
 
 use std::collections::BTreeSet;
 use std::process::Command;
 
 use stet_engine::dispatch::branch::{BranchValidator, CommitSha, validate_ref_format};
+use stet_engine::dispatch::display::{Treatment, treatment};
 
 /// Pieces names are built from: plain characters most of the time, so a good share of the corpus is
 /// valid, and every character class and sequence the rules care about some of the time.
@@ -47,6 +49,9 @@ const AWKWARD_PIECES: &[&str] = &[
     "\u{430}",
     "\u{a0}",
     "\u{202e}",
+    "\u{2066}",
+    "\u{9b}",
+    "\u{9d}",
     "\u{3000}",
     "-",
     "/",
@@ -144,9 +149,13 @@ fn branch_rules_agree_with_git_check_ref_format() {
         let git_ok = git_accepts_branch(name);
         let format_ok = validate_ref_format(name).is_ok();
         let product_ok = validator.validate(name, Some("main")).is_ok();
-        if format_ok != git_ok {
+        // Beyond git: what the display policy would not show is refused too.
+        let shown_as_written = name
+            .chars()
+            .all(|c| c.is_ascii() || treatment(c) == Treatment::Keep);
+        if format_ok != (git_ok && shown_as_written) {
             disagreements.push(format!(
-                "{name:?}: git says {git_ok}, validate_ref_format says {format_ok}"
+                "{name:?}: git says {git_ok}, shown as written {shown_as_written}, validate_ref_format says {format_ok}"
             ));
         }
         if product_ok && !git_ok {

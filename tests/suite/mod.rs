@@ -21,6 +21,7 @@ mod hostile_account;
 mod hostile_agent;
 mod hostile_agent_text;
 mod hostile_base;
+mod hostile_display;
 mod hostile_outside;
 mod hostile_repo;
 mod image;

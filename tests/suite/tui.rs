@@ -1150,3 +1150,134 @@ fn a_key_is_acted_on_while_the_agent_floods() {
     tmux.press("q");
     tmux.assert_given_back(0, &[]);
 }
+
+/// The inbox becomes a link to a directory outside the repository while the theater is open (as a
+/// `git pull` in another terminal could make it): saving a brief from the form fails with a message
+/// naming the link, and nothing is written where it points or anywhere else outside the repository.
+#[test]
+fn the_form_writes_nothing_through_an_inbox_that_became_a_link() {
+    docker_ready();
+    let project = Project::new(&forever());
+    let tmux = Tmux::start(&project.home, &project.repo, &[]);
+    tmux.until_shown(
+        "the project's inbox",
+        &["Inbox (1)", &format!("▸ [new] {PROJECT_TITLE}")],
+    );
+    let outside = project.home.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let inbox = project.repo.join(".stet/briefs");
+    std::fs::rename(&inbox, project.home.path().join("moved-briefs")).unwrap();
+    std::os::unix::fs::symlink(&outside, &inbox).unwrap();
+    let before = files_under(project.home.path());
+
+    tmux.press("n");
+    tmux.until_shown("the new-brief form", &["New brief"]);
+    tmux.type_text("Escape the repository");
+    for _ in 0..3 {
+        tmux.press("Tab");
+    }
+    tmux.type_text("write somewhere else");
+    tmux.press("C-s");
+    let screen = tmux.until_shown(
+        "the save refused",
+        &["cannot save the brief", "not written: it is a link"],
+    );
+    assert!(
+        screen.contains(&*inbox.to_string_lossy()),
+        "the message names the link:\n{screen}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "a brief was written through the link"
+    );
+    let written: Vec<PathBuf> = files_under(project.home.path())
+        .into_iter()
+        .filter(|file| !before.contains(file) && file.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    assert!(written.is_empty(), "briefs written: {written:?}");
+}
+
+/// A brief of about `bytes` bytes (one item holding nearly all of them) that the parser accepts.
+fn brief_of_about(bytes: usize) -> String {
+    let head = "title = \"A large brief\"\nworkflow = \"implement\"\n\n[target]\nrepo = \"test/notes\"\nbase = \"main\"\n\n[[items]]\ntext = \"";
+    format!("{head}{}\"\n", "x".repeat(bytes - head.len() - 2))
+}
+
+/// `count` briefs `b0000.toml`, … in `inbox`, each a hard link to one file of `text` kept in
+/// `home` (each is a regular file of its full size to whoever lists the inbox; the disk holds one).
+fn fill_inbox(home: &Home, inbox: &Path, count: usize, text: &str) {
+    let source = home.path().join("brief-source.toml");
+    std::fs::write(&source, text).unwrap();
+    for index in 0..count {
+        std::fs::hard_link(&source, inbox.join(format!("b{index:04}.toml"))).unwrap();
+    }
+}
+
+/// The pane runs `stet` under `/usr/bin/time`, which prints its peak RSS once it exits.
+fn start_timed(home: &Home, dir: &Path) -> Tmux {
+    let script = format!(
+        "/usr/bin/time -f 'stet peak %M KiB' {}\necho \"stet exited with status $?\"\nexec cat\n",
+        stet_command(home, &[])
+    );
+    Tmux::launch(home, dir, &script)
+}
+
+/// A repository ships 3,000 briefs of about 1 MB each (the issue's inbox: 5.7 GiB of RSS and half a
+/// minute before the first frame when every brief was parsed): the theater refuses the inbox before
+/// reading any brief, naming the count, the limit and the setting, and its peak RSS stays small.
+#[test]
+fn an_inbox_of_thousands_of_large_briefs_is_refused_before_any_is_read() {
+    let project = Project::new(&forever());
+    let inbox = project.repo.join(".stet/briefs");
+    fill_inbox(&project.home, &inbox, 3000, &brief_of_about(1_000_000));
+    let tmux = start_timed(&project.home, &project.repo);
+    let screen = tmux.until_shown("stet to exit", &["stet exited with status"]);
+    let joined = screen.replace('\n', "");
+    for said in ["3001 briefs", "at most 1000", "inbox.max_briefs"] {
+        assert!(joined.contains(said), "{said:?} is not said:\n{screen}");
+    }
+    assert!(screen.contains("stet exited with status 2"), "{screen}");
+    let peak_kib: u64 = screen
+        .split("stet peak ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|figure| figure.parse().ok())
+        .unwrap_or_else(|| panic!("no peak RSS on the screen:\n{screen}"));
+    assert!(
+        peak_kib < INBOX_PEAK_KIB,
+        "stet's peak RSS was {peak_kib} KiB (bound {INBOX_PEAK_KIB} KiB)"
+    );
+}
+
+/// The most memory stet may use listing an inbox it refuses, in KiB: well under one brief per
+/// megabyte of the inbox's 3 GB.
+const INBOX_PEAK_KIB: u64 = 64 * 1024;
+
+/// An inbox at its default limits (1,000 briefs, 16 MiB together): the theater draws its first
+/// frame with every brief listed, and its peak RSS (VmHWM, read while it runs) stays within a
+/// bound that does not depend on what a larger inbox would hold.
+#[test]
+fn the_theater_draws_an_inbox_at_its_limits_within_its_memory_budget() {
+    docker_ready();
+    let project = Project::new(&forever());
+    let inbox = project.repo.join(".stet/briefs");
+    // 999 briefs of 16 KiB and the project's own: 1,000 briefs, just under 16 MiB.
+    fill_inbox(&project.home, &inbox, 999, &brief_of_about(16 * 1024));
+    let tmux = Tmux::start(&project.home, &project.repo, &[]);
+    tmux.until_shown("the whole inbox", &["Inbox (1000)"]);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", tmux.stet_pid())).unwrap();
+    let peak_kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|figure| figure.parse().ok())
+        .unwrap_or_else(|| panic!("no VmHWM in:\n{status}"));
+    assert!(
+        peak_kib < THEATER_PEAK_KIB,
+        "the theater's peak RSS was {peak_kib} KiB (bound {THEATER_PEAK_KIB} KiB)"
+    );
+}
+
+/// The most memory the theater may have used once it shows an inbox at its limits, in KiB.
+const THEATER_PEAK_KIB: u64 = 256 * 1024;

@@ -33,17 +33,20 @@ impl DoctorReport {
     }
 }
 
+/// Each check's name, detail and fix quote the engine, the forge, the configuration or a path:
+/// they are shown on one line each under the display policy (DESIGN §5 row 19).
 impl fmt::Display for DoctorReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::dispatch::display::one_line;
         for check in &self.checks {
             let mark = match check.status {
                 Status::Ok => "ok  ",
                 Status::Warn => "warn",
                 Status::Fail => "FAIL",
             };
-            writeln!(f, "[{mark}] {}: {}", check.name, check.detail)?;
+            writeln!(f, "[{mark}] {}: {}", check.name, one_line(&check.detail))?;
             if let Some(fix) = &check.fix {
-                writeln!(f, "       fix: {fix}")?;
+                writeln!(f, "       fix: {}", one_line(fix))?;
             }
         }
         let verdict = if self.failed() {
@@ -414,6 +417,31 @@ mod tests {
         assert!(
             text.ends_with("until the failures above are fixed\n"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn what_a_check_quotes_is_shown_under_the_display_policy() {
+        let hostile = "main\u{202e}x\u{9b}31m\u{9d}52;c;aGk=\u{9c}\u{1b}[2J\nnext";
+        let report = DoctorReport {
+            checks: vec![Check {
+                name: "forge",
+                status: Status::Fail,
+                detail: format!("the forge said {hostile}"),
+                fix: Some(format!("push {hostile}")),
+            }],
+        };
+        let text = report.to_string();
+        assert!(
+            text.contains("[FAIL] forge: the forge said mainx next"),
+            "{text:?}"
+        );
+        assert!(text.contains("fix: push mainx next"), "{text:?}");
+        assert!(
+            !text.chars().any(|c| c != '\n'
+                && crate::dispatch::display::treatment(c)
+                    != crate::dispatch::display::Treatment::Keep),
+            "{text:?}"
         );
     }
 

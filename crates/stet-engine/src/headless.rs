@@ -56,7 +56,12 @@ pub async fn run(
                 pending.insert(dispatch);
             }
             Err(error) => {
-                let _ = writeln!(std::io::stderr(), "stet: brief {id}: {error}");
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "stet: brief {}: {}",
+                    crate::dispatch::display::escaped_invisible(&id),
+                    crate::dispatch::display::without_invisible(&error.to_string()).text
+                );
                 code = code.max(EXIT_USAGE);
             }
         }
@@ -138,8 +143,12 @@ pub fn progress_line(event: &Event) -> Option<String> {
             harness,
             ..
         } => format!(
-            "dispatched {:?}: {repo}@{base} -> {branch}, agent {harness}",
-            title.as_str()
+            "dispatched {:?}: {}@{} -> {}, agent {}",
+            title.as_str(),
+            name(repo.as_str()),
+            name(base.as_str()),
+            name(branch.as_str()),
+            name(harness.as_str())
         ),
         EventKind::Phase { to, reason, .. } => match reason {
             Some(reason) => format!("{to}: {}", progress_text(reason.as_str())),
@@ -161,7 +170,9 @@ pub fn progress_line(event: &Event) -> Option<String> {
             "  usage: {} in / {} out tokens, ${:.4} so far",
             usage.input_tokens, usage.output_tokens, usage.total_cost_usd
         ),
-        EventKind::ImagePull { status, .. } => format!("  pulling image: {status}"),
+        EventKind::ImagePull { status, .. } => {
+            format!("  pulling image: {}", progress_text(status.as_str()))
+        }
         EventKind::Warning { message } => format!("warning: {}", progress_text(message.as_str())),
         EventKind::Collected {
             files,
@@ -184,7 +195,9 @@ pub fn progress_line(event: &Event) -> Option<String> {
             }
             line
         }
-        EventKind::Pushed { branch, sha, .. } => format!("pushed {branch} at {sha}"),
+        EventKind::Pushed { branch, sha, .. } => {
+            format!("pushed {} at {sha}", name(branch.as_str()))
+        }
         EventKind::PullRequest {
             action,
             number,
@@ -194,7 +207,7 @@ pub fn progress_line(event: &Event) -> Option<String> {
                 crate::dispatch::event::PullRequestAction::Opened => "opened",
                 crate::dispatch::event::PullRequestAction::Updated => "updated",
             };
-            format!("pull request #{number} {action}: {url}")
+            format!("pull request #{number} {action}: {}", name(url.as_str()))
         }
         EventKind::TornDown { steps, millis } => {
             let failed = steps.iter().filter(|s| s.failure.is_some()).count();
@@ -217,7 +230,18 @@ pub fn progress_line(event: &Event) -> Option<String> {
             (outcome, None) => format!("finished: {outcome}"),
         },
     };
-    Some(format!("[{who}] {text}"))
+    // Every field came from outside (a brief, the agent, the engine, a forge): names are shown with
+    // what the display policy hides escaped, and the whole line passes the policy once more.
+    Some(crate::dispatch::display::one_line(&format!(
+        "[{}] {text}",
+        name(who)
+    )))
+}
+
+/// A name (a branch, a repository, a URL) under the display policy: what it hides escaped, so two
+/// names never look alike.
+fn name(text: &str) -> String {
+    crate::dispatch::display::escaped_invisible(text).into_owned()
 }
 
 /// Text on one line under the display policy, cut at [`PROGRESS_TEXT_CHARS`].

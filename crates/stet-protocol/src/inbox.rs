@@ -1,5 +1,10 @@
 //! The inbox is the list of briefs stet can see; each brief is read on its own, so one bad file is
 //! shown as invalid instead of hiding the others.
+//!
+//! A repository ships its inbox, so it is bounded like any input from outside (DESIGN §5 row 23,
+//! §8): before any brief is read, the number of briefs and their total size (from the directory
+//! listing and each file's metadata) are checked against [`InboxLimits`], and an inbox past either
+//! is refused whole, naming the count, the limit and the setting that raises it.
 
 use std::ffi::OsStr;
 use std::io;
@@ -21,6 +26,49 @@ pub enum InboxError {
         link.display()
     )]
     Link { link: PathBuf },
+    #[error(
+        "{}: not read: it holds {count} briefs and stet reads at most {limit} (setting `inbox.max_briefs` in your configuration raises it; a repository's stet.toml may only lower it)",
+        dir.display()
+    )]
+    TooManyBriefs {
+        dir: PathBuf,
+        count: u64,
+        limit: u64,
+    },
+    #[error(
+        "{}: not read: its briefs hold {bytes} bytes together and stet reads at most {limit} (setting `inbox.max_total_bytes` in your configuration raises it; a repository's stet.toml may only lower it)",
+        dir.display()
+    )]
+    TooLarge {
+        dir: PathBuf,
+        bytes: u64,
+        limit: u64,
+    },
+}
+
+/// Most briefs an inbox may hold by default (`inbox.max_briefs`).
+pub const DEFAULT_MAX_BRIEFS: u64 = 1000;
+
+/// Most bytes the briefs of an inbox may hold together by default (`inbox.max_total_bytes`): 16 MiB.
+pub const DEFAULT_MAX_TOTAL_BYTES: u64 = 16 * 1024 * 1024;
+
+/// How much of an inbox stet reads: past either bound the inbox is refused before any brief is
+/// read, so what listing it costs (time, memory) is bounded whatever the repository holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InboxLimits {
+    /// Most `*.toml` files (`inbox.max_briefs`).
+    pub max_briefs: u64,
+    /// Most bytes of those files together, by their size on disk (`inbox.max_total_bytes`).
+    pub max_total_bytes: u64,
+}
+
+impl Default for InboxLimits {
+    fn default() -> Self {
+        InboxLimits {
+            max_briefs: DEFAULT_MAX_BRIEFS,
+            max_total_bytes: DEFAULT_MAX_TOTAL_BYTES,
+        }
+    }
 }
 
 /// Result of loading the inbox.
@@ -47,12 +95,18 @@ impl Inbox {
         repo_root.join(".stet").join("briefs")
     }
 
+    /// [`Inbox::load_within`] under the default [`InboxLimits`].
+    pub fn load(dir: &Path) -> Result<Self> {
+        Self::load_within(dir, &InboxLimits::default())
+    }
+
     /// Reads every `*.toml` directly inside `dir` (not in subdirectories), ordered by the bytes of
     /// the file name. A directory that does not exist is an empty inbox. The inbox is the
     /// repository's, so links are not followed: `dir` or its parent (`.stet`) being a link is an
     /// error, and a brief that is a link is an invalid entry, unread (its errors would quote
-    /// whatever file of the user's it points at).
-    pub fn load(dir: &Path) -> Result<Self> {
+    /// whatever file of the user's it points at). More files than `limits.max_briefs`, or more
+    /// bytes in them together than `limits.max_total_bytes`, refuse the inbox before any is read.
+    pub fn load_within(dir: &Path, limits: &InboxLimits) -> Result<Self> {
         for link in [Some(dir), dir.parent()].into_iter().flatten() {
             let is_link = std::fs::symlink_metadata(link)
                 .is_ok_and(|metadata| metadata.file_type().is_symlink());
@@ -71,18 +125,41 @@ impl Inbox {
             Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Self::default()),
             Err(error) => return Err(read_directory_error(error)),
         };
+        // Past the limit only the count goes on, so a huge directory costs no memory per name.
         let mut paths = Vec::new();
+        let (mut count, mut bytes) = (0u64, 0u64);
         for entry in listing {
             let entry = entry.map_err(read_directory_error)?;
-            let path = entry.path();
-            let is_directory = entry.file_type().is_ok_and(|kind| kind.is_dir());
-            if path
+            let is_toml = Path::new(&entry.file_name())
                 .extension()
-                .is_some_and(|extension| extension == "toml")
-                && !is_directory
-            {
-                paths.push(path);
+                .is_some_and(|extension| extension == "toml");
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if !is_toml || kind.is_dir() {
+                continue;
             }
+            count += 1;
+            if kind.is_file() {
+                bytes = bytes.saturating_add(entry.metadata().map_or(0, |metadata| metadata.len()));
+            }
+            if count <= limits.max_briefs {
+                paths.push(entry.path());
+            }
+        }
+        if count > limits.max_briefs {
+            return Err(InboxError::TooManyBriefs {
+                dir: dir.to_owned(),
+                count,
+                limit: limits.max_briefs,
+            });
+        }
+        if bytes > limits.max_total_bytes {
+            return Err(InboxError::TooLarge {
+                dir: dir.to_owned(),
+                bytes,
+                limit: limits.max_total_bytes,
+            });
         }
         paths.sort_by(|left, right| {
             let left = left.file_name().map(OsStr::as_encoded_bytes);
@@ -153,6 +230,60 @@ mod tests {
             Inbox::load(&dot_stet.join(".stet/briefs")),
             Err(InboxError::Link { .. })
         ));
+    }
+
+    #[test]
+    fn an_inbox_past_its_limits_is_refused_before_any_brief_is_read() {
+        let root = tempfile::tempdir().unwrap();
+        let inbox = root.path().join("briefs");
+        std::fs::create_dir(&inbox).unwrap();
+        let brief = "title = \"T\"\nworkflow = \"implement\"\n[target]\nrepo = \"o/r\"\nbase = \"main\"\n[[items]]\ntext = \"x\"\n";
+        for index in 0..5 {
+            std::fs::write(inbox.join(format!("b{index}.toml")), brief).unwrap();
+        }
+        std::fs::write(inbox.join("notes.txt"), "not a brief").unwrap();
+        let size = u64::try_from(brief.len()).unwrap();
+        let at_the_limits = InboxLimits {
+            max_briefs: 5,
+            max_total_bytes: 5 * size,
+        };
+        let loaded = Inbox::load_within(&inbox, &at_the_limits).unwrap();
+        assert_eq!(loaded.entries().len(), 5);
+        assert!(loaded.entries().iter().all(|entry| entry.brief.is_ok()));
+
+        let fewer = InboxLimits {
+            max_briefs: 4,
+            ..at_the_limits
+        };
+        let error = Inbox::load_within(&inbox, &fewer).unwrap_err();
+        assert!(
+            matches!(
+                error,
+                InboxError::TooManyBriefs {
+                    count: 5,
+                    limit: 4,
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        for said in ["holds 5 briefs", "at most 4", "`inbox.max_briefs`"] {
+            assert!(error.to_string().contains(said), "{error}");
+        }
+
+        let smaller = InboxLimits {
+            max_total_bytes: 5 * size - 1,
+            ..at_the_limits
+        };
+        let error = Inbox::load_within(&inbox, &smaller).unwrap_err();
+        assert!(matches!(error, InboxError::TooLarge { .. }), "{error}");
+        for said in [
+            format!("{} bytes", 5 * size),
+            format!("at most {}", 5 * size - 1),
+            "`inbox.max_total_bytes`".to_owned(),
+        ] {
+            assert!(error.to_string().contains(&said), "{error}");
+        }
     }
 
     #[test]

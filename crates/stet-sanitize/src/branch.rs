@@ -85,6 +85,11 @@ pub enum BranchError {
     )]
     NonAscii { offset: usize, character: char },
 
+    #[error(
+        "the branch name contains {code_point} at byte {offset}, a control, invisible or text-direction character: it would make the name display as something else (or drive the terminal), so stet refuses it"
+    )]
+    Invisible { offset: usize, code_point: String },
+
     #[error("the branch name contains \"..\" at byte {offset}")]
     DoubleDot { offset: usize },
 
@@ -248,7 +253,10 @@ impl BranchValidator {
     }
 }
 
-/// Checks only git's own rules for `refs/heads/<name>`, exactly as `git check-ref-format` does.
+/// Checks git's own rules for `refs/heads/<name>`, as `git check-ref-format` does, and refuses
+/// what the display policy would not show (C1 controls, bidirectional and other invisible format
+/// characters; [`crate::display::treatment`]), which git accepts: such a name would reach every
+/// terminal that prints it.
 ///
 /// This is for names stet does not choose, such as a base branch: `main` passes here while
 /// [`BranchValidator::validate`] refuses it.
@@ -322,6 +330,15 @@ fn check_characters(name: &str, charset: Charset) -> Result<()> {
             }
             '/' if previous == Some('/') => {
                 return Err(BranchError::DoubleSlash { offset: offset - 1 });
+            }
+            character
+                if !character.is_ascii()
+                    && crate::display::treatment(character) != crate::display::Treatment::Keep =>
+            {
+                return Err(BranchError::Invisible {
+                    offset,
+                    code_point: format!("U+{:04X}", u32::from(character)),
+                });
             }
             character if charset == Charset::PlainAscii && character.is_whitespace() => {
                 return Err(BranchError::Whitespace { offset, character });

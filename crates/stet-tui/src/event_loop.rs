@@ -114,7 +114,8 @@ enum Reply {
 /// with one, means the terminal went away: the loop stops drawing and reading it, quits the same
 /// way, and returns [`Exit::HungUp`] once every dispatch has torn down, however many SIGHUPs follow.
 /// Everything from the engine, the review gate's patch included, comes through `handle` and `events`;
-/// `inbox` is the directory the new-brief form writes into (`.stet/briefs`).
+/// `repository` is the root of the repository whose inbox (`.stet/briefs`) the new-brief form writes
+/// into.
 pub async fn run<B>(
     terminal: &mut Terminal<B>,
     app: App,
@@ -122,7 +123,7 @@ pub async fn run<B>(
     events: mpsc::Receiver<Event>,
     interrupts: impl Stream<Item = Interrupt> + Unpin,
     handle: Arc<dyn EngineHandle>,
-    inbox: PathBuf,
+    repository: PathBuf,
 ) -> Result<Exit>
 where
     B: Backend,
@@ -131,7 +132,7 @@ where
     let perform = move |request: Request| -> BoxFuture<'static, Option<Reply>> {
         match request {
             Request::LoadPatch(dispatch) => Box::pin(load_patch(Arc::clone(&handle), dispatch)),
-            Request::SaveBrief(draft) => Box::pin(save_brief(inbox.clone(), draft)),
+            Request::SaveBrief(draft) => Box::pin(save_brief(repository.clone(), draft)),
             request => Box::pin(ask_engine(Arc::clone(&handle), request)),
         }
     };
@@ -144,9 +145,9 @@ async fn load_patch(handle: Arc<dyn EngineHandle>, dispatch: DispatchId) -> Opti
     Some(Reply::Update(Msg::PatchLoaded { dispatch, patch }))
 }
 
-/// Writes the form's brief into `inbox` on the blocking pool and reads it back.
-async fn save_brief(inbox: PathBuf, draft: BriefDraft) -> Option<Reply> {
-    let saved = tokio::task::spawn_blocking(move || form::save(&inbox, &draft))
+/// Writes the form's brief into the inbox of `repository` on the blocking pool and reads it back.
+async fn save_brief(repository: PathBuf, draft: BriefDraft) -> Option<Reply> {
+    let saved = tokio::task::spawn_blocking(move || form::save(&repository, &draft))
         .await
         .map_err(|error| format!("saving stopped: {error}"))
         .and_then(|saved| saved.map_err(|error| error.to_string()));

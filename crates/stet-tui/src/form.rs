@@ -1,7 +1,10 @@
 //! The *New brief* form, so a person can write a brief without leaving the theater: pure state driven
-//! by key events (tested without a terminal), and [`save`], the one place it touches the disk.
+//! by key events (tested without a terminal), and [`save`], the one place it touches the disk
+//! (through [`beneath`], which follows no link under the repository).
 
-use std::fs::{File, OpenOptions};
+mod beneath;
+
+use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
@@ -125,6 +128,11 @@ pub struct BriefDraft {
     pub items: Vec<String>,
 }
 
+pub use beneath::BeneathError;
+
+/// The inbox's place under the repository's root, one directory name at a time.
+const INBOX_COMPONENTS: [&str; 2] = [".stet", "briefs"];
+
 /// Why [`save`] could not write a brief. Every message names the path.
 #[derive(Debug, thiserror::Error)]
 #[expect(
@@ -132,9 +140,9 @@ pub struct BriefDraft {
     reason = "each variant's #[error] message is its documentation"
 )]
 pub enum FormError {
-    /// The inbox directory was missing and could not be made.
-    #[error("cannot create the inbox directory {}: {error}", dir.display())]
-    CreateDirectory { dir: PathBuf, error: io::Error },
+    /// The inbox directory could not be opened or made, or one on the way is a link.
+    #[error(transparent)]
+    Inbox(#[from] BeneathError),
 
     /// The draft could not be written as TOML.
     #[error("cannot write a brief for {} as TOML: {error}", dir.display())]
@@ -407,15 +415,16 @@ struct ItemTable<'a> {
     text: &'a str,
 }
 
-/// Writes the draft as a brief TOML file in `inbox_dir` and reads it back with the real brief parser.
+/// Writes the draft as a brief TOML file in the inbox of the repository at `repository`
+/// (`.stet/briefs`) and reads it back with the real brief parser.
 ///
 /// The file is named after the title (`fix-the-login.toml`, then `fix-the-login-2.toml`, … when
-/// taken) and is never written over. A file the parser refuses is removed again.
-pub fn save(inbox_dir: &Path, draft: &BriefDraft) -> Result<InboxEntry, FormError> {
-    std::fs::create_dir_all(inbox_dir).map_err(|error| FormError::CreateDirectory {
-        dir: inbox_dir.to_owned(),
-        error,
-    })?;
+/// taken) and is never written over. A file the parser refuses is removed again. The inbox is
+/// reached from the repository's root one directory at a time, and neither `.stet`, `briefs` nor
+/// the file is followed when it is a link: a link there, even one that appeared after stet started,
+/// fails the save ([`BeneathError::Link`]) and nothing is written.
+pub fn save(repository: &Path, draft: &BriefDraft) -> Result<InboxEntry, FormError> {
+    let inbox = beneath::Beneath::open(repository, &INBOX_COMPONENTS)?;
     let document = BriefFile {
         title: &draft.title,
         workflow: WORKFLOW,
@@ -426,23 +435,25 @@ pub fn save(inbox_dir: &Path, draft: &BriefDraft) -> Result<InboxEntry, FormErro
         items: draft.items.iter().map(|text| ItemTable { text }).collect(),
     };
     let text = toml::to_string(&document).map_err(|error| FormError::Serialize {
-        dir: inbox_dir.to_owned(),
+        dir: inbox.path().to_owned(),
         error,
     })?;
-    let (path, mut file) = create_new_file(inbox_dir, &slug(&draft.title))?;
+    let (name, mut file) = create_new_file(&inbox, &slug(&draft.title))?;
+    let path = inbox.path().join(&name);
     let written = file.write_all(text.as_bytes());
     drop(file);
     if let Err(error) = written {
-        remove(&path);
+        remove(&inbox, &name);
         return Err(FormError::Write { file: path, error });
     }
-    match Brief::from_file(&path) {
+    let id = name.trim_end_matches(".toml");
+    match Brief::parse(id, &path, &text) {
         Ok(brief) => Ok(InboxEntry {
             path,
             brief: Ok(brief),
         }),
         Err(error) => {
-            remove(&path);
+            remove(&inbox, &name);
             Err(FormError::Unreadable {
                 file: path,
                 error: Box::new(error),
@@ -451,29 +462,35 @@ pub fn save(inbox_dir: &Path, draft: &BriefDraft) -> Result<InboxEntry, FormErro
     }
 }
 
-/// Creates the first free `<slug>.toml`, `<slug>-2.toml`, … in `dir`, never opening an existing file.
-fn create_new_file(dir: &Path, slug: &str) -> Result<(PathBuf, File), FormError> {
+/// Creates the first free `<slug>.toml`, `<slug>-2.toml`, … in `dir`, never opening an existing
+/// file; returns its name.
+fn create_new_file(dir: &beneath::Beneath, slug: &str) -> Result<(String, File), FormError> {
     for attempt in 1..=MAX_NAME_ATTEMPTS {
         let name = if attempt == 1 {
             format!("{slug}.toml")
         } else {
             format!("{slug}-{attempt}.toml")
         };
-        let path = dir.join(name);
-        match OpenOptions::new().write(true).create_new(true).open(&path) {
-            Ok(file) => return Ok((path, file)),
+        match dir.create_new(&name) {
+            Ok(file) => return Ok((name, file)),
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(error) => return Err(FormError::Create { file: path, error }),
+            Err(error) => {
+                return Err(FormError::Create {
+                    file: dir.path().join(name),
+                    error,
+                });
+            }
         }
     }
     Err(FormError::NoFreeName {
-        dir: dir.to_owned(),
+        dir: dir.path().to_owned(),
         slug: slug.to_owned(),
     })
 }
 
-fn remove(path: &Path) {
-    if let Err(error) = std::fs::remove_file(path) {
+fn remove(dir: &beneath::Beneath, name: &str) {
+    if let Err(error) = dir.remove(name) {
+        let path = dir.path().join(name);
         tracing::warn!(path = %path.display(), %error, "cannot remove a brief the form wrote");
     }
 }

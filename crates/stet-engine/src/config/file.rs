@@ -29,6 +29,7 @@ pub(super) struct FileSettings {
     pub dispatch: DispatchSection,
     pub harness: HarnessSection,
     pub model: ModelSection,
+    pub inbox: InboxSection,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -174,6 +175,14 @@ pub(super) struct BaseSection {
     pub max_file_bytes: Setting<u64>,
     pub max_total_bytes: Setting<u64>,
     pub max_depth: Setting<u64>,
+}
+
+/// `[inbox]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct InboxSection {
+    pub max_briefs: Setting<u64>,
+    pub max_total_bytes: Setting<u64>,
 }
 
 /// `[review]`

@@ -390,6 +390,8 @@ pub struct Config {
     pub model: ModelConfig,
     /// The repository file this configuration was read with.
     pub repository_file: RepositoryFile,
+    /// How much of an inbox stet reads (`[inbox]`).
+    pub inbox: crate::inbox::InboxLimits,
 }
 
 /// Whose a configuration file is, which decides what it may set.

@@ -257,6 +257,17 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         |s| &s.base.max_depth,
         Some(base_defaults.max_depth as u64),
     );
+    let inbox_defaults = crate::inbox::InboxLimits::default();
+    let max_briefs = layers.at_most(
+        "inbox.max_briefs",
+        |s| &s.inbox.max_briefs,
+        Some(inbox_defaults.max_briefs),
+    );
+    let max_inbox_bytes = layers.at_most(
+        "inbox.max_total_bytes",
+        |s| &s.inbox.max_total_bytes,
+        Some(inbox_defaults.max_total_bytes),
+    );
     let protected = layers.adds("review.protected_paths", |s| &s.review.protected_paths);
     let timeout_secs = layers.at_most(
         "dispatch.timeout_secs",
@@ -460,6 +471,11 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
             Some(depth) => depth.value as usize,
         },
     };
+    let inbox = crate::inbox::InboxLimits {
+        max_briefs: max_briefs.map_or(inbox_defaults.max_briefs, |found| found.value),
+        max_total_bytes: max_inbox_bytes
+            .map_or(inbox_defaults.max_total_bytes, |found| found.value),
+    };
     let protected_paths = protected_paths(protected)?;
     let dispatch = DispatchSettings {
         timeout: match timeout_secs {
@@ -599,6 +615,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         harness,
         model,
         repository_file,
+        inbox,
     })
 }
 

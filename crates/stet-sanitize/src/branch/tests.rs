@@ -240,9 +240,9 @@ fn reports_the_first_offending_character() {
 fn refuses_non_ascii_lookalikes_and_invisible_characters() {
     assert_eq!(
         validate("stet/fix\u{200b}-login"),
-        Err(BranchError::NonAscii {
+        Err(BranchError::Invisible {
             offset: 8,
-            character: '\u{200b}'
+            code_point: "U+200B".to_owned()
         })
     );
     // "mаin" with a Cyrillic "а" (U+0430) looks like the protected "main".
@@ -255,11 +255,43 @@ fn refuses_non_ascii_lookalikes_and_invisible_characters() {
     );
     assert_eq!(
         validate("fix\u{202e}nigol"),
-        Err(BranchError::NonAscii {
+        Err(BranchError::Invisible {
             offset: 3,
-            character: '\u{202e}'
+            code_point: "U+202E".to_owned()
         })
     );
+}
+
+#[test]
+fn a_base_refuses_c1_controls_and_invisible_characters_by_code_point() {
+    for (name, offset, code_point) in [
+        ("fix\u{202e}nigol", 3, "U+202E"),
+        ("a\u{2066}b", 1, "U+2066"),
+        ("x\u{9b}31m", 1, "U+009B"),
+        ("x\u{9d}52;c;aGk=\u{9c}", 1, "U+009D"),
+        ("zero\u{200b}width", 4, "U+200B"),
+        ("tag\u{e0041}", 3, "U+E0041"),
+        ("nel\u{85}", 3, "U+0085"),
+        ("line\u{2028}sep", 4, "U+2028"),
+    ] {
+        let refused = validate_ref_format(name);
+        assert_eq!(
+            refused,
+            Err(BranchError::Invisible {
+                offset,
+                code_point: code_point.to_owned()
+            }),
+            "{name:?}"
+        );
+        let message = refused.unwrap_err().to_string();
+        assert!(message.contains(code_point), "{message}");
+        assert!(
+            !message
+                .chars()
+                .any(|c| crate::display::treatment(c) != crate::display::Treatment::Keep),
+            "{message:?}"
+        );
+    }
 }
 
 #[test]

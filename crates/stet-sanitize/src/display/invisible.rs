@@ -1,7 +1,8 @@
 //! Which characters of agent text are never shown: the character half of the display policy.
 //!
 //! Removed: terminal escape sequences whole (`ESC [ … m`, OSC strings up to their terminator, a
-//! two-character escape, CSI introduced by U+009B); control characters other than newline and tab;
+//! two-character escape, CSI introduced by U+009B, an OSC, DCS, APC, PM or SOS string introduced by
+//! its C1 control up to its terminator); control characters other than newline and tab;
 //! every format character (Unicode general
 //! category `Cf`: the bidirectional embeddings, overrides, isolates and marks U+202A–202E, U+2066–2069,
 //! U+200E/200F, U+061C; the zero-width space, joiners and word joiner U+200B–200D, U+2060; the
@@ -105,6 +106,7 @@ pub fn without_invisible(text: &str) -> Visible<'_> {
                 match c {
                     '\u{1b}' => skip_escape(&mut chars),
                     '\u{9b}' => skip_csi(&mut chars),
+                    '\u{90}' | '\u{98}' | '\u{9d}' | '\u{9e}' | '\u{9f}' => skip_string(&mut chars),
                     _ => {}
                 }
             }
@@ -138,21 +140,27 @@ fn skip_escape(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
         }
         Some(']' | 'P' | '_' | '^' | 'X') => {
             chars.next();
-            while let Some(c) = chars.next() {
-                match c {
-                    '\u{7}' | '\u{9c}' => break,
-                    '\u{1b}' => {
-                        chars.next_if_eq(&'\\');
-                        break;
-                    }
-                    _ => {}
-                }
-            }
+            skip_string(chars);
         }
         Some(c) if !c.is_control() => {
             chars.next();
         }
         _ => {}
+    }
+}
+
+/// Skips the rest of an OSC, DCS, APC, PM or SOS string (introduced by `ESC` and a letter, or by its
+/// C1 control) up to and including its terminator: BEL, ST (U+009C) or `ESC \`.
+fn skip_string(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{7}' | '\u{9c}' => break,
+            '\u{1b}' => {
+                chars.next_if_eq(&'\\');
+                break;
+            }
+            _ => {}
+        }
     }
 }
 
@@ -196,6 +204,8 @@ mod tests {
             ("\u{1b}]0;title\u{7}x", "x"),
             ("\u{1b}]8;;http://e\u{1b}\\link", "link"),
             ("\u{9b}2Jx", "x"),
+            ("\u{9d}52;c;aGVsbG8=\u{9c}x", "x"),
+            ("\u{90}q\u{1b}\\x", "x"),
             ("\u{1b}[\nnext", "\nnext"),
             ("bell\u{7}back\u{8}", "bellback"),
             ("\u{202e}evil\u{200b}", "evil"),

@@ -705,14 +705,14 @@ async fn a_flooding_agent_never_holds_up_a_key_by_more_than_one_batch() {
 
 #[tokio::test]
 async fn a_saved_brief_is_written_into_the_inbox_and_read_back() {
-    let inbox = tempfile::tempdir().unwrap();
+    let repository = tempfile::tempdir().unwrap();
     let draft = BriefDraft {
         title: "Cut a release".to_owned(),
         repo: "demo/app".to_owned(),
         base: "main".to_owned(),
         items: vec!["tag it".to_owned()],
     };
-    let reply = save_brief(inbox.path().join("briefs"), draft).await;
+    let reply = save_brief(repository.path().to_owned(), draft).await;
     let Some(Reply::Update(Msg::BriefSaved {
         file: Some(file),
         saved: Ok(brief),
@@ -720,7 +720,10 @@ async fn a_saved_brief_is_written_into_the_inbox_and_read_back() {
     else {
         panic!("{reply:?}");
     };
-    assert_eq!(file, inbox.path().join("briefs/cut-a-release.toml"));
+    assert_eq!(
+        file,
+        repository.path().join(".stet/briefs/cut-a-release.toml")
+    );
     assert_eq!(brief.title, "Cut a release");
     assert_eq!(
         Brief::from_file(&file).unwrap(),

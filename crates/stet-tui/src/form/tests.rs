@@ -304,12 +304,17 @@ fn slugs_are_valid_brief_ids() {
     }
 }
 
+/// The inbox of the repository at `root`.
+fn inbox_of(root: &Path) -> PathBuf {
+    root.join(".stet").join("briefs")
+}
+
 #[test]
 fn save_writes_a_brief_the_parser_reads_back() {
     let root = tempfile::tempdir().unwrap();
-    let inbox = root.path().join(".stet").join("briefs");
+    let inbox = inbox_of(root.path());
     let draft = draft("Fix the login loop", &["Reproduce it", "Add a test"]);
-    let entry = save(&inbox, &draft).unwrap();
+    let entry = save(root.path(), &draft).unwrap();
     assert_eq!(entry.path, inbox.join("fix-the-login-loop.toml"));
     let brief = entry.brief.unwrap();
     assert_eq!(brief, Brief::from_file(&entry.path).unwrap());
@@ -340,26 +345,63 @@ fn taken_names_get_a_number() {
     let names: Vec<PathBuf> = (0..3)
         .map(|_| save(root.path(), &draft).unwrap().path)
         .collect();
+    let inbox = inbox_of(root.path());
     assert_eq!(
         names,
-        ["fix-it.toml", "fix-it-2.toml", "fix-it-3.toml"].map(|name| root.path().join(name))
+        ["fix-it.toml", "fix-it-2.toml", "fix-it-3.toml"].map(|name| inbox.join(name))
     );
 }
 
 #[test]
 fn save_never_overwrites() {
     let root = tempfile::tempdir().unwrap();
-    let taken = root.path().join("fix-it.toml");
+    let inbox = inbox_of(root.path());
+    std::fs::create_dir_all(&inbox).unwrap();
+    let taken = inbox.join("fix-it.toml");
     std::fs::write(&taken, "precious").unwrap();
-    let dangling = root.path().join("fix-it-2.toml");
+    let dangling = inbox.join("fix-it-2.toml");
     std::os::unix::fs::symlink(root.path().join("nowhere"), &dangling).unwrap();
     let entry = save(root.path(), &draft("Fix it", &["x"])).unwrap();
-    assert_eq!(entry.path, root.path().join("fix-it-3.toml"));
+    assert_eq!(entry.path, inbox.join("fix-it-3.toml"));
     assert_eq!(std::fs::read_to_string(&taken).unwrap(), "precious");
     assert!(
         !root.path().join("nowhere").exists(),
         "the symlink is not followed"
     );
+}
+
+#[test]
+fn a_link_on_the_way_to_the_inbox_fails_the_save_and_nothing_is_written_outside() {
+    for linked in [".stet", ".stet/briefs"] {
+        let root = tempfile::tempdir().unwrap();
+        let repository = root.path().join("repo");
+        let outside = root.path().join("outside");
+        std::fs::create_dir_all(repository.join(".stet")).unwrap();
+        std::fs::create_dir_all(outside.join("briefs")).unwrap();
+        let link = repository.join(linked);
+        let target = if linked == ".stet" {
+            std::fs::remove_dir(&link).unwrap();
+            outside.clone()
+        } else {
+            outside.join("briefs")
+        };
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let error = save(&repository, &draft("Fix it", &["x"])).unwrap_err();
+        assert!(
+            matches!(&error, FormError::Inbox(BeneathError::Link { path }) if *path == link),
+            "{error}"
+        );
+        assert!(error.to_string().contains("it is a link"), "{error}");
+        assert!(
+            error.to_string().contains(&*link.to_string_lossy()),
+            "{error}"
+        );
+        assert_eq!(
+            std::fs::read_dir(outside.join("briefs")).unwrap().count(),
+            0,
+            "written through {linked}"
+        );
+    }
 }
 
 #[test]
@@ -385,20 +427,21 @@ fn a_brief_the_parser_refuses_is_removed() {
     let FormError::Unreadable { file, .. } = &error else {
         panic!("{error}");
     };
-    assert_eq!(*file, root.path().join("two-lines.toml"));
+    let inbox = inbox_of(root.path());
+    assert_eq!(*file, inbox.join("two-lines.toml"));
     assert!(error.to_string().contains("two-lines.toml"), "{error}");
     assert!(error.to_string().contains("field `title`"), "{error}");
-    assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
+    assert_eq!(std::fs::read_dir(&inbox).unwrap().count(), 0);
 }
 
 #[test]
 fn save_errors_name_the_path() {
     let root = tempfile::tempdir().unwrap();
-    let blocker = root.path().join("file");
+    let blocker = root.path().join(".stet");
     std::fs::write(&blocker, "").unwrap();
-    let error = save(&blocker.join("briefs"), &draft("Fix", &["x"])).unwrap_err();
+    let error = save(root.path(), &draft("Fix", &["x"])).unwrap_err();
     assert!(
-        matches!(error, FormError::CreateDirectory { .. }),
+        matches!(error, FormError::Inbox(BeneathError::Io { .. })),
         "{error}"
     );
     assert!(
