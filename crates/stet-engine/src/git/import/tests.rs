@@ -418,7 +418,7 @@ fn the_patch_is_built_within_its_budget_and_says_what_it_cut() {
         .iter()
         .map(|(name, content)| (name.as_str(), content.clone()))
         .collect();
-    let diff = result_diff(&repo, &tree(&[]), &tree(&after)).unwrap();
+    let diff = result_diff(&repo, &tree(&[]), &tree(&after), &|| false).unwrap();
     assert!(
         diff.patch.len() <= MAX_PATCH_BYTES + 1024,
         "{}",
