@@ -67,15 +67,19 @@ pub enum HarnessStream {
     Stderr,
 }
 
-/// What `stet speak` writes as its last stderr line when the harness program it ran exited while
-/// another process (one the harness started) still held the program's stdout or stderr open: from
-/// then on nothing written there was relayed. It is written only then, by `stet speak` itself, after
-/// it stopped relaying; the engine turns it into a warning.
+/// What `stet speak` writes as its last stderr line, on a line of its own, when another process than
+/// the harness program it ran (one the harness started) wrote on the program's stdout or stderr, or
+/// still held them open when the program exited: nothing such a process wrote was relayed. It is
+/// written only then, by `stet speak` itself, after it stopped relaying; the engine turns it into a
+/// warning.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SpeakerReport {
     /// The streams still held open when the harness program exited.
     pub held_open_after_exit: Vec<HarnessStream>,
+    /// The streams another process wrote on (passed over, never relayed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub written_by_others: Vec<HarnessStream>,
 }
 
 impl SpeakerReport {
@@ -86,7 +90,11 @@ impl SpeakerReport {
 
     /// The report a line holds, when it holds exactly one and nothing else.
     pub fn from_line(line: &[u8]) -> Option<SpeakerReport> {
-        serde_json::from_slice(line.trim_ascii()).ok()
+        serde_json::from_slice(line.trim_ascii())
+            .ok()
+            .filter(|report: &SpeakerReport| {
+                !(report.held_open_after_exit.is_empty() && report.written_by_others.is_empty())
+            })
     }
 }
 
@@ -141,6 +149,7 @@ mod tests {
     fn a_speaker_report_reads_back_and_nothing_else_reads_as_one() {
         let report = SpeakerReport {
             held_open_after_exit: vec![HarnessStream::Stdout, HarnessStream::Stderr],
+            written_by_others: Vec::new(),
         };
         let line = report.to_line().unwrap();
         assert_eq!(line, r#"{"held_open_after_exit":["stdout","stderr"]}"#);
@@ -148,6 +157,7 @@ mod tests {
         for other in [
             r#"{"held_open_after_exit":["stdout"],"text":"more"}"#,
             r#"{"held_open_after_exit":["stdin"]}"#,
+            r#"{"held_open_after_exit":[]}"#,
             r#"{"type":"finish","summary":"done"}"#,
             "held_open_after_exit",
         ] {

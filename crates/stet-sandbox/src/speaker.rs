@@ -6,25 +6,36 @@
 //!   through `/proc/<pid>/fd`, read its environment or attach to it: the sandbox drops every
 //!   capability, so only the kernel's owner check would let them in, and a non-dumpable process is
 //!   root's there;
-//! * the harness program gets pipes of this process's own as its stdout and stderr, never the
-//!   engine's stream inherited, and what comes through them is relayed as it comes;
-//! * once the harness program has exited, what its pipes already hold (all it wrote) is relayed and
-//!   nothing after: a process that kept them open (a daemon of the agent's) writes into pipes nobody
-//!   reads, and never after the harness's own last words. That this happened is reported as one
-//!   [`SpeakerReport`] line on stderr, the last one.
+//! * the harness program gets channels of this process's own as its stdout and stderr, never the
+//!   engine's stream inherited: unix stream sockets read with `SO_PASSCRED`, so the kernel tags
+//!   every write with the process that made it (a process without `CAP_SYS_ADMIN` cannot claim
+//!   another's id) and writes of two processes are never read as one. Only what the harness program
+//!   itself wrote is relayed, as it comes; what another process holding its output wrote (a child
+//!   that inherited it, a daemon) is passed over, whenever it was written;
+//! * once the harness program has exited, what its channels already hold is relayed and nothing
+//!   after: a process that kept them open writes into channels nobody reads, and never after the
+//!   harness's own last words, even with this process stopped (SIGSTOP) while it wrote. That another
+//!   process held them open, or wrote there, is reported as one [`SpeakerReport`] line on stderr,
+//!   the last one, on a line of its own.
 //!
-//! The harness program itself should be non-dumpable too, or its own children could reach the pipes
-//! through it: `stet agent run`, the scripted agent, makes itself so; the OpenHands CLI is started
-//! through a Python line that does.
+//! The harness program should still be non-dumpable itself and capture its children's output: what
+//! they write on its channels is passed over, not heard, and a child that reached them through
+//! `/proc/<pid>/fd` could still close or fill them. `stet agent run`, the scripted agent, does both;
+//! the OpenHands CLI is started through a Python line that makes it non-dumpable.
 
 use std::ffi::OsString;
-use std::io::Write;
+use std::io::{IoSliceMut, Write};
+use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::{Child, Command, Stdio};
 
 use rustix::event::{PollFd, PollFlags};
 use rustix::io::Errno;
+use rustix::net::{
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, Shutdown, SocketFlags,
+    SocketType,
+};
 use rustix::process::{DumpableBehavior, Pid, PidfdFlags};
 use stet_protocol::agent_record::{HarnessStream, SpeakerReport};
 
@@ -42,6 +53,8 @@ pub enum SpeakerError {
     Dumpable(#[source] std::io::Error),
     #[error("speak: no harness program to run")]
     NoProgram,
+    #[error("speak: making the harness program's output channels: {0}")]
+    Channel(#[source] std::io::Error),
     #[error("speak: cannot start {program:?}: {source}")]
     Start {
         program: OsString,
@@ -71,12 +84,35 @@ pub fn keep_voice_private() -> Result<()> {
         .map_err(|errno| SpeakerError::Dumpable(errno.into()))
 }
 
-/// One of the harness program's output pipes and where it is relayed.
+/// A channel for one of the harness program's output streams: this process's end, which reads with
+/// the writer's credentials and writes nothing, and the end the program gets.
+fn voice_channel() -> Result<(OwnedFd, OwnedFd)> {
+    let channel = || -> rustix::io::Result<(OwnedFd, OwnedFd)> {
+        let (ours, theirs) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
+        rustix::net::sockopt::set_socket_passcred(&ours, true)?;
+        rustix::net::shutdown(&ours, Shutdown::Write)?;
+        Ok((ours, theirs))
+    };
+    channel().map_err(|errno| SpeakerError::Channel(errno.into()))
+}
+
+/// One of the harness program's output channels and where it is relayed.
 struct Relay<'a> {
     stream: HarnessStream,
     /// `None` once it reached its end.
     pipe: Option<OwnedFd>,
     to: &'a mut dyn Write,
+    /// The harness program: only what it wrote itself is relayed.
+    harness: Pid,
+    /// Another process wrote there (and it was passed over).
+    others_wrote: bool,
+    /// What was relayed so far ends a line (or nothing was).
+    at_line_start: bool,
 }
 
 impl Relay<'_> {
@@ -87,18 +123,36 @@ impl Relay<'_> {
         }
     }
 
-    /// Reads once (at most `buffer`'s length) and relays what came; returns how many bytes. The
-    /// end of the pipe closes it; `Err(AGAIN)` passes through.
+    /// Reads once (at most `buffer`'s length, never the writes of two processes at once) and relays
+    /// what came when the harness program wrote it; returns how many bytes were read. The end of the
+    /// channel closes it; `Err(AGAIN)` passes through.
     fn relay_once(&mut self, buffer: &mut [u8]) -> std::result::Result<usize, RelayFailure> {
         let Some(pipe) = &self.pipe else {
             return Ok(0);
         };
-        match rustix::io::read(pipe, &mut *buffer) {
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmCredentials(1))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let received = rustix::net::recvmsg(
+            pipe,
+            &mut [IoSliceMut::new(&mut *buffer)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        );
+        let writer = control.drain().find_map(|message| match message {
+            RecvAncillaryMessage::ScmCredentials(credentials) => Some(credentials.pid),
+            _ => None,
+        });
+        match received.map(|received| received.bytes) {
             Ok(0) => {
                 self.pipe = None;
                 Ok(0)
             }
+            Ok(read) if writer != Some(self.harness) => {
+                self.others_wrote = true;
+                Ok(read)
+            }
             Ok(read) => {
+                self.at_line_start = buffer[read - 1] == b'\n';
                 let written = self
                     .to
                     .write_all(&buffer[..read])
@@ -110,10 +164,10 @@ impl Relay<'_> {
         }
     }
 
-    /// Relays exactly what the pipe holds now, when the harness program has exited (all it wrote,
-    /// since a write to a pipe is done once it returns), then looks once more without waiting:
-    /// returns whether some other process still holds the pipe open (no end reached). Anything it
-    /// wrote after that moment is read and passed over, never relayed.
+    /// Relays what the channel holds now from the harness program, when it has exited (all it
+    /// wrote, since a write is done once it returns, and queued before anything written later),
+    /// then looks once more without waiting: returns whether some other process still holds the
+    /// channel open (no end reached). What others wrote is never relayed, whenever they wrote it.
     fn drain(&mut self, buffer: &mut [u8]) -> std::result::Result<bool, RelayFailure> {
         let Some(pipe) = &self.pipe else {
             return Ok(false);
@@ -166,23 +220,28 @@ impl RelayFailure {
     }
 }
 
-/// Runs `argv` (program first) with pipes as its stdout and stderr and no stdin, relaying them to
+/// Runs `argv` (program first) with channels as its stdout and stderr and no stdin, relaying them to
 /// `stdout` and `stderr` until it exits, then what they already hold and nothing more (see the module
 /// documentation). Returns the program's exit code, or 128 + the signal that ended it.
 pub fn speak(argv: &[OsString], stdout: &mut dyn Write, stderr: &mut dyn Write) -> Result<u8> {
     let (program, args) = argv.split_first().ok_or(SpeakerError::NoProgram)?;
+    let (stdout_channel, stdout_end) = voice_channel()?;
+    let (stderr_channel, stderr_end) = voice_channel()?;
+    // The command, holding the program's ends, is dropped with this statement: only the program
+    // (and what it hands them to) holds them then.
     let mut child = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(Stdio::from(stdout_end))
+        .stderr(Stdio::from(stderr_end))
         .spawn()
         .map_err(|source| SpeakerError::Start {
             program: program.clone(),
             source,
         })?;
-    let held_open = match relay(&mut child, program, stdout, stderr) {
-        Ok(held_open) => held_open,
+    let channels = [stdout_channel, stderr_channel];
+    let report = match relay(&mut child, channels, program, stdout, stderr) {
+        Ok(report) => report,
         Err(error) => {
             // Nobody hears it any more: it is not left running on its own.
             let _ = child.kill();
@@ -194,44 +253,48 @@ pub fn speak(argv: &[OsString], stdout: &mut dyn Write, stderr: &mut dyn Write) 
         program: program.clone(),
         source,
     })?;
-    if !held_open.is_empty() {
-        let report = SpeakerReport {
-            held_open_after_exit: held_open,
+    if let Some((report, at_line_start)) = report
+        && let Ok(line) = report.to_line()
+    {
+        // On a line of its own, whatever the program's last stderr line was.
+        let _ = match at_line_start {
+            true => writeln!(stderr, "{line}"),
+            false => writeln!(stderr, "\n{line}"),
         };
-        if let Ok(line) = report.to_line() {
-            let _ = writeln!(stderr, "{line}");
-            let _ = stderr.flush();
-        }
+        let _ = stderr.flush();
     }
     Ok(exit_code(status))
 }
 
-/// Relays the child's stdout and stderr until it exits (seen through a pidfd, so the moment does not
-/// depend on the pipes closing), then drains them; returns the streams still held open after that.
-/// The child is left to be reaped.
+/// Relays what the child writes on its stdout and stderr `channels` until it exits (seen through a
+/// pidfd, so the moment does not depend on the channels closing), then drains them; returns the
+/// report to make (streams still held open after that, streams other processes wrote on) when there
+/// is one, and whether the relayed stderr ends a line. The child is left to be reaped.
 fn relay(
     child: &mut Child,
+    channels: [OwnedFd; 2],
     program: &OsString,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
-) -> Result<Vec<HarnessStream>> {
+) -> Result<Option<(SpeakerReport, bool)>> {
     let watch_error = |errno: Errno| SpeakerError::Watch {
         program: program.clone(),
         source: errno.into(),
     };
-    let exited = rustix::process::pidfd_open(Pid::from_child(child), PidfdFlags::empty())
-        .map_err(watch_error)?;
+    let harness = Pid::from_child(child);
+    let exited = rustix::process::pidfd_open(harness, PidfdFlags::empty()).map_err(watch_error)?;
+    let [stdout_channel, stderr_channel] = channels;
+    let relay_to = |stream, pipe, to| Relay {
+        stream,
+        pipe: Some(pipe),
+        to,
+        harness,
+        others_wrote: false,
+        at_line_start: true,
+    };
     let mut relays = [
-        Relay {
-            stream: HarnessStream::Stdout,
-            pipe: child.stdout.take().map(OwnedFd::from),
-            to: stdout,
-        },
-        Relay {
-            stream: HarnessStream::Stderr,
-            pipe: child.stderr.take().map(OwnedFd::from),
-            to: stderr,
-        },
+        relay_to(HarnessStream::Stdout, stdout_channel, stdout),
+        relay_to(HarnessStream::Stderr, stderr_channel, stderr),
     ];
     let mut buffer = vec![0u8; RELAY_CHUNK];
     loop {
@@ -257,7 +320,19 @@ fn relay(
             Err(failure) => return Err(failure.about(program, relay)),
         }
     }
-    Ok(held_open)
+    let written_by_others: Vec<HarnessStream> = relays
+        .iter()
+        .filter(|relay| relay.others_wrote)
+        .map(|relay| relay.stream)
+        .collect();
+    if held_open.is_empty() && written_by_others.is_empty() {
+        return Ok(None);
+    }
+    let report = SpeakerReport {
+        held_open_after_exit: held_open,
+        written_by_others,
+    };
+    Ok(Some((report, relays[1].at_line_start)))
 }
 
 /// What [`wait_for`] found ready.

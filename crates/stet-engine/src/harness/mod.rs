@@ -11,10 +11,11 @@
 //! keeps that rule, so a new harness inherits it:
 //!
 //! * every planned process runs under `stet speak` ([`speaking`]), the sandbox executable every image
-//!   carries: it is non-dumpable from its start, gives the harness program pipes of its own (its
-//!   output is captured, never the engine's stream inherited), and relays nothing written after the
-//!   harness program exited, saying so on stderr when a process of the agent's held its output open
-//!   past that (a warning here);
+//!   carries: it is non-dumpable from its start, gives the harness program channels of its own (its
+//!   output is captured, never the engine's stream inherited), relays only what the harness program
+//!   itself wrote (the kernel names the writer of every write) and nothing written after it exited,
+//!   saying so on stderr when another process wrote there or held its output open past that (a
+//!   warning here);
 //! * the parser is read through an [`AgentVoice`], which keeps the agent's first `finish` (a
 //!   [`Parsed::Finish`]) and shows any later one as a warning instead: the outcome's summary, the
 //!   commit message and the pull request's body are the first one's.
@@ -273,14 +274,25 @@ impl<'p> AgentVoice<'p> {
     }
 
     fn held_open(&self, report: &SpeakerReport) -> SanitizedText {
-        let streams = match report.held_open_after_exit.as_slice() {
+        let streams = |streams: &[HarnessStream]| match streams {
             [HarnessStream::Stdout] => "stdout",
             [HarnessStream::Stderr] => "stderr",
             _ => "stdout and stderr",
         };
-        self.sanitizer.sanitize(&format!(
-            "a process the agent started held the harness's {streams} open after the harness exited; nothing written there after that was read"
-        ))
+        let mut said = Vec::new();
+        if !report.held_open_after_exit.is_empty() {
+            said.push(format!(
+                "a process the agent started held the harness's {} open after the harness exited; nothing written there after that was read",
+                streams(&report.held_open_after_exit)
+            ));
+        }
+        if !report.written_by_others.is_empty() {
+            said.push(format!(
+                "a process other than the harness wrote on the harness's {}; none of it was read as the agent's",
+                streams(&report.written_by_others)
+            ));
+        }
+        self.sanitizer.sanitize(&said.join("; "))
     }
 }
 

@@ -78,19 +78,43 @@ fn nothing_written_after_the_program_exited_comes_through() {
 }
 
 /// A process holding the program's stdout and writing without end cannot keep `speak` relaying:
-/// once the program exited, what the pipe held then is relayed and `speak` ends.
+/// none of it is relayed, and once the program exited `speak` ends.
 #[test]
 fn a_process_flooding_the_programs_output_does_not_keep_it_going() {
     let spoken = speak_sh("echo real; (yes flood) &");
     assert_eq!(spoken.code, 0);
+    assert_eq!(spoken.stdout, "real\n");
+    // Whether `yes` wrote before the drain is a race; that it held the output open is not.
     assert!(
-        spoken.stdout.starts_with("real\n"),
-        "{:?}",
-        spoken.stdout.get(..64)
+        spoken
+            .stderr
+            .starts_with("{\"held_open_after_exit\":[\"stdout\",\"stderr\"]"),
+        "{}",
+        spoken.stderr
     );
+}
+
+/// The attack: a child that inherited the program's output writes a finish of its own there before
+/// the program writes its own. Only the program's own writes are relayed, and the report says
+/// another process wrote.
+#[test]
+fn what_another_process_wrote_on_the_programs_output_is_not_relayed() {
+    let spoken = speak_sh("(echo child; echo child-err >&2); echo real; echo real-err >&2");
+    assert_eq!(spoken.code, 0);
+    assert_eq!(spoken.stdout, "real\n");
     assert_eq!(
         spoken.stderr,
-        "{\"held_open_after_exit\":[\"stdout\",\"stderr\"]}\n"
+        "real-err\n{\"held_open_after_exit\":[],\"written_by_others\":[\"stdout\",\"stderr\"]}\n"
+    );
+}
+
+/// The program's last stderr line is left open: the report still comes on a line of its own.
+#[test]
+fn the_report_is_on_a_line_of_its_own() {
+    let spoken = speak_sh("printf open >&2; (while kill -0 $$ 2>/dev/null; do :; done) &");
+    assert_eq!(
+        spoken.stderr,
+        "open\n{\"held_open_after_exit\":[\"stdout\",\"stderr\"]}\n"
     );
 }
 
