@@ -1492,7 +1492,7 @@ async fn an_endless_answer_is_not_read_whole() {
     let err = f.forge.preflight(&target("main", None)).await.unwrap_err();
 
     assert!(
-        matches!(&err, ForgeError::Transport { detail, .. } if detail.contains("reading the answer")),
+        matches!(&err, ForgeError::Protocol { detail, .. } if detail.contains("longer than 8 MiB")),
         "{err}"
     );
 }
