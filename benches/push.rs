@@ -18,8 +18,8 @@ use stet_engine::git::origin_guard::OriginGuard;
 
 /// A loopback server answering every request with `200` and `body_len` bytes, then closing.
 fn upstream(body_len: usize) -> SocketAddr {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    let address = listener.local_addr().unwrap();
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap_or_else(|e| panic!("{e}"));
+    let address = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
     let mut answer = format!(
         "HTTP/1.1 200 OK\r\nContent-Type: application/x-git-upload-pack-result\r\nContent-Length: {body_len}\r\nConnection: close\r\n\r\n"
     )
@@ -47,16 +47,20 @@ fn upstream(body_len: usize) -> SocketAddr {
 
 /// `GET url` (an `http://host:port/path` URL) on a fresh connection; the number of bytes answered.
 fn get(url: &str) -> usize {
-    let rest = url.strip_prefix("http://").unwrap();
-    let (authority, path) = rest.split_at(rest.find('/').unwrap());
-    let mut stream = TcpStream::connect(authority).unwrap();
+    let rest = url
+        .strip_prefix("http://")
+        .unwrap_or_else(|| panic!("{url}"));
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or_else(|| panic!("{url}")));
+    let mut stream = TcpStream::connect(authority).unwrap_or_else(|e| panic!("{e}"));
     write!(
         stream,
         "GET {path}/info/refs?service=git-upload-pack HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
     )
-    .unwrap();
+    .unwrap_or_else(|e| panic!("{e}"));
     let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).unwrap();
+    stream
+        .read_to_end(&mut answer)
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(
         answer.starts_with(b"HTTP/1.1 200"),
         "{:?}",
@@ -71,12 +75,17 @@ fn bench(c: &mut Criterion) {
         .sample_size(30)
         .measurement_time(Duration::from_secs(4));
     group.bench_function("start_and_stop", |b| {
-        b.iter(|| drop(OriginGuard::start("http://127.0.0.1:9/octo/app.git").unwrap()));
+        b.iter(|| {
+            drop(
+                OriginGuard::start("http://127.0.0.1:9/octo/app.git")
+                    .unwrap_or_else(|e| panic!("{e}")),
+            )
+        });
     });
     for (name, body_len) in [("1KiB", 1024), ("4MiB", 4 * 1024 * 1024)] {
         let address = upstream(body_len);
         let direct = format!("http://{address}/octo/app.git");
-        let guard = OriginGuard::start(&direct).unwrap();
+        let guard = OriginGuard::start(&direct).unwrap_or_else(|e| panic!("{e}"));
         let guarded = guard.local_url();
         group.throughput(Throughput::Bytes(body_len as u64));
         group.bench_function(format!("direct/{name}"), |b| b.iter(|| get(&direct)));
