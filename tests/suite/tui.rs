@@ -1281,3 +1281,57 @@ fn the_theater_draws_an_inbox_at_its_limits_within_its_memory_budget() {
 
 /// The most memory the theater may have used once it shows an inbox at its limits, in KiB.
 const THEATER_PEAK_KIB: u64 = 256 * 1024;
+
+/// The theater with a repository's costliest legal protected-path rules and an agent leaving deep
+/// paths under many links (`suite::costly_settings`): `c` + `y` while the review gate matches cancels the
+/// dispatch, and within a second of the cancelled event stet's CPU time, read from
+/// `/proc/<pid>/stat`, stops growing, though the theater stays open (before, the matching went on
+/// on its blocking thread, a core busy, until the person quit).
+#[test]
+fn cancelling_while_the_gate_matches_costly_rules_idles_the_theater() {
+    use super::costly_settings::{
+        assert_went_idle, costly_project, cpu_over_window, cpu_ticks, until_busy,
+    };
+
+    docker_ready();
+    let project = costly_project();
+    let home = &project.home;
+    let tmux = Tmux::start(home, &project.repo, &[]);
+    tmux.until_shown(
+        "the project's inbox",
+        &["Inbox (1)", &format!("▸ [new] {PROJECT_TITLE}")],
+    );
+    tmux.press("Enter");
+    tmux.until_shown("the dispatch confirmation", &["Dispatch tidy-notes?"]);
+    tmux.press("y");
+    let pid = tmux.stet_pid();
+    let dispatch = tmux.until("the dispatch's run record", || {
+        home.dispatches().into_iter().next()
+    });
+    tmux.until("the collecting phase in the run record", || {
+        phases(&home.events(dispatch))
+            .contains(&Phase::Collecting)
+            .then_some(())
+    });
+    let collecting = cpu_ticks(pid).unwrap();
+    if let Err(used) = until_busy(pid, collecting, "collecting") {
+        panic!(
+            "stet ended after {used} ticks of collecting; its log ends:\n{}",
+            log_tail(home)
+        );
+    }
+    let busy = cpu_over_window(pid);
+    tmux.press("c");
+    tmux.until_shown("the cancel confirmation", &["Cancel tidy-notes?"]);
+    tmux.press("y");
+    tmux.until("the cancelled phase in the run record", || {
+        phases(&home.events(dispatch))
+            .contains(&Phase::Cancelled)
+            .then_some(())
+    });
+    let after_cancel = cpu_over_window(pid);
+    tmux.until_shown("the cancelled outcome", &["outcome: cancelled (exit 3)"]);
+    assert_went_idle(busy, after_cancel, "the theater");
+    tmux.press("q");
+    tmux.assert_given_back(0, &[]);
+}

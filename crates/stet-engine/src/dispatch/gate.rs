@@ -225,6 +225,53 @@ mod tests {
     }
 
     #[test]
+    fn an_interrupted_gate_gives_no_report_wherever_it_stops() {
+        use git2::FileMode;
+
+        use crate::git::changes::trees::changes;
+
+        let link: &[u8] = b".github";
+        let readme = format!(
+            "hello\nDEMO_TOKEN=ghp_{}\n",
+            crate::dispatch::credential::random_token(36).unwrap()
+        );
+        let changes = changes(
+            &[("README.md", FileMode::Blob, b"hello\n")],
+            &[
+                ("README.md", FileMode::Blob, readme.as_bytes()),
+                (".github/workflows/ci.yml", FileMode::Blob, b"on: push\n"),
+                ("ci", FileMode::Link, link),
+                ("src/lib.rs", FileMode::Blob, b"fn a() {}\n"),
+            ],
+        );
+        let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
+        let rules = ProtectedPaths::default();
+        let whole = inspect(&changes, &rules, &sanitizer);
+        assert!(
+            !whole.held.is_empty() && !whole.secrets.is_empty(),
+            "{whole:?}"
+        );
+        let mut stops = 0;
+        for after_questions in 0.. {
+            let asked = std::cell::Cell::new(0);
+            let interrupted = || {
+                asked.set(asked.get() + 1);
+                asked.get() > after_questions
+            };
+            match inspect_until(&changes, &rules, &sanitizer, &interrupted) {
+                Err(Interrupted) => stops += 1,
+                Ok(report) => {
+                    assert_eq!(report, whole);
+                    break;
+                }
+            }
+        }
+        // Each path was a place to stop, for the rules and for the scan (and the link's other
+        // names, and each reading of added content).
+        assert!(stops > 2 * changes.changes.len(), "{stops}");
+    }
+
+    #[test]
     fn control_characters_are_escaped() {
         assert_eq!(printable("a\u{1b}[2Jb\n"), "a\\u{1b}[2Jb\\n");
         assert_eq!(

@@ -438,6 +438,22 @@ pub(crate) mod trees {
         let result = commit(repo, tree(repo, after), &[&parent_commit]);
         read_changes(path, &parent, &result).unwrap()
     }
+
+    /// [`changes`], read by [`read_changes_until`] with `interrupted`.
+    pub(crate) fn changes_until(
+        before: &[Spec<'_>],
+        after: &[Spec<'_>],
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<ResultChanges> {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        let parent = commit(&repo, tree(&repo, before), &[]);
+        let parent_commit = repo
+            .find_commit(Oid::from_str(parent.as_str()).unwrap())
+            .unwrap();
+        let result = commit(&repo, tree(&repo, after), &[&parent_commit]);
+        read_changes_until(dir.path(), &parent, &result, interrupted)
+    }
 }
 
 #[cfg(test)]
@@ -599,5 +615,35 @@ mod tests {
             "{removed}"
         );
         assert!(!removed.contains("one"));
+    }
+
+    #[test]
+    fn an_interrupted_reading_ends_without_changes_wherever_it_stops() {
+        let before: &[super::trees::Spec<'_>] = &[("a.txt", FILE, b"one\n")];
+        let after: &[super::trees::Spec<'_>] = &[
+            ("a.txt", FILE, b"one\ntwo\n"),
+            ("b/c.txt", FILE, b"three\n"),
+            ("d", LINK, b"b"),
+        ];
+        let whole = changes(before, after);
+        let mut stops = 0;
+        for after_questions in 0.. {
+            let asked = std::cell::Cell::new(0);
+            let interrupted = || {
+                asked.set(asked.get() + 1);
+                asked.get() > after_questions
+            };
+            match super::trees::changes_until(before, after, &interrupted) {
+                Err(ChangesError::Interrupted) => stops += 1,
+                Ok(read) => {
+                    assert_eq!(read, whole);
+                    break;
+                }
+                Err(other) => panic!("{other}"),
+            }
+        }
+        // Each of the three changed paths and their hunks, each entry of the result's tree (four),
+        // and the end of the walk.
+        assert!(stops >= 3 + 4, "{stops}");
     }
 }
