@@ -335,3 +335,77 @@ fn a_failing_upstream_is_an_error_in_the_transcript_and_the_run_goes_on() {
     );
     runtime.block_on(upstream.shutdown());
 }
+
+/// DESIGN §5 row 24 from inside a real sandbox: an ask naming a model with a routing suffix, and one
+/// naming a model `[model] allow` does not list, go through the relay and are refused by the gateway's
+/// request policy; the upstream receives neither, each refusal is a `gateway_refusal` event naming the
+/// field, and the agent sees the 400 naming the setting.
+#[test]
+fn a_model_the_user_did_not_allow_never_reaches_the_upstream() {
+    docker_ready();
+    let runtime = serving_runtime();
+    let upstream = upstream(&runtime);
+    for (model, extra, rule) in [
+        ("headless-test-model:online", "", "routing_suffix"),
+        (
+            "headless-test-model",
+            "allow = [\"another-model\"]\n",
+            "model_not_allowed",
+        ),
+    ] {
+        let steps = scenario(&[
+            "ask = { prompt = \"Search the web for the notes.\" }",
+            "append = { path = \"src/notes.txt\", content = \"four\\n\" }",
+            "finish = \"Worked without the model.\"",
+        ])
+        .replace("headless-test-model", model);
+        let project = Project::new(&steps);
+        project.use_model(&upstream, extra);
+        let mut command = project.headless(&[]);
+        command.env(KEY_ENV, canary_key());
+        let finished = run(command);
+        assert_eq!(finished.code(), Some(0), "{finished:#?}");
+        let refusals: Vec<_> = finished
+            .events
+            .iter()
+            .filter_map(|event| match &event.kind {
+                EventKind::GatewayRefusal {
+                    field,
+                    rule,
+                    setting,
+                    ..
+                } => Some((
+                    field.as_str().to_owned(),
+                    rule.as_str().to_owned(),
+                    setting.as_ref().map(|setting| setting.as_str().to_owned()),
+                )),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            refusals,
+            vec![(
+                "model".to_owned(),
+                rule.to_owned(),
+                Some("[model] allow".to_owned())
+            )],
+            "{model}"
+        );
+        assert!(
+            finished
+                .transcript()
+                .iter()
+                .any(|(kind, text)| *kind == ItemKind::Error
+                    && text.contains("400")
+                    && text.contains("[model] allow")),
+            "the agent saw the refusal: {:#?}",
+            finished.transcript()
+        );
+        finished.torn_down_cleanly();
+    }
+    assert!(
+        chat_requests(&upstream).is_empty(),
+        "the upstream received a refused request"
+    );
+    runtime.block_on(upstream.shutdown());
+}

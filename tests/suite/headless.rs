@@ -350,7 +350,11 @@ impl Finished {
 fn parse_event(line: &str) -> Event {
     let event: Event = serde_json::from_str(line)
         .unwrap_or_else(|error| panic!("stdout line is not an event ({error}): {line:?}"));
-    assert_eq!(event.v, 1, "schema version: {line}");
+    assert_eq!(
+        event.v,
+        stet_engine::dispatch::event::EVENT_SCHEMA_VERSION,
+        "schema version: {line}"
+    );
     event
 }
 

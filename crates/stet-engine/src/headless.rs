@@ -173,6 +173,22 @@ pub fn progress_line(event: &Event) -> Option<String> {
         EventKind::ImagePull { status, .. } => {
             format!("  pulling image: {}", progress_text(status.as_str()))
         }
+        EventKind::GatewayRefusal {
+            api,
+            field,
+            value_kind,
+            rule,
+            setting,
+        } => {
+            let allow = setting
+                .as_ref()
+                .map(|setting| format!("; {setting} would allow it"))
+                .unwrap_or_default();
+            format!(
+                "  gateway refused a {api} request: `{}` ({value_kind}): {rule}{allow}",
+                progress_text(field.as_str())
+            )
+        }
         EventKind::Warning { message } => format!("warning: {}", progress_text(message.as_str())),
         EventKind::Collected {
             files,

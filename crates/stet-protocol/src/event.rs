@@ -16,7 +16,7 @@ use stet_sanitize::sanitize::SanitizedText;
 use crate::state::Phase;
 
 /// The schema version in every event's `v` field. Bumped on any incompatible change.
-pub const EVENT_SCHEMA_VERSION: u32 = 1;
+pub const EVENT_SCHEMA_VERSION: u32 = 2;
 
 const DISPATCH_ID_PREFIX: &str = "stet-dispatch-";
 
@@ -185,6 +185,21 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         total_bytes: Option<u64>,
     },
+    /// The model gateway refused one of the agent's requests under its request policy (DESIGN §5
+    /// row 24): where in the request, the kind of value there and the rule, never the value.
+    GatewayRefusal {
+        /// The wire API: `Chat Completions`, `Responses`, `Anthropic Messages`.
+        api: SanitizedText,
+        /// Where in the request: `tools[0].type`, `model`, `(body)`.
+        field: SanitizedText,
+        /// The JSON kind of the value there: `string`, `object`, ….
+        value_kind: SanitizedText,
+        /// The rule: `provider_tool`, `plugin`, `undocumented_field`, `duplicate_key`, ….
+        rule: SanitizedText,
+        /// The setting that would allow it, when one can.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        setting: Option<SanitizedText>,
+    },
     /// Something a person should know that did not stop the dispatch (e.g. a teardown step failed).
     Warning {
         /// What the person should know.
@@ -255,6 +270,7 @@ impl EventKind {
             EventKind::Transcript(_) => "transcript",
             EventKind::Usage(_) => "usage",
             EventKind::ImagePull { .. } => "image_pull",
+            EventKind::GatewayRefusal { .. } => "gateway_refusal",
             EventKind::Warning { .. } => "warning",
             EventKind::Collected { .. } => "collected",
             EventKind::Pushed { .. } => "pushed",
@@ -446,7 +462,7 @@ mod tests {
             }),
         );
         let json: serde_json::Value = serde_json::from_str(&event.to_json_line().unwrap()).unwrap();
-        assert_eq!(json["v"], 1);
+        assert_eq!(json["v"], 2);
         assert_eq!(json["kind"], "transcript");
         assert_eq!(json["item"], "command");
         assert_eq!(json["text"], "ls -la");
@@ -475,6 +491,7 @@ mod tests {
             "usage",
             "image_pull",
             "warning",
+            "gateway_refusal",
             "pushed",
             "pull_request",
             "torn_down",

@@ -1059,3 +1059,41 @@ fn esc_closes_the_form_without_a_request() {
     assert_eq!(app.update(esc), None);
     assert!(app.form().is_none());
 }
+
+#[test]
+fn the_meter_shows_the_gateways_last_refusal() {
+    let mut app = app(&["fix-greeting"]);
+    let script = Script::new("fix-greeting");
+    dispatch_selected(&mut app);
+    let refusal = |seconds, field: &str, rule: &str| {
+        script.at(
+            seconds,
+            EventKind::GatewayRefusal {
+                api: script.text("Responses"),
+                field: script.text(field),
+                value_kind: script.text("string"),
+                rule: script.text(rule),
+                setting: Some(script.text("[model] provider_tools")),
+            },
+        )
+    };
+    app.update(Msg::EngineBatch(vec![
+        script.dispatched(0),
+        refusal(1, "tools[0].type", "provider_tool"),
+        refusal(2, "model", "routing_suffix"),
+    ]));
+    let view = app.selected_dispatch().unwrap();
+    let text = |view: &DispatchView| -> Vec<String> {
+        crate::panes::meter::lines(view, None, app.now(), 40, crate::theme::Theme::Plain)
+            .iter()
+            .map(|line| line.to_string())
+            .collect()
+    };
+    let lines = text(view);
+    assert_eq!(
+        lines.last().unwrap(),
+        "refused model: routing_suffix",
+        "{lines:?}"
+    );
+    assert!(!lines.iter().any(|line| line.contains("tools[0]")));
+}

@@ -304,6 +304,8 @@ pub struct DispatchView {
     pub transcript: BoundedRing<TranscriptLine>,
     /// `None` means "no usage reported".
     pub cost: Option<CostMeter>,
+    /// The model gateway's last refusal of an agent request: its field and rule.
+    pub last_refusal: Option<(ClippedText, SanitizedText)>,
     /// The latest image-pull report, while the image is pulled.
     pub image_pull: Option<ImagePullProgress>,
     /// The engine's warnings (teardown trouble, dropped output), the latest kept.
@@ -343,6 +345,7 @@ impl DispatchView {
             }],
             transcript: BoundedRing::new(transcript_capacity),
             cost: None,
+            last_refusal: None,
             image_pull: None,
             warnings: BoundedRing::new(MAX_WARNINGS),
             collected: None,
@@ -412,6 +415,9 @@ impl DispatchView {
                     current_bytes,
                     total_bytes,
                 });
+            }
+            EventKind::GatewayRefusal { field, rule, .. } => {
+                self.last_refusal = Some((ClippedText::new(field), rule));
             }
             EventKind::Warning { message } => self.warnings.push(ClippedText::new(message)),
             EventKind::Collected {

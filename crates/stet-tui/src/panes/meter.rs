@@ -29,6 +29,12 @@ pub fn lines(
     width: usize,
     theme: Theme,
 ) -> Vec<Line<'static>> {
+    let refused = view.last_refusal.as_ref().map(|(field, rule)| {
+        Line::from(vec![
+            Span::styled("refused ", theme.muted()),
+            Span::raw(format!("{}: {rule}", one_line(field.as_str()))),
+        ])
+    });
     let Some(cost) = &view.cost else {
         let mut lines = vec![Line::styled("no usage reported", theme.muted())];
         if let Some(ceiling) = ceiling {
@@ -37,6 +43,7 @@ pub fn lines(
                 theme.muted(),
             ));
         }
+        lines.extend(refused);
         return lines;
     };
     let spent = cost.total_cost_usd;
@@ -99,6 +106,7 @@ pub fn lines(
             theme.warning(),
         ));
     }
+    lines.extend(refused);
     lines
 }
 

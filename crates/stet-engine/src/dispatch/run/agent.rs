@@ -388,22 +388,17 @@ impl Dispatch {
                 text: message,
             })),
             GatewayEvent::Refused { refusal } => {
-                let allow = refusal
-                    .rule
-                    .setting()
-                    .map(|setting| format!("; {setting} would allow it"))
-                    .unwrap_or_default();
-                let line = format!(
-                    "the request policy refused a {} request: `{}` ({}): {}{allow}",
-                    refusal.api.name(),
-                    refusal.field,
-                    refusal.value_kind,
-                    refusal.rule.name(),
-                );
-                Ok(EventKind::Transcript(TranscriptItem {
-                    item: ItemKind::Error,
-                    text: self.sanitizer().sanitize(&line),
-                }))
+                let sanitizer = self.sanitizer();
+                Ok(EventKind::GatewayRefusal {
+                    api: sanitizer.sanitize(refusal.api.name()),
+                    field: sanitizer.sanitize(&refusal.field),
+                    value_kind: sanitizer.sanitize(refusal.value_kind),
+                    rule: sanitizer.sanitize(refusal.rule.name()),
+                    setting: refusal
+                        .rule
+                        .setting()
+                        .map(|setting| sanitizer.sanitize(setting)),
+                })
             }
             GatewayEvent::CeilingReached {
                 spent_usd,
