@@ -280,6 +280,7 @@ mod tests {
         assert!(!line.chars().any(char::is_control));
         assert!(line.ends_with('…'));
     }
+
     #[test]
     fn progress_lines_escape_what_names_hide_and_show_no_hidden_character() {
         let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
