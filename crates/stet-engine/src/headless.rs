@@ -296,4 +296,37 @@ mod tests {
         assert!(!line.chars().any(char::is_control));
         assert!(line.ends_with('…'));
     }
+
+    #[test]
+    fn progress_lines_escape_what_names_hide_and_show_no_hidden_character() {
+        let sanitizer = Arc::new(TokenSanitizer::new().unwrap());
+        let hostile = "fix\u{202e}nigol\u{9d}52;c;aGk=\u{9c}";
+        let text = |value: &str| sanitizer.sanitize(value);
+        let event = Event::new(
+            DispatchId::new(),
+            "b\u{2066}",
+            EventKind::Dispatched {
+                title: text("T"),
+                repo: text("octo/app"),
+                base: text(hostile),
+                branch: text(&format!("stet/{hostile}")),
+                harness: text("script"),
+                image: text("image"),
+                cost_ceiling_usd: None,
+            },
+        );
+        let line = progress_line(&event).unwrap();
+        // The sanitizer already left the hidden characters out of the event's text; the brief id
+        // is shown with them escaped.
+        assert!(
+            line.contains("octo/app@fixnigol -> stet/fixnigol"),
+            "{line}"
+        );
+        assert!(line.starts_with(r"[b\u{2066}]"), "{line}");
+        assert!(
+            !line.chars().any(|c| crate::dispatch::display::treatment(c)
+                != crate::dispatch::display::Treatment::Keep),
+            "{line:?}"
+        );
+    }
 }
