@@ -109,7 +109,21 @@ pub fn inspect(
     rules: &ProtectedPaths,
     sanitizer: &Arc<TokenSanitizer>,
 ) -> GateReport {
-    let mut held = paths::held(changes, rules);
+    match inspect_until(changes, rules, sanitizer, &|| false) {
+        Ok(report) => report,
+        Err(Interrupted) => unreachable!("nothing interrupts this reading"),
+    }
+}
+
+/// [`inspect`], ending with [`Interrupted`] once `interrupted` says so (asked at each changed path,
+/// each name a link reaches it by, and each reading of its content).
+pub fn inspect_until(
+    changes: &ResultChanges,
+    rules: &ProtectedPaths,
+    sanitizer: &Arc<TokenSanitizer>,
+    interrupted: &dyn Fn() -> bool,
+) -> Result<GateReport, Interrupted> {
+    let mut held = paths::held_until(changes, rules, interrupted)?;
     let mut positions: std::collections::HashMap<String, usize> = held
         .iter()
         .enumerate()
@@ -133,22 +147,8 @@ pub fn inspect(
             }
         }
     }
-    GateReport {
-        held,
-        secrets: secrets::scan(changes, sanitizer),
-    }
-}
-
-/// [`inspect`], ending with [`Interrupted`] once `interrupted` says so (asked at each changed path,
-/// each name a link reaches it by, and each reading of its content).
-pub fn inspect_until(
-    changes: &ResultChanges,
-    rules: &ProtectedPaths,
-    sanitizer: &Arc<TokenSanitizer>,
-    interrupted: &dyn Fn() -> bool,
-) -> Result<GateReport, Interrupted> {
     Ok(GateReport {
-        held: paths::held_until(changes, rules, interrupted)?,
+        held,
         secrets: secrets::scan_until(changes, sanitizer, interrupted)?,
     })
 }

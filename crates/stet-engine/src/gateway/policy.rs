@@ -9,6 +9,8 @@
 mod rules;
 mod walk;
 
+pub(crate) use rules::fields as forwarded_fields;
+
 #[cfg(test)]
 mod tests;
 

@@ -5,7 +5,7 @@
 use super::WireApi;
 
 /// The top-level fields forwarded on each API. A field not listed is refused by name.
-pub(super) fn fields(api: WireApi) -> &'static [&'static str] {
+pub(crate) fn fields(api: WireApi) -> &'static [&'static str] {
     match api {
         WireApi::ChatCompletions => CHAT_FIELDS,
         WireApi::Responses => RESPONSES_FIELDS,
@@ -44,6 +44,7 @@ const CHAT_FIELDS: &[&str] = &[
     "temperature",
     "tool_choice",
     "tools",
+    "top_k",
     "top_logprobs",
     "top_p",
     "user",

@@ -464,3 +464,22 @@ fn client_tool_calls_results_and_inline_images_pass() {
         assert_eq!(sent, body);
     }
 }
+
+/// The field sets OpenHands 1.16 (openhands-sdk 1.21, litellm 1.110) was seen sending besides the
+/// fixture's (LiteLLM adds `top_k` for some models): each passes, as it passes the ceiling's pricing.
+#[test]
+fn every_field_set_openhands_was_seen_sending_passes() {
+    let tool = json!([{"type": "function", "function": {"name": "finish", "parameters": {}}}]);
+    for body in [
+        json!({"model": "m", "messages": [], "tools": tool, "reasoning_effort": "high", "prompt_cache_key": "4d888bed"}),
+        json!({"model": "m", "messages": [], "tools": tool, "max_completion_tokens": 32768, "prompt_cache_retention": "24h", "prompt_cache_key": "k"}),
+        json!({"model": "m", "messages": [], "max_tokens": 64000, "max_completion_tokens": 64000}),
+        json!({"model": "m", "messages": [], "seed": 7, "top_k": 40.0, "temperature": 0.5, "top_p": 1.0, "stream": true, "stream_options": {"include_usage": true}}),
+    ] {
+        let checked = allowing(&["m"])
+            .check(WireApi::ChatCompletions, body.to_string().as_bytes())
+            .unwrap_or_else(|refusal| panic!("{body}: {}", refusal.message()));
+        let forwarded: Value = serde_json::from_slice(&checked.body).unwrap();
+        assert_eq!(forwarded, body);
+    }
+}

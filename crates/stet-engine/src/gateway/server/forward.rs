@@ -676,89 +676,15 @@ fn output_fields(route: Route, fields: &Fields) -> &'static [&'static str] {
     }
 }
 
-/// The top-level fields of a chat completion whose cost the worst case accounts for (or that cost
-/// nothing). Under a ceiling any other field is refused: a proxy reads fields of its own that change
-/// the model or the price (LiteLLM's `fallbacks`, `mock_testing_fallbacks`, `api_base`, …).
-const CHAT_FIELDS: &[&str] = &[
-    "model",
-    "messages",
-    "audio",
-    "frequency_penalty",
-    "function_call",
-    "functions",
-    "logit_bias",
-    "logprobs",
-    "max_completion_tokens",
-    "max_tokens",
-    "metadata",
-    "modalities",
-    "n",
-    "parallel_tool_calls",
-    "prediction",
-    "presence_penalty",
-    "prompt_cache_key",
-    "prompt_cache_retention",
-    "reasoning_effort",
-    "response_format",
-    "safety_identifier",
-    "seed",
-    "service_tier",
-    "stop",
-    "store",
-    "stream",
-    "stream_options",
-    "temperature",
-    "tool_choice",
-    "tools",
-    "top_k",
-    "top_logprobs",
-    "top_p",
-    "user",
-    "verbosity",
-    "web_search_options",
-];
-
-/// The same for `/v1/responses`.
-const RESPONSES_FIELDS: &[&str] = &[
-    "model",
-    "input",
-    "instructions",
-    "background",
-    "conversation",
-    "include",
-    "max_output_tokens",
-    "max_tool_calls",
-    "metadata",
-    "parallel_tool_calls",
-    "previous_response_id",
-    "prompt",
-    "prompt_cache_key",
-    "prompt_cache_retention",
-    "reasoning",
-    "safety_identifier",
-    "service_tier",
-    "store",
-    "stream",
-    "stream_options",
-    "temperature",
-    "text",
-    "tool_choice",
-    "tools",
-    "top_logprobs",
-    "top_p",
-    "truncation",
-    "user",
-];
-
 /// The service tiers billed at the table's price or below (`auto` follows the user's project).
 const PRICED_TIERS: &[&str] = &["auto", "default", "flex"];
 
 /// What in a request makes its cost unknowable before its response, said as the refusal says it.
 fn unbounded_part(route: Route, fields: &Fields, found: &scan::Found) -> Option<String> {
-    let known = match route {
-        Route::Responses => RESPONSES_FIELDS,
-        _ => CHAT_FIELDS,
-    };
+    // The policy's allowlist of the route's API, which every field it admits is priced by or costs
+    // nothing under: a proxy reads fields of its own that change the model or the price (LiteLLM's
+    // `fallbacks`, `mock_testing_fallbacks`, `api_base`, …), and none is on it.
+    let known = route.api().map_or(&[][..], policy::forwarded_fields);
     if let Some(unknown) = fields.keys().find(|name| !known.contains(&name.as_str())) {
         return Some(format!(
             "the field `{}` is not one whose cost stet can bound",
@@ -798,11 +724,6 @@ fn unbounded_part(route: Route, fields: &Fields, found: &scan::Found) -> Option<
                 ));
             }
         }
-    }
-    if set("web_search_options") {
-        return Some(
-            "`web_search_options` asks the provider to search, at a price of its own".to_owned(),
-        );
     }
     if set("audio") || found.audio_output {
         return Some("audio output is priced apart from the text the price table lists".to_owned());
