@@ -90,7 +90,15 @@ pub(super) fn start_pack(
     context: &Context<'_>,
 ) -> Result<PackJob> {
     let mut child = git_on(source, context)
-        .args(["pack-objects", "--quiet", "--window=0", "--non-empty"])
+        // Past the threshold git streams a blob it has to deflate anew rather than holding it.
+        .args([
+            "-c",
+            "core.bigFileThreshold=1m",
+            "pack-objects",
+            "--quiet",
+            "--window=0",
+        ])
+        .arg("--non-empty")
         .arg(pack_directory.join("pack"))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
