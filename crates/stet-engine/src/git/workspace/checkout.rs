@@ -75,6 +75,14 @@ fn git_on(source: &Repository, context: &Context<'_>) -> Command {
     }
     command
         .env("GIT_NO_REPLACE_OBJECTS", "1")
+        // git maps packs in windows of 1 GiB, which a large blob makes resident: small windows keep
+        // its memory flat whatever the blob's size.
+        .args([
+            "-c",
+            "core.packedGitWindowSize=1m",
+            "-c",
+            "core.packedGitLimit=64m",
+        ])
         .arg("--git-dir")
         .arg(source.path())
         .current_dir(context.repository);
