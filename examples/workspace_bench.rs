@@ -5,7 +5,11 @@
 //! * `workspace_bench materialize <cache> <destination> [uid]` materializes HEAD into `destination`
 //!   (created empty if missing), handing it to `uid` (default: the invoking user);
 //! * `workspace_bench edit <workspace> <n>` appends a line to `n` files spread over the workspace;
-//! * `workspace_bench import <cache> <workspace>` imports the workspace against HEAD.
+//! * `workspace_bench import <cache> <workspace>` imports the workspace against HEAD;
+//! * `workspace_bench large <cache>` and `workspace_bench many <cache>` build (once) a repository of
+//!   one 1 GiB file and one of 100,000 files of about 1 KB, and print its path;
+//! * `workspace_bench checkout <repository> <destination>` materializes the HEAD of any repository
+//!   within the default `[base]` limits, as a dispatch does.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,7 +20,7 @@ use anyhow::{Context, bail};
 use stet_engine::dispatch::branch::CommitSha;
 use stet_engine::dispatch::sanitize::TokenSanitizer;
 use stet_engine::git::import::{Identity, ImportLimits, ImportRequest, Imported, import};
-use stet_engine::git::workspace::materialize;
+use stet_engine::git::workspace::{BaseLimits, materialize, materialize_within};
 use stet_engine::runtime::SandboxUser;
 
 const TOP_DIRECTORIES: usize = 20;
@@ -73,6 +77,31 @@ fn main() -> anyhow::Result<()> {
                 started.elapsed()
             );
         }
+        ["large", cache] => println!("{}", large_repository(Path::new(cache))?.display()),
+        ["many", cache] => println!("{}", many_repository(Path::new(cache))?.display()),
+        ["checkout", repository, destination] => {
+            let repository = Path::new(repository);
+            let head = Command::new("git")
+                .arg("-C")
+                .arg(repository)
+                .args(["rev-parse", "HEAD"])
+                .output()?;
+            let head = CommitSha::parse(String::from_utf8(head.stdout)?.trim())?;
+            let destination = Path::new(destination);
+            if !destination.exists() {
+                std::fs::create_dir(destination)?;
+            }
+            let me = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self")?);
+            let owner = SandboxUser { uid: me, gid: me };
+            let done = materialize_within(
+                repository,
+                &head,
+                destination,
+                owner,
+                &BaseLimits::default(),
+            )?;
+            eprintln!("materialized {} files, {} bytes", done.files, done.bytes);
+        }
         ["edit", workspace, count] => edit(Path::new(workspace), count.parse()?)?,
         ["import", cache, workspace] => {
             let (repository, head) = ensure_repository(Path::new(cache))?;
@@ -102,7 +131,7 @@ fn main() -> anyhow::Result<()> {
             }
         }
         _ => bail!(
-            "usage: workspace_bench repo <cache> | materialize <cache> <destination> [uid] | edit <workspace> <n> | import <cache> <workspace>"
+            "usage: workspace_bench repo <cache> | materialize <cache> <destination> [uid] | edit <workspace> <n> | import <cache> <workspace> | large <cache> | many <cache> | checkout <repository> <destination>"
         ),
     }
     Ok(())
@@ -148,6 +177,66 @@ fn ensure_repository(cache: &Path) -> anyhow::Result<(PathBuf, CommitSha)> {
         .output()?;
     let head = String::from_utf8(head.stdout)?;
     Ok((repository, CommitSha::parse(head.trim())?))
+}
+
+/// A repository of one commit holding one file of 1 GiB that does not compress, built once.
+fn large_repository(cache: &Path) -> anyhow::Result<PathBuf> {
+    let repository = cache.join("large");
+    if !repository.join(".git").join("stet-bench-complete").exists() {
+        fresh(&repository)?;
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut file =
+            std::io::BufWriter::new(std::fs::File::create(repository.join("large.bin"))?);
+        for _ in 0..(1_u64 << 30) / 8 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            std::io::Write::write_all(&mut file, &state.to_le_bytes())?;
+        }
+        std::io::Write::flush(&mut file)?;
+        drop(file);
+        std::fs::write(repository.join("README.md"), "one large file\n")?;
+        commit_all(&repository)?;
+    }
+    Ok(repository)
+}
+
+/// A repository of one commit holding 100,000 files of about 1 KB in 1,000 directories, built once.
+fn many_repository(cache: &Path) -> anyhow::Result<PathBuf> {
+    let repository = cache.join("many");
+    if !repository.join(".git").join("stet-bench-complete").exists() {
+        fresh(&repository)?;
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        for file in 0..100_000 {
+            let directory = repository
+                .join(format!("module{:02}", file % 1000 / 100))
+                .join(format!("part{:02}", file % 100));
+            std::fs::create_dir_all(&directory)?;
+            std::fs::write(
+                directory.join(format!("file{file:06}.rs")),
+                text(&mut state, 1024),
+            )?;
+        }
+        commit_all(&repository)?;
+    }
+    Ok(repository)
+}
+
+fn fresh(repository: &Path) -> anyhow::Result<()> {
+    if repository.exists() {
+        std::fs::remove_dir_all(repository)?;
+    }
+    std::fs::create_dir_all(repository)?;
+    git(repository, &["init", "-q", "-b", "main"])
+}
+
+/// Commits everything, packs it the way a clone would be, and marks the repository complete.
+fn commit_all(repository: &Path) -> anyhow::Result<()> {
+    git(repository, &["add", "-A"])?;
+    git(repository, &["commit", "-q", "-m", "generated files"])?;
+    git(repository, &["gc", "-q"])?;
+    std::fs::write(repository.join(".git").join("stet-bench-complete"), "")?;
+    Ok(())
 }
 
 fn file_path(root: &Path, file: usize) -> PathBuf {

@@ -802,6 +802,9 @@ fn limits_stop_the_import_with_errors_naming_path_and_limit() {
     let fixture = Fixture::new();
     let workspace = fixture.workspace();
     write(&workspace, "assets/big.dat", &"x".repeat(5000));
+    for index in 0..4 {
+        write(&workspace, &format!("assets/new{index}.txt"), "new\n");
+    }
 
     let too_many = ImportLimits {
         max_files: 5,
@@ -844,6 +847,52 @@ fn limits_stop_the_import_with_errors_naming_path_and_limit() {
         fixture.import_with(&workspace, ImportLimits::default()),
         Ok(Imported::Committed { .. })
     ));
+}
+
+/// The import's limits bound the agent's change, never the base: the fixture's 200,000-byte
+/// `data/large.bin` is carried over under limits far below it (hashed as a stream, never read into
+/// the import), while a change of the same size to it, or a new file as large, is refused.
+#[test]
+fn files_carried_over_from_the_base_do_not_count_against_the_import_limits() {
+    let fixture = Fixture::new();
+    let tight = ImportLimits {
+        max_files: 3,
+        max_file_bytes: 4096,
+        max_total_bytes: 8192,
+    };
+    let workspace = fixture.workspace();
+    write(
+        &workspace,
+        "src/lib.rs",
+        "pub fn one() -> u32 {\n    1\n}\n",
+    );
+    let (commit, diff, _) = committed(fixture.import_with(&workspace, tight).unwrap());
+    let paths: Vec<&str> = diff.files.iter().map(|file| file.path.as_str()).collect();
+    assert_eq!(paths, ["src/lib.rs"]);
+    assert_eq!(
+        tree_set(&fixture.repo, commit.as_str()).get(&b"data/large.bin"[..]),
+        fixture.base_set().get(&b"data/large.bin"[..]),
+        "the large file is carried over as it was"
+    );
+
+    // The same size, other bytes: a change, and past the limit.
+    let mut changed = std::fs::read(workspace.join("data/large.bin")).unwrap();
+    changed[100_000] ^= 1;
+    std::fs::write(workspace.join("data/large.bin"), &changed).unwrap();
+    let error = fixture.import_with(&workspace, tight).unwrap_err();
+    assert!(
+        matches!(&error, ImportError::FileTooLarge { path, size: 200_000, limit: 4096 } if path == "data/large.bin"),
+        "{error:?}"
+    );
+    // Back as it was, and a new file as large beside it: the new one counts.
+    changed[100_000] ^= 1;
+    std::fs::write(workspace.join("data/large.bin"), &changed).unwrap();
+    std::fs::write(workspace.join("data/copy.bin"), &changed).unwrap();
+    let error = fixture.import_with(&workspace, tight).unwrap_err();
+    assert!(
+        matches!(&error, ImportError::FileTooLarge { path, .. } if path == "data/copy.bin"),
+        "{error:?}"
+    );
 }
 
 #[test]

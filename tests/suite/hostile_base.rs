@@ -4,7 +4,8 @@
 //! headers before a blob is read, proven by effect: objects whose header claims GiB but whose
 //! content is a few bytes (reading one would fail with a corrupt object, not a limit), a destination
 //! left empty, and, against the built binary, stet's peak RSS under a stated bound while real
-//! zero-filled blobs of GiB sit in the repository.
+//! zero-filled blobs of GiB sit in the repository. A legitimate base with a 150 MiB file dispatches,
+//! and the agent's edit of another file is pushed: the import's limits bound the change only.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -465,4 +466,58 @@ fn the_binary_refuses_hostile_bases_before_reading_with_its_memory_bounded() {
         eprintln!("{branch}: refused with a peak RSS of {peak_kib} KiB");
         finished.torn_down_cleanly();
     }
+}
+#[test]
+fn a_base_holding_a_150_mib_file_dispatches_and_the_agents_edit_of_another_file_is_pushed() {
+    docker_ready();
+    let project = Project::new(&scenario(&[
+        "write = { path = \"src/notes.txt\", content = \"one\\ntwo\\nthree\\nfour\\n\" }",
+        "finish = \"Added a line to the notes.\"",
+    ]));
+    // Not zeros: 150 MiB that do not compress, as a real asset would be.
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut large = Vec::with_capacity(150 << 20);
+    while large.len() < 150 << 20 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        large.extend_from_slice(&state.to_le_bytes());
+    }
+    std::fs::write(project.repo.join("assets.bin"), &large).unwrap();
+    drop(large);
+    git(&project.repo, &["add", "assets.bin"]);
+    git(&project.repo, &["commit", "-q", "-m", "A large asset"]);
+    git(&project.repo, &["push", "-q", "origin", "main"]);
+    let main = git(&project.remote, &["rev-parse", "refs/heads/main"]);
+
+    let (finished, peak_kib) = headless_measured(&project, &["--push"]);
+    let (outcome, code, reason) = finished.outcome();
+    assert_eq!(
+        (outcome, code),
+        (Phase::Done, 0),
+        "{reason:?}\n{}",
+        finished.stderr
+    );
+    eprintln!("150 MiB base: dispatched with a peak RSS of {peak_kib} KiB");
+    let pushed = git(
+        &project.remote,
+        &["for-each-ref", "--format=%(objectname)", "refs/heads/stet/"],
+    );
+    let pushed = pushed.lines().next().expect("a pushed branch");
+    assert_eq!(
+        git(&project.remote, &["rev-parse", &format!("{pushed}^")]),
+        main
+    );
+    assert_eq!(
+        git(
+            &project.remote,
+            &["show", &format!("{pushed}:src/notes.txt")]
+        ),
+        "one\ntwo\nthree\nfour"
+    );
+    assert_eq!(
+        git(&project.remote, &["diff", "--name-only", &main, pushed]),
+        "src/notes.txt"
+    );
+    finished.torn_down_cleanly();
 }

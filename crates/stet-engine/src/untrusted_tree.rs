@@ -175,6 +175,23 @@ impl RegularFile {
         self.size
     }
 
+    /// The descriptor the file was opened as.
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.file)
+    }
+
+    /// The same file, to be read within a lower `limit`: refused if `fstat` said it is larger.
+    pub fn within(mut self, limit: u64) -> Result<RegularFile, FileError> {
+        if self.size > limit {
+            return Err(FileError::TooLarge {
+                size: self.size,
+                limit,
+            });
+        }
+        self.limit = self.limit.min(limit);
+        Ok(self)
+    }
+
     /// Whether the file's owner may execute it, which is what git records as an executable file.
     pub fn owner_may_execute(&self) -> bool {
         self.mode & 0o100 != 0

@@ -48,7 +48,10 @@ const IGNORED_EXAMPLES: usize = 5;
 /// store 1 and packs 2): every write of the import lands there, and every read looks there first.
 const IN_MEMORY_PRIORITY: i32 = 1000;
 
-/// Bounds on what an import reads from the workspace.
+/// Bounds on what an import reads from the workspace. They apply to the agent's change: an entry
+/// whose name the parent's tree holds at the same place is not counted, and a file whose content is
+/// the parent's blob at its path (hashed as a stream, never read whole) is carried over without
+/// counting its bytes, whatever its size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ImportLimits {
     /// Directory entries listed, of any kind (files, links, directories, skipped special files); the
@@ -537,8 +540,11 @@ impl Walk<'_, '_> {
         let mut names = Vec::new();
         for entry in listing.by_ref() {
             let entry = entry.map_err(|errno| self.io(path, "listing", errno))?;
-            // Counted as listed, so a directory of millions of entries stops the walk early.
-            self.count_entry()?;
+            // Counted as listed, so a directory of millions of entries stops the walk early; a name
+            // the parent holds here is the base's, bounded when it was materialized.
+            let new =
+                previous.is_none_or(|tree| tree.get_name_bytes(entry.name.to_bytes()).is_none());
+            self.count_entry(new)?;
             names.push(entry);
         }
         names.sort_unstable_by(|left, right| left.name.cmp(&right.name));
@@ -690,6 +696,13 @@ impl Walk<'_, '_> {
         previous: Option<Previous>,
     ) -> Result<(Oid, FileMode)> {
         let limit = self.request.limits.max_file_bytes;
+        // The parent's blob here, and its size: a file of that size may be the base's, unchanged.
+        let carried = previous
+            .filter(|entry| entry.is(FileMode::Blob) || entry.is(FileMode::BlobExecutable))
+            .and_then(|entry| {
+                let (size, _) = self.store.read_header(entry.id).ok()?;
+                Some((entry.id, size as u64))
+            });
         let refused = |error| match error {
             FileError::Open(errno) => self.opening_error(path, errno),
             FileError::Stat(errno) => self.io(path, "reading", errno),
@@ -705,22 +718,41 @@ impl Walk<'_, '_> {
                 source,
             },
         };
-        let opened = untrusted_tree::open_file(dirfd, name, limit).map_err(refused)?;
-        if self.total_bytes.saturating_add(opened.size()) > self.request.limits.max_total_bytes {
-            return Err(ImportError::TotalTooLarge {
-                limit: self.request.limits.max_total_bytes,
-            });
-        }
+        let opened_limit = carried.map_or(limit, |(_, size)| size.max(limit));
+        let opened = untrusted_tree::open_file(dirfd, name, opened_limit).map_err(refused)?;
         let executable = opened.owner_may_execute();
-        let content = opened.read().map_err(refused)?;
-        let read = u64::try_from(content.len()).unwrap_or(u64::MAX);
-        self.add_bytes(read)?;
         let mode = if executable {
             FileMode::BlobExecutable
         } else {
             FileMode::Blob
         };
+        if let Some((id, size)) = carried
+            && opened.size() == size
+            && self.hashed(&opened, path)? == id
+        {
+            return Ok((id, mode));
+        }
+        let opened = opened.within(limit).map_err(refused)?;
+        if self.total_bytes.saturating_add(opened.size()) > self.request.limits.max_total_bytes {
+            return Err(ImportError::TotalTooLarge {
+                limit: self.request.limits.max_total_bytes,
+            });
+        }
+        let content = opened.read().map_err(refused)?;
+        let read = u64::try_from(content.len()).unwrap_or(u64::MAX);
+        self.add_bytes(read)?;
         Ok((self.blob(&content, previous)?, mode))
+    }
+
+    /// The blob id of an opened file, hashed by libgit2 as it reads (never held whole), through the
+    /// descriptor that was opened without following links.
+    fn hashed(&self, opened: &untrusted_tree::RegularFile, path: &[u8]) -> Result<Oid> {
+        let through = PathBuf::from(format!("/proc/self/fd/{}", opened.raw_fd()));
+        Oid::hash_file(ObjectType::Blob, &through).map_err(|error| ImportError::Io {
+            path: self.request.workspace.join(OsStr::from_bytes(path)),
+            operation: "hashing",
+            source: std::io::Error::other(error.message().to_owned()),
+        })
     }
 
     /// A symbolic link becomes a blob holding its target; the target itself is never looked at.
@@ -810,9 +842,12 @@ impl Walk<'_, '_> {
         Ok(ignored)
     }
 
-    fn count_entry(&mut self) -> Result<()> {
+    fn count_entry(&mut self, new: bool) -> Result<()> {
         if (self.interrupted)() {
             return Err(ImportError::Interrupted);
+        }
+        if !new {
+            return Ok(());
         }
         self.entries += 1;
         if self.entries > self.request.limits.max_files {

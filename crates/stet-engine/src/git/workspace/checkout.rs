@@ -75,6 +75,14 @@ fn git_on(source: &Repository, context: &Context<'_>) -> Command {
     }
     command
         .env("GIT_NO_REPLACE_OBJECTS", "1")
+        // git maps packs in windows of 1 GiB, which a large blob makes resident: small windows keep
+        // its memory flat whatever the blob's size.
+        .args([
+            "-c",
+            "core.packedGitWindowSize=1m",
+            "-c",
+            "core.packedGitLimit=64m",
+        ])
         .arg("--git-dir")
         .arg(source.path())
         .current_dir(context.repository);
@@ -90,7 +98,15 @@ pub(super) fn start_pack(
     context: &Context<'_>,
 ) -> Result<PackJob> {
     let mut child = git_on(source, context)
-        .args(["pack-objects", "--quiet", "--window=0", "--non-empty"])
+        // Past the threshold git streams a blob it has to deflate anew rather than holding it.
+        .args([
+            "-c",
+            "core.bigFileThreshold=1m",
+            "pack-objects",
+            "--quiet",
+            "--window=0",
+        ])
+        .arg("--non-empty")
         .arg(pack_directory.join("pack"))
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
