@@ -166,14 +166,15 @@ fn is(entry: Option<&Entry>, kind: EntryKind) -> bool {
     entry.is_some_and(|entry| entry.kind == kind)
 }
 
-/// Every changed path held, with its reasons.
+/// Every changed path held, with its reasons (the tests' shorthand).
+#[cfg(test)]
 pub(super) fn held(changes: &ResultChanges, rules: &ProtectedPaths) -> Vec<HeldPath> {
     // Never told to stop, it reads every path.
     held_until(changes, rules, &|| false).unwrap_or_default()
 }
 
-/// [`held`], ending with [`Interrupted`] once `interrupted` says so (asked at each path and each
-/// name a link reaches it by).
+/// Every changed path held, with its reasons, ending with [`Interrupted`] once `interrupted` says
+/// so (asked at each path and each name a link reaches it by).
 pub(super) fn held_until(
     changes: &ResultChanges,
     rules: &ProtectedPaths,

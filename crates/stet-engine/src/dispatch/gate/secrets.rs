@@ -101,14 +101,15 @@ impl Base {
     }
 }
 
-/// What the result adds that looks like a secret.
+/// What the result adds that looks like a secret (the tests' shorthand).
+#[cfg(test)]
 pub(super) fn scan(changes: &ResultChanges, sanitizer: &Arc<TokenSanitizer>) -> Vec<SecretFinding> {
     // Never told to stop, it reads everything.
     scan_until(changes, sanitizer, &|| false).unwrap_or_default()
 }
 
-/// [`scan`], ending with [`Interrupted`] once `interrupted` says so (asked at each changed path and
-/// each reading of its content).
+/// What the result adds that looks like a secret, ending with [`Interrupted`] once `interrupted`
+/// says so (asked at each changed path and each reading of its content).
 pub(super) fn scan_until(
     changes: &ResultChanges,
     sanitizer: &Arc<TokenSanitizer>,
