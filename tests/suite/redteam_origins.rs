@@ -120,3 +120,75 @@ async fn a_location_with_a_non_ascii_byte_does_not_slip_past_the_guard() {
             .collect::<Vec<_>>()
     );
 }
+
+/// The same front end, with each spelling of another origin a hostile forge can put in a `Location`,
+/// and each redirect status: protocol-relative, with userinfo, upper-case scheme, a trailing-dot host,
+/// the address as one number, a percent-encoded host. The guard refuses each; nothing reaches the trap.
+#[tokio::test]
+async fn every_spelling_of_another_origin_is_refused_by_the_guard() {
+    let credential = Arc::new(credential().await);
+    let canary = credential.host_push_secret().expose_secret().to_owned();
+    let basic =
+        base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{canary}"));
+    let (trap, trapped) = listener(|_| CHALLENGE.to_vec());
+    let port = trap.port();
+    let spellings = [
+        format!("//127.0.0.1:{port}/octo/app.git/info/refs?service=git-upload-pack"),
+        format!("http://x-access-token:guess@127.0.0.1:{port}/octo/app.git/info/refs"),
+        format!("HTTP://127.0.0.1:{port}/octo/app.git/info/refs"),
+        format!("http://127.0.0.1.:{port}/octo/app.git/info/refs"),
+        format!("http://2130706433:{port}/octo/app.git/info/refs"),
+        format!("http://%31%32%37.0.0.1:{port}/octo/app.git/info/refs"),
+    ];
+    for status in [
+        "301 Moved",
+        "302 Found",
+        "303 See Other",
+        "307 Temporary",
+        "308 Permanent",
+    ] {
+        for location in &spellings {
+            let answer = format!(
+                "HTTP/1.1 {status}\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            let (front, _) = listener(move |head| {
+                let text = String::from_utf8_lossy(head).to_ascii_lowercase();
+                if text.contains("\r\nauthorization:") {
+                    answer.clone().into_bytes()
+                } else {
+                    CHALLENGE.to_vec()
+                }
+            });
+            let dir = tempfile::tempdir().unwrap();
+            Repository::init(dir.path()).unwrap();
+            let url = format!("http://{front}/octo/app.git");
+            let path = dir.path().to_owned();
+            let held = Arc::clone(&credential);
+            let listed = tokio::task::spawn_blocking(move || remote_refs(&path, &url, Some(&held)))
+                .await
+                .unwrap();
+            assert!(
+                listed.is_err(),
+                "{status} to {location}: the listing cannot succeed: {listed:?}"
+            );
+            let shown = listed.unwrap_err().to_string();
+            assert!(!shown.contains(&canary), "{status} to {location}: {shown}");
+        }
+    }
+    let trapped = trapped.lock().unwrap().clone();
+    for head in &trapped {
+        let text = String::from_utf8_lossy(head);
+        assert!(
+            !text.contains(&basic) && !text.contains(&canary),
+            "the credential reached another origin ({trap}):\n{text}"
+        );
+    }
+    assert!(
+        trapped.is_empty(),
+        "libgit2 connected to another origin ({trap}): {:?}",
+        trapped
+            .iter()
+            .map(|head| String::from_utf8_lossy(head).into_owned())
+            .collect::<Vec<_>>()
+    );
+}
