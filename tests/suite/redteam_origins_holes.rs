@@ -1,21 +1,17 @@
 //! Red-team attacks on the origin rule (issue 27 part 1) that the code on main does not withstand.
 //! Not listed in `mod.rs`: each test here fails today; see the report of helper "attack-origins".
 
-use std::io::{Read as _, Write as _};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::sync::{Arc, Mutex};
+use std::io::Read as _;
+use std::net::{Ipv4Addr, TcpListener};
+use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
 use git2::Repository;
 
 use stet_engine::dispatch::credential::{
     CredentialProvider, LocalCredentialProvider, ScopedCredential,
 };
 use stet_engine::git::push::remote_refs;
-
-/// Everything each accepted connection sent, up to the end of its request head.
-type Seen = Arc<Mutex<Vec<Vec<u8>>>>;
 
 /// Reads one request head (up to 64 KiB).
 fn read_head(stream: &mut std::net::TcpStream) -> Vec<u8> {
@@ -35,29 +31,6 @@ fn read_head(stream: &mut std::net::TcpStream) -> Vec<u8> {
     }
     bytes
 }
-
-/// A listener answering every request with `answer(head)`, recording each head.
-fn listener(answer: impl Fn(&[u8]) -> Vec<u8> + Send + Sync + 'static) -> (SocketAddr, Seen) {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    let address = listener.local_addr().unwrap();
-    let seen: Seen = Arc::default();
-    let recorded = Arc::clone(&seen);
-    let answer = Arc::new(answer);
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let (recorded, answer) = (Arc::clone(&recorded), Arc::clone(&answer));
-            std::thread::spawn(move || {
-                let head = read_head(&mut stream);
-                recorded.lock().unwrap().push(head.clone());
-                let _ = stream.write_all(&answer(&head));
-            });
-        }
-    });
-    (address, seen)
-}
-
-const CHALLENGE: &[u8] = b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"forge\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 
 async fn credential() -> ScopedCredential {
     let provider: Arc<dyn CredentialProvider> = Arc::new(LocalCredentialProvider::default());
