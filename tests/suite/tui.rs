@@ -1329,8 +1329,10 @@ fn cancelling_while_the_gate_matches_costly_rules_idles_the_theater() {
             .contains(&Phase::Cancelled)
             .then_some(())
     });
-    let after_cancel = cpu_over_window(pid);
+    // Idle once the dispatch has ended and its teardown (which removes the agent's deep tree) is
+    // done: before, the matching went on until the person quit.
     tmux.until_shown("the cancelled outcome", &["outcome: cancelled (exit 3)"]);
+    let after_cancel = cpu_over_window(pid);
     assert_went_idle(busy, after_cancel, "the theater");
     tmux.press("q");
     tmux.assert_given_back(0, &[]);

@@ -330,19 +330,23 @@ async fn forward(shared: &Shared, request: Request<Incoming>) -> Response<Body> 
         // once, or, holding none yet, crash (a NULL credential in `best_scheme_and_challenge`): a
         // redirect is never a challenge.
         parts.headers.remove(WWW_AUTHENTICATE);
+        // A Location that is not visible ASCII is refused, never passed on: libgit2 would follow it
+        // unchecked.
         let location = parts
             .headers
             .get(LOCATION)
-            .and_then(|value| value.to_str().ok())
-            .map(str::trim);
-        match location.map(|location| within(shared, location)) {
-            Some(Ok(local)) => match local.parse() {
-                Ok(value) => {
-                    parts.headers.insert(LOCATION, value);
-                }
-                Err(_) => return refuse(shared, &shown_request, "(an unreadable Location)"),
+            .map(|value| value.to_str().map(str::trim));
+        match location {
+            Some(Ok(location)) => match within(shared, location) {
+                Ok(local) => match local.parse() {
+                    Ok(value) => {
+                        parts.headers.insert(LOCATION, value);
+                    }
+                    Err(_) => return refuse(shared, &shown_request, "(an unreadable Location)"),
+                },
+                Err(to) => return refuse(shared, &shown_request, &to),
             },
-            Some(Err(to)) => return refuse(shared, &shown_request, &to),
+            Some(Err(_)) => return refuse(shared, &shown_request, "(an unreadable Location)"),
             None => {}
         }
     }
