@@ -467,7 +467,11 @@ fn transcript_replays_a_capture_as_sanitized_event_lines() {
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
-    assert!(events.iter().all(|e| e["brief"] == "multi" && e["v"] == stet_protocol::event::EVENT_SCHEMA_VERSION));
+    assert!(
+        events
+            .iter()
+            .all(|e| e["brief"] == "multi" && e["v"] == stet_protocol::event::EVENT_SCHEMA_VERSION)
+    );
     assert_eq!(events.last().unwrap()["kind"], "finished");
     assert_eq!(events.last().unwrap()["outcome"], "done");
     assert!(

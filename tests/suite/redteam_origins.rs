@@ -192,3 +192,40 @@ async fn every_spelling_of_another_origin_is_refused_by_the_guard() {
             .collect::<Vec<_>>()
     );
 }
+
+/// A forge front end that accepts the connection, reads the request and never answers. Before, neither
+/// the guard (its upstream client had a connect timeout only) nor libgit2 (no server timeout is set)
+/// gave up, so a listing, a base fetch or a push held its blocking thread — and the dispatch, or
+/// `stet doctor` — for ever. The guard gives an answer's head 60 s, as the REST clients do; the
+/// operation gets twice that here and must have failed.
+#[tokio::test]
+async fn a_git_front_end_that_never_answers_does_not_hold_stet_for_ever() {
+    let credential = credential().await;
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let front = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            read_head(&mut stream);
+            held.push(stream);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    Repository::init(dir.path()).unwrap();
+    let url = format!("http://{front}/octo/app.git");
+    let path = dir.path().to_owned();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(remote_refs(&path, &url, Some(&credential)).is_err());
+    });
+    let answered =
+        tokio::task::spawn_blocking(move || finished.recv_timeout(Duration::from_secs(120)))
+            .await
+            .unwrap();
+    assert_eq!(
+        answered,
+        Ok(true),
+        "a git listing against a silent front end did not end within 120 s"
+    );
+}

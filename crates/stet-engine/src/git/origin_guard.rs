@@ -28,6 +28,12 @@ use tokio::sync::oneshot;
 /// How long connecting to the checked origin may take (the REST clients' figure).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long the checked origin has to answer a request's head once it was sent, as a REST request
+/// has: a front end that reads and never answers cannot hold a git operation (and its blocking
+/// thread, the dispatch or `stet doctor`) for ever. A body that trickles is not bounded by it
+/// (docs/security.md, "The origin rule").
+const ANSWER_DEADLINE: Duration = Duration::from_secs(60);
+
 /// Headers of one hop only: never forwarded in either direction.
 const HOP_BY_HOP: [&str; 9] = [
     "connection",
@@ -306,13 +312,24 @@ async fn forward(shared: &Shared, request: Request<Incoming>) -> Response<Body> 
     parts.uri = uri;
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.remove(HOST);
-    let answer = match shared
-        .client
-        .request(Request::from_parts(parts, body))
-        .await
+    let answer = match tokio::time::timeout(
+        ANSWER_DEADLINE,
+        shared.client.request(Request::from_parts(parts, body)),
+    )
+    .await
     {
-        Ok(answer) => answer,
-        Err(err) => {
+        Ok(Ok(answer)) => answer,
+        Err(_) => {
+            return plain(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!(
+                    "{}: no answer to {shown_request} within {} s",
+                    shared.origin,
+                    ANSWER_DEADLINE.as_secs()
+                ),
+            );
+        }
+        Ok(Err(err)) => {
             return plain(
                 StatusCode::BAD_GATEWAY,
                 format!(
