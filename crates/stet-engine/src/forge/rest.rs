@@ -345,17 +345,9 @@ impl Rest {
             forge,
             detail: format!("api_url {api_url:?} has no host"),
         })?;
-        let mut http = HttpConnector::new();
-        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-        http.enforce_http(false);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_webpki_roots()
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
         Ok(Rest {
             forge,
-            client: Client::builder(TokioExecutor::new()).build(connector),
+            client: https_client(),
             api_url: api_url.trim_end_matches('/').to_owned(),
             origin,
             auth,
@@ -868,6 +860,25 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
             .to_std()
             .unwrap_or(Duration::ZERO),
     )
+}
+
+/// The HTTP client every forge request goes out on, the REST clients' and the git origin guard's:
+/// HTTP/1.1, TLS with the webpki roots, plain HTTP where the caller checked the URL allows it (to
+/// loopback), and a bound on connecting.
+pub(crate) fn https_client<B>() -> Client<HttpsConnector<HttpConnector>, B>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+{
+    let mut http = HttpConnector::new();
+    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    http.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Client::builder(TokioExecutor::new()).build(connector)
 }
 
 #[cfg(test)]

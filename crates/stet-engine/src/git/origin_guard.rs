@@ -22,11 +22,8 @@ use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use tokio::sync::oneshot;
-
-/// How long connecting to the checked origin may take (the REST clients' figure).
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long the checked origin has to answer a request's head once it was sent, as a REST request
 /// has: a front end that reads and never answers cannot hold a git operation (and its blocking
@@ -178,7 +175,7 @@ impl OriginGuard {
             prefix,
             local_base,
             refused: Mutex::new(None),
-            client: upstream_client(),
+            client: crate::forge::rest::https_client(),
         });
         let (shutdown, stop) = oneshot::channel();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -240,18 +237,6 @@ impl Drop for OriginGuard {
             let _ = thread.join();
         }
     }
-}
-
-fn upstream_client() -> Client<HttpsConnector<HttpConnector>, Incoming> {
-    let mut http = HttpConnector::new();
-    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-    http.enforce_http(false);
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_webpki_roots()
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
-    Client::builder(TokioExecutor::new()).build(connector)
 }
 
 async fn serve(
