@@ -346,7 +346,11 @@ fn parse_glob(segment: &str) -> Vec<Glob> {
         match character {
             '*' => {
                 flush(&mut literal, &mut glob);
-                glob.push(Glob::AnyRun);
+                // Two runs with only invisible characters between them (dropped by the fold) are
+                // one: the compiled matcher closes a skip past one run at a time.
+                if glob.last() != Some(&Glob::AnyRun) {
+                    glob.push(Glob::AnyRun);
+                }
             }
             '?' => {
                 flush(&mut literal, &mut glob);
