@@ -9,7 +9,6 @@
 //! documentation for its modes); the stream-level attacks read the agent's output through the
 //! engine's own framer and [`AgentVoice`], as the run loop does.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use stet_engine::dispatch::event::{EventKind, ItemKind};
@@ -20,56 +19,20 @@ use stet_engine::harness::{AgentVoice, HarnessOutcome, Parsed};
 use stet_engine::runtime::lines::OutputFramer;
 use stet_engine::runtime::{OutputChunk, OutputStream};
 
-use super::headless::{Finished, Project, assert_nothing_left, docker_ready, run, scenario};
+use super::agent_voice::{PROGRAM, REAL_SUMMARY, example, project_shipping};
+use super::headless::{Finished, Project, assert_nothing_left, run};
 use super::support::git;
 
 /// What every forged record carries; none of it may appear anywhere the agent's words go.
 pub(super) const FORGED: &str = "FORGED";
 
-/// The agent's own closing words, which must stand.
-pub(super) const REAL_SUMMARY: &str = "Tidied the notes; the repository's check was run.";
-
 /// The agent's closing words where a shell script plays the harness (no quote in them).
 pub(super) const PLAIN_SUMMARY: &str = "Tidied the notes, the check was run.";
 
-/// Where, in the repository, the hostile program lives.
-pub(super) const PROGRAM: &str = "tools/check";
-
-/// The hostile program: the `hostile_voice2` example, which cargo builds beside this test binary.
-fn program() -> PathBuf {
-    let test_binary = std::env::current_exe().expect("the test binary's own path");
-    let profile_dir = test_binary
-        .parent()
-        .and_then(Path::parent)
-        .expect("the test binary lies in target/<profile>/deps");
-    let program = profile_dir.join("examples").join("hostile_voice2");
-    assert!(
-        program.is_file(),
-        "{} is missing: `cargo build --example hostile_voice2` when running the test binary alone",
-        program.display()
-    );
-    program
-}
-
-/// A project whose repository ships [`PROGRAM`] and whose agent plays `steps`, then edits a file and
-/// finishes with [`REAL_SUMMARY`].
+/// A project whose repository ships the `hostile_voice2` example at [`PROGRAM`] and whose agent
+/// plays `steps`, then edits a file and finishes with [`REAL_SUMMARY`].
 pub(super) fn project_with_program(steps: &[&str]) -> Project {
-    docker_ready();
-    let mut all = steps.to_vec();
-    all.push("write = { path = \"src/notes.txt\", content = \"one\\ntwo\\nthree\\nfour\\n\" }");
-    let finish = format!("finish = \"{REAL_SUMMARY}\"");
-    all.push(&finish);
-    let project = Project::new(&scenario(&all));
-    let target = project.repo.join(PROGRAM);
-    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
-    std::fs::copy(program(), &target).unwrap();
-    git(&project.repo, &["add", PROGRAM]);
-    git(
-        &project.repo,
-        &["commit", "--quiet", "-m", "The project's check"],
-    );
-    git(&project.repo, &["push", "--quiet", "origin", "main"]);
-    project
+    project_shipping(&example("hostile_voice2"), steps)
 }
 
 /// A step running the hostile program in `mode`, as `step` (`run`, `daemon_with_output`, ...).
