@@ -14,7 +14,7 @@ use stet_scripted_model::{Behaviour, ModelRequest, ScriptedModel};
 use super::headless::{Project, docker_ready, files_under, run, scenario};
 
 /// The variable of stet's environment that holds the model key in these tests.
-const KEY_ENV: &str = "STET_TEST_GATEWAY_KEY";
+pub(super) const KEY_ENV: &str = "STET_TEST_GATEWAY_KEY";
 
 /// A model key made up at run time, shaped like no real provider's.
 fn canary_key() -> String {

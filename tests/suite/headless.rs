@@ -620,7 +620,7 @@ fn sinks(home: &Home, finished: &Finished, repos: &[&Path]) -> Vec<(String, Stri
     sinks
 }
 
-fn events_file(home: &Home, dispatch: DispatchId) -> PathBuf {
+pub(super) fn events_file(home: &Home, dispatch: DispatchId) -> PathBuf {
     home.state()
         .join("runs")
         .join(dispatch.to_string())

@@ -58,6 +58,8 @@ type Body = BoxBody<Bytes, std::io::Error>;
 pub struct ModelRequest {
     /// The request's path, without its query.
     pub path: String,
+    /// The request's query string, when it has one.
+    pub query: Option<String>,
     /// Every header, names in lower case, values as (lossy) text, in the order received.
     pub headers: Vec<(String, String)>,
     /// The body as JSON; `Null` when empty, a JSON string holding the text when it is not JSON.
@@ -268,6 +270,7 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
         .unwrap_or_else(PoisonError::into_inner)
         .push(ModelRequest {
             path: path.clone(),
+            query: parts.uri.query().map(str::to_owned),
             headers: parts
                 .headers
                 .iter()

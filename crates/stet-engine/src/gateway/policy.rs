@@ -183,9 +183,11 @@ impl RequestPolicy {
 
     /// Whether `model` may be called, or the rule refusing it.
     fn model(&self, model: &str) -> Result<(), Rule> {
+        // Anywhere in the name, not only at its end: `x:online:free` and `x:online ` route too.
+        let lower = model.to_ascii_lowercase();
         let suffixed = rules::ROUTING_SUFFIXES
             .iter()
-            .any(|suffix| model.to_ascii_lowercase().ends_with(suffix));
+            .any(|suffix| lower.contains(suffix));
         let Some(models) = &self.models else {
             return if suffixed {
                 Err(Rule::RoutingSuffix)

@@ -64,7 +64,6 @@ const RESPONSES_FIELDS: &[&str] = &[
     "metadata",
     "parallel_tool_calls",
     "previous_response_id",
-    "prompt",
     "prompt_cache_key",
     "prompt_cache_retention",
     "reasoning",
@@ -107,7 +106,9 @@ const MESSAGES_FIELDS: &[&str] = &[
 pub(super) fn provider_fields(api: WireApi) -> &'static [&'static str] {
     match api {
         WireApi::ChatCompletions => &["web_search_options", "plugins"],
-        WireApi::Responses => &["plugins"],
+        // A stored prompt carries a configuration of its own (tools, MCP servers included) and
+        // variables that may be images or files the provider fetches by URL.
+        WireApi::Responses => &["plugins", "prompt"],
         WireApi::Messages => &["mcp_servers", "container", "plugins"],
     }
 }
@@ -237,6 +238,13 @@ pub(super) fn source_type(kind: &str) -> bool {
 /// Keys, inside a content part, whose value is a URL the provider would fetch.
 pub(super) fn url_key(key: &str) -> bool {
     matches!(key, "url" | "image_url" | "file_url")
+}
+
+/// Keys, inside a content part, whose value is data the request carries or a stored file's id, and
+/// which routers read as a URL to fetch when given one (OpenRouter's `file_data`, LiteLLM's
+/// `file_id` for Gemini).
+pub(super) fn inline_key(key: &str) -> bool {
+    matches!(key, "file_data" | "file_id")
 }
 
 /// Routing suffixes routers read from a model name to add a plug-in or pick another provider.

@@ -483,3 +483,81 @@ fn every_field_set_openhands_was_seen_sending_passes() {
         assert_eq!(forwarded, body);
     }
 }
+
+/// What the model-channel red team found passing (tests/suite/redteam_model.rs): each is refused
+/// now, naming its field and rule, while the inline data beside it still passes.
+#[test]
+fn the_red_teams_ways_out_are_refused() {
+    let policy = allowing(&["m"]);
+    let chat = WireApi::ChatCompletions;
+    let responses = WireApi::Responses;
+    let part = |part: &str| format!(r#"{{"model":"m","messages":[{{"role":"user","content":[{part}]}}]}}"#);
+    let cases = [
+        (chat, r#"{"model":"m","messages":[],"input":[]}"#.to_owned(), "input", Rule::Undocumented),
+        (chat, r#"{"model":"m","messages":[],"include":[]}"#.to_owned(), "include", Rule::Undocumented),
+        (responses, r#"{"model":"m","messages":[]}"#.to_owned(), "messages", Rule::Undocumented),
+        (responses, r#"{"model":"m","prompt":{"id":"pmpt_1"}}"#.to_owned(), "prompt", Rule::ProviderTool),
+        (
+            responses,
+            r#"{"model":"m","tools":[{"type":"function","name":"f","server_url":"https://x.invalid"}]}"#.to_owned(),
+            "tools[0].server_url",
+            Rule::Undocumented,
+        ),
+        (
+            chat,
+            r#"{"model":"m","tools":[{"type":"function","function":{"name":"f"},"tools":[]}]}"#.to_owned(),
+            "tools[0].tools",
+            Rule::Undocumented,
+        ),
+        (
+            chat,
+            part(r#"{"type":"file","file":{"file_data":"https://x.invalid/a.pdf"}}"#),
+            "messages[0].content[0].file.file_data",
+            Rule::RemoteUrl,
+        ),
+        (
+            chat,
+            part(r#"{"type":"file","file":{"file_id":"gs://b/a.pdf"}}"#),
+            "messages[0].content[0].file.file_id",
+            Rule::RemoteUrl,
+        ),
+        (
+            chat,
+            part(r#"{"type":"file","file":{"file_url":"https://x.invalid/a.pdf"}}"#),
+            "messages[0].content[0].file.file_url",
+            Rule::RemoteUrl,
+        ),
+        (
+            responses,
+            r#"{"model":"m","instructions":[{"role":"system","content":[{"type":"input_image","image_url":"https://x.invalid"}]}]}"#.to_owned(),
+            "instructions[0].content[0].image_url",
+            Rule::RemoteUrl,
+        ),
+        (chat, r#"{"model":null,"messages":[]}"#.to_owned(), "model", Rule::Model),
+        (chat, r#"{"messages":[]}"#.to_owned(), "model", Rule::Model),
+        (chat, r#"{"model":"m","messages":[],"stream":"true"}"#.to_owned(), "stream", Rule::Undocumented),
+    ];
+    for (api, body, field, rule) in cases {
+        let refused = refusal(&policy, api, &body);
+        assert_eq!((refused.field.as_str(), refused.rule), (field, rule), "{body}");
+    }
+    // A suffix anywhere in the name routes, even where no model is configured.
+    let open = RequestPolicy::default();
+    for model in ["m:online:free", "m:ONLINE ", "m:nitro/x"] {
+        let body = format!(r#"{{"model":"{model}","messages":[]}}"#);
+        assert_eq!(refusal(&open, chat, &body).rule, Rule::RoutingSuffix, "{model}");
+    }
+    assert!(open.check(chat, br#"{"messages":[]}"#).is_ok(), "no model known, none required");
+    for inline in [
+        r#"{"type":"file","file":{"filename":"a.pdf","file_data":"data:application/pdf;base64,JVBERi0="}}"#,
+        r#"{"type":"file","file":{"file_data":"JVBERi0xLjQK/+8="}}"#,
+        r#"{"type":"file","file":{"file_id":"file-abc123"}}"#,
+    ] {
+        let body = part(inline);
+        assert!(policy.check(chat, body.as_bytes()).is_ok(), "{body}");
+    }
+    let streamed = br#"{"model":"m","messages":[],"stream":true}"#;
+    assert!(policy.check(chat, streamed).is_ok());
+    let instructions = br#"{"model":"m","instructions":"be brief","input":"hi"}"#;
+    assert!(policy.check(responses, instructions).is_ok());
+}

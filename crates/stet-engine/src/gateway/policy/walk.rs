@@ -165,6 +165,11 @@ enum At {
     SourceType,
     /// A URL the provider would fetch, or an object holding one as `url`.
     Url,
+    /// Data the request carries (base64 or a `data:` URL) or a stored file's id: never a URL.
+    Inline,
+    /// A switch: `true`, `false` or null (`"true"` is read as true by lax upstreams and as
+    /// not-a-stream by the meter).
+    Flag,
     /// Inside an enabled provider tool or field: anything, its host noted.
     Enabled,
     /// A URL naming the host an enabled provider tool reaches.
@@ -209,7 +214,9 @@ impl At {
             | At::ItemType
             | At::PartType
             | At::SourceType
+            | At::Inline
             | At::Host => kind == Kind::String,
+            At::Flag => kind == Kind::Bool,
             At::Tools | At::Include => kind == Kind::Array,
             At::Tool | At::Item | At::Part | At::Source => kind == Kind::Object,
             At::ToolChoice | At::Url => matches!(kind, Kind::String | Kind::Object),
@@ -319,6 +326,9 @@ impl Walk<'_, '_> {
             {
                 return Err(self.cx.refuse(Rule::RemoteUrl, "string", None));
             }
+            At::Inline if names_a_scheme(text) => {
+                return Err(self.cx.refuse(Rule::RemoteUrl, "string", None));
+            }
             At::Host if self.cx.host.is_none() => self.cx.host = host_of(text),
             _ => {}
         }
@@ -330,15 +340,20 @@ impl Walk<'_, '_> {
     fn child(&mut self, key: &str) -> Option<At> {
         let api = self.cx.api;
         Some(match self.at {
+            // Only the API's own fields: `input` on Chat Completions or `messages` on Responses
+            // is another API's, and undocumented here.
+            At::Root if !rules::fields(api).contains(&key) => return None,
             At::Root => match key {
                 "model" => At::Model,
                 "tools" => At::Tools,
                 "tool_choice" => At::ToolChoice,
                 "include" => At::Include,
+                "stream" => At::Flag,
                 "messages" | "input" => At::Items,
+                // Documented as a string; read as items wherever an upstream takes an array.
+                "instructions" => At::Items,
                 "system" if api == WireApi::Messages => At::Parts,
-                _ if rules::fields(api).contains(&key) => At::Free,
-                _ => return None,
+                _ => At::Free,
             },
             At::Tool => match key {
                 "type" => At::ToolType,
@@ -362,7 +377,10 @@ impl Walk<'_, '_> {
                 "source" => At::Source,
                 "content" => At::Parts,
                 "image_url" => At::Url,
+                // Chat Completions' `{"type": "file", "file": {"file_data", "file_id"}}`.
+                "file" => At::Part,
                 _ if rules::url_key(key) => At::Url,
+                _ if rules::inline_key(key) => At::Inline,
                 _ => At::Free,
             },
             At::Source => match key {
@@ -430,6 +448,10 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
 
     fn visit_unit<E: de::Error>(mut self) -> Result<(), E> {
         self.shape(Kind::Null)?;
+        if self.at == At::Model && self.cx.policy.models.is_some() {
+            // No model lets the upstream pick one (a proxy's default, a query's).
+            return Err(self.cx.refuse(Rule::Model, "null", None));
+        }
         self.cx.out.extend_from_slice(b"null");
         Ok(())
     }
@@ -498,6 +520,7 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
         let mut seen = HashSet::new();
         let mut tool_type = None;
         let mut unknown_key = None;
+        let mut named_model = false;
         if self.at == At::Tool {
             self.cx.host = None;
         }
@@ -526,9 +549,12 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
                 };
                 return Err(self.cx.refuse(rule, kind.name(), None));
             };
-            if at == At::Enabled && self.at == At::Tool && unknown_key.is_none() {
+            // A key no client tool documents (`server_url` on a function tool too), refused once
+            // the tool turns out to be a client tool.
+            if self.at == At::Tool && !rules::tool_key(api, &key) && unknown_key.is_none() {
                 unknown_key = Some(key.clone());
             }
+            named_model |= self.at == At::Root && at == At::Model;
             if !first {
                 self.cx.out.push(b',');
             }
@@ -555,6 +581,10 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
         self.cx.out.push(b'}');
         if self.at == At::Tool {
             self.tool(tool_type, unknown_key)?;
+        }
+        if self.at == At::Root && !named_model && self.cx.policy.models.is_some() {
+            self.cx.path.push(Step::Key("model".to_owned()));
+            return Err(self.cx.refuse(Rule::Model, "missing", None));
         }
         Ok(())
     }
@@ -603,6 +633,15 @@ impl<'de> Visitor<'de> for KindOf {
         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
         Ok(Kind::Object)
     }
+}
+
+/// Whether `text`, which should be base64, a `data:` URL or a file id, names another scheme
+/// (`https:`, `gs:`, `file:`…): base64 and ids hold no `:`.
+fn names_a_scheme(text: &str) -> bool {
+    let data = text
+        .get(..5)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("data:"));
+    !data && text.contains(':')
 }
 
 /// The host of a URL (`scheme://host[:port]/…`), for the audit.

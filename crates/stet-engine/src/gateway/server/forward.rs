@@ -149,6 +149,21 @@ pub(super) async fn handle(
     };
 
     let (parts, body) = request.into_parts();
+    // A query string goes around the body's policy: LiteLLM runs the model `?model=` names over
+    // the body's. No client stet runs sends one.
+    if let (Some(api), Some(_)) = (route.api(), parts.uri.query()) {
+        return refused(
+            &shared,
+            &label,
+            policy::Refusal {
+                api,
+                field: "(query string)".to_owned(),
+                value_kind: "query",
+                shown: None,
+                rule: policy::Rule::Undocumented,
+            },
+        );
+    }
     if let Some(encoding) = parts.headers.get(header::CONTENT_ENCODING)
         && !encoding.as_bytes().eq_ignore_ascii_case(b"identity")
     {
@@ -207,12 +222,7 @@ pub(super) async fn handle(
         );
     };
     let bounded = shared.ceiling_usd.is_some();
-    let steered = (bounded && route.metered() && parts.uri.query().is_some()).then(|| {
-        "its query string could name another model or route (LiteLLM reads `?model=`)".to_owned()
-    });
-    let mut prepared = match steered
-        .map_or_else(|| prepare(route, body, &shared.prices, bounded), Err)
-    {
+    let mut prepared = match prepare(route, body, &shared.prices, bounded) {
         Ok(prepared) => prepared,
         Err(unbounded) => {
             shared.error(&format!(
@@ -715,7 +725,6 @@ fn unbounded_part(route: Route, fields: &Fields, found: &scan::Found) -> Option<
         for name in [
             "previous_response_id",
             "conversation",
-            "prompt",
             "background",
         ] {
             if set(name) {
@@ -800,11 +809,13 @@ fn admit(
     }
 }
 
-/// The agent's headers as sent upstream: only `Content-Type`, `Accept`, `User-Agent`, `OpenAI-Beta`
-/// and the OpenAI SDKs' `X-Stainless-*` pass. Everything else stays behind: credentials and cookies,
+/// The agent's headers as sent upstream: only `Accept`, `User-Agent`, `OpenAI-Beta` and the OpenAI
+/// SDKs' `X-Stainless-*` pass. Everything else stays behind: credentials and cookies,
 /// hop-by-hop headers, `Content-Encoding`, and the headers by which a client steers its upstream
 /// (LiteLLM's `x-litellm-*` timeouts and retries, `OpenAI-Organization` and `OpenAI-Project`, which
-/// bill elsewhere, `anthropic-beta`, which changes prices). `Content-Length` is recomputed,
+/// bill elsewhere, `anthropic-beta`, which changes prices), and `Content-Type`: a body is the
+/// policy's JSON and goes as `application/json`, since LiteLLM reads a body sent as a form as
+/// form fields, which the JSON's strings could then smuggle (`…&model=…&`). `Content-Length` is recomputed,
 /// `Accept-Encoding: identity` (the meter reads the bytes as they pass) and the host's
 /// `Authorization` are added.
 fn upstream_headers(
@@ -816,10 +827,8 @@ fn upstream_headers(
     let mut headers = HeaderMap::with_capacity(agent.len() + 3);
     for (name, value) in agent {
         let passed = !named_by_connection.contains(name)
-            && (matches!(
-                name.as_str(),
-                "content-type" | "accept" | "user-agent" | "openai-beta"
-            ) || name.as_str().starts_with("x-stainless-"));
+            && (matches!(name.as_str(), "accept" | "user-agent" | "openai-beta")
+                || name.as_str().starts_with("x-stainless-"));
         if passed {
             headers.append(name.clone(), value.clone());
         }
@@ -830,6 +839,10 @@ fn upstream_headers(
     );
     if body_len > 0 {
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body_len));
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
     }
     if let Some(authorization) = authorization {
         headers.insert(header::AUTHORIZATION, authorization.clone());
