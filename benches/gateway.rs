@@ -315,6 +315,11 @@ impl Tally {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .push(format!("refused: {}", refusal.field)),
+            GatewayEvent::Egress { tool, .. } => self
+                .errors
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(format!("egress through the provider tool {tool}")),
             GatewayEvent::CeilingReached { .. } => self
                 .errors
                 .lock()

@@ -27,6 +27,7 @@ mod hostile_repo;
 mod image;
 mod journal;
 mod openhands_live;
+mod provider_tools;
 mod push;
 mod redteam_forges;
 mod redteam_model;

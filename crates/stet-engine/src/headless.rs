@@ -189,6 +189,21 @@ pub fn progress_line(event: &Event) -> Option<String> {
                 progress_text(field.as_str())
             )
         }
+        EventKind::GatewayEgress {
+            api,
+            tool,
+            host,
+            price_usd,
+        } => {
+            let host = host
+                .as_ref()
+                .map(|host| format!(" reaching {}", progress_text(host.as_str())))
+                .unwrap_or_default();
+            format!(
+                "  gateway forwarded a {api} request with the provider tool `{}`{host}, ${price_usd:.4} a call",
+                progress_text(tool.as_str())
+            )
+        }
         EventKind::Warning { message } => format!("warning: {}", progress_text(message.as_str())),
         EventKind::Collected {
             files,

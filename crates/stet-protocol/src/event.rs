@@ -16,7 +16,7 @@ use stet_sanitize::sanitize::SanitizedText;
 use crate::state::Phase;
 
 /// The schema version in every event's `v` field. Bumped on any incompatible change.
-pub const EVENT_SCHEMA_VERSION: u32 = 2;
+pub const EVENT_SCHEMA_VERSION: u32 = 3;
 
 const DISPATCH_ID_PREFIX: &str = "stet-dispatch-";
 
@@ -200,6 +200,21 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         setting: Option<SanitizedText>,
     },
+    /// The model gateway forwarded a request enabling a provider-executed tool (`[model]
+    /// provider_tools`): the provider may act on the network for the agent, billed per call. The
+    /// host is the one the request names for the tool (a remote MCP server's), never a path or
+    /// query, which may carry the user's data.
+    GatewayEgress {
+        /// The wire API: `Chat Completions`, `Responses`, `Anthropic Messages`.
+        api: SanitizedText,
+        /// The tool or field as the configuration enables it: `mcp`, `web_search_options`.
+        tool: SanitizedText,
+        /// The host the request names for it, when it names one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        host: Option<SanitizedText>,
+        /// The configured price of one call, in dollars.
+        price_usd: f64,
+    },
     /// Something a person should know that did not stop the dispatch (e.g. a teardown step failed).
     Warning {
         /// What the person should know.
@@ -271,6 +286,7 @@ impl EventKind {
             EventKind::Usage(_) => "usage",
             EventKind::ImagePull { .. } => "image_pull",
             EventKind::GatewayRefusal { .. } => "gateway_refusal",
+            EventKind::GatewayEgress { .. } => "gateway_egress",
             EventKind::Warning { .. } => "warning",
             EventKind::Collected { .. } => "collected",
             EventKind::Pushed { .. } => "pushed",
@@ -462,7 +478,7 @@ mod tests {
             }),
         );
         let json: serde_json::Value = serde_json::from_str(&event.to_json_line().unwrap()).unwrap();
-        assert_eq!(json["v"], 2);
+        assert_eq!(json["v"], 3);
         assert_eq!(json["kind"], "transcript");
         assert_eq!(json["item"], "command");
         assert_eq!(json["text"], "ls -la");
@@ -492,6 +508,7 @@ mod tests {
             "image_pull",
             "warning",
             "gateway_refusal",
+            "gateway_egress",
             "pushed",
             "pull_request",
             "torn_down",

@@ -8,8 +8,10 @@
 //! Routes: `POST /v1/chat/completions` (plain JSON, or server-sent events with `"stream": true`,
 //! ending with a usage chunk when `stream_options.include_usage` is true), `POST /v1/responses` and
 //! Anthropic's `POST /v1/messages` (plain JSON, or with `"stream": true` the named server-sent events
-//! the real APIs send, usage in their last event) and `GET /v1/models`. Any other path is 404, and
-//! every request, whatever its path, is recorded with its body as received.
+//! the real APIs send, usage in their last event; a Responses reply reports a call of each
+//! provider-executed tool its request enables, [`ScriptedModel::set_tool_calls`]) and
+//! `GET /v1/models`. Any other path is 404, and every request, whatever its path, is recorded with
+//! its body as received.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -102,13 +104,27 @@ pub enum Behaviour {
 }
 
 /// What the server shares with its connections.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     requests: Mutex<Vec<ModelRequest>>,
     behaviour: Mutex<Behaviour>,
     cost_usd: Mutex<Option<f64>>,
+    /// How many calls a Responses reply makes of each provider-executed tool its request enables.
+    tool_calls: AtomicU64,
     /// Requests on the two completion routes so far: numbers the replies.
     asked: AtomicU64,
+}
+
+impl Default for State {
+    fn default() -> State {
+        State {
+            requests: Mutex::default(),
+            behaviour: Mutex::default(),
+            cost_usd: Mutex::default(),
+            tool_calls: AtomicU64::new(1),
+            asked: AtomicU64::new(0),
+        }
+    }
 }
 
 impl State {
@@ -185,6 +201,13 @@ impl ScriptedModel {
             .cost_usd
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = usd;
+    }
+
+    /// How many calls a Responses reply reports of each provider-executed tool (web search, remote
+    /// MCP, file search, code interpreter, image generation) its request enables, at most the
+    /// request's `max_tool_calls` in all; 1 until set.
+    pub fn set_tool_calls(&self, per_tool: u64) {
+        self.state.tool_calls.store(per_tool, Ordering::SeqCst);
     }
 
     /// Stops accepting, cuts the open connections (stalled ones included) and waits for the server
@@ -308,6 +331,7 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
     } else {
         state.asked.fetch_add(1, Ordering::SeqCst) + 1
     };
+    let per_tool = state.tool_calls.load(Ordering::SeqCst);
     let error_response = |status, message: &str| route_error(route, status, message);
     match state.behaviour() {
         Behaviour::Normal => {}
@@ -328,7 +352,7 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
             );
         }
         Behaviour::MalformedJson => return malformed(route, &body),
-        Behaviour::CutStream => return cut(route, &body, number, bytes.len()),
+        Behaviour::CutStream => return cut(route, &body, number, bytes.len(), per_tool),
         Behaviour::Stall => return std::future::pending().await,
     }
     let mut response = match route {
@@ -340,10 +364,11 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
             json_response(StatusCode::OK, &chat_completion(&body, number, bytes.len()))
         }
         Route::Responses if is_streaming(&body) => {
-            named_sse_response(wire::response_events(&body, number, bytes.len()))
+            named_sse_response(wire::response_events(&body, number, bytes.len(), per_tool))
         }
         Route::Responses => {
-            json_response(StatusCode::OK, &wire::response(&body, number, bytes.len()))
+            let reply = wire::response(&body, number, bytes.len(), per_tool);
+            json_response(StatusCode::OK, &reply)
         }
         Route::Messages if is_streaming(&body) => {
             named_sse_response(wire::message_events(&body, number, bytes.len()))
@@ -562,7 +587,13 @@ fn malformed(route: Route, body: &Value) -> Response<Body> {
 }
 
 /// A 200 whose body stops part-way, after which the connection breaks.
-fn cut(route: Route, body: &Value, number: u64, request_bytes: usize) -> Response<Body> {
+fn cut(
+    route: Route,
+    body: &Value,
+    number: u64,
+    request_bytes: usize,
+    per_tool: u64,
+) -> Response<Body> {
     let (content_type, first_part) = match route {
         Route::ChatCompletions if is_streaming(body) => {
             let first = chat_events(body, number, request_bytes)
@@ -579,7 +610,7 @@ fn cut(route: Route, body: &Value, number: u64, request_bytes: usize) -> Respons
             let events = if route == Route::Messages {
                 wire::message_events(body, number, request_bytes)
             } else {
-                wire::response_events(body, number, request_bytes)
+                wire::response_events(body, number, request_bytes, per_tool)
             };
             let (name, data) = events.into_iter().next().unwrap_or_default();
             (
@@ -589,7 +620,7 @@ fn cut(route: Route, body: &Value, number: u64, request_bytes: usize) -> Respons
         }
         Route::Responses => (
             "application/json",
-            half(wire::response(body, number, request_bytes).to_string()),
+            half(wire::response(body, number, request_bytes, per_tool).to_string()),
         ),
         Route::Messages => (
             "application/json",

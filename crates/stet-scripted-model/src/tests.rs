@@ -364,6 +364,58 @@ async fn a_streamed_response_sends_the_events_of_the_responses_api() {
 }
 
 #[tokio::test]
+async fn a_streamed_response_reports_its_provider_tool_calls_item_by_item() {
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    model.set_tool_calls(2);
+    let body = json!({
+        "model": DEMO_MODEL,
+        "stream": true,
+        "input": "search",
+        "max_tool_calls": 3,
+        "tools": [
+            { "type": "web_search_preview" },
+            { "type": "function", "name": "f", "parameters": {} },
+            { "type": "mcp", "server_label": "notes", "server_url": "https://mcp.example.test/" },
+        ],
+    });
+    let answer = send(&model, Method::POST, "/v1/responses", Some(body)).await;
+    let events = named_events(&answer.text());
+    let done_items: Vec<(u64, String)> = events
+        .iter()
+        .filter(|(name, _)| name == "response.output_item.done")
+        .map(|(_, data)| {
+            (
+                data["output_index"].as_u64().unwrap(),
+                data["item"]["type"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    // Two searches, then one MCP call: `max_tool_calls` bounds them all; the message comes last.
+    assert_eq!(
+        done_items,
+        [
+            (0, "web_search_call".to_owned()),
+            (1, "web_search_call".to_owned()),
+            (2, "mcp_call".to_owned()),
+            (3, "message".to_owned()),
+        ]
+    );
+    assert!(events.iter().any(|(name, _)| name == "response.web_search_call.completed"));
+    let output = &events.last().unwrap().1["response"]["output"];
+    let kinds: Vec<&str> = output
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["web_search_call", "web_search_call", "mcp_call", "message"]);
+    assert_eq!(output[2]["server_label"], json!("notes"));
+    model.shutdown().await;
+}
+
+#[tokio::test]
 async fn messages_answer_in_anthropic_shape_plain_and_streamed() {
     let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
         .await

@@ -39,15 +39,71 @@ fn output_message(number: u64, text: &str, status: &str) -> Value {
     })
 }
 
-/// A whole Responses reply: `status`, its output and usage.
-fn response_object(body: &Value, number: u64, reply: &Reply, status: &str) -> Value {
+/// The calls a Responses reply says the provider ran for the request's provider-executed tools:
+/// `per_tool` for each such tool it enables (`web_search*`, `mcp`, `file_search`,
+/// `code_interpreter`, `image_generation`), at most its `max_tool_calls` in all, each an output
+/// item in the shape OpenAI sends, completed.
+fn provider_calls(body: &Value, number: u64, per_tool: u64) -> Vec<Value> {
+    let status = "completed";
+    let most = body
+        .get("max_tool_calls")
+        .and_then(Value::as_u64)
+        .unwrap_or(u64::MAX);
+    let tools = body
+        .get("tools")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let mut calls = Vec::new();
+    for tool in tools {
+        let kind = tool.get("type").and_then(Value::as_str).unwrap_or_default();
+        for _ in 0..per_tool {
+            if calls.len() as u64 >= most {
+                return calls;
+            }
+            let id = format!("stet-{number}-{}", calls.len());
+            let call = match kind {
+                kind if kind.starts_with("web_search") => json!({
+                    "type": "web_search_call", "id": format!("ws_{id}"), "status": status,
+                    "action": { "type": "search", "query": "scripted search" },
+                }),
+                "mcp" => json!({
+                    "type": "mcp_call", "id": format!("mcp_{id}"), "status": status,
+                    "server_label": tool.get("server_label").cloned().unwrap_or_default(),
+                    "name": "scripted_tool", "arguments": "{}", "output": "", "error": null,
+                }),
+                "file_search" => json!({
+                    "type": "file_search_call", "id": format!("fs_{id}"), "status": status,
+                    "queries": ["scripted search"], "results": null,
+                }),
+                "code_interpreter" => json!({
+                    "type": "code_interpreter_call", "id": format!("ci_{id}"), "status": status,
+                    "code": "", "container_id": "cntr_stet", "outputs": null,
+                }),
+                "image_generation" => json!({
+                    "type": "image_generation_call", "id": format!("ig_{id}"), "status": status,
+                    "result": null,
+                }),
+                _ => break,
+            };
+            calls.push(call);
+        }
+    }
+    calls
+}
+
+/// A whole Responses reply: `status`, its output (the provider's tool calls, then the message)
+/// and usage.
+fn response_object(body: &Value, number: u64, reply: &Reply, status: &str, per_tool: u64) -> Value {
+    let mut output = provider_calls(body, number, per_tool);
+    output.push(output_message(number, &reply.text, "completed"));
     let mut answer = json!({
         "id": format!("resp-stet-{number}"),
         "object": "response",
         "created_at": 0,
         "model": model_name(body),
         "status": status,
-        "output": [output_message(number, &reply.text, "completed")],
+        "output": output,
         "usage": response_usage(reply),
     });
     if reply.truncated {
@@ -57,32 +113,51 @@ fn response_object(body: &Value, number: u64, reply: &Reply, status: &str) -> Va
     answer
 }
 
-/// The reply to a plain `POST /v1/responses`.
-pub(super) fn response(body: &Value, number: u64, request_bytes: usize) -> Value {
+/// The reply to a plain `POST /v1/responses`, making `per_tool` calls of each provider tool.
+pub(super) fn response(body: &Value, number: u64, request_bytes: usize, per_tool: u64) -> Value {
     let reply = response_reply(body, number, request_bytes);
-    response_object(body, number, &reply, "completed")
+    response_object(body, number, &reply, "completed", per_tool)
 }
 
-/// The `(event, data)` pairs of a streamed `POST /v1/responses`: `response.created`, the message
-/// item and its text in pieces, then `response.completed` (or `response.incomplete`, when the
-/// output limit cut it) carrying the whole response and its usage. Each event's `data` names its
-/// `type` and a `sequence_number`, as OpenAI's do.
+/// The `(event, data)` pairs of a streamed `POST /v1/responses`: `response.created`, each provider
+/// tool call (`response.output_item.added`, its progress event, `response.output_item.done`), the
+/// message item and its text in pieces, then `response.completed` (or `response.incomplete`, when
+/// the output limit cut it) carrying the whole response and its usage. Each event's `data` names
+/// its `type` and a `sequence_number`, as OpenAI's do.
 pub(super) fn response_events(
     body: &Value,
     number: u64,
     request_bytes: usize,
+    per_tool: u64,
 ) -> Vec<(String, String)> {
     let reply = response_reply(body, number, request_bytes);
-    let mut started = response_object(body, number, &reply, "in_progress");
+    let mut started = response_object(body, number, &reply, "in_progress", per_tool);
     started["output"] = json!([]);
     started["usage"] = Value::Null;
     let item_id = format!("msg-stet-{number}");
     let mut events = vec![
         json!({ "type": "response.created", "response": started.clone() }),
         json!({ "type": "response.in_progress", "response": started }),
+    ];
+    let calls = provider_calls(body, number, per_tool);
+    let message_index = calls.len();
+    for (index, call) in calls.into_iter().enumerate() {
+        let kind = call["type"].as_str().unwrap_or_default().to_owned();
+        let mut added = call.clone();
+        added["status"] = json!("in_progress");
+        events.extend([
+            json!({ "type": "response.output_item.added", "output_index": index, "item": added }),
+            json!({
+                "type": format!("response.{kind}.completed"),
+                "output_index": index, "item_id": call["id"],
+            }),
+            json!({ "type": "response.output_item.done", "output_index": index, "item": call }),
+        ]);
+    }
+    events.extend([
         json!({
             "type": "response.output_item.added",
-            "output_index": 0,
+            "output_index": message_index,
             "item": {
                 "type": "message", "id": item_id, "role": "assistant",
                 "status": "in_progress", "content": [],
@@ -90,17 +165,17 @@ pub(super) fn response_events(
         }),
         json!({
             "type": "response.content_part.added",
-            "item_id": item_id, "output_index": 0, "content_index": 0,
+            "item_id": item_id, "output_index": message_index, "content_index": 0,
             "part": { "type": "output_text", "text": "", "annotations": [] },
         }),
-    ];
+    ]);
     for piece in pieces(&reply.text) {
         events.push(json!({
             "type": "response.output_text.delta",
-            "item_id": item_id, "output_index": 0, "content_index": 0, "delta": piece,
+            "item_id": item_id, "output_index": message_index, "content_index": 0, "delta": piece,
         }));
     }
-    let done = response_object(body, number, &reply, "completed");
+    let done = response_object(body, number, &reply, "completed", per_tool);
     let last = if reply.truncated {
         "response.incomplete"
     } else {
@@ -109,16 +184,16 @@ pub(super) fn response_events(
     events.extend([
         json!({
             "type": "response.output_text.done",
-            "item_id": item_id, "output_index": 0, "content_index": 0, "text": reply.text,
+            "item_id": item_id, "output_index": message_index, "content_index": 0, "text": reply.text,
         }),
         json!({
             "type": "response.content_part.done",
-            "item_id": item_id, "output_index": 0, "content_index": 0,
+            "item_id": item_id, "output_index": message_index, "content_index": 0,
             "part": { "type": "output_text", "text": reply.text, "annotations": [] },
         }),
         json!({
             "type": "response.output_item.done",
-            "output_index": 0,
+            "output_index": message_index,
             "item": output_message(number, &reply.text, "completed"),
         }),
         json!({ "type": last, "response": done }),

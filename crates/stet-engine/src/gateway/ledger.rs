@@ -18,6 +18,8 @@ pub(crate) enum WorstCase {
         per_output_token_usd: f64,
         /// The output tokens the request asks for at most, `None` when it sets no cap.
         asked_output_tokens: Option<u64>,
+        /// What the provider-executed tools it enables may cost, reserved whole.
+        tools_usd: f64,
     },
     /// Nobody can price the model before its response: the price table does not list it.
     Unpriced { model: String },
@@ -63,6 +65,16 @@ pub enum Refusal {
         /// Dollars neither settled nor held.
         available_usd: f64,
         /// The least this request can cost, in dollars.
+        needed_usd: f64,
+    },
+    /// The request would fit without the calls its provider-executed tools are reserved for, and
+    /// does not with them; a request without them may still fit, so the dispatch goes on.
+    ToolsUnaffordable {
+        /// Dollars neither settled nor held.
+        available_usd: f64,
+        /// What its tools reserve, in dollars.
+        tools_usd: f64,
+        /// The least this request can cost, its tools included, in dollars.
         needed_usd: f64,
     },
     /// A model the price table does not list, on an endpoint that has not reported a cost itself.
@@ -125,8 +137,8 @@ impl CostLedger {
     }
 
     /// Admits a request or says why not. Without a ceiling every request is admitted and reserves
-    /// nothing. Under one, a priced request reserves its input and as much output as it asks for and
-    /// the budget left pays for (at least one token; the cap it must then be sent with is returned);
+    /// nothing. Under one, a priced request reserves its input, the calls of its provider tools, and
+    /// as much output as it asks for and the budget left pays for (at least one token; the cap it must then be sent with is returned);
     /// an unpriced one is refused unless the endpoint reports cost, and then reserves all that is left.
     pub(crate) fn admit(&mut self, worst: &WorstCase) -> Result<Reservation, Refusal> {
         let Some(ceiling) = self.ceiling_usd else {
@@ -173,11 +185,21 @@ impl CostLedger {
                 input_usd,
                 per_output_token_usd,
                 asked_output_tokens,
+                tools_usd,
             } => {
-                let input_usd = input_usd.max(0.0);
+                // The tools' calls are held like input: whole, before the output is sized.
+                let tools_usd = tools_usd.max(0.0);
+                let input_usd = input_usd.max(0.0) + tools_usd;
                 let per_token = per_output_token_usd.max(0.0);
                 let least = input_usd + per_token;
                 if least > available {
+                    if tools_usd > 0.0 && open == 0 && least - tools_usd <= available {
+                        return Err(Refusal::ToolsUnaffordable {
+                            available_usd: available,
+                            tools_usd,
+                            needed_usd: least,
+                        });
+                    }
                     return Err(refuse(least));
                 }
                 if per_token == 0.0 {

@@ -5,7 +5,8 @@
 //! loopback port to it byte for byte. The gateway forwards the OpenAI-compatible routes to the
 //! configured upstream, adding the model API key that never enters the container. Under a cost
 //! ceiling each request reserves its worst case on the dispatch's [`ledger::CostLedger`] first and
-//! is refused when that does not fit; every response settles its reservation with its cost (the
+//! is refused when that does not fit (the per-call price of the provider-executed tools it enables
+//! included, [`tool_calls`]); every response settles its reservation with its cost (the
 //! upstream's own report first, stet's [`prices::PriceTable`] as the fallback). What it reports
 //! comes out as [`GatewayEvent`]s, sanitized and free of request and response bodies.
 
@@ -13,6 +14,7 @@ pub mod ledger;
 pub mod policy;
 pub mod prices;
 mod server;
+pub mod tool_calls;
 pub mod usage;
 
 #[cfg(test)]

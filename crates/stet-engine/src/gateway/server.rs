@@ -28,7 +28,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use super::GatewayError;
 use super::ledger::{CostLedger, Refusal, Reservation, Totals, WorstCase};
-use super::policy::{Refusal as PolicyRefusal, RequestPolicy};
+use super::policy::{ProviderCall, Refusal as PolicyRefusal, RequestPolicy, WireApi};
 use super::prices::PriceTable;
 use crate::dispatch::credential::SecretValue;
 use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
@@ -139,6 +139,19 @@ pub enum GatewayEvent {
     Refused {
         /// The refusal; its `shown` value is not repeated by events.
         refusal: PolicyRefusal,
+    },
+    /// A request the gateway forwards enables a provider-executed tool: the provider may act on the
+    /// network for the agent, at the price the configuration gives per call. The host is the one
+    /// the request names for it (a remote MCP server's), never its path or query.
+    Egress {
+        /// The wire API of the request.
+        api: WireApi,
+        /// The tool or field, as the configuration enabled it (`mcp`, `web_search_options`).
+        tool: SanitizedText,
+        /// The host the request names for it, when it names one.
+        host: Option<SanitizedText>,
+        /// Dollars per call.
+        price_usd: f64,
     },
     /// Accumulated cost reached the ceiling (sent once); the engine then ends the dispatch as
     /// `CostCeilingHit`.
@@ -577,6 +590,18 @@ impl Shared {
         let field = forward::shown_text(&refusal.field);
         refusal.field = self.sanitizer.sanitize(&field).as_str().to_owned();
         self.emit(GatewayEvent::Refused { refusal });
+    }
+
+    /// Reports an enabled provider tool of a request being forwarded: its name and host made one
+    /// line, bounded and sanitized.
+    fn egress(&self, api: WireApi, call: ProviderCall) {
+        let shown = |text: &str| self.sanitizer.sanitize(&forward::shown_text(text));
+        self.emit(GatewayEvent::Egress {
+            api,
+            tool: shown(&call.name),
+            host: call.host.as_deref().map(shown),
+            price_usd: call.price_usd,
+        });
     }
 
     /// Reports a problem: made one line, sanitized, sent as a `GatewayEvent::Error`.

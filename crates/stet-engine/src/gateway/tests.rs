@@ -239,16 +239,22 @@ async fn rig_with(ceiling_usd: Option<f64>, timeout: Duration) -> Rig {
 }
 
 async fn rig_limited(ceiling_usd: Option<f64>, timeout: Duration, limits: GatewayLimits) -> Rig {
+    rig_configured(ceiling_usd, timeout, |config| GatewayConfig { limits, ..config }).await
+}
+
+/// A gateway in front of a scripted upstream, configured by `configure` from the tests' defaults.
+async fn rig_configured(
+    ceiling_usd: Option<f64>,
+    timeout: Duration,
+    configure: impl FnOnce(GatewayConfig) -> GatewayConfig,
+) -> Rig {
     let upstream = Upstream::start().await;
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("model.sock");
     let key = random_key();
     let (gateway, events) = Gateway::start(
         &socket,
-        GatewayConfig {
-            limits,
-            ..config(&upstream.base, &key, ceiling_usd, timeout)
-        },
+        configure(config(&upstream.base, &key, ceiling_usd, timeout)),
         sanitizer(),
     )
     .await

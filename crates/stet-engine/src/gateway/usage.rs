@@ -4,9 +4,16 @@
 //! Both OpenAI shapes are understood: chat completions (`prompt_tokens`, `completion_tokens`,
 //! `prompt_tokens_details.cached_tokens`) and the responses API (`input_tokens`, `output_tokens`,
 //! `input_tokens_details.cached_tokens`, nested under `response` in its `response.completed` event).
+//! On the responses API the calls the provider ran for the request's tools are counted too: its
+//! output items of a provider call type (`web_search_call`, `mcp_call`, …), in the whole response
+//! or, streamed, in `response.output_item.done` events and the last event's response.
+
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 use serde_json::value::RawValue;
+
+use super::tool_calls::is_provider_call;
 
 /// The response header in which LiteLLM reports a request's cost in dollars.
 pub const LITELLM_COST_HEADER: &str = "x-litellm-response-cost";
@@ -22,13 +29,50 @@ pub struct TokenCounts {
     pub cached: u64,
 }
 
-/// What a response says about itself: the model that answered and its usage, each when present.
+/// What a response says about itself: the model that answered, its usage and the provider tool
+/// calls it reports, each when present.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Metered {
     /// The response's `model` (the upstream's name for it, often a dated variant).
     pub model: Option<String>,
     /// The response's token counts.
     pub usage: Option<TokenCounts>,
+    /// The provider tool calls among its output items: how many of each type.
+    pub calls: BTreeMap<String, u64>,
+}
+
+/// The most distinct call types counted; further ones count under the last (priced at the dearest
+/// enabled tool either way), so a hostile answer cannot grow the map.
+const MAX_CALL_TYPES: usize = 16;
+
+/// One output item, as far as the meter reads it.
+#[derive(Debug, serde::Deserialize)]
+struct Item {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+}
+
+/// Counts `item` into `calls` when it is a provider tool call.
+fn count_call(calls: &mut BTreeMap<String, u64>, item: &Item) {
+    let Some(kind) = item.kind.as_deref().filter(|kind| is_provider_call(kind)) else {
+        return;
+    };
+    let key = if calls.len() < MAX_CALL_TYPES || calls.contains_key(kind) {
+        kind.to_owned()
+    } else {
+        "other_call".to_owned()
+    };
+    *calls.entry(key).or_default() += 1;
+}
+
+/// The provider tool calls of an `output` array.
+fn output_calls(output: &RawValue) -> Option<BTreeMap<String, u64>> {
+    let items = serde_json::from_str::<Vec<Item>>(output.get()).ok()?;
+    let mut calls = BTreeMap::new();
+    for item in &items {
+        count_call(&mut calls, item);
+    }
+    Some(calls)
 }
 
 /// A response body that is not JSON: its usage cannot be read.
@@ -47,6 +91,12 @@ struct Scope<'a> {
     usage: Option<&'a RawValue>,
     #[serde(borrow, default)]
     response: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    output: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    item: Option<&'a RawValue>,
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<&'a RawValue>,
 }
 
 /// Usage and model from a whole (non-streaming) JSON response body.
@@ -115,10 +165,14 @@ pub fn header_cost(value: &[u8]) -> Option<f64> {
     (cost.is_finite() && cost >= 0.0).then_some(cost)
 }
 
-/// Takes the model and the usage from one JSON document (a whole body or one SSE event's data):
-/// top level first, then the responses API's `response` object. A later document overrides an
-/// earlier one, so the last usage seen in a stream wins; `"usage": null` chunks change nothing.
+/// Takes the model, the usage and the output's provider calls from one JSON document (a whole body
+/// or one SSE event's data): top level first, then the responses API's `response` object. A later
+/// document overrides an earlier one, so the last usage seen in a stream wins; `"usage": null`
+/// chunks change nothing.
 fn absorb(scope: &Scope<'_>, metered: &mut Metered) {
+    if let Some(calls) = scope.output.and_then(output_calls) {
+        metered.calls = calls;
+    }
     if let Some(model) = scope
         .model
         .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
@@ -149,6 +203,8 @@ pub struct SseScanner {
     data: Vec<u8>,
     has_data: bool,
     metered: Metered,
+    /// Provider calls of the `response.output_item.done` events so far.
+    streamed_calls: BTreeMap<String, u64>,
     done: bool,
 }
 
@@ -181,6 +237,12 @@ impl SseScanner {
             self.end_line();
         }
         self.dispatch();
+        // The last event's response lists every item, and each item's own event said it too: the
+        // larger count of each type is charged, so neither missing undercharges.
+        for (kind, count) in self.streamed_calls {
+            let charged = self.metered.calls.entry(kind).or_default();
+            *charged = (*charged).max(count);
+        }
         SseSummary {
             metered: self.metered,
             done: self.done,
@@ -237,6 +299,13 @@ impl SseScanner {
             self.done = true;
         } else if let Ok(scope) = serde_json::from_slice::<Scope>(&data) {
             absorb(&scope, &mut self.metered);
+            if scope.kind.map(RawValue::get) == Some("\"response.output_item.done\"")
+                && let Some(item) = scope
+                    .item
+                    .and_then(|raw| serde_json::from_str::<Item>(raw.get()).ok())
+            {
+                count_call(&mut self.streamed_calls, &item);
+            }
             if let Some(inner) = scope
                 .response
                 .and_then(|raw| serde_json::from_str::<Scope>(raw.get()).ok())

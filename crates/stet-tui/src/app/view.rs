@@ -419,6 +419,8 @@ impl DispatchView {
             EventKind::GatewayRefusal { field, rule, .. } => {
                 self.last_refusal = Some((ClippedText::new(field), rule));
             }
+            // The run record keeps it; the meter line already counts what its calls cost.
+            EventKind::GatewayEgress { .. } => {}
             EventKind::Warning { message } => self.warnings.push(ClippedText::new(message)),
             EventKind::Collected {
                 commit,

@@ -400,6 +400,17 @@ impl Dispatch {
                         .map(|setting| sanitizer.sanitize(setting)),
                 })
             }
+            GatewayEvent::Egress {
+                api,
+                tool,
+                host,
+                price_usd,
+            } => Ok(EventKind::GatewayEgress {
+                api: self.sanitizer().sanitize(api.name()),
+                tool,
+                host,
+                price_usd,
+            }),
             GatewayEvent::CeilingReached {
                 spent_usd,
                 ceiling_usd,

@@ -3,10 +3,20 @@
 use super::*;
 
 fn priced(input_usd: f64, per_output_token_usd: f64, asked: Option<u64>) -> WorstCase {
+    with_tools(input_usd, per_output_token_usd, asked, 0.0)
+}
+
+fn with_tools(
+    input_usd: f64,
+    per_output_token_usd: f64,
+    asked: Option<u64>,
+    tools_usd: f64,
+) -> WorstCase {
     WorstCase::Priced {
         input_usd,
         per_output_token_usd,
         asked_output_tokens: asked,
+        tools_usd,
     }
 }
 
@@ -155,4 +165,48 @@ fn a_free_model_reserves_its_input_only() {
             output_cap: None
         }
     );
+}
+
+#[test]
+fn provider_tools_are_reserved_whole_before_the_output_is_sized() {
+    // Binary fractions, so that the arithmetic is exact.
+    let mut ledger = CostLedger::new(Some(1.0));
+    // $0.125 of input, $0.375 of tool calls, $0.25 per output token: $0.50 left pays for 2 tokens.
+    let held = ledger.admit(&with_tools(0.125, 0.25, None, 0.375)).unwrap();
+    assert_eq!(held.output_cap, Some(2));
+    assert_eq!(held.usd, 1.0);
+    // Settled with the calls the answer reported, the rest of the hold is released.
+    let totals = ledger.settle(held, Some(0.25));
+    assert_eq!(totals.settled_usd, 0.25);
+    assert_eq!(totals.reserved_usd, 0.0);
+}
+
+#[test]
+fn a_ceiling_too_small_for_the_tools_refuses_the_request_but_not_the_dispatch() {
+    let mut ledger = CostLedger::new(Some(0.5));
+    // Without its tools it would fit; with them it does not.
+    assert_eq!(
+        ledger.admit(&with_tools(0.125, 0.0625, Some(2), 0.75)),
+        Err(Refusal::ToolsUnaffordable {
+            available_usd: 0.5,
+            tools_usd: 0.75,
+            needed_usd: 0.9375,
+        })
+    );
+    assert!(!ledger.reached());
+    assert_eq!(ledger.totals().open, 0);
+    // The same request without tools is admitted.
+    let held = ledger.admit(&priced(0.125, 0.0625, Some(2))).unwrap();
+    assert_eq!(held.usd, 0.25);
+    // While another request holds part of the rest, the refusal is the held one (it may free).
+    assert!(matches!(
+        ledger.admit(&with_tools(0.0625, 0.0625, Some(1), 0.25)),
+        Err(Refusal::Held { .. })
+    ));
+    // A request that would not fit even without its tools is the ordinary refusal.
+    let _ = ledger.settle(held, Some(0.25));
+    assert!(matches!(
+        ledger.admit(&with_tools(0.5, 0.0625, Some(1), 0.25)),
+        Err(Refusal::Reached { .. })
+    ));
 }

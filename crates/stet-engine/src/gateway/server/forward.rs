@@ -32,8 +32,9 @@ use super::metered::{Meter, MeteredBody, Report};
 use super::{Hold, Shared, scan};
 use crate::error_chain::error_chain;
 use crate::gateway::ledger::{Refusal, WorstCase};
-use crate::gateway::policy::{self, WireApi};
+use crate::gateway::policy::{self, ProviderCall, WireApi};
 use crate::gateway::prices::PriceTable;
+use crate::gateway::tool_calls::ToolBill;
 use crate::gateway::usage::{self, SseScanner};
 
 /// A body the gateway sends the agent: its own error replies, or an upstream response passing through.
@@ -181,8 +182,8 @@ pub(super) async fn handle(
         Err(unread) => return unread.reply(&shared, &label),
     };
     // The request policy: what goes upstream is its re-serialization, never the agent's bytes.
-    let body = match route.api() {
-        None if body.is_empty() => body,
+    let (body, enabled) = match route.api() {
+        None if body.is_empty() => (body, Vec::new()),
         None => {
             shared.error(&format!("{label}: refused, it carries a body (400)"));
             return error_reply(
@@ -192,21 +193,7 @@ pub(super) async fn handle(
             );
         }
         Some(api) => match shared.policy.check(api, &body) {
-            Ok(checked) => {
-                for call in &checked.provider_calls {
-                    let host = call
-                        .host
-                        .as_deref()
-                        .map(|host| format!(", reaching {}", shown_text(host)))
-                        .unwrap_or_default();
-                    shared.error(&format!(
-                        "{label}: egress through the provider: the enabled provider tool `{}` at ${:.4} a call{host}",
-                        shown_text(&call.name),
-                        call.price_usd
-                    ));
-                }
-                Bytes::from(checked.body)
-            }
+            Ok(checked) => (Bytes::from(checked.body), checked.provider_calls),
             Err(refusal) => return refused(&shared, &label, refusal),
         },
     };
@@ -222,7 +209,7 @@ pub(super) async fn handle(
         );
     };
     let bounded = shared.ceiling_usd.is_some();
-    let mut prepared = match prepare(route, body, &shared.prices, bounded) {
+    let mut prepared = match prepare(route, body, &shared.prices, bounded, &enabled) {
         Ok(prepared) => prepared,
         Err(unbounded) => {
             shared.error(&format!(
@@ -249,6 +236,11 @@ pub(super) async fn handle(
         }
         Err(reply) => return *reply,
     };
+    if let Some(api) = route.api() {
+        for call in enabled {
+            shared.egress(api, call);
+        }
+    }
     let headers = upstream_headers(&parts.headers, shared.authorization.as_ref(), body.len());
     let mut upstream_request = Request::new(Full::new(body));
     *upstream_request.method_mut() = parts.method;
@@ -335,6 +327,7 @@ pub(super) async fn handle(
         shared,
         label,
         request_model: prepared.model,
+        bill: prepared.bill,
         header_cost,
         hold,
         in_flight: Some(in_flight),
@@ -519,6 +512,8 @@ struct Prepared {
     model: Option<String>,
     /// What the request may cost at most; `None` on a route that is not metered.
     worst: Option<WorstCase>,
+    /// What the provider tools it enables cost per call, when it enables any.
+    bill: Option<ToolBill>,
 }
 
 /// Reads an agent request for the ledger and makes it meterable: a chat-completions stream is made to
@@ -543,6 +538,7 @@ fn prepare(
     raw: Bytes,
     prices: &PriceTable,
     bounded: bool,
+    enabled: &[ProviderCall],
 ) -> Result<Prepared, String> {
     let unread = |raw: Bytes, worst| Prepared {
         raw,
@@ -550,6 +546,7 @@ fn prepare(
         rewrite: false,
         model: None,
         worst,
+        bill: None,
     };
     if !route.metered() {
         return Ok(unread(raw, None));
@@ -581,7 +578,16 @@ fn prepare(
             rewrite = true;
         }
     }
-    if bounded && let Some(reason) = unbounded_part(route, &fields, &found) {
+    let bill = route.api().and_then(|api| {
+        ToolBill::of(api, enabled, typed::<u64>(&fields, "max_tool_calls"))
+    });
+    if let Some(calls) = bill.as_ref().and_then(ToolBill::max_tool_calls) {
+        // The calls reserved are the calls the provider may make: the bound is sent whatever the
+        // request held there.
+        set_field(&mut fields, "max_tool_calls", &Value::from(calls));
+        rewrite = true;
+    }
+    if bounded && let Some(reason) = unbounded_part(route, &fields, &found, enabled) {
         return Err(reason);
     }
     let worst = match model.as_deref().and_then(|name| prices.price(name)) {
@@ -614,6 +620,7 @@ fn prepare(
                     .iter()
                     .filter_map(|name| typed::<u64>(&fields, name))
                     .min(),
+                tools_usd: bill.as_ref().map_or(0.0, ToolBill::reserved_usd),
             }
         }
     };
@@ -623,6 +630,7 @@ fn prepare(
         rewrite,
         model,
         worst: Some(worst),
+        bill,
     })
 }
 
@@ -690,12 +698,22 @@ fn output_fields(route: Route, fields: &Fields) -> &'static [&'static str] {
 const PRICED_TIERS: &[&str] = &["auto", "default", "flex"];
 
 /// What in a request makes its cost unknowable before its response, said as the refusal says it.
-fn unbounded_part(route: Route, fields: &Fields, found: &scan::Found) -> Option<String> {
+/// A provider tool or field the configuration enables (`enabled`) is priced per call.
+fn unbounded_part(
+    route: Route,
+    fields: &Fields,
+    found: &scan::Found,
+    enabled: &[ProviderCall],
+) -> Option<String> {
+    let is_enabled = |name: &str| enabled.iter().any(|call| call.name == name);
     // The policy's allowlist of the route's API, which every field it admits is priced by or costs
     // nothing under: a proxy reads fields of its own that change the model or the price (LiteLLM's
     // `fallbacks`, `mock_testing_fallbacks`, `api_base`, …), and none is on it.
     let known = route.api().map_or(&[][..], policy::forwarded_fields);
-    if let Some(unknown) = fields.keys().find(|name| !known.contains(&name.as_str())) {
+    if let Some(unknown) = fields
+        .keys()
+        .find(|name| !known.contains(&name.as_str()) && !is_enabled(name))
+    {
         return Some(format!(
             "the field `{}` is not one whose cost stet can bound",
             shown_text(unknown)
@@ -737,7 +755,7 @@ fn unbounded_part(route: Route, fields: &Fields, found: &scan::Found) -> Option<
     if set("audio") || found.audio_output {
         return Some("audio output is priced apart from the text the price table lists".to_owned());
     }
-    if let Some(kind) = &found.hosted_tool {
+    if let Some(kind) = found.hosted_tool.as_ref().filter(|kind| !is_enabled(kind)) {
         return Some(format!(
             "the tool of type `{}` is run by the provider, at a price of its own",
             shown_text(kind)
@@ -790,6 +808,23 @@ fn admit(
                 "cost_budget_held",
                 &format!(
                     "stet gateway: what is left under the stet cost ceiling is held by requests in flight (${reserved_usd:.4}); retry when they finish"
+                ),
+            )))
+        }
+        Err(Refusal::ToolsUnaffordable {
+            available_usd,
+            tools_usd,
+            needed_usd,
+        }) => {
+            shared.error(&format!(
+                "{label}: refused, the stet cost ceiling leaves ${available_usd:.4}, too little for the ${tools_usd:.4} its provider tools reserve (${needed_usd:.4} needed at least) (402)"
+            ));
+            Err(Box::new(error_reply(
+                StatusCode::PAYMENT_REQUIRED,
+                "cost_ceiling_too_low_for_tools",
+                &format!(
+                    "stet gateway: what is left under the stet cost ceiling (${available_usd:.4}) does not cover the ${tools_usd:.4} reserved for this request's provider-executed tools (their per-call price times `max_tool_calls`, {} when the request sets none); send it with fewer tool calls or without those tools",
+                    crate::gateway::tool_calls::CALLS_PER_REQUEST
                 ),
             )))
         }

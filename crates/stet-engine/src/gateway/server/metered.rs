@@ -18,6 +18,7 @@ use super::errors::BoxError;
 use super::{GatewayEvent, Hold, Shared};
 use crate::dispatch::display::without_invisible;
 use crate::error_chain::error_chain;
+use crate::gateway::tool_calls::ToolBill;
 use crate::gateway::usage::{self, Metered, SseScanner};
 use crate::harness::UsageReport;
 
@@ -79,6 +80,8 @@ pub(super) struct Report {
     pub(super) label: String,
     /// The request's `model`, the pricing fallback.
     pub(super) request_model: Option<String>,
+    /// What the provider tools it enables cost per call, added to its token cost.
+    pub(super) bill: Option<ToolBill>,
     /// The upstream's own cost report, when it made one.
     pub(super) header_cost: Option<f64>,
     /// The request's reservation, settled when the response concludes; `None` when not metered.
@@ -222,7 +225,9 @@ impl Report {
         };
         let usage = metered.as_ref().and_then(|metered| metered.usage);
         let counted = match (&metered, usage) {
-            (Some(metered), Some(tokens)) => self.record(metered, tokens, latency, streamed),
+            (Some(metered), Some(tokens)) => {
+                self.record(metered, tokens, complete, latency, streamed)
+            }
             _ => self.record_unread(latency, streamed),
         };
 
@@ -277,12 +282,14 @@ impl Report {
         }
     }
 
-    /// One metered response: its cost settled on the ledger and its `Usage` event. Returns the
-    /// reservation counted in its place when its cost is unknown and one was held.
+    /// One metered response: its cost settled on the ledger and its `Usage` event. Its provider
+    /// tools add the calls it reports, or, when it did not end whole, all the calls reserved.
+    /// Returns the reservation counted in its place when its cost is unknown and one was held.
     fn record(
         &mut self,
         metered: &Metered,
         tokens: usage::TokenCounts,
+        complete: bool,
         latency: std::time::Duration,
         streamed: bool,
     ) -> Option<f64> {
@@ -298,6 +305,11 @@ impl Report {
                         .cost(model, tokens.input, tokens.output, tokens.cached)
                 })
         });
+        let cost_usd = match &self.bill {
+            Some(bill) if complete => cost_usd.map(|cost| cost + bill.charged_usd(&metered.calls)),
+            Some(bill) => cost_usd.map(|cost| cost + bill.reserved_usd()),
+            None => cost_usd,
+        };
         let (counted, totals) = match self.hold.take() {
             Some(hold) => hold.settle(cost_usd),
             None => (cost_usd.unwrap_or(0.0), shared.totals()),

@@ -11,28 +11,11 @@ use super::*;
 use crate::gateway::policy::{RequestPolicy, Rule};
 
 async fn rig_with_policy(policy: RequestPolicy) -> Rig {
-    let upstream = Upstream::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("model.sock");
-    let key = random_key();
-    let (gateway, events) = Gateway::start(
-        &socket,
-        GatewayConfig {
-            policy: Arc::new(policy),
-            ..config(&upstream.base, &key, None, Duration::from_secs(20))
-        },
-        sanitizer(),
-    )
+    rig_configured(None, Duration::from_secs(20), |config| GatewayConfig {
+        policy: Arc::new(policy),
+        ..config
+    })
     .await
-    .unwrap();
-    Rig {
-        _dir: dir,
-        socket,
-        gateway,
-        events,
-        upstream,
-        key,
-    }
 }
 
 fn allowing(models: &[&str]) -> RequestPolicy {

@@ -79,6 +79,7 @@ fn sse_usage_is_read_however_the_stream_is_split() {
                 output: 2,
                 cached: 4,
             }),
+            calls: BTreeMap::new(),
         },
         done: true,
     };
@@ -161,4 +162,50 @@ fn an_overlong_line_is_skipped_and_the_stream_read_on() {
     let mut scanner = SseScanner::new();
     scanner.push(&vec![b'y'; MAX_SSE_LINE + 1]);
     assert!(scanner.line.len() <= MAX_SSE_LINE);
+}
+
+#[test]
+fn provider_tool_calls_are_counted_in_a_whole_responses_body() {
+    let body = r#"{"model":"m","output":[
+        {"type":"web_search_call","id":"ws_1","status":"completed","action":{"type":"search","query":"q"}},
+        {"type":"function_call","id":"fc_1","name":"f","arguments":"{}"},
+        {"type":"mcp_list_tools","id":"ml_1","server_label":"s","tools":[]},
+        {"type":"mcp_call","id":"mcp_1","server_label":"s","name":"t","arguments":"{}"},
+        {"type":"web_search_call","id":"ws_2","status":"completed"},
+        {"type":"message","id":"msg_1","content":[]}],
+        "usage":{"input_tokens":5,"output_tokens":1}}"#;
+    let metered = from_json(body.as_bytes()).unwrap();
+    assert_eq!(
+        metered.calls,
+        [("mcp_call".to_owned(), 1), ("web_search_call".to_owned(), 2)].into()
+    );
+    assert!(from_json(CHAT.as_bytes()).unwrap().calls.is_empty());
+}
+
+#[test]
+fn provider_tool_calls_are_counted_in_a_stream_whichever_event_reports_them() {
+    let item = |id: &str| format!(r#"{{"type":"mcp_call","id":"{id}","status":"completed"}}"#);
+    let done = |id: &str| {
+        format!(
+            "event: response.output_item.done\ndata: {{\"type\":\"response.output_item.done\",\"item\":{}}}\n\n",
+            item(id)
+        )
+    };
+    let added = format!(
+        "event: response.output_item.added\ndata: {{\"type\":\"response.output_item.added\",\"item\":{}}}\n\n",
+        item("a")
+    );
+    let completed = |output: &str| {
+        format!(
+            "event: response.completed\ndata: {{\"type\":\"response.completed\",\"response\":{{\"model\":\"m\",\"output\":[{output}],\"usage\":{{\"input_tokens\":5,\"output_tokens\":1}}}}}}\n\n"
+        )
+    };
+    // Each item's event and the last event agree: counted once.
+    let mut scanner = SseScanner::new();
+    scanner.push(format!("{added}{}{}{}", done("a"), done("b"), completed(&format!("{},{}", item("a"), item("b")))).as_bytes());
+    assert_eq!(scanner.finish().metered.calls, [("mcp_call".to_owned(), 2)].into());
+    // The last event lists fewer than the items' events said: the larger count is charged.
+    let mut scanner = SseScanner::new();
+    scanner.push(format!("{}{}{}", done("a"), done("b"), completed("")).as_bytes());
+    assert_eq!(scanner.finish().metered.calls, [("mcp_call".to_owned(), 2)].into());
 }

@@ -12,6 +12,7 @@ fn prepared_json(route: Route, body: Value, remaining: Option<f64>) -> Value {
         Bytes::from(body.to_string()),
         &PriceTable::builtin(),
         remaining.is_some(),
+        &[],
     )
     .unwrap();
     let cap = CostLedger::new(remaining)
@@ -27,6 +28,7 @@ fn worst(route: Route, body: Value) -> WorstCase {
         Bytes::from(body.to_string()),
         &PriceTable::builtin(),
         true,
+        &[],
     )
     .unwrap()
     .worst
@@ -91,6 +93,7 @@ fn the_worst_case_counts_every_byte_each_attachment_and_every_choice() {
             input_usd: bytes * 3.0 / 1e6,
             per_output_token_usd: 4.0 * 15.0 / 1e6,
             asked_output_tokens: Some(100),
+            tools_usd: 0.0,
         }
     );
     let request = serde_json::json!({"model": "stet-demo-model", "messages": [{"role": "user", "content": [
@@ -225,10 +228,10 @@ fn under_a_ceiling_a_request_whose_cost_cannot_be_bounded_is_refused() {
     ];
     for (route, body, named) in refused {
         let raw = Bytes::from(body.to_string());
-        let reason = prepare(route, raw.clone(), &PriceTable::builtin(), true).unwrap_err();
+        let reason = prepare(route, raw.clone(), &PriceTable::builtin(), true, &[]).unwrap_err();
         assert!(reason.contains(named), "{body}: {reason}");
         // Without a ceiling the same request passes as it came.
-        let mut prepared = prepare(route, raw.clone(), &PriceTable::builtin(), false).unwrap();
+        let mut prepared = prepare(route, raw.clone(), &PriceTable::builtin(), false, &[]).unwrap();
         assert_eq!(prepared.body(route, None), raw, "{body}");
     }
     let reason = prepare(
@@ -236,6 +239,7 @@ fn under_a_ceiling_a_request_whose_cost_cannot_be_bounded_is_refused() {
         Bytes::from_static(b"not json"),
         &PriceTable::builtin(),
         true,
+        &[],
     )
     .unwrap_err();
     assert!(reason.contains("not a JSON object"), "{reason}");
@@ -245,7 +249,8 @@ fn under_a_ceiling_a_request_whose_cost_cannot_be_bounded_is_refused() {
                 Route::ChatCompletions,
                 Bytes::from(serde_json::json!({"model": "gpt-4o", "tools": [{"type": "function", "function": {"name": "f"}}]}).to_string()),
                 &PriceTable::builtin(),
-                true
+                true,
+                &[],
             )
             .is_ok()
         );
@@ -268,6 +273,7 @@ fn what_openhands_sends_passes_under_a_ceiling() {
             Bytes::from(body.to_string()),
             &PriceTable::builtin(),
             true,
+            &[],
         );
         assert!(prepared.is_ok(), "{body}: {:?}", prepared.err());
     }
@@ -280,6 +286,7 @@ fn what_openhands_sends_passes_under_a_ceiling() {
         Bytes::from(responses.to_string()),
         &PriceTable::builtin(),
         true,
+        &[],
     );
     assert!(prepared.is_ok(), "{:?}", prepared.err());
 }
@@ -336,6 +343,7 @@ fn bodies_the_gateway_does_not_change_pass_byte_for_byte() {
         raw.clone(),
         &PriceTable::builtin(),
         false,
+        &[],
     )
     .unwrap();
     assert_eq!(prepared.model.as_deref(), Some("m"));
@@ -346,6 +354,7 @@ fn bodies_the_gateway_does_not_change_pass_byte_for_byte() {
         garbage.clone(),
         &PriceTable::builtin(),
         false,
+        &[],
     )
     .unwrap();
     assert_eq!(prepared.model, None);
@@ -403,4 +412,69 @@ fn long_paths_are_shortened_on_a_char_boundary() {
     assert!(shown.len() <= MAX_SHOWN_PATH + '…'.len_utf8());
     assert!(shown.ends_with('…'));
     assert_eq!(shown_path("/v1/x"), "/v1/x");
+}
+
+#[test]
+fn enabled_provider_tools_pass_under_a_ceiling_with_their_calls_reserved_and_bounded() {
+    let enabled = |name: &str, price_usd| ProviderCall {
+        name: name.to_owned(),
+        price_usd,
+        host: None,
+    };
+    // Responses: the calls are bounded by `max_tool_calls`, forced when the request sets none.
+    let body = serde_json::json!({"model": "stet-demo-model", "input": "hi",
+        "tools": [{"type": "web_search"}, {"type": "function", "name": "f", "parameters": {}}]});
+    let mut prepared = prepare(
+        Route::Responses,
+        Bytes::from(body.to_string()),
+        &PriceTable::builtin(),
+        true,
+        &[enabled("web_search", 0.01)],
+    )
+    .unwrap();
+    let Some(WorstCase::Priced { tools_usd, .. }) = prepared.worst.clone() else {
+        panic!("priced");
+    };
+    let calls = crate::gateway::tool_calls::CALLS_PER_REQUEST;
+    assert!((tools_usd - calls as f64 * 0.01).abs() < 1e-12, "{tools_usd}");
+    let sent: Value = serde_json::from_slice(&prepared.body(Route::Responses, Some(10))).unwrap();
+    assert_eq!(sent["max_tool_calls"], calls);
+    // A bound of its own is kept and reserved; one stet cannot read is replaced.
+    for (asked, kept) in [(serde_json::json!(2), 2), (serde_json::json!("1e6"), calls)] {
+        let mut body = body.clone();
+        body["max_tool_calls"] = asked;
+        let mut prepared = prepare(
+            Route::Responses,
+            Bytes::from(body.to_string()),
+            &PriceTable::builtin(),
+            true,
+            &[enabled("web_search", 0.01)],
+        )
+        .unwrap();
+        let sent: Value = serde_json::from_slice(&prepared.body(Route::Responses, None)).unwrap();
+        assert_eq!(sent["max_tool_calls"], kept);
+    }
+    // Chat Completions: an enabled field is one call per request.
+    let body = serde_json::json!({"model": "stet-demo-model", "messages": [], "web_search_options": {}});
+    let prepared = prepare(
+        Route::ChatCompletions,
+        Bytes::from(body.to_string()),
+        &PriceTable::builtin(),
+        true,
+        &[enabled("web_search_options", 0.03)],
+    )
+    .unwrap();
+    assert!(matches!(
+        prepared.worst,
+        Some(WorstCase::Priced { tools_usd, .. }) if (tools_usd - 0.03).abs() < 1e-12
+    ));
+    // Not enabled, the same tool is still refused under the ceiling.
+    let refused = prepare(
+        Route::ChatCompletions,
+        Bytes::from(body.to_string()),
+        &PriceTable::builtin(),
+        true,
+        &[],
+    );
+    assert!(refused.is_err());
 }
