@@ -27,6 +27,7 @@ mod hostile_repo;
 mod image;
 mod journal;
 mod openhands_live;
+mod origin_listener;
 mod push;
 mod redteam_forges;
 mod redteam_origins;
