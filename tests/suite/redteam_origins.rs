@@ -323,6 +323,7 @@ async fn is_cut(operation: Operation, stalled: &'static str, how: Stalling) {
         "{case}: the error names the origin and the request: {err}"
     );
     assert!(!err.contains(&canary), "{case}: the error shows the credential: {err}");
+    eprintln!("{case}: {err}");
 }
 
 /// Before: the guard bounded only the wait for an answer's head (60 s), so a front end that sent a
