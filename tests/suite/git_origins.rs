@@ -5,18 +5,14 @@
 //! prove it. Run for each forge's git transport (GitHub, Gitea, GitLab) and each credential provider
 //! that needs no forge to mint (`local`, and `fallback`, which hands out the user's primary token).
 
-use std::io::{Read as _, Write as _};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use git2::Repository;
 
 use stet_engine::brief::Target;
 use stet_engine::dispatch::branch::CommitSha;
 use stet_engine::dispatch::credential::{
-    CredentialProvider, LocalCredentialProvider, ScopedCredential, SecretValue, random_token,
+    CredentialProvider, LocalCredentialProvider, SecretValue, random_token,
 };
 use stet_engine::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
 use stet_engine::forge::checkout_remotes::CheckoutRemotes;
@@ -30,95 +26,8 @@ use stet_engine::forge::{Forge, Preflight, PushBranch};
 use stet_engine::git::push::{PushError, fetch_commit, remote_refs};
 
 use super::git_http::{GitHttpServer, Redirect, RequestKind};
+use super::origin_listener::{Listener, REPO, mint, mint_blocking, seeded};
 use super::support::git;
-
-const REPO: &str = "octo/app";
-
-/// A listener that only records: every connection it accepts and the bytes that arrived before the
-/// end of a request head, answered with a Basic challenge (bait for a credential).
-struct Trap {
-    address: SocketAddr,
-    connections: Recorded,
-    stopping: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-/// What a settle probe sends, so the trap tells it from a client's connection.
-const SETTLE: &[u8] = b"STET-TRAP-SETTLE\n";
-
-/// The bytes each accepted connection sent, in the order accepted.
-type Recorded = Arc<Mutex<Vec<Arc<Mutex<Vec<u8>>>>>>;
-
-impl Trap {
-    fn start() -> Trap {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-        let address = listener.local_addr().unwrap();
-        let connections: Recorded = Arc::default();
-        let stopping = Arc::new(AtomicBool::new(false));
-        let (recorded, stop) = (Arc::clone(&connections), Arc::clone(&stopping));
-        let thread = std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                if stop.load(Ordering::SeqCst) {
-                    return;
-                }
-                let Ok(mut stream) = stream else { continue };
-                let bytes = Arc::new(Mutex::new(Vec::new()));
-                recorded.lock().unwrap().push(Arc::clone(&bytes));
-                std::thread::spawn(move || {
-                    stream
-                        .set_read_timeout(Some(Duration::from_secs(5)))
-                        .unwrap();
-                    let mut buffer = [0; 4096];
-                    while let Ok(read) = stream.read(&mut buffer) {
-                        if read == 0 {
-                            break;
-                        }
-                        let mut bytes = bytes.lock().unwrap();
-                        bytes.extend_from_slice(&buffer[..read]);
-                        if bytes.starts_with(SETTLE)
-                            || bytes.windows(4).any(|window| window == b"\r\n\r\n")
-                            || bytes.len() > 64 * 1024
-                        {
-                            break;
-                        }
-                    }
-                    let _ = stream.write_all(b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"trap\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-                });
-            }
-        });
-        Trap {
-            address,
-            connections,
-            stopping,
-            thread: Some(thread),
-        }
-    }
-
-    /// Waits until the trap accepted every connection made before this call (it accepts in order, so
-    /// once a probe made now is accepted, so are they), then returns what those connections sent.
-    fn settle(&self) -> Vec<Vec<u8>> {
-        let mut probe = TcpStream::connect(self.address).unwrap();
-        probe.write_all(SETTLE).unwrap();
-        let mut answer = Vec::new();
-        let _ = probe.read_to_end(&mut answer);
-        let connections = self.connections.lock().unwrap();
-        connections
-            .iter()
-            .map(|bytes| bytes.lock().unwrap().clone())
-            .filter(|bytes| !bytes.starts_with(SETTLE))
-            .collect()
-    }
-}
-
-impl Drop for Trap {
-    fn drop(&mut self) {
-        self.stopping.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(self.address);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
 
 /// Where a redirect leads.
 #[derive(Debug, Clone, Copy)]
@@ -188,11 +97,7 @@ async fn redirects_never_carry_the_credential(kind: Kind, provider_kind: Provide
             "the test configures no narrow credential",
         )),
     };
-    let credential = Arc::new(
-        ScopedCredential::mint(provider, REPO, "stet/origins", Duration::from_secs(300))
-            .await
-            .unwrap(),
-    );
+    let credential = Arc::new(mint(provider).await);
     let canary = credential.host_push_secret().expose_secret().to_owned();
     if matches!(provider_kind, Provider::Fallback) {
         assert_eq!(canary, primary, "fallback hands out the primary token");
@@ -206,16 +111,10 @@ async fn redirects_never_carry_the_credential(kind: Kind, provider_kind: Provide
     let url = server.url(REPO);
     let git_url = url.trim_end_matches(&format!("/{REPO}.git")).to_owned();
     let origin = format!("http://{}", server.address());
-    let trap = Trap::start();
+    let trap = Listener::trap();
 
     let repo = dir.path().join("app");
-    std::fs::create_dir(&repo).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    std::fs::write(repo.join("README.md"), "app\n").unwrap();
-    git(&repo, &["add", "."]);
-    git(&repo, &["commit", "-q", "-m", "initial"]);
-    git(&repo, &["push", "-q", remote.to_str().unwrap(), "main"]);
-    let base = CommitSha::parse(&git(&repo, &["rev-parse", "HEAD"])).unwrap();
+    let base = CommitSha::parse(&seeded(&repo, &remote)).unwrap();
     std::fs::write(repo.join("result.txt"), "the agent's result\n").unwrap();
     git(&repo, &["add", "."]);
     git(&repo, &["commit", "-q", "-m", "result"]);
@@ -242,14 +141,14 @@ async fn redirects_never_carry_the_credential(kind: Kind, provider_kind: Provide
                     "{kind:?}/{provider_kind:?}: {request_kind:?} redirected to {elsewhere:?} (after the credential was checked: {after_auth})"
                 );
                 let location = match elsewhere {
-                    Elsewhere::Port => format!("http://{}", trap.address),
+                    Elsewhere::Port => format!("http://{}", trap.address()),
                     Elsewhere::HostName => format!("http://localhost:{}", server.address().port()),
-                    Elsewhere::Scheme => format!("https://{}", trap.address),
+                    Elsewhere::Scheme => format!("https://{}", trap.address()),
                 };
                 let to = match elsewhere {
-                    Elsewhere::Port => format!("http://127.0.0.1:{}", trap.address.port()),
+                    Elsewhere::Port => format!("http://127.0.0.1:{}", trap.address().port()),
                     Elsewhere::HostName => format!("http://localhost:{}", server.address().port()),
-                    Elsewhere::Scheme => format!("https://127.0.0.1:{}", trap.address.port()),
+                    Elsewhere::Scheme => format!("https://127.0.0.1:{}", trap.address().port()),
                 };
                 server.redirect(Some(Redirect {
                     kind: request_kind,
@@ -405,38 +304,29 @@ fn the_repositorys_git_configuration_cannot_move_the_credential() {
         Arc::new(move |repo: &str, _user: &str, password: &str| repo == REPO && password == only),
     );
     server.create_bare(REPO);
-    let trap = Trap::start();
+    let trap = Listener::trap();
     let user = dir.path().join("user");
     let repository = Repository::init(&user).unwrap();
     let mut config = repository.config().unwrap();
     config
-        .set_str("http.proxy", &format!("http://{}", trap.address))
+        .set_str("http.proxy", &format!("http://{}", trap.address()))
         .unwrap();
     config.set_str("http.followRedirects", "true").unwrap();
     server.redirect(Some(Redirect {
         kind: RequestKind::UploadRefs,
-        location: format!("http://{}", trap.address),
+        location: format!("http://{}", trap.address()),
         after_auth: true,
         once: false,
     }));
-    let provider = Arc::new(FallbackCredentialProvider::new(
+    let credential = mint_blocking(Arc::new(FallbackCredentialProvider::new(
         SecretValue::new(canary.clone()),
         "test",
-    ));
-    let credential = tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(ScopedCredential::mint(
-            provider,
-            REPO,
-            "stet/origins",
-            Duration::from_secs(300),
-        ))
-        .unwrap();
+    )));
     let err = remote_refs(&user, &server.url(REPO), Some(&credential)).unwrap_err();
     assert!(matches!(err, PushError::RedirectRefused { .. }), "{err}");
     config
         .set_str(
-            &format!("url.http://{}/.insteadOf", trap.address),
+            &format!("url.http://{}/.insteadOf", trap.address()),
             &format!("http://{}/", server.address()),
         )
         .unwrap();
@@ -463,25 +353,11 @@ fn a_redirect_within_the_origin_is_followed_and_a_challenge_on_it_crashes_nothin
     );
     let remote = server.create_bare(REPO);
     let seed = dir.path().join("seed");
-    std::fs::create_dir(&seed).unwrap();
-    git(&seed, &["init", "-q", "-b", "main"]);
-    std::fs::write(seed.join("README.md"), "app\n").unwrap();
-    git(&seed, &["add", "."]);
-    git(&seed, &["commit", "-q", "-m", "initial"]);
-    git(&seed, &["push", "-q", remote.to_str().unwrap(), "main"]);
-    let main = git(&seed, &["rev-parse", "HEAD"]);
-    let credential = tokio::runtime::Runtime::new()
-        .unwrap()
-        .block_on(ScopedCredential::mint(
-            Arc::new(FallbackCredentialProvider::new(
-                SecretValue::new(canary.clone()),
-                "test",
-            )),
-            REPO,
-            "stet/origins",
-            Duration::from_secs(300),
-        ))
-        .unwrap();
+    let main = seeded(&seed, &remote);
+    let credential = mint_blocking(Arc::new(FallbackCredentialProvider::new(
+        SecretValue::new(canary.clone()),
+        "test",
+    )));
     for kind in [RequestKind::UploadRefs, RequestKind::ReceiveRefs] {
         for after_auth in [false, true] {
             server.redirect(Some(Redirect {

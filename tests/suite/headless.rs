@@ -1232,6 +1232,70 @@ fn without_push_the_result_is_kept_at_refs_stet_and_nothing_is_pushed() {
     assert_nothing_left(&project.home, dispatch);
 }
 
+/// Files the many-files result adds, each under two directories of 200-character names.
+const MANY_LONG_PATHS: usize = 1_200;
+
+/// An agent that adds [`MANY_LONG_PATHS`] files of about 410-byte paths: before, the `collected`
+/// event listed each (about half a MiB in one event, in the run record and in the theater, and up to
+/// `import.max_files` of them). The event now lists what fits its bounds (1,000 entries, 256 KiB of
+/// paths) and counts the rest, the run record's line stays small, and the progress line still
+/// counts every file.
+#[test]
+fn a_result_of_many_files_is_counted_not_listed_whole_in_the_collected_event() {
+    use stet_engine::dispatch::event::{MAX_LISTED, MAX_LISTED_BYTES};
+    docker_ready();
+    let directory = format!("{}/{}", "a".repeat(200), "b".repeat(200));
+    let steps: Vec<String> = (0..MANY_LONG_PATHS)
+        .map(|file| format!("write = {{ path = \"{directory}/f{file:04}\", content = \"\" }}"))
+        .chain(["finish = \"Added many files.\"".to_owned()])
+        .collect();
+    let project = Project::new(&scenario(
+        &steps.iter().map(String::as_str).collect::<Vec<_>>(),
+    ));
+    let finished = run(project.headless(&[]));
+    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+    let dispatch = finished.dispatch();
+    let (files, not_listed) = finished
+        .events
+        .iter()
+        .find_map(|event| match &event.kind {
+            EventKind::Collected {
+                files,
+                files_not_listed,
+                ..
+            } => Some((files.clone(), *files_not_listed)),
+            _ => None,
+        })
+        .expect("a collected event");
+    let listed_bytes: usize = files.iter().map(|file| file.path.as_str().len()).sum();
+    assert!(
+        files.len() <= MAX_LISTED && listed_bytes <= MAX_LISTED_BYTES,
+        "{} files, {listed_bytes} bytes of paths listed",
+        files.len()
+    );
+    assert!(not_listed > 0, "every file was listed");
+    assert_eq!(files.len() + not_listed, MANY_LONG_PATHS);
+    assert!(files[0].path.as_str().ends_with("/f0000"), "{:?}", files[0]);
+    let record = std::fs::read_to_string(events_file(&project.home, dispatch)).unwrap();
+    let line = record
+        .lines()
+        .find(|line| line.contains("\"kind\":\"collected\""))
+        .expect("the collected event in the run record");
+    assert!(
+        line.len() <= MAX_LISTED_BYTES + 64 * 1024,
+        "the run record's collected event is {} bytes",
+        line.len()
+    );
+    assert!(
+        finished
+            .stderr
+            .contains(&format!("collected {MANY_LONG_PATHS} file(s)")),
+        "{}",
+        finished.stderr
+    );
+    finished.torn_down_cleanly();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Signals and crashes
 // ---------------------------------------------------------------------------------------------

@@ -5,18 +5,25 @@
 //! content is a few bytes (reading one would fail with a corrupt object, not a limit), a destination
 //! left empty, and, against the built binary, stet's peak RSS under a stated bound while real
 //! zero-filled blobs of GiB sit in the repository. A legitimate base with a 150 MiB file dispatches,
-//! and the agent's edit of another file is pushed: the import's limits bound the change only.
+//! and the agent's edit of another file is pushed: the import's limits bound the change only. A
+//! cancel while a large base is written ends the writing and its git processes at once.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use git2::{FileMode, ObjectType, Oid, Repository, Signature};
 use stet_engine::dispatch::branch::CommitSha;
+use stet_engine::dispatch::event::EventKind;
 use stet_engine::dispatch::state::Phase;
 use stet_engine::git::workspace::{BaseLimits, WorkspaceError, materialize_within};
 use stet_engine::runtime::{DEFAULT_SANDBOX_UID, SandboxUser};
 
-use super::headless::{Finished, Project, STET_VARIABLES, docker_ready, run, scenario};
+use super::costly_settings::{assert_went_idle, cpu_over_window};
+use super::headless::{
+    Finished, Project, STET_VARIABLES, Watched, assert_nothing_left, docker_ready, run, scenario,
+    signal,
+};
 use super::support::git;
 
 const GIB: u64 = 1 << 30;
@@ -520,4 +527,116 @@ fn a_base_holding_a_150_mib_file_dispatches_and_the_agents_edit_of_another_file_
         "src/notes.txt"
     );
     finished.torn_down_cleanly();
+}
+
+/// The git processes `pid` started that are still there (running, or ended and not reaped): their
+/// process ids and command names, from `/proc/<child>/stat`.
+fn git_children(pid: u32) -> Vec<(u32, String)> {
+    let mut children = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(child) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        let (Some((_, name)), Some((_, rest))) = (stat.split_once('('), stat.rsplit_once(')'))
+        else {
+            continue;
+        };
+        let name = name.rsplit_once(')').map_or(name, |(name, _)| name);
+        let parent = rest.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok());
+        if parent == Some(pid) && name.starts_with("git") {
+            children.push((child, name.to_owned()));
+        }
+    }
+    children
+}
+
+/// Polls `done` every 20 ms until it holds, for at most `within`; how long it took, or `None`.
+fn within(within: Duration, done: impl Fn() -> bool) -> Option<Duration> {
+    let started = Instant::now();
+    while started.elapsed() < within {
+        if done() {
+            return Some(started.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// How long after the cancel stet's git processes may still be there.
+const GIT_GONE_WITHIN: Duration = Duration::from_secs(3);
+
+/// A base of 100,000 small files (10⁴ directories of ten files, from a few KiB of trees) is being
+/// written when the person cancels. Before, the materialization ran on in its blocking thread, with
+/// its `git cat-file` and `git pack-objects`, until the whole base was on disk, and only then did the
+/// dispatch notice the cancel. Now the git processes are gone within [`GIT_GONE_WITHIN`] of SIGINT,
+/// stet's CPU goes idle once the dispatch ended (exit 3, cancelled before the agent ran), and the
+/// teardown leaves no workspace behind.
+#[test]
+fn cancelling_while_a_large_base_materializes_idles_stet_and_ends_its_git() {
+    docker_ready();
+    let project = Project::new(&scenario(&["finish = \"Nothing to do.\""]));
+    let repo = &project.repo;
+    let small = git(repo, &["hash-object", "-w", "README.md"]);
+    let files: Vec<String> = (0..10)
+        .map(|index| format!("100644 blob {small}\tf{index}"))
+        .collect();
+    let mut tree = mktree(repo, &files);
+    for _ in 0..4 {
+        let lines: Vec<String> = (0..10)
+            .map(|index| format!("040000 tree {tree}\td{index}"))
+            .collect();
+        tree = mktree(repo, &lines);
+    }
+    hostile_branch(&project, "wide", &tree);
+    brief_on(&project, "wide");
+
+    let mut watched = Watched::start(project.headless(&["--timeout", "30m"]));
+    let pid = watched.pid();
+    let provisioning = watched.until("provisioning", |event| {
+        matches!(event.kind, EventKind::Phase { to: Phase::Provisioning, .. })
+    });
+    let dispatch = provisioning.dispatch;
+    let writing = within(Duration::from_secs(120), || {
+        git_children(pid)
+            .iter()
+            .any(|(_, name)| name == "git")
+    });
+    assert!(writing.is_some(), "stet never started git to write the base");
+    let busy = cpu_over_window(pid);
+    let before = git_children(pid);
+    assert!(
+        !before.is_empty(),
+        "the base was written before the cancel; it must be larger for this test"
+    );
+    assert!(signal(pid, "INT").success());
+    let gone = within(GIT_GONE_WITHIN, || git_children(pid).is_empty());
+    assert!(
+        gone.is_some(),
+        "{GIT_GONE_WITHIN:?} after the cancel stet still has its git processes: {:?} (before: {before:?})",
+        git_children(pid)
+    );
+    eprintln!(
+        "git processes {before:?} gone {:?} after the cancel",
+        gone.unwrap_or_default()
+    );
+    watched.until("the dispatch's end", |event| {
+        matches!(event.kind, EventKind::Finished { .. })
+    });
+    let after_cancel = cpu_over_window(pid);
+    let finished = watched.finish();
+    assert_eq!(finished.code(), Some(3), "{finished:#?}");
+    let (outcome, _, reason) = finished.outcome();
+    assert_eq!(outcome, Phase::Cancelled, "{reason:?}");
+    assert!(
+        !finished.events.iter().any(|event| matches!(
+            event.kind,
+            EventKind::Phase { to: Phase::Running, .. }
+        )),
+        "the agent ran: the cancel did not land during the materialization"
+    );
+    assert_went_idle(busy, after_cancel, "materializing");
+    assert_nothing_left(&project.home, dispatch);
 }

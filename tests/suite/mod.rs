@@ -28,6 +28,7 @@ mod image;
 mod journal;
 mod openhands_live;
 mod provider_tools;
+mod origin_listener;
 mod push;
 mod redteam_forges;
 mod redteam_model;

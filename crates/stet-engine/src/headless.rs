@@ -207,6 +207,7 @@ pub fn progress_line(event: &Event) -> Option<String> {
         EventKind::Warning { message } => format!("warning: {}", progress_text(message.as_str())),
         EventKind::Collected {
             files,
+            files_not_listed,
             insertions,
             deletions,
             reference,
@@ -215,13 +216,13 @@ pub fn progress_line(event: &Event) -> Option<String> {
         } => {
             let mut line = format!(
                 "collected {} file(s), +{insertions} -{deletions}, kept at {reference}",
-                files.len()
+                files.len() + files_not_listed
             );
-            if !gate.held.is_empty() || !gate.secrets.is_empty() {
+            let held = gate.held.len() + gate.held_not_listed;
+            let secrets = gate.secrets.len() + gate.secrets_not_listed;
+            if held > 0 || secrets > 0 {
                 line.push_str(&format!(
-                    "; held for approval: {} path(s), {} secret(s)",
-                    gate.held.len(),
-                    gate.secrets.len()
+                    "; held for approval: {held} path(s), {secrets} secret(s)"
                 ));
             }
             line

@@ -223,14 +223,18 @@ pub enum EventKind {
     /// stet imported the agent's work into a trusted commit, kept at `reference` in the repository.
     /// `protected` lists changed paths held for review as `path (rule)`, `held` the same with the
     /// rule apart, and `secrets` what the scan of the added content found; the patch is in the run
-    /// record's `diff.patch`.
+    /// record's `diff.patch`. Each list holds its first [`MAX_LISTED`] entries (and at most
+    /// [`MAX_LISTED_BYTES`] of paths); a `*_not_listed` count says how many more there are.
     Collected {
         /// The trusted commit stet made of the agent's work.
         commit: CommitSha,
         /// Where it is kept: `refs/stet/<dispatch id>`.
         reference: SanitizedText,
-        /// Each changed file.
+        /// The changed files, in path order, up to the bound.
         files: Vec<ChangedPath>,
+        /// Changed files past the bound, counted but not listed.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        files_not_listed: usize,
         /// Lines added in all.
         insertions: usize,
         /// Lines removed in all.
@@ -342,6 +346,23 @@ pub struct GateFindings {
     /// What the scan of the added content found.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<SecretReport>,
+    /// Held paths past the bound of `protected` and `held`, counted but not listed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub held_not_listed: usize,
+    /// Findings past the bound of `secrets`, counted but not listed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub secrets_not_listed: usize,
+}
+
+/// The most entries each list of a `collected` event holds: a result of many files (up to
+/// `import.max_files`) cannot make an event, a run record or the theater hold megabytes of paths.
+pub const MAX_LISTED: usize = 1000;
+
+/// The most bytes of paths each list of a `collected` event holds (paths run to 4 KiB each).
+pub const MAX_LISTED_BYTES: usize = 256 << 10;
+
+fn is_zero(count: &usize) -> bool {
+    *count == 0
 }
 
 /// A changed path held for a person's approval, and the rule (or rules) holding it.

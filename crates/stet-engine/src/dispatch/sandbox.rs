@@ -20,7 +20,7 @@ use crate::dispatch::journal::{Journal, JournalEntry, JournalError, Resource};
 use crate::dispatch::remove_tree::remove_tree;
 use crate::dispatch::socket_dir::{SocketDirError, SocketPlace};
 use crate::git::push::{PushError, fetch_commit};
-use crate::git::workspace::{BaseLimits, Materialized, WorkspaceError, materialize_within};
+use crate::git::workspace::{BaseLimits, Materialized, WorkspaceError, materialize_until};
 use crate::runtime::{
     ContainerRuntime, DispatchLimits, ExecExit, ImageRef, NetworkPolicy, OutputChunk, PullProgress,
     Removal, RuntimeError, SandboxProcess, SandboxSpec, SandboxUser, state_label,
@@ -596,6 +596,9 @@ async fn provision_steps(
         // someone else); every entry inside is handed to the sandbox user as it is written.
         let (destination, owner) = (workspace.clone(), request.user);
         let credential = sandbox.credential.clone();
+        // Provisioning waits for the materialization: told of a stop (cancel or timeout), it ends at
+        // the next entry or MiB, its git processes with it, and the teardown removes what it wrote.
+        let stop = stop.clone();
         let materialized = tokio::task::spawn_blocking(move || {
             if let Some(fetch) = &source.fetch
                 && !has_commit(&source.repository, &source.base)
@@ -608,13 +611,18 @@ async fn provision_steps(
                     credential.as_deref(),
                 )?;
             }
-            Ok::<_, SandboxError>(materialize_within(
+            let stopped = || stop.is_cancelled();
+            match materialize_until(
                 &source.repository,
                 &source.base,
                 &destination,
                 owner,
                 &source.limits,
-            )?)
+                &stopped,
+            ) {
+                Err(WorkspaceError::Stopped { .. }) => Err(SandboxError::Stopped),
+                materialized => Ok::<_, SandboxError>(materialized?),
+            }
         })
         .await
         .map_err(|error| SandboxError::WorkspaceTask(error.to_string()))??;

@@ -12,7 +12,6 @@
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HOST, HeaderName, LOCATION, WWW_AUTHENTICATE};
@@ -25,11 +24,10 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use tokio::sync::oneshot;
 
-/// How long the checked origin has to answer a request's head once it was sent, as a REST request
-/// has: a front end that reads and never answers cannot hold a git operation (and its blocking
-/// thread, the dispatch or `stet doctor`) for ever. A body that trickles is not bounded by it
-/// (docs/security.md, "The origin rule").
-const ANSWER_DEADLINE: Duration = Duration::from_secs(60);
+mod pace;
+
+pub use pace::{Stall, StallKind, TransferBounds};
+use pace::{Meter, Metered};
 
 /// Headers of one hop only: never forwarded in either direction.
 const HOP_BY_HOP: [&str; 9] = [
@@ -113,7 +111,11 @@ struct Shared {
     /// `http://127.0.0.1:<port>/<nonce>`.
     local_base: String,
     refused: Mutex<Option<RefusedRedirect>>,
-    client: Client<HttpsConnector<HttpConnector>, Incoming>,
+    /// The first exchange cut for moving too slowly, if any.
+    stalled: Arc<Mutex<Option<Stall>>>,
+    /// How slowly one exchange may move (a front end that never answers, or trickles, is cut).
+    bounds: TransferBounds,
+    client: Client<HttpsConnector<HttpConnector>, Metered<Incoming>>,
 }
 
 /// A forwarder on `127.0.0.1:<ephemeral>` to one checked origin, for the lifetime of one git operation.
@@ -137,8 +139,14 @@ impl fmt::Debug for OriginGuard {
 
 impl OriginGuard {
     /// Starts a guard in front of `url` (an `https://…` URL, or `http://` to loopback: the caller has
-    /// checked it). libgit2 is then given [`OriginGuard::local_url`] instead.
+    /// checked it), with the default [`TransferBounds`]. libgit2 is then given
+    /// [`OriginGuard::local_url`] instead.
     pub fn start(url: &str) -> Result<OriginGuard, GuardError> {
+        OriginGuard::start_within(url, TransferBounds::default())
+    }
+
+    /// [`OriginGuard::start`] with the given bounds on each exchange.
+    pub fn start_within(url: &str, bounds: TransferBounds) -> Result<OriginGuard, GuardError> {
         let not_http = || GuardError::NotHttp {
             url: shown_origin(url),
         };
@@ -175,6 +183,8 @@ impl OriginGuard {
             prefix,
             local_base,
             refused: Mutex::new(None),
+            stalled: Arc::default(),
+            bounds,
             client: crate::forge::rest::https_client(),
         });
         let (shutdown, stop) = oneshot::channel();
@@ -216,6 +226,15 @@ impl OriginGuard {
     pub fn refused(&self) -> Option<RefusedRedirect> {
         self.shared
             .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The first exchange the guard cut for moving too slowly, if any.
+    pub fn stalled(&self) -> Option<Stall> {
+        self.shared
+            .stalled
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
@@ -267,7 +286,7 @@ async fn serve(
     }
 }
 
-type Body = Either<Incoming, Full<Bytes>>;
+type Body = Either<Metered<Incoming>, Full<Bytes>>;
 
 fn plain(status: StatusCode, text: String) -> Response<Body> {
     let mut response = Response::new(Either::Right(Full::new(Bytes::from(text))));
@@ -297,21 +316,22 @@ async fn forward(shared: &Shared, request: Request<Incoming>) -> Response<Body> 
     parts.uri = uri;
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.remove(HOST);
-    let answer = match tokio::time::timeout(
-        ANSWER_DEADLINE,
-        shared.client.request(Request::from_parts(parts, body)),
-    )
-    .await
-    {
+    let meter = Meter::new(
+        shared.bounds,
+        shown_request.clone(),
+        Arc::clone(&shared.stalled),
+    );
+    let sending = shared.client.request(Request::from_parts(
+        parts,
+        Metered::counting(body, Arc::clone(&meter)),
+    ));
+    let answer = match meter.within(sending).await {
         Ok(Ok(answer)) => answer,
-        Err(_) => {
+        Err(stall) => {
+            tracing::warn!(origin = %shared.origin, %stall, "a git remote moved too slowly; the exchange was cut");
             return plain(
                 StatusCode::GATEWAY_TIMEOUT,
-                format!(
-                    "{}: no answer to {shown_request} within {} s",
-                    shared.origin,
-                    ANSWER_DEADLINE.as_secs()
-                ),
+                format!("{}: {stall}", shared.origin),
             );
         }
         Ok(Err(err)) => {
@@ -352,7 +372,7 @@ async fn forward(shared: &Shared, request: Request<Incoming>) -> Response<Body> 
             None => {}
         }
     }
-    Response::from_parts(parts, Either::Left(body))
+    Response::from_parts(parts, Either::Left(Metered::enforcing(body, meter)))
 }
 
 /// A redirect's `Location` as the guard's own URL when it stays within the checked origin; otherwise

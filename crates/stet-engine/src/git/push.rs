@@ -22,7 +22,7 @@ use git2::{
 
 use crate::dispatch::branch::{BranchError, CommitSha, validate_ref_format};
 use crate::dispatch::credential::ScopedCredential;
-use crate::git::origin_guard::{Origin, OriginGuard};
+use crate::git::origin_guard::{Origin, OriginGuard, TransferBounds};
 
 /// The user name presented with a scoped credential over HTTP(S) (GitHub's convention).
 pub const PUSH_USERNAME: &str = "x-access-token";
@@ -91,6 +91,12 @@ pub enum PushError {
     },
     #[error("remote {url}: {detail}")]
     Guard { url: String, detail: String },
+    #[error("remote {url}: {origin} was cut off for moving too slowly: {detail}")]
+    Stalled {
+        url: String,
+        origin: String,
+        detail: String,
+    },
     #[error(
         "remote {url}: the credential was refused (presented {attempts} time(s)): it is wrong, expired or revoked, or has no access to this repository"
     )]
@@ -163,6 +169,11 @@ pub struct PushRequest<'a> {
 
 /// Pushes `<commit>:refs/heads/<branch>`; never forces. Blocking: callers use `spawn_blocking`.
 pub fn push(request: &PushRequest<'_>) -> Result<()> {
+    push_within(request, TransferBounds::default())
+}
+
+/// [`push`] with the given bounds on how slowly each exchange with the remote may move.
+pub fn push_within(request: &PushRequest<'_>, bounds: TransferBounds) -> Result<()> {
     check_url(request.url)?;
     validate_ref_format(request.branch).map_err(|source| PushError::InvalidBranch {
         branch: request.branch.to_owned(),
@@ -171,7 +182,7 @@ pub fn push(request: &PushRequest<'_>) -> Result<()> {
     let reference = format!("refs/heads/{}", request.branch);
     let repository = open_repository(request.repository)?;
     find_commit(&repository, request.commit, request.repository)?;
-    let route = Route::to(request.url)?;
+    let route = Route::to(request.url, bounds)?;
     let exchange = Exchange::new(request.credential, &route);
     let mut remote = route.remote(&repository)?;
     let mut options = PushOptions::new();
@@ -203,9 +214,19 @@ pub fn remote_refs(
     url: &str,
     credential: Option<&ScopedCredential>,
 ) -> Result<BTreeMap<String, CommitSha>> {
+    remote_refs_within(repository, url, credential, TransferBounds::default())
+}
+
+/// [`remote_refs`] with the given bounds on how slowly each exchange with the remote may move.
+pub fn remote_refs_within(
+    repository: &Path,
+    url: &str,
+    credential: Option<&ScopedCredential>,
+    bounds: TransferBounds,
+) -> Result<BTreeMap<String, CommitSha>> {
     check_url(url)?;
     let opened = open_repository(repository)?;
-    let route = Route::to(url)?;
+    let route = Route::to(url, bounds)?;
     let exchange = Exchange::new(credential, &route);
     let mut remote = route.remote(&opened)?;
     let list_failure = |detail: String| PushError::ListFailed {
@@ -224,9 +245,11 @@ pub fn remote_refs(
                 .refusal(&exchange, &err)
                 .unwrap_or_else(|| list_failure(route.detail(&err)))
         })?;
-    let heads = connection
-        .list()
-        .map_err(|err| list_failure(route.detail(&err)))?;
+    let heads = connection.list().map_err(|err| {
+        route
+            .refusal(&exchange, &err)
+            .unwrap_or_else(|| list_failure(route.detail(&err)))
+    })?;
     let mut refs = BTreeMap::new();
     for head in heads {
         if head.name().ends_with("^{}") {
@@ -250,6 +273,25 @@ pub fn fetch_commit(
     commit: &CommitSha,
     credential: Option<&ScopedCredential>,
 ) -> Result<()> {
+    fetch_commit_within(
+        repository,
+        url,
+        branch,
+        commit,
+        credential,
+        TransferBounds::default(),
+    )
+}
+
+/// [`fetch_commit`] with the given bounds on how slowly each exchange with the remote may move.
+pub fn fetch_commit_within(
+    repository: &Path,
+    url: &str,
+    branch: &str,
+    commit: &CommitSha,
+    credential: Option<&ScopedCredential>,
+    bounds: TransferBounds,
+) -> Result<()> {
     check_url(url)?;
     validate_ref_format(branch).map_err(|source| PushError::InvalidBranch {
         branch: branch.to_owned(),
@@ -259,7 +301,7 @@ pub fn fetch_commit(
     if find_commit(&opened, commit, repository).is_ok() {
         return Ok(());
     }
-    let route = Route::to(url)?;
+    let route = Route::to(url, bounds)?;
     let exchange = Exchange::new(credential, &route);
     let mut remote = route.remote(&opened)?;
     let mut options = FetchOptions::new();
@@ -509,10 +551,11 @@ struct Route<'u> {
 }
 
 impl<'u> Route<'u> {
-    /// A route to `url`, which [`check_url`] accepted.
-    fn to(url: &'u str) -> Result<Route<'u>> {
+    /// A route to `url`, which [`check_url`] accepted; each exchange through its guard within
+    /// `bounds`.
+    fn to(url: &'u str, bounds: TransferBounds) -> Result<Route<'u>> {
         let guard = match Origin::of(url) {
-            Some(_) => Some(OriginGuard::start(url).map_err(|err| PushError::Guard {
+            Some(_) => Some(OriginGuard::start_within(url, bounds).map_err(|err| PushError::Guard {
                 url: url.to_owned(),
                 detail: err.to_string(),
             })?),
@@ -541,18 +584,25 @@ impl<'u> Route<'u> {
         })
     }
 
-    /// The error for a redirect the guard refused, or for a credential the callback refused or the
-    /// remote did not take.
+    /// The error for a redirect the guard refused or an exchange it cut, or for a credential the
+    /// callback refused or the remote did not take.
     fn refusal(&self, exchange: &Exchange<'_>, err: &git2::Error) -> Option<PushError> {
-        if let Some(guard) = &self.guard
-            && let Some(refused) = guard.refused()
-        {
-            return Some(PushError::RedirectRefused {
-                url: self.url.to_owned(),
-                from: guard.origin().to_string(),
-                to: refused.to,
-                request: refused.request,
-            });
+        if let Some(guard) = &self.guard {
+            if let Some(refused) = guard.refused() {
+                return Some(PushError::RedirectRefused {
+                    url: self.url.to_owned(),
+                    from: guard.origin().to_string(),
+                    to: refused.to,
+                    request: refused.request,
+                });
+            }
+            if let Some(stall) = guard.stalled() {
+                return Some(PushError::Stalled {
+                    url: self.url.to_owned(),
+                    origin: guard.origin().to_string(),
+                    detail: stall.to_string(),
+                });
+            }
         }
         exchange.auth_failure(self.url, err)
     }

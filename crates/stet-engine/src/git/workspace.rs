@@ -86,6 +86,11 @@ pub enum WorkspaceError {
     #[error("the base {commit} cannot be materialized: {detail}")]
     Malformed { commit: CommitSha, detail: String },
 
+    #[error(
+        "materializing the base {commit} was stopped (the dispatch was cancelled or timed out); its git processes were ended"
+    )]
+    Stopped { commit: CommitSha },
+
     #[error("{commit} names a {kind} in {}, not a commit", repository.display())]
     BaseNotCommit {
         commit: CommitSha,
@@ -183,10 +188,26 @@ pub fn materialize_within(
     owner: SandboxUser,
     limits: &BaseLimits,
 ) -> Result<Materialized> {
+    materialize_until(repository, base, destination, owner, limits, &|| false)
+}
+
+/// [`materialize_within`] that ends with [`WorkspaceError::Stopped`] once `stopped` says so (the
+/// dispatch was cancelled or timed out): the survey asks at each tree entry, the checkout at each
+/// entry and each MiB of a file, and its `git cat-file` and `git pack-objects` are killed and
+/// reaped before it returns. What was written stays for the caller to remove.
+pub fn materialize_until(
+    repository: &Path,
+    base: &CommitSha,
+    destination: &Path,
+    owner: SandboxUser,
+    limits: &BaseLimits,
+    stopped: &(dyn Fn() -> bool + Sync),
+) -> Result<Materialized> {
     let context = Context {
         repository,
         base,
         destination,
+        stopped,
     };
     refuse_unusable_destination(destination)?;
     let source = Repository::open_ext(
@@ -216,6 +237,7 @@ pub fn materialize_within(
     let mut objects = vec![commit];
     objects.extend(surveyed.objects);
     let pack_directory = target.path().join("objects").join("pack");
+    context.stop_point()?;
     let pack = checkout::start_pack(&source, &pack_directory, objects, &context)?;
     let index = match checkout::check_out(&source, root, destination, &context) {
         Ok(index) => index,
@@ -225,6 +247,7 @@ pub fn materialize_within(
         }
     };
     pack.finish(&context)?;
+    context.stop_point()?;
     // A fresh handle sees only the disposable repository's own objects, so a commit missing from the
     // pack fails here rather than in the agent's first git command.
     drop(target);
@@ -245,8 +268,10 @@ pub fn materialize_within(
         })?;
     let handed_over = created_by.uid() != owner.uid || created_by.gid() != owner.gid;
     if handed_over {
+        context.stop_point()?;
         hand_over(destination, owner)?;
     }
+    context.stop_point()?;
     let files = write_index(
         &target,
         index,
@@ -270,14 +295,26 @@ fn open(path: &Path, context: &Context<'_>) -> Result<Repository> {
     .map_err(context.git("opening the repository"))
 }
 
-/// The three paths every error of one materialization names.
+/// The three paths every error of one materialization names, and whether it was told to stop.
 struct Context<'a> {
     repository: &'a Path,
     base: &'a CommitSha,
     destination: &'a Path,
+    stopped: &'a (dyn Fn() -> bool + Sync),
 }
 
 impl Context<'_> {
+    /// [`WorkspaceError::Stopped`] once the materialization was told to stop.
+    fn stop_point(&self) -> Result<()> {
+        if (self.stopped)() {
+            Err(WorkspaceError::Stopped {
+                commit: self.base.clone(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+
     fn io(&self, operation: &'static str, source: std::io::Error) -> WorkspaceError {
         WorkspaceError::Io {
             path: self.repository.to_owned(),

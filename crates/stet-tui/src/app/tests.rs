@@ -194,6 +194,7 @@ impl Script {
             insertions: files.iter().map(|file| file.insertions).sum(),
             deletions: files.iter().map(|file| file.deletions).sum(),
             files,
+            files_not_listed: 0,
             gate: Box::new(GateFindings {
                 protected: held
                     .iter()
@@ -215,6 +216,7 @@ impl Script {
                         known: false,
                     })
                     .collect(),
+                ..GateFindings::default()
             }),
         };
         vec![
@@ -304,6 +306,7 @@ fn a_demo_run_builds_the_timeline_meter_review_and_pull_request() {
                     binary: false,
                     cut: false,
                 }],
+                files_not_listed: 0,
                 insertions: 3,
                 deletions: 1,
                 gate: Box::new(GateFindings {
@@ -313,6 +316,7 @@ fn a_demo_run_builds_the_timeline_meter_review_and_pull_request() {
                         rule: script.text("CI: .github/**"),
                     }],
                     secrets: Vec::new(),
+                    ..GateFindings::default()
                 }),
             },
         ),

@@ -231,8 +231,10 @@ pub struct CollectedResult {
     pub commit: CommitSha,
     /// Where the commit is kept until it is pushed (`refs/stet/<dispatch>`).
     pub reference: SanitizedText,
-    /// The changed paths, each with how it changed.
+    /// The changed paths, each with how it changed (the first of them, when there are many).
     pub files: Vec<ChangedPath>,
+    /// Changed paths the event counted but did not list.
+    pub files_not_listed: usize,
     /// Lines added.
     pub insertions: usize,
     /// Lines removed.
@@ -243,6 +245,10 @@ pub struct CollectedResult {
     pub held: Vec<HeldPathReport>,
     /// Secrets the scan of the added content found.
     pub secrets: Vec<SecretReport>,
+    /// Held paths the event counted but did not list.
+    pub held_not_listed: usize,
+    /// Secrets the event counted but did not list.
+    pub secrets_not_listed: usize,
 }
 
 /// The branch stet pushed.
@@ -426,6 +432,7 @@ impl DispatchView {
                 commit,
                 reference,
                 files,
+                files_not_listed,
                 insertions,
                 deletions,
                 gate,
@@ -434,16 +441,21 @@ impl DispatchView {
                     protected,
                     held,
                     secrets,
+                    held_not_listed,
+                    secrets_not_listed,
                 } = *gate;
                 self.collected = Some(CollectedResult {
                     commit,
                     reference,
                     files,
+                    files_not_listed,
                     insertions,
                     deletions,
                     protected,
                     held,
                     secrets,
+                    held_not_listed,
+                    secrets_not_listed,
                 });
                 self.patch = Some(PatchState::Loading);
             }

@@ -588,6 +588,7 @@ async fn a_collected_result_has_its_patch_read_for_the_review_gate() {
             commit: crate::app::tests::sha(),
             reference: rig.sanitizer.sanitize("refs/stet/x"),
             files: Vec::new(),
+            files_not_listed: 0,
             insertions: 0,
             deletions: 0,
             gate: Box::default(),

@@ -34,12 +34,12 @@ fn alerts(collected: &CollectedResult, width: usize, theme: Theme) -> Vec<Line<'
         lines.push(Line::raw(text::truncate(&format!("  {text}"), width)));
     };
     let secrets = &collected.secrets;
-    if !secrets.is_empty() {
+    let all_secrets = secrets.len() + collected.secrets_not_listed;
+    if all_secrets > 0 {
         lines.push(Line::styled(
             text::truncate(
                 &format!(
-                    "✖ {} secret(s) in the result — masked below, in clear if pushed",
-                    secrets.len()
+                    "✖ {all_secrets} secret(s) in the result — masked below, in clear if pushed"
                 ),
                 width,
             ),
@@ -55,11 +55,9 @@ fn alerts(collected: &CollectedResult, width: usize, theme: Theme) -> Vec<Line<'
                 &mut lines,
             );
         }
-        if secrets.len() > MAX_LISTED {
-            item(
-                format!("… and {} more", secrets.len() - MAX_LISTED),
-                &mut lines,
-            );
+        let shown = secrets.len().min(MAX_LISTED);
+        if all_secrets > shown {
+            item(format!("… and {} more", all_secrets - shown), &mut lines);
         }
     }
     let held: Vec<String> = if collected.held.is_empty() {
@@ -81,12 +79,12 @@ fn alerts(collected: &CollectedResult, width: usize, theme: Theme) -> Vec<Line<'
             })
             .collect()
     };
-    if !held.is_empty() {
+    let all_held = held.len() + collected.held_not_listed;
+    if all_held > 0 {
         lines.push(Line::styled(
             text::truncate(
                 &format!(
-                    "⚠ {} path(s) held for your approval — read them before pushing:",
-                    held.len()
+                    "⚠ {all_held} path(s) held for your approval — read them before pushing:"
                 ),
                 width,
             ),
@@ -95,11 +93,9 @@ fn alerts(collected: &CollectedResult, width: usize, theme: Theme) -> Vec<Line<'
         for entry in held.iter().take(MAX_LISTED) {
             item(entry.clone(), &mut lines);
         }
-        if held.len() > MAX_LISTED {
-            item(
-                format!("… and {} more", held.len() - MAX_LISTED),
-                &mut lines,
-            );
+        let shown = held.len().min(MAX_LISTED);
+        if all_held > shown {
+            item(format!("… and {} more", all_held - shown), &mut lines);
         }
     }
     lines
@@ -195,7 +191,10 @@ pub fn lines(
             ),
             theme.muted(),
         ),
-        Span::raw(format!(" · {} file(s) changed, ", collected.files.len())),
+        Span::raw(format!(
+            " · {} file(s) changed, ",
+            collected.files.len() + collected.files_not_listed
+        )),
         Span::styled(format!("+{}", collected.insertions), theme.success()),
         Span::raw(" "),
         Span::styled(format!("−{}", collected.deletions), theme.error()),
@@ -217,8 +216,9 @@ pub fn lines(
     // The file list gets a third of the room when there is a patch to show below it.
     let has_patch = matches!(&view.patch, Some(PatchState::Loaded(patch)) if !patch.is_empty());
     let file_room = if has_patch { (room / 3).max(2) } else { room };
-    let shown = if collected.files.len() > file_room {
-        file_room.saturating_sub(1)
+    let all_files = collected.files.len() + collected.files_not_listed;
+    let shown = if all_files > file_room {
+        file_room.saturating_sub(1).min(collected.files.len())
     } else {
         collected.files.len()
     };
@@ -239,9 +239,9 @@ pub fn lines(
             Span::styled(format!("{stat:>number_width$}"), theme.muted()),
         ]));
     }
-    if shown < collected.files.len() {
+    if shown < all_files {
         head.push(Line::styled(
-            format!("… and {} more file(s)", collected.files.len() - shown),
+            format!("… and {} more file(s)", all_files - shown),
             theme.muted(),
         ));
     }

@@ -214,6 +214,39 @@ fn review_holding_dangerous_paths_with_their_rules() {
     assert_screen!(screen(&app, 100, 24));
 }
 
+/// A result of more files and held paths than the `collected` event lists: the review counts them
+/// all, and says how many it does not show.
+#[test]
+fn review_counts_the_files_and_held_paths_the_event_did_not_list() {
+    let (mut app, script) = running(100);
+    let mut events = script.to_review(
+        vec![script.changed("src/main.rs", ChangeKind::Modified, 3, 1)],
+        &[("stet.toml", "stet's own configuration")],
+    );
+    for event in &mut events {
+        if let EventKind::Collected {
+            files_not_listed,
+            gate,
+            ..
+        } = &mut event.kind
+        {
+            *files_not_listed = 4_999;
+            gate.held_not_listed = 250;
+        }
+    }
+    app.update(Msg::EngineBatch(events));
+    tick(&mut app, 50);
+    let shown = screen(&app, 100, 24);
+    for expected in [
+        "5000 file(s) changed",
+        "… and 4999 more file(s)",
+        "251 path(s) held",
+        "… and 250 more",
+    ] {
+        assert!(shown.contains(expected), "{expected:?} not in:\n{shown}");
+    }
+}
+
 #[test]
 fn review_holding_a_secret_says_so_above_the_masked_diff() {
     let (mut app, script) = running(100);

@@ -7,7 +7,9 @@ use std::path::Path;
 use crate::dispatch::branch::CommitSha;
 use crate::dispatch::display;
 use crate::dispatch::error::DispatchError;
-use crate::dispatch::event::{ChangedPath, EventKind, GateFindings, HeldPathReport, SecretReport};
+use crate::dispatch::event::{
+    ChangedPath, EventKind, GateFindings, HeldPathReport, MAX_LISTED, MAX_LISTED_BYTES, SecretReport,
+};
 use crate::dispatch::gate::{GateReport, inspect_until, printable};
 use crate::dispatch::order::result_ref;
 use crate::dispatch::record::truncate;
@@ -122,25 +124,51 @@ impl Dispatch {
             if warnings.len() > MAX_NAMED {
                 let more = warnings.len() - MAX_NAMED;
                 warnings.truncate(MAX_NAMED);
-                warnings.push(format!("… and {more} more (listed in the collected event)"));
+                warnings.push(format!(
+                    "… and {more} more (the collected event lists the first {MAX_LISTED})"
+                ));
             }
         }
         for warning in held_warnings.into_iter().chain(secret_warnings) {
             let message = self.sanitize(&warning);
             self.publisher.emit(EventKind::Warning { message }).await;
         }
-        let files = diff
-            .files
-            .iter()
-            .map(|file| ChangedPath {
+        let (files, files_not_listed) = listed(
+            &diff.files,
+            |file| file.path.len(),
+            |file| ChangedPath {
                 path: self.sanitize(&printable(&file.path)),
                 change: file.change,
                 insertions: file.insertions,
                 deletions: file.deletions,
                 binary: file.binary,
                 cut: file.cut,
-            })
-            .collect();
+            },
+        );
+        let (held, held_not_listed) = listed(
+            &gate.held,
+            |held| held.path.len(),
+            |held| {
+                (
+                    self.sanitize(&held.to_string()),
+                    HeldPathReport {
+                        path: self.sanitize(&held.path),
+                        rule: self.sanitize(&held.rule()),
+                    },
+                )
+            },
+        );
+        let (protected, held): (Vec<_>, Vec<_>) = held.into_iter().unzip();
+        let (secrets, secrets_not_listed) = listed(
+            &gate.secrets,
+            |finding| finding.path.len(),
+            |finding| SecretReport {
+                path: self.sanitize(&finding.path),
+                line: finding.line.and_then(|line| u64::try_from(line).ok()),
+                kind: self.sanitize(&finding.kind),
+                known: finding.known,
+            },
+        );
         if let Some(record) = self.publisher.record()
             && let Err(error) = record.write_patch(&self.sanitize(&diff.patch))
         {
@@ -151,32 +179,15 @@ impl Dispatch {
             commit: commit.clone(),
             reference: self.sanitize(&reference),
             files,
+            files_not_listed,
             insertions: diff.insertions,
             deletions: diff.deletions,
             gate: Box::new(GateFindings {
-                protected: gate
-                    .held
-                    .iter()
-                    .map(|held| self.sanitize(&held.to_string()))
-                    .collect(),
-                held: gate
-                    .held
-                    .iter()
-                    .map(|held| HeldPathReport {
-                        path: self.sanitize(&held.path),
-                        rule: self.sanitize(&held.rule()),
-                    })
-                    .collect(),
-                secrets: gate
-                    .secrets
-                    .iter()
-                    .map(|finding| SecretReport {
-                        path: self.sanitize(&finding.path),
-                        line: finding.line.and_then(|line| u64::try_from(line).ok()),
-                        kind: self.sanitize(&finding.kind),
-                        known: finding.known,
-                    })
-                    .collect(),
+                protected,
+                held,
+                secrets,
+                held_not_listed,
+                secrets_not_listed,
             }),
         };
         self.publisher.emit(collected).await;
@@ -210,6 +221,30 @@ impl Dispatch {
         ));
         self.sanitize(&message)
     }
+}
+
+/// The first of `items` that fit in a list of the `collected` event ([`MAX_LISTED`] entries, and
+/// [`MAX_LISTED_BYTES`] as `bytes` measures each), each made by `make` (only those are sanitized),
+/// and how many are left out.
+fn listed<T, U>(
+    items: &[T],
+    bytes: impl Fn(&T) -> usize,
+    make: impl FnMut(&T) -> U,
+) -> (Vec<U>, usize) {
+    let mut budget = MAX_LISTED_BYTES;
+    let fitting = items
+        .iter()
+        .take(MAX_LISTED)
+        .take_while(|item| match budget.checked_sub(bytes(item)) {
+            Some(left) => {
+                budget = left;
+                true
+            }
+            None => false,
+        })
+        .count();
+    let shown = items[..fitting].iter().map(make).collect();
+    (shown, items.len() - fitting)
 }
 
 /// Writes `refs/stet/<dispatch>` at the result, so it is never lost (and is what `--headless`

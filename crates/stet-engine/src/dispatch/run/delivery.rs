@@ -242,7 +242,8 @@ fn needs_approval(gate: &GateReport) -> String {
     format!("the result needs a person's approval: {}", parts.join("; "))
 }
 
-/// The most held paths, or findings, a reason names; the `collected` event lists them all.
+/// The most held paths, or findings, a reason names; the `collected` event lists more (its first
+/// [`MAX_LISTED`](crate::dispatch::event::MAX_LISTED)).
 pub(super) const MAX_NAMED: usize = 12;
 
 pub(super) fn joined<T: std::fmt::Display>(items: &[&T]) -> String {
@@ -253,8 +254,9 @@ pub(super) fn joined<T: std::fmt::Display>(items: &[&T]) -> String {
         .collect();
     if items.len() > MAX_NAMED {
         named.push(format!(
-            "and {} more (listed in the collected event)",
-            items.len() - MAX_NAMED
+            "and {} more (the collected event lists the first {})",
+            items.len() - MAX_NAMED,
+            crate::dispatch::event::MAX_LISTED
         ));
     }
     named.join(", ")

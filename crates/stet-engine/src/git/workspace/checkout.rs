@@ -13,7 +13,8 @@ use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
 
 use git2::{FileMode, IndexEntry, IndexTime, ObjectType, Oid, Repository};
 use rustix::fs::{AtFlags, Mode, OFlags};
@@ -124,35 +125,74 @@ pub(super) fn start_pack(
         }
         stdin.flush()
     });
-    Ok(PackJob { child, feeder })
+    // Read on a thread of its own, so the child never waits on a full pipe while `finish` polls it.
+    let stderr = child.stderr.take();
+    let errors = std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        if let Some(stderr) = stderr {
+            let mut stderr = stderr;
+            let _ = (&mut stderr).take(MAX_TOOL_STDERR).read_to_end(&mut kept);
+            let _ = std::io::copy(&mut stderr, &mut std::io::sink());
+        }
+        kept
+    });
+    Ok(PackJob {
+        child,
+        feeder,
+        errors,
+    })
 }
+
+/// How much of a tool's error output is kept for its error.
+const MAX_TOOL_STDERR: u64 = 64 << 10;
+
+/// How often a waiting [`PackJob::finish`] asks whether the materialization was told to stop.
+const STOP_POLL: Duration = Duration::from_millis(20);
 
 /// A running `git pack-objects`.
 pub(super) struct PackJob {
     child: Child,
     feeder: std::thread::JoinHandle<std::io::Result<()>>,
+    errors: std::thread::JoinHandle<Vec<u8>>,
 }
 
 impl PackJob {
-    /// Stops the pack being written (the checkout failed); what it wrote goes with the workspace.
+    /// Stops the pack being written (the checkout failed or was stopped) and reaps the process; what
+    /// it wrote goes with the workspace.
     pub(super) fn abort(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = self.feeder.join();
+        let _ = self.errors.join();
     }
 
-    /// Waits for the pack to be written.
-    pub(super) fn finish(self, context: &Context<'_>) -> Result<()> {
+    /// Waits for the pack to be written, or, told to stop meanwhile, ends it.
+    pub(super) fn finish(mut self, context: &Context<'_>) -> Result<()> {
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) => {}
+                Err(source) => {
+                    self.abort();
+                    return Err(context.io("waiting for git pack-objects for", source));
+                }
+            }
+            if let Err(stopped) = context.stop_point() {
+                self.abort();
+                return Err(stopped);
+            }
+            std::thread::sleep(STOP_POLL);
+        };
         let fed = self
             .feeder
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        let output = self
-            .child
-            .wait_with_output()
-            .map_err(|source| context.io("waiting for git pack-objects for", source))?;
-        if !output.status.success() {
-            return Err(context.tool("git pack-objects", output.status, &output.stderr));
+        let stderr = self
+            .errors
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        if !status.success() {
+            return Err(context.tool("git pack-objects", status, &stderr));
         }
         fed.map_err(|source| {
             context.io("listing the base's objects to git pack-objects for", source)
@@ -181,41 +221,19 @@ pub(super) fn check_out(
             std::io::Error::other("no pipe"),
         ));
     };
-    let repository = context.repository.to_owned();
-    let base = context.base.clone();
-    let destination_owned = destination.to_owned();
-    // The asking side walks its own handle of the repository.
-    let asking = std::thread::spawn(move || -> Result<()> {
-        let context = Context {
-            repository: &repository,
-            base: &base,
-            destination: &destination_owned,
-        };
-        let source = super::open(&repository, &context)?;
-        let mut stdin = BufWriter::new(stdin);
-        walk(
-            &source,
-            tree,
-            &mut |step| {
-                if let Step::Leaf { id, mode, .. } = step
-                    && is_blob(mode)
-                {
-                    writeln!(stdin, "{id}").map_err(|source| {
-                        context.io("asking git cat-file for a blob of", source)
-                    })?;
-                }
-                Ok(())
-            },
-            &context,
-        )?;
-        stdin
-            .flush()
-            .map_err(|source| context.io("asking git cat-file for a blob of", source))
+    let (written, asked) = std::thread::scope(|scope| {
+        let asking = scope.spawn(|| ask(stdin, tree, context));
+        let written = write_tree(tree, destination, stdout, source, context);
+        if written.is_err() {
+            // Stopped or failed: `cat-file` is ended now, not when it next writes to a closed pipe,
+            // and the asking side's next write fails.
+            let _ = child.kill();
+        }
+        let asked = asking
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (written, asked)
     });
-    let written = write_tree(tree, destination, stdout, source, context);
-    let asked = asking
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
     let output = child
         .wait_with_output()
         .map_err(|source| context.io("waiting for git cat-file for", source))?;
@@ -225,6 +243,31 @@ pub(super) fn check_out(
         return Err(context.tool("git cat-file", output.status, &output.stderr));
     }
     Ok(index)
+}
+
+/// The asking side: names each blob of `tree` to `cat-file`, in walk order, on its own handle of the
+/// repository.
+fn ask(stdin: ChildStdin, tree: Oid, context: &Context<'_>) -> Result<()> {
+    let source = super::open(context.repository, context)?;
+    let mut stdin = BufWriter::new(stdin);
+    walk(
+        &source,
+        tree,
+        &mut |step| {
+            if let Step::Leaf { id, mode, .. } = step
+                && is_blob(mode)
+            {
+                context.stop_point()?;
+                writeln!(stdin, "{id}")
+                    .map_err(|source| context.io("asking git cat-file for a blob of", source))?;
+            }
+            Ok(())
+        },
+        context,
+    )?;
+    stdin
+        .flush()
+        .map_err(|source| context.io("asking git cat-file for a blob of", source))
 }
 
 /// The writing side: every directory, file, link and submodule of `tree`, in walk order.
@@ -263,6 +306,7 @@ struct Writer<'a> {
 
 impl Writer<'_> {
     fn step(&mut self, step: Step<'_>) -> Result<()> {
+        self.context.stop_point()?;
         match step {
             Step::Enter(name) => {
                 self.push(name);
@@ -383,6 +427,7 @@ impl Writer<'_> {
     fn stream(&mut self, size: u64, file: &mut std::fs::File) -> Result<()> {
         let mut left = size;
         while left > 0 {
+            self.context.stop_point()?;
             let buffer = match self.blobs.fill_buf() {
                 Ok(buffer) => buffer,
                 Err(source) => return Err(self.failed("reading from git cat-file", source)),

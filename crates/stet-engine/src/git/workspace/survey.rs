@@ -139,6 +139,7 @@ impl Survey<'_> {
             .map_err(self.context.git("reading a tree of the base"))?;
         let mut figures = Figures::default();
         for entry in tree.iter() {
+            self.context.stop_point()?;
             let length = path.len();
             if !path.is_empty() {
                 path.push(b'/');
