@@ -30,6 +30,7 @@ mod openhands_live;
 mod push;
 mod redteam_forges;
 mod redteam_origins;
+mod redteam_repo;
 mod redteam_voice;
 mod registry;
 mod runtime;
