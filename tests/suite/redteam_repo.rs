@@ -6,9 +6,9 @@
 //! `stet sweep`), each proven by effect: markers never created, files outside left as they were,
 //! bytes captured from a real terminal (`script`).
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -148,8 +148,14 @@ fn a_name_written_as_a_link_and_as_a_directory_never_writes_through_the_link() {
     let payload = hostile.blob(b"written through the link\n");
     let inner = hostile.raw_tree(&[(b"pwned", payload, FileMode::Blob)]);
     for entries in [
-        [(&b"a"[..], link, FileMode::Link), (&b"a"[..], inner, FileMode::Tree)],
-        [(&b"a"[..], inner, FileMode::Tree), (&b"a"[..], link, FileMode::Link)],
+        [
+            (&b"a"[..], link, FileMode::Link),
+            (&b"a"[..], inner, FileMode::Tree),
+        ],
+        [
+            (&b"a"[..], inner, FileMode::Tree),
+            (&b"a"[..], link, FileMode::Link),
+        ],
     ] {
         let base = hostile.commit(hostile.raw_tree(&entries));
         let (result, _) = hostile.materialize(&base);
@@ -176,8 +182,7 @@ fn a_name_written_as_a_link_and_as_a_directory_never_writes_through_the_link() {
 fn a_symlink_farm_to_the_host_is_written_as_links_and_nothing_it_points_at_changes() {
     let hostile = Hostile::new();
     let outside = hostile.outside("host-home");
-    std::fs::set_permissions(outside.join("keep"), std::fs::Permissions::from_mode(0o600))
-        .unwrap();
+    std::fs::set_permissions(outside.join("keep"), std::fs::Permissions::from_mode(0o600)).unwrap();
     let before = state_of(&outside);
     let home = std::env::var("HOME").unwrap_or_else(|_| "/root".to_owned());
     let targets: Vec<(String, Vec<u8>)> = vec![
@@ -185,7 +190,10 @@ fn a_symlink_farm_to_the_host_is_written_as_links_and_nothing_it_points_at_chang
         ("passwd".into(), b"/etc/passwd".to_vec()),
         ("home".into(), home.into_bytes()),
         ("environ".into(), b"/proc/self/environ".to_vec()),
-        ("dir".into(), outside.as_os_str().as_encoded_bytes().to_vec()),
+        (
+            "dir".into(),
+            outside.as_os_str().as_encoded_bytes().to_vec(),
+        ),
         (
             "file".into(),
             outside.join("keep").as_os_str().as_encoded_bytes().to_vec(),
@@ -205,7 +213,10 @@ fn a_symlink_farm_to_the_host_is_written_as_links_and_nothing_it_points_at_chang
         let metadata = std::fs::symlink_metadata(&path).unwrap();
         assert!(metadata.file_type().is_symlink(), "{name} is not a link");
         assert_eq!(
-            std::fs::read_link(&path).unwrap().as_os_str().as_encoded_bytes(),
+            std::fs::read_link(&path)
+                .unwrap()
+                .as_os_str()
+                .as_encoded_bytes(),
             target.as_slice()
         );
     }
@@ -239,7 +250,10 @@ fn attributes_naming_filters_run_nothing_on_the_host_and_change_no_byte() {
     let files: [(&[u8], &[u8]); 4] = [
         (b".gitattributes", attributes),
         (b"a.txt", text),
-        (b"b.bin", b"version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 1\n"),
+        (
+            b"b.bin",
+            b"version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 1\n",
+        ),
         (b"c.rs", b"fn main() {}\n$Id$\n"),
     ];
     let entries: Vec<(&[u8], Oid, FileMode)> = files
@@ -251,7 +265,8 @@ fn attributes_naming_filters_run_nothing_on_the_host_and_change_no_byte() {
     result.unwrap();
     assert!(!marker.exists(), "a filter driver ran on the host");
     for (name, content) in files {
-        let written = std::fs::read(workspace.join(String::from_utf8_lossy(name).as_ref())).unwrap();
+        let written =
+            std::fs::read(workspace.join(String::from_utf8_lossy(name).as_ref())).unwrap();
         assert_eq!(written, content, "{}", String::from_utf8_lossy(name));
     }
 }
@@ -276,7 +291,11 @@ fn replace_refs_and_grafts_do_not_change_what_is_materialized() {
         format!("{} {}\n", base.as_str(), "0".repeat(40)),
     )
     .unwrap();
-    std::fs::write(hostile.repo.join(".git/shallow"), format!("{}\n", base.as_str())).unwrap();
+    std::fs::write(
+        hostile.repo.join(".git/shallow"),
+        format!("{}\n", base.as_str()),
+    )
+    .unwrap();
     let (result, workspace) = hostile.materialize(&base);
     result.unwrap();
     assert_eq!(
@@ -308,16 +327,26 @@ fn hostile_names_are_written_byte_for_byte_inside_the_workspace() {
         .collect();
     entries.sort_by_key(|entry| entry.0.to_vec());
     let base = hostile.commit(hostile.raw_tree(&entries));
-    let beside: Vec<_> = std::fs::read_dir(hostile.root.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let beside: Vec<_> = std::fs::read_dir(hostile.root.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     let (result, workspace) = hostile.materialize(&base);
     result.unwrap();
     for name in &names {
         let path = workspace.join(OsStr::from_bytes(name));
         assert_eq!(std::fs::read(&path).unwrap(), b"x\n");
     }
-    let mut after: Vec<_> = std::fs::read_dir(hostile.root.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let mut after: Vec<_> = std::fs::read_dir(hostile.root.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     after.retain(|name| !beside.contains(name) && name != workspace.file_name().unwrap());
-    assert_eq!(after, Vec::<std::ffi::OsString>::new(), "written beside the workspace");
+    assert_eq!(
+        after,
+        Vec::<std::ffi::OsString>::new(),
+        "written beside the workspace"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -372,7 +401,12 @@ fn inbox_entries_that_are_fifos_devices_links_or_a_sparse_tib_are_never_read() {
     .unwrap();
     let mut shown = Vec::new();
     for entry in loaded.entries() {
-        let name = entry.path.file_name().unwrap().to_string_lossy().into_owned();
+        let name = entry
+            .path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         match &entry.brief {
             Ok(brief) => shown.push(format!("{name}: ok {}", brief.title)),
             Err(BriefError::NotAFile { .. }) => shown.push(format!("{name}: not a file")),
@@ -419,19 +453,30 @@ fn brief_toml_nested_deep_or_packed_with_values_is_refused_without_overflowing_t
     let head = "title = \"Deep\"\nworkflow = \"implement\"\n";
     let shapes = [
         format!("{head}x = {}{}\n", "[".repeat(deep), "]".repeat(deep)),
-        format!("{head}x = {}1{}\n", "{a=".repeat(deep / 3), "}".repeat(deep / 3)),
+        format!(
+            "{head}x = {}1{}\n",
+            "{a=".repeat(deep / 3),
+            "}".repeat(deep / 3)
+        ),
         format!("{head}{} = 1\n", vec!["a"; deep].join(".")),
         format!("{head}[{}]\n", vec!["a"; deep].join(".")),
         format!("{head}items = [{}]\n", "{text=\"a\"},".repeat(80_000)),
     ];
     for (index, text) in shapes.iter().enumerate() {
-        assert!(text.len() <= 1 << 20, "shape {index} is {} bytes", text.len());
+        assert!(
+            text.len() <= 1 << 20,
+            "shape {index} is {} bytes",
+            text.len()
+        );
         let text = text.clone();
         let parsed = within_a_minute("parsing a costly brief", move || {
             Brief::parse("costly", Path::new("costly.toml"), &text).map(|brief| brief.items.len())
         });
         let message = parsed.unwrap_err().to_string();
-        assert!(message.starts_with("costly.toml:"), "shape {index}: {message}");
+        assert!(
+            message.starts_with("costly.toml:"),
+            "shape {index}: {message}"
+        );
     }
 }
 
@@ -494,14 +539,26 @@ fn an_inbox_of_briefs_shaped_to_be_costly_is_refused_before_any_is_parsed() {
     let took = started.elapsed();
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("not parsed"), "{stderr}");
-    assert!(stderr.contains("TOML keys, values and brackets"), "{stderr}");
-    assert!(peak < COSTLY_REFUSAL_KIB, "peak RSS {peak} KiB refusing the inbox");
-    assert!(took < Duration::from_secs(30), "refusing the inbox took {took:?}");
+    assert!(
+        stderr.contains("TOML keys, values and brackets"),
+        "{stderr}"
+    );
+    assert!(
+        peak < COSTLY_REFUSAL_KIB,
+        "peak RSS {peak} KiB refusing the inbox"
+    );
+    assert!(
+        took < Duration::from_secs(30),
+        "refusing the inbox took {took:?}"
+    );
 
     let (code, stderr, peak) = measured(&project, &["--headless", "--brief", "b00"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("not parsed"), "{stderr}");
-    assert!(peak < COSTLY_REFUSAL_KIB, "peak RSS {peak} KiB refusing one brief");
+    assert!(
+        peak < COSTLY_REFUSAL_KIB,
+        "peak RSS {peak} KiB refusing one brief"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -538,7 +595,11 @@ fn a_brief_named_on_the_command_line_is_never_read_through_a_link() {
         let output = project.headless(&[]).output().unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{linked}: {stderr}\n{stdout}");
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{linked}: {stderr}\n{stdout}"
+        );
         assert!(stderr.contains("link"), "{linked}: {stderr}");
         assert!(
             !stdout.contains(&canary) && !stderr.contains(&canary),
@@ -638,7 +699,10 @@ fn hostile_briefs_are_refused_on_a_terminal_with_no_character_raw() {
     let good = brief_text("Fine", "x");
     let briefs = [
         ("evil-key", format!("{good}{field} = 1\n")),
-        ("evil-title", good.replace("title = \"Fine\"", &format!("title = {field}"))),
+        (
+            "evil-title",
+            good.replace("title = \"Fine\"", &format!("title = {field}")),
+        ),
         (
             "evil-workflow",
             good.replace("workflow = \"implement\"", &format!("workflow = {field}")),
@@ -666,11 +730,18 @@ fn hostile_briefs_are_refused_on_a_terminal_with_no_character_raw() {
     ];
     for (name, text) in &briefs {
         std::fs::write(inbox.join(format!("{name}.toml")), text).unwrap();
-        let (status, shown) =
-            on_a_terminal(&project.home, &project.repo, &["--headless", "--brief", name]);
+        let (status, shown) = on_a_terminal(
+            &project.home,
+            &project.repo,
+            &["--headless", "--brief", name],
+        );
         let text = String::from_utf8_lossy(&shown);
         assert_eq!(status, 2, "{name}: {text}");
-        assert_eq!(hidden_characters(&shown), Vec::<String>::new(), "{name}: {text:?}");
+        assert_eq!(
+            hidden_characters(&shown),
+            Vec::<String>::new(),
+            "{name}: {text:?}"
+        );
         std::fs::remove_file(inbox.join(format!("{name}.toml"))).unwrap();
     }
     let mut named = hostile.into_bytes();
@@ -680,7 +751,11 @@ fn hostile_briefs_are_refused_on_a_terminal_with_no_character_raw() {
     let text = String::from_utf8_lossy(&shown);
     assert_eq!(status, 2, "--all: {text}");
     assert!(text.contains("brief id"), "--all: {text}");
-    assert_eq!(hidden_characters(&shown), Vec::<String>::new(), "--all: {text:?}");
+    assert_eq!(
+        hidden_characters(&shown),
+        Vec::<String>::new(),
+        "--all: {text:?}"
+    );
 }
 
 /// A repository whose `stet.toml` carries the hostile characters in a key and a value, and whose
@@ -714,7 +789,11 @@ fn doctor_and_sweep_in_a_hostile_repository_show_no_character_raw() {
 /// `extra` (name, content) files added: a branch a clone fetches but never checks out.
 fn hostile_base(project: &Project, extra: &[(&[u8], &[u8])]) {
     let repo = Repository::open(&project.repo).unwrap();
-    let main = repo.revparse_single("main").unwrap().peel_to_commit().unwrap();
+    let main = repo
+        .revparse_single("main")
+        .unwrap()
+        .peel_to_commit()
+        .unwrap();
     let mut raw = Vec::new();
     for (name, content) in extra {
         raw.push((name.to_vec(), repo.blob(content).unwrap()));
@@ -751,12 +830,21 @@ fn hostile_base(project: &Project, extra: &[(&[u8], &[u8])]) {
         .unwrap();
     git(
         &project.repo,
-        &["push", "-q", "origin", &format!("{commit}:refs/heads/hostile")],
+        &[
+            "push",
+            "-q",
+            "origin",
+            &format!("{commit}:refs/heads/hostile"),
+        ],
     );
     git(&project.repo, &["fetch", "-q", "origin", "hostile"]);
     let brief = project.repo.join(".stet/briefs/tidy-notes.toml");
     let text = std::fs::read_to_string(&brief).unwrap();
-    std::fs::write(&brief, text.replace("base = \"main\"", "base = \"hostile\"")).unwrap();
+    std::fs::write(
+        &brief,
+        text.replace("base = \"main\"", "base = \"hostile\""),
+    )
+    .unwrap();
 }
 
 /// Every file of every run record: its name, and each character the display policy would not
@@ -767,7 +855,10 @@ fn hidden_in_run_records(home: &Home) -> Vec<(PathBuf, Vec<String>)> {
     for run in std::fs::read_dir(&runs).unwrap() {
         for file in std::fs::read_dir(run.unwrap().path()).unwrap() {
             let path = file.unwrap().path();
-            if path.extension().is_some_and(|extension| extension == "patch") {
+            if path
+                .extension()
+                .is_some_and(|extension| extension == "patch")
+            {
                 continue;
             }
             let hidden = hidden_characters(&std::fs::read(&path).unwrap());
@@ -799,13 +890,7 @@ fn a_dispatch_from_a_hostile_repository_shows_no_character_raw_in_any_sink() {
     let name = format!("{hostile}.txt").into_bytes();
     let mut invalid = b"\xff\xfe".to_vec();
     invalid.extend_from_slice(hostile.as_bytes());
-    hostile_base(
-        &project,
-        &[
-            (&name, b"base\n"),
-            (&invalid, b"base\n"),
-        ],
-    );
+    hostile_base(&project, &[(&name, b"base\n"), (&invalid, b"base\n")]);
     let brief = project.repo.join(".stet/briefs/tidy-notes.toml");
     let text = std::fs::read_to_string(&brief).unwrap();
     let text = text
@@ -835,7 +920,11 @@ fn a_dispatch_from_a_hostile_repository_shows_no_character_raw_in_any_sink() {
         let (status, shown) = on_a_terminal(&project.home, &project.repo, args);
         let text = String::from_utf8_lossy(&shown);
         assert_eq!(status, 0, "stet {args:?}: {text}");
-        assert_eq!(hidden_characters(&shown), Vec::<String>::new(), "stet {args:?}: {text:?}");
+        assert_eq!(
+            hidden_characters(&shown),
+            Vec::<String>::new(),
+            "stet {args:?}: {text:?}"
+        );
     }
 }
 
@@ -857,7 +946,10 @@ fn a_base_name_no_checkout_writes_fails_with_a_reason_shown_safe() {
     let text = String::from_utf8_lossy(&shown);
     assert_ne!(status, 0, "{text}");
     assert!(text.contains("\"kind\":\"finished\""), "{text}");
-    assert!(text.contains("nnnnnnnn"), "the reason names the file: {text}");
+    assert!(
+        text.contains("nnnnnnnn"),
+        "the reason names the file: {text}"
+    );
     assert_eq!(hidden_characters(&shown), Vec::<String>::new(), "{text:?}");
     assert_eq!(hidden_in_run_records(&project.home), Vec::new());
 }

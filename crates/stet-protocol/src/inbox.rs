@@ -226,8 +226,8 @@ impl Inbox {
 /// Refuses an inbox `dir` that is a link, or whose parent (`.stet`) is one.
 fn refuse_links(dir: &Path) -> Result<()> {
     for link in [Some(dir), dir.parent()].into_iter().flatten() {
-        let is_link = std::fs::symlink_metadata(link)
-            .is_ok_and(|metadata| metadata.file_type().is_symlink());
+        let is_link =
+            std::fs::symlink_metadata(link).is_ok_and(|metadata| metadata.file_type().is_symlink());
         if is_link {
             return Err(InboxError::Link {
                 link: link.to_owned(),
