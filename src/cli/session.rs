@@ -250,12 +250,14 @@ pub(crate) fn select_briefs(
     }
     for name in &args.briefs {
         let is_path = name.contains('/') || name.ends_with(".toml");
-        let path = if is_path {
-            PathBuf::from(name)
+        // A path is the person's to name; an id is read from the repository's inbox, which is
+        // the repository's, so no link there is followed.
+        let brief = if is_path {
+            Brief::from_file(&PathBuf::from(name))?
         } else {
-            inbox.join(format!("{name}.toml"))
+            stet_engine::inbox::Inbox::load_one(&inbox, name)?.brief?
         };
-        briefs.push(Brief::from_file(&path)?);
+        briefs.push(brief);
     }
     Ok(briefs)
 }

@@ -33,6 +33,7 @@ mod push;
 mod redteam_forges;
 mod redteam_model;
 mod redteam_origins;
+mod redteam_repo;
 mod redteam_voice;
 mod registry;
 mod runtime;

@@ -21,6 +21,11 @@ use stet_sanitize::branch::{BranchError, BranchValidator, validate_ref_format};
 /// Largest brief file stet reads, in bytes (1 MiB).
 pub const MAX_BRIEF_BYTES: u64 = 1024 * 1024;
 
+/// Most TOML marks (`=`, `,`, `[`, `{`, `.` outside strings: about one per key, value or table) a
+/// brief may hold: a title, a target and some hundreds of items with anchors. Counted before
+/// parsing, because 1 MiB of tiny inline tables takes the parser seconds and over 100 MiB.
+pub const MAX_BRIEF_MARKS: usize = 4096;
+
 /// Longest brief id (the file stem), in bytes.
 pub const MAX_ID_BYTES: usize = 64;
 
@@ -65,6 +70,16 @@ pub enum BriefError {
         file: PathBuf,
         size: u64,
         limit: u64,
+    },
+
+    #[error(
+        "{}: not parsed: the brief holds {marks} TOML keys, values and brackets and stet parses at most {limit} in one brief (a brief is a title, a target and some items of prose)",
+        shown_path(file)
+    )]
+    TooCostly {
+        file: PathBuf,
+        marks: usize,
+        limit: usize,
     },
 
     #[error(
@@ -167,14 +182,21 @@ pub struct Anchor {
 impl Brief {
     /// Reads and checks the brief at `path`; its id is the file stem.
     pub fn from_file(path: &Path) -> Result<Self> {
+        let (id, text) = Self::read_file(path)?;
+        Self::parse(&id, path, &text)
+    }
+
+    /// The id and the text of the brief file at `path`, unparsed: the id (the file stem) checked
+    /// first, so a file that cannot be a brief costs no I/O, then at most [`MAX_BRIEF_BYTES`] of
+    /// UTF-8 read from a regular file.
+    pub fn read_file(path: &Path) -> Result<(String, String)> {
         let id = path
             .file_stem()
             .map(|stem| stem.to_string_lossy().into_owned())
             .unwrap_or_default();
-        // Checked before reading too, so a file that cannot be a brief costs no I/O.
         check_id(&id, path)?;
         let text = read_text(path)?;
-        Self::parse(&id, path, &text)
+        Ok((id, text))
     }
 
     /// Checks the brief `text` read from `source` (named in errors) under the id `id`.
@@ -186,6 +208,14 @@ impl Brief {
                 file: source.to_owned(),
                 size,
                 limit: MAX_BRIEF_BYTES,
+            });
+        }
+        let marks = crate::toml_marks::count(text);
+        if marks > MAX_BRIEF_MARKS {
+            return Err(BriefError::TooCostly {
+                file: source.to_owned(),
+                marks,
+                limit: MAX_BRIEF_MARKS,
             });
         }
         let document = Document { file: source, text };

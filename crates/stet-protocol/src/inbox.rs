@@ -4,7 +4,9 @@
 //! A repository ships its inbox, so it is bounded like any input from outside (DESIGN §5 row 23,
 //! §8): before any brief is read, the number of briefs and their total size (from the directory
 //! listing and each file's metadata) are checked against [`InboxLimits`], and an inbox past either
-//! is refused whole, naming the count, the limit and the setting that raises it.
+//! is refused whole, naming the count, the limit and the setting that raises it. What parsing the
+//! briefs would cost is bounded too: their TOML marks, counted while reading them, before any is
+//! parsed ([`MAX_INBOX_MARKS`]).
 
 use std::ffi::OsStr;
 use std::io;
@@ -44,7 +46,21 @@ pub enum InboxError {
         bytes: u64,
         limit: u64,
     },
+    #[error(
+        "{}: not parsed: its briefs hold {marks} TOML keys, values and brackets together and stet parses at most {limit} (briefs are a title, a target and some items of prose each)",
+        dir.display()
+    )]
+    TooCostly {
+        dir: PathBuf,
+        marks: usize,
+        limit: usize,
+    },
 }
+
+/// Most TOML marks (about one per key, value or table; [`crate::toml_marks`]) the briefs of an
+/// inbox may hold together: a thousand ordinary briefs hold a few tens of thousands. Built in, like
+/// [`crate::brief::MAX_BRIEF_MARKS`]: past it the theater's first frame would wait on the parser.
+pub const MAX_INBOX_MARKS: usize = 131_072;
 
 /// Most briefs an inbox may hold by default (`inbox.max_briefs`).
 pub const DEFAULT_MAX_BRIEFS: u64 = 1000;
@@ -107,15 +123,7 @@ impl Inbox {
     /// whatever file of the user's it points at). More files than `limits.max_briefs`, or more
     /// bytes in them together than `limits.max_total_bytes`, refuse the inbox before any is read.
     pub fn load_within(dir: &Path, limits: &InboxLimits) -> Result<Self> {
-        for link in [Some(dir), dir.parent()].into_iter().flatten() {
-            let is_link = std::fs::symlink_metadata(link)
-                .is_ok_and(|metadata| metadata.file_type().is_symlink());
-            if is_link {
-                return Err(InboxError::Link {
-                    link: link.to_owned(),
-                });
-            }
-        }
+        refuse_links(dir)?;
         let read_directory_error = |error| InboxError::ReadDirectory {
             dir: dir.to_owned(),
             error,
@@ -166,27 +174,85 @@ impl Inbox {
             let right = right.file_name().map(OsStr::as_encoded_bytes);
             left.cmp(&right)
         });
-        let entries = paths
+        // Every brief read before any is parsed: past MAX_INBOX_MARKS together the inbox is refused
+        // for the cost of reading it (at most max_total_bytes), never of parsing it.
+        let mut marks = 0usize;
+        let read: Vec<(PathBuf, std::result::Result<(String, String), BriefError>)> = paths
             .into_iter()
             .map(|path| {
-                let is_link = std::fs::symlink_metadata(&path)
-                    .is_ok_and(|metadata| metadata.file_type().is_symlink());
-                InboxEntry {
-                    brief: if is_link {
-                        Err(BriefError::Link { file: path.clone() })
-                    } else {
-                        Brief::from_file(&path)
-                    },
-                    path,
+                let text = read_unlinked(&path);
+                if let Ok((_, text)) = &text {
+                    marks = marks.saturating_add(crate::toml_marks::count(text));
                 }
+                (path, text)
+            })
+            .collect();
+        if marks > MAX_INBOX_MARKS {
+            return Err(InboxError::TooCostly {
+                dir: dir.to_owned(),
+                marks,
+                limit: MAX_INBOX_MARKS,
+            });
+        }
+        let entries = read
+            .into_iter()
+            .map(|(path, text)| InboxEntry {
+                brief: text.and_then(|(id, text)| Brief::parse(&id, &path, &text)),
+                path,
             })
             .collect();
         Ok(Self { entries })
     }
 
+    /// The brief `id` of the inbox `dir` (`<dir>/<id>.toml`), read as [`Inbox::load_within`] reads
+    /// each: `dir` or its parent being a link is an error, and a brief that is a link is refused
+    /// unread. For a brief named on the command line, which a repository could otherwise point
+    /// at any file of the user's.
+    pub fn load_one(dir: &Path, id: &str) -> Result<InboxEntry> {
+        refuse_links(dir)?;
+        let path = dir.join(format!("{id}.toml"));
+        Ok(InboxEntry {
+            brief: read_brief(&path),
+            path,
+        })
+    }
+
     /// Every brief file, valid or not, in file-name order.
     pub fn entries(&self) -> &[InboxEntry] {
         &self.entries
+    }
+}
+
+/// Refuses an inbox `dir` that is a link, or whose parent (`.stet`) is one.
+fn refuse_links(dir: &Path) -> Result<()> {
+    for link in [Some(dir), dir.parent()].into_iter().flatten() {
+        let is_link =
+            std::fs::symlink_metadata(link).is_ok_and(|metadata| metadata.file_type().is_symlink());
+        if is_link {
+            return Err(InboxError::Link {
+                link: link.to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// One brief file of the inbox, checked and parsed, refused unread when it is a link.
+fn read_brief(path: &Path) -> std::result::Result<Brief, BriefError> {
+    read_unlinked(path).and_then(|(id, text)| Brief::parse(&id, path, &text))
+}
+
+/// The id and text of one brief file of the inbox, refused unread when it is a link (its errors
+/// would quote whatever file of the user's it points at).
+fn read_unlinked(path: &Path) -> std::result::Result<(String, String), BriefError> {
+    let is_link =
+        std::fs::symlink_metadata(path).is_ok_and(|metadata| metadata.file_type().is_symlink());
+    if is_link {
+        Err(BriefError::Link {
+            file: path.to_owned(),
+        })
+    } else {
+        Brief::read_file(path)
     }
 }
 
@@ -230,6 +296,51 @@ mod tests {
             Inbox::load(&dot_stet.join(".stet/briefs")),
             Err(InboxError::Link { .. })
         ));
+    }
+
+    #[test]
+    fn a_brief_named_alone_is_read_as_the_listing_reads_it() {
+        let root = tempfile::tempdir().unwrap();
+        let inbox = root.path().join("repo/.stet/briefs");
+        std::fs::create_dir_all(&inbox).unwrap();
+        let brief = "title = \"T\"\nworkflow = \"implement\"\n[target]\nrepo = \"o/r\"\nbase = \"main\"\n[[items]]\ntext = \"x\"\n";
+        std::fs::write(root.path().join("host.toml"), brief).unwrap();
+        std::fs::write(inbox.join("own.toml"), brief).unwrap();
+        std::os::unix::fs::symlink(root.path().join("host.toml"), inbox.join("leak.toml")).unwrap();
+        assert!(Inbox::load_one(&inbox, "own").unwrap().brief.is_ok());
+        let linked = Inbox::load_one(&inbox, "leak").unwrap().brief;
+        assert!(matches!(linked, Err(BriefError::Link { .. })), "{linked:?}");
+
+        let other = root.path().join("other/.stet");
+        std::fs::create_dir_all(&other).unwrap();
+        std::os::unix::fs::symlink(&inbox, other.join("briefs")).unwrap();
+        assert!(matches!(
+            Inbox::load_one(&other.join("briefs"), "own"),
+            Err(InboxError::Link { .. })
+        ));
+    }
+
+    #[test]
+    fn an_inbox_past_its_marks_is_refused_before_any_brief_is_parsed() {
+        let root = tempfile::tempdir().unwrap();
+        let inbox = root.path().join("briefs");
+        std::fs::create_dir(&inbox).unwrap();
+        // Each under the brief's own bound, together past the inbox's.
+        let per_brief = crate::brief::MAX_BRIEF_MARKS / 3 - 10;
+        let costly = format!(
+            "title = \"T\"\nworkflow = \"implement\"\nitems = [{}]\n",
+            "{text=\"a\"},".repeat(per_brief)
+        );
+        let needed = MAX_INBOX_MARKS / (per_brief * 3) + 1;
+        for index in 0..needed {
+            std::fs::write(inbox.join(format!("b{index:03}.toml")), &costly).unwrap();
+        }
+        let error = Inbox::load(&inbox).unwrap_err();
+        assert!(matches!(error, InboxError::TooCostly { .. }), "{error}");
+        assert!(error.to_string().contains("not parsed"), "{error}");
+        std::fs::remove_file(inbox.join("b000.toml")).unwrap();
+        let loaded = Inbox::load(&inbox).unwrap();
+        assert_eq!(loaded.entries().len(), needed - 1);
     }
 
     #[test]

@@ -17,3 +17,4 @@ pub mod event;
 pub mod host_file;
 pub mod inbox;
 pub mod state;
+pub mod toml_marks;

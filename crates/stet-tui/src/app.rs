@@ -87,6 +87,7 @@ fn error_line(error: &BriefError) -> Option<usize> {
         | BriefError::NotAFile { .. }
         | BriefError::Link { .. }
         | BriefError::TooLarge { .. }
+        | BriefError::TooCostly { .. }
         | BriefError::InvalidId { .. } => None,
     }
 }
