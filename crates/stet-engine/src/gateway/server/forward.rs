@@ -722,11 +722,7 @@ fn unbounded_part(route: Route, fields: &Fields, found: &scan::Found) -> Option<
         ));
     }
     if route == Route::Responses {
-        for name in [
-            "previous_response_id",
-            "conversation",
-            "background",
-        ] {
+        for name in ["previous_response_id", "conversation", "background"] {
             if set(name) {
                 return Some(format!(
                     "`{name}` makes the provider add input or work stet cannot see"
