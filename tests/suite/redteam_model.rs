@@ -88,7 +88,8 @@ impl Attacks {
         let name = format!("{:03}-{name}", self.list.len());
         let mark = self.mark(&name);
         let mut head = format!(
-            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:4141\r\nConnection: close\r\nAuthorization: Bearer agent-placeholder\r\n"
+            "POST {} HTTP/1.1\r\nHost: 127.0.0.1:4141\r\nConnection: close\r\nAuthorization: Bearer agent-placeholder\r\n",
+            path.replace("{C}", &mark)
         );
         let named = |wanted: &str| {
             headers
