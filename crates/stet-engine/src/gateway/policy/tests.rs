@@ -491,7 +491,9 @@ fn the_red_teams_ways_out_are_refused() {
     let policy = allowing(&["m"]);
     let chat = WireApi::ChatCompletions;
     let responses = WireApi::Responses;
-    let part = |part: &str| format!(r#"{{"model":"m","messages":[{{"role":"user","content":[{part}]}}]}}"#);
+    let part = |part: &str| {
+        format!(r#"{{"model":"m","messages":[{{"role":"user","content":[{part}]}}]}}"#)
+    };
     let cases = [
         (chat, r#"{"model":"m","messages":[],"input":[]}"#.to_owned(), "input", Rule::Undocumented),
         (chat, r#"{"model":"m","messages":[],"include":[]}"#.to_owned(), "include", Rule::Undocumented),
@@ -539,15 +541,26 @@ fn the_red_teams_ways_out_are_refused() {
     ];
     for (api, body, field, rule) in cases {
         let refused = refusal(&policy, api, &body);
-        assert_eq!((refused.field.as_str(), refused.rule), (field, rule), "{body}");
+        assert_eq!(
+            (refused.field.as_str(), refused.rule),
+            (field, rule),
+            "{body}"
+        );
     }
     // A suffix anywhere in the name routes, even where no model is configured.
     let open = RequestPolicy::default();
     for model in ["m:online:free", "m:ONLINE ", "m:nitro/x"] {
         let body = format!(r#"{{"model":"{model}","messages":[]}}"#);
-        assert_eq!(refusal(&open, chat, &body).rule, Rule::RoutingSuffix, "{model}");
+        assert_eq!(
+            refusal(&open, chat, &body).rule,
+            Rule::RoutingSuffix,
+            "{model}"
+        );
     }
-    assert!(open.check(chat, br#"{"messages":[]}"#).is_ok(), "no model known, none required");
+    assert!(
+        open.check(chat, br#"{"messages":[]}"#).is_ok(),
+        "no model known, none required"
+    );
     for inline in [
         r#"{"type":"file","file":{"filename":"a.pdf","file_data":"data:application/pdf;base64,JVBERi0="}}"#,
         r#"{"type":"file","file":{"file_data":"JVBERi0xLjQK/+8="}}"#,

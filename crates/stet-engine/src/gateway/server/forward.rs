@@ -740,11 +740,7 @@ fn unbounded_part(
         ));
     }
     if route == Route::Responses {
-        for name in [
-            "previous_response_id",
-            "conversation",
-            "background",
-        ] {
+        for name in ["previous_response_id", "conversation", "background"] {
             if set(name) {
                 return Some(format!(
                     "`{name}` makes the provider add input or work stet cannot see"
