@@ -197,9 +197,10 @@ pub(super) async fn handle(
     let steered = (bounded && route.metered() && parts.uri.query().is_some()).then(|| {
         "its query string could name another model or route (LiteLLM reads `?model=`)".to_owned()
     });
-    let mut prepared = match steered
-        .map_or_else(|| prepare(route, body, &shared.prices, bounded, &enabled), Err)
-    {
+    let mut prepared = match steered.map_or_else(
+        || prepare(route, body, &shared.prices, bounded, &enabled),
+        Err,
+    ) {
         Ok(prepared) => prepared,
         Err(unbounded) => {
             shared.error(&format!(
@@ -568,9 +569,9 @@ fn prepare(
             rewrite = true;
         }
     }
-    let bill = route.api().and_then(|api| {
-        ToolBill::of(api, enabled, typed::<u64>(&fields, "max_tool_calls"))
-    });
+    let bill = route
+        .api()
+        .and_then(|api| ToolBill::of(api, enabled, typed::<u64>(&fields, "max_tool_calls")));
     if let Some(calls) = bill.as_ref().and_then(ToolBill::max_tool_calls) {
         // The calls reserved are the calls the provider may make: the bound is sent whatever the
         // request held there.
