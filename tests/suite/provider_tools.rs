@@ -170,7 +170,10 @@ async fn a_ceiling_too_small_for_the_tool_calls_refuses_the_request_before_the_u
     // Eight calls of the dearest tool ($0.40) do not fit under $0.30; the tokens alone would.
     let mut rig = Rig::start(Some(0.30)).await;
     let (status, reply) = rig
-        .post("/v1/responses", &with_tools("https://mcp.example.test/", false))
+        .post(
+            "/v1/responses",
+            &with_tools("https://mcp.example.test/", false),
+        )
         .await;
     assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
     let reply: Value = serde_json::from_slice(&reply).unwrap();
@@ -181,9 +184,10 @@ async fn a_ceiling_too_small_for_the_tool_calls_refuses_the_request_before_the_u
     );
     let events = rig.pending();
     assert!(
-        events
-            .iter()
-            .all(|event| !matches!(event, GatewayEvent::CeilingReached { .. } | GatewayEvent::Egress { .. })),
+        events.iter().all(|event| !matches!(
+            event,
+            GatewayEvent::CeilingReached { .. } | GatewayEvent::Egress { .. }
+        )),
         "{events:?}"
     );
 
@@ -205,15 +209,29 @@ async fn the_calls_an_answer_reports_are_charged_exactly_plain_and_streamed() {
     let mut settled = 0.0;
     for stream in [false, true] {
         let (status, reply) = rig
-            .post("/v1/responses", &with_tools("https://mcp.example.test/", stream))
+            .post(
+                "/v1/responses",
+                &with_tools("https://mcp.example.test/", stream),
+            )
             .await;
-        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&reply));
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{}",
+            String::from_utf8_lossy(&reply)
+        );
         let sent = rig.upstream.requests().pop().unwrap();
-        assert_eq!(sent.body["max_tool_calls"], CALLS_PER_REQUEST, "the bound stet reserved is sent");
+        assert_eq!(
+            sent.body["max_tool_calls"], CALLS_PER_REQUEST,
+            "the bound stet reserved is sent"
+        );
         let (input, output) = reply_usage(&reply);
         let (cost, totals, _) = rig.until_usage().await;
         let expected = token_cost(input, output) + 3.0 * WEB_SEARCH_USD + 3.0 * MCP_USD;
-        assert!(approx(cost.unwrap(), expected), "stream {stream}: {cost:?} != {expected}");
+        assert!(
+            approx(cost.unwrap(), expected),
+            "stream {stream}: {cost:?} != {expected}"
+        );
         settled += expected;
         assert!(approx(totals.settled_usd, settled), "{totals:?}");
         assert_eq!(totals.reserved_usd, 0.0, "the rest of the hold is released");
@@ -245,14 +263,20 @@ async fn a_broken_stream_counts_its_whole_tool_reservation() {
     let mut rig = Rig::start(Some(5.0)).await;
     rig.upstream.set_behaviour(Behaviour::CutStream);
     let _ = rig
-        .post("/v1/responses", &with_tools("https://mcp.example.test/", true))
+        .post(
+            "/v1/responses",
+            &with_tools("https://mcp.example.test/", true),
+        )
         .await;
     let (cost, totals, _) = rig.until_usage().await;
     assert!(
         totals.peak_reserved_usd >= CALLS_PER_REQUEST as f64 * MCP_USD,
         "{totals:?}"
     );
-    assert!(approx(cost.unwrap(), totals.peak_reserved_usd), "{cost:?} {totals:?}");
+    assert!(
+        approx(cost.unwrap(), totals.peak_reserved_usd),
+        "{cost:?} {totals:?}"
+    );
     assert!(approx(totals.settled_usd, totals.peak_reserved_usd));
 }
 
@@ -260,7 +284,8 @@ async fn a_broken_stream_counts_its_whole_tool_reservation() {
 async fn each_enabled_tool_is_egress_naming_its_host_and_never_the_query() {
     let mut rig = Rig::start(None).await;
     let canary = format!("canary{}", uuid::Uuid::new_v4().simple());
-    let url = format!("https://user:{canary}@mcp.example.test:8443/{canary}/sse?data={canary}#{canary}");
+    let url =
+        format!("https://user:{canary}@mcp.example.test:8443/{canary}/sse?data={canary}#{canary}");
     let (status, _) = rig.post("/v1/responses", &with_tools(&url, false)).await;
     assert_eq!(status, StatusCode::OK);
     let (_, _, before) = rig.until_usage().await;
@@ -284,7 +309,11 @@ async fn each_enabled_tool_is_egress_naming_its_host_and_never_the_query() {
     assert_eq!(
         egress,
         vec![
-            ("mcp".to_owned(), Some("mcp.example.test:8443".to_owned()), MCP_USD),
+            (
+                "mcp".to_owned(),
+                Some("mcp.example.test:8443".to_owned()),
+                MCP_USD
+            ),
             ("web_search".to_owned(), None, WEB_SEARCH_USD),
         ]
     );
@@ -292,7 +321,10 @@ async fn each_enabled_tool_is_egress_naming_its_host_and_never_the_query() {
     assert!(!everything.contains(&canary), "{everything}");
     // The user enabled the tool: the upstream is sent its URL as the agent wrote it.
     let sent = rig.upstream.requests().pop().unwrap();
-    assert_eq!(sent.body["tools"][1]["server_url"], Value::from(url.as_str()));
+    assert_eq!(
+        sent.body["tools"][1]["server_url"],
+        Value::from(url.as_str())
+    );
 }
 
 /// The scripted upstream answers with the calls it made, in OpenAI's item shapes.
@@ -301,7 +333,10 @@ async fn the_scripted_upstream_reports_its_tool_calls_within_max_tool_calls() {
     let rig = Rig::start(None).await;
     rig.upstream.set_tool_calls(5);
     let (status, reply) = rig
-        .post("/v1/responses", &with_tools("https://mcp.example.test/", false))
+        .post(
+            "/v1/responses",
+            &with_tools("https://mcp.example.test/", false),
+        )
         .await;
     assert_eq!(status, StatusCode::OK);
     let reply: Value = serde_json::from_slice(&reply).unwrap();
@@ -314,6 +349,9 @@ async fn the_scripted_upstream_reports_its_tool_calls_within_max_tool_calls() {
     let calls = CALLS_PER_REQUEST as usize;
     assert_eq!(kinds.len(), calls + 1, "{kinds:?}");
     assert_eq!(&kinds[..5], ["web_search_call"; 5]);
-    assert!(kinds[5..calls].iter().all(|kind| *kind == "mcp_call"), "{kinds:?}");
+    assert!(
+        kinds[5..calls].iter().all(|kind| *kind == "mcp_call"),
+        "{kinds:?}"
+    );
     assert_eq!(kinds[calls], "message");
 }

@@ -402,7 +402,11 @@ async fn a_streamed_response_reports_its_provider_tool_calls_item_by_item() {
             (3, "message".to_owned()),
         ]
     );
-    assert!(events.iter().any(|(name, _)| name == "response.web_search_call.completed"));
+    assert!(
+        events
+            .iter()
+            .any(|(name, _)| name == "response.web_search_call.completed")
+    );
     let output = &events.last().unwrap().1["response"]["output"];
     let kinds: Vec<&str> = output
         .as_array()
@@ -410,7 +414,10 @@ async fn a_streamed_response_reports_its_provider_tool_calls_item_by_item() {
         .iter()
         .map(|item| item["type"].as_str().unwrap())
         .collect();
-    assert_eq!(kinds, ["web_search_call", "web_search_call", "mcp_call", "message"]);
+    assert_eq!(
+        kinds,
+        ["web_search_call", "web_search_call", "mcp_call", "message"]
+    );
     assert_eq!(output[2]["server_label"], json!("notes"));
     model.shutdown().await;
 }

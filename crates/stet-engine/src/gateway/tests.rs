@@ -239,7 +239,11 @@ async fn rig_with(ceiling_usd: Option<f64>, timeout: Duration) -> Rig {
 }
 
 async fn rig_limited(ceiling_usd: Option<f64>, timeout: Duration, limits: GatewayLimits) -> Rig {
-    rig_configured(ceiling_usd, timeout, |config| GatewayConfig { limits, ..config }).await
+    rig_configured(ceiling_usd, timeout, |config| GatewayConfig {
+        limits,
+        ..config
+    })
+    .await
 }
 
 /// A gateway in front of a scripted upstream, configured by `configure` from the tests' defaults.

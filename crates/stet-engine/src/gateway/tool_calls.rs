@@ -47,7 +47,11 @@ pub struct ToolBill {
 impl ToolBill {
     /// The bill of a request on `api` whose policy check found `enabled`; `asked_calls` is the
     /// request's own `max_tool_calls`. `None` when it enables no provider tool.
-    pub fn of(api: WireApi, enabled: &[ProviderCall], asked_calls: Option<u64>) -> Option<ToolBill> {
+    pub fn of(
+        api: WireApi,
+        enabled: &[ProviderCall],
+        asked_calls: Option<u64>,
+    ) -> Option<ToolBill> {
         if enabled.is_empty() {
             return None;
         }

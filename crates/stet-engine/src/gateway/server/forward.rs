@@ -578,9 +578,9 @@ fn prepare(
             rewrite = true;
         }
     }
-    let bill = route.api().and_then(|api| {
-        ToolBill::of(api, enabled, typed::<u64>(&fields, "max_tool_calls"))
-    });
+    let bill = route
+        .api()
+        .and_then(|api| ToolBill::of(api, enabled, typed::<u64>(&fields, "max_tool_calls")));
     if let Some(calls) = bill.as_ref().and_then(ToolBill::max_tool_calls) {
         // The calls reserved are the calls the provider may make: the bound is sent whatever the
         // request held there.

@@ -55,7 +55,10 @@ fn each_reported_call_is_charged_at_its_tools_price() {
 fn fields_and_chat_tools_are_one_call_per_request() {
     let bill = ToolBill::of(
         WireApi::ChatCompletions,
-        &[enabled("web_search_options", 0.02), enabled("web_search", 0.03)],
+        &[
+            enabled("web_search_options", 0.02),
+            enabled("web_search", 0.03),
+        ],
         Some(50),
     )
     .unwrap();
@@ -69,10 +72,21 @@ fn fields_and_chat_tools_are_one_call_per_request() {
 
 #[test]
 fn client_calls_are_not_provider_calls() {
-    for kind in ["web_search_call", "mcp_call", "file_search_call", "image_generation_call"] {
+    for kind in [
+        "web_search_call",
+        "mcp_call",
+        "file_search_call",
+        "image_generation_call",
+    ] {
         assert!(is_provider_call(kind), "{kind}");
     }
-    for kind in ["function_call", "custom_tool_call", "local_shell_call", "message", "mcp_list_tools"] {
+    for kind in [
+        "function_call",
+        "custom_tool_call",
+        "local_shell_call",
+        "message",
+        "mcp_list_tools",
+    ] {
         assert!(!is_provider_call(kind), "{kind}");
     }
 }

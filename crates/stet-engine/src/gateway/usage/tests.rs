@@ -177,7 +177,11 @@ fn provider_tool_calls_are_counted_in_a_whole_responses_body() {
     let metered = from_json(body.as_bytes()).unwrap();
     assert_eq!(
         metered.calls,
-        [("mcp_call".to_owned(), 1), ("web_search_call".to_owned(), 2)].into()
+        [
+            ("mcp_call".to_owned(), 1),
+            ("web_search_call".to_owned(), 2)
+        ]
+        .into()
     );
     assert!(from_json(CHAT.as_bytes()).unwrap().calls.is_empty());
 }
@@ -202,10 +206,24 @@ fn provider_tool_calls_are_counted_in_a_stream_whichever_event_reports_them() {
     };
     // Each item's event and the last event agree: counted once.
     let mut scanner = SseScanner::new();
-    scanner.push(format!("{added}{}{}{}", done("a"), done("b"), completed(&format!("{},{}", item("a"), item("b")))).as_bytes());
-    assert_eq!(scanner.finish().metered.calls, [("mcp_call".to_owned(), 2)].into());
+    scanner.push(
+        format!(
+            "{added}{}{}{}",
+            done("a"),
+            done("b"),
+            completed(&format!("{},{}", item("a"), item("b")))
+        )
+        .as_bytes(),
+    );
+    assert_eq!(
+        scanner.finish().metered.calls,
+        [("mcp_call".to_owned(), 2)].into()
+    );
     // The last event lists fewer than the items' events said: the larger count is charged.
     let mut scanner = SseScanner::new();
     scanner.push(format!("{}{}{}", done("a"), done("b"), completed("")).as_bytes());
-    assert_eq!(scanner.finish().metered.calls, [("mcp_call".to_owned(), 2)].into());
+    assert_eq!(
+        scanner.finish().metered.calls,
+        [("mcp_call".to_owned(), 2)].into()
+    );
 }

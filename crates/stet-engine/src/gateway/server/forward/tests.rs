@@ -436,7 +436,10 @@ fn enabled_provider_tools_pass_under_a_ceiling_with_their_calls_reserved_and_bou
         panic!("priced");
     };
     let calls = crate::gateway::tool_calls::CALLS_PER_REQUEST;
-    assert!((tools_usd - calls as f64 * 0.01).abs() < 1e-12, "{tools_usd}");
+    assert!(
+        (tools_usd - calls as f64 * 0.01).abs() < 1e-12,
+        "{tools_usd}"
+    );
     let sent: Value = serde_json::from_slice(&prepared.body(Route::Responses, Some(10))).unwrap();
     assert_eq!(sent["max_tool_calls"], calls);
     // A bound of its own is kept and reserved; one stet cannot read is replaced.
@@ -455,7 +458,8 @@ fn enabled_provider_tools_pass_under_a_ceiling_with_their_calls_reserved_and_bou
         assert_eq!(sent["max_tool_calls"], kept);
     }
     // Chat Completions: an enabled field is one call per request.
-    let body = serde_json::json!({"model": "stet-demo-model", "messages": [], "web_search_options": {}});
+    let body =
+        serde_json::json!({"model": "stet-demo-model", "messages": [], "web_search_options": {}});
     let prepared = prepare(
         Route::ChatCompletions,
         Bytes::from(body.to_string()),
