@@ -177,7 +177,7 @@ impl Inbox {
         // Every brief read before any is parsed: past MAX_INBOX_MARKS together the inbox is refused
         // for the cost of reading it (at most max_total_bytes), never of parsing it.
         let mut marks = 0usize;
-        let read: Vec<(PathBuf, std::result::Result<(String, String), BriefError>)> = paths
+        let read: Vec<(PathBuf, ReadBrief)> = paths
             .into_iter()
             .map(|path| {
                 let text = read_unlinked(&path);
@@ -237,6 +237,9 @@ fn refuse_links(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A brief file's id and text, or why it was not read.
+type ReadBrief = std::result::Result<(String, String), BriefError>;
+
 /// One brief file of the inbox, checked and parsed, refused unread when it is a link.
 fn read_brief(path: &Path) -> std::result::Result<Brief, BriefError> {
     read_unlinked(path).and_then(|(id, text)| Brief::parse(&id, path, &text))
@@ -244,7 +247,7 @@ fn read_brief(path: &Path) -> std::result::Result<Brief, BriefError> {
 
 /// The id and text of one brief file of the inbox, refused unread when it is a link (its errors
 /// would quote whatever file of the user's it points at).
-fn read_unlinked(path: &Path) -> std::result::Result<(String, String), BriefError> {
+fn read_unlinked(path: &Path) -> ReadBrief {
     let is_link =
         std::fs::symlink_metadata(path).is_ok_and(|metadata| metadata.file_type().is_symlink());
     if is_link {
