@@ -18,11 +18,22 @@ const CAP: usize = 32 * 1024 * 1024;
 /// How much of a reply's body a line shows.
 const SHOWN: usize = 700;
 
-fn main() {
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("raw_model_http: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
-    let dir = args.next().expect("a directory of requests");
-    let canary = args.next().expect("a canary");
-    let url = std::env::var("STET_MODEL_URL").expect("STET_MODEL_URL");
+    let (Some(dir), Some(canary)) = (args.next(), args.next()) else {
+        return Err("usage: raw_model_http <dir> <canary>".to_owned());
+    };
+    let url = std::env::var("STET_MODEL_URL").map_err(|_| "no STET_MODEL_URL".to_owned())?;
     let authority = url
         .trim_start_matches("http://")
         .split('/')
@@ -30,12 +41,13 @@ fn main() {
         .unwrap_or_default()
         .to_owned();
     let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .expect("the request directory")
-        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .map_err(|err| format!("{dir}: {err}"))?
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
         .collect();
     names.sort();
     for name in names {
-        let request = std::fs::read(Path::new(&dir).join(&name)).unwrap();
+        let request =
+            std::fs::read(Path::new(&dir).join(&name)).map_err(|err| format!("{name}: {err}"))?;
         report(&name, exchange(&authority, request, Vec::new()));
     }
 
@@ -69,6 +81,7 @@ fn main() {
         "zz-oversize-chunked",
         exchange(&authority, head.into_bytes(), chunks),
     );
+    Ok(())
 }
 
 /// Writes `head` then `rest` (from a thread of its own, so that a reply that comes before the

@@ -366,7 +366,7 @@ fn beyond(attacks: &mut Attacks) {
     // Another API's fields, which a proxy translating between them would read.
     attacks.chat(
         "chat-with-input",
-        &format!(",\"input\":[{{\"type\":\"mcp_call\",\"server_label\":\"{{C}}\"}}]"),
+        r#","input":[{"type":"mcp_call","server_label":"{C}"}]"#,
         refused("input", "undocumented_field"),
     );
     attacks.chat(

@@ -4,7 +4,8 @@
 //!
 //! Replies the gateway makes itself carry an OpenAI-style error body
 //! (`{"error":{"message":..,"type":"stet_gateway","code":..}}`), so agents surface them as API errors:
-//! 404 for a route it does not serve; 402 once the cost ceiling leaves too little for the request
+//! 404 for a route it does not serve; 400 from the request policy for a model request with a query
+//! string (LiteLLM reads `?model=`); 402 once the cost ceiling leaves too little for the request
 //! (402 rather than 429, which OpenAI clients retry: a ceiling does not lift by waiting); 429 with
 //! `Retry-After` while what is left is held by requests in flight; 400 under a ceiling for a request
 //! whose cost cannot be bounded (a model the price table does not list on an endpoint that reports
