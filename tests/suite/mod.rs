@@ -29,6 +29,7 @@ mod journal;
 mod openhands_live;
 mod push;
 mod redteam_forges;
+mod redteam_host;
 mod redteam_origins;
 mod redteam_voice;
 mod registry;
