@@ -106,7 +106,7 @@ fn trivial_cost() -> Cost {
 
 fn report(place: &str, hostile: Cost, trivial: Cost) {
     eprintln!(
-        "{place}: stet's peak RSS {} KiB and CPU {:.1} s; a trivial dispatch's {} KiB and {:.1} s",
+        "{place}: stet's peak RSS {} KiB and CPU {:.1} s; the trivial run's {} KiB and {:.1} s",
         hostile.peak / 1024,
         hostile.cpu_seconds,
         trivial.peak / 1024,
