@@ -32,6 +32,7 @@ mod origin_listener;
 mod push;
 mod redteam_forges;
 mod redteam_model;
+mod redteam_host;
 mod redteam_origins;
 mod redteam_repo;
 mod redteam_voice;

@@ -125,8 +125,11 @@ pub struct ResultChanges {
     pub changes: Vec<PathChange>,
     /// Every removed line of the whole diff, joined by `\n`: what the base already held.
     pub removed: Vec<u8>,
-    /// Every symbolic link of the result's tree: its path and its target.
+    /// Every symbolic link of the result's tree: its path and its target, within
+    /// [`MAX_LINK_BYTES`].
     pub links: Vec<(String, Vec<u8>)>,
+    /// The result's links add up to more than [`MAX_LINK_BYTES`]: `links` does not hold them all.
+    pub links_cut: bool,
 }
 
 /// The most added text read for the secret scan over a whole result; a file that does not fit is
@@ -136,6 +139,11 @@ pub const MAX_SCANNED_BYTES: usize = 2 * 1024 * 1024;
 /// The most removed text kept to recognize what the base already held; past it, a value is taken
 /// as new (the scan reports more, never less).
 pub const MAX_REMOVED_BYTES: usize = 2 * 1024 * 1024;
+
+/// The most bytes of the result's links (their paths and targets) kept for the gate to resolve
+/// paths through; past it the gate holds every changed path, since it cannot tell what a link
+/// leads to.
+pub const MAX_LINK_BYTES: usize = 4 * 1024 * 1024;
 
 /// Reads what `commit` changes against `parent` in `repository`, within [`MAX_SCANNED_BYTES`] of
 /// added text, [`MAX_REMOVED_BYTES`] of removed text and the per-file bounds of [`text_budget`].
@@ -308,6 +316,7 @@ pub fn read_changes_until(
     }
 
     let mut walk_error = None;
+    let mut link_bytes = 0;
     let walked = new_tree.walk(TreeWalkMode::PreOrder, |root, entry| {
         if interrupted() {
             return TreeWalkResult::Abort;
@@ -315,8 +324,18 @@ pub fn read_changes_until(
         if entry.filemode() != i32::from(FileMode::Link) {
             return TreeWalkResult::Ok;
         }
+        if result.links_cut {
+            return TreeWalkResult::Ok;
+        }
         match repo.find_blob(entry.id()) {
             Ok(blob) => {
+                let size = root.len() + entry.name_bytes().len() + blob.content().len();
+                if link_bytes + size > MAX_LINK_BYTES {
+                    result.links_cut = true;
+                    result.links = Vec::new();
+                    return TreeWalkResult::Ok;
+                }
+                link_bytes += size;
                 let name = String::from_utf8_lossy(entry.name_bytes());
                 result
                     .links

@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use super::{HeldPath, Interrupted, printable};
 use crate::forge::protected::{ProtectedPaths, fold_name};
-use crate::git::changes::{Entry, EntryKind, PathChange, ResultChanges};
+use crate::git::changes::{Entry, EntryKind, MAX_LINK_BYTES, PathChange, ResultChanges};
 
 /// Links followed while resolving one path before it counts as a loop (Linux's own limit).
 const MAX_LINKS_FOLLOWED: usize = 40;
@@ -26,25 +26,54 @@ enum Resolved {
     Loop,
 }
 
-/// The result's links: by exact path, and by where each leads (folded, for reverse lookups).
+/// The result's links: as a tree of names (so resolving a path costs one lookup per component,
+/// whatever its length), and by where each leads (folded, for reverse lookups).
 struct Links<'a> {
-    targets: HashMap<&'a str, String>,
+    /// The children of each node by name; node 0 is the repository's root.
+    children: Vec<HashMap<&'a str, usize>>,
+    /// What the link at a node points at.
+    targets: HashMap<usize, String>,
     by_destination: HashMap<String, Vec<&'a str>>,
     by_folded_path: HashMap<String, &'a str>,
 }
 
 impl<'a> Links<'a> {
-    fn new(links: &'a [(String, Vec<u8>)]) -> Links<'a> {
-        let targets: HashMap<&str, String> = links
-            .iter()
-            .map(|(path, target)| (path.as_str(), String::from_utf8_lossy(target).into_owned()))
-            .collect();
+    /// The result's `links`, each resolved once; [`Interrupted`] once `interrupted` says so (asked
+    /// at each link).
+    fn new(
+        links: &'a [(String, Vec<u8>)],
+        interrupted: &dyn Fn() -> bool,
+    ) -> Result<Links<'a>, Interrupted> {
         let mut links_of = Links {
-            targets,
+            children: vec![HashMap::new()],
+            targets: HashMap::new(),
             by_destination: HashMap::new(),
             by_folded_path: HashMap::new(),
         };
+        for (path, target) in links {
+            if interrupted() {
+                return Err(Interrupted);
+            }
+            let mut node = 0;
+            for name in path.split('/') {
+                node = match links_of.children[node].get(name) {
+                    Some(child) => *child,
+                    None => {
+                        let child = links_of.children.len();
+                        links_of.children.push(HashMap::new());
+                        links_of.children[node].insert(name, child);
+                        child
+                    }
+                };
+            }
+            links_of
+                .targets
+                .insert(node, String::from_utf8_lossy(target).into_owned());
+        }
         for (path, _) in links {
+            if interrupted() {
+                return Err(Interrupted);
+            }
             links_of.by_folded_path.insert(folded(path), path.as_str());
             if let Resolved::Inside(destination) = links_of.resolve(path) {
                 links_of
@@ -54,41 +83,51 @@ impl<'a> Links<'a> {
                     .push(path.as_str());
             }
         }
-        links_of
+        Ok(links_of)
     }
 
+    /// Where `path` leads: each component looked up under the node of the one before it, so the
+    /// cost is linear in the components met (the path's and those of the links followed).
     fn resolve(&self, path: &str) -> Resolved {
-        let mut pending: VecDeque<String> = path.split('/').map(str::to_owned).collect();
-        let mut done: Vec<String> = Vec::new();
+        let mut pending: VecDeque<&str> = path.split('/').collect();
+        // Each component resolved so far, with its node among the links' names (`None`: no link
+        // lies under it).
+        let mut done: Vec<(&str, Option<usize>)> = Vec::new();
         let mut followed = 0;
         while let Some(component) = pending.pop_front() {
-            match component.as_str() {
+            match component {
                 "" | "." => {}
                 ".." => {
                     if done.pop().is_none() {
                         return Resolved::Outside;
                     }
                 }
-                _ => {
-                    done.push(component);
-                    let Some(target) = self.targets.get(done.join("/").as_str()) else {
+                name => {
+                    let parent = done.last().map_or(Some(0), |(_, node)| *node);
+                    let node = parent.and_then(|parent| self.children[parent].get(name).copied());
+                    let Some(target) = node.and_then(|node| self.targets.get(&node)) else {
+                        done.push((name, node));
                         continue;
                     };
                     followed += 1;
                     if followed > MAX_LINKS_FOLLOWED {
                         return Resolved::Loop;
                     }
-                    done.pop();
                     if target.starts_with('/') {
                         return Resolved::Outside;
                     }
                     for part in target.split('/').rev() {
-                        pending.push_front(part.to_owned());
+                        pending.push_front(part);
                     }
                 }
             }
         }
-        Resolved::Inside(done.join("/"))
+        Resolved::Inside(
+            done.iter()
+                .map(|(name, _)| *name)
+                .collect::<Vec<_>>()
+                .join("/"),
+        )
     }
 
     /// Other names `path` is reached by through links, each with the link it goes through, and
@@ -98,11 +137,13 @@ impl<'a> Links<'a> {
         let mut exhausted = false;
         let mut seen = HashSet::from([folded(path)]);
         let mut queue = VecDeque::from([path.to_owned()]);
+        if self.by_destination.is_empty() {
+            return (found, exhausted);
+        }
         while let Some(current) = queue.pop_front() {
             let components: Vec<&str> = current.split('/').collect();
-            for depth in 1..=components.len() {
-                let prefix = components[..depth].join("/");
-                let Some(links) = self.by_destination.get(&folded(&prefix)) else {
+            for (depth, prefix) in folded_prefixes(&components) {
+                let Some(links) = self.by_destination.get(&prefix) else {
                     continue;
                 };
                 for link in links {
@@ -128,15 +169,38 @@ impl<'a> Links<'a> {
 
     /// A link whose name an ancestor directory of `path` folds to without being it.
     fn colliding_ancestor(&self, path: &str) -> Option<(String, &'a str)> {
+        if self.by_folded_path.is_empty() {
+            return None;
+        }
         let components: Vec<&str> = path.split('/').collect();
-        (1..components.len()).find_map(|depth| {
-            let ancestor = components[..depth].join("/");
-            self.by_folded_path
-                .get(&folded(&ancestor))
-                .filter(|link| **link != ancestor)
-                .map(|link| (ancestor, *link))
-        })
+        folded_prefixes(&components[..components.len().saturating_sub(1)]).find_map(
+            |(depth, prefix)| {
+                let link = self.by_folded_path.get(&prefix)?;
+                let ancestor = components[..depth].join("/");
+                (**link != ancestor).then_some((ancestor, *link))
+            },
+        )
     }
+}
+
+/// Each prefix of `components` (its number of components, and it [`folded`]), each component
+/// folded once, where folding every prefix anew cost a deep path of long names minutes over a
+/// result of many such paths.
+fn folded_prefixes<'c>(components: &'c [&'c str]) -> impl Iterator<Item = (usize, String)> + 'c {
+    let mut prefix = String::new();
+    components
+        .iter()
+        .enumerate()
+        .map(move |(index, component)| {
+            let component = folded(component);
+            if !component.is_empty() {
+                if !prefix.is_empty() {
+                    prefix.push('/');
+                }
+                prefix.push_str(&component);
+            }
+            (index + 1, prefix.clone())
+        })
 }
 
 fn folded(path: &str) -> String {
@@ -180,10 +244,15 @@ pub(super) fn held_until(
     rules: &ProtectedPaths,
     interrupted: &dyn Fn() -> bool,
 ) -> Result<Vec<HeldPath>, Interrupted> {
-    let links = Links::new(&changes.links);
+    let links = Links::new(&changes.links, interrupted)?;
     let mut held = Vec::new();
     for change in &changes.changes {
-        let reasons = reasons(change, rules, &links, interrupted)?;
+        let mut reasons = reasons(change, rules, &links, interrupted)?;
+        if changes.links_cut {
+            reasons.push(format!(
+                "the result's symbolic links add up to more than {MAX_LINK_BYTES} bytes, more than the gate reads, so what reaches this path through a link was not checked"
+            ));
+        }
         if !reasons.is_empty() {
             held.push(HeldPath {
                 path: printable(&change.path),

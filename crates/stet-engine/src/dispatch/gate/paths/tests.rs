@@ -48,6 +48,7 @@ fn held_of(changes: Vec<PathChange>, links: &[(&str, &str)]) -> Vec<String> {
         changes,
         removed: Vec::new(),
         links: all_links,
+        links_cut: false,
     };
     held(&changes, &ProtectedPaths::default())
         .into_iter()
@@ -209,7 +210,7 @@ fn links_resolve_through_other_links_and_dot_dot_after_a_link() {
         ("real/c".to_owned(), b"../.stet".to_vec()),
         ("self".to_owned(), b"self/x".to_vec()),
     ];
-    let links = Links::new(&owned);
+    let links = Links::new(&owned, &|| false).unwrap();
     assert_eq!(links.resolve("a"), Resolved::Inside(".stet".into()));
     assert_eq!(
         links.resolve("a/briefs/x.toml"),
@@ -232,4 +233,17 @@ fn links_resolve_through_other_links_and_dot_dot_after_a_link() {
         aliases.contains(&"real/c/briefs/x.toml".to_owned()),
         "{aliases:?}"
     );
+}
+
+#[test]
+fn links_of_thousands_of_components_resolve_and_their_reading_stops_when_told() {
+    let deep = vec!["x"; 2_000].join("/");
+    let owned = vec![
+        ("far".to_owned(), format!("{deep}/../../near").into_bytes()),
+        ("x".to_owned(), b"y".to_vec()),
+    ];
+    let links = Links::new(&owned, &|| false).unwrap();
+    let expected = format!("y/{}/near", vec!["x"; 1_997].join("/"));
+    assert_eq!(links.resolve("far"), Resolved::Inside(expected));
+    assert!(Links::new(&owned, &|| true).is_err());
 }
