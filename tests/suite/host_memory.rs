@@ -189,7 +189,11 @@ fn a_hostile_result_costs_stet_tens_of_mib_not_a_multiple_of_itself() {
     );
 
     let (files, not_listed) = collected_files(&finished);
-    assert_eq!(files.len(), MAX_LISTED, "the event lists its first {MAX_LISTED} files");
+    assert_eq!(
+        files.len(),
+        MAX_LISTED,
+        "the event lists its first {MAX_LISTED} files"
+    );
     assert_eq!(files.len() + not_listed, MANY_FILES + 3);
     let cut = |path: &str| {
         files
