@@ -534,7 +534,11 @@ fn a_base_holding_a_150_mib_file_dispatches_and_the_agents_edit_of_another_file_
 fn git_children(pid: u32) -> Vec<(u32, String)> {
     let mut children = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(child) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
@@ -545,7 +549,10 @@ fn git_children(pid: u32) -> Vec<(u32, String)> {
             continue;
         };
         let name = name.rsplit_once(')').map_or(name, |(name, _)| name);
-        let parent = rest.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok());
+        let parent = rest
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
         if parent == Some(pid) && name.starts_with("git") {
             children.push((child, name.to_owned()));
         }
@@ -596,15 +603,22 @@ fn cancelling_while_a_large_base_materializes_idles_stet_and_ends_its_git() {
     let mut watched = Watched::start(project.headless(&["--timeout", "30m"]));
     let pid = watched.pid();
     let provisioning = watched.until("provisioning", |event| {
-        matches!(event.kind, EventKind::Phase { to: Phase::Provisioning, .. })
+        matches!(
+            event.kind,
+            EventKind::Phase {
+                to: Phase::Provisioning,
+                ..
+            }
+        )
     });
     let dispatch = provisioning.dispatch;
     let writing = within(Duration::from_secs(120), || {
-        git_children(pid)
-            .iter()
-            .any(|(_, name)| name == "git")
+        git_children(pid).iter().any(|(_, name)| name == "git")
     });
-    assert!(writing.is_some(), "stet never started git to write the base");
+    assert!(
+        writing.is_some(),
+        "stet never started git to write the base"
+    );
     let busy = cpu_over_window(pid);
     let before = git_children(pid);
     assert!(
@@ -633,7 +647,10 @@ fn cancelling_while_a_large_base_materializes_idles_stet_and_ends_its_git() {
     assert!(
         !finished.events.iter().any(|event| matches!(
             event.kind,
-            EventKind::Phase { to: Phase::Running, .. }
+            EventKind::Phase {
+                to: Phase::Running,
+                ..
+            }
         )),
         "the agent ran: the cancel did not land during the materialization"
     );

@@ -178,7 +178,9 @@ fn advertisement(service: &str, sha: &str) -> Vec<u8> {
     let body = format!(
         "{}0000{}{}0000",
         pkt(&format!("# service={service}\n")),
-        pkt(&format!("{sha} refs/heads/main\0report-status side-band-64k ofs-delta\n")),
+        pkt(&format!(
+            "{sha} refs/heads/main\0report-status side-band-64k ofs-delta\n"
+        )),
         pkt(&format!("{sha} refs/heads/trunk\n")),
     );
     format!(
@@ -221,7 +223,11 @@ fn stalling_front(stalled: &'static str, how: Stalling, sha: String) -> std::net
                 };
                 let answer_head = format!(
                     "HTTP/1.1 200 OK\r\nContent-Type: application/x-git-{kind}-pack-{}\r\nTransfer-Encoding: chunked\r\n\r\n",
-                    if request_line.starts_with("get") { "advertisement" } else { "result" }
+                    if request_line.starts_with("get") {
+                        "advertisement"
+                    } else {
+                        "result"
+                    }
                 );
                 match how {
                     Stalling::Silent => {}
@@ -322,7 +328,10 @@ async fn is_cut(operation: Operation, stalled: &'static str, how: Stalling) {
         err.contains(&format!("http://{front}")) && err.to_ascii_lowercase().contains(stalled),
         "{case}: the error names the origin and the request: {err}"
     );
-    assert!(!err.contains(&canary), "{case}: the error shows the credential: {err}");
+    assert!(
+        !err.contains(&canary),
+        "{case}: the error shows the credential: {err}"
+    );
     eprintln!("{case}: {err}");
 }
 
@@ -333,7 +342,11 @@ async fn is_cut(operation: Operation, stalled: &'static str, how: Stalling) {
 /// origin. Each request kind, each way of stalling.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_git_front_end_that_trickles_or_stalls_is_cut_within_the_bound() {
-    for how in [Stalling::Trickle, Stalling::HeadThenSilent, Stalling::Silent] {
+    for how in [
+        Stalling::Trickle,
+        Stalling::HeadThenSilent,
+        Stalling::Silent,
+    ] {
         is_cut(Operation::List, "info/refs?service=git-upload-pack", how).await;
         is_cut(Operation::Fetch, "post /octo/app.git/git-upload-pack", how).await;
         is_cut(Operation::Push, "info/refs?service=git-receive-pack", how).await;

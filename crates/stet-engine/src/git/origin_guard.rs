@@ -26,8 +26,8 @@ use tokio::sync::oneshot;
 
 mod pace;
 
-pub use pace::{Stall, StallKind, TransferBounds};
 use pace::{Meter, Metered};
+pub use pace::{Stall, StallKind, TransferBounds};
 
 /// Headers of one hop only: never forwarded in either direction.
 const HOP_BY_HOP: [&str; 9] = [

@@ -554,13 +554,16 @@ impl<'u> Route<'u> {
     /// A route to `url`, which [`check_url`] accepted; each exchange through its guard within
     /// `bounds`.
     fn to(url: &'u str, bounds: TransferBounds) -> Result<Route<'u>> {
-        let guard = match Origin::of(url) {
-            Some(_) => Some(OriginGuard::start_within(url, bounds).map_err(|err| PushError::Guard {
-                url: url.to_owned(),
-                detail: err.to_string(),
-            })?),
-            None => None,
-        };
+        let guard =
+            match Origin::of(url) {
+                Some(_) => Some(OriginGuard::start_within(url, bounds).map_err(|err| {
+                    PushError::Guard {
+                        url: url.to_owned(),
+                        detail: err.to_string(),
+                    }
+                })?),
+                None => None,
+            };
         Ok(Route { url, guard })
     }
 

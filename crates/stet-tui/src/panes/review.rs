@@ -83,9 +83,7 @@ fn alerts(collected: &CollectedResult, width: usize, theme: Theme) -> Vec<Line<'
     if all_held > 0 {
         lines.push(Line::styled(
             text::truncate(
-                &format!(
-                    "⚠ {all_held} path(s) held for your approval — read them before pushing:"
-                ),
+                &format!("⚠ {all_held} path(s) held for your approval — read them before pushing:"),
                 width,
             ),
             theme.warning(),

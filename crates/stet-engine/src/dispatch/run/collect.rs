@@ -8,7 +8,8 @@ use crate::dispatch::branch::CommitSha;
 use crate::dispatch::display;
 use crate::dispatch::error::DispatchError;
 use crate::dispatch::event::{
-    ChangedPath, EventKind, GateFindings, HeldPathReport, MAX_LISTED, MAX_LISTED_BYTES, SecretReport,
+    ChangedPath, EventKind, GateFindings, HeldPathReport, MAX_LISTED, MAX_LISTED_BYTES,
+    SecretReport,
 };
 use crate::dispatch::gate::{GateReport, inspect_until, printable};
 use crate::dispatch::order::result_ref;

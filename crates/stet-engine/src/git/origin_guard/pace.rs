@@ -137,9 +137,8 @@ impl Meter {
 
     /// When the exchange breaks a bound if nothing more moves, and which.
     fn deadline(&self) -> (Instant, StallKind) {
-        let idle = self.start
-            + Duration::from_nanos(self.last.load(Ordering::Relaxed))
-            + self.bounds.idle;
+        let idle =
+            self.start + Duration::from_nanos(self.last.load(Ordering::Relaxed)) + self.bounds.idle;
         let earned = Duration::from_secs_f64(
             self.moved.load(Ordering::Relaxed) as f64
                 / self.bounds.floor_bytes_per_second.max(1) as f64,

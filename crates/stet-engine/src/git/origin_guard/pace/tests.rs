@@ -21,7 +21,10 @@ async fn the_floor_or_the_idle_bound_whichever_comes_first() {
     meter.record(1000);
     let (deadline, kind) = meter.deadline();
     assert_eq!(kind, StallKind::Idle);
-    assert!(deadline <= meter.start + Duration::from_secs(11), "{deadline:?}");
+    assert!(
+        deadline <= meter.start + Duration::from_secs(11),
+        "{deadline:?}"
+    );
     // A default-bounded gigabyte earns its time: the floor is 73 hours away.
     let meter = self::meter(TransferBounds::default());
     meter.record(1 << 30);
@@ -40,7 +43,11 @@ async fn an_exchange_that_never_moves_is_cut_at_the_idle_bound_and_recorded() {
         grace: Duration::from_secs(30),
         floor_bytes_per_second: 1,
     };
-    let meter = Meter::new(bounds, "POST /git-upload-pack".to_owned(), Arc::clone(&stalled));
+    let meter = Meter::new(
+        bounds,
+        "POST /git-upload-pack".to_owned(),
+        Arc::clone(&stalled),
+    );
     let started = std::time::Instant::now();
     let cut = meter
         .within(std::future::pending::<()>())
