@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use stet_engine::harness::HarnessKind;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -85,13 +86,25 @@ pub(crate) fn parse_ceiling(text: &str) -> Result<f64, String> {
     }
 }
 
-/// The harnesses whose output `stet transcript` reads.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub(crate) enum HarnessName {
-    /// The OpenHands V1 CLI, `--headless --json`.
-    Openhands,
-    /// `stet agent`, the scripted agent.
-    Script,
+/// A harness whose output `stet transcript` reads: one of the engine's kinds, by its name.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HarnessName(pub(crate) HarnessKind);
+
+impl clap::ValueEnum for HarnessName {
+    fn value_variants<'a>() -> &'a [Self] {
+        static NAMES: std::sync::LazyLock<Vec<HarnessName>> = std::sync::LazyLock::new(|| {
+            HarnessKind::ALL.iter().copied().map(HarnessName).collect()
+        });
+        NAMES.as_slice()
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let output = match self.0 {
+            HarnessKind::OpenHands => "The OpenHands V1 CLI, `--headless --json`",
+            HarnessKind::Script => "`stet agent`, the scripted agent",
+        };
+        Some(clap::builder::PossibleValue::new(self.0.as_str()).help(output))
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -110,24 +110,7 @@ pub(crate) fn transcript(
         dispatch: stet_engine::dispatch::event::DispatchId::new(),
         brief,
     };
-    let (mut parser, usage) = match harness {
-        HarnessName::Openhands => {
-            let usage = match outputs {
-                Some(outputs) => stet_engine::harness::openhands::final_usage(outputs, &sanitizer)?,
-                None => None,
-            };
-            let parser: Box<dyn stet_engine::harness::OutputParser> = Box::new(
-                stet_engine::harness::openhands::OpenHandsOutput::new(Arc::clone(&sanitizer)),
-            );
-            (parser, usage)
-        }
-        HarnessName::Script => {
-            let parser: Box<dyn stet_engine::harness::OutputParser> = Box::new(
-                stet_engine::harness::script::ScriptParser::new(Arc::clone(&sanitizer)),
-            );
-            (parser, None)
-        }
-    };
+    let (mut parser, usage) = stet_engine::harness::replay_reader(harness.0, &sanitizer, outputs)?;
     let mut stdout = std::io::stdout().lock();
     let replayed = if path == std::path::Path::new("-") {
         replay(

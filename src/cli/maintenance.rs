@@ -12,17 +12,33 @@ use stet_engine::dispatch::credential::{CredentialProvider, LocalCredentialProvi
 use stet_engine::dispatch::journal::Journal;
 use stet_engine::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
 use stet_engine::dispatch::service::DispatchService;
-use stet_engine::runtime::docker::DockerRuntime;
+use stet_engine::runtime::{RuntimeKind, RuntimeSetup};
 
 use super::EXIT_USAGE;
 use super::session::{install_logging, load_config, repository_root};
 
-/// The engine, or the exit-2 message saying it is unreachable.
-pub(crate) async fn connect_engine() -> Result<DockerRuntime, ExitCode> {
-    DockerRuntime::connect().await.map_err(|err| {
-        let _ = writeln!(std::io::stderr(), "stet: {err}");
-        ExitCode::from(EXIT_USAGE)
-    })
+/// The container runtime the configuration in effect here names (the repository's too, inside one).
+/// When there is none, or it cannot be read, the default: these commands never needed the rest of
+/// it, and the commands that do say what is wrong with it.
+fn configured_runtime() -> RuntimeKind {
+    let Ok(state_dir) = stet_engine::state_dir::locate() else {
+        return RuntimeKind::default();
+    };
+    let trust = stet_engine::config::trust::TrustStore::in_state_dir(&state_dir);
+    let root = repository_root("look up the configured runtime").ok();
+    stet_engine::config::Config::load(root.as_deref(), &trust)
+        .map(|config| config.runtime.kind)
+        .unwrap_or_default()
+}
+
+/// The configured engine, or the exit-2 message saying it is unreachable.
+pub(crate) async fn connect_engine() -> Result<Arc<dyn RuntimeSetup>, ExitCode> {
+    stet_engine::runtime::connect(configured_runtime())
+        .await
+        .map_err(|err| {
+            let _ = writeln!(std::io::stderr(), "stet: {err}");
+            ExitCode::from(EXIT_USAGE)
+        })
 }
 
 pub(crate) async fn image_build_local(binary: Option<PathBuf>) -> anyhow::Result<ExitCode> {
@@ -34,7 +50,8 @@ pub(crate) async fn image_build_local(binary: Option<PathBuf>) -> anyhow::Result
         Ok(engine) => engine,
         Err(code) => return Ok(code),
     };
-    let image = stet_engine::image::build_local(engine.client(), &binary)
+    let image = engine
+        .offline_image(&binary)
         .await
         .with_context(|| format!("building the sandbox image from {}", binary.display()))?;
     println!("{} {}", image.id, image.tag);
@@ -67,7 +84,7 @@ pub(crate) async fn sweep() -> anyhow::Result<ExitCode> {
             ),
         }
     }
-    let service = DispatchService::new(Arc::new(engine), journal, &state_dir, providers);
+    let service = DispatchService::new(engine, journal, &state_dir, providers);
     let report = service.sweep_orphans().await?;
     tracing::info!(?report, "sweep finished");
     // The report quotes the engine's and the forge's answers: shown under the display policy.
@@ -85,7 +102,7 @@ pub(crate) async fn sweep() -> anyhow::Result<ExitCode> {
 pub(crate) async fn doctor() -> anyhow::Result<ExitCode> {
     let running = std::env::current_exe().context("finding the running stet executable")?;
     let binary = stet_engine::image::sandbox_executable_beside(&running);
-    let docker = bollard::Docker::connect_with_defaults().map_err(|err| err.to_string());
+    let runtime = stet_engine::runtime::unconnected(configured_runtime());
     let state = stet_engine::state_dir::locate();
     let repository = repository_root("run stet doctor").map_err(|error| format!("{error:#}"));
     let config = match &repository {
@@ -93,7 +110,7 @@ pub(crate) async fn doctor() -> anyhow::Result<ExitCode> {
         Err(why) => Err(why.clone()),
     };
     let forge = stet_engine::doctor::forge_checks(repository, config, &state).await;
-    let mut report = stet_engine::doctor::diagnose(docker, state, &binary).await;
+    let mut report = stet_engine::doctor::diagnose(runtime, state, &binary).await;
     report.checks.extend(forge);
     print!("{report}");
     Ok(if report.failed() {

@@ -4,7 +4,6 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context;
 
@@ -166,17 +165,17 @@ pub(crate) fn load_config(root: &std::path::Path) -> anyhow::Result<stet_engine:
 }
 
 /// The engine for the repository at `root` as its configuration and the flags describe it: the
-/// harness, the sandbox image, the limits.
+/// harness (from the harness registry), the sandbox image, the limits.
 pub(crate) fn engine_options(
     root: PathBuf,
     config: stet_engine::config::Config,
     args: &DispatchArgs,
 ) -> anyhow::Result<stet_engine::engine::EngineOptions> {
     use stet_engine::engine::{EngineOptions, ImageChoice};
-    let harness = harness_from_config(&config)?;
+    let harness = stet_engine::harness::from_settings(config.harness.settings()?);
     let image = match &config.dispatch.image {
         Some(text) => ImageChoice::Configured(stet_engine::runtime::ImageRef::parse(text, false)?),
-        None if harness.name() == "script" => ImageChoice::Offline,
+        None if harness.runs_in_offline_image() => ImageChoice::Offline,
         None => anyhow::bail!(
             "no sandbox image is configured for the {} harness: set [dispatch] image = \"<name>@sha256:<digest>\" in stet.toml (see docker/dispatch/README.md)",
             harness.name()
@@ -203,26 +202,6 @@ pub(crate) fn network_policy(
     } else {
         stet_engine::runtime::NetworkPolicy::None
     }
-}
-
-pub(crate) fn harness_from_config(
-    config: &stet_engine::config::Config,
-) -> anyhow::Result<Arc<dyn stet_engine::harness::Harness>> {
-    use stet_engine::config::HarnessKind;
-    use stet_engine::harness::script::{ScenarioSource, ScriptHarness};
-    let harness = &config.harness;
-    Ok(match harness.kind {
-        HarnessKind::Script => Arc::new(ScriptHarness::new(
-            match &harness.script.scenario {
-                Some(path) => ScenarioSource::File(path.clone()),
-                None => ScenarioSource::Demo,
-            },
-            harness.script.pace,
-        )),
-        HarnessKind::OpenHands => Arc::new(stet_engine::harness::openhands::OpenHandsHarness::new(
-            harness.openhands_settings()?,
-        )),
-    })
 }
 
 /// The briefs named by `--brief` (inbox ids or paths) or `--all` (the inbox read within `limits`);

@@ -1,7 +1,8 @@
 //! The layering ARCHITECTURE.md describes, checked so that it cannot rot: the pure crates pull in no
 //! runtime and the theater no engine (read from `Cargo.lock`, so a dependency's own dependencies
-//! count), the engine's files never name the theater, and no two source files depend on each other
-//! in a cycle.
+//! count), the engine's files never name the theater, no two source files depend on each other in a
+//! cycle, and the engine's top-level modules stand on floors, each importing only from the floors
+//! below its own (the few known exceptions listed, to be taken out).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -454,4 +455,226 @@ fn every_path_the_architecture_names_exists() {
         }
     }
     assert!(named > 20, "the page names its files ({named})");
+}
+
+/// The engine's floors, lowest first (ARCHITECTURE.md, "The engine's floors"): each top-level module
+/// of `crates/stet-engine/src` (a file or a folder) stands on one, and may import only what stands on
+/// a floor below its own. A new module gets a floor here before it builds; an import that runs up
+/// or sideways fails [`the_engine_imports_only_from_the_floors_below`] unless [`KNOWN_UPWARD`] names it.
+const FLOORS: &[&[&str]] = &[
+    // The ground: they import nothing of the engine's.
+    &[
+        "check",
+        "error_chain",
+        "image",
+        "kinds",
+        "private_files",
+        "untrusted_tree",
+        "workflow",
+    ],
+    &["gateway", "runtime", "state_dir"],
+    &["git"],
+    &["dispatch"],
+    &["forge", "harness"],
+    &["config", "headless", "logging"],
+    // The assembly: what the executable calls.
+    &["demo", "doctor", "engine"],
+];
+
+/// The names `lib.rs` re-exports from other crates (`crate::brief` is `stet_protocol::brief`): no
+/// floor of the engine's.
+const REEXPORTED: &[&str] = &["brief", "inbox"];
+
+/// The imports that run up a floor today, each `(from, to, why)`. Issue 28's first item takes them
+/// out (the shared credential types and `UsageReport` to the ground, the re-exports of
+/// `dispatch/mod.rs` gone, `forge::from_config` given only the forge's settings); it may leave one,
+/// said here with its reason. No new one may join: each line only ever goes.
+const KNOWN_UPWARD: &[(&str, &str, &str)] = &[
+    // `forge::from_config` takes the whole `Config`.
+    ("forge", "config", "from_config reads the whole Config"),
+    // The delivery and collect steps of `dispatch/run/` drive the forge; the dispatch folder also
+    // holds the ground-floor types (credentials, the re-exported events and sanitizer), so it sits
+    // below the forge.
+    ("dispatch", "forge", "run/ pushes through the forge"),
+    (
+        "dispatch",
+        "harness",
+        "run/ plans and reads the agent through the harness",
+    ),
+    // `SecretValue`, `ScopedCredential` (dispatch/credential.rs) and the re-exports of
+    // stet_protocol and stet_sanitize in dispatch/mod.rs.
+    (
+        "git",
+        "dispatch",
+        "credentials, commit SHAs and sanitized text",
+    ),
+    (
+        "runtime",
+        "dispatch",
+        "SecretValue, DispatchId and the sanitizer",
+    ),
+    ("gateway", "dispatch", "SecretValue and the sanitizer"),
+    // `harness::UsageReport`.
+    ("gateway", "harness", "UsageReport"),
+    // `forge::rest::https_client`, the one HTTP client the git origin guard shares with the REST
+    // clients (after the issue's count of seven).
+    ("git", "forge", "the origin guard's HTTP client"),
+];
+
+/// The engine's top-level modules: each file and folder of `src/` but `lib.rs`.
+fn engine_modules() -> BTreeSet<String> {
+    let src = Path::new(ROOT).join("crates/stet-engine/src");
+    std::fs::read_dir(&src)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.is_dir() || path.extension().is_some_and(|e| e == "rs"))
+        .map(|path| path.file_stem().unwrap().to_string_lossy().into_owned())
+        .filter(|name| name != "lib")
+        .collect()
+}
+
+/// The floor each module stands on.
+fn floor_of() -> BTreeMap<&'static str, usize> {
+    let mut floors = BTreeMap::new();
+    for (floor, modules) in FLOORS.iter().enumerate() {
+        for module in *modules {
+            assert!(
+                floors.insert(*module, floor).is_none(),
+                "{module} stands on two floors"
+            );
+        }
+    }
+    floors
+}
+
+/// The top-level modules `code` names through `crate::`: `crate::a::b`, `crate::{a, b::c}`.
+fn crate_roots(code: &str) -> BTreeSet<String> {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut roots = BTreeSet::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        let before = rest[..at].chars().next_back();
+        rest = &rest[at + "crate::".len()..];
+        if before.is_some_and(is_ident) {
+            continue;
+        }
+        let ident = |text: &str| -> String { text.chars().take_while(|c| is_ident(*c)).collect() };
+        match rest.strip_prefix('{') {
+            None => {
+                roots.insert(ident(rest));
+            }
+            Some(group) => {
+                let mut depth = 0usize;
+                let mut item_start = true;
+                for (index, c) in group.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => break,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => item_start = true,
+                        c if c.is_whitespace() => {}
+                        _ if item_start => {
+                            item_start = false;
+                            roots.insert(ident(&group[index..]));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    roots.retain(|root| !root.is_empty() && root != "self");
+    roots
+}
+
+/// Every import between two of the engine's top-level modules, in code that is not a test:
+/// `(from, to)` and the files that make it.
+fn engine_imports() -> BTreeMap<(String, String), BTreeSet<String>> {
+    let mut imports = BTreeMap::new();
+    for file in library_files("stet-engine") {
+        let Some(from) = file.module.first() else {
+            continue;
+        };
+        if file.module.iter().any(|part| part == "tests") {
+            continue;
+        }
+        for to in crate_roots(&production_code(&file.text)) {
+            if &to != from {
+                imports
+                    .entry((from.clone(), to))
+                    .or_insert_with(BTreeSet::new)
+                    .insert(file.module.join("::"));
+            }
+        }
+    }
+    imports
+}
+
+#[test]
+fn the_import_reader_finds_paths_and_groups() {
+    let code = "use crate::dispatch::event::Event;\nuse crate::{config::Config, runtime::{self, ImageRef}, git};\nlet x = $crate::forge::x; let y = notcrate::engine::z; let z = crate::image::BINARY_PATH;";
+    assert_eq!(
+        crate_roots(code),
+        ["config", "dispatch", "forge", "git", "image", "runtime"]
+            .map(str::to_owned)
+            .into()
+    );
+}
+
+#[test]
+fn every_engine_module_stands_on_one_floor() {
+    let floors = floor_of();
+    let modules = engine_modules();
+    assert!(
+        modules.contains("dispatch") && modules.contains("engine"),
+        "{modules:?}"
+    );
+    for module in &modules {
+        assert!(
+            floors.contains_key(module.as_str()),
+            "crates/stet-engine/src/{module} stands on no floor: add it to FLOORS in tests/suite/architecture.rs, above everything it imports"
+        );
+    }
+    for module in floors.keys() {
+        assert!(
+            modules.contains(*module),
+            "FLOORS names {module}, which the engine has no more"
+        );
+    }
+}
+
+#[test]
+fn the_engine_imports_only_from_the_floors_below() {
+    let floors = floor_of();
+    let imports = engine_imports();
+    assert!(
+        imports.contains_key(&("engine".to_owned(), "runtime".to_owned())),
+        "the walk found the engine's imports"
+    );
+    let mut upward = BTreeSet::new();
+    for ((from, to), files) in &imports {
+        if REEXPORTED.contains(&to.as_str()) {
+            continue;
+        }
+        let (Some(&below), Some(&above)) = (floors.get(to.as_str()), floors.get(from.as_str()))
+        else {
+            panic!("{files:?} name crate::{to}, which stands on no floor");
+        };
+        if below >= above {
+            let known = KNOWN_UPWARD
+                .iter()
+                .any(|(f, t, _)| *f == from.as_str() && *t == to.as_str());
+            assert!(
+                known,
+                "{from} (floor {above}) imports {to} (floor {below}), which stands on its floor or above it, in {files:?}: import it the other way round, or move what both need to a lower floor"
+            );
+            upward.insert((from.as_str(), to.as_str()));
+        }
+    }
+    for (from, to, why) in KNOWN_UPWARD {
+        assert!(
+            upward.contains(&(*from, *to)),
+            "{from} no longer imports {to} from above ({why}): take that line off KNOWN_UPWARD"
+        );
+    }
 }

@@ -1,17 +1,18 @@
 //! `stet doctor`: checks that this machine can run a locked-down sandbox, and says what to fix.
 //!
-//! A sandbox whose memory or pids cap the engine silently ignores is not locked down, so the engine's
-//! own report of which limits it enforces is checked here, before a dispatch ever relies on it.
+//! A sandbox whose memory or pids cap the engine silently ignores is not locked down, so the
+//! container runtime reports which limits its engine enforces ([`RuntimeSetup::diagnose`]) before a
+//! dispatch ever relies on it; the forge and its credential provider report on themselves too.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-
-use bollard::Docker;
+use std::sync::Arc;
 
 pub use crate::check::{Check, Status};
 use crate::config::Config;
 use crate::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
 use crate::dispatch::socket_dir::SocketPlace;
+use crate::runtime::RuntimeSetup;
 use crate::state_dir::StateDirError;
 
 /// Below this much free space in the state directory, a dispatch's workspace may not fit.
@@ -58,16 +59,17 @@ impl fmt::Display for DoctorReport {
     }
 }
 
-/// Runs every check against `docker` (`Err`: the client could not be made, it says why) for the
-/// state directory `state` (`Err`: there is none, it says why).
+/// Runs every check: the container runtime's own on itself (`Err`: it could not be made, it says
+/// why) with the stet-sandbox executable `binary`, then this host's for the state directory `state`
+/// (`Err`: there is none, it says why).
 pub async fn diagnose(
-    docker: Result<Docker, String>,
+    runtime: Result<Arc<dyn RuntimeSetup>, String>,
     state: Result<PathBuf, StateDirError>,
     binary: &Path,
 ) -> DoctorReport {
     let mut report = DoctorReport::default();
-    match docker {
-        Ok(docker) => engine_checks(&docker, binary, &mut report).await,
+    match runtime {
+        Ok(runtime) => report.checks.extend(runtime.diagnose(binary).await),
         Err(why) => report.checks.push(Check::problem(
             "engine",
             Status::Fail,
@@ -205,145 +207,6 @@ fn socket_check(place: &SocketPlace) -> Check {
             &error.fix(),
         ),
     }
-}
-
-async fn engine_checks(docker: &Docker, binary: &Path, report: &mut DoctorReport) {
-    if let Err(error) = docker.ping().await {
-        let host = crate::image::docker_host();
-        report
-            .checks
-            .push(match crate::runtime::docker::socket_denied(&host) {
-                Some(denied) => Check::problem(
-                    "engine",
-                    Status::Fail,
-                    denied.to_string(),
-                    "join the socket's group (then log in again), or use an engine you may reach",
-                ),
-                None => Check::problem(
-                    "engine",
-                    Status::Fail,
-                    format!("not reachable at {host}: {error}"),
-                    "start the Docker daemon, or point DOCKER_HOST at a running engine",
-                ),
-            });
-        return;
-    }
-    match docker.version().await {
-        Ok(version) => report.checks.push(Check::ok(
-            "engine",
-            format!(
-                "Docker {} (API {}), {}/{}, at {}",
-                version.version.unwrap_or_default(),
-                version.api_version.unwrap_or_default(),
-                version.os.unwrap_or_default(),
-                version.arch.unwrap_or_default(),
-                crate::image::docker_host()
-            ),
-        )),
-        Err(error) => report.checks.push(Check::problem(
-            "engine",
-            Status::Fail,
-            format!("version request failed: {error}"),
-            "check the engine's logs",
-        )),
-    }
-    match docker.info().await {
-        Ok(info) => {
-            let cgroup = format!(
-                "cgroup {} driver, version {}",
-                info.cgroup_driver
-                    .map(|d| d.to_string())
-                    .unwrap_or_default(),
-                info.cgroup_version
-                    .map(|v| v.to_string())
-                    .unwrap_or_default()
-            );
-            let limits = [
-                ("memory", info.memory_limit, "--memory"),
-                ("swap", info.swap_limit, "--memory-swap"),
-                ("pids", info.pids_limit, "--pids-limit"),
-                ("cpu quota", info.cpu_cfs_quota, "--cpus"),
-            ];
-            let missing: Vec<&str> = limits
-                .iter()
-                .filter(|(_, enforced, _)| *enforced != Some(true))
-                .map(|(_, _, flag)| *flag)
-                .collect();
-            if missing.is_empty() {
-                report.checks.push(Check::ok(
-                    "limits",
-                    format!("memory, swap, pids and cpu limits are enforced ({cgroup})"),
-                ));
-            } else {
-                report.checks.push(Check::problem(
-                    "limits",
-                    Status::Fail,
-                    format!("the engine does not enforce {} ({cgroup})", missing.join(", ")),
-                    "enable the missing cgroup controllers (e.g. boot with cgroup v2, or `swapaccount=1` for swap limits)",
-                ));
-            }
-            for warning in info.warnings.unwrap_or_default() {
-                report.checks.push(Check::problem(
-                    "engine warning",
-                    Status::Warn,
-                    warning,
-                    "see the engine's documentation for this warning",
-                ));
-            }
-        }
-        Err(error) => report.checks.push(Check::problem(
-            "limits",
-            Status::Fail,
-            format!("info request failed: {error}"),
-            "check the engine's logs",
-        )),
-    }
-    report.checks.push(image_check(docker, binary).await);
-}
-
-async fn image_check(docker: &Docker, binary: &Path) -> Check {
-    let hash = match file_sha256(binary) {
-        Ok(hash) => hash,
-        Err(error) => {
-            return Check::problem(
-                "sandbox image",
-                Status::Warn,
-                format!(
-                    "cannot read the sandbox executable {}: {error}",
-                    binary.display()
-                ),
-                "build or install stet-sandbox beside stet (`cargo install --path .` installs both)",
-            );
-        }
-    };
-    let tag = crate::image::tag_for(&hash);
-    match docker.inspect_image(&tag).await {
-        Ok(image) => Check::ok(
-            "sandbox image",
-            format!(
-                "offline sandbox image {tag} is present, pinned as {}",
-                image.id.unwrap_or_default()
-            ),
-        ),
-        Err(_) => Check::problem(
-            "sandbox image",
-            Status::Warn,
-            format!("no offline sandbox image for this stet-sandbox executable ({tag})"),
-            "run `stet image build-local` (stet demo builds it too)",
-        ),
-    }
-}
-
-fn file_sha256(path: &Path) -> std::io::Result<String> {
-    use sha2::Digest as _;
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = sha2::Sha256::new();
-    std::io::copy(&mut file, &mut hasher)?;
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
 }
 
 fn disk_check(state_dir: &Path) -> Check {

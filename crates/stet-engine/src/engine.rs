@@ -1,4 +1,5 @@
-//! Assembles the dispatch engine for one stet process: the Docker runtime, the journal, the forge and
+//! Assembles the dispatch engine for one stet process: the container runtime the configuration names
+//! (`[runtime]`), the journal, the forge and
 //! its credential provider, the harness and the sandbox image — and sweeps what crashed dispatches left
 //! behind before anything new starts (ADR-0018 row 7). `--headless`, `stet demo` and the TUI all start
 //! the engine through here, so they run dispatches the same way.
@@ -20,7 +21,6 @@ use crate::dispatch::service::{
 };
 use crate::gateway::prices::PriceTable;
 use crate::harness::Harness;
-use crate::runtime::docker::DockerRuntime;
 use crate::runtime::{
     DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, RuntimeError, SandboxUser,
 };
@@ -132,16 +132,17 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Connects to Docker (an unreachable engine is an error that says so), makes the image present,
-    /// builds the forge, and sweeps orphans of earlier runs.
+    /// Connects to the configured container runtime (an unreachable engine is an error that says
+    /// so), makes the image present, builds the forge, and sweeps orphans of earlier runs.
     pub async fn assemble(options: EngineOptions, sanitizer: &SanitizerHandle) -> Result<Engine> {
         let gateway = gateway_settings(&options.config.model, options.harness.model(), sanitizer)?;
-        let runtime = DockerRuntime::connect().await?;
+        let runtime = crate::runtime::connect(options.config.runtime.kind).await?;
         let image = match options.image {
             ImageChoice::Configured(image) => image,
             ImageChoice::Offline => {
                 let binary = crate::image::sandbox_executable().map_err(EngineError::Sandbox)?;
-                let built = crate::image::build_local(runtime.client(), &binary)
+                let built = runtime
+                    .offline_image(&binary)
                     .await
                     .map_err(|source| EngineError::Image { binary, source })?;
                 ImageRef::LocalId { id: built.id }
@@ -155,8 +156,7 @@ impl Engine {
             sanitizer,
         )?;
         let providers: Vec<Arc<dyn CredentialProvider>> = vec![Arc::clone(&setup.credentials)];
-        let service =
-            DispatchService::new(Arc::new(runtime), journal, &options.state_dir, providers);
+        let service = DispatchService::new(runtime, journal, &options.state_dir, providers);
         if gateway.is_some() {
             // Every dispatch's gateway socket goes here: refuse at launch, not at the first dispatch.
             service.socket_place().prepare()?;

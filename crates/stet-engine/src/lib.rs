@@ -18,6 +18,7 @@ pub mod git;
 pub mod harness;
 pub mod headless;
 pub mod image;
+mod kinds;
 pub mod logging;
 pub mod private_files;
 pub mod runtime;

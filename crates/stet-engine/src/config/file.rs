@@ -12,6 +12,7 @@ use super::{
     ConfigError, ENV_CONCURRENCY, ENV_COST_CEILING_USD, ENV_HARNESS, ENV_IMAGE, ENV_TIMEOUT_SECS,
     FileRole, HarnessKind, Origin, Result,
 };
+use crate::runtime::RuntimeKind;
 
 /// One setting as a file spells it: absent, or a value and where in the file it is.
 pub(super) type Setting<T> = Option<Spanned<T>>;
@@ -28,6 +29,7 @@ pub(super) struct FileSettings {
     pub review: ReviewSection,
     pub dispatch: DispatchSection,
     pub harness: HarnessSection,
+    pub runtime: RuntimeSection,
     pub model: ModelSection,
     pub inbox: InboxSection,
 }
@@ -213,6 +215,13 @@ pub(super) struct HarnessSection {
     pub openhands: OpenHandsSection,
 }
 
+/// `[runtime]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RuntimeSection {
+    pub kind: Setting<RuntimeKind>,
+}
+
 /// `[harness.script]`
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -345,18 +354,16 @@ impl Layer {
             push(ENV_IMAGE, &|s| s.dispatch.image = unspanned(image.clone()));
         }
         if let Some(text) = read(ENV_HARNESS) {
-            let kind = match text.as_str() {
-                "openhands" => HarnessKind::OpenHands,
-                "script" => HarnessKind::Script,
-                other => {
-                    return Err(ConfigError::Invalid {
-                        origin: origin(ENV_HARNESS),
-                        field: "harness.kind",
-                        problem: format!(
-                            "{other:?} is not a harness: use \"openhands\" or \"script\""
-                        ),
-                    });
-                }
+            let Some(kind) = HarnessKind::from_name(&text) else {
+                let names: Vec<String> = HarnessKind::ALL
+                    .iter()
+                    .map(|kind| format!("{:?}", kind.as_str()))
+                    .collect();
+                return Err(ConfigError::Invalid {
+                    origin: origin(ENV_HARNESS),
+                    field: "harness.kind",
+                    problem: format!("{text:?} is not a harness: use {}", names.join(" or ")),
+                });
             };
             push(ENV_HARNESS, &|s| s.harness.kind = unspanned(kind));
         }

@@ -45,6 +45,8 @@ pub enum Reason {
     Identity,
     /// It lets the agent's container reach the network.
     Network,
+    /// It chooses the container engine that runs the agent's sandbox and enforces its limits.
+    Runtime,
     /// It chooses the program that works with the model key.
     Agent,
     /// It chooses the model the user is billed for.
@@ -72,6 +74,9 @@ impl Reason {
             Reason::Credential => "it names which of your credentials stet uses",
             Reason::Identity => "it is who your pushed commits say wrote them",
             Reason::Network => "it lets the agent's container reach the network",
+            Reason::Runtime => {
+                "it chooses the container engine that runs the agent's sandbox and enforces its limits"
+            }
             Reason::Agent => "it chooses the program that works with your model key",
             Reason::Model => "it chooses the model you are billed for",
             Reason::PriceTable => {

@@ -1,6 +1,7 @@
 //! `Config`: what a user sets once — which forge, which credential provider, the agent's identity,
 //! import limits, protected paths, how dispatches run (timeout, concurrency, cost ceiling, image,
-//! network), which harness runs the agent and which model endpoint the gateway forwards to.
+//! network), which harness runs the agent, which container runtime runs the sandboxes and which
+//! model endpoint the gateway forwards to.
 //!
 //! Read from `$XDG_CONFIG_HOME/stet/config.toml` (the user's), then the repository's `stet.toml`,
 //! then a few `STET_*` environment variables (the flags are main.rs's). The repository is untrusted
@@ -23,8 +24,6 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use crate::dispatch::credential::SecretValue;
 use crate::forge::gitea_token::GiteaTokenSettings;
 use crate::forge::github_app::GitHubAppSettings;
@@ -32,8 +31,12 @@ use crate::forge::protected::ProtectedPaths;
 use crate::forge::settings::ForgeSettings;
 use crate::git::import::{Identity, ImportLimits};
 use crate::git::workspace::BaseLimits;
+use crate::harness::HarnessSettings;
 use crate::harness::openhands::OpenHandsSettings;
+use crate::harness::script::ScenarioSource;
+use crate::runtime::RuntimeKind;
 
+pub use crate::harness::HarnessKind;
 pub use layers::{Class, Reason, Refusal, Rule};
 use trust::{ContentHash, TrustStore};
 
@@ -191,28 +194,6 @@ pub struct DispatchSettings {
     pub allow_network: bool,
 }
 
-/// Which harness runs the agent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-pub enum HarnessKind {
-    /// The OpenHands CLI, headless (the product).
-    #[default]
-    #[serde(rename = "openhands")]
-    OpenHands,
-    /// `stet agent`, the scripted agent of the demo and the tests.
-    #[serde(rename = "script")]
-    Script,
-}
-
-impl HarnessKind {
-    /// The name used in configuration and in `STET_HARNESS`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HarnessKind::OpenHands => "openhands",
-            HarnessKind::Script => "script",
-        }
-    }
-}
-
 /// The scripted agent's settings (`[harness.script]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScriptHarnessSettings {
@@ -313,6 +294,28 @@ impl HarnessConfig {
             .ok_or(ConfigError::MissingModel)?;
         Ok(OpenHandsSettings::new(model))
     }
+
+    /// The settings of the harness `kind` chooses, for the harness registry
+    /// ([`crate::harness::from_settings`]); an error naming the field a setting it needs lacks.
+    pub fn settings(&self) -> Result<HarnessSettings> {
+        Ok(match self.kind {
+            HarnessKind::OpenHands => HarnessSettings::OpenHands(self.openhands_settings()?),
+            HarnessKind::Script => HarnessSettings::Script {
+                scenario: match &self.script.scenario {
+                    Some(path) => ScenarioSource::File(path.clone()),
+                    None => ScenarioSource::Demo,
+                },
+                pace: self.script.pace,
+            },
+        })
+    }
+}
+
+/// Which container runtime runs the sandboxes (`[runtime]`): a machine setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RuntimeConfig {
+    /// Which engine (`runtime.kind`; default the local Docker engine).
+    pub kind: RuntimeKind,
 }
 
 /// Which repository file a configuration was read with, and whether it was trusted.
@@ -386,6 +389,8 @@ pub struct Config {
     pub dispatch: DispatchSettings,
     /// Which harness runs the agent (`[harness]`).
     pub harness: HarnessConfig,
+    /// Which container runtime runs the sandboxes (`[runtime]`).
+    pub runtime: RuntimeConfig,
     /// Where the agent's model requests go (`[model]`).
     pub model: ModelConfig,
     /// The repository file this configuration was read with.

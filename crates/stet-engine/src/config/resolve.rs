@@ -10,8 +10,8 @@ use super::file::{ForgeKind, ProviderKind};
 use super::layers::{Layers, Lists, Reason};
 use super::{
     Config, ConfigError, CredentialConfig, DispatchSettings, ForgeConfig, HarnessConfig,
-    ModelConfig, OpenHandsHarnessConfig, Origin, RepositoryFile, Result, ScriptHarnessSettings,
-    Sourced, default_agent,
+    ModelConfig, OpenHandsHarnessConfig, Origin, RepositoryFile, Result, RuntimeConfig,
+    ScriptHarnessSettings, Sourced, default_agent,
 };
 use crate::forge::gitea_token::GiteaTokenSettings;
 use crate::forge::github_app::GitHubAppSettings;
@@ -293,6 +293,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
     let allow_network = layers.stays_off("dispatch.allow_network", Reason::Network, |s| {
         &s.dispatch.allow_network
     });
+    let runtime_kind = layers.machine("runtime.kind", Reason::Runtime, |s| &s.runtime.kind);
     let harness_kind = layers.machine("harness.kind", Reason::Agent, |s| &s.harness.kind);
     let scenario = layers.machine("harness.script.scenario", Reason::Scenario, |s| {
         &s.harness.script.scenario
@@ -547,6 +548,9 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
             model: non_empty(model, "harness.openhands.model")?,
         },
     };
+    let runtime = RuntimeConfig {
+        kind: runtime_kind.map(|kind| kind.value).unwrap_or_default(),
+    };
     let model = ModelConfig {
         base_url: checked_url(base_url, "model.base_url")?,
         api_key_env: match api_key_env {
@@ -613,6 +617,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         protected_paths,
         dispatch,
         harness,
+        runtime,
         model,
         repository_file,
         inbox,

@@ -1246,3 +1246,70 @@ fn a_repository_file_past_the_protected_path_limits_is_named_with_its_figure_and
         "{error}"
     );
 }
+
+#[test]
+fn the_runtime_is_the_local_docker_engine_unless_the_users_file_names_another() {
+    assert_eq!(
+        Config::from_files(&[]).unwrap().runtime.kind,
+        RuntimeKind::Docker
+    );
+    for kind in RuntimeKind::ALL {
+        let config =
+            Config::from_files(&[user(&format!("[runtime]\nkind = \"{}\"\n", kind.as_str()))])
+                .unwrap();
+        assert_eq!(config.runtime.kind, *kind);
+    }
+    let error = Config::from_files(&[user("\n[runtime]\nkind = \"vmware\"\n")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with("/home/u/.config/stet/config.toml:3:") && error.contains("vmware"),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_untrusted_repository_may_not_choose_the_runtime() {
+    let refused = refusals(&[repository("[runtime]\nkind = \"docker\"\n")]);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].field, "runtime.kind");
+    assert_eq!(refused[0].line, 2);
+    assert!(
+        refused[0].why.contains("container engine"),
+        "{}",
+        refused[0].why
+    );
+    let trusted = Config::from_files(&[trusted("[runtime]\nkind = \"docker\"\n")]).unwrap();
+    assert_eq!(trusted.runtime.kind, RuntimeKind::Docker);
+}
+
+#[test]
+fn every_harness_kind_is_configured_by_its_name_and_reaches_the_registry() {
+    for kind in HarnessKind::ALL {
+        let text = format!(
+            "[harness]\nkind = \"{}\"\n[harness.openhands]\nmodel = \"openai/gpt-4.1\"\n",
+            kind.as_str()
+        );
+        let config = Config::from_files(&[user(&text)]).unwrap();
+        let settings = config.harness.settings().unwrap();
+        assert_eq!(settings.kind(), *kind);
+        assert_eq!(
+            crate::harness::from_settings(settings).name(),
+            kind.as_str()
+        );
+        let from_env = Config::from_files_and_env(&[], &|name| {
+            (name == ENV_HARNESS).then(|| kind.as_str().to_owned())
+        })
+        .unwrap();
+        assert_eq!(from_env.harness.kind, *kind);
+    }
+    let error = Config::from_files_and_env(&[], &|name| {
+        (name == ENV_HARNESS).then(|| "codex".to_owned())
+    })
+    .unwrap_err()
+    .to_string();
+    assert_eq!(
+        error,
+        "environment variable STET_HARNESS: field `harness.kind`: \"codex\" is not a harness: use \"openhands\" or \"script\""
+    );
+}

@@ -3,7 +3,8 @@
 //! transcript items, an outcome and, where the agent reports it, the run's usage.
 //!
 //! The engine only sees the [`Harness`] trait: a harness plans the files to stage and the processes to
-//! run, and hands out a fresh [`OutputParser`] per dispatch. Staged files are written by the host into
+//! run, and hands out a fresh [`OutputParser`] per dispatch. Which harness runs is chosen in one
+//! place, the registry ([`HarnessKind`], [`from_settings`]). Staged files are written by the host into
 //! the outputs directory (mounted at `/outputs`) before the agent starts, so no brief text ever travels
 //! on a command line (ADR-0018 row 4).
 //!
@@ -26,9 +27,12 @@
 //! `/proc/<pid>/fd`. `stet agent run` and the OpenHands launch line do both.
 
 pub mod openhands;
+mod registry;
 pub mod replay;
 pub mod script;
 mod text;
+
+pub use registry::{HarnessKind, HarnessSettings, from_settings, replay_reader};
 
 use std::fmt;
 use std::path::Path;
@@ -61,6 +65,8 @@ pub enum HarnessError {
         harness: &'static str,
         detail: String,
     },
+    #[error(transparent)]
+    OpenHandsRecord(#[from] openhands::OpenHandsError),
 }
 
 /// Result alias of this module.
@@ -329,6 +335,11 @@ pub trait Harness: Send + Sync + fmt::Debug {
     fn version(&self) -> Option<String>;
     /// The model the agent is told to use, when the harness knows it.
     fn model(&self) -> Option<String>;
+    /// Whether its agent program is part of the offline sandbox image (the stet-sandbox
+    /// executable), so a dispatch needs no configured image. No, by default.
+    fn runs_in_offline_image(&self) -> bool {
+        false
+    }
     /// The files to stage and the processes to run for `launch`.
     fn plan(&self, launch: &HarnessLaunch<'_>) -> Result<HarnessPlan>;
     /// The secrets `plan` carries (e.g. a model key in the agent's environment), each with the label

@@ -227,6 +227,10 @@ impl Harness for ScriptHarness {
         Some(format!("stet-agent {}", env!("CARGO_PKG_VERSION")))
     }
 
+    fn runs_in_offline_image(&self) -> bool {
+        true
+    }
+
     fn model(&self) -> Option<String> {
         None
     }

@@ -1,5 +1,5 @@
-//! `DockerRuntime`: [`ContainerRuntime`] on the Docker Engine API (bollard), and
-//! [`hardened_create_body`], the one function that turns a [`SandboxSpec`] into the engine's
+//! `DockerRuntime`: [`ContainerRuntime`] and [`RuntimeSetup`] on the Docker Engine API (bollard),
+//! and [`hardened_create_body`], the one function that turns a [`SandboxSpec`] into the engine's
 //! configuration (ADR-0018 row 1, DESIGN §5 row 11).
 
 use std::collections::HashMap;
@@ -22,9 +22,13 @@ use tokio::sync::mpsc;
 use super::{
     ContainerExit, ContainerRuntime, DISPATCH_LABEL, ExecExit, GATEWAY_MOUNT, ImageRef,
     NetworkPolicy, OUTPUTS_MOUNT, OutputChunk, OutputStream, PullProgress, Removal, Result,
-    RuntimeError, SANDBOX_HOME, STATE_LABEL, SandboxContainer, SandboxProcess, SandboxSpec,
-    WORKSPACE_MOUNT,
+    RuntimeError, RuntimeKind, RuntimeSetup, SANDBOX_HOME, STATE_LABEL, SandboxContainer,
+    SandboxProcess, SandboxSpec, WORKSPACE_MOUNT,
 };
+use crate::check::Check;
+use crate::image::SandboxImage;
+
+mod checks;
 
 /// The Docker Engine, reached the usual way (`DOCKER_HOST`, else the local unix socket).
 #[derive(Debug, Clone)]
@@ -74,9 +78,32 @@ impl DockerRuntime {
         Ok(DockerRuntime { docker })
     }
 
-    /// The engine client, for callers that need more than the sandbox seam (image builds, doctor).
+    /// The engine's client as `DOCKER_HOST` (or the default socket) describes it, without reaching
+    /// the engine: `stet doctor`'s checks do; `Err` says why no client could be made.
+    pub fn unconnected() -> std::result::Result<DockerRuntime, String> {
+        Docker::connect_with_defaults()
+            .map(|docker| DockerRuntime { docker })
+            .map_err(|error| error.to_string())
+    }
+
+    /// The engine client, for callers that need more than the sandbox seam (the tests).
     pub fn client(&self) -> &Docker {
         &self.docker
+    }
+}
+
+#[async_trait]
+impl RuntimeSetup for DockerRuntime {
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Docker
+    }
+
+    async fn offline_image(&self, binary: &Path) -> crate::image::Result<SandboxImage> {
+        crate::image::build_local(&self.docker, binary).await
+    }
+
+    async fn diagnose(&self, binary: &Path) -> Vec<Check> {
+        checks::engine_checks(&self.docker, binary).await
     }
 }
 

@@ -1,19 +1,25 @@
 //! The container runtime seam (ADR-0018 rows 1 and 9): what stet needs from an engine to run one
-//! locked-down sandbox, described so that the engine adapter ([`docker::DockerRuntime`]) is the only
-//! code that speaks the engine's API.
+//! locked-down sandbox ([`ContainerRuntime`]), to make the offline image present and to report on
+//! itself for `stet doctor` ([`RuntimeSetup`]), described so that the engine adapter
+//! ([`docker::DockerRuntime`]) is the only code that speaks the engine's API. The runtime a
+//! configuration names (`[runtime] kind`) is made in one place, [`connect`] (or [`unconnected`]
+//! for the doctor): a new runtime is its module, a kind and a line in each.
 
 pub mod docker;
 pub mod lines;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
+use crate::check::Check;
 use crate::dispatch::credential::SecretValue;
 use crate::dispatch::event::DispatchId;
+use crate::image::SandboxImage;
 
 pub use lines::FramedLine;
 
@@ -445,9 +451,59 @@ pub trait ContainerRuntime: Send + Sync + fmt::Debug {
     async fn list_sandboxes(&self) -> Result<Vec<SandboxContainer>>;
 }
 
+/// What a container engine does for stet besides running sandboxes: the part of it that is set up
+/// and checked rather than used per dispatch.
+#[async_trait]
+pub trait RuntimeSetup: ContainerRuntime {
+    /// Which runtime this is.
+    fn kind(&self) -> RuntimeKind;
+    /// Makes the offline sandbox image of the stet-sandbox executable `binary` present in the
+    /// engine, loading it only when it is not there yet, and returns it.
+    async fn offline_image(&self, binary: &Path) -> crate::image::Result<SandboxImage>;
+    /// What `stet doctor` reports about the engine, changing nothing: whether it answers, whether
+    /// it enforces the limits a sandbox relies on, whether the offline image of `binary` is there.
+    /// Every problem names its fix.
+    async fn diagnose(&self, binary: &Path) -> Vec<Check>;
+}
+
+crate::kinds::kinds! {
+    /// Which container engine runs the sandboxes.
+    pub enum RuntimeKind {
+        /// The Docker Engine API: `DOCKER_HOST`, else the local socket.
+        #[default]
+        Docker = "docker",
+    }
+}
+
+/// The runtime `kind` names, connected: an engine that does not answer is an error that says so.
+pub async fn connect(kind: RuntimeKind) -> Result<Arc<dyn RuntimeSetup>> {
+    Ok(match kind {
+        RuntimeKind::Docker => Arc::new(docker::DockerRuntime::connect().await?),
+    })
+}
+
+/// The runtime `kind` names, made without reaching its engine (`stet doctor`, whose checks do);
+/// `Err` says why it could not be made.
+pub fn unconnected(kind: RuntimeKind) -> std::result::Result<Arc<dyn RuntimeSetup>, String> {
+    Ok(match kind {
+        RuntimeKind::Docker => Arc::new(docker::DockerRuntime::unconnected()?),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_registry_makes_every_kind_as_itself() {
+        for kind in RuntimeKind::ALL {
+            let runtime = unconnected(*kind).unwrap();
+            assert_eq!(runtime.kind(), *kind);
+            assert_eq!(RuntimeKind::from_name(kind.as_str()), Some(*kind));
+        }
+        assert_eq!(RuntimeKind::from_name("podman"), None);
+        assert_eq!(RuntimeKind::default(), RuntimeKind::Docker);
+    }
 
     const HEX: &str = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
 
