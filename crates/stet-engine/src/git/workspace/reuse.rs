@@ -34,6 +34,9 @@ const INDEX_HEADER: u64 = 8 + 256 * 4;
 /// Pack index entries read in one go while looking for where an entry ends.
 const OFFSETS_READ: usize = 16 << 10;
 
+/// A blob and its size.
+type BlobSize = (Oid, u64);
+
 /// One entry of a user's pack to copy.
 struct Stored {
     id: Oid,
@@ -56,7 +59,7 @@ pub(super) struct Reuse {
 /// Sorts `blobs` (id and size) into the entries stet copies and the ids left to `git pack-objects`.
 /// Nothing here fails: whatever cannot be located for certain is left to git.
 pub(super) fn locate(objects: &Path, blobs: Vec<(Oid, u64)>) -> (Reuse, Vec<Oid>) {
-    let (mut wanted, mut left): (Vec<(Oid, u64)>, Vec<(Oid, u64)>) = blobs
+    let (mut wanted, mut left): (Vec<BlobSize>, Vec<BlobSize>) = blobs
         .into_iter()
         .partition(|(_, size)| *size >= REUSED_FROM);
     let mut packs = Vec::new();
