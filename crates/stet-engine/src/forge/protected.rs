@@ -16,6 +16,8 @@ use std::fmt;
 use matcher::Matcher;
 
 mod matcher;
+#[cfg(any(test, feature = "reference-matcher"))]
+pub mod reference;
 
 /// What a rule protects, as the review gate names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

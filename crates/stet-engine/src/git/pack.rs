@@ -6,8 +6,10 @@
 
 use std::fs::{File, Permissions};
 use std::io::{self, BufWriter, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::ops::Range;
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use git2::{ObjectType, Oid};
 
@@ -142,6 +144,51 @@ impl PackWriter {
         Ok(())
     }
 
+    /// Adds an entry copied as it is stored in another pack: the bytes of `source` at `stored` (its
+    /// type and size header, then its compressed data), read through `buffer`. The
+    /// copy's CRC-32 must be `crc`, the one the other pack's index records, or the entry is damaged
+    /// and nothing more is written. `stop` is looked at between reads.
+    pub(super) fn copy_entry(
+        &mut self,
+        id: Oid,
+        source: &File,
+        stored: Range<u64>,
+        crc: u32,
+        buffer: &mut [u8],
+        stop: &AtomicBool,
+    ) -> io::Result<()> {
+        let mut name = [0; 20];
+        name.copy_from_slice(id.as_bytes());
+        let start = self.offset;
+        self.crc = 0;
+        let (offset, length) = (stored.start, stored.end.saturating_sub(stored.start));
+        let mut done = 0_u64;
+        while done < length {
+            if stop.load(Ordering::Relaxed) {
+                return Err(io::Error::new(io::ErrorKind::Interrupted, "stopped"));
+            }
+            let take = usize::try_from(length - done)
+                .unwrap_or(usize::MAX)
+                .min(buffer.len());
+            let chunk = &mut buffer[..take];
+            source.read_exact_at(chunk, offset + done)?;
+            self.put(chunk)?;
+            done += take as u64;
+        }
+        if self.crc != crc {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the packed object {id} does not match the CRC its pack index records"),
+            ));
+        }
+        self.entries.push(Entry {
+            id: name,
+            crc,
+            offset: start,
+        });
+        Ok(())
+    }
+
     /// Ends the pack with its checksum, writes the index, and gives both their final names; the
     /// index comes last, since git sees a pack only through its index. A pack of the same name is
     /// the same bytes: when one is already there, it is kept and this one dropped.
@@ -220,35 +267,11 @@ fn index_bytes(entries: &mut [Entry], pack_checksum: &[u8; 20]) -> Vec<u8> {
     out
 }
 
-const CRC_TABLE: [u32; 256] = crc_table();
-
-const fn crc_table() -> [u32; 256] {
-    let mut table = [0; 256];
-    let mut index = 0;
-    while index < 256 {
-        let mut value = index as u32;
-        let mut bit = 0;
-        while bit < 8 {
-            value = if value & 1 == 1 {
-                0xedb8_8320 ^ (value >> 1)
-            } else {
-                value >> 1
-            };
-            bit += 1;
-        }
-        table[index] = value;
-        index += 1;
-    }
-    table
-}
-
 /// CRC-32 (IEEE), continuing from `crc`.
 pub(super) fn crc32(crc: u32, bytes: &[u8]) -> u32 {
-    let mut value = !crc;
-    for byte in bytes {
-        value = CRC_TABLE[((value ^ u32::from(*byte)) & 0xff) as usize] ^ (value >> 8);
-    }
-    !value
+    let mut hasher = crc32fast::Hasher::new_with_initial(crc);
+    hasher.update(bytes);
+    hasher.finalize()
 }
 
 /// Adler-32, the checksum that ends a zlib stream.
@@ -268,108 +291,22 @@ pub(super) fn adler32(bytes: &[u8]) -> u32 {
     (b << 16) | a
 }
 
-/// SHA-1 (FIPS 180-4), which names packs and closes pack and index files.
-pub(super) struct Sha1 {
-    state: [u32; 5],
-    block: [u8; 64],
-    filled: usize,
-    length: u64,
-}
+/// SHA-1 (FIPS 180-4), which names packs and closes pack and index files: the checksum of bytes stet
+/// wrote, not a name it trusts, so the fast hash (SHA extensions where the processor has them)
+/// rather than one detecting collisions.
+pub(super) struct Sha1(sha1::Sha1);
 
 impl Sha1 {
     pub(super) fn new() -> Sha1 {
-        Sha1 {
-            state: [
-                0x6745_2301,
-                0xefcd_ab89,
-                0x98ba_dcfe,
-                0x1032_5476,
-                0xc3d2_e1f0,
-            ],
-            block: [0; 64],
-            filled: 0,
-            length: 0,
-        }
+        Sha1(sha1::Digest::new())
     }
 
-    pub(super) fn update(&mut self, mut bytes: &[u8]) {
-        self.length += bytes.len() as u64;
-        if self.filled > 0 {
-            let take = bytes.len().min(64 - self.filled);
-            self.block[self.filled..self.filled + take].copy_from_slice(&bytes[..take]);
-            self.filled += take;
-            bytes = &bytes[take..];
-            if self.filled < 64 {
-                return;
-            }
-            let block = self.block;
-            self.compress(&block);
-            self.filled = 0;
-        }
-        let mut blocks = bytes.chunks_exact(64);
-        for block in &mut blocks {
-            let mut whole = [0; 64];
-            whole.copy_from_slice(block);
-            self.compress(&whole);
-        }
-        let rest = blocks.remainder();
-        self.block[..rest.len()].copy_from_slice(rest);
-        self.filled = rest.len();
+    pub(super) fn update(&mut self, bytes: &[u8]) {
+        sha1::Digest::update(&mut self.0, bytes);
     }
 
-    pub(super) fn finish(mut self) -> [u8; 20] {
-        let bits = self.length.wrapping_mul(8);
-        let padding = if self.filled < 56 {
-            56 - self.filled
-        } else {
-            120 - self.filled
-        };
-        let mut tail = vec![0; padding];
-        tail[0] = 0x80;
-        tail.extend_from_slice(&bits.to_be_bytes());
-        self.update(&tail);
-        let mut digest = [0; 20];
-        for (chunk, word) in digest.chunks_exact_mut(4).zip(self.state) {
-            chunk.copy_from_slice(&word.to_be_bytes());
-        }
-        digest
-    }
-
-    fn compress(&mut self, block: &[u8; 64]) {
-        let mut schedule = [0_u32; 80];
-        for (word, bytes) in schedule.iter_mut().zip(block.chunks_exact(4)) {
-            *word = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-        }
-        for round in 16..80 {
-            schedule[round] = (schedule[round - 3]
-                ^ schedule[round - 8]
-                ^ schedule[round - 14]
-                ^ schedule[round - 16])
-                .rotate_left(1);
-        }
-        let [mut a, mut b, mut c, mut d, mut e] = self.state;
-        for (round, word) in schedule.iter().enumerate() {
-            let (mix, constant) = match round {
-                0..=19 => ((b & c) | (!b & d), 0x5a82_7999),
-                20..=39 => (b ^ c ^ d, 0x6ed9_eba1),
-                40..=59 => ((b & c) | (b & d) | (c & d), 0x8f1b_bcdc),
-                _ => (b ^ c ^ d, 0xca62_c1d6_u32),
-            };
-            let next = a
-                .rotate_left(5)
-                .wrapping_add(mix)
-                .wrapping_add(e)
-                .wrapping_add(constant)
-                .wrapping_add(*word);
-            e = d;
-            d = c;
-            c = b.rotate_left(30);
-            b = a;
-            a = next;
-        }
-        for (state, value) in self.state.iter_mut().zip([a, b, c, d, e]) {
-            *state = state.wrapping_add(value);
-        }
+    pub(super) fn finish(self) -> [u8; 20] {
+        sha1::Digest::finalize(self.0).into()
     }
 }
 

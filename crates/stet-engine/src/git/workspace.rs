@@ -23,6 +23,7 @@ use crate::runtime::SandboxUser;
 use crate::untrusted_tree::{self, Entry, Listing};
 
 mod checkout;
+mod reuse;
 mod survey;
 
 /// Bounds on the base a workspace is materialized from (`[base]`), checked from object headers
@@ -234,19 +235,37 @@ pub fn materialize_until(
             .mkdir(false),
     )
     .map_err(context.git("creating the disposable repository"))?;
-    let mut objects = vec![commit];
-    objects.extend(surveyed.objects);
     let pack_directory = target.path().join("objects").join("pack");
     context.stop_point()?;
-    let pack = checkout::start_pack(&source, &pack_directory, objects, &context)?;
+    // The large blobs stet copies itself; the commit, the trees and the rest go through git.
+    let (reuse, left) = reuse::locate(&source.path().join("objects"), surveyed.blobs);
+    let mut objects = vec![commit];
+    objects.extend(surveyed.trees);
+    objects.extend(left);
+    let copy = (reuse.count() > 0).then(|| reuse.start(pack_directory.clone()));
+    let pack = match checkout::start_pack(&source, &pack_directory, objects, &context) {
+        Ok(pack) => pack,
+        Err(error) => {
+            if let Some(copy) = copy {
+                copy.abort();
+            }
+            return Err(error);
+        }
+    };
     let index = match checkout::check_out(&source, root, destination, &context) {
         Ok(index) => index,
         Err(error) => {
             pack.abort();
+            if let Some(copy) = copy {
+                copy.abort();
+            }
             return Err(error);
         }
     };
-    pack.finish(&context)?;
+    let packed = pack.finish(&context);
+    let copied = copy.map_or(Ok(()), |copy| copy.finish(&context));
+    packed?;
+    copied?;
     context.stop_point()?;
     // A fresh handle sees only the disposable repository's own objects, so a commit missing from the
     // pack fails here rather than in the agent's first git command.

@@ -272,59 +272,11 @@ fn a_repository_adds_a_bounded_number_and_size_of_patterns() {
     );
 }
 
-/// The matcher before the compiled automaton, kept as the reference the automaton must agree with:
-/// each rule tried in order, segment by segment, by dynamic programming.
-mod reference {
-    use super::super::{Glob, ProtectedPaths, ProtectedRule, Segment, fold_path};
-
-    pub(super) fn matching<'p>(paths: &'p ProtectedPaths, path: &str) -> Option<&'p ProtectedRule> {
-        let folded = fold_path(path);
-        paths
-            .rules()
-            .iter()
-            .find(|rule| match_segments(&rule.segments, &folded))
-    }
-
-    fn match_segments(pattern: &[Segment], path: &[Vec<char>]) -> bool {
-        let mut rest = vec![false; path.len() + 1];
-        rest[path.len()] = true;
-        for element in pattern.iter().rev() {
-            let mut here = vec![false; path.len() + 1];
-            for j in (0..=path.len()).rev() {
-                here[j] = match element {
-                    Segment::AnyDepth => rest[j] || (j < path.len() && here[j + 1]),
-                    Segment::Glob(glob) => {
-                        j < path.len() && rest[j + 1] && match_glob(glob, &path[j])
-                    }
-                };
-            }
-            rest = here;
-        }
-        rest[0]
-    }
-
-    fn match_glob(glob: &[Glob], name: &[char]) -> bool {
-        let mut rest = vec![false; name.len() + 1];
-        rest[name.len()] = true;
-        for element in glob.iter().rev() {
-            let mut here = vec![false; name.len() + 1];
-            for j in (0..=name.len()).rev() {
-                here[j] = match element {
-                    Glob::AnyRun => rest[j] || (j < name.len() && here[j + 1]),
-                    Glob::AnyOne => j < name.len() && rest[j + 1],
-                    Glob::Literal(literal) => j < name.len() && name[j] == *literal && rest[j + 1],
-                };
-            }
-            rest = here;
-        }
-        rest[0]
-    }
-}
-
 mod differential {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::forge::protected::reference;
 
     /// A pattern segment over a small alphabet, so generated paths hit it often: `**`, or a mix of
     /// literals (with case, a trailing dot, an invisible character), `*` and `?`.

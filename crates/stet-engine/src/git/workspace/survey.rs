@@ -43,10 +43,12 @@ impl Figures {
     }
 }
 
-/// A base within its limits: its figures, and the trees and blobs it reaches, each once.
+/// A base within its limits: its figures, and the trees and blobs (with their sizes) it reaches,
+/// each once.
 pub(super) struct Surveyed {
     pub figures: Figures,
-    pub objects: Vec<Oid>,
+    pub trees: Vec<Oid>,
+    pub blobs: Vec<(Oid, u64)>,
 }
 
 /// One walk of one base tree.
@@ -80,9 +82,11 @@ pub(super) fn survey(
         blobs: HashMap::new(),
     };
     let figures = survey.tree(tree, &mut Vec::new(), 0)?;
-    let mut objects: Vec<Oid> = survey.trees.into_keys().collect();
-    objects.extend(survey.blobs.into_keys());
-    Ok(Surveyed { figures, objects })
+    Ok(Surveyed {
+        figures,
+        trees: survey.trees.into_keys().collect(),
+        blobs: survey.blobs.into_iter().collect(),
+    })
 }
 
 /// An object's size from its header, refused unless it is of the `wanted` kind.
