@@ -173,7 +173,9 @@ fn pkt(line: &str) -> String {
     format!("{:04x}{line}", line.len() + 4)
 }
 
-/// A smart-HTTP ref advertisement for `service`, `main` at `sha`.
+/// A smart-HTTP ref advertisement for `service`, `main` at `sha`; the front end answers one request per
+/// connection, so it says so (a connection kept for reuse after the front end hung up would fail the
+/// next request with a 502 before any stalling began).
 fn advertisement(service: &str, sha: &str) -> Vec<u8> {
     let body = format!(
         "{}0000{}{}0000",
@@ -184,7 +186,7 @@ fn advertisement(service: &str, sha: &str) -> Vec<u8> {
         pkt(&format!("{sha} refs/heads/trunk\n")),
     );
     format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: application/x-{service}-advertisement\r\nCache-Control: no-cache\r\nContent-Length: {}\r\n\r\n{body}",
+        "HTTP/1.1 200 OK\r\nContent-Type: application/x-{service}-advertisement\r\nCache-Control: no-cache\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()

@@ -128,12 +128,15 @@ impl CopyJob {
     }
 
     /// Waits for the pack to be written, asking the dispatch's stop every [`STOP_POLL`]: a stop
-    /// ends the copy and removes its temporary pack.
+    /// ends the copy (a pack it had not finished is removed; the workspace goes with the dispatch).
     pub(super) fn finish(self, context: &Context<'_>) -> Result<()> {
-        while !self.handle.is_finished() {
+        loop {
             if let Err(stopped) = context.stop_point() {
                 self.abort();
                 return Err(stopped);
+            }
+            if self.handle.is_finished() {
+                break;
             }
             std::thread::sleep(STOP_POLL);
         }
@@ -468,6 +471,7 @@ mod tests {
             repository: dir.path(),
             base: &crate::dispatch::branch::CommitSha::parse(&"0".repeat(40)).unwrap(),
             destination: target.path(),
+            stopped: &|| false,
         })
         .unwrap();
         let id = blobs[0].0.to_string();
@@ -511,5 +515,27 @@ mod tests {
             .unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::InvalidData, "{error}");
         assert_eq!(std::fs::read_dir(target.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_stop_ends_the_wait_for_the_copy() {
+        let large = text(60_000, usize::MAX);
+        let (dir, blobs) = packed(&[("large.txt", large)]);
+        let (reuse, _) = locate(&dir.path().join(".git/objects"), blobs);
+        assert_eq!(reuse.count(), 1);
+        let target = tempfile::tempdir().unwrap();
+        let job = reuse.start(target.path().to_owned());
+        let error = job
+            .finish(&Context {
+                repository: dir.path(),
+                base: &crate::dispatch::branch::CommitSha::parse(&"0".repeat(40)).unwrap(),
+                destination: target.path(),
+                stopped: &|| true,
+            })
+            .unwrap_err();
+        assert!(
+            matches!(error, super::super::WorkspaceError::Stopped { .. }),
+            "{error}"
+        );
     }
 }
