@@ -1084,3 +1084,110 @@ fn no_way_out_through_the_model_channel_reaches_the_upstream() {
     finished.torn_down_cleanly();
     runtime.block_on(upstream.shutdown());
 }
+
+/// A request the enabled remote MCP tool reaches the upstream with, its canary in the server URL's
+/// user, path, query and fragment only.
+fn reaches_with_its_tool(seen: &ModelRequest, mark: &str) -> Result<(), String> {
+    let tools = seen.body.get("tools").and_then(Value::as_array);
+    match tools.and_then(|tools| tools.first()) {
+        Some(tool)
+            if tool["type"] == "mcp"
+                && tool["server_url"]
+                    .as_str()
+                    .is_some_and(|url| url.contains(mark)) =>
+        {
+            Ok(())
+        }
+        _ => Err(format!(
+            "the enabled tool did not reach the upstream as sent: {}",
+            seen.body
+        )),
+    }
+}
+
+/// The user enables remote MCP with its price: the agent's request through the relay reaches the
+/// upstream, and the dispatch's events and run record audit it as egress naming the tool and the
+/// server's host and port, never the user, path, query or fragment the agent put in the URL.
+#[test]
+fn an_enabled_provider_tool_is_audited_in_the_run_record_naming_only_its_host() {
+    let runtime = serving_runtime();
+    let upstream = runtime
+        .block_on(ScriptedModel::serve(SocketAddr::from((
+            Ipv4Addr::LOCALHOST,
+            0,
+        ))))
+        .unwrap();
+    let mut attacks = Attacks {
+        canary: format!("rt{}", uuid::Uuid::new_v4().simple()),
+        list: Vec::new(),
+    };
+    attacks.responses(
+        "enabled-mcp",
+        r#","tools":[{"type":"mcp","server_label":"c","server_url":"https://u{C}@tools.invalid:8443/c{C}?d={C}#{C}","require_approval":"never"}],"max_tool_calls":2"#,
+        Expect::Reaches(reaches_with_its_tool),
+    );
+    let run_step = format!(
+        "run = [\"/workspace/{PROGRAM}\", \"{ATTACKS}\", \"{}.zz-oversize.\"]",
+        attacks.canary
+    );
+    let project = project_shipping(&example("raw_model_http"), &[&run_step]);
+    let dir = project.repo.join(ATTACKS);
+    std::fs::create_dir_all(&dir).unwrap();
+    let attack = &attacks.list[0];
+    std::fs::write(dir.join(&attack.name), fix_lengths(&attack.request)).unwrap();
+    git(&project.repo, &["add", ATTACKS]);
+    git(&project.repo, &["commit", "--quiet", "-m", "The request"]);
+    git(&project.repo, &["push", "--quiet", "origin", "main"]);
+    project.home.add_user_config(&format!(
+        "\n[model]\nbase_url = \"{}\"\napi_key_env = \"{KEY_ENV}\"\nallow = [\"{MODEL}\"]\nprovider_tools = {{ mcp = 0.05 }}\n",
+        upstream.base_url()
+    ));
+    let mut command = project.headless(&[]);
+    command.env(KEY_ENV, format!("key-{}", uuid::Uuid::new_v4().simple()));
+    let finished = run(command);
+    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+
+    let mark = attacks.mark(&attack.name);
+    let received = upstream.requests();
+    let reached: Vec<&ModelRequest> = received
+        .iter()
+        .filter(|request| seen_text(request).contains(&mark))
+        .collect();
+    assert_eq!(
+        reached.len(),
+        1,
+        "the enabled tool's request reaches the upstream once"
+    );
+    reaches_with_its_tool(reached[0], &mark).unwrap();
+
+    let audited: Vec<(String, Option<String>)> = finished
+        .events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::GatewayEgress { tool, host, .. } => Some((
+                tool.as_str().to_owned(),
+                host.as_ref().map(|host| host.as_str().to_owned()),
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        audited,
+        vec![("mcp".to_owned(), Some("tools.invalid:8443".to_owned()))],
+        "one egress event naming the tool and the host"
+    );
+    let record = std::fs::read_to_string(events_file(&project.home, finished.dispatch())).unwrap();
+    let egress: Vec<&str> = record
+        .lines()
+        .filter(|line| line.contains("\"kind\":\"gateway_egress\""))
+        .collect();
+    assert_eq!(egress.len(), 1, "{record}");
+    assert!(egress[0].contains("tools.invalid:8443"), "{}", egress[0]);
+    assert!(
+        !egress[0].contains(&attacks.canary),
+        "the egress event repeats what the agent put in the URL: {}",
+        egress[0]
+    );
+    finished.torn_down_cleanly();
+    runtime.block_on(upstream.shutdown());
+}
