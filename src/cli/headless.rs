@@ -18,7 +18,11 @@ pub(crate) async fn headless(args: DispatchArgs, push: bool) -> anyhow::Result<E
     }
     let root = repository_root("run stet --headless")?;
     let config = load_config(&root)?;
-    eprintln!("stet: configuration: {}", config.repository_file);
+    // The repository's path is outside input (a clone's directory is named after its URL).
+    eprintln!(
+        "stet: configuration: {}",
+        stet_engine::dispatch::display::escaped_invisible(&config.repository_file.to_string())
+    );
     let briefs = select_briefs(&root, &args, &config.inbox)?;
     let options = engine_options(root, config, &args)?;
     let delivery = if push { Delivery::Push } else { Delivery::Keep };

@@ -123,6 +123,10 @@ pub(crate) async fn doctor() -> anyhow::Result<ExitCode> {
 /// `stet trust`: trusts, revokes or lists repository configuration files.
 pub(crate) fn trust(path: Option<PathBuf>, revoke: bool, list: bool) -> anyhow::Result<ExitCode> {
     use stet_engine::config::{Config, REPOSITORY_FILE, repository};
+    // A repository's path is outside input (a clone's directory is named after its URL).
+    let shown = |path: &std::path::Path| {
+        stet_engine::dispatch::display::escaped_invisible(&path.display().to_string()).into_owned()
+    };
     let store =
         stet_engine::config::trust::TrustStore::in_state_dir(&stet_engine::state_dir::locate()?);
     let mut out = std::io::stdout().lock();
@@ -132,7 +136,7 @@ pub(crate) fn trust(path: Option<PathBuf>, revoke: bool, list: bool) -> anyhow::
             writeln!(
                 out,
                 "no trusted files (the record is {})",
-                store.file().display()
+                shown(&store.file())
             )?;
         }
         for entry in entries {
@@ -145,7 +149,7 @@ pub(crate) fn trust(path: Option<PathBuf>, revoke: bool, list: bool) -> anyhow::
             writeln!(
                 out,
                 "{}  sha256 {}  since {}  ({now})",
-                entry.path.display(),
+                shown(&entry.path),
                 entry.sha256.chars().take(12).collect::<String>(),
                 entry.trusted_at.format("%Y-%m-%d %H:%M"),
             )?;
@@ -162,10 +166,10 @@ pub(crate) fn trust(path: Option<PathBuf>, revoke: bool, list: bool) -> anyhow::
             writeln!(
                 out,
                 "no longer trusted: {}: it may only tighten project settings again",
-                file.display()
+                shown(&file)
             )?;
         } else {
-            writeln!(out, "{} was not trusted", file.display())?;
+            writeln!(out, "{} was not trusted", shown(&file))?;
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -176,7 +180,7 @@ pub(crate) fn trust(path: Option<PathBuf>, revoke: bool, list: bool) -> anyhow::
     writeln!(
         out,
         "trusted {} (sha256 {})",
-        found.path.display(),
+        shown(&found.path),
         found.hash
     )?;
     if allowed.is_empty() {

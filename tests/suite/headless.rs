@@ -25,7 +25,7 @@ use stet_engine::forge::local::ReviewRecord;
 use super::support::{docker, git, sandbox_image};
 
 /// The brief every non-demo project holds.
-const BRIEF: &str = "tidy-notes";
+pub(super) const BRIEF: &str = "tidy-notes";
 
 /// The demo's first brief, the one `stet demo` dispatches by default.
 const DEMO_BRIEF: &str = "fix-greeting";

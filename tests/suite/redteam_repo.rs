@@ -953,3 +953,40 @@ fn a_base_name_no_checkout_writes_fails_with_a_reason_shown_safe() {
     assert_eq!(hidden_characters(&shown), Vec::<String>::new(), "{text:?}");
     assert_eq!(hidden_in_run_records(&project.home), Vec::new());
 }
+
+/// A clone's directory is named after its URL, so its path is outside input too: `stet --headless`
+/// (its configuration line and the dispatch's progress) and `stet trust` (trusting, listing,
+/// revoking) show a repository whose directory name carries terminal escapes, C1, bidi and
+/// invisible characters without any of them raw.
+#[test]
+fn a_repository_directory_named_with_hidden_characters_is_shown_safe() {
+    super::headless::docker_ready();
+    let project = Project::new(&scenario(&["finish = \"Nothing to do.\""]));
+    let named = project
+        .repo
+        .with_file_name(format!("repo{}", hostile_text()));
+    std::fs::rename(&project.repo, &named).unwrap();
+    // A file to trust (one setting a repository may set anyway), kept with whatever the project holds.
+    let file = named.join("stet.toml");
+    let held = std::fs::read_to_string(&file).unwrap_or_default();
+    std::fs::write(&file, format!("{held}\n[import]\nmax_files = 50000\n")).unwrap();
+    for args in [
+        &["--headless", "--brief", super::headless::BRIEF][..],
+        &["trust"][..],
+        &["trust", "--list"][..],
+        &["trust", "--revoke"][..],
+    ] {
+        let (code, shown) = on_a_terminal(&project.home, &named, args);
+        let text = String::from_utf8_lossy(&shown);
+        assert!(
+            code == 0 && text.contains("repo"),
+            "stet {args:?} ({code}): {text}"
+        );
+        assert_eq!(
+            hidden_characters(&shown),
+            Vec::<String>::new(),
+            "stet {args:?}: {text:?}"
+        );
+    }
+    std::fs::rename(&named, &project.repo).unwrap();
+}
