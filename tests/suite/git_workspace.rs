@@ -1424,6 +1424,50 @@ fn a_symlinked_gitmodules_is_left_out() {
     );
 }
 
+/// An agent that leaves many special files makes one warning each only up to
+/// `MAX_PATH_WARNINGS`; the rest are counted in one warning, so the warnings (events, run record,
+/// theater) stay bounded whatever the count.
+#[test]
+fn warnings_about_many_paths_are_listed_up_to_their_bound_and_the_rest_counted() {
+    use stet_engine::git::import::MAX_PATH_WARNINGS;
+    let fixture = Fixture::new();
+    let workspace = fixture.workspace();
+    write(&workspace, "README.md", HONEST);
+    let extra = 57;
+    let pipes = workspace.join("pipes");
+    std::fs::create_dir(&pipes).unwrap();
+    for pipe in 0..MAX_PATH_WARNINGS + extra {
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            pipes.join(format!("p{pipe:04}")),
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .unwrap();
+    }
+    let imported = import_into(
+        &fixture.repo,
+        &workspace,
+        &fixture.base,
+        ImportLimits::default(),
+    )
+    .unwrap();
+    let (_, _, warnings) = committed(imported);
+    assert_eq!(warnings.len(), MAX_PATH_WARNINGS + 1, "{warnings:?}");
+    assert!(warnings[..MAX_PATH_WARNINGS].iter().all(|warning| matches!(
+        warning,
+        ImportWarning::SpecialFileSkipped { kind: "fifo", .. }
+    )));
+    assert_eq!(
+        warnings[MAX_PATH_WARNINGS],
+        ImportWarning::PathWarningsNotListed { count: extra }
+    );
+    assert!(
+        warnings[MAX_PATH_WARNINGS]
+            .to_string()
+            .contains(&format!("{extra} more"))
+    );
+}
+
 #[test]
 fn fifos_and_sockets_are_skipped_without_blocking() {
     let fixture = Fixture::new();

@@ -44,6 +44,10 @@ pub const MAX_DEPTH: usize = 256;
 /// How many ignored paths the summarized warning names.
 const IGNORED_EXAMPLES: usize = 5;
 
+/// How many warnings about single paths the import keeps; past it they are only counted (a
+/// result of a million fifos is one warning more, not a million).
+pub const MAX_PATH_WARNINGS: usize = 100;
+
 /// The in-memory store's priority over the repository's own backends (libgit2 gives the loose
 /// store 1 and packs 2): every write of the import lands there, and every read looks there first.
 const IN_MEMORY_PRIORITY: i32 = 1000;
@@ -147,6 +151,11 @@ pub enum ImportWarning {
         /// What git objects to.
         detail: String,
     },
+    /// Warnings about single paths past [`MAX_PATH_WARNINGS`], counted and not listed.
+    PathWarningsNotListed {
+        /// How many.
+        count: usize,
+    },
 }
 
 impl fmt::Display for ImportWarning {
@@ -190,6 +199,10 @@ impl fmt::Display for ImportWarning {
             ImportWarning::InvalidNameSkipped { path, detail } => {
                 write!(f, "{path:?} cannot be stored in a git tree ({detail})")
             }
+            ImportWarning::PathWarningsNotListed { count } => write!(
+                f,
+                "{count} more path(s) were left out for the reasons above; stet lists the first {MAX_PATH_WARNINGS}"
+            ),
         }
     }
 }
@@ -369,6 +382,7 @@ pub fn import_until(
         entries: 0,
         total_bytes: 0,
         warnings: Vec::new(),
+        warnings_not_listed: 0,
         ignored: 0,
         ignored_examples: Vec::new(),
     };
@@ -384,6 +398,11 @@ pub fn import_until(
         }
     };
     let mut warnings = std::mem::take(&mut walk.warnings);
+    if walk.warnings_not_listed > 0 {
+        warnings.push(ImportWarning::PathWarningsNotListed {
+            count: walk.warnings_not_listed,
+        });
+    }
     if walk.ignored > 0 {
         warnings.push(ImportWarning::IgnoredPathsSkipped {
             count: walk.ignored,
@@ -521,11 +540,22 @@ struct Walk<'a, 'r> {
     entries: u64,
     total_bytes: u64,
     warnings: Vec<ImportWarning>,
+    /// Warnings about single paths past [`MAX_PATH_WARNINGS`].
+    warnings_not_listed: usize,
     ignored: usize,
     ignored_examples: Vec<String>,
 }
 
 impl Walk<'_, '_> {
+    /// Keeps a warning about one path, or counts it once [`MAX_PATH_WARNINGS`] are kept.
+    fn warn(&mut self, warning: ImportWarning) {
+        if self.warnings.len() < MAX_PATH_WARNINGS {
+            self.warnings.push(warning);
+        } else {
+            self.warnings_not_listed += 1;
+        }
+    }
+
     /// Walks one directory (already opened without following links) and writes its tree; `None` when
     /// nothing in it is imported, since git trees hold no empty directories.
     fn directory(
@@ -562,7 +592,7 @@ impl Walk<'_, '_> {
                 self.entry(dirfd, &name, file_type, &child, previous, depth)?
                 && let Err(error) = builder.insert(name.to_bytes(), id, i32::from(mode))
             {
-                self.warnings.push(ImportWarning::InvalidNameSkipped {
+                self.warn(ImportWarning::InvalidNameSkipped {
                     path: lossy(&child),
                     detail: error.message().to_owned(),
                 });
@@ -627,8 +657,7 @@ impl Walk<'_, '_> {
             return Ok(None);
         }
         if names_git_directory(bytes) {
-            self.warnings
-                .push(ImportWarning::GitDirectorySkipped { path: lossy(path) });
+            self.warn(ImportWarning::GitDirectorySkipped { path: lossy(path) });
             return Ok(None);
         }
         let previous = previous.and_then(|tree| {
@@ -642,8 +671,7 @@ impl Walk<'_, '_> {
             .map_err(|errno| self.opening_error(path, errno))?;
         if let Some(submodule) = previous.filter(|entry| entry.is(FileMode::Commit)) {
             if !self.is_empty_directory(dirfd, name, path, kind)? {
-                self.warnings
-                    .push(ImportWarning::SubmoduleKept { path: lossy(path) });
+                self.warn(ImportWarning::SubmoduleKept { path: lossy(path) });
             }
             return Ok(Some((submodule.id, FileMode::Commit)));
         }
@@ -671,13 +699,12 @@ impl Walk<'_, '_> {
             }
             Kind::File => self.file(dirfd, name, path, previous).map(Some),
             Kind::Link if folds_to(bytes, b".gitmodules") => {
-                self.warnings
-                    .push(ImportWarning::GitmodulesLinkSkipped { path: lossy(path) });
+                self.warn(ImportWarning::GitmodulesLinkSkipped { path: lossy(path) });
                 Ok(None)
             }
             Kind::Link => self.link(dirfd, name, path, previous).map(Some),
             Kind::Special(kind) => {
-                self.warnings.push(ImportWarning::SpecialFileSkipped {
+                self.warn(ImportWarning::SpecialFileSkipped {
                     path: lossy(path),
                     kind,
                 });
