@@ -24,7 +24,7 @@ fn hostile_name() -> String {
 
 /// Runs `stet <args>` with `home`'s XDG directories in `dir` under `script`, a real terminal;
 /// returns its exit status and every byte the terminal received.
-fn on_a_terminal(home: &Home, dir: &std::path::Path, args: &[&str]) -> (i32, Vec<u8>) {
+pub(super) fn on_a_terminal(home: &Home, dir: &std::path::Path, args: &[&str]) -> (i32, Vec<u8>) {
     let mut line = shell_quoted(env!("CARGO_BIN_EXE_stet"));
     for arg in args {
         line.push(' ');
@@ -51,7 +51,7 @@ fn shell_quoted(text: &str) -> String {
 
 /// Every character in `bytes` that the display policy would not show, by code point (the
 /// terminal's own CR LF and tabs aside).
-fn hidden_characters(bytes: &[u8]) -> Vec<String> {
+pub(super) fn hidden_characters(bytes: &[u8]) -> Vec<String> {
     String::from_utf8_lossy(bytes)
         .chars()
         .filter(|c| match c {

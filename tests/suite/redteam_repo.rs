@@ -17,12 +17,12 @@ use git2::{FileMode, ObjectType, Oid, Repository, Signature};
 use stet_engine::brief::{Brief, BriefError};
 use stet_engine::dispatch::branch::CommitSha;
 use stet_engine::dispatch::credential::random_token;
-use stet_engine::dispatch::display::{Treatment, treatment};
 use stet_engine::git::workspace::{BaseLimits, WorkspaceError, materialize_within};
 use stet_engine::inbox::{Inbox, InboxError, InboxLimits};
 use stet_engine::runtime::{DEFAULT_SANDBOX_UID, SandboxUser};
 
 use super::headless::{Home, Project, STET_VARIABLES, scenario};
+use super::hostile_display::{hidden_characters, on_a_terminal};
 use super::support::git;
 
 // ---------------------------------------------------------------------------------------------
@@ -619,44 +619,6 @@ fn a_brief_named_on_the_command_line_is_never_read_through_a_link() {
 // ---------------------------------------------------------------------------------------------
 // Every sink, under a real terminal
 // ---------------------------------------------------------------------------------------------
-
-/// Runs `stet <args>` in `dir` with `home`'s XDG directories under `script`, a real terminal;
-/// returns its exit status and every byte the terminal received.
-fn on_a_terminal(home: &Home, dir: &Path, args: &[&str]) -> (i32, Vec<u8>) {
-    let quoted = |text: &str| format!("'{}'", text.replace('\'', r"'\''"));
-    let mut line = quoted(env!("CARGO_BIN_EXE_stet"));
-    for arg in args {
-        line.push(' ');
-        line.push_str(&quoted(arg));
-    }
-    let mut command = Command::new("script");
-    command
-        .args(["--quiet", "--return", "--command", &line, "/dev/null"])
-        .current_dir(dir)
-        .env("HOME", home.path())
-        .env("XDG_STATE_HOME", home.path().join("state"))
-        .env("XDG_CONFIG_HOME", home.path().join("config"))
-        .stdin(std::process::Stdio::null());
-    for variable in STET_VARIABLES {
-        command.env_remove(variable);
-    }
-    let output = command.output().unwrap();
-    (output.status.code().unwrap_or(-1), output.stdout)
-}
-
-/// Every character in `bytes` the display policy would not show, by code point (the terminal's
-/// own CR LF and tabs aside).
-fn hidden_characters(bytes: &[u8]) -> Vec<String> {
-    String::from_utf8_lossy(bytes)
-        .chars()
-        .filter(|c| match c {
-            '\r' | '\n' | '\t' => false,
-            c if c.is_control() => true,
-            c => treatment(*c) != Treatment::Keep,
-        })
-        .map(|c| format!("U+{:04X}", u32::from(c)))
-        .collect()
-}
 
 /// What a hostile repository writes where a terminal would act on it: an OSC 52 clipboard write
 /// (ESC and C1 forms), a CSI, bidi controls, a zero-width space, tag characters spelling hidden
