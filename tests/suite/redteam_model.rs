@@ -16,7 +16,7 @@ use stet_scripted_model::{ModelRequest, ScriptedModel};
 
 use super::agent_voice::{PROGRAM, example, project_shipping};
 use super::gateway::KEY_ENV;
-use super::headless::{events_file, run};
+use super::headless::{Finished, Project, events_file, run};
 use super::support::{git, serving_runtime};
 
 /// The model `[model] allow` lets the attacks name.
@@ -897,6 +897,38 @@ fn seen_text(request: &ModelRequest) -> String {
     )
 }
 
+/// Ships `attacks` in a repository whose agent runs the `raw_model_http` program over them, with
+/// `[model]` pointing at `upstream` and `model_settings` added, and runs the dispatch headless to
+/// its successful end.
+fn ship_and_dispatch(
+    attacks: &Attacks,
+    upstream: &ScriptedModel,
+    model_settings: &str,
+) -> (Project, Finished) {
+    let run_step = format!(
+        "run = [\"/workspace/{PROGRAM}\", \"{ATTACKS}\", \"{}.zz-oversize.\"]",
+        attacks.canary
+    );
+    let project = project_shipping(&example("raw_model_http"), &[&run_step]);
+    let dir = project.repo.join(ATTACKS);
+    std::fs::create_dir_all(&dir).unwrap();
+    for attack in &attacks.list {
+        std::fs::write(dir.join(&attack.name), fix_lengths(&attack.request)).unwrap();
+    }
+    git(&project.repo, &["add", ATTACKS]);
+    git(&project.repo, &["commit", "--quiet", "-m", "The requests"]);
+    git(&project.repo, &["push", "--quiet", "origin", "main"]);
+    project.home.add_user_config(&format!(
+        "\n[model]\nbase_url = \"{}\"\napi_key_env = \"{KEY_ENV}\"\n{model_settings}",
+        upstream.base_url()
+    ));
+    let mut command = project.headless(&[]);
+    command.env(KEY_ENV, format!("key-{}", uuid::Uuid::new_v4().simple()));
+    let finished = run(command);
+    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+    (project, finished)
+}
+
 #[test]
 fn no_way_out_through_the_model_channel_reaches_the_upstream() {
     let runtime = serving_runtime();
@@ -914,27 +946,11 @@ fn no_way_out_through_the_model_channel_reaches_the_upstream() {
     beyond(&mut attacks);
     real_clients(&mut attacks);
 
-    let run_step = format!(
-        "run = [\"/workspace/{PROGRAM}\", \"{ATTACKS}\", \"{}.zz-oversize.\"]",
-        attacks.canary
+    let (project, finished) = ship_and_dispatch(
+        &attacks,
+        &upstream,
+        &format!("allow = [\"{MODEL}\", \"gpt-5-codex\", \"stet-live-model\"]\n"),
     );
-    let project = project_shipping(&example("raw_model_http"), &[&run_step]);
-    let dir = project.repo.join(ATTACKS);
-    std::fs::create_dir_all(&dir).unwrap();
-    for attack in &attacks.list {
-        std::fs::write(dir.join(&attack.name), fix_lengths(&attack.request)).unwrap();
-    }
-    git(&project.repo, &["add", ATTACKS]);
-    git(&project.repo, &["commit", "--quiet", "-m", "The requests"]);
-    git(&project.repo, &["push", "--quiet", "origin", "main"]);
-    project.home.add_user_config(&format!(
-        "\n[model]\nbase_url = \"{}\"\napi_key_env = \"{KEY_ENV}\"\nallow = [\"{MODEL}\", \"gpt-5-codex\", \"stet-live-model\"]\n",
-        upstream.base_url()
-    ));
-    let mut command = project.headless(&[]);
-    command.env(KEY_ENV, format!("key-{}", uuid::Uuid::new_v4().simple()));
-    let finished = run(command);
-    assert_eq!(finished.code(), Some(0), "{finished:#?}");
 
     // What the agent read back, one line a request.
     let transcript = finished.transcript();
@@ -1126,26 +1142,12 @@ fn an_enabled_provider_tool_is_audited_in_the_run_record_naming_only_its_host() 
         r#","tools":[{"type":"mcp","server_label":"c","server_url":"https://u{C}@tools.invalid:8443/c{C}?d={C}#{C}","require_approval":"never"}],"max_tool_calls":2"#,
         Expect::Reaches(reaches_with_its_tool),
     );
-    let run_step = format!(
-        "run = [\"/workspace/{PROGRAM}\", \"{ATTACKS}\", \"{}.zz-oversize.\"]",
-        attacks.canary
+    let (project, finished) = ship_and_dispatch(
+        &attacks,
+        &upstream,
+        &format!("allow = [\"{MODEL}\"]\nprovider_tools = {{ mcp = 0.05 }}\n"),
     );
-    let project = project_shipping(&example("raw_model_http"), &[&run_step]);
-    let dir = project.repo.join(ATTACKS);
-    std::fs::create_dir_all(&dir).unwrap();
     let attack = &attacks.list[0];
-    std::fs::write(dir.join(&attack.name), fix_lengths(&attack.request)).unwrap();
-    git(&project.repo, &["add", ATTACKS]);
-    git(&project.repo, &["commit", "--quiet", "-m", "The request"]);
-    git(&project.repo, &["push", "--quiet", "origin", "main"]);
-    project.home.add_user_config(&format!(
-        "\n[model]\nbase_url = \"{}\"\napi_key_env = \"{KEY_ENV}\"\nallow = [\"{MODEL}\"]\nprovider_tools = {{ mcp = 0.05 }}\n",
-        upstream.base_url()
-    ));
-    let mut command = project.headless(&[]);
-    command.env(KEY_ENV, format!("key-{}", uuid::Uuid::new_v4().simple()));
-    let finished = run(command);
-    assert_eq!(finished.code(), Some(0), "{finished:#?}");
 
     let mark = attacks.mark(&attack.name);
     let received = upstream.requests();
