@@ -4,18 +4,16 @@
 //! behind before anything new starts (ADR-0018 row 7). `--headless`, `stet demo` and the TUI all start
 //! the engine through here, so they run dispatches the same way.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 
 use crate::config::Config;
-use crate::dispatch::credential::CredentialProvider;
+use crate::credential::CredentialProvider;
 use crate::dispatch::dispatcher::{DispatchHandle, Dispatcher};
-use crate::dispatch::event::Event;
 use crate::dispatch::journal::Journal;
-use crate::dispatch::sanitize::{KnownValue, SanitizerHandle};
 use crate::dispatch::service::{
     DispatchContext, DispatchService, DispatchSettings, GatewaySettings, SweepReport,
 };
@@ -24,6 +22,8 @@ use crate::harness::Harness;
 use crate::runtime::{
     DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, RuntimeError, SandboxUser,
 };
+use stet_protocol::event::Event;
+use stet_sanitize::sanitize::{KnownValue, SanitizerHandle};
 
 /// How many events may wait for a slow consumer before the engine waits for it.
 pub const EVENT_BUFFER: usize = 1024;
@@ -59,7 +59,7 @@ pub enum EngineError {
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error("the model API key cannot be masked in output: {0}")]
-    MaskKey(crate::dispatch::sanitize::SanitizeError),
+    MaskKey(stet_sanitize::sanitize::SanitizeError),
     #[error("reading the price table {}: {source}", path.display())]
     Prices {
         path: PathBuf,
@@ -149,8 +149,9 @@ impl Engine {
             }
         };
         let journal = Arc::new(Journal::open(&options.state_dir.join("journal"))?);
-        let setup = crate::forge::from_config(
-            &options.config,
+        let setup = crate::forge::from_settings(
+            &options.config.forge,
+            &options.config.credentials,
             &options.repository,
             &options.state_dir,
             sanitizer,
@@ -286,4 +287,22 @@ fn request_policy(
         models,
         provider_tools: model.provider_tools.clone(),
     }
+}
+
+/// The credential provider `config` selects for the checkout at `repository`: what `stet sweep` needs
+/// to revoke the credentials crashed dispatches left (a Gitea token never expires on its own).
+pub fn configured_credentials(
+    config: &Config,
+    repository: &Path,
+    state_dir: &Path,
+    sanitizer: &SanitizerHandle,
+) -> std::result::Result<Arc<dyn CredentialProvider>, crate::forge::ForgeError> {
+    Ok(crate::forge::from_settings(
+        &config.forge,
+        &config.credentials,
+        repository,
+        state_dir,
+        sanitizer,
+    )?
+    .credentials)
 }

@@ -7,6 +7,7 @@ pub use stet_protocol::{brief, inbox};
 
 pub mod check;
 pub mod config;
+pub mod credential;
 pub mod demo;
 pub mod dispatch;
 pub mod doctor;
@@ -17,6 +18,8 @@ pub mod gateway;
 pub mod git;
 pub mod harness;
 pub mod headless;
+mod https;
+mod human;
 pub mod image;
 mod kinds;
 pub mod logging;

@@ -24,11 +24,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::dispatch::credential::SecretValue;
-use crate::forge::gitea_token::GiteaTokenSettings;
-use crate::forge::github_app::GitHubAppSettings;
+use crate::credential::SecretValue;
 use crate::forge::protected::ProtectedPaths;
-use crate::forge::settings::ForgeSettings;
+pub use crate::forge::{CredentialConfig, ForgeConfig};
 use crate::git::import::{Identity, ImportLimits};
 use crate::git::workspace::BaseLimits;
 use crate::harness::HarnessSettings;
@@ -141,38 +139,6 @@ fn untrusted_message(refusals: &[Refusal]) -> String {
         root.display()
     ));
     message
-}
-
-/// Which forge receives results.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum ForgeConfig {
-    /// A repository on disk; `None` means the repository stet runs in.
-    Local {
-        remote: Option<PathBuf>,
-    },
-    GitHub(ForgeSettings),
-    /// Gitea or Forgejo (the same API).
-    Gitea(ForgeSettings),
-    /// GitLab, self-managed or gitlab.com.
-    GitLab(ForgeSettings),
-}
-
-/// Which provider mints a dispatch's scoped credential.
-#[derive(Debug, Clone, PartialEq)]
-pub enum CredentialConfig {
-    /// The local forge's own short-lived tokens.
-    Local,
-    /// GitHub App installation tokens limited to the target repository.
-    GitHubApp(GitHubAppSettings),
-    /// Gitea access tokens of the `write:repository` scope, minted with the account's password.
-    GiteaToken(GiteaTokenSettings),
-    /// GitLab project access tokens of the target project (`write_repository`, Developer).
-    GitLabProjectToken,
-    /// The ADR's fallback: the primary token behind a short TTL; it never enters a sandbox.
-    Fallback {
-        /// Why no narrow credential is minted, naming the setting that would change it.
-        reason: String,
-    },
 }
 
 /// How dispatches run (`[dispatch]`).

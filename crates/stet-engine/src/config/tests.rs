@@ -1,6 +1,7 @@
 use super::*;
 use crate::forge::gitea_token::GiteaTokenSettings;
 use crate::forge::rest::RetryPolicy;
+use crate::forge::settings::ForgeSettings;
 use crate::forge::token::TokenSource;
 
 fn user(text: &str) -> ConfigFile {

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use rustix::fs::{AtFlags, FileType};
 
+use crate::human::shown_bytes;
 use crate::untrusted_tree::{self, Listing};
 
 /// How often the filesystem is looked at.
@@ -320,19 +321,6 @@ impl Measuring {
                 return;
             }
         }
-    }
-}
-
-/// A size as people read it: `8.0 GiB`, `512 MiB`, `12 KiB`.
-pub(crate) fn shown_bytes(bytes: u64) -> String {
-    const GIB: u64 = 1 << 30;
-    const MIB: u64 = 1 << 20;
-    if bytes >= GIB {
-        format!("{:.1} GiB", bytes as f64 / GIB as f64)
-    } else if bytes >= MIB {
-        format!("{} MiB", bytes / MIB)
-    } else {
-        format!("{} KiB", bytes.div_ceil(1024))
     }
 }
 

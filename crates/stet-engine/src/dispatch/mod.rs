@@ -1,9 +1,5 @@
 //! The dispatch engine: one run of one brief, and the security seams every run passes through.
 
-pub use stet_protocol::{event, state};
-pub use stet_sanitize::{branch, display, sanitize};
-
-pub mod credential;
 pub mod disk_watch;
 pub mod dispatcher;
 pub mod error;

@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::dispatch::branch::CommitSha;
-use crate::dispatch::event::{DispatchId, Event, EventKind};
-use crate::dispatch::sanitize::SanitizedText;
-use crate::dispatch::state::Phase;
+use crate::human::truncate;
+use stet_protocol::event::{DispatchId, Event, EventKind};
+use stet_protocol::state::Phase;
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::sanitize::SanitizedText;
 
 /// The directory under the state directory that holds every run record.
 pub const RUNS_DIR: &str = "runs";
@@ -168,7 +169,7 @@ impl RunRecord {
                 self.max_bytes
             );
             let Ok(sanitizer) =
-                crate::dispatch::sanitize::TokenSanitizer::new().map(std::sync::Arc::new)
+                stet_sanitize::sanitize::TokenSanitizer::new().map(std::sync::Arc::new)
             else {
                 return Ok(());
             };
@@ -217,18 +218,6 @@ impl RunRecord {
             .map_err(io_error(&temporary, "writing the result"))?;
         std::fs::rename(&temporary, &path).map_err(io_error(&path, "replacing the result"))
     }
-}
-
-/// The longest start of `text` that fits in `limit` bytes without splitting a character.
-pub(crate) fn truncate(text: &str, limit: usize) -> &str {
-    if text.len() <= limit {
-        return text;
-    }
-    let mut cut = limit;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    &text[..cut]
 }
 
 /// `<state>/runs/<dispatch>`.
@@ -302,8 +291,8 @@ mod tests {
     }
 
     use super::*;
-    use crate::dispatch::event::EventKind;
-    use crate::dispatch::sanitize::TokenSanitizer;
+    use stet_protocol::event::EventKind;
+    use stet_sanitize::sanitize::TokenSanitizer;
 
     #[test]
     fn events_append_as_lines_and_the_result_reads_back() {

@@ -4,6 +4,7 @@
 
 mod app_jwt;
 pub mod checkout_remotes;
+pub mod choice;
 pub mod fallback;
 pub mod gitea_token;
 pub mod github;
@@ -26,13 +27,13 @@ use async_trait::async_trait;
 
 use crate::brief::Target;
 use crate::check::Check;
-use crate::config::{Config, CredentialConfig, ForgeConfig};
-use crate::dispatch::branch::CommitSha;
-use crate::dispatch::credential::ScopedCredential;
-use crate::dispatch::credential::{CredentialProvider, LocalCredentialProvider, SecretValue};
-use crate::dispatch::sanitize::SanitizerHandle;
+use crate::credential::ScopedCredential;
+use crate::credential::{CredentialProvider, LocalCredentialProvider, SecretValue};
 use crate::git::push::{PushError, PushRequest, push, remote_refs};
+pub use choice::{CredentialConfig, ForgeConfig};
 use settings::ForgeSettings;
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::sanitize::SanitizerHandle;
 use token::TokenSource;
 
 pub use pull_request::{Provenance, PullRequestDraft};
@@ -285,8 +286,9 @@ pub(crate) struct ForgeSetup {
 /// in (the local forge's default remote, and the checkout whose remotes a brief may target);
 /// `sanitizer` learns the primary token. Must run inside the tokio runtime (the REST clients start
 /// tasks there).
-pub(crate) fn from_config(
-    config: &Config,
+pub(crate) fn from_settings(
+    forge_config: &ForgeConfig,
+    credential_config: &CredentialConfig,
     repository: &Path,
     state_dir: &Path,
     sanitizer: &SanitizerHandle,
@@ -294,7 +296,7 @@ pub(crate) fn from_config(
     // The primary token is read once: the providers that need it get the value the forge holds.
     let mut repositories = Vec::new();
     let (forge, primary): (Arc<dyn Forge>, Option<(SecretValue, &ForgeSettings)>) =
-        match &config.forge {
+        match forge_config {
             ForgeConfig::Local { remote } => (
                 Arc::new(local::LocalForge::new(
                     remote.clone().unwrap_or_else(|| repository.to_owned()),
@@ -349,11 +351,11 @@ pub(crate) fn from_config(
                 (Arc::new(forge), Some((token, settings)))
             }
         };
-    let refused = |error: crate::dispatch::credential::CredentialError| ForgeError::Settings {
+    let refused = |error: crate::credential::CredentialError| ForgeError::Settings {
         forge: forge.name(),
         detail: error.to_string(),
     };
-    let credentials: Arc<dyn CredentialProvider> = match (&config.credentials, primary) {
+    let credentials: Arc<dyn CredentialProvider> = match (credential_config, primary) {
         (CredentialConfig::Local, None) => Arc::new(LocalCredentialProvider::default()),
         (CredentialConfig::GitHubApp(settings), Some(_)) => Arc::new(
             github_app::GitHubAppCredentialProvider::new(settings.clone()).map_err(refused)?,
@@ -388,17 +390,6 @@ pub(crate) fn from_config(
         credentials,
         repositories,
     })
-}
-
-/// The credential provider `config` selects for the checkout at `repository`: what `stet sweep` needs
-/// to revoke the credentials crashed dispatches left (a Gitea token never expires on its own).
-pub fn configured_credentials(
-    config: &Config,
-    repository: &Path,
-    state_dir: &Path,
-    sanitizer: &SanitizerHandle,
-) -> Result<Arc<dyn CredentialProvider>> {
-    Ok(from_config(config, repository, state_dir, sanitizer)?.credentials)
 }
 
 /// Reads the primary token from its configured source; the error names the source, never a value.
@@ -506,11 +497,11 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dispatch::sanitize::TokenSanitizer;
     use std::path::PathBuf;
+    use stet_sanitize::sanitize::TokenSanitizer;
 
-    fn config(text: &str) -> Config {
-        Config::from_files(&[crate::config::ConfigFile::new(
+    fn config(text: &str) -> crate::config::Config {
+        crate::config::Config::from_files(&[crate::config::ConfigFile::new(
             PathBuf::from("/home/u/.config/stet/config.toml"),
             text,
             crate::config::FileRole::User,
@@ -522,7 +513,15 @@ mod tests {
     async fn configuration_selects_the_forge_and_the_credential_provider() {
         let sanitizer = SanitizerHandle::new(TokenSanitizer::new().unwrap());
         let here = Path::new("/src/app");
-        let local = from_config(&config(""), here, Path::new("/state"), &sanitizer).unwrap();
+        let local = config("");
+        let local = from_settings(
+            &local.forge,
+            &local.credentials,
+            here,
+            Path::new("/state"),
+            &sanitizer,
+        )
+        .unwrap();
         assert_eq!(
             (local.forge.name(), local.credentials.name()),
             ("local", "local")
@@ -536,7 +535,14 @@ mod tests {
             "[forge]\nkind = \"github\"\n[forge.github]\ntoken_command = [\"sh\", \"-c\", \"echo run >> {}; printf %s {token}\"]\n[credentials]\nprovider = \"fallback\"\n",
             log.display()
         ));
-        let github = from_config(&fallback, here, Path::new("/state"), &sanitizer).unwrap();
+        let github = from_settings(
+            &fallback.forge,
+            &fallback.credentials,
+            here,
+            Path::new("/state"),
+            &sanitizer,
+        )
+        .unwrap();
         assert_eq!(
             (github.forge.name(), github.credentials.name()),
             ("github", "fallback")

@@ -20,7 +20,6 @@ use http_body_util::{BodyExt, Full};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -30,12 +29,12 @@ use zeroize::Zeroizing;
 
 use super::app_jwt::AppKey;
 use super::{ForgeError, Result};
-use crate::dispatch::credential::SecretValue;
-use crate::dispatch::sanitize::SanitizerHandle;
+use crate::credential::SecretValue;
 use crate::error_chain::error_chain;
+use crate::https::https_client;
+use stet_sanitize::sanitize::SanitizerHandle;
 
 /// How long connecting to the API may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one attempt may take: every request of it sent and every answer read whole, the redirects
 /// within the API's origin included (each of them is not given this time afresh).
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
@@ -716,7 +715,7 @@ impl Rest {
 
     fn sanitize(&self, text: &str) -> String {
         let masked = self.sanitizer.current().sanitize(text);
-        let sanitized = crate::dispatch::display::one_line(masked.as_str());
+        let sanitized = stet_sanitize::display::one_line(masked.as_str());
         let mut bounded: String = sanitized.chars().take(DETAIL_CHARS).collect();
         if bounded.len() < sanitized.len() {
             bounded.push('…');
@@ -860,25 +859,6 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
             .to_std()
             .unwrap_or(Duration::ZERO),
     )
-}
-
-/// The HTTP client every forge request goes out on, the REST clients' and the git origin guard's:
-/// HTTP/1.1, TLS with the webpki roots, plain HTTP where the caller checked the URL allows it (to
-/// loopback), and a bound on connecting.
-pub(crate) fn https_client<B>() -> Client<HttpsConnector<HttpConnector>, B>
-where
-    B: hyper::body::Body + Send + 'static,
-    B::Data: Send,
-{
-    let mut http = HttpConnector::new();
-    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-    http.enforce_http(false);
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_webpki_roots()
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
-    Client::builder(TokioExecutor::new()).build(connector)
 }
 
 #[cfg(test)]

@@ -13,7 +13,24 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use stet_sanitize::sanitize::SanitizedText;
+
 use super::tool_calls::is_provider_call;
+
+/// Model usage as an agent reports it for one request (the engine keeps the running total).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageReport {
+    /// The model the request went to, as reported.
+    pub model: SanitizedText,
+    /// Tokens of the prompt.
+    pub input_tokens: u64,
+    /// Tokens of the completion.
+    pub output_tokens: u64,
+    /// Tokens of the prompt served from the provider's cache.
+    pub cached_tokens: u64,
+    /// What the request cost in US dollars, when the report says; `None` when it does not.
+    pub cost_usd: Option<f64>,
+}
 
 /// The response header in which LiteLLM reports a request's cost in dollars.
 pub const LITELLM_COST_HEADER: &str = "x-litellm-response-cost";

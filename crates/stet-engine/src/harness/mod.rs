@@ -39,11 +39,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::brief::Brief;
-use crate::dispatch::credential::SecretValue;
-use crate::dispatch::event::{DispatchId, ItemKind, TranscriptItem, Usage};
-use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
+use crate::credential::SecretValue;
+use crate::gateway::usage::UsageReport;
 use crate::runtime::{OutputLine, OutputStream, SandboxProcess};
 use stet_protocol::agent_record::{HarnessStream, SpeakerReport};
+use stet_protocol::event::{DispatchId, ItemKind, TranscriptItem, Usage};
+use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
 
 /// The longest warning about a later `finish`, its quoted summary included.
 const MAX_FINISH_WARNING_BYTES: usize = 4 * 1024;
@@ -129,21 +130,6 @@ pub struct HarnessPlan {
     pub files: Vec<StagedFile>,
     /// Run one after the other; the first that exits non-zero ends the run.
     pub processes: Vec<SandboxProcess>,
-}
-
-/// Model usage as an agent reports it for one request (the engine keeps the running total).
-#[derive(Debug, Clone, PartialEq)]
-pub struct UsageReport {
-    /// The model the request went to, as reported.
-    pub model: SanitizedText,
-    /// Tokens of the prompt.
-    pub input_tokens: u64,
-    /// Tokens of the completion.
-    pub output_tokens: u64,
-    /// Tokens of the prompt served from the provider's cache.
-    pub cached_tokens: u64,
-    /// What the request cost in US dollars, when the report says; `None` when it does not.
-    pub cost_usd: Option<f64>,
 }
 
 /// The agent declaring the task finished, as a harness reads it.
