@@ -7,6 +7,15 @@
 //! whose cost is never learnt (cut, dropped, timed out, without usage) settles at its whole
 //! reservation. So, as long as the upstream honours the output cap it is sent, settled spend never
 //! passes the ceiling; see docs/security.md for the bound and what it assumes.
+//!
+//! The ceiling lives here whole: this file is its arithmetic, `hold` the ledger as the gateway's
+//! requests share it (admission, the hold each request keeps until it settles, the announcement
+//! that the ceiling is reached) and `words` what the agent and the events are told about it.
+
+mod hold;
+pub(crate) mod words;
+
+pub(crate) use hold::{Hold, Reporter, SharedLedger, admit};
 
 /// What a request may cost at most, as far as the gateway can tell before forwarding it.
 #[derive(Debug, Clone, PartialEq)]
