@@ -1,6 +1,6 @@
 //! The cost ledger of one dispatch, the only running total of model spend: what was settled, what
-//! requests in flight have reserved, and the ceiling both are held against. A pure core (no I/O, no
-//! clock, no runtime) so that its arithmetic is tested on its own.
+//! requests in flight have reserved, and the ceiling both are held against. This file is a pure core
+//! (no I/O, no clock, no runtime) so that its arithmetic is tested on its own.
 //!
 //! Every request under a ceiling reserves its worst case before it is forwarded and is refused when
 //! that would cross the ceiling; its response settles the reservation with what it cost. A response
