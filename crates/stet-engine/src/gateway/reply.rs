@@ -59,7 +59,7 @@ pub(crate) const MAX_SHOWN_PATH: usize = 160;
 /// A text of the agent's (a path, a model name) as events and replies repeat it: one line under the
 /// display policy, bounded in length (the sanitizer runs on it later).
 pub(crate) fn shown_text(text: &str) -> String {
-    shown_path(&crate::dispatch::display::one_line(text))
+    shown_path(&stet_sanitize::display::one_line(text))
 }
 
 /// The request path as events repeat it: bounded in length (the sanitizer runs on it later).
