@@ -1,12 +1,21 @@
 //! The cost ledger of one dispatch, the only running total of model spend: what was settled, what
-//! requests in flight have reserved, and the ceiling both are held against. A pure core (no I/O, no
-//! clock, no runtime) so that its arithmetic is tested on its own.
+//! requests in flight have reserved, and the ceiling both are held against. This file is a pure core
+//! (no I/O, no clock, no runtime) so that its arithmetic is tested on its own.
 //!
 //! Every request under a ceiling reserves its worst case before it is forwarded and is refused when
 //! that would cross the ceiling; its response settles the reservation with what it cost. A response
 //! whose cost is never learnt (cut, dropped, timed out, without usage) settles at its whole
 //! reservation. So, as long as the upstream honours the output cap it is sent, settled spend never
 //! passes the ceiling; see docs/security.md for the bound and what it assumes.
+//!
+//! The ceiling lives here whole: this file is its arithmetic, `hold` the ledger as the gateway's
+//! requests share it (admission, the hold each request keeps until it settles, the announcement
+//! that the ceiling is reached) and `words` what the agent and the events are told about it.
+
+mod hold;
+pub(crate) mod words;
+
+pub(crate) use hold::{Hold, Reporter, SharedLedger, admit};
 
 /// What a request may cost at most, as far as the gateway can tell before forwarding it.
 #[derive(Debug, Clone, PartialEq)]

@@ -13,9 +13,11 @@
 pub mod ledger;
 pub mod policy;
 pub mod prices;
+mod reply;
 mod server;
 pub mod tool_calls;
 pub mod usage;
+pub mod wire;
 
 #[cfg(test)]
 mod tests;

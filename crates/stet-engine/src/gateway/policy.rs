@@ -16,15 +16,17 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The wire APIs the gateway serves or will serve: each has its own policy and error shape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WireApi {
-    /// OpenAI's `POST /v1/chat/completions`.
-    ChatCompletions,
-    /// OpenAI's `POST /v1/responses`.
-    Responses,
-    /// Anthropic's `POST /v1/messages`.
-    Messages,
+crate::kinds::kinds! {
+    /// The wire APIs the gateway serves or will serve: each has its own policy and error shape.
+    pub enum WireApi {
+        /// OpenAI's `POST /v1/chat/completions`.
+        #[default]
+        ChatCompletions = "chat",
+        /// OpenAI's `POST /v1/responses`.
+        Responses = "responses",
+        /// Anthropic's `POST /v1/messages`.
+        Messages = "anthropic",
+    }
 }
 
 impl WireApi {

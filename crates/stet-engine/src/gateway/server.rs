@@ -3,15 +3,18 @@
 
 mod errors;
 mod forward;
+mod intake;
 mod metered;
+mod replies;
+mod route;
 mod scan;
 
 use std::convert::Infallible;
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -27,9 +30,10 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::GatewayError;
-use super::ledger::{CostLedger, Refusal, Reservation, Totals, WorstCase};
+use super::ledger::{Reporter, SharedLedger, Totals};
 use super::policy::{ProviderCall, Refusal as PolicyRefusal, RequestPolicy, WireApi};
 use super::prices::PriceTable;
+use super::reply::shown_text;
 use crate::credential::SecretValue;
 use crate::gateway::usage::UsageReport;
 use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
@@ -98,10 +102,11 @@ pub struct GatewayConfig {
     /// The fallback when a response carries no `x-litellm-response-cost` header.
     pub prices: Arc<PriceTable>,
     /// Per-dispatch ceiling in dollars; `None` = no ceiling. Under one, each request reserves its
-    /// worst case on the [`CostLedger`] before it is forwarded (its output capped to what is left),
-    /// a model the table does not price is refused until the endpoint reports costs itself, and a
-    /// response whose cost is never learnt counts its whole reservation. Once nothing more fits,
-    /// every further request is answered 402 without reaching the upstream.
+    /// worst case on the [`CostLedger`](super::ledger::CostLedger) before it is forwarded (its
+    /// output capped to what is left), a model the table does not price is refused until the
+    /// endpoint reports costs itself, and a response whose cost is never learnt counts its whole
+    /// reservation. Once nothing more fits, every further request is answered 402 without reaching
+    /// the upstream.
     pub ceiling_usd: Option<f64>,
     /// Whole-request bound (connect + response head + body); a slow upstream becomes an error, never a
     /// hang. It bounds streamed responses too, so it must cover the longest generation allowed.
@@ -194,10 +199,7 @@ impl Gateway {
         let listener = bind(socket)?;
 
         let (events, receiver) = mpsc::channel(EVENT_CAPACITY + 1);
-        let ceiling_permit = match config.ceiling_usd {
-            Some(_) => events.clone().try_reserve_owned().ok(),
-            None => None,
-        };
+        let ledger = SharedLedger::new(config.ceiling_usd, &events);
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_webpki_roots()
             .https_or_http()
@@ -225,10 +227,7 @@ impl Gateway {
             )),
             sanitizer,
             events,
-            ledger: Mutex::new(Ledger {
-                book: CostLedger::new(config.ceiling_usd),
-                ceiling_permit,
-            }),
+            ledger,
             dropped: AtomicU64::new(0),
             shutting_down: AtomicBool::new(false),
         });
@@ -252,7 +251,7 @@ impl Gateway {
 
     /// The ledger now: settled spend, what requests in flight hold, and the most ever held.
     pub fn totals(&self) -> Totals {
-        self.shared.totals()
+        self.shared.ledger.totals()
     }
 
     /// How many `Usage` and `Error` events were dropped because the receiver fell behind.
@@ -489,14 +488,6 @@ fn shown_url(raw: &str) -> String {
     shown
 }
 
-/// The dispatch's cost ledger and the reserved slot for `CeilingReached`.
-#[derive(Debug)]
-struct Ledger {
-    book: CostLedger,
-    /// Taken (and used) the first time the ceiling is reached.
-    ceiling_permit: Option<mpsc::OwnedPermit<GatewayEvent>>,
-}
-
 /// What every request handler shares with the gateway.
 #[derive(Debug)]
 struct Shared {
@@ -514,65 +505,14 @@ struct Shared {
     bytes_in_flight: Arc<Semaphore>,
     sanitizer: Arc<TokenSanitizer>,
     events: mpsc::Sender<GatewayEvent>,
-    ledger: Mutex<Ledger>,
+    /// The dispatch's cost ledger, which holds the ceiling.
+    ledger: SharedLedger,
     dropped: AtomicU64,
     /// Set by shutdown and drop, so responses ended by it say so.
     shutting_down: AtomicBool,
 }
 
 impl Shared {
-    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
-        self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn totals(&self) -> Totals {
-        self.ledger().book.totals()
-    }
-
-    /// `(spent, ceiling)` when the ceiling is reached; sends `CeilingReached` if it has not been sent
-    /// (a ceiling of zero is reached before any response).
-    fn ceiling_reached(&self) -> Option<(f64, f64)> {
-        let mut ledger = self.ledger();
-        let ceiling = ledger.book.ceiling_usd()?;
-        if !ledger.book.reached() {
-            return None;
-        }
-        ledger.announce();
-        Some((ledger.book.totals().settled_usd, ceiling))
-    }
-
-    /// Admits a request to the ledger. A refusal that leaves the dispatch nothing it can still do
-    /// announces the ceiling.
-    fn admit(self: &Arc<Self>, worst: &WorstCase, model: Option<&str>) -> Result<Hold, Refusal> {
-        let mut ledger = self.ledger();
-        match ledger.book.admit(worst) {
-            Ok(reservation) => Ok(Hold {
-                shared: Arc::clone(self),
-                reservation: Some(reservation),
-                model: model.map(str::to_owned),
-            }),
-            Err(refusal) => {
-                if matches!(refusal, Refusal::Reached { .. }) {
-                    ledger.announce();
-                }
-                Err(refusal)
-            }
-        }
-    }
-
-    /// Sends `CeilingReached` (once) when settled spend has reached the ceiling.
-    fn announce_if_reached(&self) {
-        let mut ledger = self.ledger();
-        if ledger.book.reached() {
-            ledger.announce();
-        }
-    }
-
-    /// Notes the endpoint reports costs itself.
-    fn endpoint_reports_cost(&self) {
-        self.ledger().book.endpoint_reports_cost();
-    }
-
     fn emit(&self, event: GatewayEvent) {
         if self.events.try_send(event).is_err() {
             let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
@@ -587,7 +527,7 @@ impl Shared {
     /// its shown value dropped.
     fn refused(&self, mut refusal: PolicyRefusal) {
         refusal.shown = None;
-        let field = forward::shown_text(&refusal.field);
+        let field = shown_text(&refusal.field);
         refusal.field = self.sanitizer.sanitize(&field).as_str().to_owned();
         self.emit(GatewayEvent::Refused { refusal });
     }
@@ -595,7 +535,7 @@ impl Shared {
     /// Reports an enabled provider tool of a request being forwarded: its name and host made one
     /// line, bounded and sanitized.
     fn egress(&self, api: WireApi, call: ProviderCall) {
-        let shown = |text: &str| self.sanitizer.sanitize(&forward::shown_text(text));
+        let shown = |text: &str| self.sanitizer.sanitize(&shown_text(text));
         self.emit(GatewayEvent::Egress {
             api,
             tool: shown(&call.name),
@@ -613,92 +553,36 @@ impl Shared {
     }
 }
 
-impl Ledger {
-    /// Sends `CeilingReached` through the reserved slot, the first time only.
-    fn announce(&mut self) {
-        let Some(ceiling_usd) = self.book.ceiling_usd() else {
-            return;
-        };
-        if let Some(permit) = self.ceiling_permit.take() {
-            permit.send(GatewayEvent::CeilingReached {
-                spent_usd: self.book.totals().settled_usd,
-                ceiling_usd,
-            });
-        }
-    }
-}
-
-/// An admitted request's reservation, settled exactly once: by [`Hold::settle`] with what the
-/// request cost, or, when it is dropped unsettled (the agent went away, the gateway shut down), at
-/// the whole reservation.
-#[derive(Debug)]
-pub(super) struct Hold {
-    shared: Arc<Shared>,
-    reservation: Option<Reservation>,
-    /// The request's `model`, named by the usage a dropped hold reports.
-    model: Option<String>,
-}
-
-impl Hold {
-    /// What the request holds.
-    pub(super) fn reserved_usd(&self) -> f64 {
-        self.reservation.as_ref().map_or(0.0, |held| held.usd)
+impl Reporter for Shared {
+    fn ledger(&self) -> &SharedLedger {
+        &self.ledger
     }
 
-    /// The output cap the request must be sent with, when the ceiling sets one.
-    pub(super) fn output_cap(&self) -> Option<u64> {
-        self.reservation.as_ref().and_then(|held| held.output_cap)
-    }
-
-    /// Settles with `cost_usd` (`None`: unknown, the reservation counts). Returns what was counted
-    /// and the ledger after it; the caller reports the usage and then
-    /// [`Shared::announce_if_reached`], so that the usage that reached the ceiling comes first.
-    pub(super) fn settle(mut self, cost_usd: Option<f64>) -> (f64, Totals) {
-        self.settle_once(cost_usd)
-    }
-
-    fn settle_once(&mut self, cost_usd: Option<f64>) -> (f64, Totals) {
-        let Some(reservation) = self.reservation.take() else {
-            return (0.0, self.shared.totals());
-        };
-        let counted = reservation.counted(cost_usd);
-        let totals = self.shared.ledger().book.settle(reservation, cost_usd);
-        (counted, totals)
-    }
-}
-
-impl Drop for Hold {
-    /// The request ended before its response did (the agent went away, the upstream timed out, the
-    /// gateway shut down): what it may have cost is unknown, so its reservation counts, and says so.
-    fn drop(&mut self) {
-        if self.reservation.is_none() {
-            return;
-        }
-        let (counted, totals) = self.settle_once(None);
-        if counted <= 0.0 {
-            self.shared.announce_if_reached();
-            return;
-        }
-        let model = self.model.as_deref().unwrap_or("unknown");
-        self.shared.emit(GatewayEvent::Usage {
+    fn unread_usage(
+        &self,
+        model: &str,
+        counted_usd: f64,
+        totals: Totals,
+        latency: Duration,
+        streamed: bool,
+    ) {
+        self.emit(GatewayEvent::Usage {
             report: UsageReport {
                 model: self
-                    .shared
                     .sanitizer
                     .sanitize(&stet_sanitize::display::without_invisible(model).text),
                 input_tokens: 0,
                 output_tokens: 0,
                 cached_tokens: 0,
-                cost_usd: Some(counted),
+                cost_usd: Some(counted_usd),
             },
             totals,
-            latency: Duration::ZERO,
-            streamed: false,
+            latency,
+            streamed,
         });
-        self.shared.error(&format!(
-            "a request for `{}` ended before its response; its cost is unknown and counts as the ${counted:.4} it had reserved",
-            forward::shown_text(model)
-        ));
-        self.shared.announce_if_reached();
+    }
+
+    fn error(&self, message: &str) {
+        Shared::error(self, message);
     }
 }

@@ -15,11 +15,13 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use super::errors::BoxError;
-use super::{GatewayEvent, Hold, Shared};
+use super::{GatewayEvent, Shared};
 use crate::error_chain::error_chain;
+use crate::gateway::ledger::{Hold, Reporter};
 use crate::gateway::tool_calls::ToolBill;
 use crate::gateway::usage::UsageReport;
-use crate::gateway::usage::{self, Metered, SseScanner};
+use crate::gateway::usage::{self, Metered};
+use crate::gateway::wire::{StreamUsage, Wire};
 use stet_sanitize::display::without_invisible;
 
 /// The largest non-streaming body kept for reading its usage; a larger one passes unmetered.
@@ -30,16 +32,21 @@ const MAX_METERED_BODY: usize = 32 * 1024 * 1024;
 pub(super) enum Meter {
     /// Not metered: `/v1/models`, or an error status.
     Off,
-    /// A whole JSON body, kept until its end.
-    Json { body: Vec<u8>, overflow: bool },
-    /// A server-sent event stream, scanned as it passes.
-    Sse(SseScanner),
+    /// A whole JSON body of `wire`'s, kept until its end.
+    Json {
+        wire: &'static dyn Wire,
+        body: Vec<u8>,
+        overflow: bool,
+    },
+    /// A server-sent event stream, read by its wire API as it passes.
+    Sse(Box<dyn StreamUsage>),
 }
 
 impl Meter {
-    /// A meter for a whole JSON body.
-    pub(super) fn json() -> Meter {
+    /// A meter for a whole JSON body of `wire`'s.
+    pub(super) fn json(wire: &'static dyn Wire) -> Meter {
         Meter::Json {
+            wire,
             body: Vec::new(),
             overflow: false,
         }
@@ -48,7 +55,7 @@ impl Meter {
     fn push(&mut self, data: &[u8]) {
         match self {
             Meter::Off => {}
-            Meter::Json { body, overflow } => {
+            Meter::Json { body, overflow, .. } => {
                 if *overflow || body.len() + data.len() > MAX_METERED_BODY {
                     *overflow = true;
                     *body = Vec::new();
@@ -210,7 +217,7 @@ impl Report {
                     self.unread_note()
                 )),
             ),
-            Meter::Json { body, .. } => match usage::from_json(&body) {
+            Meter::Json { wire, body, .. } => match wire.body_usage(&body) {
                 Ok(metered) => (Some(metered), false, None),
                 Err(err) => (
                     None,
@@ -221,7 +228,7 @@ impl Report {
                     )),
                 ),
             },
-            Meter::Sse(scanner) => (Some(scanner.finish().metered), true, None),
+            Meter::Sse(reader) => (Some(reader.finish()), true, None),
         };
         let usage = metered.as_ref().and_then(|metered| metered.usage);
         let counted = match (&metered, usage) {
@@ -268,7 +275,7 @@ impl Report {
         for message in [problem, ended].into_iter().flatten() {
             self.shared.error(&message);
         }
-        self.shared.announce_if_reached();
+        self.shared.ledger.announce_if_reached();
         self.in_flight.take();
     }
 
@@ -312,7 +319,7 @@ impl Report {
         };
         let (counted, totals) = match self.hold.take() {
             Some(hold) => hold.settle(cost_usd),
-            None => (cost_usd.unwrap_or(0.0), shared.totals()),
+            None => (cost_usd.unwrap_or(0.0), shared.ledger.totals()),
         };
         let reserved_instead = (cost_usd.is_none() && counted > 0.0).then_some(counted);
         shared.emit(GatewayEvent::Usage {
@@ -339,20 +346,9 @@ impl Report {
         if counted <= 0.0 {
             return None;
         }
-        let shared = &self.shared;
         let model = self.request_model.as_deref().unwrap_or("unknown");
-        shared.emit(GatewayEvent::Usage {
-            report: UsageReport {
-                model: shared.sanitizer.sanitize(&without_invisible(model).text),
-                input_tokens: 0,
-                output_tokens: 0,
-                cached_tokens: 0,
-                cost_usd: Some(counted),
-            },
-            totals,
-            latency,
-            streamed,
-        });
+        self.shared
+            .unread_usage(model, counted, totals, latency, streamed);
         Some(counted)
     }
 }
