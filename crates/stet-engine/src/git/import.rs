@@ -65,7 +65,16 @@ pub struct ImportLimits {
     pub max_file_bytes: u64,
     /// Sum of the sizes of every file and link target, in bytes.
     pub max_total_bytes: u64,
+    /// Sum of the lengths of the paths the change names, in bytes: each new entry listed (of any
+    /// kind, as [`ImportLimits::max_files`] counts them), and each path the result adds, changes or
+    /// deletes against the parent. stet holds each changed path several times (the diff, the
+    /// review gate's reading, its matching, the events), so this bounds that memory.
+    pub max_path_bytes: u64,
 }
+
+/// [`ImportLimits::max_path_bytes`] by default: 4 MiB, some 100,000 paths of 40 bytes (about the
+/// mean length in large trees such as Linux's) or 1,000 paths of 4 KiB.
+pub const DEFAULT_MAX_PATH_BYTES: u64 = 4 * 1024 * 1024;
 
 impl Default for ImportLimits {
     fn default() -> Self {
@@ -73,6 +82,7 @@ impl Default for ImportLimits {
             max_files: 200_000,
             max_file_bytes: 100 * 1024 * 1024,
             max_total_bytes: 1024 * 1024 * 1024,
+            max_path_bytes: DEFAULT_MAX_PATH_BYTES,
         }
     }
 }
@@ -288,6 +298,11 @@ pub enum ImportError {
     #[error("the workspace's files add up to more than {limit} bytes")]
     TotalTooLarge { limit: u64 },
 
+    #[error(
+        "the agent's change names at least {figure} bytes of paths (new entries, or paths added, changed and deleted, counted together); stet imports at most {limit} (setting `import.max_path_bytes`: your configuration may raise it, a repository's stet.toml may only lower it)"
+    )]
+    PathsTooLong { figure: u64, limit: u64 },
+
     #[error("{path:?} in the workspace is nested deeper than {limit} directories")]
     TooDeep { path: String, limit: usize },
 
@@ -380,6 +395,7 @@ pub fn import_until(
         request,
         ignores: repository.workdir().map(CheckoutIgnores::new),
         entries: 0,
+        path_bytes: 0,
         total_bytes: 0,
         warnings: Vec::new(),
         warnings_not_listed: 0,
@@ -412,10 +428,18 @@ pub fn import_until(
     if tree == parent_tree.id() {
         return Ok(Imported::Unchanged { warnings });
     }
-
     let tree = repository
         .find_tree(tree)
         .map_err(git("reading the imported tree"))?;
+    // Before anything lists the change's paths (the diff, the gate), their bytes are counted.
+    change_paths::within(
+        &repository,
+        &parent_tree,
+        &tree,
+        request.limits.max_path_bytes,
+        interrupted,
+    )?;
+
     let signature = Signature::now(&request.identity.name, &request.identity.email)
         .map_err(git("making the commit signature"))?;
     let commit = repository
@@ -538,6 +562,8 @@ struct Walk<'a, 'r> {
     /// which has none.
     ignores: Option<CheckoutIgnores>,
     entries: u64,
+    /// The lengths of the paths of the new entries listed so far, summed.
+    path_bytes: u64,
     total_bytes: u64,
     warnings: Vec<ImportWarning>,
     /// Warnings about single paths past [`MAX_PATH_WARNINGS`].
@@ -572,9 +598,9 @@ impl Walk<'_, '_> {
             let entry = entry.map_err(|errno| self.io(path, "listing", errno))?;
             // Counted as listed, so a directory of millions of entries stops the walk early; a name
             // the parent holds here is the base's, bounded when it was materialized.
-            let new =
-                previous.is_none_or(|tree| tree.get_name_bytes(entry.name.to_bytes()).is_none());
-            self.count_entry(new)?;
+            let name = entry.name.to_bytes();
+            let new = previous.is_none_or(|tree| tree.get_name_bytes(name).is_none());
+            self.count_entry(new, path.len() + usize::from(!path.is_empty()) + name.len())?;
             names.push(entry);
         }
         names.sort_unstable_by(|left, right| left.name.cmp(&right.name));
@@ -869,7 +895,9 @@ impl Walk<'_, '_> {
         Ok(ignored)
     }
 
-    fn count_entry(&mut self, new: bool) -> Result<()> {
+    /// Counts one listed entry whose path is `path_length` bytes long, against the limits when it
+    /// is `new` (a name the parent's tree lacks at that place).
+    fn count_entry(&mut self, new: bool, path_length: usize) -> Result<()> {
         if (self.interrupted)() {
             return Err(ImportError::Interrupted);
         }
@@ -880,6 +908,14 @@ impl Walk<'_, '_> {
         if self.entries > self.request.limits.max_files {
             return Err(ImportError::TooManyFiles {
                 limit: self.request.limits.max_files,
+            });
+        }
+        let length = u64::try_from(path_length).unwrap_or(u64::MAX);
+        self.path_bytes = self.path_bytes.saturating_add(length);
+        if self.path_bytes > self.request.limits.max_path_bytes {
+            return Err(ImportError::PathsTooLong {
+                figure: self.path_bytes,
+                limit: self.request.limits.max_path_bytes,
             });
         }
         Ok(())
@@ -1164,5 +1200,6 @@ fn delta_path<'d>(delta: &git2::DiffDelta<'d>) -> &'d [u8] {
         .unwrap_or_default()
 }
 
+mod change_paths;
 #[cfg(test)]
 mod tests;

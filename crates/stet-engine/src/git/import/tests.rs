@@ -244,10 +244,11 @@ fn an_interrupted_import_writes_nothing_wherever_it_stops() {
             "interrupted after {after_questions} questions"
         );
     }
-    // Each of the nine entries was a place to stop, so was each of the seven files the diff reads and
-    // each of the 17 lines it prints (file and hunk headers included), and so was the moment before
-    // the pack.
-    assert_eq!(stops, 34);
+    // Each of the nine entries was a place to stop, so was each of the twelve tree entries the count
+    // of the change's paths looks at (nine in the result, three in the parent), each of the seven
+    // files the diff reads and each of the 17 lines it prints (file and hunk headers included), and
+    // so was the moment before the pack.
+    assert_eq!(stops, 46);
 }
 
 #[test]
