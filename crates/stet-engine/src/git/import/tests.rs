@@ -1,6 +1,9 @@
 //! Unit tests of `crate::git::import`, in a file of their own so the module reads as code.
 
+use super::names::folds_to;
+use super::walk::join;
 use super::*;
+use crate::git::text_budget::MAX_PATCH_BYTES;
 
 #[test]
 fn every_spelling_git_reads_as_dot_git_is_recognized() {
@@ -373,7 +376,7 @@ fn a_gitignore_link_to_a_fifo_does_not_stall_the_import() {
     rustix::fs::mknodat(
         rustix::fs::CWD,
         &fifo,
-        FileType::Fifo,
+        rustix::fs::FileType::Fifo,
         rustix::fs::Mode::from_raw_mode(0o600),
         0,
     )
