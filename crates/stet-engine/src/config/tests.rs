@@ -488,7 +488,7 @@ fn the_path_bytes_limits_are_raised_by_the_user_and_only_lowered_by_a_repository
     assert_eq!(config.import.max_path_bytes, 4 * 1024 * 1024);
     assert_eq!(config.base.max_path_bytes, 16 * 1024 * 1024);
     let raised = user("[import]\nmax_path_bytes = 67108864\n[base]\nmax_path_bytes = 134217728\n");
-    let config = Config::from_files(&[raised.clone()]).unwrap();
+    let config = Config::from_files(std::slice::from_ref(&raised)).unwrap();
     assert_eq!(config.import.max_path_bytes, 64 << 20);
     assert_eq!(config.base.max_path_bytes, 128 << 20);
     let config = Config::from_files(&[
