@@ -8,11 +8,11 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use stet_engine::dispatch::event::EventKind;
-use stet_engine::dispatch::state::Phase;
 use stet_engine::git::changes::MAX_LINK_BYTES;
 use stet_engine::git::import::DEFAULT_MAX_PATH_BYTES;
 use stet_engine::git::workspace::DEFAULT_MAX_PATH_BYTES as DEFAULT_BASE_PATH_BYTES;
+use stet_protocol::event::EventKind;
+use stet_protocol::state::Phase;
 
 use super::headless::{Finished, Home, Project, docker_ready, run, scenario};
 use super::support::git;

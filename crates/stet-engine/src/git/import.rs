@@ -29,10 +29,10 @@ use serde::{Deserialize, Serialize};
 use self::diff::result_diff;
 pub(crate) use self::names::names_git_directory;
 use self::walk::{CheckoutIgnores, Walk};
-use crate::dispatch::branch::CommitSha;
-use crate::dispatch::event::ChangeKind;
-use crate::dispatch::sanitize::SanitizedText;
 use crate::untrusted_tree;
+use stet_protocol::event::ChangeKind;
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::sanitize::SanitizedText;
 
 /// Deepest directory nesting the walk follows; each level holds one open descriptor.
 pub const MAX_DEPTH: usize = 256;

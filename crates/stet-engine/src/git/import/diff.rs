@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use git2::{Delta, Repository, Tree};
 
 use super::{ChangedFile, ResultDiff, lossy};
-use crate::dispatch::event::ChangeKind;
 use crate::git::text_budget::{self, BoundedText, MAX_PATCH_BYTES};
+use stet_protocol::event::ChangeKind;
 
 /// Per-file stats and the patch text of the imported tree against the parent's, the text within
 /// [`MAX_PATCH_BYTES`] and each file diffed only within the bounds of [`text_budget`]; a file left

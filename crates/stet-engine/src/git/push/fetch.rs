@@ -8,9 +8,9 @@ use git2::{AutotagOption, FetchOptions, ProxyOptions, RemoteRedirect};
 use tokio_util::sync::CancellationToken;
 
 use super::{Exchange, PushError, Result, Route, check_url, find_commit, open_repository};
-use crate::dispatch::branch::{CommitSha, validate_ref_format};
-use crate::dispatch::credential::ScopedCredential;
+use crate::credential::ScopedCredential;
 use crate::git::origin_guard::TransferBounds;
+use stet_sanitize::branch::{CommitSha, validate_ref_format};
 
 /// Makes sure the user's repository holds `commit` (a base preflight resolved at the forge): when it
 /// does not, fetches `refs/heads/<branch>` from `url` with the scoped credential. The fetch writes no
