@@ -859,6 +859,7 @@ fn files_carried_over_from_the_base_do_not_count_against_the_import_limits() {
         max_files: 3,
         max_file_bytes: 4096,
         max_total_bytes: 8192,
+        ..ImportLimits::default()
     };
     let workspace = fixture.workspace();
     write(

@@ -276,6 +276,75 @@ fn names_no_checkout_writes_are_refused_before_anything_is_written() {
     }
 }
 
+/// A base whose paths run long: a chain of 15 directories of 250-byte names (3,765 bytes) named ten
+/// times at the top, over a directory of 1,000 files. Some 10,000 entries and a few bytes of content,
+/// far inside every other `[base]` limit, but 38 MB of path names that the checkout would write and
+/// the host hold in the index. Refused from the trees alone, naming `base.max_path_bytes`.
+#[test]
+fn a_base_of_long_paths_is_refused_by_their_bytes_before_anything_is_written() {
+    let hostile = Hostile::new();
+    let file = hostile.blob(b"x\n");
+    let names: Vec<Vec<u8>> = (0..1000).map(|i| format!("f{i:04}").into_bytes()).collect();
+    let leaves: Vec<(&[u8], Oid, FileMode)> = names
+        .iter()
+        .map(|name| (name.as_slice(), file, FileMode::Blob))
+        .collect();
+    let mut chain = hostile.tree(&leaves);
+    let long = vec![b'p'; 250];
+    for _ in 0..15 {
+        chain = hostile.tree(&[(&long, chain, FileMode::Tree)]);
+    }
+    let tops: Vec<Vec<u8>> = (0..10u8)
+        .map(|i| {
+            let mut name = vec![b'a' + i];
+            name.extend_from_slice(&[b'q'; 249]);
+            name
+        })
+        .collect();
+    let top: Vec<(&[u8], Oid, FileMode)> = tops
+        .iter()
+        .map(|name| (name.as_slice(), chain, FileMode::Tree))
+        .collect();
+    let base = hostile.commit(hostile.tree(&top));
+    let (error, destination) = hostile.refused(&base, &BaseLimits::default());
+    assert_over(&error, "base.max_path_bytes", &destination);
+    assert!(error.to_string().contains("paths of at least"), "{error}");
+}
+
+/// The path bytes are counted as the checkout writes them, exactly: `a`, `dir` and `dir/bb` are 10.
+#[test]
+fn a_base_is_refused_one_byte_of_paths_past_its_limit() {
+    let hostile = Hostile::new();
+    let file = hostile.blob(b"hello\n");
+    let dir = hostile.tree(&[(b"bb", file, FileMode::Blob)]);
+    let tree = hostile.tree(&[(b"a", file, FileMode::Blob), (b"dir", dir, FileMode::Tree)]);
+    let base = hostile.commit(tree);
+    let (error, destination) = hostile.refused(
+        &base,
+        &BaseLimits {
+            max_path_bytes: 9,
+            ..BaseLimits::default()
+        },
+    );
+    assert_over(&error, "base.max_path_bytes", &destination);
+    assert!(
+        error.to_string().contains("paths of at least 10 bytes"),
+        "{error}"
+    );
+    let destination = hostile.root.path().join("within");
+    std::fs::create_dir(&destination).unwrap();
+    let owner = SandboxUser::for_invoker(DEFAULT_SANDBOX_UID).unwrap();
+    let limits = BaseLimits {
+        max_path_bytes: 10,
+        ..BaseLimits::default()
+    };
+    materialize_within(&hostile.repo, &base, &destination, owner, &limits).unwrap();
+    assert_eq!(
+        std::fs::read(destination.join("dir/bb")).unwrap(),
+        b"hello\n"
+    );
+}
+
 #[test]
 fn a_project_lower_limit_refuses_an_ordinary_base() {
     let hostile = Hostile::new();

@@ -1,9 +1,11 @@
 //! The host's push against a real git smart-HTTP server (`git http-backend` on loopback) and real bare
 //! repositories: which credential a push presented, how often, and every way a push is refused.
 
+use std::io::{Read as _, Write as _};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use git2::{Oid, Repository, Signature};
 use tempfile::TempDir;
@@ -11,6 +13,7 @@ use tempfile::TempDir;
 use stet_engine::credential::{
     LocalCredentialProvider, RevokeOutcome, ScopedCredential, random_token,
 };
+use stet_engine::git::origin_guard::TransferBounds;
 use stet_engine::git::push::{
     MAX_CREDENTIAL_ATTEMPTS, PUSH_USERNAME, PushError, PushRequest, fetch_commit, push, remote_refs,
 };
@@ -628,5 +631,109 @@ fn a_base_the_branch_no_longer_leads_to_is_a_clear_fetch_error() {
     assert!(
         matches!(refused, PushError::CredentialRequired { .. }),
         "{refused}"
+    );
+}
+
+/// A forge's steady pace for the slow push: well above the guard's floor (4 KiB/s), and slow enough
+/// that the push lasts past the grace (60 s).
+const SLOW_BYTES_PER_SECOND: usize = 96 * 1024;
+
+/// The pack the slow push sends: incompressible, some 70 s at [`SLOW_BYTES_PER_SECOND`].
+const SLOW_PACK_BYTES: usize = 6_600_000;
+
+/// A slow forge: a relay on loopback in front of `upstream` that passes each connection's bytes both
+/// ways at `rate` bytes a second, a slice of at most a tenth of a second's bytes at a time (never a
+/// pause longer than that), reading through a small socket buffer.
+fn slow_relay(upstream: SocketAddr, rate: usize) -> SocketAddr {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    rustix::net::sockopt::set_socket_recv_buffer_size(&listener, 16 * 1024).unwrap();
+    let address = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { continue };
+            let Ok(server) = TcpStream::connect(upstream) else {
+                continue;
+            };
+            let (client_side, server_side) =
+                (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || paced(client_side, server, rate));
+            std::thread::spawn(move || paced(server_side, client, rate));
+        }
+    });
+    address
+}
+
+/// Copies `from` to `to` at `rate` bytes a second until `from` ends, then ends `to`'s writing side.
+fn paced(mut from: TcpStream, mut to: TcpStream, rate: usize) {
+    let mut slice = vec![0; (rate / 10).max(1)];
+    loop {
+        let read = match from.read(&mut slice) {
+            Ok(0) | Err(_) => break,
+            Ok(read) => read,
+        };
+        if to.write_all(&slice[..read]).is_err() {
+            break;
+        }
+        // The forge's pace, not a synchronization: each slice takes its share of a second.
+        std::thread::sleep(Duration::from_secs_f64(read as f64 / rate as f64));
+    }
+    let _ = to.shutdown(Shutdown::Write);
+}
+
+/// `bytes` that no compression shrinks: SHA-256 of a counter, block after block.
+fn incompressible(bytes: usize) -> Vec<u8> {
+    use sha2::Digest as _;
+    let mut content = Vec::with_capacity(bytes + 32);
+    let mut counter = 0u64;
+    while content.len() < bytes {
+        content.extend_from_slice(&sha2::Sha256::digest(counter.to_le_bytes()));
+        counter += 1;
+    }
+    content.truncate(bytes);
+    content
+}
+
+/// The origin guard's pace bounds (nothing still for 60 s; past 60 s of grace, 4 KiB/s on average)
+/// let a legitimate exchange run as long as it moves: a forge that takes a 6.6 MB push at a steady
+/// 96 KiB/s keeps it going for over a minute, and the push, with the default bounds, succeeds.
+#[test]
+fn a_push_to_a_slow_steady_forge_lasting_over_a_minute_is_not_cut() {
+    let bounds = TransferBounds::default();
+    assert_eq!(
+        (bounds.idle, bounds.grace, bounds.floor_bytes_per_second),
+        (Duration::from_secs(60), Duration::from_secs(60), 4096)
+    );
+    let fixture = Fixture::new();
+    let repository = Repository::open(fixture.user.path()).unwrap();
+    let blob = repository.blob(&incompressible(SLOW_PACK_BYTES)).unwrap();
+    let mut tree = repository.treebuilder(None).unwrap();
+    tree.insert("data.bin", blob, 0o100644).unwrap();
+    let tree = repository.find_tree(tree.write().unwrap()).unwrap();
+    let signature = Signature::now("stet test", "test@stet.invalid").unwrap();
+    let commit = repository
+        .commit(None, &signature, &signature, "large", &tree, &[])
+        .unwrap();
+    let commit = CommitSha::parse(&commit.to_string()).unwrap();
+    let relay = slow_relay(fixture.server.address(), SLOW_BYTES_PER_SECOND);
+    let credential = fixture.mint();
+    let started = Instant::now();
+    let pushed = push(&PushRequest {
+        repository: fixture.user.path(),
+        url: &format!("http://{relay}/{REPO}.git"),
+        commit: &commit,
+        branch: "stet/slow",
+        credential: Some(&credential),
+    });
+    let took = started.elapsed();
+    eprintln!("the slow push took {took:?}");
+    pushed.unwrap_or_else(|err| panic!("the slow push was refused after {took:?}: {err}"));
+    assert!(
+        took > bounds.grace,
+        "the push took {took:?}, not past the grace of {:?}: the test proves nothing",
+        bounds.grace
+    );
+    assert_eq!(
+        fixture.remote_branch("stet/slow").as_deref(),
+        Some(commit.as_str())
     );
 }

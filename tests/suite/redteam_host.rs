@@ -9,7 +9,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use stet_engine::git::changes::MAX_LINK_BYTES;
+use stet_engine::git::import::DEFAULT_MAX_PATH_BYTES;
+use stet_engine::git::workspace::DEFAULT_MAX_PATH_BYTES as DEFAULT_BASE_PATH_BYTES;
 use stet_protocol::event::EventKind;
+use stet_protocol::state::Phase;
 
 use super::headless::{Finished, Home, Project, docker_ready, run, scenario};
 use super::support::git;
@@ -176,6 +179,123 @@ fn a_base_of_many_long_links_costs_stet_neither_memory_nor_minutes_of_cpu() {
             .any(|rule| rule.contains(&format!("more than {MAX_LINK_BYTES} bytes"))),
         "the note is held, since the gate could not read every link: {rules:?}"
     );
+}
+
+/// The directory the long paths lie in: 15 names of 250 bytes, 3,764 bytes with their slashes.
+fn long_directory() -> Vec<String> {
+    (0..15)
+        .map(|level| {
+            let mut name = format!("{level:02}");
+            name.push_str(&"p".repeat(248));
+            name
+        })
+        .collect()
+}
+
+/// How long each planted path is: the directory, a slash and a six-byte name.
+const LONG_PATH_BYTES: u64 = 3_764 + 1 + 6;
+
+/// Plants `count` files at paths of [`LONG_PATH_BYTES`] in the base (few bytes of content, far
+/// inside every count and size limit) and returns the name of the directory's first level.
+fn plant_long_paths(repo: &Path, count: usize) -> String {
+    let levels = long_directory();
+    let directory = levels
+        .iter()
+        .fold(repo.to_owned(), |path, level| path.join(level));
+    std::fs::create_dir_all(&directory).unwrap();
+    for file in 0..count {
+        std::fs::write(directory.join(format!("f{file:05}")), "x\n").unwrap();
+    }
+    commit_and_push(repo, "Long paths");
+    levels[0].clone()
+}
+
+/// A dispatch whose agent deletes the directory `top` holding the long paths, and finishes.
+fn deleting(top: &str) -> String {
+    scenario(&[&format!("remove = \"{top}\""), "finish = \"Tidied.\""])
+}
+
+/// Attack: the agent deletes 2,000 files at paths of 3,771 bytes (7.5 MB of path names, a base well
+/// inside `[base]`, a change inside `import.max_files` and `import.max_total_bytes`). Before: stet
+/// listed every path several times (the diff, the changes read for the gate, the gate's matching,
+/// the events), about five copies, and dispatched. Now the import counts the change's path bytes
+/// before anything lists them and refuses past `import.max_path_bytes`, naming the figure, the
+/// limit and the setting, and stet's peak stays within the stated bound of a trivial dispatch.
+#[test]
+fn a_result_naming_more_path_bytes_than_the_import_allows_is_refused_naming_the_setting() {
+    docker_ready();
+    let files = 2_000;
+    assert!(files as u64 * LONG_PATH_BYTES > DEFAULT_MAX_PATH_BYTES);
+    let project = Project::new(&one_note());
+    let top = plant_long_paths(&project.repo, files);
+    project.set_scenario(&deleting(&top));
+    let (finished, hostile) = costed(project.headless(&[]));
+    let trivial = trivial_cost();
+    report("a change of 7.5 MB of paths", hostile, trivial);
+    assert_eq!(finished.code(), Some(1), "{finished:#?}");
+    let (outcome, _, reason) = finished.outcome();
+    assert_eq!(outcome, Phase::Failed);
+    let reason = reason.unwrap_or_default();
+    assert!(
+        reason.contains("import.max_path_bytes")
+            && reason.contains(&format!("at most {DEFAULT_MAX_PATH_BYTES}")),
+        "the refusal names the setting and the limit: {reason}"
+    );
+    assert_peak_within("a change of 7.5 MB of paths", hostile, trivial);
+    finished.torn_down_cleanly();
+}
+
+/// The same deletion just under `import.max_path_bytes` (1,100 paths, 4,148,100 bytes of the
+/// 4,194,304) dispatches, every path reviewed, within the same bound on stet's peak.
+#[test]
+fn a_result_just_under_the_path_bytes_limit_dispatches_within_the_memory_bound() {
+    docker_ready();
+    let files = 1_100;
+    assert!(files as u64 * LONG_PATH_BYTES <= DEFAULT_MAX_PATH_BYTES);
+    let project = Project::new(&one_note());
+    let top = plant_long_paths(&project.repo, files);
+    project.set_scenario(&deleting(&top));
+    let (finished, hostile) = costed(project.headless(&[]));
+    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+    let trivial = trivial_cost();
+    report("a change of 4.1 MB of paths", hostile, trivial);
+    assert_peak_within("a change of 4.1 MB of paths", hostile, trivial);
+    let counted = finished
+        .events
+        .iter()
+        .find_map(|event| match &event.kind {
+            EventKind::Collected {
+                files,
+                files_not_listed,
+                ..
+            } => Some(files.len() + files_not_listed),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no collected event: {}", finished.stderr));
+    assert_eq!(counted, files, "every deleted path is counted");
+}
+
+/// Attack: the red team's 20,000 files at paths of 3,771 bytes, put in the base (75 MB of path
+/// names, the checkout would hold them all in the index). Refused from the trees before anything
+/// is written, naming `base.max_path_bytes`, within the bound on stet's peak.
+#[test]
+fn a_base_of_more_path_bytes_than_allowed_is_refused_before_it_is_written() {
+    docker_ready();
+    let files = 20_000;
+    assert!(files as u64 * LONG_PATH_BYTES > DEFAULT_BASE_PATH_BYTES);
+    let project = Project::new(&one_note());
+    plant_long_paths(&project.repo, files);
+    let (finished, hostile) = costed(project.headless(&[]));
+    let trivial = trivial_cost();
+    report("a base of 75 MB of paths", hostile, trivial);
+    assert_eq!(finished.code(), Some(1), "{finished:#?}");
+    let (_, _, reason) = finished.outcome();
+    let reason = reason.unwrap_or_default();
+    assert!(
+        reason.contains("base.max_path_bytes"),
+        "the refusal names the setting: {reason}"
+    );
+    assert_peak_within("a base of 75 MB of paths", hostile, trivial);
 }
 
 /// What the OpenHands output path may cost stet above the replay of a trivial run: a few event

@@ -12,9 +12,11 @@ use git2::Repository;
 use stet_engine::credential::{LocalCredentialProvider, ScopedCredential};
 use stet_engine::git::origin_guard::TransferBounds;
 use stet_engine::git::push::{
-    PushError, PushRequest, fetch_commit_within, push_within, remote_refs, remote_refs_within,
+    PushError, PushRequest, fetch_commit_until, fetch_commit_within, push_within, remote_refs,
+    remote_refs_within,
 };
 use stet_sanitize::branch::CommitSha;
+use tokio_util::sync::CancellationToken;
 
 use super::origin_listener::{CHALLENGE, Listener, mint, read_head};
 
@@ -193,14 +195,21 @@ fn advertisement(service: &str, sha: &str) -> Vec<u8> {
 }
 
 /// A front end that challenges until it holds the credential, advertises `main` at `sha` on each
-/// `info/refs`, and stalls the request whose head holds `stalled` in the way `how` says.
-fn stalling_front(stalled: &'static str, how: Stalling, sha: String) -> std::net::SocketAddr {
+/// `info/refs`, and stalls the request whose head holds `stalled` in the way `how` says, telling
+/// `told` (if any) when it begins.
+fn stalling_front(
+    stalled: &'static str,
+    how: Stalling,
+    sha: String,
+    told: Option<std::sync::mpsc::Sender<()>>,
+) -> std::net::SocketAddr {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let address = listener.local_addr().unwrap();
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
             let sha = sha.clone();
+            let told = told.clone();
             std::thread::spawn(move || {
                 let head = read_head(&mut stream);
                 let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
@@ -217,6 +226,9 @@ fn stalling_front(stalled: &'static str, how: Stalling, sha: String) -> std::net
                     };
                     let _ = stream.write_all(&advertisement(service, &sha));
                     return;
+                }
+                if let Some(told) = &told {
+                    let _ = told.send(());
                 }
                 let kind = if request_line.contains("receive") {
                     "receive"
@@ -288,7 +300,7 @@ async fn is_cut(operation: Operation, stalled: &'static str, how: Stalling) {
         .to_string();
     // What the front end advertises: a commit the repository lacks, so the fetch asks for it.
     let advertised = "1".repeat(40);
-    let front = stalling_front(stalled, how, advertised.clone());
+    let front = stalling_front(stalled, how, advertised.clone(), None);
     let url = format!("http://{front}/octo/app.git");
     let path = dir.path().to_owned();
     let started = Instant::now();
@@ -392,4 +404,59 @@ async fn a_git_front_end_that_never_answers_does_not_hold_stet_for_ever() {
         Ok(true),
         "a git listing against a silent front end did not end, cut, within 120 s"
     );
+}
+
+/// How soon after a stop the base fetch must have ended.
+const STOPPED_WITHIN: Duration = Duration::from_secs(5);
+
+/// The fetch of a base commit the user's repository lacks (the step before materialization) ends
+/// when the dispatch stops. Before, it observed no stop: against a front end that takes the
+/// upload-pack request and answers nothing, a cancelled dispatch waited for the idle bound (60 s).
+/// Now the origin guard closes its connections at the stop and the fetch returns
+/// `PushError::Stopped` within seconds, with the default bounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_base_fetch_from_a_stalling_forge_ends_when_the_dispatch_stops() {
+    let credential = Arc::new(credential().await);
+    let dir = tempfile::tempdir().unwrap();
+    Repository::init(dir.path()).unwrap();
+    let advertised = "1".repeat(40);
+    let (told, stalling) = std::sync::mpsc::channel();
+    let front = stalling_front(
+        "post /octo/app.git/git-upload-pack",
+        Stalling::Silent,
+        advertised.clone(),
+        Some(told),
+    );
+    let url = format!("http://{front}/octo/app.git");
+    let path = dir.path().to_owned();
+    let stop = CancellationToken::new();
+    let fetching = {
+        let stop = stop.clone();
+        tokio::task::spawn_blocking(move || {
+            fetch_commit_until(
+                &path,
+                &url,
+                "main",
+                &CommitSha::parse(&advertised).unwrap(),
+                Some(&credential),
+                TransferBounds::default(),
+                &stop,
+            )
+        })
+    };
+    tokio::task::spawn_blocking(move || stalling.recv_timeout(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .expect("the fetch reached the upload-pack request the front end stalls");
+    let cancelled = Instant::now();
+    stop.cancel();
+    let ended = tokio::time::timeout(STOPPED_WITHIN, fetching)
+        .await
+        .unwrap_or_else(|_| panic!("the fetch went on for {STOPPED_WITHIN:?} after the stop"))
+        .unwrap();
+    assert!(
+        matches!(ended, Err(PushError::Stopped { .. })),
+        "the fetch ends as stopped: {ended:?}"
+    );
+    eprintln!("the fetch ended {:?} after the stop", cancelled.elapsed());
 }

@@ -167,6 +167,7 @@ pub(super) struct ImportSection {
     pub max_files: Setting<u64>,
     pub max_file_bytes: Setting<u64>,
     pub max_total_bytes: Setting<u64>,
+    pub max_path_bytes: Setting<u64>,
 }
 
 /// `[base]`
@@ -176,6 +177,7 @@ pub(super) struct BaseSection {
     pub max_files: Setting<u64>,
     pub max_file_bytes: Setting<u64>,
     pub max_total_bytes: Setting<u64>,
+    pub max_path_bytes: Setting<u64>,
     pub max_depth: Setting<u64>,
 }
 

@@ -236,6 +236,11 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         |s| &s.import.max_total_bytes,
         Some(defaults.max_total_bytes),
     );
+    let max_path_bytes = layers.at_most(
+        "import.max_path_bytes",
+        |s| &s.import.max_path_bytes,
+        Some(defaults.max_path_bytes),
+    );
     let base_defaults = BaseLimits::default();
     let base_files = layers.at_most(
         "base.max_files",
@@ -251,6 +256,11 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         "base.max_total_bytes",
         |s| &s.base.max_total_bytes,
         Some(base_defaults.max_total_bytes),
+    );
+    let base_path_bytes = layers.at_most(
+        "base.max_path_bytes",
+        |s| &s.base.max_path_bytes,
+        Some(base_defaults.max_path_bytes),
     );
     let base_depth = layers.at_most(
         "base.max_depth",
@@ -449,12 +459,14 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         max_files: max_files.map_or(defaults.max_files, |found| found.value),
         max_file_bytes: max_file_bytes.map_or(defaults.max_file_bytes, |found| found.value),
         max_total_bytes: max_total_bytes.map_or(defaults.max_total_bytes, |found| found.value),
+        max_path_bytes: max_path_bytes.map_or(defaults.max_path_bytes, |found| found.value),
     };
     let base = BaseLimits {
         max_files: base_files.map_or(base_defaults.max_files, |found| found.value),
         max_file_bytes: base_file_bytes.map_or(base_defaults.max_file_bytes, |found| found.value),
         max_total_bytes: base_total_bytes
             .map_or(base_defaults.max_total_bytes, |found| found.value),
+        max_path_bytes: base_path_bytes.map_or(base_defaults.max_path_bytes, |found| found.value),
         max_depth: match base_depth {
             None => base_defaults.max_depth,
             Some(Sourced { value, origin, .. })

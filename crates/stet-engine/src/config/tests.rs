@@ -420,6 +420,10 @@ fn project_settings_only_tighten_from_an_untrusted_file() {
         ("[import]\nmax_file_bytes = 104857601", false),
         ("[import]\nmax_total_bytes = 1024", true),
         ("[import]\nmax_total_bytes = 1073741825", false),
+        ("[import]\nmax_path_bytes = 1024", true),
+        ("[import]\nmax_path_bytes = 4194305", false),
+        ("[base]\nmax_path_bytes = 1024", true),
+        ("[base]\nmax_path_bytes = 16777217", false),
         ("[base]\nmax_files = 10", true),
         ("[base]\nmax_files = 200001", false),
         ("[base]\nmax_file_bytes = 1073741825", false),
@@ -477,6 +481,35 @@ fn a_lower_limit_wins_and_a_higher_one_names_what_it_would_raise() {
         refused[0].why
     );
     assert_eq!(refused[1].field, "dispatch.cost_ceiling_usd");
+}
+
+#[test]
+fn the_path_bytes_limits_are_raised_by_the_user_and_only_lowered_by_a_repository() {
+    let config = Config::from_files(&[]).unwrap();
+    assert_eq!(config.import.max_path_bytes, 4 * 1024 * 1024);
+    assert_eq!(config.base.max_path_bytes, 16 * 1024 * 1024);
+    let raised = user("[import]\nmax_path_bytes = 67108864\n[base]\nmax_path_bytes = 134217728\n");
+    let config = Config::from_files(std::slice::from_ref(&raised)).unwrap();
+    assert_eq!(config.import.max_path_bytes, 64 << 20);
+    assert_eq!(config.base.max_path_bytes, 128 << 20);
+    let config = Config::from_files(&[
+        raised.clone(),
+        repository("[import]\nmax_path_bytes = 1048576\n[base]\nmax_path_bytes = 2097152\n"),
+    ])
+    .unwrap();
+    assert_eq!(config.import.max_path_bytes, 1 << 20);
+    assert_eq!(config.base.max_path_bytes, 2 << 20);
+    let refused = refusals(&[
+        raised,
+        repository("[import]\nmax_path_bytes = 67108865\n[base]\nmax_path_bytes = 134217729\n"),
+    ]);
+    let fields: Vec<&str> = refused.iter().map(|refusal| refusal.field).collect();
+    assert_eq!(fields, ["import.max_path_bytes", "base.max_path_bytes"]);
+    assert!(
+        refused[0].why.contains("above 67108864"),
+        "{}",
+        refused[0].why
+    );
 }
 
 #[test]

@@ -44,6 +44,12 @@ pub const DEFAULT_FLOOR_BYTES: u64 = 256 * 1024 * 1024;
 /// (more than an import would take anyway).
 const MAX_WALKED: u64 = 4_000_000;
 
+/// The most bytes of subdirectory names one measuring walk holds at once (the names of each
+/// directory's subdirectories, kept while they are walked, on every level of the path walked): an
+/// agent's directory of a million subdirectories with 255-byte names would otherwise cost the host a
+/// quarter of a GiB. Past it the measurement is incomplete.
+const MAX_HELD_NAME_BYTES: usize = 8 << 20;
+
 /// How many directories deep one measuring walk goes (as deep as the import does); a deeper tree is
 /// measured as incomplete, which, with free space falling past the bound, ends the dispatch.
 const MAX_DEPTH: usize = 256;
@@ -252,6 +258,7 @@ fn allocated(root: &Path) -> Measured {
             complete: true,
         },
         walked: 0,
+        held: 0,
     };
     match untrusted_tree::open_root(root) {
         Ok(top) => walk.directory(top, 0),
@@ -270,12 +277,22 @@ fn allocated(root: &Path) -> Measured {
 struct Measuring {
     measured: Measured,
     walked: u64,
+    /// The bytes of the subdirectory names held now, on every level (at most
+    /// [`MAX_HELD_NAME_BYTES`]).
+    held: usize,
 }
 
 impl Measuring {
     /// Adds what `directory` (at `depth` below the top) and everything under it take; one descriptor
     /// per level stays open while its subdirectories are walked.
     fn directory(&mut self, directory: OwnedFd, depth: usize) {
+        let held = self.held;
+        self.walk_directory(directory, depth);
+        self.held = held;
+    }
+
+    /// [`Measuring::directory`], its subdirectories' names counted in `held` until it returns.
+    fn walk_directory(&mut self, directory: OwnedFd, depth: usize) {
         let Ok(parent) = rustix::io::fcntl_dupfd_cloexec(&directory, 0) else {
             self.measured.complete = false;
             return;
@@ -305,6 +322,11 @@ impl Measuring {
                 .bytes
                 .saturating_add(blocks.saturating_mul(512));
             if FileType::from_raw_mode(stat.st_mode) == FileType::Directory {
+                self.held = self.held.saturating_add(entry.name.as_bytes().len());
+                if self.held > MAX_HELD_NAME_BYTES {
+                    self.measured.complete = false;
+                    return;
+                }
                 subdirectories.push(entry.name);
             }
         }
@@ -366,6 +388,24 @@ mod tests {
     }
 
     /// A tree deeper than the walk goes is measured as incomplete, never as small.
+    /// Subdirectories whose names add up past what a walk holds make the measurement incomplete,
+    /// not a host allocation the size of their names.
+    #[test]
+    fn subdirectory_names_past_the_held_bound_make_the_measurement_incomplete() {
+        let dir = tempfile::tempdir().unwrap();
+        let long = "n".repeat(250);
+        let count = MAX_HELD_NAME_BYTES / long.len() + 1;
+        for index in 0..count {
+            std::fs::create_dir(dir.path().join(format!("{index:06}{}", &long[6..]))).unwrap();
+        }
+        assert!(!allocated(dir.path()).complete);
+        let within = tempfile::tempdir().unwrap();
+        for index in 0..100 {
+            std::fs::create_dir(within.path().join(format!("{index:06}{}", &long[6..]))).unwrap();
+        }
+        assert!(allocated(within.path()).complete, "the control");
+    }
+
     #[test]
     fn a_tree_deeper_than_the_walk_goes_is_incomplete() {
         let dir = tempfile::tempdir().unwrap();

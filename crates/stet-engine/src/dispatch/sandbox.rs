@@ -17,7 +17,8 @@ use crate::credential::{CredentialProvider, RevokeOutcome, ScopedCredential};
 use crate::dispatch::journal::{Journal, JournalEntry, JournalError, Resource};
 use crate::dispatch::remove_tree::remove_tree;
 use crate::dispatch::socket_dir::{SocketDirError, SocketPlace};
-use crate::git::push::{PushError, fetch_commit};
+use crate::git::origin_guard::TransferBounds;
+use crate::git::push::{PushError, fetch_commit_until};
 use crate::git::workspace::{BaseLimits, Materialized, WorkspaceError, materialize_until};
 use crate::runtime::{
     ContainerRuntime, DispatchLimits, ExecExit, ImageRef, NetworkPolicy, OutputChunk, PullProgress,
@@ -603,13 +604,18 @@ async fn provision_steps(
             if let Some(fetch) = &source.fetch
                 && !has_commit(&source.repository, &source.base)
             {
-                fetch_commit(
+                match fetch_commit_until(
                     &source.repository,
                     &fetch.url,
                     &fetch.branch,
                     &source.base,
                     credential.as_deref(),
-                )?;
+                    TransferBounds::default(),
+                    &stop,
+                ) {
+                    Err(PushError::Stopped { .. }) => return Err(SandboxError::Stopped),
+                    fetched => fetched?,
+                }
             }
             let stopped = || stop.is_cancelled();
             match materialize_until(

@@ -23,6 +23,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
 mod pace;
 
@@ -147,6 +148,17 @@ impl OriginGuard {
 
     /// [`OriginGuard::start`] with the given bounds on each exchange.
     pub fn start_within(url: &str, bounds: TransferBounds) -> Result<OriginGuard, GuardError> {
+        OriginGuard::start_until(url, bounds, None)
+    }
+
+    /// [`OriginGuard::start_within`], closing every connection once `stop` is cancelled: libgit2,
+    /// waiting on a forge that sends nothing, sees its transfer fail at once instead of after the
+    /// bounds.
+    pub fn start_until(
+        url: &str,
+        bounds: TransferBounds,
+        stop: Option<CancellationToken>,
+    ) -> Result<OriginGuard, GuardError> {
         let not_http = || GuardError::NotHttp {
             url: shown_origin(url),
         };
@@ -187,6 +199,7 @@ impl OriginGuard {
             bounds,
             client: crate::https::https_client(),
         });
+        let cancelled = stop;
         let (shutdown, stop) = oneshot::channel();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -195,7 +208,7 @@ impl OriginGuard {
         let serving = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("stet-origin-guard".to_owned())
-            .spawn(move || runtime.block_on(serve(listener, serving, stop)))
+            .spawn(move || runtime.block_on(serve(listener, serving, stop, cancelled)))
             .map_err(|err| start(err.to_string()))?;
         Ok(OriginGuard {
             shared,
@@ -258,17 +271,28 @@ impl Drop for OriginGuard {
     }
 }
 
+/// Serves until the guard is dropped or `cancelled`; returning ends the runtime, and with it every
+/// connection still open.
 async fn serve(
     listener: std::net::TcpListener,
     shared: Arc<Shared>,
     mut stop: oneshot::Receiver<()>,
+    cancelled: Option<CancellationToken>,
 ) {
     let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
         return;
     };
+    let cancelled = async {
+        match &cancelled {
+            Some(token) => token.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(cancelled);
     loop {
         tokio::select! {
             _ = &mut stop => return,
+            () = &mut cancelled => return,
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
                 let shared = Arc::clone(&shared);

@@ -16,13 +16,16 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use git2::{
-    AutotagOption, Cred, CredentialType, Direction, ErrorCode, FetchOptions, Oid, ProxyOptions,
-    PushOptions, Remote, RemoteCallbacks, RemoteRedirect, Repository,
+    Cred, CredentialType, Direction, ErrorCode, Oid, ProxyOptions, PushOptions, Remote,
+    RemoteCallbacks, RemoteRedirect, Repository,
 };
+use tokio_util::sync::CancellationToken;
 
 use crate::credential::ScopedCredential;
 use crate::git::origin_guard::{Origin, OriginGuard, TransferBounds};
 use stet_sanitize::branch::{BranchError, CommitSha, validate_ref_format};
+
+pub use self::fetch::{fetch_commit, fetch_commit_until, fetch_commit_within};
 
 /// The user name presented with a scoped credential over HTTP(S) (GitHub's convention).
 pub const PUSH_USERNAME: &str = "x-access-token";
@@ -97,6 +100,8 @@ pub enum PushError {
         origin: String,
         detail: String,
     },
+    #[error("remote {url}: the exchange was stopped (the dispatch was cancelled or timed out)")]
+    Stopped { url: String },
     #[error(
         "remote {url}: the credential was refused (presented {attempts} time(s)): it is wrong, expired or revoked, or has no access to this repository"
     )]
@@ -260,76 +265,6 @@ pub fn remote_refs_within(
         refs.insert(head.name().to_owned(), sha);
     }
     Ok(refs)
-}
-
-/// Makes sure the user's repository holds `commit` (a base preflight resolved at the forge): when it
-/// does not, fetches `refs/heads/<branch>` from `url` with the scoped credential. The fetch writes no
-/// ref and no `FETCH_HEAD` (the objects stay until the import's commit references them), follows no
-/// redirect and fetches no tags. Fails when the branch no longer leads to `commit`. Blocking.
-pub fn fetch_commit(
-    repository: &Path,
-    url: &str,
-    branch: &str,
-    commit: &CommitSha,
-    credential: Option<&ScopedCredential>,
-) -> Result<()> {
-    fetch_commit_within(
-        repository,
-        url,
-        branch,
-        commit,
-        credential,
-        TransferBounds::default(),
-    )
-}
-
-/// [`fetch_commit`] with the given bounds on how slowly each exchange with the remote may move.
-pub fn fetch_commit_within(
-    repository: &Path,
-    url: &str,
-    branch: &str,
-    commit: &CommitSha,
-    credential: Option<&ScopedCredential>,
-    bounds: TransferBounds,
-) -> Result<()> {
-    check_url(url)?;
-    validate_ref_format(branch).map_err(|source| PushError::InvalidBranch {
-        branch: branch.to_owned(),
-        source,
-    })?;
-    let opened = open_repository(repository)?;
-    if find_commit(&opened, commit, repository).is_ok() {
-        return Ok(());
-    }
-    let route = Route::to(url, bounds)?;
-    let exchange = Exchange::new(credential, &route);
-    let mut remote = route.remote(&opened)?;
-    let mut options = FetchOptions::new();
-    options
-        .remote_callbacks(exchange.callbacks())
-        .proxy_options(ProxyOptions::new())
-        .follow_redirects(RemoteRedirect::None)
-        .download_tags(AutotagOption::None);
-    let refspec = format!("refs/heads/{branch}");
-    // `download` brings the objects only: unlike `fetch` it updates no ref and writes no FETCH_HEAD.
-    remote
-        .download(&[refspec.as_str()], Some(&mut options))
-        .map_err(|err| {
-            route
-                .refusal(&exchange, &err)
-                .unwrap_or_else(|| PushError::FetchFailed {
-                    url: url.to_owned(),
-                    branch: branch.to_owned(),
-                    repository: repository.to_owned(),
-                    detail: route.detail(&err),
-                })
-        })?;
-    find_commit(&opened, commit, repository).map_err(|_| PushError::FetchFailed {
-        url: url.to_owned(),
-        branch: branch.to_owned(),
-        repository: repository.to_owned(),
-        detail: format!("the branch no longer leads to {commit}: it moved since preflight"),
-    })
 }
 
 /// Accepts `https://host[:port]/…`, `http://<loopback>[:port]/…`, `file:///…` and absolute paths;
@@ -554,16 +489,24 @@ impl<'u> Route<'u> {
     /// A route to `url`, which [`check_url`] accepted; each exchange through its guard within
     /// `bounds`.
     fn to(url: &'u str, bounds: TransferBounds) -> Result<Route<'u>> {
-        let guard =
-            match Origin::of(url) {
-                Some(_) => Some(OriginGuard::start_within(url, bounds).map_err(|err| {
-                    PushError::Guard {
-                        url: url.to_owned(),
-                        detail: err.to_string(),
-                    }
-                })?),
-                None => None,
-            };
+        Route::until(url, bounds, None)
+    }
+
+    /// [`Route::to`], its guard closing every exchange once `stop` is cancelled.
+    fn until(
+        url: &'u str,
+        bounds: TransferBounds,
+        stop: Option<CancellationToken>,
+    ) -> Result<Route<'u>> {
+        let guard = match Origin::of(url) {
+            Some(_) => Some(OriginGuard::start_until(url, bounds, stop).map_err(|err| {
+                PushError::Guard {
+                    url: url.to_owned(),
+                    detail: err.to_string(),
+                }
+            })?),
+            None => None,
+        };
         Ok(Route { url, guard })
     }
 
@@ -797,5 +740,6 @@ fn remote_lines(messages: &str) -> String {
     }
 }
 
+mod fetch;
 #[cfg(test)]
 mod tests;

@@ -36,9 +36,16 @@ pub struct BaseLimits {
     pub max_file_bytes: u64,
     /// The sizes of every file and link target, summed per path, in bytes.
     pub max_total_bytes: u64,
+    /// The lengths of the paths the checkout writes (files, links, submodules and directories),
+    /// summed, in bytes: the host holds each one while it writes the index.
+    pub max_path_bytes: u64,
     /// How many directories deep a path may lie.
     pub max_depth: usize,
 }
+
+/// [`BaseLimits::max_path_bytes`] by default: 16 MiB, the default 200,000 entries at paths of 80
+/// bytes on average, twice what large trees hold (Linux's run to about 40).
+pub const DEFAULT_MAX_PATH_BYTES: u64 = 16 * 1024 * 1024;
 
 impl Default for BaseLimits {
     fn default() -> Self {
@@ -46,6 +53,7 @@ impl Default for BaseLimits {
             max_files: 200_000,
             max_file_bytes: 1024 * 1024 * 1024,
             max_total_bytes: 2 * 1024 * 1024 * 1024,
+            max_path_bytes: DEFAULT_MAX_PATH_BYTES,
             max_depth: 256,
         }
     }

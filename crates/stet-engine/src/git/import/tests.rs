@@ -1,6 +1,9 @@
 //! Unit tests of `crate::git::import`, in a file of their own so the module reads as code.
 
+use super::names::folds_to;
+use super::walk::join;
 use super::*;
+use crate::git::text_budget::MAX_PATCH_BYTES;
 
 #[test]
 fn every_spelling_git_reads_as_dot_git_is_recognized() {
@@ -243,10 +246,11 @@ fn an_interrupted_import_writes_nothing_wherever_it_stops() {
             "interrupted after {after_questions} questions"
         );
     }
-    // Each of the nine entries was a place to stop, so was each of the seven files the diff reads and
-    // each of the 17 lines it prints (file and hunk headers included), and so was the moment before
-    // the pack.
-    assert_eq!(stops, 34);
+    // Each of the nine entries was a place to stop, so was each of the twelve tree entries the count
+    // of the change's paths looks at (nine in the result, three in the parent), each of the seven
+    // files the diff reads and each of the 17 lines it prints (file and hunk headers included), and
+    // so was the moment before the pack.
+    assert_eq!(stops, 46);
 }
 
 #[test]
@@ -371,7 +375,7 @@ fn a_gitignore_link_to_a_fifo_does_not_stall_the_import() {
     rustix::fs::mknodat(
         rustix::fs::CWD,
         &fifo,
-        FileType::Fifo,
+        rustix::fs::FileType::Fifo,
         rustix::fs::Mode::from_raw_mode(0o600),
         0,
     )

@@ -2,8 +2,9 @@
 //! branch that `git clone` fetched but never checked out can hold zero-filled blobs of GiB that
 //! compress to a MiB, or a few trees naming each other into a million paths: the walk reads the
 //! trees (each only once, and only after its header says it is small) and the headers of the blobs,
-//! counts every path as a checkout would write it (a subtree named ten times counts ten times), and
-//! refuses past the limits with the base, the figure, the limit and the setting named.
+//! counts every path as a checkout would write it (a subtree named ten times counts ten times, and
+//! the bytes of the paths as well as their number), and refuses past the limits with the base, the
+//! figure, the limit and the setting named.
 
 use std::collections::HashMap;
 
@@ -29,6 +30,8 @@ pub(super) struct Figures {
     pub entries: u64,
     /// The sizes of the files and link targets, summed.
     pub bytes: u64,
+    /// The lengths of the entries' paths below the tree measured (relative to it), summed.
+    pub path_bytes: u64,
     /// How many directory levels a tree holds below itself.
     height: usize,
 }
@@ -38,6 +41,7 @@ impl Figures {
         Figures {
             entries: self.entries.saturating_add(other.entries),
             bytes: self.bytes.saturating_add(other.bytes),
+            path_bytes: self.path_bytes.saturating_add(other.path_bytes),
             height: self.height,
         }
     }
@@ -168,10 +172,11 @@ impl Survey<'_> {
         path: &mut Vec<u8>,
         depth: usize,
     ) -> Result<Figures> {
+        let name = u64::try_from(entry.name_bytes().len()).unwrap_or(u64::MAX);
         let one = Figures {
             entries: 1,
-            bytes: 0,
-            height: 0,
+            path_bytes: name,
+            ..Figures::default()
         };
         match entry.kind() {
             Some(ObjectType::Tree) => {
@@ -187,6 +192,14 @@ impl Survey<'_> {
                     ));
                 }
                 let below = self.tree(entry.id(), path, depth + 1)?;
+                // Each path below is this directory's name and a `/` longer than below it.
+                let below = Figures {
+                    path_bytes: below
+                        .entries
+                        .saturating_mul(name.saturating_add(1))
+                        .saturating_add(below.path_bytes),
+                    ..below
+                };
                 Ok(Figures {
                     height: below.height + 1,
                     ..one.plus(below)
@@ -253,6 +266,20 @@ impl Survey<'_> {
                 format!("at least {} of files{under}", exact(figures.bytes)),
                 exact(self.limits.max_total_bytes),
                 "base.max_total_bytes",
+            ));
+        }
+        // The paths as the checkout writes them: `path` (this directory's) and a `/` before each.
+        let directory = u64::try_from(path.len()).unwrap_or(u64::MAX);
+        let prefix = if directory == 0 { 0 } else { directory + 1 };
+        let path_bytes = figures
+            .entries
+            .saturating_mul(prefix)
+            .saturating_add(figures.path_bytes);
+        if path_bytes > self.limits.max_path_bytes {
+            return Err(self.refused(
+                format!("paths of at least {}{under}", exact(path_bytes)),
+                exact(self.limits.max_path_bytes),
+                "base.max_path_bytes",
             ));
         }
         Ok(())
