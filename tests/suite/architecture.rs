@@ -476,7 +476,7 @@ const FLOORS: &[&[&str]] = &[
     &["git"],
     &["dispatch"],
     &["forge", "harness"],
-    &["config", "headless", "logging"],
+    &["config", "logging"],
     // The assembly: what the executable calls.
     &["demo", "doctor", "engine"],
 ];

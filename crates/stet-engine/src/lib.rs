@@ -16,7 +16,6 @@ pub mod forge;
 pub mod gateway;
 pub mod git;
 pub mod harness;
-pub mod headless;
 pub mod image;
 mod kinds;
 pub mod logging;
