@@ -10,8 +10,8 @@ use tokio::sync::mpsc;
 
 use stet_engine::brief::Brief;
 use stet_engine::dispatch::dispatcher::DispatchHandle;
-use stet_engine::dispatch::event::{DispatchId, Event, EventKind};
 use stet_engine::dispatch::order::Delivery;
+use stet_protocol::event::{DispatchId, Event, EventKind};
 
 use super::args::DispatchArgs;
 use super::session::{Session, engine_options, load_config, repository_root, select_briefs};
@@ -29,7 +29,7 @@ pub(crate) async fn headless(args: DispatchArgs, push: bool) -> anyhow::Result<E
     // The repository's path is outside input (a clone's directory is named after its URL).
     eprintln!(
         "stet: configuration: {}",
-        stet_engine::dispatch::display::escaped_invisible(&config.repository_file.to_string())
+        stet_sanitize::display::escaped_invisible(&config.repository_file.to_string())
     );
     let briefs = select_briefs(&root, &args, &config.inbox)?;
     let options = engine_options(root, config, &args)?;
@@ -95,8 +95,8 @@ async fn watch(
                 let _ = writeln!(
                     std::io::stderr(),
                     "stet: brief {}: {}",
-                    stet_engine::dispatch::display::escaped_invisible(&id),
-                    stet_engine::dispatch::display::without_invisible(&error.to_string()).text
+                    stet_sanitize::display::escaped_invisible(&id),
+                    stet_sanitize::display::without_invisible(&error.to_string()).text
                 );
                 code = code.max(EXIT_USAGE);
             }

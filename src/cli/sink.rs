@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use stet_engine::dispatch::event::Event;
+use stet_protocol::event::Event;
 use stet_protocol::progress::progress_line;
 
 /// Shows each event of a run as it comes.
@@ -67,7 +67,7 @@ impl<W: Write> EventSink for HumanProgress<W> {
 
 #[cfg(test)]
 mod tests {
-    use stet_engine::dispatch::event::{DispatchId, EventKind};
+    use stet_protocol::event::{DispatchId, EventKind};
 
     use super::*;
 
@@ -77,7 +77,7 @@ mod tests {
             "b",
             EventKind::Warning {
                 message: std::sync::Arc::new(
-                    stet_engine::dispatch::sanitize::TokenSanitizer::new().unwrap(),
+                    stet_sanitize::sanitize::TokenSanitizer::new().unwrap(),
                 )
                 .sanitize(text),
             },
