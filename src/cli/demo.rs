@@ -3,17 +3,16 @@
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context;
 
 use stet_engine::dispatch::order::Delivery;
-use stet_engine::headless::Output;
 
 use super::EXIT_USAGE;
 use super::args::DispatchArgs;
 use super::headless::dispatch_and_watch;
 use super::session::select_briefs;
+use super::sink::{EventSink, HumanProgress, JsonLines};
 use super::terminal::on_a_terminal;
 use super::theater::open_theater;
 
@@ -28,7 +27,8 @@ pub(crate) async fn demo(
     args: DispatchArgs,
 ) -> anyhow::Result<ExitCode> {
     use stet_engine::engine::{EngineOptions, ImageChoice};
-    use stet_engine::harness::script::{ScenarioSource, ScriptHarness};
+    use stet_engine::harness::script::ScenarioSource;
+    use stet_engine::harness::{HarnessSettings, from_settings};
     if !(pace.is_finite() && (0.0..=stet_sandbox::agent::MAX_PACE).contains(&pace)) {
         eprintln!(
             "stet: --pace {pace} is out of range (0 to {})",
@@ -82,7 +82,10 @@ pub(crate) async fn demo(
         concurrency: config.dispatch.concurrency,
         network: stet_engine::runtime::NetworkPolicy::None,
         image: ImageChoice::Offline,
-        harness: Arc::new(ScriptHarness::new(ScenarioSource::Demo, pace)),
+        harness: from_settings(HarnessSettings::Script {
+            scenario: ScenarioSource::Demo,
+            pace,
+        }),
         config,
     };
     if !headless && args.briefs.is_empty() && !args.all && on_a_terminal() {
@@ -116,15 +119,16 @@ pub(crate) async fn demo(
         },
         &options.config.inbox,
     )?;
-    let output = if headless {
-        Output::JsonLines {
-            progress: std::io::stderr().is_terminal(),
-        }
+    let mut sink: Box<dyn EventSink> = if headless {
+        Box::new(JsonLines::new(
+            std::io::stdout(),
+            std::io::stderr().is_terminal(),
+        ))
     } else {
         let _ = writeln!(std::io::stdout(), "{where_it_is}");
-        Output::Human
+        Box::new(HumanProgress::new(std::io::stdout()))
     };
-    let code = dispatch_and_watch(options, briefs, Delivery::Push, output).await?;
+    let code = dispatch_and_watch(options, briefs, Delivery::Push, sink.as_mut()).await?;
     if !headless {
         // After a run whose terminal hung up, there is nobody to tell.
         let _ = writeln!(std::io::stdout(), "{closing_hint}");

@@ -8,6 +8,7 @@ mod filters;
 mod headless;
 mod maintenance;
 mod session;
+mod sink;
 mod terminal;
 mod theater;
 
@@ -18,6 +19,10 @@ pub(crate) use session::shown_error;
 
 /// Exit code for usage and configuration errors (DESIGN §6).
 pub(crate) const EXIT_USAGE: u8 = 2;
+
+/// Exit code when a run was interrupted by SIGINT/SIGTERM or its terminal hung up (every dispatch
+/// cancelled; DESIGN §6).
+pub(crate) const EXIT_CANCELLED: u8 = 3;
 
 /// Runs the command `cli` names; `stet` alone is the theater, `stet --headless` the scripted run.
 pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {

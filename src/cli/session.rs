@@ -115,7 +115,7 @@ impl Interrupts {
                 std::io::stderr(),
                 "stet: interrupted again: exiting now; the next stet launch (or `stet sweep`) reclaims what is left"
             );
-            std::process::exit(i32::from(stet_engine::headless::EXIT_CANCELLED));
+            std::process::exit(i32::from(super::EXIT_CANCELLED));
         });
         async move {
             if fired.await.is_err() {

@@ -110,7 +110,7 @@ pub(crate) async fn open_theater(
             // The loop ended once every dispatch had torn down; this only confirms it.
             dispatcher.shutdown().await;
             tracing::info!("the terminal went away: every dispatch was cancelled and torn down");
-            ExitCode::from(stet_engine::headless::EXIT_CANCELLED)
+            ExitCode::from(super::EXIT_CANCELLED)
         }
         Ok(Exit::Interrupted { .. }) => {
             tracing::warn!("interrupted again: exiting before every teardown finished");
@@ -120,7 +120,7 @@ pub(crate) async fn open_theater(
                     "stet: interrupted again: exiting now; the next stet launch (or `stet sweep`) reclaims what is left"
                 );
             }
-            ExitCode::from(stet_engine::headless::EXIT_CANCELLED)
+            ExitCode::from(super::EXIT_CANCELLED)
         }
         Err(error) => {
             tracing::error!(%error, "the theater stopped: cancelling every dispatch");

@@ -480,7 +480,7 @@ const FLOORS: &[&[&str]] = &[
     &["git"],
     &["forge", "harness"],
     &["dispatch"],
-    &["config", "headless", "logging"],
+    &["config", "logging"],
     // The assembly: what the executable calls.
     &["demo", "doctor", "engine"],
 ];

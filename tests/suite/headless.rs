@@ -1293,7 +1293,7 @@ fn a_result_of_many_files_is_counted_not_listed_whole_in_the_collected_event() {
         files.len(),
         line.len()
     );
-    let progress = stet_engine::headless::progress_line(collected).unwrap_or_default();
+    let progress = stet_protocol::progress::progress_line(collected).unwrap_or_default();
     assert!(
         progress.contains(&format!("collected {MANY_LONG_PATHS} file(s)")),
         "{progress}"

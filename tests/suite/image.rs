@@ -93,9 +93,10 @@ async fn building_twice_reuses_the_image() {
 
     let docker = support::docker();
     let before = SystemTime::now();
-    let second = stet_engine::image::build_local(&docker, Path::new(SANDBOX))
-        .await
-        .unwrap();
+    let second =
+        stet_engine::runtime::docker::offline_image::build_local(&docker, Path::new(SANDBOX))
+            .await
+            .unwrap();
     let after = SystemTime::now();
     assert_eq!(second, first);
 

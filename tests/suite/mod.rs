@@ -28,6 +28,7 @@ mod image;
 mod journal;
 mod openhands_live;
 mod origin_listener;
+mod plugins;
 mod provider_tools;
 mod push;
 mod redteam_forges;

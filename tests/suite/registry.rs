@@ -80,9 +80,12 @@ async fn an_image_is_pulled_by_digest_with_progress_and_a_tag_is_refused() {
         .unwrap_or_else(|e| panic!("these tests need Docker: {e}"));
     let docker = runtime.client();
     // An image of its own (built from `true`), so removing it cannot disturb other tests.
-    let image = stet_engine::image::build_local(docker, Path::new("/usr/bin/true"))
-        .await
-        .unwrap();
+    let image = stet_engine::runtime::docker::offline_image::build_local(
+        docker,
+        Path::new("/usr/bin/true"),
+    )
+    .await
+    .unwrap();
     let repository = format!("{}/stet-sandbox-pull-test", registry.address);
     let tag = uuid::Uuid::new_v4().simple().to_string();
     docker

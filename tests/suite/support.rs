@@ -27,7 +27,7 @@ pub(super) const TEST_LABEL: &str = "dev.stet.test";
 /// A Docker client with default settings. Panics when the engine cannot be reached: CI has Docker, and a
 /// test that needs it must fail, never skip silently.
 pub(super) fn docker() -> Docker {
-    let host = stet_engine::image::docker_host();
+    let host = stet_engine::runtime::docker::docker_host();
     let unreachable = |err: &dyn std::fmt::Display| -> ! {
         panic!("Docker is unreachable at {host}: {err}; these tests need a running Docker engine")
     };
@@ -51,7 +51,7 @@ pub(super) async fn sandbox_image() -> SandboxImage {
     IMAGE
         .get_or_init(|| async {
             let binary = Path::new(env!("CARGO_BIN_EXE_stet-sandbox"));
-            stet_engine::image::build_local(&docker(), binary)
+            stet_engine::runtime::docker::offline_image::build_local(&docker(), binary)
                 .await
                 .unwrap_or_else(|err| {
                     panic!(

@@ -9,17 +9,13 @@
 //! working directory), and the same binary gives byte-identical archives and so the same image ID on every
 //! machine. The image is tagged `stet-sandbox:<12 hex of the binary's sha256>` and labelled with the full
 //! hash, so building twice from the same binary finds the first image instead of loading a second one.
+//! How an engine finds, tags or loads it is the runtime's (`RuntimeSetup::offline_image`; for Docker
+//! `runtime/docker/offline_image.rs`); this module names no engine's API.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
-use bollard::Docker;
-use bollard::query_parameters::{
-    ImportImageOptionsBuilder, ListImagesOptionsBuilder, TagImageOptionsBuilder,
-};
-use bytes::Bytes;
-use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 
 /// Repository part of the sandbox image's tag.
@@ -39,9 +35,6 @@ pub const SANDBOX_EXECUTABLE: &str = "stet-sandbox";
 pub const SANDBOX_UID: u32 = 65532;
 /// See [`SANDBOX_UID`].
 pub const SANDBOX_GID: u32 = 65532;
-
-/// Where bollard connects when `DOCKER_HOST` is not set.
-pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
 
 /// How many hex digits of the binary's hash go into the tag.
 const TAG_HEX_LEN: usize = 12;
@@ -104,15 +97,16 @@ pub enum ImageError {
         #[source]
         source: serde_json::Error,
     },
-    #[error("Docker: {action} {image}: {source}")]
-    Docker {
+    #[error("{engine}: {action} {image}: {source}")]
+    Engine {
+        engine: &'static str,
         action: &'static str,
         image: String,
         #[source]
-        source: bollard::errors::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
-    #[error("Docker loaded {tag} but reports no ID for it")]
-    NoImageId { tag: String },
+    #[error("{engine} loaded {tag} but reports no ID for it")]
+    NoImageId { engine: &'static str, tag: String },
     #[error("building the rootfs of {binary} stopped: {source}")]
     Join {
         binary: PathBuf,
@@ -152,23 +146,15 @@ pub fn sandbox_executable() -> Result<PathBuf> {
     }
 }
 
-/// Where the Docker client connects: `DOCKER_HOST`, or bollard's default socket.
-pub fn docker_host() -> String {
-    std::env::var("DOCKER_HOST")
-        .ok()
-        .filter(|host| !host.is_empty())
-        .unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_owned())
-}
-
 /// The tag an image built from a binary with this hash carries.
 pub fn tag_for(binary_sha256: &str) -> String {
     let short = binary_sha256.get(..TAG_HEX_LEN).unwrap_or(binary_sha256);
     format!("{REPOSITORY}:{short}")
 }
 
-/// Makes sure the sandbox image of `binary` is in the engine and returns it. Reuses an image labelled
-/// with the binary's hash (re-tagging it if the tag was removed); loads a new one only if there is none.
-pub async fn build_local(docker: &Docker, binary: &Path) -> Result<SandboxImage> {
+/// The contents of the stet-sandbox executable `binary` and their sha256 (hex), read on a worker
+/// thread: what names the offline image (its label and tag) before any engine is asked.
+pub async fn read_binary(binary: &Path) -> Result<(Vec<u8>, String)> {
     let path = binary.to_path_buf();
     let contents = tokio::task::spawn_blocking(move || read(&path))
         .await
@@ -177,18 +163,22 @@ pub async fn build_local(docker: &Docker, binary: &Path) -> Result<SandboxImage>
             source,
         })??;
     let binary_sha256 = hex(&Sha256::digest(&contents));
-    let tag = tag_for(&binary_sha256);
-    if let Some(id) = find_labelled(docker, &binary_sha256, &tag).await? {
-        return Ok(SandboxImage {
-            id,
-            tag,
-            binary_sha256,
-        });
-    }
+    Ok((contents, binary_sha256))
+}
+
+/// The `docker save` archive of the offline image of `binary` (whose `contents` and hash
+/// [`read_binary`] gave), tagged `tag`, assembled on a worker thread: what an engine loads when it
+/// has no image labelled with the hash yet.
+pub async fn archive(
+    binary: &Path,
+    contents: Vec<u8>,
+    binary_sha256: &str,
+    tag: &str,
+) -> Result<Vec<u8>> {
     let path = binary.to_path_buf();
-    let archive_tag = tag.clone();
-    let archive_sha = binary_sha256.clone();
-    let archive = tokio::task::spawn_blocking(move || {
+    let archive_tag = tag.to_owned();
+    let archive_sha = binary_sha256.to_owned();
+    tokio::task::spawn_blocking(move || {
         let layer = rootfs_tar_with(&path, contents)?;
         docker_save_archive(&layer, &archive_sha, &archive_tag)
     })
@@ -196,87 +186,7 @@ pub async fn build_local(docker: &Docker, binary: &Path) -> Result<SandboxImage>
     .map_err(|source| ImageError::Join {
         binary: binary.to_path_buf(),
         source,
-    })??;
-    load(docker, archive, &tag).await?;
-    let inspected = docker
-        .inspect_image(&tag)
-        .await
-        .map_err(|source| ImageError::Docker {
-            action: "inspecting the loaded image",
-            image: tag.clone(),
-            source,
-        })?;
-    let id = inspected
-        .id
-        .ok_or_else(|| ImageError::NoImageId { tag: tag.clone() })?;
-    Ok(SandboxImage {
-        id,
-        tag,
-        binary_sha256,
-    })
-}
-
-/// Finds an image labelled with this binary hash; makes sure it carries `tag`.
-async fn find_labelled(docker: &Docker, binary_sha256: &str, tag: &str) -> Result<Option<String>> {
-    let filters = HashMap::from([(
-        "label",
-        vec![format!("{BINARY_SHA256_LABEL}={binary_sha256}")],
-    )]);
-    let images = docker
-        .list_images(Some(
-            ListImagesOptionsBuilder::default()
-                .filters(&filters)
-                .build(),
-        ))
-        .await
-        .map_err(|source| ImageError::Docker {
-            action: "listing images labelled for",
-            image: tag.to_owned(),
-            source,
-        })?;
-    let tagged = images
-        .iter()
-        .find(|image| image.repo_tags.iter().any(|t| t == tag));
-    if let Some(image) = tagged {
-        return Ok(Some(image.id.clone()));
-    }
-    let Some(image) = images.iter().min_by(|a, b| a.id.cmp(&b.id)) else {
-        return Ok(None);
-    };
-    let short = tag.strip_prefix(&format!("{REPOSITORY}:")).unwrap_or(tag);
-    docker
-        .tag_image(
-            &image.id,
-            Some(
-                TagImageOptionsBuilder::default()
-                    .repo(REPOSITORY)
-                    .tag(short)
-                    .build(),
-            ),
-        )
-        .await
-        .map_err(|source| ImageError::Docker {
-            action: "re-tagging the existing image as",
-            image: tag.to_owned(),
-            source,
-        })?;
-    Ok(Some(image.id.clone()))
-}
-
-async fn load(docker: &Docker, archive: Vec<u8>, tag: &str) -> Result<()> {
-    let mut progress = docker.import_image(
-        ImportImageOptionsBuilder::default().quiet(true).build(),
-        bollard::body_full(Bytes::from(archive)),
-        None,
-    );
-    while let Some(item) = progress.next().await {
-        item.map_err(|source| ImageError::Docker {
-            action: "loading",
-            image: tag.to_owned(),
-            source,
-        })?;
-    }
-    Ok(())
+    })?
 }
 
 /// The sandbox image's filesystem as a deterministic tar: sorted entries, mtime 0, owner root (except the

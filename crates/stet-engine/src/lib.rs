@@ -17,7 +17,6 @@ pub mod forge;
 pub mod gateway;
 pub mod git;
 pub mod harness;
-pub mod headless;
 mod https;
 mod human;
 pub mod image;

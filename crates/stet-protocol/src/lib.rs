@@ -6,6 +6,8 @@
 //! * [`inbox`]: the briefs of a repository (`.stet/briefs/*.toml`);
 //! * [`state`]: the dispatch state machine, its phases and the one function that moves between them;
 //! * [`event`]: the versioned events, every free-text payload already sanitized (`docs/events.md`);
+//! * [`progress`]: one human line for an event, what `stet demo` and a terminal watching
+//!   `--headless` read;
 //! * [`agent_record`]: the JSON Lines the scripted agent prints inside the sandbox and the `script`
 //!   harness reads back on the host;
 //! * [`host_file`]: how a problem in a file of the user's is named: by place and kind, never by its
@@ -16,5 +18,6 @@ pub mod brief;
 pub mod event;
 pub mod host_file;
 pub mod inbox;
+pub mod progress;
 pub mod state;
 pub mod toml_marks;

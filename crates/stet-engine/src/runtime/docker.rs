@@ -29,6 +29,18 @@ use crate::check::Check;
 use crate::image::SandboxImage;
 
 mod checks;
+pub mod offline_image;
+
+/// Where the Docker client connects when `DOCKER_HOST` is not set.
+pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
+
+/// Where the Docker client connects: `DOCKER_HOST`, or the default socket.
+pub fn docker_host() -> String {
+    std::env::var("DOCKER_HOST")
+        .ok()
+        .filter(|host| !host.is_empty())
+        .unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_owned())
+}
 
 /// The Docker Engine, reached the usual way (`DOCKER_HOST`, else the local unix socket).
 #[derive(Debug, Clone)]
@@ -72,8 +84,9 @@ impl DockerRuntime {
         };
         let docker = Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
         if let Err(error) = docker.ping().await {
-            return Err(socket_denied(&crate::image::docker_host())
-                .unwrap_or_else(|| unreachable(error.to_string())));
+            return Err(
+                socket_denied(&docker_host()).unwrap_or_else(|| unreachable(error.to_string()))
+            );
         }
         Ok(DockerRuntime { docker })
     }
@@ -99,7 +112,7 @@ impl RuntimeSetup for DockerRuntime {
     }
 
     async fn offline_image(&self, binary: &Path) -> crate::image::Result<SandboxImage> {
-        crate::image::build_local(&self.docker, binary).await
+        offline_image::build_local(&self.docker, binary).await
     }
 
     async fn diagnose(&self, binary: &Path) -> Vec<Check> {

@@ -13,7 +13,7 @@ use crate::check::{Check, Status};
 pub(super) async fn engine_checks(docker: &Docker, binary: &Path) -> Vec<Check> {
     let mut checks = Vec::new();
     if let Err(error) = docker.ping().await {
-        let host = crate::image::docker_host();
+        let host = super::docker_host();
         checks.push(match super::socket_denied(&host) {
             Some(denied) => Check::problem(
                 "engine",
@@ -39,7 +39,7 @@ pub(super) async fn engine_checks(docker: &Docker, binary: &Path) -> Vec<Check> 
                 version.api_version.unwrap_or_default(),
                 version.os.unwrap_or_default(),
                 version.arch.unwrap_or_default(),
-                crate::image::docker_host()
+                super::docker_host()
             ),
         )),
         Err(error) => checks.push(Check::problem(

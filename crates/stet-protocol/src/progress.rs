@@ -1,135 +1,14 @@
-//! `stet --headless`: dispatches briefs without the terminal UI, prints the engine's event stream as
-//! JSON Lines on stdout (the schema in `docs/events.md`) and exits with the code of DESIGN §6. Human
-//! progress goes to stderr, and only when stderr is a terminal; `stet demo` without `--headless`
-//! prints the same progress lines on stdout instead of JSON.
+//! One human line for an event: what `stet demo` prints for a person, and `stet --headless` on stderr
+//! when stderr is a terminal. Every consumer that shows progress as text reads the same lines, and
+//! each passes the display policy, because every field of an event came from outside.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
+use stet_sanitize::display;
 
-use tokio::sync::mpsc;
-
-use crate::brief::Brief;
-use crate::dispatch::dispatcher::DispatchHandle;
-use crate::dispatch::order::Delivery;
-use stet_protocol::event::{DispatchId, Event, EventKind, ItemKind};
-use stet_protocol::state::Phase;
-
-/// Exit code when the run was interrupted by SIGINT/SIGTERM or its terminal hung up (every dispatch
-/// cancelled).
-pub const EXIT_CANCELLED: u8 = 3;
-/// Exit code for usage and configuration errors, including a refused dispatch.
-pub const EXIT_USAGE: u8 = 2;
+use crate::event::{Event, EventKind, ItemKind, PullRequestAction};
+use crate::state::Phase;
 
 /// The longest transcript text a progress line shows.
 const PROGRESS_TEXT_CHARS: usize = 160;
-
-/// How the event stream is shown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Output {
-    /// JSON Lines on the writer (stdout), and, when `progress`, human lines on stderr.
-    JsonLines {
-        /// Also show human progress lines on stderr.
-        progress: bool,
-    },
-    /// Human lines on the writer (stdout); for `stet demo` until the theater has a UI.
-    Human,
-}
-
-/// Dispatches `briefs`, consumes `events` until every accepted dispatch finished, and returns the
-/// exit code: the highest code among the dispatches (0 when all are done), 2 when one was refused,
-/// 3 when `interrupted` fired (everything is cancelled and torn down first).
-pub async fn run(
-    handle: DispatchHandle,
-    mut events: mpsc::Receiver<Event>,
-    briefs: Vec<Brief>,
-    delivery: Delivery,
-    output: Output,
-    out: &mut dyn Write,
-    interrupted: impl Future<Output = ()>,
-) -> u8 {
-    let mut code = 0u8;
-    let mut pending: BTreeSet<DispatchId> = BTreeSet::new();
-    for brief in briefs {
-        let id = brief.id.clone();
-        match handle.dispatch(brief, delivery).await {
-            Ok(dispatch) => {
-                pending.insert(dispatch);
-            }
-            Err(error) => {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "stet: brief {}: {}",
-                    stet_sanitize::display::escaped_invisible(&id),
-                    stet_sanitize::display::without_invisible(&error.to_string()).text
-                );
-                code = code.max(EXIT_USAGE);
-            }
-        }
-    }
-    let mut outcomes: BTreeMap<DispatchId, u8> = BTreeMap::new();
-    let mut stopping = false;
-    let mut writing = true;
-    tokio::pin!(interrupted);
-    let mut shutdown = None;
-    while !pending.is_empty() {
-        tokio::select! {
-            () = &mut interrupted, if !stopping => {
-                stopping = true;
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "stet: interrupted; cancelling and tearing down every dispatch (interrupt again to exit at once)"
-                );
-                let handle = handle.clone();
-                shutdown = Some(tokio::spawn(async move { handle.shutdown().await }));
-            }
-            event = events.recv() => {
-                let Some(event) = event else { break };
-                if let EventKind::Finished { exit_code, .. } = &event.kind {
-                    pending.remove(&event.dispatch);
-                    outcomes.insert(event.dispatch, *exit_code);
-                }
-                if writing && let Err(error) = show(&event, output, out) {
-                    // The reader went away: nobody is watching, so nothing should go on.
-                    writing = false;
-                    tracing::warn!(%error, "stdout closed; cancelling every dispatch");
-                    if !stopping {
-                        stopping = true;
-                        let handle = handle.clone();
-                        shutdown = Some(tokio::spawn(async move { handle.shutdown().await }));
-                    }
-                }
-            }
-        }
-    }
-    if let Some(shutdown) = shutdown {
-        let _ = shutdown.await;
-    }
-    if stopping && writing {
-        return EXIT_CANCELLED;
-    }
-    outcomes.values().fold(code, |worst, code| worst.max(*code))
-}
-
-fn show(event: &Event, output: Output, out: &mut dyn Write) -> std::io::Result<()> {
-    match output {
-        Output::JsonLines { progress } => {
-            let line = event.to_json_line().map_err(std::io::Error::other)?;
-            writeln!(out, "{line}")?;
-            out.flush()?;
-            if progress && let Some(line) = progress_line(event) {
-                // stderr may be a closed pipe: progress is best effort, never a panic.
-                let _ = writeln!(std::io::stderr(), "{line}");
-            }
-        }
-        Output::Human => {
-            if let Some(line) = progress_line(event) {
-                writeln!(out, "{line}")?;
-                out.flush()?;
-            }
-        }
-    }
-    Ok(())
-}
 
 /// One human line for an event, or `None` for events a person does not need to read line by line.
 pub fn progress_line(event: &Event) -> Option<String> {
@@ -236,8 +115,8 @@ pub fn progress_line(event: &Event) -> Option<String> {
             url,
         } => {
             let action = match action {
-                stet_protocol::event::PullRequestAction::Opened => "opened",
-                stet_protocol::event::PullRequestAction::Updated => "updated",
+                PullRequestAction::Opened => "opened",
+                PullRequestAction::Updated => "updated",
             };
             format!("pull request #{number} {action}: {}", name(url.as_str()))
         }
@@ -264,21 +143,18 @@ pub fn progress_line(event: &Event) -> Option<String> {
     };
     // Every field came from outside (a brief, the agent, the engine, a forge): names are shown with
     // what the display policy hides escaped, and the whole line passes the policy once more.
-    Some(stet_sanitize::display::one_line(&format!(
-        "[{}] {text}",
-        name(who)
-    )))
+    Some(display::one_line(&format!("[{}] {text}", name(who))))
 }
 
 /// A name (a branch, a repository, a URL) under the display policy: what it hides escaped, so two
 /// names never look alike.
 fn name(text: &str) -> String {
-    stet_sanitize::display::escaped_invisible(text).into_owned()
+    display::escaped_invisible(text).into_owned()
 }
 
 /// Text on one line under the display policy, cut at [`PROGRESS_TEXT_CHARS`].
 fn progress_text(text: &str) -> String {
-    let mut line: String = stet_sanitize::display::one_line(text)
+    let mut line: String = display::one_line(text)
         .chars()
         .take(PROGRESS_TEXT_CHARS)
         .collect();
@@ -292,9 +168,10 @@ fn progress_text(text: &str) -> String {
 mod tests {
     use std::sync::Arc;
 
-    use super::*;
-    use stet_protocol::event::TranscriptItem;
     use stet_sanitize::sanitize::TokenSanitizer;
+
+    use super::*;
+    use crate::event::{DispatchId, TranscriptItem};
 
     #[test]
     fn progress_lines_are_single_lines_without_control_characters() {
@@ -342,8 +219,7 @@ mod tests {
         assert!(
             !line
                 .chars()
-                .any(|c| stet_sanitize::display::treatment(c)
-                    != stet_sanitize::display::Treatment::Keep),
+                .any(|c| display::treatment(c) != display::Treatment::Keep),
             "{line:?}"
         );
     }
