@@ -25,10 +25,10 @@ use serde_json::Value;
 use zeroize::Zeroizing;
 
 use super::{ForgeError, Result};
-use crate::dispatch::sanitize::SanitizerHandle;
 use crate::error_chain::error_chain;
 pub(crate) use auth::Auth;
 pub(crate) use names::{SEGMENT, git_host, instance_tag, is_name_part, ref_path, web_url};
+use stet_sanitize::sanitize::SanitizerHandle;
 
 /// How long connecting to the API may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -558,7 +558,7 @@ impl Rest {
 
     fn sanitize(&self, text: &str) -> String {
         let masked = self.sanitizer.current().sanitize(text);
-        let sanitized = crate::dispatch::display::one_line(masked.as_str());
+        let sanitized = stet_sanitize::display::one_line(masked.as_str());
         let mut bounded: String = sanitized.chars().take(DETAIL_CHARS).collect();
         if bounded.len() < sanitized.len() {
             bounded.push('…');

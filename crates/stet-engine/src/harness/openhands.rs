@@ -31,12 +31,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 pub use crate::harness::HarnessOutcome;
 use crate::harness::text;
 pub use launch::{OPENHANDS_VERSION, OpenHandsHarness, OpenHandsSettings};
 pub use parser::{OpenHandsOutput, OpenHandsParser};
 pub use state::final_usage;
+use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
 
 /// The harness's name in events, run records and pull requests.
 const HARNESS: &str = "openhands";

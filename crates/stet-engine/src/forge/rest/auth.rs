@@ -5,7 +5,7 @@ use base64::Engine as _;
 use http::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use zeroize::Zeroizing;
 
-use crate::dispatch::credential::SecretValue;
+use crate::credential::SecretValue;
 use crate::forge::app_jwt::AppKey;
 use crate::forge::{ForgeError, Result};
 

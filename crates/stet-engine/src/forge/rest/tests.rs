@@ -4,7 +4,7 @@ use std::sync::Arc;
 use serde_json::json;
 use tokio::io::AsyncWriteExt as _;
 
-use crate::dispatch::credential::SecretValue;
+use crate::credential::SecretValue;
 
 #[test]
 fn backoff_doubles_up_to_the_cap() {
@@ -103,7 +103,7 @@ async fn one_time_limit_covers_an_attempt_and_all_its_redirects() {
             base_delay: Duration::from_millis(10),
             max_delay: Duration::from_secs(1),
         },
-        SanitizerHandle::new(crate::dispatch::sanitize::TokenSanitizer::new().unwrap()),
+        SanitizerHandle::new(stet_sanitize::sanitize::TokenSanitizer::new().unwrap()),
     )
     .unwrap();
     rest.read_timeout = Duration::from_secs(1);
@@ -185,7 +185,7 @@ fn quick_rest(uri: &str, max_attempts: u32) -> Rest {
             base_delay: Duration::from_millis(10),
             max_delay: Duration::from_secs(1),
         },
-        SanitizerHandle::new(crate::dispatch::sanitize::TokenSanitizer::new().unwrap()),
+        SanitizerHandle::new(stet_sanitize::sanitize::TokenSanitizer::new().unwrap()),
     )
     .unwrap()
 }

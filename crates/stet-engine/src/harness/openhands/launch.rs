@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::dispatch::credential::SecretValue;
-use crate::dispatch::event::Usage;
-use crate::dispatch::sanitize::TokenSanitizer;
+use crate::credential::SecretValue;
 use crate::harness::{Harness, HarnessError, HarnessLaunch, HarnessPlan, OutputParser, StagedFile};
 use crate::runtime::{OUTPUTS_MOUNT, SandboxProcess, WORKSPACE_MOUNT};
+use stet_protocol::event::Usage;
+use stet_sanitize::sanitize::TokenSanitizer;
 
 use super::{HARNESS, OpenHandsOutput, final_usage};
 

@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::dispatch::event::{ItemKind, TranscriptItem};
-use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 use crate::harness::{Finish, OutputParser, Parsed};
 use crate::runtime::lines::FramedLine;
 use crate::runtime::{OutputLine, OutputStream};
+use stet_protocol::event::{ItemKind, TranscriptItem};
+use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
 
 use super::stderr::{OpenHandsStderr, StderrRead};
 use super::{

@@ -12,9 +12,9 @@ use rustix::fs::FileType;
 use rustix::io::Errno;
 use serde::Deserialize;
 
-use crate::dispatch::event::Usage;
-use crate::dispatch::sanitize::TokenSanitizer;
 use crate::untrusted_tree::{self, Entry, FileError, Listing, RegularFile};
+use stet_protocol::event::Usage;
+use stet_sanitize::sanitize::TokenSanitizer;
 
 use super::{
     MAX_RENDERING_BYTES, MAX_SEARCH_DEPTH, MAX_SEARCH_ENTRIES, MAX_STATE_BYTES, MAX_STATES_BYTES,

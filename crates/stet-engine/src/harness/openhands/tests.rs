@@ -8,15 +8,15 @@ use serde_json::{Value, json};
 use super::launch::NON_DUMPABLE_LAUNCH;
 use super::state::Totals;
 use super::*;
-use crate::dispatch::credential::SecretValue;
-use crate::dispatch::event::{ItemKind, TranscriptItem};
-use crate::dispatch::sanitize::KnownValue;
+use crate::credential::SecretValue;
 use crate::harness::{
     AgentVoice, Harness, HarnessError, HarnessLaunch, HarnessPlan, ModelAccess, OutputParser,
     Parsed, StagedFile,
 };
 use crate::runtime::lines::{FramedLine, LineFramer, MAX_LINE_BYTES};
 use crate::runtime::{OutputLine, OutputStream, SandboxProcess};
+use stet_protocol::event::{ItemKind, TranscriptItem};
+use stet_sanitize::sanitize::KnownValue;
 
 /// The real captures of OpenHands 1.16 that this parser is built against (copied unchanged from
 /// the project's shared fixtures; their README says how they were made).
@@ -804,7 +804,7 @@ fn plan_for(
     instructions: &str,
 ) -> crate::harness::Result<HarnessPlan> {
     harness.plan(&HarnessLaunch {
-        dispatch: crate::dispatch::event::DispatchId::new(),
+        dispatch: stet_protocol::event::DispatchId::new(),
         brief,
         instructions,
         model: Some(&relay()),
@@ -927,7 +927,7 @@ fn without_the_gateway_it_refuses_to_plan_naming_the_setting() {
     let harness = harness_with(OpenHandsSettings::new("openai/gpt-4.1"));
     let error = harness
         .plan(&HarnessLaunch {
-            dispatch: crate::dispatch::event::DispatchId::new(),
+            dispatch: stet_protocol::event::DispatchId::new(),
             brief: &hostile_brief(),
             instructions: "do it",
             model: None,
