@@ -8,30 +8,26 @@
 use std::fmt;
 use std::time::Duration;
 
-use base64::Engine as _;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use http::header::{
-    ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER,
-    USER_AGENT,
+    ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER, USER_AGENT,
 };
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
-use super::app_jwt::AppKey;
 use super::{ForgeError, Result};
-use crate::credential::SecretValue;
 use crate::error_chain::error_chain;
 use crate::https::https_client;
+pub(crate) use auth::Auth;
+pub(crate) use names::{SEGMENT, git_host, instance_tag, is_name_part, ref_path, web_url};
 use stet_sanitize::sanitize::SanitizerHandle;
 
 /// How long connecting to the API may take.
@@ -50,52 +46,6 @@ const MAX_REDIRECTS: usize = 5;
 const DETAIL_CHARS: usize = 500;
 /// What stet calls itself to the forge.
 const AGENT: &str = concat!("stet/", env!("CARGO_PKG_VERSION"));
-
-/// A path segment keeps only RFC 3986's unreserved characters; everything else is percent-encoded.
-pub(crate) const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
-
-/// A ref name for a REST path: each `/`-separated segment percent-encoded, the `/` kept (GitHub reads
-/// `branches/feature/x` as the branch `feature/x`). `None` for a name no ref can have (an empty, `.` or
-/// `..` segment), which would otherwise change the path itself.
-pub(crate) fn ref_path(name: &str) -> Option<String> {
-    let mut encoded = Vec::new();
-    for segment in name.split('/') {
-        if segment.is_empty() || segment == "." || segment == ".." {
-            return None;
-        }
-        encoded.push(utf8_percent_encode(segment, SEGMENT).to_string());
-    }
-    Some(encoded.join("/"))
-}
-
-/// Whether `part` can be one part of a repository's path on a forge (an owner, a group, a name, a
-/// login): letters, digits, `-`, `_` and `.`, and not `.` or `..`, so it never changes a URL's path.
-pub(crate) fn is_name_part(part: &str) -> bool {
-    !part.is_empty()
-        && part != "."
-        && part != ".."
-        && part
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-}
-
-/// A short tag of a forge instance (its API URL, without a trailing `/`), so an id a provider minted
-/// at one instance is never acted on at another.
-pub(crate) fn instance_tag(api_url: &str) -> String {
-    let digest = Sha256::digest(api_url.trim_end_matches('/').as_bytes());
-    digest.iter().take(4).map(|b| format!("{b:02x}")).collect()
-}
-
-/// The host of a forge's `git_url` (checked like every forge URL), which a checkout's remotes are
-/// matched on.
-pub(crate) fn git_host(forge: &'static str, git_url: &str) -> Result<String> {
-    let uri = web_url(forge, git_url, "git_url")?;
-    Ok(uri.host().unwrap_or_default().to_owned())
-}
 
 /// How often, and how patiently, a request that failed transiently (5xx, rate limits, the network) is
 /// sent again.
@@ -127,114 +77,6 @@ impl RetryPolicy {
             .checked_shl(attempt.saturating_sub(1))
             .unwrap_or(u32::MAX);
         self.base_delay.saturating_mul(factor).min(self.max_delay)
-    }
-}
-
-/// How a client authenticates to the API.
-pub(crate) enum Auth {
-    /// `Authorization: Bearer <token>`: a primary token (GitHub, GitLab), or a minted token revoking
-    /// itself.
-    Bearer(SecretValue),
-    /// `Authorization: token <token>`: Gitea's and Forgejo's spelling.
-    Token(SecretValue),
-    /// `Authorization: Basic <user:password>`, with Gitea's `X-Gitea-OTP` when a one-time code is
-    /// given: the only way Gitea mints and deletes access tokens.
-    Basic {
-        /// The account's login name.
-        user: String,
-        /// Its password.
-        password: SecretValue,
-        /// The current one-time code of its second factor, when it has one.
-        otp: Option<SecretValue>,
-    },
-    /// A GitHub App: `Authorization: Bearer <JWT>`, a fresh JWT signed with the app's key per request.
-    GitHubApp(Box<AppKey>),
-}
-
-/// Gitea's header for the second factor's one-time code.
-const GITEA_OTP: &str = "x-gitea-otp";
-
-impl Auth {
-    /// The headers for the next request, each marked sensitive so no debug output shows it.
-    fn headers(&self, forge: &'static str) -> Result<Vec<(HeaderName, HeaderValue)>> {
-        let uncarriable = |what: &str| ForgeError::Token {
-            forge,
-            detail: format!("the {what} contains characters an HTTP header cannot carry"),
-        };
-        let sensitive = |text: &str, what: &str| {
-            let mut value = HeaderValue::try_from(text).map_err(|_| uncarriable(what))?;
-            value.set_sensitive(true);
-            Ok::<_, ForgeError>(value)
-        };
-        // Stricter than a header value: no space, no byte beyond ASCII.
-        let word = |token: &str, what: &str| {
-            if token.bytes().all(|b| b.is_ascii_graphic()) {
-                Ok(())
-            } else {
-                Err(uncarriable(what))
-            }
-        };
-        let authorization = match self {
-            Auth::Bearer(token) => {
-                word(token.expose_secret(), "token")?;
-                Zeroizing::new(format!("Bearer {}", token.expose_secret()))
-            }
-            Auth::Token(token) => {
-                word(token.expose_secret(), "token")?;
-                Zeroizing::new(format!("token {}", token.expose_secret()))
-            }
-            Auth::Basic { user, password, .. } => {
-                if user.contains(':') || user.chars().any(char::is_control) {
-                    return Err(uncarriable("user name"));
-                }
-                let pair = Zeroizing::new(format!("{user}:{}", password.expose_secret()));
-                Zeroizing::new(format!(
-                    "Basic {}",
-                    base64::engine::general_purpose::STANDARD.encode(pair.as_bytes())
-                ))
-            }
-            Auth::GitHubApp(key) => {
-                let jwt = key
-                    .jwt()
-                    .map_err(|detail| ForgeError::Token { forge, detail })?;
-                word(&jwt, "token")?;
-                Zeroizing::new(format!("Bearer {}", jwt.as_str()))
-            }
-        };
-        let mut headers = vec![(AUTHORIZATION, sensitive(&authorization, "token")?)];
-        if let Auth::Basic { otp: Some(otp), .. } = self {
-            word(otp.expose_secret(), "one-time code")?;
-            headers.push((
-                HeaderName::from_static(GITEA_OTP),
-                sensitive(otp.expose_secret(), "one-time code")?,
-            ));
-        }
-        Ok(headers)
-    }
-}
-
-/// Parses an `http(s)` URL that carries no user information; `setting` names it in the error.
-pub(crate) fn web_url(forge: &'static str, url: &str, setting: &str) -> Result<Uri> {
-    // A URL with user information may carry a password: it is not repeated in the error.
-    let shown = if url.contains('@') {
-        "(withheld: it contains '@')"
-    } else {
-        url
-    };
-    let invalid = |why: &str| ForgeError::Settings {
-        forge,
-        detail: format!("{setting} {shown:?} {why}"),
-    };
-    let uri: Uri = url.parse().map_err(|_| invalid("is not a URL"))?;
-    if !matches!(uri.scheme_str(), Some("https" | "http")) {
-        return Err(invalid("must be an https:// (or http://) URL"));
-    }
-    match uri.authority() {
-        None => Err(invalid("has no host")),
-        Some(authority) if authority.as_str().contains('@') => {
-            Err(invalid("must not carry user information"))
-        }
-        Some(_) => Ok(uri),
     }
 }
 
@@ -861,5 +703,7 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     )
 }
 
+mod auth;
+mod names;
 #[cfg(test)]
 mod tests;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 use proptest::prelude::*;
 
+use super::rules::{LOOKBACK, WINDOW};
 use super::*;
 
 const ALNUM: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";

@@ -4,6 +4,8 @@ use std::sync::Arc;
 use serde_json::json;
 use tokio::io::AsyncWriteExt as _;
 
+use crate::credential::SecretValue;
+
 #[test]
 fn backoff_doubles_up_to_the_cap() {
     let policy = RetryPolicy {

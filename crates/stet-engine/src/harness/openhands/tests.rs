@@ -1,12 +1,21 @@
 //! Unit tests of `crate::harness::openhands`, in a file of their own so the module reads as code.
 
 use std::fmt::Write as _;
+use std::path::Path;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
+use super::launch::NON_DUMPABLE_LAUNCH;
+use super::state::Totals;
 use super::*;
-use crate::harness::{AgentVoice, ModelAccess};
-use crate::runtime::lines::{LineFramer, MAX_LINE_BYTES};
+use crate::credential::SecretValue;
+use crate::harness::{
+    AgentVoice, Harness, HarnessError, HarnessLaunch, HarnessPlan, ModelAccess, OutputParser,
+    Parsed, StagedFile,
+};
+use crate::runtime::lines::{FramedLine, LineFramer, MAX_LINE_BYTES};
+use crate::runtime::{OutputLine, OutputStream, SandboxProcess};
+use stet_protocol::event::{ItemKind, TranscriptItem};
 use stet_sanitize::sanitize::KnownValue;
 
 /// The real captures of OpenHands 1.16 that this parser is built against (copied unchanged from
