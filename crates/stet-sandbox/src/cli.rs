@@ -140,7 +140,7 @@ enum AgentCommand {
         instructions: PathBuf,
         #[arg(long, value_name = "FACTOR", default_value_t = 1.0)]
         pace: f64,
-        #[arg(long, value_name = "DIR", default_value = crate::WORKSPACE_MOUNT)]
+        #[arg(long, value_name = "DIR", default_value = stet_protocol::sandbox::WORKSPACE_MOUNT)]
         workspace: PathBuf,
     },
     /// Run a checks file (the demo program's tests); exit 0 when every check passes.
@@ -236,7 +236,7 @@ async fn sandbox_idle(relay: Option<PathBuf>) -> Result<ExitCode, CliError> {
         stopped.await;
         return Ok(ExitCode::SUCCESS);
     };
-    match relay::relay(relay::RELAY_ADDR, socket, stopped).await {
+    match relay::relay(stet_protocol::sandbox::RELAY_ADDR, socket, stopped).await {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(error) => {
             let _ = writeln!(std::io::stderr(), "stet sandbox-idle: {error}");

@@ -6,7 +6,7 @@
 //!
 //! `stet sandbox-idle --relay <socket>` runs it as part of the container's main process.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,13 +14,6 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
-
-/// The gateway socket's name in its directory, which the sandbox sees at
-/// [`crate::GATEWAY_MOUNT`].
-pub const SOCKET_NAME: &str = "model.sock";
-
-/// The relay's address on the container's loopback.
-pub const RELAY_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4141);
 
 /// How many connections the relay pipes at once; later ones wait in the listen backlog.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -34,11 +27,6 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 
 /// The longest unix socket path the kernel accepts, without its terminating NUL.
 const MAX_SOCKET_PATH: usize = 107;
-
-/// The base URL an agent in the sandbox uses: `http://127.0.0.1:4141/v1`.
-pub fn model_base_url() -> String {
-    format!("http://{RELAY_ADDR}/v1")
-}
 
 /// Why the relay could not run.
 #[derive(Debug, thiserror::Error)]

@@ -7,6 +7,7 @@ use tokio::net::UnixListener;
 use tokio::sync::oneshot;
 
 use super::*;
+use stet_protocol::sandbox::{RELAY_ADDR, SOCKET_NAME, model_base_url};
 
 /// A relay on an ephemeral loopback port to `socket`, stopped by the returned sender.
 struct Running {

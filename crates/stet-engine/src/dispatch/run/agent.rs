@@ -61,7 +61,7 @@ pub(super) fn relayed(keepalive: &[String]) -> Vec<String> {
     command.push(format!(
         "{}/{}",
         crate::runtime::GATEWAY_MOUNT,
-        stet_sandbox::relay::SOCKET_NAME
+        stet_protocol::sandbox::SOCKET_NAME
     ));
     command
 }
@@ -322,7 +322,7 @@ impl Dispatch {
                     .to_owned(),
             ));
         };
-        let socket = directory.join(stet_sandbox::relay::SOCKET_NAME);
+        let socket = directory.join(stet_protocol::sandbox::SOCKET_NAME);
         let config = GatewayConfig {
             upstream: settings.upstream.clone(),
             api_key: settings.api_key.clone(),

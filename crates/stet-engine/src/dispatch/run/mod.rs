@@ -108,7 +108,7 @@ impl Dispatch {
         control: DispatchControl,
     ) -> Dispatch {
         let access = parts.settings.gateway.as_ref().map(|_| ModelAccess {
-            base_url: stet_sandbox::relay::model_base_url(),
+            base_url: stet_protocol::sandbox::model_base_url(),
             placeholder_key: PLACEHOLDER_KEY.to_owned(),
         });
         let (record, record_error) =
