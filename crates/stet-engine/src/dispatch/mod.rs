@@ -3,6 +3,7 @@
 pub use stet_protocol::{event, state};
 pub use stet_sanitize::{branch, display, sanitize};
 
+pub mod channels;
 pub mod credential;
 pub mod disk_watch;
 pub mod dispatcher;
