@@ -18,7 +18,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::dispatch::channels;
-use crate::dispatch::event::DispatchId;
+use stet_protocol::event::DispatchId;
 
 /// The longest path a unix socket address holds on Linux (`sun_path` is 108 bytes with its NUL).
 pub const SOCKET_PATH_MAX: usize = 107;

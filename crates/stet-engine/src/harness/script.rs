@@ -13,9 +13,7 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::dispatch::credential::SecretValue;
-use crate::dispatch::event::{ItemKind, TranscriptItem, Usage};
-use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
+use crate::credential::SecretValue;
 use crate::harness::text;
 use crate::harness::{
     Finish, Harness, HarnessError, HarnessLaunch, HarnessPlan, ModelAccess, OutputParser, Parsed,
@@ -24,8 +22,10 @@ use crate::harness::{
 use crate::image::BINARY_PATH;
 use crate::runtime::{OUTPUTS_MOUNT, OutputLine, OutputStream, SandboxProcess, WORKSPACE_MOUNT};
 use stet_protocol::agent_record::AgentRecord;
+use stet_protocol::event::{ItemKind, TranscriptItem, Usage};
 use stet_protocol::sandbox::{MODEL_KEY_ENV, MODEL_URL_ENV};
 use stet_protocol::scenario::{MAX_PACE, MAX_SCENARIO_BYTES, ScenarioError, parse_scenario};
+use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
 
 const HARNESS: &str = "script";
 

@@ -469,7 +469,7 @@ mod tests {
         let job = reuse.start(target.path().join("objects/pack"));
         job.finish(&Context {
             repository: dir.path(),
-            base: &crate::dispatch::branch::CommitSha::parse(&"0".repeat(40)).unwrap(),
+            base: &stet_sanitize::branch::CommitSha::parse(&"0".repeat(40)).unwrap(),
             destination: target.path(),
             stopped: &|| false,
         })
@@ -528,7 +528,7 @@ mod tests {
         let error = job
             .finish(&Context {
                 repository: dir.path(),
-                base: &crate::dispatch::branch::CommitSha::parse(&"0".repeat(40)).unwrap(),
+                base: &stet_sanitize::branch::CommitSha::parse(&"0".repeat(40)).unwrap(),
                 destination: target.path(),
                 stopped: &|| true,
             })
