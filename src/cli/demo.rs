@@ -29,10 +29,10 @@ pub(crate) async fn demo(
     use stet_engine::engine::{EngineOptions, ImageChoice};
     use stet_engine::harness::script::ScenarioSource;
     use stet_engine::harness::{HarnessSettings, from_settings};
-    if !(pace.is_finite() && (0.0..=stet_sandbox::agent::MAX_PACE).contains(&pace)) {
+    if !(pace.is_finite() && (0.0..=stet_protocol::scenario::MAX_PACE).contains(&pace)) {
         eprintln!(
             "stet: --pace {pace} is out of range (0 to {})",
-            stet_sandbox::agent::MAX_PACE
+            stet_protocol::scenario::MAX_PACE
         );
         return Ok(ExitCode::from(EXIT_USAGE));
     }

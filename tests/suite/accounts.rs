@@ -267,7 +267,7 @@ fn a_killed_dispatch_leaves_its_socket_dir_to_the_sweep_and_no_other_account_rea
     let dispatch: DispatchId = dispatch.expect("the demo printed events");
     let sockets = account.sockets();
     let socket_dir = sockets.dispatch_dir(dispatch);
-    let socket = socket_dir.join(stet_sandbox::relay::SOCKET_NAME);
+    let socket = socket_dir.join(stet_protocol::channel::Channel::model().socket_name());
     assert!(
         socket_dir.starts_with(account.runtime_dir.as_ref().unwrap()),
         "the socket is in the account's runtime directory: {}",

@@ -155,8 +155,41 @@ fn the_sandbox_side_reaches_only_the_protocol() {
         "it prints the agent records the harness reads"
     );
     assert!(
-        closure(&graph, "stet-engine").contains("stet-sandbox"),
-        "the engine speaks the sandbox side's constants and formats"
+        closure(&graph, "stet").contains("stet-sandbox"),
+        "the package builds the sandbox executable"
+    );
+}
+
+/// The engine takes the engine ↔ sandbox contract (mounts, socket names, relay ports, the scenario
+/// format) from the protocol, never from the sandbox side's code: its manifest names no
+/// `stet-sandbox` in any dependency table, and nothing it reaches (dev-dependencies included, as
+/// `Cargo.lock` lists them) does.
+#[test]
+fn the_engine_reaches_the_sandbox_side_only_through_the_protocol() {
+    let manifest: toml::Table =
+        std::fs::read_to_string(Path::new(ROOT).join("crates/stet-engine/Cargo.toml"))
+            .unwrap()
+            .parse()
+            .unwrap();
+    for table in ["dependencies", "dev-dependencies", "build-dependencies"] {
+        let named = manifest
+            .get(table)
+            .and_then(|t| t.as_table())
+            .is_some_and(|t| t.contains_key("stet-sandbox"));
+        assert!(
+            !named,
+            "crates/stet-engine/Cargo.toml [{table}] names stet-sandbox"
+        );
+    }
+    let graph = locked_graph();
+    let reached = closure(&graph, "stet-engine");
+    assert!(
+        !reached.contains("stet-sandbox"),
+        "stet-engine reaches stet-sandbox: {reached:?}"
+    );
+    assert!(
+        reached.contains("stet-protocol"),
+        "the engine speaks the contract"
     );
 }
 

@@ -6,6 +6,7 @@ mod brief;
 mod canary;
 mod cli;
 mod costly_settings;
+mod demo_scenarios;
 mod engine_matrix;
 mod forge_local;
 mod gateway;

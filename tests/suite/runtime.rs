@@ -626,3 +626,100 @@ async fn concurrent_removals_of_one_container_both_succeed() {
         assert_eq!(sandbox.teardown().await.first_failure(), None);
     }
 }
+
+/// The relay serves every row of its channel table, not only the model's: inside a real
+/// `--network none` sandbox, an ask the scripted agent sends to a second channel's port arrives,
+/// bytes and all, at that channel's socket on the host, and nothing reaches the model's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_channel_of_the_relay_reaches_its_own_socket_on_the_host() {
+    use stet_engine::dispatch::channels::DispatchChannels;
+    use stet_engine::dispatch::socket_dir::SocketPlace;
+    use stet_protocol::channel::Channel;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let f = fixture().await;
+    let second = Channel::new("second", 4242).unwrap();
+    let channels = DispatchChannels::with(vec![Channel::model(), second.clone()]);
+    let mut request = request(DispatchLimits::default(), NetworkPolicy::None, &f.provider).await;
+    request.keepalive = channels.keepalive(&request.keepalive);
+    request.gateway = Some(SocketPlace::for_installation(&f.state_dir));
+    let user = request.user;
+    let sandbox = DispatchSandbox::provision(f.runtime.clone(), &f.journal, &f.state_dir, request)
+        .await
+        .unwrap();
+    let dir = sandbox.paths().gateway.clone().unwrap();
+    let listen = |name: &str| {
+        let path = channels.host_socket(&dir, name).unwrap();
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        // The relay runs as the sandbox user, and connecting needs write access to the socket.
+        std::os::unix::fs::chown(&path, Some(user.uid), Some(user.gid)).unwrap();
+        listener
+    };
+    let model = listen("model");
+    let second_socket = listen("second");
+
+    let prompt = "through the second channel";
+    let outputs = sandbox.paths().outputs.clone();
+    std::fs::write(
+        outputs.join("scenario.toml"),
+        format!("model = \"m\"\n[[step]]\nask = {{ prompt = \"{prompt}\" }}\n[[step]]\nfinish = \"asked\"\n"),
+    )
+    .unwrap();
+    std::fs::write(outputs.join("task.md"), "# Task: ask\n").unwrap();
+    let host = tokio::spawn(async move {
+        let (mut stream, _) = second_socket.accept().await.unwrap();
+        let mut received = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while !String::from_utf8_lossy(&received).contains(prompt) {
+            let read = stream.read(&mut buffer).await.unwrap();
+            if read == 0 {
+                break;
+            }
+            received.extend_from_slice(&buffer[..read]);
+        }
+        stream
+            .write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&received).into_owned()
+    });
+
+    let url = format!("http://127.0.0.1:{}/v1", second.port());
+    let (code, out, err) = run(
+        &sandbox,
+        &[
+            STET,
+            "agent",
+            "run",
+            "--scenario",
+            "/outputs/scenario.toml",
+            "--instructions",
+            "/outputs/task.md",
+            "--pace",
+            "0",
+        ],
+        &[(stet_protocol::sandbox::MODEL_URL_ENV, url.as_str())],
+    )
+    .await;
+    let received = tokio::time::timeout(Duration::from_secs(60), host)
+        .await
+        .expect("the ask reached the second channel's socket")
+        .unwrap();
+    let nothing_at_the_model = tokio::time::timeout(Duration::ZERO, model.accept()).await;
+    sandbox.teardown().await;
+
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        received.starts_with("POST /v1/chat/completions"),
+        "{received}"
+    );
+    assert!(received.contains(prompt), "{received}");
+    assert!(
+        out.contains("503"),
+        "the agent heard the host's answer: {out}"
+    );
+    assert!(
+        nothing_at_the_model.is_err(),
+        "a connection reached the model's socket"
+    );
+}

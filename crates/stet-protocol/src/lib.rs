@@ -10,14 +10,22 @@
 //!   `--headless` read;
 //! * [`agent_record`]: the JSON Lines the scripted agent prints inside the sandbox and the `script`
 //!   harness reads back on the host;
+//! * [`sandbox`]: the engine ↔ sandbox contract: mount points and the environment an agent reaches
+//!   the model by;
+//! * [`channel`]: the relay's table of channels, each a port on the sandbox's loopback led to a
+//!   socket of the host's;
+//! * [`scenario`]: the scenario format the scripted agent acts out and the `script` harness checks;
 //! * [`host_file`]: how a problem in a file of the user's is named: by place and kind, never by its
 //!   text.
 
 pub mod agent_record;
 pub mod brief;
+pub mod channel;
 pub mod event;
 pub mod host_file;
 pub mod inbox;
 pub mod progress;
+pub mod sandbox;
+pub mod scenario;
 pub mod state;
 pub mod toml_marks;

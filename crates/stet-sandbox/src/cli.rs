@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use stet_protocol::channel::{ChannelError, ChannelTable};
 
 use crate::agent::{self, AgentError, AgentOptions};
 use crate::probe::{self, ProbeError, ProbeRequest};
@@ -33,6 +34,8 @@ pub enum CliError {
     Speaker(#[from] SpeakerError),
     #[error("sandbox-idle: {0}")]
     Relay(#[from] RelayError),
+    #[error("sandbox-idle: {0}")]
+    Channel(#[from] ChannelError),
     #[error("sandbox-idle: installing the {signal} handler: {source}")]
     Signal {
         signal: &'static str,
@@ -89,10 +92,13 @@ enum Command {
 
     /// Keep a sandbox container alive until it is stopped (the container's main process).
     SandboxIdle {
-        /// Also relay the model port on the container's loopback (127.0.0.1:4141) to the gateway's
-        /// unix socket at this path.
-        #[arg(long, value_name = "SOCKET")]
-        relay: Option<PathBuf>,
+        /// The directory of the host's sockets, one per channel (the relay's transport).
+        #[arg(long = "socket-dir", value_name = "DIR", requires = "channels")]
+        socket_dir: Option<PathBuf>,
+        /// Also relay this channel: its port on the container's loopback (127.0.0.1:PORT) to the
+        /// socket NAME.sock in the socket directory (the model gateway's is model=4141). Repeatable.
+        #[arg(long = "channel", value_name = "NAME=PORT", requires = "socket_dir")]
+        channels: Vec<String>,
     },
 
     /// Print, as one JSON object, what this sandbox allows; runs inside the sandbox image.
@@ -140,7 +146,7 @@ enum AgentCommand {
         instructions: PathBuf,
         #[arg(long, value_name = "FACTOR", default_value_t = 1.0)]
         pace: f64,
-        #[arg(long, value_name = "DIR", default_value = crate::WORKSPACE_MOUNT)]
+        #[arg(long, value_name = "DIR", default_value = stet_protocol::sandbox::WORKSPACE_MOUNT)]
         workspace: PathBuf,
     },
     /// Run a checks file (the demo program's tests); exit 0 when every check passes.
@@ -167,11 +173,20 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Agent { command } => agent_command(command),
         Command::Speak { argv } => speak(&argv),
-        Command::SandboxIdle { relay } => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(CliError::Runtime)?
-            .block_on(sandbox_idle(relay)),
+        Command::SandboxIdle {
+            socket_dir,
+            channels,
+        } => {
+            let table = match socket_dir {
+                Some(dir) => Some(ChannelTable::parse(&dir, &channels)?),
+                None => None,
+            };
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(CliError::Runtime)?
+                .block_on(sandbox_idle(table))
+        }
         Command::Probe {
             request,
             hold,
@@ -219,9 +234,9 @@ fn speak(argv: &[OsString]) -> Result<ExitCode, CliError> {
 }
 
 /// A sandbox's main process: waits for SIGTERM or SIGINT (as PID 1 it must handle them itself),
-/// relaying the model port to the gateway socket `relay` meanwhile when one is given. A relay that
+/// relaying the channels of `table` to the host's sockets meanwhile when one is given. A relay that
 /// cannot listen ends it at once with exit code 1.
-async fn sandbox_idle(relay: Option<PathBuf>) -> Result<ExitCode, CliError> {
+async fn sandbox_idle(table: Option<ChannelTable>) -> Result<ExitCode, CliError> {
     use tokio::signal::unix::{SignalKind, signal};
     let installing = |signal: &'static str| move |source| CliError::Signal { signal, source };
     let mut terminate = signal(SignalKind::terminate()).map_err(installing("SIGTERM"))?;
@@ -232,11 +247,11 @@ async fn sandbox_idle(relay: Option<PathBuf>) -> Result<ExitCode, CliError> {
             _ = interrupt.recv() => {}
         }
     };
-    let Some(socket) = relay else {
+    let Some(table) = table else {
         stopped.await;
         return Ok(ExitCode::SUCCESS);
     };
-    match relay::relay(relay::RELAY_ADDR, socket, stopped).await {
+    match relay::relay_channels(&table, stopped).await {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(error) => {
             let _ = writeln!(std::io::stderr(), "stet sandbox-idle: {error}");
@@ -350,6 +365,51 @@ mod tests {
         ] {
             let refused = Cli::try_parse_from(argv);
             assert!(refused.is_err(), "{argv:?} parsed: {refused:?}");
+        }
+    }
+
+    #[test]
+    fn sandbox_idle_reads_its_channel_table_and_refuses_a_row_outside_the_format() {
+        let cli = Cli::try_parse_from([
+            "stet",
+            "sandbox-idle",
+            "--socket-dir",
+            "/run/stet",
+            "--channel",
+            "model=4141",
+        ])
+        .unwrap();
+        let Command::SandboxIdle {
+            socket_dir,
+            channels,
+        } = cli.command
+        else {
+            panic!("not sandbox-idle: {cli:?}");
+        };
+        assert_eq!(socket_dir, Some(PathBuf::from("/run/stet")));
+        assert_eq!(channels, ["model=4141"]);
+        for half in [
+            &["stet", "sandbox-idle", "--channel", "model=4141"][..],
+            &["stet", "sandbox-idle", "--socket-dir", "/run/stet"],
+        ] {
+            assert!(Cli::try_parse_from(half).is_err(), "{half:?} parsed");
+        }
+        for row in ["../model=4141", "model=0", "model", "Model=4141"] {
+            let cli = Cli::try_parse_from([
+                "stet",
+                "sandbox-idle",
+                "--socket-dir",
+                "/run/stet",
+                "--channel",
+                row,
+            ])
+            .unwrap();
+            let error = run(cli).unwrap_err();
+            assert!(matches!(error, CliError::Channel(_)), "{row}: {error:?}");
+            assert!(
+                error.to_string().starts_with("sandbox-idle: channel"),
+                "{error}"
+            );
         }
     }
 

@@ -10,9 +10,3 @@ pub mod cli;
 pub mod probe;
 pub mod relay;
 pub mod speaker;
-
-/// Where the private copy of the code is mounted in the container, and where the agent works.
-pub const WORKSPACE_MOUNT: &str = "/workspace";
-
-/// Where the directory holding the gateway's unix socket is mounted in the container.
-pub const GATEWAY_MOUNT: &str = "/run/stet";

@@ -1,28 +1,26 @@
-//! The in-sandbox end of the model gateway (DESIGN §5 row 13): the container keeps `--network none`,
-//! so an agent inside it reaches the model through a TCP port on the container's own loopback, which
-//! this relay pipes, byte for byte, to the unix socket the host gateway listens on and stet mounts
-//! into the sandbox. The relay understands nothing of HTTP; the key, the metering and the ceiling are
-//! all the gateway's, on the host.
+//! The in-sandbox end of the host's channels (DESIGN §5 row 13): the container keeps `--network
+//! none`, so an agent inside it reaches the model gateway through a TCP port on the container's own
+//! loopback, which this relay pipes, byte for byte, to the unix socket the host gateway listens on
+//! in the socket directory stet mounts into the sandbox. It serves a table of such channels
+//! ([`stet_protocol::channel`]; today the one row is `model`): a port of the table to that row's
+//! socket, and nothing else. The relay understands nothing of HTTP; the key, the metering and the
+//! ceiling are all the gateway's, on the host.
 //!
-//! `stet sandbox-idle --relay <socket>` runs it as part of the container's main process.
+//! `stet sandbox-idle --socket-dir <dir> --channel <name>=<port>…` runs it as part of the
+//! container's main process.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use stet_protocol::channel::ChannelTable;
 use tokio::net::{TcpListener, TcpStream, UnixStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
-/// The gateway socket's name in its directory, which the sandbox sees at
-/// [`crate::GATEWAY_MOUNT`].
-pub const SOCKET_NAME: &str = "model.sock";
-
-/// The relay's address on the container's loopback.
-pub const RELAY_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 4141);
-
-/// How many connections the relay pipes at once; later ones wait in the listen backlog.
+/// How many connections the relay pipes at once on one channel; later ones wait in the listen
+/// backlog.
 pub const MAX_CONNECTIONS: usize = 64;
 
 /// The buffer of each direction of a piped connection.
@@ -34,11 +32,6 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 
 /// The longest unix socket path the kernel accepts, without its terminating NUL.
 const MAX_SOCKET_PATH: usize = 107;
-
-/// The base URL an agent in the sandbox uses: `http://127.0.0.1:4141/v1`.
-pub fn model_base_url() -> String {
-    format!("http://{RELAY_ADDR}/v1")
-}
 
 /// Why the relay could not run.
 #[derive(Debug, thiserror::Error)]
@@ -72,21 +65,75 @@ pub async fn relay(
     socket: PathBuf,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<()> {
+    let listener = listen_for(listen, &socket).await?;
+    serve(listener, socket, stop, MAX_CONNECTIONS).await;
+    Ok(())
+}
+
+/// Serves every channel of `table` as [`relay`] serves one, until `stop` resolves: each channel's
+/// port on the container's loopback piped to its endpoint, that channel's socket in the table's
+/// socket directory. Every port is bound before any is served, so a channel that cannot listen
+/// fails the relay as a whole; no port and no socket outside the table is ever used. An empty
+/// table serves nothing and waits for `stop`.
+pub async fn relay_channels(
+    table: &ChannelTable,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<()> {
+    let bound = bind_channels(table).await?;
+    serve_channels(bound, stop).await;
+    Ok(())
+}
+
+/// Each channel of `table`'s listener and host socket, every port bound (or none, on an error).
+async fn bind_channels(table: &ChannelTable) -> Result<Vec<(TcpListener, PathBuf)>> {
+    let mut bound = Vec::with_capacity(table.channels().len());
+    for channel in table.channels() {
+        let socket = table.endpoint(channel);
+        bound.push((listen_for(channel.address(), &socket).await?, socket));
+    }
+    Ok(bound)
+}
+
+/// Serves each bound channel with its own accept loop, all stopped together when `stop` resolves.
+async fn serve_channels(
+    bound: Vec<(TcpListener, PathBuf)>,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let (stopping, stopped) = watch::channel(());
+    let mut channels = JoinSet::new();
+    for (listener, socket) in bound {
+        let mut stopped = stopped.clone();
+        channels.spawn(serve(
+            listener,
+            socket,
+            async move {
+                // A change or the sender's drop: either way the relay is stopping.
+                let _ = stopped.changed().await;
+            },
+            MAX_CONNECTIONS,
+        ));
+    }
+    stop.await;
+    drop(stopping);
+    while channels.join_next().await.is_some() {}
+}
+
+/// The listener on `listen` of a channel whose host end is `socket`, once the socket's path is known
+/// to fit a unix socket address.
+async fn listen_for(listen: SocketAddr, socket: &Path) -> Result<TcpListener> {
     let length = socket.as_os_str().len();
     if length > MAX_SOCKET_PATH {
         return Err(RelayError::SocketPathTooLong {
-            path: socket,
+            path: socket.to_owned(),
             length,
         });
     }
-    let listener = TcpListener::bind(listen)
+    TcpListener::bind(listen)
         .await
         .map_err(|source| RelayError::Bind {
             address: listen,
             source,
-        })?;
-    serve(listener, socket, stop, MAX_CONNECTIONS).await;
-    Ok(())
+        })
 }
 
 /// The relay's accept loop on a bound `listener`, piping at most `limit` connections at once.

@@ -17,8 +17,8 @@ use std::fmt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::dispatch::channels;
 use stet_protocol::event::DispatchId;
-use stet_sandbox::relay::SOCKET_NAME;
 
 /// The longest path a unix socket address holds on Linux (`sun_path` is 108 bytes with its NUL).
 pub const SOCKET_PATH_MAX: usize = 107;
@@ -229,12 +229,15 @@ impl SocketPlace {
         DispatchId::from_hex(path.file_name()?.to_str()?)
     }
 
-    /// The length in bytes of the longest socket path this place gives out.
+    /// The length in bytes of the longest socket path this place gives out (the longest of every
+    /// channel a dispatch may open).
     pub fn longest_socket_path(&self) -> usize {
-        self.dispatch_dir(DispatchId::new())
-            .join(SOCKET_NAME)
-            .as_os_str()
-            .len()
+        let dir = self.dispatch_dir(DispatchId::new());
+        channels::known()
+            .iter()
+            .map(|channel| dir.join(channel.socket_name()).as_os_str().len())
+            .max()
+            .unwrap_or_else(|| dir.as_os_str().len())
     }
 
     /// Makes the account's directory and this installation's below it (mode 0700) when missing, and

@@ -21,10 +21,10 @@ use crate::harness::{
 };
 use crate::image::BINARY_PATH;
 use crate::runtime::{OUTPUTS_MOUNT, OutputLine, OutputStream, SandboxProcess, WORKSPACE_MOUNT};
+use stet_protocol::agent_record::AgentRecord;
 use stet_protocol::event::{ItemKind, TranscriptItem, Usage};
-use stet_sandbox::agent::ask::{MODEL_KEY_ENV, MODEL_URL_ENV};
-use stet_sandbox::agent::scenario::MAX_SCENARIO_BYTES;
-use stet_sandbox::agent::{AgentError, AgentRecord, MAX_PACE, parse_scenario};
+use stet_protocol::sandbox::{MODEL_KEY_ENV, MODEL_URL_ENV};
+use stet_protocol::scenario::{MAX_PACE, MAX_SCENARIO_BYTES, ScenarioError, parse_scenario};
 use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
 
 const HARNESS: &str = "script";
@@ -81,7 +81,7 @@ pub enum ScriptError {
     #[error("{}: not a scenario: {problem}", file.display())]
     NotAScenario { file: PathBuf, problem: String },
     #[error(transparent)]
-    Scenario(#[from] AgentError),
+    Scenario(#[from] ScenarioError),
     #[error("the pace {pace} is not a number from 0 to {MAX_PACE}")]
     Pace { pace: f64 },
 }
@@ -144,27 +144,26 @@ impl ScriptHarness {
 /// What is wrong with a scenario file of the user's, quoting none of it (it may be any file:
 /// configuration names it): a syntax error is already placed in the parser's words, and a field is
 /// named only when it is one of the format's own keys.
-fn without_content(error: &AgentError) -> String {
+fn without_content(error: &ScenarioError) -> String {
     let key = |field: &str| {
-        if stet_sandbox::agent::scenario::is_format_key(field) {
+        if stet_protocol::scenario::is_format_key(field) {
             format!("field `{field}`")
         } else {
             "a field".to_owned()
         }
     };
     match error {
-        AgentError::ScenarioSyntax { message, .. } => message.clone(),
-        AgentError::ScenarioTooLarge { size, limit, .. } => {
+        ScenarioError::Syntax { message, .. } => message.clone(),
+        ScenarioError::TooLarge { size, limit, .. } => {
             format!("it is {size} bytes, more than {limit}")
         }
-        AgentError::ScenarioField { field, .. } => format!(
+        ScenarioError::Field { field, .. } => format!(
             "{} is not as a scenario needs it (a `model` and `[[step]]` tables)",
             key(field)
         ),
-        AgentError::StepField { step, field, .. } => {
+        ScenarioError::StepField { step, field, .. } => {
             format!("step {step}: {} is not as a step needs it", key(field))
         }
-        _ => "it cannot be read as a scenario".to_owned(),
     }
 }
 

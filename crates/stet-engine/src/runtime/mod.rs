@@ -38,14 +38,14 @@ pub fn state_label(state_dir: &std::path::Path) -> String {
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
-/// Where the workspace and the outputs directory appear inside a sandbox (the sandbox side's own
-/// constant: the scripted agent works there by default).
-pub const WORKSPACE_MOUNT: &str = stet_sandbox::WORKSPACE_MOUNT;
+/// Where the workspace and the outputs directory appear inside a sandbox (the engine ↔ sandbox
+/// contract's constant: the scripted agent works there by default).
+pub const WORKSPACE_MOUNT: &str = stet_protocol::sandbox::WORKSPACE_MOUNT;
 /// Where the outputs directory appears inside a sandbox, read-write.
 pub const OUTPUTS_MOUNT: &str = "/outputs";
 /// Where the model gateway's socket directory is mounted, read-only (connecting to a socket needs no
 /// write access to the mount).
-pub const GATEWAY_MOUNT: &str = stet_sandbox::GATEWAY_MOUNT;
+pub const GATEWAY_MOUNT: &str = stet_protocol::sandbox::GATEWAY_MOUNT;
 /// The sandbox user's home directory (a tmpfs).
 pub const SANDBOX_HOME: &str = "/home/stet";
 

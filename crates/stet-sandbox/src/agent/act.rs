@@ -10,9 +10,10 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use stet_protocol::scenario::{Action, Leak, Step};
+
 use super::AgentRecord;
 use super::ask::{ModelClient, ModelEndpoint};
-use super::scenario::{Action, Leak, Step};
 use super::{AgentError, AgentOptions, Result};
 
 /// The longest line of a child's output sent as one record; a longer one goes in several.

@@ -15,14 +15,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 
 use super::{AgentError, Result};
-
-/// The environment variable holding the model's OpenAI-style base URL, such as
-/// `http://127.0.0.1:4141/v1`.
-pub const MODEL_URL_ENV: &str = "STET_MODEL_URL";
-
-/// The environment variable holding the bearer token sent to the model (a dummy in the sandbox:
-/// the gateway adds the real key on the host).
-pub const MODEL_KEY_ENV: &str = "STET_MODEL_KEY";
+use stet_protocol::sandbox::{MODEL_KEY_ENV, MODEL_URL_ENV};
 
 /// How long one ask may take, reply included, before it is given up.
 pub const ASK_TIMEOUT: Duration = Duration::from_secs(300);

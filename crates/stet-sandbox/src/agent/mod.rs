@@ -2,8 +2,9 @@
 //!
 //! It stands in for a real coding agent where one cannot or should not run: the sandbox image holds
 //! only the stet binary, with no shell, no compiler and no network. It reads a scenario (TOML, see
-//! [`scenario`]) and the staged instruction file and acts the scenario out step by step, printing one
-//! [`AgentRecord`] per line on stdout. The `script` harness reads those lines back. Only the agent
+//! [`stet_protocol::scenario`], the format the host's `script` harness checks too) and the staged
+//! instruction file and acts the scenario out step by step, printing one [`AgentRecord`] per line
+//! on stdout. The `script` harness reads those lines back. Only the agent
 //! writes records: `stet agent run` makes itself non-dumpable first, and the programs it runs get
 //! pipes of their own (their lines become `output` records), never its stdout; only the hostile
 //! `daemon_with_output` step hands that over.
@@ -22,18 +23,14 @@
 mod act;
 pub mod ask;
 pub mod check;
-pub mod scenario;
 
 use std::io::{Read as _, Write};
 use std::path::PathBuf;
 
 pub use ask::ModelEndpoint;
 pub use check::check;
-pub use scenario::{Action, Leak, Scenario, Step, parse_scenario};
 pub use stet_protocol::agent_record::AgentRecord;
-
-/// The slowest pace a run accepts (pauses a hundred times their written length).
-pub const MAX_PACE: f64 = 100.0;
+use stet_protocol::scenario::{self, MAX_PACE, ScenarioError, parse_scenario};
 
 /// Why the scripted agent could not run, or could not read a scenario or checks file.
 #[derive(Debug, thiserror::Error)]
@@ -47,28 +44,8 @@ pub enum AgentError {
         file: PathBuf,
         source: std::io::Error,
     },
-    #[error("{}: the scenario is {size} bytes; scenarios are limited to {limit} bytes", file.display())]
-    ScenarioTooLarge {
-        file: PathBuf,
-        size: usize,
-        limit: usize,
-    },
-    #[error("{}: {message}", file.display())]
-    ScenarioSyntax { file: PathBuf, message: String },
-    #[error("{}: field `{field}`: {problem}", file.display())]
-    ScenarioField {
-        file: PathBuf,
-        field: String,
-        problem: String,
-    },
-    #[error("{}: step {step}: field `{field}`: {problem}", file.display())]
-    StepField {
-        file: PathBuf,
-        /// Counted from 1.
-        step: usize,
-        field: String,
-        problem: String,
-    },
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
     #[error("{}: cannot read the checks: {source}", file.display())]
     ReadChecks {
         file: PathBuf,
@@ -114,7 +91,7 @@ pub enum AgentError {
     Random { step: usize, detail: String },
     #[error(
         "step {step}: ask: {} is not set, so there is no model to ask",
-        ask::MODEL_URL_ENV
+        stet_protocol::sandbox::MODEL_URL_ENV
     )]
     NoModelUrl { step: usize },
     #[error("step {step}: ask: the model URL {url:?} cannot be used: {problem}")]
@@ -190,11 +167,11 @@ fn read_scenario(file: &std::path::Path) -> Result<String> {
         .read_to_end(&mut bytes)
         .map_err(read_error)?;
     if bytes.len() > scenario::MAX_SCENARIO_BYTES {
-        return Err(AgentError::ScenarioTooLarge {
+        return Err(AgentError::Scenario(ScenarioError::TooLarge {
             file: file.to_owned(),
             size: bytes.len(),
             limit: scenario::MAX_SCENARIO_BYTES,
-        });
+        }));
     }
     String::from_utf8(bytes).map_err(|_| {
         read_error(std::io::Error::new(

@@ -7,6 +7,7 @@ use tokio::net::UnixListener;
 use tokio::sync::oneshot;
 
 use super::*;
+use stet_protocol::channel::Channel;
 
 /// A relay on an ephemeral loopback port to `socket`, stopped by the returned sender.
 struct Running {
@@ -83,7 +84,7 @@ async fn exchange(address: SocketAddr, message: &[u8]) -> Vec<u8> {
 #[tokio::test]
 async fn bytes_go_both_ways_and_a_half_close_is_passed_on() {
     let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join(SOCKET_NAME);
+    let socket = dir.path().join(Channel::model().socket_name());
     let _server = echo_server(&socket);
     let relay = start(&socket, MAX_CONNECTIONS).await;
 
@@ -100,7 +101,7 @@ async fn bytes_go_both_ways_and_a_half_close_is_passed_on() {
 #[tokio::test]
 async fn many_connections_at_once_each_get_their_own_pipe() {
     let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join(SOCKET_NAME);
+    let socket = dir.path().join(Channel::model().socket_name());
     let _server = echo_server(&socket);
     let relay = start(&socket, MAX_CONNECTIONS).await;
     let mut clients = JoinSet::new();
@@ -126,7 +127,7 @@ async fn many_connections_at_once_each_get_their_own_pipe() {
 #[tokio::test]
 async fn connections_past_the_limit_wait_for_a_free_pipe() {
     let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join(SOCKET_NAME);
+    let socket = dir.path().join(Channel::model().socket_name());
     let _server = echo_server(&socket);
     let relay = start(&socket, 2).await;
     let mut open = Vec::new();
@@ -155,7 +156,7 @@ async fn connections_past_the_limit_wait_for_a_free_pipe() {
 #[tokio::test]
 async fn a_missing_socket_closes_only_that_connection() {
     let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join(SOCKET_NAME);
+    let socket = dir.path().join(Channel::model().socket_name());
     let relay = start(&socket, MAX_CONNECTIONS).await;
 
     let mut stream = TcpStream::connect(relay.address).await.unwrap();
@@ -173,7 +174,7 @@ async fn a_missing_socket_closes_only_that_connection() {
 #[tokio::test]
 async fn stop_ends_the_relay_and_its_connections() {
     let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join(SOCKET_NAME);
+    let socket = dir.path().join(Channel::model().socket_name());
     let _server = echo_server(&socket);
     let relay = start(&socket, MAX_CONNECTIONS).await;
     let mut open = TcpStream::connect(relay.address).await.unwrap();
@@ -207,9 +208,99 @@ async fn relay_refuses_an_address_in_use_and_an_overlong_socket_path() {
     assert!(error.to_string().contains("201 bytes"), "{error}");
 }
 
-#[test]
-fn the_base_url_is_the_relay_address() {
-    assert_eq!(model_base_url(), "http://127.0.0.1:4141/v1");
-    let address = RELAY_ADDR;
-    assert!(address.ip().is_loopback());
+/// A unix socket server that reads each connection to its end, then answers `<name> got <bytes>`
+/// and closes: which socket a connection reached, and what arrived there.
+fn named_server(socket: &Path, name: &'static str) -> tokio::task::JoinHandle<()> {
+    let listener = UnixListener::bind(socket).unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut received = Vec::new();
+                stream.read_to_end(&mut received).await.unwrap();
+                let answer = format!("{name} got {}", String::from_utf8_lossy(&received));
+                stream.write_all(answer.as_bytes()).await.unwrap();
+                stream.shutdown().await.unwrap();
+            });
+        }
+    })
+}
+
+/// A loopback port nothing listens on (the system's choice, let go at once).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn table(dir: &Path, rows: &[(&str, u16)]) -> ChannelTable {
+    let rows: Vec<String> = rows
+        .iter()
+        .map(|(name, port)| format!("{name}={port}"))
+        .collect();
+    ChannelTable::parse(dir, &rows).unwrap()
+}
+
+#[tokio::test]
+async fn each_channel_reaches_its_own_socket_and_nothing_outside_the_table_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, second, outside) = (free_port(), free_port(), free_port());
+    let table = table(dir.path(), &[("model", model), ("second", second)]);
+    let _model_server = named_server(&dir.path().join("model.sock"), "model");
+    let _second_server = named_server(&dir.path().join("second.sock"), "second");
+    // A socket in the same directory that no row of the table names.
+    let stray = std::os::unix::net::UnixListener::bind(dir.path().join("stray.sock")).unwrap();
+    stray.set_nonblocking(true).unwrap();
+
+    let bound = bind_channels(&table).await.unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(serve_channels(bound, async move {
+        let _ = stopped.await;
+    }));
+
+    let at = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    assert_eq!(
+        exchange(at(model), b"to the model").await,
+        b"model got to the model"
+    );
+    assert_eq!(exchange(at(second), b"x").await, b"second got x");
+    assert_eq!(exchange(at(second), b"again").await, b"second got again");
+    assert!(
+        TcpStream::connect(at(outside)).await.is_err(),
+        "a port outside the table is served"
+    );
+    assert_eq!(
+        stray.accept().map_err(|error| error.kind()).unwrap_err(),
+        std::io::ErrorKind::WouldBlock,
+        "a socket outside the table was reached"
+    );
+
+    stop.send(()).unwrap();
+    task.await.unwrap();
+    assert!(TcpStream::connect(at(model)).await.is_err());
+    assert!(TcpStream::connect(at(second)).await.is_err());
+}
+
+#[tokio::test]
+async fn a_channel_that_cannot_listen_fails_the_whole_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let second = taken.local_addr().unwrap().port();
+    let model = free_port();
+    let table = table(dir.path(), &[("model", model), ("second", second)]);
+    let error = relay_channels(&table, async {}).await.unwrap_err();
+    assert!(matches!(error, RelayError::Bind { .. }), "{error:?}");
+    assert!(error.to_string().contains(&second.to_string()), "{error}");
+    // The model's port, bound first, was let go with the failure.
+    TcpListener::bind(("127.0.0.1", model)).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_empty_table_serves_nothing_until_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    relay_channels(&table(dir.path(), &[]), async {})
+        .await
+        .unwrap();
 }

@@ -54,18 +54,6 @@ async fn next_event(events: &mut Option<mpsc::Receiver<GatewayEvent>>) -> Option
     }
 }
 
-/// The keepalive command with the relay to the gateway's socket added (`stet sandbox-idle --relay`).
-pub(super) fn relayed(keepalive: &[String]) -> Vec<String> {
-    let mut command = keepalive.to_vec();
-    command.push("--relay".to_owned());
-    command.push(format!(
-        "{}/{}",
-        crate::runtime::GATEWAY_MOUNT,
-        stet_sandbox::relay::SOCKET_NAME
-    ));
-    command
-}
-
 impl Dispatch {
     /// Stages the harness's files and runs its processes, reading their output live. Returns the
     /// agent's summary when it finished.
@@ -322,7 +310,14 @@ impl Dispatch {
                     .to_owned(),
             ));
         };
-        let socket = directory.join(stet_sandbox::relay::SOCKET_NAME);
+        let Some(socket) = self
+            .channels
+            .host_socket(directory, stet_protocol::channel::MODEL)
+        else {
+            return Err(self.fail(
+                "the sandbox was provisioned without the model gateway's channel".to_owned(),
+            ));
+        };
         let config = GatewayConfig {
             upstream: settings.upstream.clone(),
             api_key: settings.api_key.clone(),

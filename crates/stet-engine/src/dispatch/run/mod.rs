@@ -21,6 +21,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::dispatch::channels::DispatchChannels;
 use crate::dispatch::error::{CancelPoint, DispatchError};
 use crate::dispatch::order::{DispatchControl, DispatchRun};
 use crate::dispatch::record::RunRecord;
@@ -37,7 +38,7 @@ use stet_protocol::state::{Input, Phase};
 use stet_sanitize::branch::{BranchValidator, CommitSha};
 use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
 
-use agent::{ModelLink, relayed};
+use agent::ModelLink;
 use meter::Meter;
 use publisher::Publisher;
 
@@ -96,6 +97,8 @@ struct Dispatch {
     record_error: Option<String>,
     /// This dispatch's concurrency slot, while it holds one.
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    /// The channels the sandbox's relay serves (the model gateway's, when one runs).
+    channels: DispatchChannels,
     model: ModelLink,
 }
 
@@ -107,8 +110,9 @@ impl Dispatch {
         events: mpsc::Sender<Event>,
         control: DispatchControl,
     ) -> Dispatch {
-        let access = parts.settings.gateway.as_ref().map(|_| ModelAccess {
-            base_url: stet_sandbox::relay::model_base_url(),
+        let channels = DispatchChannels::for_dispatch(parts.settings.gateway.is_some());
+        let access = channels.model_url().map(|base_url| ModelAccess {
+            base_url,
             placeholder_key: PLACEHOLDER_KEY.to_owned(),
         });
         let (record, record_error) =
@@ -142,6 +146,7 @@ impl Dispatch {
             plan: None,
             record_error,
             permit: None,
+            channels,
             model: ModelLink::new(access),
         }
     }
@@ -306,14 +311,8 @@ impl Dispatch {
             limits: settings.limits,
             network: settings.network,
             user: settings.user,
-            keepalive: match &settings.gateway {
-                Some(_) => relayed(&settings.keepalive),
-                None => settings.keepalive.clone(),
-            },
-            gateway: settings
-                .gateway
-                .as_ref()
-                .map(|_| self.service.socket_place().clone()),
+            keepalive: self.channels.keepalive(&settings.keepalive),
+            gateway: (!self.channels.is_empty()).then(|| self.service.socket_place().clone()),
             workspace_source: Some(WorkspaceSource {
                 repository: self.parts.repository.clone(),
                 base: preflight.base_sha.clone(),

@@ -168,7 +168,7 @@ fn the_demo_picks_the_brief_s_scenario_or_the_default() {
         assert!(
             matches!(
                 scenario.steps.last().unwrap().action,
-                stet_sandbox::agent::Action::Finish(_)
+                stet_protocol::scenario::Action::Finish(_)
             ),
             "{name}"
         );

@@ -1,6 +1,7 @@
-//! Scenario files: the script `stet agent` acts out, read into checked steps before the first one
-//! runs, so a mistake in a scenario is reported with its file, step and field instead of half-way
-//! through a run.
+//! Scenario files: the script `stet agent` acts out inside the sandbox and the host's `script`
+//! harness checks before it stages one (part of the engine ↔ sandbox contract, so both read the one
+//! format), read into checked steps before the first one runs, so a mistake in a scenario is reported
+//! with its file, step and field instead of half-way through a run.
 //!
 //! A scenario is TOML: a top-level `model` (the name usage records report and asks request) and `[[step]]` tables,
 //! counted from 1 in errors. Each step holds exactly one action key and an optional `pause` in seconds
@@ -33,11 +34,46 @@
 //! and deliberately not restricted: the scripted agent stands in for an untrusted one.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use toml::{Table, Value};
 
-use super::{AgentError, Result};
+/// Why a scenario cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
+pub enum ScenarioError {
+    #[error("{}: the scenario is {size} bytes; scenarios are limited to {limit} bytes", file.display())]
+    TooLarge {
+        file: PathBuf,
+        size: usize,
+        limit: usize,
+    },
+    #[error("{}: {message}", file.display())]
+    Syntax { file: PathBuf, message: String },
+    #[error("{}: field `{field}`: {problem}", file.display())]
+    Field {
+        file: PathBuf,
+        field: String,
+        problem: String,
+    },
+    #[error("{}: step {step}: field `{field}`: {problem}", file.display())]
+    StepField {
+        file: PathBuf,
+        /// Counted from 1.
+        step: usize,
+        field: String,
+        problem: String,
+    },
+}
+
+/// Result alias of scenario reading.
+pub type Result<T> = std::result::Result<T, ScenarioError>;
+
+/// The slowest pace a run accepts (pauses a hundred times their written length).
+pub const MAX_PACE: f64 = 100.0;
 
 /// The largest scenario file read, in bytes.
 pub const MAX_SCENARIO_BYTES: usize = 1024 * 1024;
@@ -241,17 +277,17 @@ pub enum Leak {
 /// Reads the scenario `text` that came from `source` (named in errors).
 pub fn parse_scenario(source: &Path, text: &str) -> Result<Scenario> {
     if text.len() > MAX_SCENARIO_BYTES {
-        return Err(AgentError::ScenarioTooLarge {
+        return Err(ScenarioError::TooLarge {
             file: source.to_owned(),
             size: text.len(),
             limit: MAX_SCENARIO_BYTES,
         });
     }
-    let table: Table = toml::from_str(text).map_err(|error| AgentError::ScenarioSyntax {
+    let table: Table = toml::from_str(text).map_err(|error| ScenarioError::Syntax {
         file: source.to_owned(),
-        message: stet_protocol::host_file::toml_problem(text, &error, "not a scenario"),
+        message: crate::host_file::toml_problem(text, &error, "not a scenario"),
     })?;
-    let top = |field: &str, problem: String| AgentError::ScenarioField {
+    let top = |field: &str, problem: String| ScenarioError::Field {
         file: source.to_owned(),
         field: field.to_owned(),
         problem,
@@ -321,8 +357,8 @@ struct StepReader<'a> {
 }
 
 impl StepReader<'_> {
-    fn error(&self, field: &str, problem: impl Into<String>) -> AgentError {
-        AgentError::StepField {
+    fn error(&self, field: &str, problem: impl Into<String>) -> ScenarioError {
+        ScenarioError::StepField {
             file: self.file.to_owned(),
             step: self.step,
             field: field.to_owned(),
@@ -638,7 +674,7 @@ struct Fields<'a> {
 }
 
 impl Fields<'_> {
-    fn error(&self, field: &str, problem: impl Into<String>) -> AgentError {
+    fn error(&self, field: &str, problem: impl Into<String>) -> ScenarioError {
         self.reader
             .error(&format!("{}.{field}", self.action), problem)
     }

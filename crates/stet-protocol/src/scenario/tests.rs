@@ -1,4 +1,4 @@
-//! Unit tests of `crate::agent::scenario`, in a file of their own so the module reads as code.
+//! Unit tests of `crate::scenario`, in a file of their own so the module reads as code.
 
 use super::*;
 

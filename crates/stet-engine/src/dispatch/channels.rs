@@ -1,0 +1,143 @@
+//! The channels a dispatch's relay serves, chosen in one place: the rows of the engine ↔ sandbox
+//! channel table ([`stet_protocol::channel`]), each a port on the sandbox's loopback led to a unix
+//! socket in the dispatch's socket directory, which the sandbox sees at [`GATEWAY_MOUNT`]. Today the
+//! one row is the model gateway's, opened when a gateway serves the dispatch; a next channel (the
+//! egress proxy, a remote engine's stream transport) is a row here and its server on the host, not
+//! a change to the dispatch flow.
+
+use std::path::{Path, PathBuf};
+
+use stet_protocol::channel::{self, Channel, ChannelTable, Transport};
+
+use crate::runtime::GATEWAY_MOUNT;
+
+/// Every channel a dispatch may open; the socket directory must hold the longest of their sockets.
+pub fn known() -> Vec<Channel> {
+    vec![Channel::model()]
+}
+
+/// The channels one dispatch opens, over the socket directory mounted at [`GATEWAY_MOUNT`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DispatchChannels {
+    table: ChannelTable,
+}
+
+impl DispatchChannels {
+    /// The channels of a dispatch: the model's when a gateway serves it (`gateway`), none otherwise.
+    pub fn for_dispatch(gateway: bool) -> DispatchChannels {
+        let rows = if gateway {
+            vec![Channel::model()]
+        } else {
+            Vec::new()
+        };
+        DispatchChannels::with(rows)
+    }
+
+    /// The channels `rows` (which the relay refuses when two share a name or a port).
+    pub fn with(rows: Vec<Channel>) -> DispatchChannels {
+        DispatchChannels {
+            table: ChannelTable::new(Transport::SocketDir(GATEWAY_MOUNT.into()), rows),
+        }
+    }
+
+    /// Whether the dispatch opens no channel (then it needs no socket directory and no relay).
+    pub fn is_empty(&self) -> bool {
+        self.table.channels().is_empty()
+    }
+
+    /// The sandbox's keepalive command, with the relay's table added when there is a channel
+    /// (`stet sandbox-idle --socket-dir /run/stet --channel model=4141`).
+    pub fn keepalive(&self, keepalive: &[String]) -> Vec<String> {
+        let mut command = keepalive.to_vec();
+        if !self.is_empty() {
+            command.extend(self.table.args());
+        }
+        command
+    }
+
+    /// The OpenAI-style base URL an agent in the sandbox asks the model at, when the model's
+    /// channel is open: `http://127.0.0.1:4141/v1`.
+    pub fn model_url(&self) -> Option<String> {
+        self.table
+            .get(channel::MODEL)
+            .map(|model| format!("http://{}/v1", model.address()))
+    }
+
+    /// Where the host serves the channel `name` in the dispatch's socket directory `dir`, when the
+    /// dispatch opens it.
+    pub fn host_socket(&self, dir: &Path, name: &str) -> Option<PathBuf> {
+        self.table
+            .get(name)
+            .map(|channel| dir.join(channel.socket_name()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dispatch_with_a_gateway_opens_the_model_channel_and_one_without_none() {
+        let keepalive = ["/usr/local/bin/stet".to_owned(), "sandbox-idle".to_owned()];
+        let model = DispatchChannels::for_dispatch(true);
+        assert!(!model.is_empty());
+        assert_eq!(
+            model.keepalive(&keepalive),
+            [
+                "/usr/local/bin/stet",
+                "sandbox-idle",
+                "--socket-dir",
+                "/run/stet",
+                "--channel",
+                "model=4141"
+            ]
+        );
+        assert_eq!(
+            model.model_url().as_deref(),
+            Some("http://127.0.0.1:4141/v1")
+        );
+        assert_eq!(
+            model.host_socket(Path::new("/tmp/d"), channel::MODEL),
+            Some(PathBuf::from("/tmp/d/model.sock"))
+        );
+        assert_eq!(model.host_socket(Path::new("/tmp/d"), "egress"), None);
+
+        let none = DispatchChannels::for_dispatch(false);
+        assert!(none.is_empty());
+        assert_eq!(none.keepalive(&keepalive), keepalive);
+        assert_eq!(none.model_url(), None);
+        assert_eq!(none.host_socket(Path::new("/tmp/d"), channel::MODEL), None);
+    }
+
+    #[test]
+    fn a_second_channel_is_a_row() {
+        let channels = DispatchChannels::with(vec![
+            Channel::model(),
+            Channel::new("second", 4242).unwrap(),
+        ]);
+        let command = channels.keepalive(&[]);
+        assert_eq!(
+            command[2..],
+            ["--channel", "model=4141", "--channel", "second=4242"]
+        );
+        assert_eq!(
+            channels.host_socket(Path::new("/tmp/d"), "second"),
+            Some(PathBuf::from("/tmp/d/second.sock"))
+        );
+    }
+
+    /// What the engine may write, the relay reads back as the same table (no two rows share a
+    /// name or a port).
+    #[test]
+    fn the_known_channels_are_a_table_the_relay_accepts() {
+        let all = DispatchChannels::with(known());
+        let args = all.keepalive(&[]);
+        let rows: Vec<String> = args.iter().skip(3).step_by(2).cloned().collect();
+        assert_eq!(rows.len(), known().len());
+        assert_eq!(
+            ChannelTable::parse(Path::new(&args[1]), &rows).unwrap(),
+            all.table
+        );
+        assert!(known().contains(&Channel::model()));
+    }
+}
