@@ -685,3 +685,49 @@ fn the_engine_imports_only_from_the_floors_below() {
         );
     }
 }
+
+/// Every `.rs` file under `dir` that is not a test file (`tests.rs`, anything under a `tests/`).
+fn non_test_sources(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            if name != "tests" {
+                non_test_sources(&path, found);
+            }
+        } else if name.ends_with(".rs") && name != "tests.rs" {
+            found.push(path);
+        }
+    }
+}
+
+/// The house keeps files small enough to read (issue 28): no file of code that is not a test holds
+/// more than 800 lines before its test module.
+#[test]
+fn no_source_file_is_over_800_lines() {
+    const MAX_LINES: usize = 800;
+    let root = Path::new(ROOT);
+    let mut files = Vec::new();
+    non_test_sources(&root.join("src"), &mut files);
+    for krate in std::fs::read_dir(root.join("crates")).unwrap() {
+        non_test_sources(&krate.unwrap().path().join("src"), &mut files);
+    }
+    assert!(
+        files.len() > 100,
+        "the walk found the sources ({})",
+        files.len()
+    );
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|path| {
+            let text = std::fs::read_to_string(path).unwrap();
+            let code = text.split("\n#[cfg(test)]").next().unwrap_or_default();
+            let lines = code.lines().count();
+            (lines > MAX_LINES).then(|| format!("{} ({lines})", path.display()))
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "over {MAX_LINES} lines before the tests: {long:?}; split them by concern"
+    );
+}
