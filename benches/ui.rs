@@ -12,10 +12,10 @@ use criterion::{BatchSize, Criterion, Throughput};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use stet_engine::brief::Brief;
-use stet_engine::dispatch::event::{DispatchId, Event, EventKind, ItemKind, TranscriptItem};
-use stet_engine::dispatch::sanitize::TokenSanitizer;
-use stet_engine::dispatch::state::Phase;
 use stet_engine::inbox::InboxEntry;
+use stet_protocol::event::{DispatchId, Event, EventKind, ItemKind, TranscriptItem};
+use stet_protocol::state::Phase;
+use stet_sanitize::sanitize::TokenSanitizer;
 use stet_tui::app::{App, Msg};
 
 const BRIEF: &str = "fix-greeting";

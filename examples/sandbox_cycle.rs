@@ -6,14 +6,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stet_engine::dispatch::credential::LocalCredentialProvider;
-use stet_engine::dispatch::event::DispatchId;
+use stet_engine::credential::LocalCredentialProvider;
 use stet_engine::dispatch::journal::Journal;
 use stet_engine::dispatch::sandbox::{CredentialRequest, DispatchSandbox, SandboxRequest};
 use stet_engine::runtime::docker::DockerRuntime;
 use stet_engine::runtime::{
     DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, SandboxProcess, SandboxUser,
 };
+use stet_protocol::event::DispatchId;
 
 fn request(image: &ImageRef) -> anyhow::Result<SandboxRequest> {
     Ok(SandboxRequest {

@@ -17,11 +17,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use stet_engine::dispatch::branch::CommitSha;
-use stet_engine::dispatch::sanitize::TokenSanitizer;
 use stet_engine::git::import::{Identity, ImportLimits, ImportRequest, Imported, import};
 use stet_engine::git::workspace::{BaseLimits, materialize, materialize_within};
 use stet_engine::runtime::SandboxUser;
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::sanitize::TokenSanitizer;
 
 const TOP_DIRECTORIES: usize = 20;
 const SUBDIRECTORIES: usize = 16;

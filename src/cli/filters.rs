@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use stet_engine::dispatch::branch::BranchValidator;
-use stet_engine::dispatch::sanitize::{KnownValue, Redactor, SanitizerHandle, TokenSanitizer};
+use stet_sanitize::branch::BranchValidator;
+use stet_sanitize::sanitize::{KnownValue, Redactor, SanitizerHandle, TokenSanitizer};
 
 use super::args::HarnessName;
 use super::session::install_logging;
@@ -107,7 +107,7 @@ pub(crate) fn transcript(
     use stet_engine::harness::replay::{ReplayError, ReplayLabels, replay};
     let sanitizer = Arc::new(TokenSanitizer::new()?);
     let labels = ReplayLabels {
-        dispatch: stet_engine::dispatch::event::DispatchId::new(),
+        dispatch: stet_protocol::event::DispatchId::new(),
         brief,
     };
     let (mut parser, usage) = stet_engine::harness::replay_reader(harness.0, &sanitizer, outputs)?;

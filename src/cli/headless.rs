@@ -21,7 +21,7 @@ pub(crate) async fn headless(args: DispatchArgs, push: bool) -> anyhow::Result<E
     // The repository's path is outside input (a clone's directory is named after its URL).
     eprintln!(
         "stet: configuration: {}",
-        stet_engine::dispatch::display::escaped_invisible(&config.repository_file.to_string())
+        stet_sanitize::display::escaped_invisible(&config.repository_file.to_string())
     );
     let briefs = select_briefs(&root, &args, &config.inbox)?;
     let options = engine_options(root, config, &args)?;

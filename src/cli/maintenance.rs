@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use stet_engine::dispatch::credential::{CredentialProvider, LocalCredentialProvider};
+use stet_engine::credential::{CredentialProvider, LocalCredentialProvider};
 use stet_engine::dispatch::journal::Journal;
-use stet_engine::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
 use stet_engine::dispatch::service::DispatchService;
 use stet_engine::runtime::{RuntimeKind, RuntimeSetup};
+use stet_sanitize::sanitize::{SanitizerHandle, TokenSanitizer};
 
 use super::EXIT_USAGE;
 use super::session::{install_logging, load_config, repository_root};
@@ -90,7 +90,7 @@ pub(crate) async fn sweep() -> anyhow::Result<ExitCode> {
     // The report quotes the engine's and the forge's answers: shown under the display policy.
     print!(
         "{}",
-        stet_engine::dispatch::display::without_invisible(&report.to_string()).text
+        stet_sanitize::display::without_invisible(&report.to_string()).text
     );
     Ok(if report.failures.is_empty() {
         ExitCode::SUCCESS
@@ -125,7 +125,7 @@ pub(crate) fn trust(path: Option<PathBuf>, revoke: bool, list: bool) -> anyhow::
     use stet_engine::config::{Config, REPOSITORY_FILE, repository};
     // A repository's path is outside input (a clone's directory is named after its URL).
     let shown = |path: &std::path::Path| {
-        stet_engine::dispatch::display::escaped_invisible(&path.display().to_string()).into_owned()
+        stet_sanitize::display::escaped_invisible(&path.display().to_string()).into_owned()
     };
     let store =
         stet_engine::config::trust::TrustStore::in_state_dir(&stet_engine::state_dir::locate()?);
@@ -202,7 +202,7 @@ pub(crate) fn trust(path: Option<PathBuf>, revoke: bool, list: bool) -> anyhow::
 }
 
 pub(crate) fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
-    use stet_engine::dispatch::display::{escaped_invisible, one_line, without_invisible};
+    use stet_sanitize::display::{escaped_invisible, one_line, without_invisible};
     let dir = stet_engine::state_dir::locate()?.join(stet_engine::forge::local::REVIEWS_DIR);
     let mut out = std::io::stdout().lock();
     // Every field of a record came from outside (a brief, the agent, the forge's repository): names

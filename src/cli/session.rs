@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use stet_engine::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
 use stet_engine::logging;
+use stet_sanitize::sanitize::{SanitizerHandle, TokenSanitizer};
 use stet_tui::event_loop::Interrupt;
 
 use super::EXIT_USAGE;
@@ -285,7 +285,7 @@ impl Session {
 /// engine or a forge, under the display policy (escape sequences, C1 controls and invisible or
 /// text-direction characters never reach the terminal; DESIGN §5 row 19).
 pub(crate) fn shown_error(error: &dyn std::fmt::Display) -> String {
-    stet_engine::dispatch::display::without_invisible(&format!("{error:#}"))
+    stet_sanitize::display::without_invisible(&format!("{error:#}"))
         .text
         .into_owned()
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use stet_engine::brief::Brief;
 use stet_engine::config::RepositoryFile;
 use stet_engine::dispatch::dispatcher::DispatchHandle;
-use stet_engine::dispatch::event::DispatchId;
 use stet_engine::dispatch::order::Delivery;
+use stet_protocol::event::DispatchId;
 use stet_tui::engine::EngineHandle;
 
 use super::EXIT_USAGE;

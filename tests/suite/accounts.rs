@@ -13,10 +13,10 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use stet_engine::dispatch::event::{DispatchId, Event, EventKind};
 use stet_engine::dispatch::journal::Resource;
 use stet_engine::dispatch::socket_dir::{SOCKET_PATH_MAX, SocketPlace};
-use stet_engine::dispatch::state::Phase;
+use stet_protocol::event::{DispatchId, Event, EventKind};
+use stet_protocol::state::Phase;
 
 use super::headless::{STET_VARIABLES, containers_of, docker_ready, files_under};
 

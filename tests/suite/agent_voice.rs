@@ -11,8 +11,8 @@
 
 use std::path::{Path, PathBuf};
 
-use stet_engine::dispatch::event::{EventKind, ItemKind};
-use stet_engine::dispatch::state::Phase;
+use stet_protocol::event::{EventKind, ItemKind};
+use stet_protocol::state::Phase;
 
 use super::headless::{Finished, Project, assert_nothing_left, docker_ready, run, scenario};
 use super::support::git;

@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use stet_engine::dispatch::branch::{BranchValidator, CommitSha, validate_ref_format};
-use stet_engine::dispatch::display::{Treatment, treatment};
+use stet_sanitize::branch::{BranchValidator, CommitSha, validate_ref_format};
+use stet_sanitize::display::{Treatment, treatment};
 
 /// Pieces names are built from: plain characters most of the time, so a good share of the corpus is
 /// valid, and every character class and sequence the rules care about some of the time.
@@ -201,7 +201,7 @@ fn commit_sha_validates_inside_a_deserialized_record() {
 
 mod never_panics {
     use proptest::prelude::*;
-    use stet_engine::dispatch::branch::{BranchValidator, CommitSha, validate_ref_format};
+    use stet_sanitize::branch::{BranchValidator, CommitSha, validate_ref_format};
 
     proptest! {
         #[test]

@@ -18,9 +18,7 @@ use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use stet_engine::brief::Brief;
-use stet_engine::dispatch::branch::CommitSha;
-use stet_engine::dispatch::credential::{LocalCredentialProvider, ScopedCredential};
-use stet_engine::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
+use stet_engine::credential::{LocalCredentialProvider, ScopedCredential};
 use stet_engine::forge::checkout_remotes::CheckoutRemotes;
 use stet_engine::forge::github::GitHubForge;
 use stet_engine::forge::pull_request::PROVENANCE_MARKER;
@@ -31,6 +29,8 @@ use stet_engine::forge::{Forge, PullRequestDraft, PushBranch};
 use stet_engine::git::import::{Identity, ImportLimits, ImportRequest, Imported, import};
 use stet_engine::git::workspace::materialize;
 use stet_engine::runtime::{DEFAULT_SANDBOX_UID, SandboxUser};
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::sanitize::{SanitizerHandle, TokenSanitizer};
 
 use super::git_http::GitHttpServer;
 use super::support::{self, git};

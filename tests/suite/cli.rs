@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
-use stet_engine::dispatch::credential::random_token;
+use stet_engine::credential::random_token;
 
 fn stet(state: &std::path::Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_stet"));
@@ -396,8 +396,7 @@ async fn reviews_lists_and_shows_local_pull_requests_without_terminal_escapes() 
         state.path().join("repo"),
         &state.path().join("stet"),
     );
-    let sanitizer =
-        std::sync::Arc::new(stet_engine::dispatch::sanitize::TokenSanitizer::new().unwrap());
+    let sanitizer = std::sync::Arc::new(stet_sanitize::sanitize::TokenSanitizer::new().unwrap());
     let draft = stet_engine::forge::PullRequestDraft {
         title: sanitizer.sanitize("Fix the loop"),
         body: sanitizer.sanitize("The agent says:\n\u{1b}[2Jcleared your screen\n"),

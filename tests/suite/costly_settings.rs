@@ -13,9 +13,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use stet_engine::dispatch::event::{Event, EventKind};
-use stet_engine::dispatch::state::Phase;
 use stet_engine::forge::protected::{MAX_ADDED_CHARS, MAX_ADDED_RULES, MAX_PATTERN_CHARS};
+use stet_protocol::event::{Event, EventKind};
+use stet_protocol::state::Phase;
 
 use super::headless::{Project, Watched, docker_ready, scenario, signal};
 use super::support::git;

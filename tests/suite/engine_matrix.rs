@@ -22,21 +22,15 @@ use tokio_util::sync::CancellationToken;
 
 use stet_engine::brief::{Brief, Target};
 use stet_engine::config::default_agent;
-use stet_engine::dispatch::branch::CommitSha;
-use stet_engine::dispatch::credential::{
+use stet_engine::credential::{
     CREDENTIAL_ENV, CredentialId, CredentialProvider, LocalCredentialProvider, Minted, Revocation,
     SecretValue, random_token,
 };
 use stet_engine::dispatch::dispatcher::{DispatchHandle, Dispatcher, DispatcherError};
-use stet_engine::dispatch::event::{
-    DispatchId, Event, EventKind, ItemKind, PullRequestAction, TranscriptItem, Usage,
-};
 use stet_engine::dispatch::journal::{Journal, Resource};
 use stet_engine::dispatch::order::{Decision, Delivery, DispatchControl, DispatchRun, result_ref};
 use stet_engine::dispatch::record::{EVENTS_FILE, PATCH_FILE, RESULT_FILE, read_result, run_dir};
-use stet_engine::dispatch::sanitize::{KnownValue, SanitizedText, SanitizerHandle, TokenSanitizer};
 use stet_engine::dispatch::service::{DispatchContext, DispatchService, DispatchSettings};
-use stet_engine::dispatch::state::Phase;
 use stet_engine::forge::protected::ProtectedPaths;
 use stet_engine::forge::{
     Forge, ForgeError, Preflight, PullRequest, PullRequestDraft, PushBranch, Pushed, ResolvedHead,
@@ -51,6 +45,12 @@ use stet_engine::runtime::{
     NetworkPolicy, OutputChunk, OutputLine, OutputStream, PullProgress, Removal, RuntimeError,
     SandboxContainer, SandboxProcess, SandboxSpec, SandboxUser,
 };
+use stet_protocol::event::{
+    DispatchId, Event, EventKind, ItemKind, PullRequestAction, TranscriptItem, Usage,
+};
+use stet_protocol::state::Phase;
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::sanitize::{KnownValue, SanitizedText, SanitizerHandle, TokenSanitizer};
 
 use super::support::git;
 
@@ -2334,7 +2334,7 @@ impl CredentialProvider for CountingProvider {
         repository: &str,
         branch: &str,
         ttl: Duration,
-    ) -> stet_engine::dispatch::credential::Result<Minted> {
+    ) -> stet_engine::credential::Result<Minted> {
         let mut minted = self.inner.mint(repository, branch, ttl).await?;
         minted.stand_in = lock(&self.stand_in).clone();
         lock(&self.minted).push(MintRecord {
@@ -2345,10 +2345,7 @@ impl CredentialProvider for CountingProvider {
         Ok(minted)
     }
 
-    async fn revoke(
-        &self,
-        id: &CredentialId,
-    ) -> stet_engine::dispatch::credential::Result<Revocation> {
+    async fn revoke(&self, id: &CredentialId) -> stet_engine::credential::Result<Revocation> {
         *lock(&self.revokes).entry(id.clone()).or_default() += 1;
         self.inner.revoke(id).await
     }

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use stet_engine::brief::Target;
-use stet_engine::dispatch::branch::CommitSha;
-use stet_engine::dispatch::credential::{LocalCredentialProvider, ScopedCredential};
-use stet_engine::dispatch::sanitize::TokenSanitizer;
+use stet_engine::credential::{LocalCredentialProvider, ScopedCredential};
 use stet_engine::forge::local::{LocalForge, ReviewState};
 use stet_engine::forge::{Forge, ForgeError, Preflight, PullRequestDraft, PushBranch, Pushed};
 use stet_engine::git::push::PushError;
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::sanitize::TokenSanitizer;
 
 use super::support::{self, git};
 

@@ -7,8 +7,8 @@ use super::support::serving_runtime;
 
 use std::net::{Ipv4Addr, SocketAddr};
 
-use stet_engine::dispatch::event::{EventKind, ItemKind};
-use stet_engine::dispatch::state::Phase;
+use stet_protocol::event::{EventKind, ItemKind};
+use stet_protocol::state::Phase;
 use stet_scripted_model::{Behaviour, ModelRequest, ScriptedModel};
 
 use super::headless::{Project, docker_ready, files_under, run, scenario};

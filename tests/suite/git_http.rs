@@ -961,7 +961,7 @@ fn basic(user: &str, password: &str) -> String {
 /// `main`.
 fn raw_fixture() -> (tempfile::TempDir, GitHttpServer, String, git2::Oid) {
     let root = tempfile::tempdir().unwrap();
-    let password = stet_engine::dispatch::credential::random_token(32).unwrap();
+    let password = stet_engine::credential::random_token(32).unwrap();
     let good = password.clone();
     let server = GitHttpServer::start(
         root.path(),

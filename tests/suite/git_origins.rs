@@ -10,11 +10,9 @@ use std::sync::Arc;
 use git2::Repository;
 
 use stet_engine::brief::Target;
-use stet_engine::dispatch::branch::CommitSha;
-use stet_engine::dispatch::credential::{
+use stet_engine::credential::{
     CredentialProvider, LocalCredentialProvider, SecretValue, random_token,
 };
-use stet_engine::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
 use stet_engine::forge::checkout_remotes::CheckoutRemotes;
 use stet_engine::forge::fallback::FallbackCredentialProvider;
 use stet_engine::forge::github::{Dialect, GitHubForge};
@@ -24,6 +22,8 @@ use stet_engine::forge::settings::ForgeSettings;
 use stet_engine::forge::token::TokenSource;
 use stet_engine::forge::{Forge, Preflight, PushBranch};
 use stet_engine::git::push::{PushError, fetch_commit, remote_refs};
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::sanitize::{SanitizerHandle, TokenSanitizer};
 
 use super::git_http::{GitHttpServer, Redirect, RequestKind};
 use super::origin_listener::{Listener, REPO, mint, mint_blocking, seeded};

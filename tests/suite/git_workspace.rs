@@ -17,15 +17,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use git2::{Oid, Repository};
-use stet_engine::dispatch::branch::CommitSha;
-use stet_engine::dispatch::event::ChangeKind;
-use stet_engine::dispatch::sanitize::TokenSanitizer;
 use stet_engine::git::import::{
     ChangedFile, Identity, ImportError, ImportLimits, ImportRequest, ImportWarning, Imported,
     ResultDiff, import,
 };
 use stet_engine::git::workspace::{LEFT_OUT_FROM, WorkspaceError, materialize};
 use stet_engine::runtime::{DEFAULT_SANDBOX_UID, SandboxUser};
+use stet_protocol::event::ChangeKind;
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::sanitize::TokenSanitizer;
 
 use super::support::git;
 

@@ -20,12 +20,10 @@ use wiremock::{Mock, MockServer, Request, ResponseTemplate, Times};
 
 use stet_engine::brief::{Brief, Target};
 use stet_engine::check::Status;
-use stet_engine::dispatch::branch::CommitSha;
-use stet_engine::dispatch::credential::{
+use stet_engine::credential::{
     CredentialError, CredentialId, CredentialProvider, Revocation, RevokeOutcome, ScopedCredential,
     SecretValue,
 };
-use stet_engine::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
 use stet_engine::forge::checkout_remotes::CheckoutRemotes;
 use stet_engine::forge::fallback::FallbackCredentialProvider;
 use stet_engine::forge::gitea_token::{GiteaTokenProvider, GiteaTokenSettings};
@@ -38,6 +36,8 @@ use stet_engine::forge::{Forge, ForgeError, PullRequestDraft, PushBranch, Resolv
 use stet_engine::git::import::{Identity, ImportLimits, ImportRequest, Imported, import};
 use stet_engine::git::workspace::materialize;
 use stet_engine::runtime::{DEFAULT_SANDBOX_UID, SandboxUser};
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::sanitize::{SanitizerHandle, TokenSanitizer};
 
 use super::canary::{assert_absent, commit_on, log_text, spellings};
 use super::git_http::GitHttpServer;

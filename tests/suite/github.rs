@@ -14,13 +14,10 @@ use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
 use stet_engine::brief::{Brief, Target};
-use stet_engine::dispatch::branch::CommitSha;
-use stet_engine::dispatch::credential::{
+use stet_engine::credential::{
     CredentialError, CredentialId, CredentialProvider, Revocation, RevokeOutcome, ScopedCredential,
     SecretValue,
 };
-use stet_engine::dispatch::event::DispatchId;
-use stet_engine::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
 use stet_engine::forge::checkout_remotes::CheckoutRemotes;
 use stet_engine::forge::fallback::FallbackCredentialProvider;
 use stet_engine::forge::github::GitHubForge;
@@ -30,6 +27,9 @@ use stet_engine::forge::rest::RetryPolicy;
 use stet_engine::forge::settings::ForgeSettings;
 use stet_engine::forge::token::{TokenError, TokenSource};
 use stet_engine::forge::{Forge, ForgeError, Provenance, PullRequestDraft, ResolvedHead};
+use stet_protocol::event::DispatchId;
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::sanitize::{SanitizerHandle, TokenSanitizer};
 
 const GIT_URL: &str = "https://git.example";
 

@@ -17,12 +17,10 @@ use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
 use stet_engine::brief::{Brief, Target};
 use stet_engine::check::Status;
-use stet_engine::dispatch::branch::CommitSha;
-use stet_engine::dispatch::credential::{
+use stet_engine::credential::{
     CredentialError, CredentialId, CredentialProvider, Revocation, RevokeOutcome, ScopedCredential,
     SecretValue,
 };
-use stet_engine::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
 use stet_engine::forge::checkout_remotes::CheckoutRemotes;
 use stet_engine::forge::gitlab::GitLabForge;
 use stet_engine::forge::gitlab_token::GitLabProjectTokenProvider;
@@ -34,6 +32,8 @@ use stet_engine::forge::{Forge, ForgeError, PullRequestDraft, PushBranch};
 use stet_engine::git::import::{Identity, ImportLimits, ImportRequest, Imported, import};
 use stet_engine::git::workspace::materialize;
 use stet_engine::runtime::{DEFAULT_SANDBOX_UID, SandboxUser};
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::sanitize::{SanitizerHandle, TokenSanitizer};
 
 use super::canary::{assert_absent, commit_on, log_text, spellings};
 use super::git_http::GitHttpServer;

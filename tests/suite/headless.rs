@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use bollard::query_parameters::ListContainersOptionsBuilder;
 use regex::Regex;
 
-use stet_engine::dispatch::credential::random_token;
-use stet_engine::dispatch::event::{DispatchId, Event, EventKind, ItemKind};
+use stet_engine::credential::random_token;
 use stet_engine::dispatch::journal::Resource;
-use stet_engine::dispatch::state::Phase;
 use stet_engine::forge::local::ReviewRecord;
+use stet_protocol::event::{DispatchId, Event, EventKind, ItemKind};
+use stet_protocol::state::Phase;
 
 use super::support::{docker, git, sandbox_image};
 
@@ -352,7 +352,7 @@ fn parse_event(line: &str) -> Event {
         .unwrap_or_else(|error| panic!("stdout line is not an event ({error}): {line:?}"));
     assert_eq!(
         event.v,
-        stet_engine::dispatch::event::EVENT_SCHEMA_VERSION,
+        stet_protocol::event::EVENT_SCHEMA_VERSION,
         "schema version: {line}"
     );
     event
@@ -1242,7 +1242,7 @@ const MANY_LONG_PATHS: usize = 1_200;
 /// counts every file.
 #[test]
 fn a_result_of_many_files_is_counted_not_listed_whole_in_the_collected_event() {
-    use stet_engine::dispatch::event::{MAX_LISTED, MAX_LISTED_BYTES};
+    use stet_protocol::event::{MAX_LISTED, MAX_LISTED_BYTES};
     docker_ready();
     let directory = format!("{}/{}", "a".repeat(200), "b".repeat(200));
     let steps: Vec<String> = (0..MANY_LONG_PATHS)

@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use stet_engine::dispatch::event::{EventKind, MAX_LISTED};
 use stet_engine::git::text_budget::MAX_PATCH_BYTES;
+use stet_protocol::event::{EventKind, MAX_LISTED};
 
 use super::headless::{Finished, Project, docker_ready, run, scenario};
 use super::support::git;

@@ -14,7 +14,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use stet_engine::dispatch::event::{DispatchId, Event, EventKind};
+use stet_protocol::event::{DispatchId, Event, EventKind};
 
 use super::accounts::{Account, OTHER_UID, me, mode, running_as_root};
 use super::headless::docker_ready;

@@ -8,9 +8,9 @@ use std::process::Command;
 
 use regex::Regex;
 
-use stet_engine::dispatch::credential::random_token;
-use stet_engine::dispatch::event::{EventKind, GateFindings};
-use stet_engine::dispatch::state::Phase;
+use stet_engine::credential::random_token;
+use stet_protocol::event::{EventKind, GateFindings};
+use stet_protocol::state::Phase;
 
 use super::headless::{
     Finished, Project, assert_nothing_left, docker_ready, files_under, run, scenario,

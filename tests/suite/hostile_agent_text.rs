@@ -8,10 +8,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use stet_engine::dispatch::display::{Treatment, treatment};
-use stet_engine::dispatch::event::EventKind;
-use stet_engine::dispatch::state::Phase;
 use stet_engine::forge::local::{ReviewRecord, read_reviews};
+use stet_protocol::event::EventKind;
+use stet_protocol::state::Phase;
+use stet_sanitize::display::{Treatment, treatment};
 
 use super::headless::{Project, assert_nothing_left, docker_ready, files_under, run};
 use super::support::git;

@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use git2::{FileMode, ObjectType, Oid, Repository, Signature};
-use stet_engine::dispatch::branch::CommitSha;
-use stet_engine::dispatch::event::EventKind;
-use stet_engine::dispatch::state::Phase;
 use stet_engine::git::workspace::{BaseLimits, WorkspaceError, materialize_within};
 use stet_engine::runtime::{DEFAULT_SANDBOX_UID, SandboxUser};
+use stet_protocol::event::EventKind;
+use stet_protocol::state::Phase;
+use stet_sanitize::branch::CommitSha;
 
 use super::costly_settings::{assert_went_idle, cpu_over_window};
 use super::headless::{

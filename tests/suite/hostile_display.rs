@@ -8,9 +8,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use stet_engine::dispatch::credential::random_token;
-use stet_engine::dispatch::display::{Treatment, treatment};
+use stet_engine::credential::random_token;
 use stet_engine::forge::local::{REVIEWS_DIR, ReviewRecord, ReviewState};
+use stet_sanitize::display::{Treatment, treatment};
 
 use super::headless::{Home, Project, STET_VARIABLES, scenario};
 use super::support::git;

@@ -28,13 +28,13 @@ use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use stet_engine::config::{Config, ConfigFile, FileRole};
-use stet_engine::dispatch::branch::CommitSha;
 use stet_engine::dispatch::gate::inspect;
-use stet_engine::dispatch::sanitize::{KnownValue, TokenSanitizer};
-use stet_engine::dispatch::state::Phase;
 use stet_engine::forge::local::read_reviews;
 use stet_engine::forge::protected::ProtectedPaths;
 use stet_engine::git::changes::read_changes;
+use stet_protocol::state::Phase;
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::sanitize::{KnownValue, TokenSanitizer};
 use stet_scripted_model::ScriptedModel;
 
 use super::git_http::GitHttpServer;

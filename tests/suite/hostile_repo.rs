@@ -11,9 +11,9 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use stet_engine::dispatch::credential::random_token;
-use stet_engine::dispatch::event::ItemKind;
-use stet_engine::dispatch::state::Phase;
+use stet_engine::credential::random_token;
+use stet_protocol::event::ItemKind;
+use stet_protocol::state::Phase;
 use stet_scripted_model::ScriptedModel;
 
 use super::headless::{

@@ -14,9 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::Barrier;
 
-use stet_engine::dispatch::credential::CredentialId;
-use stet_engine::dispatch::event::DispatchId;
+use stet_engine::credential::CredentialId;
 use stet_engine::dispatch::journal::{Journal, JournalError, Owner, Record, Resource};
+use stet_protocol::event::DispatchId;
 
 const CHILD_DIR_ENV: &str = "STET_JOURNAL_TEST_CHILD_DIR";
 const CHILD_DISPATCH_ENV: &str = "STET_JOURNAL_TEST_CHILD_DISPATCH";

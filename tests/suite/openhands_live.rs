@@ -19,8 +19,8 @@ use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
-use stet_engine::dispatch::event::{EventKind, ItemKind, Usage};
-use stet_engine::dispatch::state::Phase;
+use stet_protocol::event::{EventKind, ItemKind, Usage};
+use stet_protocol::state::Phase;
 
 use super::headless::{Finished, Project, Watched, assert_nothing_left, run, signal, toml_string};
 use super::support::{docker, git, serving_runtime};

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use stet_engine::dispatch::credential::{CredentialProvider, ScopedCredential};
+use stet_engine::credential::{CredentialProvider, ScopedCredential};
 
 use super::support::git;
 

@@ -8,13 +8,13 @@ use std::time::Duration;
 use git2::{Oid, Repository, Signature};
 use tempfile::TempDir;
 
-use stet_engine::dispatch::branch::CommitSha;
-use stet_engine::dispatch::credential::{
+use stet_engine::credential::{
     LocalCredentialProvider, RevokeOutcome, ScopedCredential, random_token,
 };
 use stet_engine::git::push::{
     MAX_CREDENTIAL_ATTEMPTS, PUSH_USERNAME, PushError, PushRequest, fetch_commit, push, remote_refs,
 };
+use stet_sanitize::branch::CommitSha;
 
 use super::git_http::GitHttpServer;
 

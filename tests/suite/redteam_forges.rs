@@ -14,12 +14,10 @@ use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use stet_engine::check::Check;
-use stet_engine::dispatch::credential::{
+use stet_engine::credential::{
     CredentialId, CredentialProvider, LocalCredentialProvider, Revocation, SecretValue,
 };
-use stet_engine::dispatch::event::DispatchId;
 use stet_engine::dispatch::journal::{Journal, Owner, Resource};
-use stet_engine::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
 use stet_engine::dispatch::service::DispatchService;
 use stet_engine::forge::Forge;
 use stet_engine::forge::checkout_remotes::CheckoutRemotes;
@@ -33,6 +31,8 @@ use stet_engine::runtime::{
     ContainerExit, ContainerRuntime, ExecExit, ImageRef, OutputChunk, PullProgress, Removal,
     SandboxContainer, SandboxProcess, SandboxSpec,
 };
+use stet_protocol::event::DispatchId;
+use stet_sanitize::sanitize::{SanitizerHandle, TokenSanitizer};
 
 fn secret() -> String {
     format!("t{}", uuid::Uuid::new_v4().simple())
@@ -448,8 +448,8 @@ impl fmt::Display for EmptyEngine {
 #[tokio::test]
 async fn a_github_409_that_is_not_a_duplicate_is_not_reported_as_an_existing_pull_request() {
     use stet_engine::brief::{Brief, Target};
-    use stet_engine::dispatch::branch::CommitSha;
     use stet_engine::forge::{ForgeError, Provenance, PullRequestDraft};
+    use stet_sanitize::branch::CommitSha;
 
     let server = MockServer::start().await;
     mount(

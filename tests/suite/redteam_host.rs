@@ -8,8 +8,8 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use stet_engine::dispatch::event::EventKind;
 use stet_engine::git::changes::MAX_LINK_BYTES;
+use stet_protocol::event::EventKind;
 
 use super::headless::{Finished, Home, Project, docker_ready, run, scenario};
 use super::support::git;

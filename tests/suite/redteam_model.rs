@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 
 use serde_json::Value;
-use stet_engine::dispatch::event::{EventKind, ItemKind};
+use stet_protocol::event::{EventKind, ItemKind};
 use stet_scripted_model::{ModelRequest, ScriptedModel};
 
 use super::agent_voice::{PROGRAM, example, project_shipping};

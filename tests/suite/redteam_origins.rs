@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use git2::Repository;
 
-use stet_engine::dispatch::branch::CommitSha;
-use stet_engine::dispatch::credential::{LocalCredentialProvider, ScopedCredential};
+use stet_engine::credential::{LocalCredentialProvider, ScopedCredential};
 use stet_engine::git::origin_guard::TransferBounds;
 use stet_engine::git::push::{
     PushError, PushRequest, fetch_commit_within, push_within, remote_refs, remote_refs_within,
 };
+use stet_sanitize::branch::CommitSha;
 
 use super::origin_listener::{CHALLENGE, Listener, mint, read_head};
 

@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use git2::{FileMode, ObjectType, Oid, Repository, Signature};
 use stet_engine::brief::{Brief, BriefError};
-use stet_engine::dispatch::branch::CommitSha;
-use stet_engine::dispatch::credential::random_token;
+use stet_engine::credential::random_token;
 use stet_engine::git::workspace::{BaseLimits, WorkspaceError, materialize_within};
 use stet_engine::inbox::{Inbox, InboxError, InboxLimits};
 use stet_engine::runtime::{DEFAULT_SANDBOX_UID, SandboxUser};
+use stet_sanitize::branch::CommitSha;
 
 use super::headless::{Home, Project, STET_VARIABLES, scenario};
 use super::hostile_display::{hidden_characters, on_a_terminal};

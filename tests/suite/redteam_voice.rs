@@ -11,13 +11,13 @@
 
 use std::sync::Arc;
 
-use stet_engine::dispatch::event::{EventKind, ItemKind};
-use stet_engine::dispatch::sanitize::TokenSanitizer;
-use stet_engine::dispatch::state::Phase;
 use stet_engine::harness::script::ScriptParser;
 use stet_engine::harness::{AgentVoice, HarnessOutcome, Parsed};
 use stet_engine::runtime::lines::OutputFramer;
 use stet_engine::runtime::{OutputChunk, OutputStream};
+use stet_protocol::event::{EventKind, ItemKind};
+use stet_protocol::state::Phase;
+use stet_sanitize::sanitize::TokenSanitizer;
 
 use super::agent_voice::{PROGRAM, REAL_SUMMARY, example, project_shipping};
 use super::headless::{Finished, Project, assert_nothing_left, run};

@@ -8,9 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use stet_engine::dispatch::branch::CommitSha;
-use stet_engine::dispatch::credential::{CREDENTIAL_ENV, LocalCredentialProvider, SecretValue};
-use stet_engine::dispatch::event::DispatchId;
+use stet_engine::credential::{CREDENTIAL_ENV, LocalCredentialProvider, SecretValue};
 use stet_engine::dispatch::journal::Journal;
 use stet_engine::dispatch::sandbox::{
     CredentialRequest, DispatchSandbox, SandboxRequest, WorkspaceSource,
@@ -20,6 +18,8 @@ use stet_engine::runtime::{
     ContainerRuntime, DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, OutputChunk,
     OutputLine, OutputStream, Removal, SandboxProcess, SandboxUser, WORKSPACE_MOUNT,
 };
+use stet_protocol::event::DispatchId;
+use stet_sanitize::branch::CommitSha;
 
 use super::support;
 
@@ -566,7 +566,7 @@ async fn a_twenty_megabyte_line_that_is_not_utf8_arrives_in_bounded_pieces() {
     let (sender, mut receiver) = mpsc::channel::<OutputChunk>(4);
     let collector = tokio::spawn(async move {
         let sanitizer =
-            std::sync::Arc::new(stet_engine::dispatch::sanitize::TokenSanitizer::new().unwrap());
+            std::sync::Arc::new(stet_sanitize::sanitize::TokenSanitizer::new().unwrap());
         let mut framer = stet_engine::runtime::lines::OutputFramer::new(&sanitizer);
         let mut pieces = Vec::new();
         let mut record = |lines: Vec<OutputLine>| {

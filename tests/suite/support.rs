@@ -198,7 +198,7 @@ pub(super) fn provenance(
     commit: &str,
 ) -> stet_engine::forge::Provenance {
     stet_engine::forge::Provenance {
-        dispatch: stet_engine::dispatch::event::DispatchId::new(),
+        dispatch: stet_protocol::event::DispatchId::new(),
         image: "stet-sandbox:test".into(),
         harness: "script".into(),
         harness_version: None,
@@ -211,8 +211,8 @@ pub(super) fn provenance(
         credential_kind: credential_kind.into(),
         redactions: 3,
         duration: std::time::Duration::from_secs(5),
-        base: stet_engine::dispatch::branch::CommitSha::parse(base).unwrap(),
-        commit: stet_engine::dispatch::branch::CommitSha::parse(commit).unwrap(),
+        base: stet_sanitize::branch::CommitSha::parse(base).unwrap(),
+        commit: stet_sanitize::branch::CommitSha::parse(commit).unwrap(),
     }
 }
 

@@ -7,8 +7,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use stet_engine::dispatch::credential::{CredentialProvider, LocalCredentialProvider};
-use stet_engine::dispatch::event::DispatchId;
+use stet_engine::credential::{CredentialProvider, LocalCredentialProvider};
 use stet_engine::dispatch::journal::Journal;
 use stet_engine::dispatch::sandbox::{CredentialRequest, DispatchSandbox, SandboxRequest};
 use stet_engine::dispatch::service::DispatchService;
@@ -16,6 +15,7 @@ use stet_engine::runtime::docker::DockerRuntime;
 use stet_engine::runtime::{
     DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, SandboxUser,
 };
+use stet_protocol::event::DispatchId;
 
 use super::support;
 

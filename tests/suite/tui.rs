@@ -17,10 +17,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use stet_engine::brief::Brief;
-use stet_engine::dispatch::event::{DispatchId, Event, EventKind};
 use stet_engine::dispatch::record::RunResult;
-use stet_engine::dispatch::state::Phase;
 use stet_engine::forge::local::ReviewRecord;
+use stet_protocol::event::{DispatchId, Event, EventKind};
+use stet_protocol::state::Phase;
 
 use super::headless::{
     Home, Project, STET_VARIABLES, assert_nothing_left, containers_of, containers_where,

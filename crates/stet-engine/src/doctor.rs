@@ -10,10 +10,10 @@ use std::sync::Arc;
 
 pub use crate::check::{Check, Status};
 use crate::config::Config;
-use crate::dispatch::sanitize::{SanitizerHandle, TokenSanitizer};
 use crate::dispatch::socket_dir::SocketPlace;
 use crate::runtime::RuntimeSetup;
 use crate::state_dir::StateDirError;
+use stet_sanitize::sanitize::{SanitizerHandle, TokenSanitizer};
 
 /// Below this much free space in the state directory, a dispatch's workspace may not fit.
 const LOW_DISK_BYTES: u64 = 2 * 1024 * 1024 * 1024;
@@ -38,7 +38,7 @@ impl DoctorReport {
 /// they are shown on one line each under the display policy (DESIGN §5 row 19).
 impl fmt::Display for DoctorReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use crate::dispatch::display::one_line;
+        use stet_sanitize::display::one_line;
         for check in &self.checks {
             let mark = match check.status {
                 Status::Ok => "ok  ",
@@ -156,7 +156,7 @@ pub async fn forge_checks(
     // A forge's words (a login, a token's name) are outside input: masked, and inert on a terminal.
     let masks = sanitizer.current();
     for check in &mut checks {
-        check.detail = crate::dispatch::display::one_line(masks.sanitize(&check.detail).as_str());
+        check.detail = stet_sanitize::display::one_line(masks.sanitize(&check.detail).as_str());
     }
     checks
 }
@@ -302,8 +302,7 @@ mod tests {
         assert!(text.contains("fix: push mainx next"), "{text:?}");
         assert!(
             !text.chars().any(|c| c != '\n'
-                && crate::dispatch::display::treatment(c)
-                    != crate::dispatch::display::Treatment::Keep),
+                && stet_sanitize::display::treatment(c) != stet_sanitize::display::Treatment::Keep),
             "{text:?}"
         );
     }

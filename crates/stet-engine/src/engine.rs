@@ -11,11 +11,9 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::config::Config;
-use crate::dispatch::credential::CredentialProvider;
+use crate::credential::CredentialProvider;
 use crate::dispatch::dispatcher::{DispatchHandle, Dispatcher};
-use crate::dispatch::event::Event;
 use crate::dispatch::journal::Journal;
-use crate::dispatch::sanitize::{KnownValue, SanitizerHandle};
 use crate::dispatch::service::{
     DispatchContext, DispatchService, DispatchSettings, GatewaySettings, SweepReport,
 };
@@ -24,6 +22,8 @@ use crate::harness::Harness;
 use crate::runtime::{
     DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, RuntimeError, SandboxUser,
 };
+use stet_protocol::event::Event;
+use stet_sanitize::sanitize::{KnownValue, SanitizerHandle};
 
 /// How many events may wait for a slow consumer before the engine waits for it.
 pub const EVENT_BUFFER: usize = 1024;
@@ -59,7 +59,7 @@ pub enum EngineError {
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error("the model API key cannot be masked in output: {0}")]
-    MaskKey(crate::dispatch::sanitize::SanitizeError),
+    MaskKey(stet_sanitize::sanitize::SanitizeError),
     #[error("reading the price table {}: {source}", path.display())]
     Prices {
         path: PathBuf,

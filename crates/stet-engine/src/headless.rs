@@ -10,9 +10,9 @@ use tokio::sync::mpsc;
 
 use crate::brief::Brief;
 use crate::dispatch::dispatcher::DispatchHandle;
-use crate::dispatch::event::{DispatchId, Event, EventKind, ItemKind};
 use crate::dispatch::order::Delivery;
-use crate::dispatch::state::Phase;
+use stet_protocol::event::{DispatchId, Event, EventKind, ItemKind};
+use stet_protocol::state::Phase;
 
 /// Exit code when the run was interrupted by SIGINT/SIGTERM or its terminal hung up (every dispatch
 /// cancelled).
@@ -59,8 +59,8 @@ pub async fn run(
                 let _ = writeln!(
                     std::io::stderr(),
                     "stet: brief {}: {}",
-                    crate::dispatch::display::escaped_invisible(&id),
-                    crate::dispatch::display::without_invisible(&error.to_string()).text
+                    stet_sanitize::display::escaped_invisible(&id),
+                    stet_sanitize::display::without_invisible(&error.to_string()).text
                 );
                 code = code.max(EXIT_USAGE);
             }
@@ -236,8 +236,8 @@ pub fn progress_line(event: &Event) -> Option<String> {
             url,
         } => {
             let action = match action {
-                crate::dispatch::event::PullRequestAction::Opened => "opened",
-                crate::dispatch::event::PullRequestAction::Updated => "updated",
+                stet_protocol::event::PullRequestAction::Opened => "opened",
+                stet_protocol::event::PullRequestAction::Updated => "updated",
             };
             format!("pull request #{number} {action}: {}", name(url.as_str()))
         }
@@ -264,7 +264,7 @@ pub fn progress_line(event: &Event) -> Option<String> {
     };
     // Every field came from outside (a brief, the agent, the engine, a forge): names are shown with
     // what the display policy hides escaped, and the whole line passes the policy once more.
-    Some(crate::dispatch::display::one_line(&format!(
+    Some(stet_sanitize::display::one_line(&format!(
         "[{}] {text}",
         name(who)
     )))
@@ -273,12 +273,12 @@ pub fn progress_line(event: &Event) -> Option<String> {
 /// A name (a branch, a repository, a URL) under the display policy: what it hides escaped, so two
 /// names never look alike.
 fn name(text: &str) -> String {
-    crate::dispatch::display::escaped_invisible(text).into_owned()
+    stet_sanitize::display::escaped_invisible(text).into_owned()
 }
 
 /// Text on one line under the display policy, cut at [`PROGRESS_TEXT_CHARS`].
 fn progress_text(text: &str) -> String {
-    let mut line: String = crate::dispatch::display::one_line(text)
+    let mut line: String = stet_sanitize::display::one_line(text)
         .chars()
         .take(PROGRESS_TEXT_CHARS)
         .collect();
@@ -293,8 +293,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::dispatch::event::TranscriptItem;
-    use crate::dispatch::sanitize::TokenSanitizer;
+    use stet_protocol::event::TranscriptItem;
+    use stet_sanitize::sanitize::TokenSanitizer;
 
     #[test]
     fn progress_lines_are_single_lines_without_control_characters() {
@@ -340,8 +340,10 @@ mod tests {
         );
         assert!(line.starts_with(r"[b\u{2066}]"), "{line}");
         assert!(
-            !line.chars().any(|c| crate::dispatch::display::treatment(c)
-                != crate::dispatch::display::Treatment::Keep),
+            !line
+                .chars()
+                .any(|c| stet_sanitize::display::treatment(c)
+                    != stet_sanitize::display::Treatment::Keep),
             "{line:?}"
         );
     }

@@ -14,7 +14,7 @@ use tracing_appender::non_blocking::{NonBlocking, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 
-use crate::dispatch::sanitize::SanitizerHandle;
+use stet_sanitize::sanitize::SanitizerHandle;
 
 /// The environment variable that sets the log filter (`info` when unset), e.g. `STET_LOG=debug`.
 pub const LOG_FILTER_ENV: &str = "STET_LOG";
@@ -211,8 +211,8 @@ impl Drop for SanitizingRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dispatch::credential::random_token;
-    use crate::dispatch::sanitize::{KnownValue, TokenSanitizer};
+    use crate::credential::random_token;
+    use stet_sanitize::sanitize::{KnownValue, TokenSanitizer};
 
     #[test]
     fn records_are_redacted_before_they_reach_the_file() {

@@ -284,7 +284,7 @@ impl Layer {
                 file: path.to_owned(),
                 line,
                 column,
-                message: crate::dispatch::display::escaped_invisible(error.message()).into_owned(),
+                message: stet_sanitize::display::escaped_invisible(error.message()).into_owned(),
             }
         })?;
         let layer = Layer {

@@ -24,7 +24,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::dispatch::credential::SecretValue;
+use crate::credential::SecretValue;
 use crate::forge::gitea_token::GiteaTokenSettings;
 use crate::forge::github_app::GitHubAppSettings;
 use crate::forge::protected::ProtectedPaths;

@@ -18,7 +18,7 @@ use chrono::{DateTime, Utc};
 use zeroize::Zeroizing;
 
 use crate::check::Check;
-use crate::dispatch::sanitize::{KnownValue, SanitizeError, SanitizerHandle};
+use stet_sanitize::sanitize::{KnownValue, SanitizeError, SanitizerHandle};
 
 /// The one environment key a credential is injected under.
 pub const CREDENTIAL_ENV: &str = "STET_GIT_CREDENTIAL";
@@ -405,7 +405,7 @@ impl CredentialProvider for LocalCredentialProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dispatch::sanitize::TokenSanitizer;
+    use stet_sanitize::sanitize::TokenSanitizer;
 
     const TTL: Duration = Duration::from_secs(600);
 

@@ -15,10 +15,10 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::brief::Brief;
-use crate::dispatch::event::{DispatchId, Event, EventKind};
 use crate::dispatch::order::{Decision, Delivery, DispatchControl, DispatchRun};
 use crate::dispatch::service::{DispatchContext, DispatchService};
-use crate::dispatch::state::Phase;
+use stet_protocol::event::{DispatchId, Event, EventKind};
+use stet_protocol::state::Phase;
 
 /// How many commands may wait for the dispatcher.
 const COMMAND_BUFFER: usize = 64;

@@ -8,8 +8,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
-use crate::dispatch::state::{Input, Phase};
+use stet_protocol::state::{Input, Phase};
+use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
 
 /// Where a cancel caught the dispatch, when that changes what the person must know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,15 +117,12 @@ fn spoken_duration(duration: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dispatch::sanitize::KnownValue;
     use std::sync::Arc;
+    use stet_sanitize::sanitize::KnownValue;
 
     #[test]
     fn a_failure_is_credential_free_whatever_its_message_held() {
-        let canary = format!(
-            "canary{}",
-            crate::dispatch::credential::random_token(24).unwrap()
-        );
+        let canary = format!("canary{}", crate::credential::random_token(24).unwrap());
         let sanitizer = Arc::new(
             TokenSanitizer::with_known_values(vec![
                 KnownValue::new("primary-token", &canary).unwrap(),

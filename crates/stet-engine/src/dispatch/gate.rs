@@ -10,9 +10,9 @@ mod secrets;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::dispatch::sanitize::TokenSanitizer;
 use crate::forge::protected::ProtectedPaths;
 use crate::git::changes::ResultChanges;
+use stet_sanitize::sanitize::TokenSanitizer;
 
 /// A changed path held for explicit approval, and every reason it is held.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,7 +156,7 @@ pub fn inspect_until(
 /// A path as a person can read it: control and invisible characters shown as escapes (the one
 /// display policy's rule for names, where dropping a character would name another file).
 pub fn printable(text: &str) -> String {
-    crate::dispatch::display::escaped_invisible(text).into_owned()
+    stet_sanitize::display::escaped_invisible(text).into_owned()
 }
 
 #[cfg(test)]
@@ -233,7 +233,7 @@ mod tests {
         let link: &[u8] = b".github";
         let readme = format!(
             "hello\nDEMO_TOKEN=ghp_{}\n",
-            crate::dispatch::credential::random_token(36).unwrap()
+            crate::credential::random_token(36).unwrap()
         );
         let changes = changes(
             &[("README.md", FileMode::Blob, b"hello\n")],

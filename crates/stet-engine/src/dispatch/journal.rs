@@ -39,8 +39,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::dispatch::credential::CredentialId;
-use crate::dispatch::event::DispatchId;
+use crate::credential::CredentialId;
+use stet_protocol::event::DispatchId;
 
 /// The schema version in every journal line's `v` field. Bumped on any incompatible change.
 pub const JOURNAL_SCHEMA_VERSION: u32 = 1;

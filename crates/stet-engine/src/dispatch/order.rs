@@ -8,7 +8,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::brief::Brief;
-use crate::dispatch::event::DispatchId;
+use stet_protocol::event::DispatchId;
 
 /// The ref a collected result is kept at in the repository: `refs/stet/<dispatch id>`.
 pub fn result_ref(dispatch: DispatchId) -> String {

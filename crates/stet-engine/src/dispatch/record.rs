@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::dispatch::branch::CommitSha;
-use crate::dispatch::event::{DispatchId, Event, EventKind};
-use crate::dispatch::sanitize::SanitizedText;
-use crate::dispatch::state::Phase;
+use stet_protocol::event::{DispatchId, Event, EventKind};
+use stet_protocol::state::Phase;
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::sanitize::SanitizedText;
 
 /// The directory under the state directory that holds every run record.
 pub const RUNS_DIR: &str = "runs";
@@ -168,7 +168,7 @@ impl RunRecord {
                 self.max_bytes
             );
             let Ok(sanitizer) =
-                crate::dispatch::sanitize::TokenSanitizer::new().map(std::sync::Arc::new)
+                stet_sanitize::sanitize::TokenSanitizer::new().map(std::sync::Arc::new)
             else {
                 return Ok(());
             };
@@ -302,8 +302,8 @@ mod tests {
     }
 
     use super::*;
-    use crate::dispatch::event::EventKind;
-    use crate::dispatch::sanitize::TokenSanitizer;
+    use stet_protocol::event::EventKind;
+    use stet_sanitize::sanitize::TokenSanitizer;
 
     #[test]
     fn events_append_as_lines_and_the_result_reads_back() {

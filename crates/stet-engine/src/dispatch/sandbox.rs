@@ -13,9 +13,7 @@ use std::time::Duration;
 use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use crate::dispatch::branch::CommitSha;
-use crate::dispatch::credential::{CredentialProvider, RevokeOutcome, ScopedCredential};
-use crate::dispatch::event::DispatchId;
+use crate::credential::{CredentialProvider, RevokeOutcome, ScopedCredential};
 use crate::dispatch::journal::{Journal, JournalEntry, JournalError, Resource};
 use crate::dispatch::remove_tree::remove_tree;
 use crate::dispatch::socket_dir::{SocketDirError, SocketPlace};
@@ -25,6 +23,8 @@ use crate::runtime::{
     ContainerRuntime, DispatchLimits, ExecExit, ImageRef, NetworkPolicy, OutputChunk, PullProgress,
     Removal, RuntimeError, SandboxProcess, SandboxSpec, SandboxUser, state_label,
 };
+use stet_protocol::event::DispatchId;
+use stet_sanitize::branch::CommitSha;
 
 /// Why a dispatch's sandbox could not be provisioned or used.
 #[derive(Debug, thiserror::Error)]
@@ -48,7 +48,7 @@ pub enum SandboxError {
     #[error("materializing the workspace ended abnormally: {0}")]
     WorkspaceTask(String),
     #[error("minting the scoped credential failed: {0}")]
-    Credential(#[from] crate::dispatch::credential::CredentialError),
+    Credential(#[from] crate::credential::CredentialError),
     #[error(
         "credential provider {0:?} hands out values that must never enter a sandbox; the host pushes with it instead"
     )]
@@ -745,7 +745,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_credential_joins_the_env_and_the_callers_own_value_wins() {
-        use crate::dispatch::credential::{CREDENTIAL_ENV, LocalCredentialProvider, SecretValue};
+        use crate::credential::{CREDENTIAL_ENV, LocalCredentialProvider, SecretValue};
         let provider = Arc::new(LocalCredentialProvider::default());
         let credential = ScopedCredential::mint(provider, "o/r", "b", Duration::from_secs(60))
             .await
@@ -789,7 +789,7 @@ mod tests {
         let mut resources = [
             Resource::Credential {
                 provider: "local".into(),
-                id: crate::dispatch::credential::CredentialId::new("c".into()),
+                id: crate::credential::CredentialId::new("c".into()),
             },
             Resource::SocketDir { path: "/s".into() },
             Resource::Outputs { path: "/o".into() },

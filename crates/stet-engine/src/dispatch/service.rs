@@ -9,20 +9,20 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::dispatch::sanitize::SanitizerHandle;
 use crate::forge::Forge;
 use crate::forge::protected::ProtectedPaths;
 use crate::git::import::{Identity, ImportLimits};
 use crate::git::workspace::BaseLimits;
 use crate::harness::Harness;
 use crate::runtime::{DispatchLimits, ImageRef, NetworkPolicy, SandboxUser};
+use stet_sanitize::sanitize::SanitizerHandle;
 
-use crate::dispatch::credential::{CredentialProvider, Revocation};
-use crate::dispatch::event::DispatchId;
+use crate::credential::{CredentialProvider, Revocation};
 use crate::dispatch::journal::{Journal, JournalError, Resource};
 use crate::dispatch::sandbox::{DISPATCHES_DIR, SandboxPaths};
 use crate::dispatch::socket_dir::SocketPlace;
 use crate::runtime::{ContainerRuntime, Removal, RuntimeError, state_label};
+use stet_protocol::event::DispatchId;
 
 /// Why a sweep of orphaned resources could not run.
 #[derive(Debug, thiserror::Error)]
@@ -150,7 +150,7 @@ pub struct GatewaySettings {
     /// The OpenAI-compatible upstream, e.g. `https://litellm.example/v1`.
     pub upstream: String,
     /// The key the gateway adds to upstream requests; `None` when the upstream takes none.
-    pub api_key: Option<crate::dispatch::credential::SecretValue>,
+    pub api_key: Option<crate::credential::SecretValue>,
     /// Prices that turn token counts into dollars, for the cost ceiling.
     pub prices: Arc<crate::gateway::prices::PriceTable>,
     /// How long one forwarded request may take, from its arrival to the response's last byte.

@@ -17,7 +17,7 @@ use std::fmt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::dispatch::event::DispatchId;
+use stet_protocol::event::DispatchId;
 use stet_sandbox::relay::SOCKET_NAME;
 
 /// The longest path a unix socket address holds on Linux (`sun_path` is 108 bytes with its NUL).

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 
 use crate::check::{Check, Status};
-use crate::dispatch::credential::{
+use crate::credential::{
     CredentialError, CredentialId, CredentialProvider, FALLBACK_KIND, Minted, Result, Revocation,
     SecretValue,
 };

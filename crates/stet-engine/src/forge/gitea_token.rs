@@ -23,10 +23,10 @@ use serde_json::json;
 use super::rest::{Auth, Reply, Rest, RetryPolicy, SEGMENT, instance_tag, is_name_part};
 use super::token::TokenSource;
 use crate::check::{Check, Status};
-use crate::dispatch::credential::{
+use crate::credential::{
     CredentialError, CredentialId, CredentialProvider, Minted, Result, Revocation, SecretValue,
 };
-use crate::dispatch::sanitize::{KnownValue, MIN_KNOWN_VALUE_LEN, SanitizerHandle};
+use stet_sanitize::sanitize::{KnownValue, MIN_KNOWN_VALUE_LEN, SanitizerHandle};
 
 /// The provider's name, as the journal records it.
 pub const PROVIDER: &str = "gitea-token";

@@ -24,10 +24,10 @@ use super::{
 };
 use crate::brief::Target;
 use crate::check::{Check, Status};
-use crate::dispatch::branch::CommitSha;
-use crate::dispatch::credential::SecretValue;
-use crate::dispatch::sanitize::SanitizerHandle;
+use crate::credential::SecretValue;
 use crate::forge::checkout_remotes::CheckoutRemotes;
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::sanitize::SanitizerHandle;
 
 /// Which of the forges that speak GitHub's REST shape this one is. Gitea and Forgejo answer the same
 /// paths with the same bodies, save the spelling of the token's header, a branch's commit (`id` for

@@ -23,10 +23,10 @@ use zeroize::Zeroizing;
 
 use super::app_jwt::AppKey;
 use super::rest::{Auth, Rest, RetryPolicy};
-use crate::dispatch::credential::{
+use crate::credential::{
     CredentialError, CredentialId, CredentialProvider, Minted, Result, Revocation, SecretValue,
 };
-use crate::dispatch::sanitize::{KnownValue, SanitizerHandle, TokenSanitizer};
+use stet_sanitize::sanitize::{KnownValue, SanitizerHandle, TokenSanitizer};
 
 const PROVIDER: &str = "github-app";
 

@@ -25,9 +25,9 @@ use super::{
 };
 use crate::brief::Target;
 use crate::check::{Check, Status};
-use crate::dispatch::branch::CommitSha;
-use crate::dispatch::credential::SecretValue;
-use crate::dispatch::sanitize::SanitizerHandle;
+use crate::credential::SecretValue;
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::sanitize::SanitizerHandle;
 
 const FORGE: &str = "gitlab";
 

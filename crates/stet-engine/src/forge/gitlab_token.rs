@@ -25,10 +25,10 @@ use serde_json::json;
 use super::gitlab::{DEVELOPER, project_segment};
 use super::rest::{Auth, Reply, Rest, RetryPolicy, instance_tag};
 use crate::check::{Check, Status};
-use crate::dispatch::credential::{
+use crate::credential::{
     CredentialError, CredentialId, CredentialProvider, Minted, Result, Revocation, SecretValue,
 };
-use crate::dispatch::sanitize::{KnownValue, SanitizerHandle};
+use stet_sanitize::sanitize::{KnownValue, SanitizerHandle};
 
 const PROVIDER: &str = "gitlab-project-token";
 

@@ -20,12 +20,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::brief::Target;
 use crate::check::{Check, Status};
-use crate::dispatch::branch::{CommitSha, validate_ref_format};
 use crate::forge::{
     Forge, ForgeError, Preflight, PullRequest, PullRequestDraft, PushBranch, Pushed, ResolvedHead,
     Result, check_unmoved, push_checked,
 };
 use crate::git::push::PushError;
+use stet_sanitize::branch::{CommitSha, validate_ref_format};
 
 const FORGE: &str = "local";
 

@@ -27,12 +27,12 @@ use async_trait::async_trait;
 use crate::brief::Target;
 use crate::check::Check;
 use crate::config::{Config, CredentialConfig, ForgeConfig};
-use crate::dispatch::branch::CommitSha;
-use crate::dispatch::credential::ScopedCredential;
-use crate::dispatch::credential::{CredentialProvider, LocalCredentialProvider, SecretValue};
-use crate::dispatch::sanitize::SanitizerHandle;
+use crate::credential::ScopedCredential;
+use crate::credential::{CredentialProvider, LocalCredentialProvider, SecretValue};
 use crate::git::push::{PushError, PushRequest, push, remote_refs};
 use settings::ForgeSettings;
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::sanitize::SanitizerHandle;
 use token::TokenSource;
 
 pub use pull_request::{Provenance, PullRequestDraft};
@@ -349,7 +349,7 @@ pub(crate) fn from_config(
                 (Arc::new(forge), Some((token, settings)))
             }
         };
-    let refused = |error: crate::dispatch::credential::CredentialError| ForgeError::Settings {
+    let refused = |error: crate::credential::CredentialError| ForgeError::Settings {
         forge: forge.name(),
         detail: error.to_string(),
     };
@@ -506,8 +506,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dispatch::sanitize::TokenSanitizer;
     use std::path::PathBuf;
+    use stet_sanitize::sanitize::TokenSanitizer;
 
     fn config(text: &str) -> Config {
         Config::from_files(&[crate::config::ConfigFile::new(

@@ -2,17 +2,17 @@
 //! and closed by a provenance block the host writes (what ran, where, with which credential, at what
 //! cost), so a reviewer knows how the change was made without trusting the agent's word for it. The
 //! agent's own words (its summary, the model it reported) go through the display policy
-//! ([`crate::dispatch::display`]): nothing of theirs is fetched or clickable when the page is viewed.
+//! ([`stet_sanitize::display`]): nothing of theirs is fetched or clickable when the page is viewed.
 
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::brief::Brief;
-use crate::dispatch::branch::CommitSha;
-use crate::dispatch::display::{code_span, forge_text, table_cell_code, without_invisible};
-use crate::dispatch::event::DispatchId;
-use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
+use stet_protocol::event::DispatchId;
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::display::{code_span, forge_text, table_cell_code, without_invisible};
+use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
 
 /// GitHub refuses longer titles.
 const MAX_TITLE_CHARS: usize = 256;

@@ -30,9 +30,9 @@ use zeroize::Zeroizing;
 
 use super::app_jwt::AppKey;
 use super::{ForgeError, Result};
-use crate::dispatch::credential::SecretValue;
-use crate::dispatch::sanitize::SanitizerHandle;
+use crate::credential::SecretValue;
 use crate::error_chain::error_chain;
+use stet_sanitize::sanitize::SanitizerHandle;
 
 /// How long connecting to the API may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -716,7 +716,7 @@ impl Rest {
 
     fn sanitize(&self, text: &str) -> String {
         let masked = self.sanitizer.current().sanitize(text);
-        let sanitized = crate::dispatch::display::one_line(masked.as_str());
+        let sanitized = stet_sanitize::display::one_line(masked.as_str());
         let mut bounded: String = sanitized.chars().take(DETAIL_CHARS).collect();
         if bounded.len() < sanitized.len() {
             bounded.push('…');

@@ -5,8 +5,8 @@
 use super::rest::{Auth, Rest, RetryPolicy, web_url};
 use super::token::TokenSource;
 use super::{ForgeError, Result};
-use crate::dispatch::credential::SecretValue;
-use crate::dispatch::sanitize::{KnownValue, SanitizerHandle};
+use crate::credential::SecretValue;
+use stet_sanitize::sanitize::{KnownValue, SanitizerHandle};
 
 /// Where a forge's REST API and git server are, and how to reach them (GitHub, Gitea, GitLab).
 #[derive(Debug, Clone, PartialEq, Eq)]

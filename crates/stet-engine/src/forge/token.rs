@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use zeroize::Zeroizing;
 
-use crate::dispatch::credential::SecretValue;
-use crate::dispatch::sanitize::TokenSanitizer;
+use crate::credential::SecretValue;
+use stet_sanitize::sanitize::TokenSanitizer;
 
 /// How long a token command may run before it is killed.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
@@ -289,7 +289,7 @@ fn shown_stderr(raw: &[u8]) -> String {
     }
     let sanitized = match TokenSanitizer::new() {
         Ok(sanitizer) => {
-            crate::dispatch::display::one_line(Arc::new(sanitizer).sanitize(text).as_str())
+            stet_sanitize::display::one_line(Arc::new(sanitizer).sanitize(text).as_str())
         }
         Err(_) => return "stderr withheld: the sanitizer could not be built".to_owned(),
     };

@@ -30,9 +30,9 @@ use super::GatewayError;
 use super::ledger::{CostLedger, Refusal, Reservation, Totals, WorstCase};
 use super::policy::{ProviderCall, Refusal as PolicyRefusal, RequestPolicy, WireApi};
 use super::prices::PriceTable;
-use crate::dispatch::credential::SecretValue;
-use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
-use crate::harness::UsageReport;
+use crate::credential::SecretValue;
+use crate::gateway::usage::UsageReport;
+use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
 
 /// The longest socket path `sun_path` holds (108 bytes including the terminating NUL).
 pub(super) const MAX_SOCKET_PATH: usize = 107;
@@ -606,7 +606,7 @@ impl Shared {
 
     /// Reports a problem: made one line, sanitized, sent as a `GatewayEvent::Error`.
     fn error(&self, message: &str) {
-        let line = crate::dispatch::display::one_line(message);
+        let line = stet_sanitize::display::one_line(message);
         self.emit(GatewayEvent::Error {
             message: self.sanitizer.sanitize(&line),
         });
@@ -685,7 +685,7 @@ impl Drop for Hold {
                 model: self
                     .shared
                     .sanitizer
-                    .sanitize(&crate::dispatch::display::without_invisible(model).text),
+                    .sanitize(&stet_sanitize::display::without_invisible(model).text),
                 input_tokens: 0,
                 output_tokens: 0,
                 cached_tokens: 0,

@@ -20,8 +20,8 @@ use tokio::sync::mpsc;
 
 use super::prices::PriceTable;
 use super::{Gateway, GatewayConfig, GatewayError, GatewayEvent, GatewayLimits};
-use crate::dispatch::credential::SecretValue;
-use crate::dispatch::sanitize::TokenSanitizer;
+use crate::credential::SecretValue;
+use stet_sanitize::sanitize::TokenSanitizer;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -384,7 +384,7 @@ fn chat_request(model: &str) -> String {
     serde_json::json!({"model": model, "messages": [{"role": "user", "content": "hi"}]}).to_string()
 }
 
-fn expect_usage(event: GatewayEvent) -> (crate::harness::UsageReport, bool) {
+fn expect_usage(event: GatewayEvent) -> (crate::gateway::usage::UsageReport, bool) {
     match event {
         GatewayEvent::Usage {
             report, streamed, ..

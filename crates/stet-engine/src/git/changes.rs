@@ -13,7 +13,7 @@ use git2::{
 };
 
 use super::text_budget;
-use crate::dispatch::branch::CommitSha;
+use stet_sanitize::branch::CommitSha;
 
 /// Why the changes could not be read.
 #[derive(Debug, thiserror::Error)]

@@ -33,10 +33,10 @@ use serde::{Deserialize, Serialize};
 
 use super::pack::PackWriter;
 use super::text_budget::{self, BoundedText, MAX_PATCH_BYTES};
-use crate::dispatch::branch::CommitSha;
-use crate::dispatch::event::ChangeKind;
-use crate::dispatch::sanitize::SanitizedText;
 use crate::untrusted_tree::{self, Entry, FileError, Listing};
+use stet_protocol::event::ChangeKind;
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::sanitize::SanitizedText;
 
 /// Deepest directory nesting the walk follows; each level holds one open descriptor.
 pub const MAX_DEPTH: usize = 256;

@@ -185,7 +185,7 @@ impl OriginGuard {
             refused: Mutex::new(None),
             stalled: Arc::default(),
             bounds,
-            client: crate::forge::rest::https_client(),
+            client: crate::https::https_client(),
         });
         let (shutdown, stop) = oneshot::channel();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -429,7 +429,7 @@ fn shown_origin(url: &str) -> String {
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
     let host = authority.rsplit('@').next().unwrap_or_default();
     let shown: String = format!("{scheme}://{host}").chars().take(100).collect();
-    crate::dispatch::display::one_line(&shown)
+    stet_sanitize::display::one_line(&shown)
 }
 
 #[cfg(test)]

@@ -20,9 +20,9 @@ use git2::{
     PushOptions, Remote, RemoteCallbacks, RemoteRedirect, Repository,
 };
 
-use crate::dispatch::branch::{BranchError, CommitSha, validate_ref_format};
-use crate::dispatch::credential::ScopedCredential;
+use crate::credential::ScopedCredential;
 use crate::git::origin_guard::{Origin, OriginGuard, TransferBounds};
+use stet_sanitize::branch::{BranchError, CommitSha, validate_ref_format};
 
 /// The user name presented with a scoped credential over HTTP(S) (GitHub's convention).
 pub const PUSH_USERNAME: &str = "x-access-token";
@@ -712,7 +712,7 @@ impl<'a> Exchange<'a> {
         if rejected.is_none() {
             *rejected = Some((
                 reference.to_owned(),
-                crate::dispatch::display::one_line(status),
+                stet_sanitize::display::one_line(status),
             ));
         }
     }
@@ -782,7 +782,7 @@ fn remote_lines(messages: &str) -> String {
     let lines: Vec<String> = messages
         .split('\n')
         .filter_map(|line| line.rsplit('\r').find(|state| !state.trim().is_empty()))
-        .map(|line| crate::dispatch::display::one_line(line.trim()))
+        .map(|line| stet_sanitize::display::one_line(line.trim()))
         .filter(|line| !line.is_empty())
         .collect();
     let joined = lines.join(" | ");

@@ -20,9 +20,9 @@ use git2::{
 use rustix::fs::{AtFlags, FileType, Gid, Uid};
 
 use self::survey::{MAX_COMMIT_BYTES, survey};
-use crate::dispatch::branch::CommitSha;
 use crate::runtime::SandboxUser;
 use crate::untrusted_tree::{self, Entry, Listing};
+use stet_sanitize::branch::CommitSha;
 
 mod checkout;
 mod partial;

@@ -39,11 +39,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::brief::Brief;
-use crate::dispatch::credential::SecretValue;
-use crate::dispatch::event::{DispatchId, ItemKind, TranscriptItem, Usage};
-use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
+use crate::credential::SecretValue;
 use crate::runtime::{OutputLine, OutputStream, SandboxProcess};
 use stet_protocol::agent_record::{HarnessStream, SpeakerReport};
+use stet_protocol::event::{DispatchId, ItemKind, TranscriptItem, Usage};
+use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
 
 /// The longest warning about a later `finish`, its quoted summary included.
 const MAX_FINISH_WARNING_BYTES: usize = 4 * 1024;

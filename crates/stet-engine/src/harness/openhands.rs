@@ -40,9 +40,7 @@ use rustix::io::Errno;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::dispatch::credential::SecretValue;
-use crate::dispatch::event::{ItemKind, TranscriptItem, Usage};
-use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
+use crate::credential::SecretValue;
 pub use crate::harness::HarnessOutcome;
 use crate::harness::text;
 use crate::harness::{
@@ -52,6 +50,8 @@ use crate::runtime::lines::FramedLine;
 use crate::runtime::{OUTPUTS_MOUNT, OutputLine, OutputStream, SandboxProcess, WORKSPACE_MOUNT};
 use crate::untrusted_tree::{self, Entry, FileError, Listing, RegularFile};
 use stderr::{OpenHandsStderr, StderrRead};
+use stet_protocol::event::{ItemKind, TranscriptItem, Usage};
+use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
 
 /// The OpenHands CLI version the dispatch image carries (`docker/dispatch/Dockerfile`) and this
 /// module's parser is built against (PyPI `openhands`, with `openhands-sdk` 1.21).

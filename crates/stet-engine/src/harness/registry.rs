@@ -9,8 +9,8 @@ use std::sync::Arc;
 use super::openhands::{OpenHandsHarness, OpenHandsOutput, OpenHandsSettings};
 use super::script::{ScenarioSource, ScriptHarness, ScriptParser};
 use super::{Harness, OutputParser, Result};
-use crate::dispatch::event::Usage;
-use crate::dispatch::sanitize::TokenSanitizer;
+use stet_protocol::event::Usage;
+use stet_sanitize::sanitize::TokenSanitizer;
 
 crate::kinds::kinds! {
     /// Which harness runs the agent.

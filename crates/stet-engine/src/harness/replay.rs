@@ -8,13 +8,13 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::dispatch::event::{DispatchId, Event, EventKind, ItemKind, TranscriptItem, Usage};
-use crate::dispatch::sanitize::TokenSanitizer;
-use crate::dispatch::state::Phase;
 use crate::harness::openhands::{self, OpenHandsOutput};
 use crate::harness::{AgentVoice, HarnessOutcome, OutputParser, Parsed};
 use crate::runtime::lines::OutputFramer;
 use crate::runtime::{OutputChunk, OutputStream};
+use stet_protocol::event::{DispatchId, Event, EventKind, ItemKind, TranscriptItem, Usage};
+use stet_protocol::state::Phase;
+use stet_sanitize::sanitize::TokenSanitizer;
 
 /// How much of the capture is read at a time.
 const READ_CHUNK: usize = 64 * 1024;

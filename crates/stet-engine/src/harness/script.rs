@@ -13,9 +13,7 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::dispatch::credential::SecretValue;
-use crate::dispatch::event::{ItemKind, TranscriptItem, Usage};
-use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
+use crate::credential::SecretValue;
 use crate::harness::text;
 use crate::harness::{
     Finish, Harness, HarnessError, HarnessLaunch, HarnessPlan, ModelAccess, OutputParser, Parsed,
@@ -23,9 +21,11 @@ use crate::harness::{
 };
 use crate::image::BINARY_PATH;
 use crate::runtime::{OUTPUTS_MOUNT, OutputLine, OutputStream, SandboxProcess, WORKSPACE_MOUNT};
+use stet_protocol::event::{ItemKind, TranscriptItem, Usage};
 use stet_sandbox::agent::ask::{MODEL_KEY_ENV, MODEL_URL_ENV};
 use stet_sandbox::agent::scenario::MAX_SCENARIO_BYTES;
 use stet_sandbox::agent::{AgentError, AgentRecord, MAX_PACE, parse_scenario};
+use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
 
 const HARNESS: &str = "script";
 

@@ -1,5 +1,5 @@
 //! Agent text made safe to show, shared by the harness parsers: terminal escape sequences removed,
-//! every character the display policy does not show ([`crate::dispatch::display::invisible`]) left
+//! every character the display policy does not show ([`stet_sanitize::display::invisible`]) left
 //! out, secrets masked, and a bound on length with a note saying how much was cut.
 
 use std::borrow::Cow;
@@ -7,8 +7,8 @@ use std::iter::Peekable;
 use std::str::Chars;
 use std::sync::Arc;
 
-use crate::dispatch::display::{Treatment, treatment};
-use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
+use stet_sanitize::display::{Treatment, treatment};
+use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
 
 /// Room left at the end of a cut text for the note saying how much was cut.
 const NOTE_ROOM: usize = 40;
@@ -29,7 +29,7 @@ pub(crate) fn bounded_text(
     limit: usize,
     dropped: usize,
 ) -> SanitizedText {
-    let window = crate::dispatch::record::truncate(text, limit.saturating_add(SANITIZE_MARGIN));
+    let window = crate::human::truncate(text, limit.saturating_add(SANITIZE_MARGIN));
     let dropped = dropped + (text.len() - window.len());
     let text = window;
     let full = sanitizer.sanitize(&displayable(text));

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use super::{OutputChunk, OutputLine, OutputStream};
-use crate::dispatch::sanitize::{Redactor, TokenSanitizer};
+use stet_sanitize::sanitize::{Redactor, TokenSanitizer};
 
 /// Lines longer than this are split; the pieces carry `continues: true`.
 pub const MAX_LINE_BYTES: usize = 256 * 1024;
@@ -192,7 +192,7 @@ mod tests {
     }
 
     fn random_alnum(len: usize) -> String {
-        let bytes = crate::dispatch::credential::random_token(len).unwrap();
+        let bytes = crate::credential::random_token(len).unwrap();
         bytes
             .chars()
             .filter(char::is_ascii_alphanumeric)

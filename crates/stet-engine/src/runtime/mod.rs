@@ -17,9 +17,9 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use crate::check::Check;
-use crate::dispatch::credential::SecretValue;
-use crate::dispatch::event::DispatchId;
+use crate::credential::SecretValue;
 use crate::image::SandboxImage;
+use stet_protocol::event::DispatchId;
 
 pub use lines::FramedLine;
 

@@ -20,8 +20,8 @@ use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
 use regex::bytes::Regex;
 
 use super::{Interrupted, SecretFinding, printable};
-use crate::dispatch::sanitize::{Detection, TokenSanitizer};
 use crate::git::changes::{PathChange, ResultChanges};
+use stet_sanitize::sanitize::{Detection, TokenSanitizer};
 
 /// Shape rules that look for a value after a keyword: their context is prose and code, so they count
 /// only on the text as written, and only for a plausible literal.

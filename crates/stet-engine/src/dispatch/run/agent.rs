@@ -11,14 +11,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dispatch::disk_watch::{self, DEFAULT_FLOOR_BYTES, DiskWatch};
 use crate::dispatch::error::DispatchError;
-use crate::dispatch::event::{EventKind, ItemKind, TranscriptItem};
 use crate::dispatch::sandbox::DispatchSandbox;
-use crate::dispatch::sanitize::{KnownValue, SanitizedText};
 use crate::gateway::{Gateway, GatewayConfig, GatewayEvent};
 use crate::git::workspace::Materialized;
 use crate::harness::{AgentVoice, HarnessOutcome, ModelAccess, Parsed, StagedFile, speaking};
 use crate::runtime::lines::OutputFramer;
 use crate::runtime::{OutputChunk, OutputLine};
+use stet_protocol::event::{EventKind, ItemKind, TranscriptItem};
+use stet_sanitize::sanitize::{KnownValue, SanitizedText};
 
 use super::Dispatch;
 

@@ -4,21 +4,21 @@
 
 use std::path::Path;
 
-use crate::dispatch::branch::CommitSha;
-use crate::dispatch::display;
 use crate::dispatch::error::DispatchError;
-use crate::dispatch::event::{
-    ChangedPath, EventKind, GateFindings, HeldPathReport, MAX_LISTED, MAX_LISTED_BYTES,
-    SecretReport,
-};
 use crate::dispatch::gate::{GateReport, inspect_until, printable};
 use crate::dispatch::order::result_ref;
-use crate::dispatch::record::truncate;
 use crate::dispatch::sandbox::DispatchSandbox;
-use crate::dispatch::sanitize::SanitizedText;
 use crate::forge::Preflight;
 use crate::git::changes::read_changes_until;
 use crate::git::import::{ImportRequest, Imported, import_until};
+use crate::human::truncate;
+use stet_protocol::event::{
+    ChangedPath, EventKind, GateFindings, HeldPathReport, MAX_LISTED, MAX_LISTED_BYTES,
+    SecretReport,
+};
+use stet_sanitize::branch::CommitSha;
+use stet_sanitize::display;
+use stet_sanitize::sanitize::SanitizedText;
 
 use super::Dispatch;
 use super::delivery::MAX_NAMED;

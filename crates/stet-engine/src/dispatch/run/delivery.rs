@@ -4,15 +4,15 @@
 
 use std::sync::Arc;
 
-use crate::dispatch::branch::CommitSha;
 use crate::dispatch::error::{CancelPoint, DispatchError};
-use crate::dispatch::event::{EventKind, PullRequestAction};
 use crate::dispatch::gate::GateReport;
 use crate::dispatch::order::{Decision, Delivery, result_ref};
 use crate::dispatch::sandbox::DispatchSandbox;
-use crate::dispatch::state::Input;
 use crate::forge::{Preflight, Provenance, PullRequestDraft, PushBranch};
 use crate::runtime::NetworkPolicy;
+use stet_protocol::event::{EventKind, PullRequestAction};
+use stet_protocol::state::Input;
+use stet_sanitize::branch::CommitSha;
 
 use super::{Completion, Dispatch};
 
@@ -243,7 +243,7 @@ fn needs_approval(gate: &GateReport) -> String {
 }
 
 /// The most held paths, or findings, a reason names; the `collected` event lists more (its first
-/// [`MAX_LISTED`](crate::dispatch::event::MAX_LISTED)).
+/// [`MAX_LISTED`](stet_protocol::event::MAX_LISTED)).
 pub(super) const MAX_NAMED: usize = 12;
 
 pub(super) fn joined<T: std::fmt::Display>(items: &[&T]) -> String {
@@ -256,7 +256,7 @@ pub(super) fn joined<T: std::fmt::Display>(items: &[&T]) -> String {
         named.push(format!(
             "and {} more (the collected event lists the first {})",
             items.len() - MAX_NAMED,
-            crate::dispatch::event::MAX_LISTED
+            stet_protocol::event::MAX_LISTED
         ));
     }
     named.join(", ")

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 
 use crate::dispatch::error::DispatchError;
-use crate::dispatch::event::{EventKind, TeardownStepReport};
 use crate::dispatch::record::RunResult;
 use crate::dispatch::sandbox::{DispatchSandbox, TeardownReport};
-use crate::dispatch::state::Phase;
+use stet_protocol::event::{EventKind, TeardownStepReport};
+use stet_protocol::state::Phase;
 
 use super::publisher::millis;
 use super::{Completion, Dispatch};

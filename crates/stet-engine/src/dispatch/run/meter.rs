@@ -3,10 +3,10 @@
 //! without it, the agent's reports are all there is.
 
 use crate::dispatch::error::DispatchError;
-use crate::dispatch::event::Usage;
-use crate::dispatch::sanitize::SanitizedText;
 use crate::gateway::ledger::Totals;
-use crate::harness::UsageReport;
+use crate::gateway::usage::UsageReport;
+use stet_protocol::event::Usage;
+use stet_sanitize::sanitize::SanitizedText;
 
 /// Model usage so far, and the ceiling it is held against. When the model gateway runs, its cost
 /// ledger is the one source of spend: the meter copies its settled total, and what the agent reports
@@ -119,8 +119,8 @@ impl Meter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dispatch::sanitize::TokenSanitizer;
     use std::sync::Arc;
+    use stet_sanitize::sanitize::TokenSanitizer;
 
     fn sanitizer() -> Arc<TokenSanitizer> {
         Arc::new(TokenSanitizer::new().unwrap())

@@ -21,21 +21,21 @@ use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::dispatch::branch::{BranchValidator, CommitSha};
 use crate::dispatch::error::{CancelPoint, DispatchError};
-use crate::dispatch::event::{Event, EventKind};
 use crate::dispatch::order::{DispatchControl, DispatchRun};
 use crate::dispatch::record::RunRecord;
 use crate::dispatch::sandbox::{
     BaseFetch, CredentialRequest, DispatchSandbox, SandboxError, SandboxRequest, WorkspaceSource,
 };
-use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 use crate::dispatch::service::{DispatchContext, DispatchService};
-use crate::dispatch::state::{Input, Phase};
 use crate::forge::Preflight;
 use crate::harness::{HarnessLaunch, HarnessPlan, ModelAccess, PLACEHOLDER_KEY};
 use crate::runtime::PullProgress;
 use crate::workflow::Workflow;
+use stet_protocol::event::{Event, EventKind};
+use stet_protocol::state::{Input, Phase};
+use stet_sanitize::branch::{BranchValidator, CommitSha};
+use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
 
 use agent::{ModelLink, relayed};
 use meter::Meter;
@@ -481,9 +481,9 @@ impl Drop for AbortOnDrop {
 mod tests {
     use super::*;
     use crate::brief::Brief;
-    use crate::dispatch::event::DispatchId;
     use crate::dispatch::order::Delivery;
     use std::path::Path;
+    use stet_protocol::event::DispatchId;
 
     #[test]
     fn default_branches_are_unique_per_dispatch_and_valid() {

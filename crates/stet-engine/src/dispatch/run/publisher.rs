@@ -8,10 +8,10 @@ use chrono::{DateTime, Utc};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::dispatch::event::{DispatchId, Event, EventKind};
 use crate::dispatch::record::{PhaseSpan, RunRecord};
-use crate::dispatch::sanitize::SanitizedText;
-use crate::dispatch::state::{Input, Phase, transition};
+use stet_protocol::event::{DispatchId, Event, EventKind};
+use stet_protocol::state::{Input, Phase, transition};
+use stet_sanitize::sanitize::SanitizedText;
 
 /// Publishes events to the consumer and the run record, and walks the state machine.
 pub(super) struct Publisher {

@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::brief::Brief;
-use crate::dispatch::sanitize::KnownValue;
 use std::path::Path;
+use stet_sanitize::sanitize::KnownValue;
 
 fn brief() -> Brief {
     Brief::parse(

@@ -101,7 +101,7 @@ async fn one_time_limit_covers_an_attempt_and_all_its_redirects() {
             base_delay: Duration::from_millis(10),
             max_delay: Duration::from_secs(1),
         },
-        SanitizerHandle::new(crate::dispatch::sanitize::TokenSanitizer::new().unwrap()),
+        SanitizerHandle::new(stet_sanitize::sanitize::TokenSanitizer::new().unwrap()),
     )
     .unwrap();
     rest.read_timeout = Duration::from_secs(1);
@@ -183,7 +183,7 @@ fn quick_rest(uri: &str, max_attempts: u32) -> Rest {
             base_delay: Duration::from_millis(10),
             max_delay: Duration::from_secs(1),
         },
-        SanitizerHandle::new(crate::dispatch::sanitize::TokenSanitizer::new().unwrap()),
+        SanitizerHandle::new(stet_sanitize::sanitize::TokenSanitizer::new().unwrap()),
     )
     .unwrap()
 }

@@ -924,7 +924,7 @@ fn connection_named(headers: &HeaderMap) -> Vec<HeaderName> {
 /// A text of the agent's (a path, a model name) as events and replies repeat it: one line under the
 /// display policy, bounded in length (the sanitizer runs on it later).
 pub(super) fn shown_text(text: &str) -> String {
-    shown_path(&crate::dispatch::display::one_line(text))
+    shown_path(&stet_sanitize::display::one_line(text))
 }
 
 /// The request path as events repeat it: bounded in length (the sanitizer runs on it later).

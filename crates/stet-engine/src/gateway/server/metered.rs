@@ -16,11 +16,11 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use super::errors::BoxError;
 use super::{GatewayEvent, Hold, Shared};
-use crate::dispatch::display::without_invisible;
 use crate::error_chain::error_chain;
 use crate::gateway::tool_calls::ToolBill;
+use crate::gateway::usage::UsageReport;
 use crate::gateway::usage::{self, Metered, SseScanner};
-use crate::harness::UsageReport;
+use stet_sanitize::display::without_invisible;
 
 /// The largest non-streaming body kept for reading its usage; a larger one passes unmetered.
 const MAX_METERED_BODY: usize = 32 * 1024 * 1024;

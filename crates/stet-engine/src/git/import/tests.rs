@@ -114,9 +114,8 @@ impl Fixture {
     }
 
     fn import(&self, limits: ImportLimits, interrupted: &dyn Fn() -> bool) -> Result<Imported> {
-        let message =
-            std::sync::Arc::new(crate::dispatch::sanitize::TokenSanitizer::new().unwrap())
-                .sanitize("agent result");
+        let message = std::sync::Arc::new(stet_sanitize::sanitize::TokenSanitizer::new().unwrap())
+            .sanitize("agent result");
         import_until(
             &ImportRequest {
                 repository: &self.repository,

@@ -91,7 +91,7 @@ mod tests {
     use std::process::{Command, Output};
 
     use super::*;
-    use crate::dispatch::branch::CommitSha;
+    use stet_sanitize::branch::CommitSha;
 
     fn git(repository: &Path, args: &[&str]) -> Output {
         Command::new("git")

@@ -470,7 +470,7 @@ mod tests {
         let job = reuse.start(target.path().join("objects/pack"));
         job.finish(&Context {
             repository: dir.path(),
-            base: &crate::dispatch::branch::CommitSha::parse(&"0".repeat(40)).unwrap(),
+            base: &stet_sanitize::branch::CommitSha::parse(&"0".repeat(40)).unwrap(),
             destination: target.path(),
             stopped: &|| false,
         })
@@ -529,7 +529,7 @@ mod tests {
         let error = job
             .finish(&Context {
                 repository: dir.path(),
-                base: &crate::dispatch::branch::CommitSha::parse(&"0".repeat(40)).unwrap(),
+                base: &stet_sanitize::branch::CommitSha::parse(&"0".repeat(40)).unwrap(),
                 destination: target.path(),
                 stopped: &|| true,
             })

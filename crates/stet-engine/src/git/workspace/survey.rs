@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use git2::{ObjectType, Odb, Oid, Repository};
 
 use super::{BaseLimits, Context, Result, WorkspaceError};
-use crate::dispatch::disk_watch::shown_bytes;
+use crate::human::shown_bytes;
 
 /// The largest tree object read: a directory of some 300,000 entries. A bigger one is refused from
 /// its header, never read.

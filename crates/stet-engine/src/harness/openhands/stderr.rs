@@ -13,9 +13,9 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::dispatch::event::{ItemKind, TranscriptItem};
-use crate::dispatch::sanitize::{SanitizedText, TokenSanitizer};
 use crate::harness::text;
+use stet_protocol::event::{ItemKind, TranscriptItem};
+use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
 // A stderr line is gathered as far as an event line is, and shown within an item's bound.
 use super::{MAX_EVENT_BYTES as MAX_LINE_BYTES, MAX_ITEM_BYTES};
 use crate::runtime::lines::FramedLine;

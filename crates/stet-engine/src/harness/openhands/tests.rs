@@ -5,9 +5,9 @@ use std::fmt::Write as _;
 use serde_json::json;
 
 use super::*;
-use crate::dispatch::sanitize::KnownValue;
 use crate::harness::{AgentVoice, ModelAccess};
 use crate::runtime::lines::{LineFramer, MAX_LINE_BYTES};
+use stet_sanitize::sanitize::KnownValue;
 
 /// The real captures of OpenHands 1.16 that this parser is built against (copied unchanged from
 /// the project's shared fixtures; their README says how they were made).
@@ -795,7 +795,7 @@ fn plan_for(
     instructions: &str,
 ) -> crate::harness::Result<HarnessPlan> {
     harness.plan(&HarnessLaunch {
-        dispatch: crate::dispatch::event::DispatchId::new(),
+        dispatch: stet_protocol::event::DispatchId::new(),
         brief,
         instructions,
         model: Some(&relay()),
@@ -918,7 +918,7 @@ fn without_the_gateway_it_refuses_to_plan_naming_the_setting() {
     let harness = harness_with(OpenHandsSettings::new("openai/gpt-4.1"));
     let error = harness
         .plan(&HarnessLaunch {
-            dispatch: crate::dispatch::event::DispatchId::new(),
+            dispatch: stet_protocol::event::DispatchId::new(),
             brief: &hostile_brief(),
             instructions: "do it",
             model: None,

@@ -1,8 +1,8 @@
 //! Unit tests of `crate::harness::replay`, in a file of their own so the module reads as code.
 
 use super::*;
-use crate::dispatch::event::ItemKind;
 use crate::runtime::OutputLine;
+use stet_protocol::event::ItemKind;
 
 const FINISH: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -46,12 +46,12 @@ impl OutputParser for Lines {
         let text = String::from_utf8_lossy(&line.line.bytes).into_owned();
         match text.split_once(' ') {
             Some(("item", rest)) => {
-                vec![Parsed::Item(crate::dispatch::event::TranscriptItem {
+                vec![Parsed::Item(stet_protocol::event::TranscriptItem {
                     item: ItemKind::Message,
                     text: self.sanitizer.sanitize(rest),
                 })]
             }
-            Some(("usage", cost)) => vec![Parsed::Usage(crate::harness::UsageReport {
+            Some(("usage", cost)) => vec![Parsed::Usage(crate::gateway::usage::UsageReport {
                 model: self.sanitizer.sanitize("m"),
                 input_tokens: 10,
                 output_tokens: 2,
@@ -62,7 +62,7 @@ impl OutputParser for Lines {
         }
     }
 
-    fn failure(&self, _finished: bool) -> Option<crate::dispatch::sanitize::SanitizedText> {
+    fn failure(&self, _finished: bool) -> Option<stet_sanitize::sanitize::SanitizedText> {
         None
     }
 }

@@ -2,9 +2,9 @@
 
 use super::*;
 use crate::brief::Brief;
-use crate::dispatch::event::DispatchId;
 use crate::harness::{AgentVoice, HarnessOutcome};
 use crate::runtime::lines::{FramedLine, LineFramer, MAX_LINE_BYTES};
+use stet_protocol::event::DispatchId;
 
 fn sanitizer() -> Arc<TokenSanitizer> {
     Arc::new(TokenSanitizer::new().unwrap())

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use super::*;
-use crate::dispatch::event::DispatchId;
 use crate::runtime::{DispatchLimits, SandboxUser};
+use stet_protocol::event::DispatchId;
 
 fn spec(dir: &Path) -> SandboxSpec {
     let workspace = dir.join("workspace");

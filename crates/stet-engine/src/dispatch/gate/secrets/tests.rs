@@ -7,9 +7,9 @@ use base64::engine::general_purpose::STANDARD;
 use git2::FileMode;
 
 use super::*;
-use crate::dispatch::credential::random_token;
-use crate::dispatch::sanitize::KnownValue;
+use crate::credential::random_token;
 use crate::git::changes::trees::changes;
+use stet_sanitize::sanitize::KnownValue;
 
 const FILE: FileMode = FileMode::Blob;
 

@@ -118,10 +118,7 @@ fn a_refused_connection_is_no_network_failure_and_is_shown() {
 
 #[test]
 fn a_secret_split_across_pieces_is_masked_in_the_start_up_item() {
-    let secret = format!(
-        "ghp_{}",
-        crate::dispatch::credential::random_token(36).unwrap()
-    );
+    let secret = format!("ghp_{}", crate::credential::random_token(36).unwrap());
     let mut stderr = stderr();
     let line = format!("warning: token {secret} in the environment");
     let (first, second) = line.split_at(20);
