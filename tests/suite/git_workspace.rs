@@ -21,7 +21,7 @@ use stet_engine::git::import::{
     ChangedFile, Identity, ImportError, ImportLimits, ImportRequest, ImportWarning, Imported,
     ResultDiff, import,
 };
-use stet_engine::git::workspace::{WorkspaceError, materialize};
+use stet_engine::git::workspace::{LEFT_OUT_FROM, WorkspaceError, materialize};
 use stet_engine::runtime::{DEFAULT_SANDBOX_UID, SandboxUser};
 use stet_protocol::event::ChangeKind;
 use stet_sanitize::branch::CommitSha;
@@ -389,6 +389,144 @@ fn a_materialized_workspace_is_a_clean_checkout_of_the_base() {
     write(&workspace, "README.md", "# app\n\nhello, agent\n");
     assert!(workspace_git_ok(&workspace, &["diff"]).contains("+hello, agent"));
     workspace_git_ok(&workspace, &["commit", "-q", "-am", "agent"]);
+}
+
+/// The files and sizes of a repository's `objects/pack` directory.
+fn pack_files(objects: &Path) -> BTreeMap<String, u64> {
+    std::fs::read_dir(objects.join("pack"))
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            (
+                entry.file_name().to_string_lossy().into_owned(),
+                entry.metadata().unwrap().len(),
+            )
+        })
+        .collect()
+}
+
+/// A file of `workspace::LEFT_OUT_FROM` bytes is written into the workspace but its blob stays out of
+/// the disposable repository, which git takes as a partial clone: status clean, fsck clean, the
+/// other files diffed and committed by the agent's git, asking for the left-out blob a refused fetch
+/// (never "corrupt"), and a change to the large file still imported. The user's repository is
+/// neither changed nor made a promisor.
+#[test]
+fn the_largest_blobs_stay_out_of_the_disposable_repository_and_git_still_works() {
+    let fixture = Fixture::new();
+    // Bytes that do not compress, so a copy in a pack would show in its size.
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut large = Vec::with_capacity(LEFT_OUT_FROM as usize);
+    while (large.len() as u64) < LEFT_OUT_FROM {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        large.extend_from_slice(&state.to_le_bytes());
+    }
+    large.truncate(LEFT_OUT_FROM as usize);
+    std::fs::create_dir_all(fixture.repo.join("assets")).unwrap();
+    std::fs::write(fixture.repo.join("assets/video.bin"), &large).unwrap();
+    git(&fixture.repo, &["add", "assets/video.bin"]);
+    git(&fixture.repo, &["commit", "-q", "-m", "an asset"]);
+    let base = CommitSha::parse(&git(&fixture.repo, &["rev-parse", "HEAD"])).unwrap();
+    let left_out = git(&fixture.repo, &["rev-parse", "HEAD:assets/video.bin"]);
+    let user_objects = fixture.repo.join(".git/objects");
+    let user_before = (
+        refs_and_head(&fixture.repo),
+        std::fs::read(fixture.repo.join(".git/config")).unwrap(),
+        pack_files(&user_objects),
+    );
+
+    let workspace = fixture.empty_directory();
+    let done = materialize(&fixture.repo, &base, &workspace, fixture.owner).unwrap();
+    assert_eq!(disk_set(&workspace), tree_set(&fixture.repo, base.as_str()));
+    assert!(done.bytes > LEFT_OUT_FROM);
+
+    let asked = workspace_git(&workspace, &["cat-file", "-e", &left_out]);
+    let refusal = String::from_utf8_lossy(&asked.stderr);
+    assert!(
+        !asked.status.success(),
+        "the large blob is not in the workspace's .git"
+    );
+    assert!(
+        refusal.contains("promisor remote") && !refusal.contains("corrupt"),
+        "git's own message for a promised object: {refusal}"
+    );
+    let blobs = git(&fixture.repo, &["ls-tree", "-r", "--object-only", "HEAD"]);
+    let mut kept = 0;
+    for blob in blobs.lines().filter(|blob| *blob != left_out) {
+        workspace_git_ok(&workspace, &["cat-file", "-e", blob]);
+        kept += 1;
+    }
+    assert!(kept > 5, "{kept} blobs");
+    let packs = pack_files(&workspace.join(".git/objects"));
+    let packed: u64 = packs.values().sum();
+    assert!(
+        packed < 1 << 20,
+        "{packed} bytes of packs for {} of files: {packs:?}",
+        done.bytes
+    );
+    for name in packs.keys().filter(|name| name.ends_with(".pack")) {
+        let marker = name.replace(".pack", ".promisor");
+        assert!(
+            packs.contains_key(&marker),
+            "{marker} beside {name}: {packs:?}"
+        );
+    }
+
+    // Real git takes it as a partial clone: clean, consistent, the large file outside its checkout.
+    assert_eq!(workspace_git_ok(&workspace, &["status", "--porcelain"]), "");
+    let fsck = workspace_git(&workspace, &["fsck", "--no-progress"]);
+    assert!(
+        fsck.status.success() && fsck.stdout.is_empty() && fsck.stderr.is_empty(),
+        "{fsck:?}"
+    );
+    assert_eq!(
+        workspace_git_ok(&workspace, &["ls-files", "-t", "assets/video.bin"]),
+        "S assets/video.bin"
+    );
+
+    // The agent's git works on the other files: diff, commit, and a commit in the large file's
+    // directory too.
+    write(&workspace, "README.md", "# app\n\nhello, agent\n");
+    write(&workspace, "assets/notes.txt", "next to the video\n");
+    assert!(workspace_git_ok(&workspace, &["diff"]).contains("+hello, agent"));
+    workspace_git_ok(&workspace, &["add", "-A"]);
+    workspace_git_ok(&workspace, &["commit", "-q", "-m", "agent"]);
+    assert_eq!(workspace_git_ok(&workspace, &["status", "--porcelain"]), "");
+    assert_eq!(
+        workspace_git_ok(&workspace, &["rev-parse", "HEAD:assets/video.bin"]),
+        left_out,
+        "the commit keeps the left-out blob as it was"
+    );
+
+    assert_eq!(
+        (
+            refs_and_head(&fixture.repo),
+            std::fs::read(fixture.repo.join(".git/config")).unwrap(),
+            pack_files(&user_objects),
+        ),
+        user_before,
+        "the user's refs, configuration and packs are as they were (no .promisor among them)"
+    );
+    assert!(
+        !git(&fixture.repo, &["config", "--local", "--list"]).contains("promisor"),
+        "the user's repository is no promisor"
+    );
+
+    // A change to the large file is the import's to see, and it sees it.
+    large[1000] ^= 1;
+    std::fs::write(workspace.join("assets/video.bin"), &large).unwrap();
+    let (commit, diff, _) =
+        committed(import_into(&fixture.repo, &workspace, &base, ImportLimits::default()).unwrap());
+    let paths: Vec<&str> = diff.files.iter().map(|file| file.path.as_str()).collect();
+    assert_eq!(paths, ["README.md", "assets/notes.txt", "assets/video.bin"]);
+    assert_eq!(
+        git(
+            &fixture.repo,
+            &["cat-file", "-s", &format!("{commit}:assets/video.bin")]
+        ),
+        LEFT_OUT_FROM.to_string()
+    );
 }
 
 #[test]

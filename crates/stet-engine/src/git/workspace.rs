@@ -1,9 +1,11 @@
 //! Provisioning of a dispatch's workspace (DESIGN §5 row 10): the files of the base commit, copied out
 //! of the user's repository into the directory the sandbox created, with a disposable `.git` of the
-//! workspace's own so the agent can run `git status` and `git diff`. The user's repository is only
-//! read: its working tree, index, refs and configuration stay exactly as they were. stet never opens
-//! this workspace as a repository again; its result comes back through [`crate::git::import`].
+//! workspace's own so the agent can run `git status` and `git diff` (without the largest blobs:
+//! `partial`). The user's repository is only read: its working tree, index, refs and configuration
+//! stay exactly as they were. stet never opens this workspace as a repository again; its result
+//! comes back through [`crate::git::import`].
 
+use std::collections::HashSet;
 use std::ffi::OsStr;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
@@ -12,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
 use git2::{
-    ErrorCode, FileMode, IndexEntry, IndexTime, ObjectType, Oid, Repository, RepositoryInitOptions,
-    RepositoryOpenFlags,
+    ErrorCode, FileMode, Index, IndexEntry, IndexEntryExtendedFlag, IndexTime, ObjectType, Oid,
+    Repository, RepositoryInitOptions, RepositoryOpenFlags,
 };
 use rustix::fs::{AtFlags, FileType, Gid, Uid};
 
@@ -23,8 +25,11 @@ use crate::untrusted_tree::{self, Entry, Listing};
 use stet_sanitize::branch::CommitSha;
 
 mod checkout;
+mod partial;
 mod reuse;
 mod survey;
+
+pub use self::partial::LEFT_OUT_FROM;
 
 /// Bounds on the base a workspace is materialized from (`[base]`), checked from object headers
 /// before any file is read or written.
@@ -178,7 +183,9 @@ pub struct Materialized {
 ///
 /// The disposable repository holds only the base commit and its tree, with a `.git/shallow` file that
 /// names the commit as a shallow boundary, HEAD detached at the commit and an index carrying stat data,
-/// so `git status` inside the workspace is clean without reading a file.
+/// so `git status` inside the workspace is clean without reading a file. Blobs of [`LEFT_OUT_FROM`]
+/// bytes or more are in the workspace's files only: the repository is then a partial clone that
+/// cannot fetch them, and their index entries are skip-worktree (`partial` says why).
 pub fn materialize(
     repository: &Path,
     base: &CommitSha,
@@ -245,8 +252,10 @@ pub fn materialize_until(
     .map_err(context.git("creating the disposable repository"))?;
     let pack_directory = target.path().join("objects").join("pack");
     context.stop_point()?;
-    // The large blobs stet copies itself; the commit, the trees and the rest go through git.
-    let (reuse, left) = reuse::locate(&source.path().join("objects"), surveyed.blobs);
+    // The largest blobs stay out; the large ones stet copies itself; the commit, the trees and the
+    // rest go through git.
+    let (kept, left_out) = partial::split(surveyed.blobs);
+    let (reuse, left) = reuse::locate(&source.path().join("objects"), kept);
     let mut objects = vec![commit];
     objects.extend(surveyed.trees);
     objects.extend(left);
@@ -286,6 +295,9 @@ pub fn materialize_until(
     target
         .set_head_detached(commit)
         .map_err(context.git("detaching HEAD at the base commit"))?;
+    if !left_out.is_empty() {
+        partial::promise(target.path(), &context)?;
+    }
 
     let created_by =
         std::fs::symlink_metadata(target.path()).map_err(|source| WorkspaceError::Io {
@@ -300,8 +312,9 @@ pub fn materialize_until(
     }
     context.stop_point()?;
     let files = write_index(
-        &target,
+        target.path(),
         index,
+        &left_out,
         destination,
         handed_over.then_some(owner),
         &context,
@@ -505,21 +518,27 @@ fn handover_error(path: &Path, errno: rustix::io::Errno) -> WorkspaceError {
     }
 }
 
-/// Writes the checkout's index, counting its files and links; when their owner changed after they
-/// were written, their new stat data (owner and change time) goes in first, so git still sees every
-/// file as unchanged.
+/// Writes the checkout's index into `git_dir`, counting its files and links; when their owner
+/// changed after they were written, their new stat data (owner and change time) goes in first, so
+/// git still sees every file as unchanged. The entries of `left_out` blobs are skip-worktree.
+///
+/// The index is opened on its own, not through the repository: libgit2 refuses to add an entry
+/// whose blob the repository lacks, as a left-out one is.
 fn write_index(
-    target: &Repository,
+    git_dir: &Path,
     entries: Vec<IndexEntry>,
+    left_out: &HashSet<Oid>,
     destination: &Path,
     restat: Option<SandboxUser>,
     context: &Context<'_>,
 ) -> Result<u64> {
-    let mut index = target
-        .index()
-        .map_err(context.git("opening the workspace index"))?;
+    let path = git_dir.join("index");
+    let mut index = Index::open(&path).map_err(context.git("opening the workspace index"))?;
     let mut files = 0;
     for mut entry in entries {
+        if left_out.contains(&entry.id) {
+            entry.flags_extended |= IndexEntryExtendedFlag::SKIP_WORKTREE.bits();
+        }
         if entry.mode != u32::from(FileMode::Commit) {
             files += 1;
         }
@@ -544,7 +563,6 @@ fn write_index(
         .write()
         .map_err(context.git("writing the workspace index"))?;
     if let Some(owner) = restat {
-        let path = target.path().join("index");
         std::os::unix::fs::lchown(&path, Some(owner.uid), Some(owner.gid)).map_err(|source| {
             WorkspaceError::Io {
                 path,

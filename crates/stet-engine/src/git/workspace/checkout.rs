@@ -3,9 +3,9 @@
 //! blob that is not a delta, through a pipe and a fixed buffer (or, for a large blob, spliced by the
 //! kernel) into each file; the disposable repository gets its objects from `git pack-objects`, which
 //! copies their compressed form (never an uncompressed copy), but for the large blobs stet copies
-//! out of the user's packs itself (`reuse`). Both git commands run on the user's repository with
-//! replacement refs off and the environment's `GIT_*` variables removed, and read nothing of the
-//! base but its objects.
+//! out of the user's packs itself (`reuse`) and the largest it leaves out (`partial`). Both git
+//! commands run on the user's repository with replacement refs off and the environment's `GIT_*`
+//! variables removed, and read nothing of the base but its objects.
 //!
 //! The tree is walked twice in the same order: by a thread that asks `cat-file` for each blob, and
 //! by the writer that takes each answer in turn, so the pipe never waits on the other side.

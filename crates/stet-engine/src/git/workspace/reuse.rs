@@ -1,7 +1,8 @@
 //! Large blobs copied into the disposable repository as the user's pack stores them (DESIGN §5 row
 //! 23). `git pack-objects` copies a stored object too, but checks its CRC with zlib's and hashes the
 //! new pack with collision detection: about 5 s of processor time for a 1 GiB blob, on top of the
-//! copy. For each blob of at least [`REUSED_FROM`] bytes stet finds the entry through the pack's
+//! copy. For each blob of at least [`REUSED_FROM`] bytes (and below `partial::LEFT_OUT_FROM`, past
+//! which the disposable repository holds no copy at all) stet finds the entry through the pack's
 //! index, checks that it is a whole blob (not a delta) of the size its header gave and no longer
 //! than any zlib stream of that size, and copies its compressed bytes through a fixed buffer into a
 //! pack of its own, checking the CRC the index records. A blob that is loose, stored as a delta, in
