@@ -8,9 +8,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use git2::{
-    DiffOptions, FileMode, Oid, Repository, RepositoryOpenFlags, TreeWalkMode, TreeWalkResult,
-};
+use git2::{DiffOptions, FileMode, Oid, Repository, RepositoryOpenFlags};
 
 use super::text_budget;
 use stet_sanitize::branch::CommitSha;
@@ -315,45 +313,44 @@ pub fn read_changes_until(
         }
     }
 
-    let mut walk_error = None;
+    // Walked by hand, in pre-order, with paths as bytes: git2's `Tree::walk` gives each directory's
+    // path as `&str` and aborts the walk at a directory whose name is not UTF-8 (a latin-1 base, or
+    // an agent's `\xff` directory, failed every dispatch at review).
     let mut link_bytes = 0;
-    let walked = new_tree.walk(TreeWalkMode::PreOrder, |root, entry| {
+    let mut stack = vec![(Vec::new(), new_tree, 0usize)];
+    while let Some((root, tree, index)) = stack.last_mut() {
         if interrupted() {
-            return TreeWalkResult::Abort;
+            return Err(ChangesError::Interrupted);
         }
-        if entry.filemode() != i32::from(FileMode::Link) {
-            return TreeWalkResult::Ok;
-        }
-        if result.links_cut {
-            return TreeWalkResult::Ok;
-        }
-        match repo.find_blob(entry.id()) {
-            Ok(blob) => {
-                let size = root.len() + entry.name_bytes().len() + blob.content().len();
-                if link_bytes + size > MAX_LINK_BYTES {
-                    result.links_cut = true;
-                    result.links = Vec::new();
-                    return TreeWalkResult::Ok;
-                }
-                link_bytes += size;
-                let name = String::from_utf8_lossy(entry.name_bytes());
-                result
-                    .links
-                    .push((format!("{root}{name}"), blob.content().to_vec()));
-                TreeWalkResult::Ok
+        let Some((id, mode, mut path)) = tree.get(*index).map(|entry| {
+            let mut path = root.clone();
+            path.extend_from_slice(entry.name_bytes());
+            (entry.id(), entry.filemode(), path)
+        }) else {
+            stack.pop();
+            continue;
+        };
+        *index += 1;
+        if mode == i32::from(FileMode::Tree) {
+            let subtree = repo
+                .find_tree(id)
+                .map_err(git("walking the result's tree"))?;
+            path.push(b'/');
+            stack.push((path, subtree, 0));
+        } else if mode == i32::from(FileMode::Link) && !result.links_cut {
+            let blob = repo.find_blob(id).map_err(git("reading a link"))?;
+            let size = path.len() + blob.content().len();
+            if link_bytes + size > MAX_LINK_BYTES {
+                result.links_cut = true;
+                result.links = Vec::new();
+                continue;
             }
-            Err(error) => {
-                walk_error = Some(error);
-                TreeWalkResult::Abort
-            }
+            link_bytes += size;
+            result.links.push((
+                String::from_utf8_lossy(&path).into_owned(),
+                blob.content().to_vec(),
+            ));
         }
-    });
-    if interrupted() {
-        return Err(ChangesError::Interrupted);
-    }
-    walked.map_err(git("walking the result's tree"))?;
-    if let Some(error) = walk_error {
-        return Err(git("reading a link")(error));
     }
     Ok(result)
 }
@@ -664,5 +661,48 @@ mod tests {
         // Each of the three changed paths and their hunks, each entry of the result's tree (four),
         // and the end of the walk.
         assert!(stops >= 3 + 4, "{stops}");
+    }
+
+    /// The red team's find: a directory whose name is not UTF-8 (a latin-1 base, an agent's `\xff`)
+    /// made git2's tree walk abort, so every dispatch of such a repository failed at review.
+    #[test]
+    fn a_directory_named_in_bytes_that_are_not_utf8_is_walked() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        let signature = git2::Signature::now("t", "t@example.invalid").unwrap();
+        let commit_of = |readme: &[u8], parents: &[&git2::Commit<'_>]| {
+            let mut inner = repo.treebuilder(None).unwrap();
+            let target = repo.blob(b"../README").unwrap();
+            inner.insert("l", target, i32::from(LINK)).unwrap();
+            let inner = inner.write().unwrap();
+            let mut top = repo.treebuilder(None).unwrap();
+            top.insert("README", repo.blob(readme).unwrap(), i32::from(FILE))
+                .unwrap();
+            top.insert(
+                std::ffi::OsStr::from_bytes(b"d\xff"),
+                inner,
+                i32::from(FileMode::Tree),
+            )
+            .unwrap();
+            let tree = repo.find_tree(top.write().unwrap()).unwrap();
+            repo.commit(None, &signature, &signature, "m", &tree, parents)
+                .unwrap()
+        };
+        let parent = commit_of(b"one\n", &[]);
+        let parent_commit = repo.find_commit(parent).unwrap();
+        let result = commit_of(b"one\ntwo\n", &[&parent_commit]);
+        let read = read_changes(
+            dir.path(),
+            &CommitSha::parse(&parent.to_string()).unwrap(),
+            &CommitSha::parse(&result.to_string()).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(change(&read, "README").added.lines.len(), 1, "{read:#?}");
+        assert_eq!(
+            read.links,
+            vec![("d\u{fffd}/l".to_owned(), b"../README".to_vec())],
+            "the link under the directory is read, its path shown lossily"
+        );
     }
 }
