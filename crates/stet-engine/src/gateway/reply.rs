@@ -67,9 +67,5 @@ pub(crate) fn shown_path(path: &str) -> String {
     if path.len() <= MAX_SHOWN_PATH {
         return path.to_owned();
     }
-    let mut end = MAX_SHOWN_PATH;
-    while !path.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &path[..end])
+    format!("{}…", crate::human::truncate(path, MAX_SHOWN_PATH))
 }

@@ -91,11 +91,7 @@ impl BoundedText {
             let valid = chunk.valid();
             let room = self.budget - self.text.len();
             if valid.len() > room {
-                let mut end = room;
-                while !valid.is_char_boundary(end) {
-                    end -= 1;
-                }
-                self.text.push_str(&valid[..end]);
+                self.text.push_str(crate::human::truncate(valid, room));
                 self.cut = true;
                 return false;
             }

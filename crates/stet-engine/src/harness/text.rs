@@ -37,12 +37,9 @@ pub(crate) fn bounded_text(
     if shown.len() <= limit && dropped == 0 {
         return full;
     }
-    let mut cut = shown.len().min(limit.saturating_sub(NOTE_ROOM));
-    while !shown.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let more = shown.len() - cut + dropped;
-    sanitizer.sanitize(&format!("{}… ({more} bytes more)", &shown[..cut]))
+    let kept = crate::human::truncate(shown, limit.saturating_sub(NOTE_ROOM));
+    let more = shown.len() - kept.len() + dropped;
+    sanitizer.sanitize(&format!("{kept}… ({more} bytes more)"))
 }
 
 /// `text` without terminal escape sequences and without the characters the display policy removes;

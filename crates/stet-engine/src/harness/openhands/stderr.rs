@@ -160,15 +160,12 @@ impl Startup {
     fn hold(&mut self, line: &str, passed_over: usize) {
         self.lines += 1;
         let room = MAX_ITEM_BYTES.saturating_sub(self.text.len() + 1);
-        let mut cut = line.len().min(room);
-        while !line.is_char_boundary(cut) {
-            cut -= 1;
-        }
+        let kept = crate::human::truncate(line, room);
         if !self.text.is_empty() && room > 0 {
             self.text.push('\n');
         }
-        self.text.push_str(&line[..cut]);
-        self.passed_over += line.len() - cut + passed_over;
+        self.text.push_str(kept);
+        self.passed_over += line.len() - kept.len() + passed_over;
     }
 }
 
