@@ -322,15 +322,22 @@ pub fn read_changes_until(
         if interrupted() {
             return Err(ChangesError::Interrupted);
         }
-        let Some((id, mode, mut path)) = tree.get(*index).map(|entry| {
-            let mut path = root.clone();
-            path.extend_from_slice(entry.name_bytes());
-            (entry.id(), entry.filemode(), path)
-        }) else {
+        let Some(entry) = tree.get(*index) else {
             stack.pop();
             continue;
         };
         *index += 1;
+        let mode = entry.filemode();
+        let wanted = mode == i32::from(FileMode::Tree)
+            || (mode == i32::from(FileMode::Link) && !result.links_cut);
+        if !wanted {
+            continue;
+        }
+        // Only a directory or a link needs its path: a file's is never built.
+        let id = entry.id();
+        let mut path = root.clone();
+        path.extend_from_slice(entry.name_bytes());
+        drop(entry);
         if mode == i32::from(FileMode::Tree) {
             let subtree = repo
                 .find_tree(id)
