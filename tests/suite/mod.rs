@@ -27,6 +27,7 @@ mod hostile_outside;
 mod hostile_repo;
 mod image;
 mod journal;
+mod local_base;
 mod openhands_live;
 mod origin_listener;
 mod plugins;

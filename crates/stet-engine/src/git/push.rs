@@ -1,7 +1,8 @@
 //! The host's push (ADR-0018 rows 2, 3 and 5; DESIGN §4 "Pushing"): stet itself, never the container,
 //! sends a result's commit to the forge with an explicit `<sha>:refs/heads/<branch>` refspec that never
 //! forces. The dispatch's scoped credential is presented only as the answer of a git2 credentials
-//! callback, in memory: never in a URL, an argv or a child's environment (git2 runs no child at all).
+//! callback, in memory: never in a URL, an argv or a child's environment (no child ever holds it: the one
+//! git process stet starts here fetches from a local path, which takes no credential).
 //! A URL is checked before any network: no userinfo, and plain `http://` only to a loopback host, so a
 //! credential never crosses a network in clear. The same rules serve the host's other two remote
 //! operations: listing a remote's refs, and fetching a base commit the user's repository lacks.
@@ -741,5 +742,7 @@ fn remote_lines(messages: &str) -> String {
 }
 
 mod fetch;
+mod leftovers;
+mod local_fetch;
 #[cfg(test)]
 mod tests;

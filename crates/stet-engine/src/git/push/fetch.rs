@@ -1,15 +1,19 @@
 //! Fetching a base commit the user's repository lacks (a base preflight resolved at the forge),
 //! under the same rules as the push and the listing, and stopped when the dispatch is: a forge that
-//! stalls cannot hold a cancelled dispatch for the pace bounds' minutes.
+//! stalls cannot hold a cancelled dispatch for the pace bounds' minutes, and a local remote is
+//! fetched by a git process that is killed at the stop ([`super::local_fetch`]). Nothing of a fetch
+//! that is stopped or fails stays in the user's repository.
 
 use std::path::Path;
 
 use git2::{AutotagOption, FetchOptions, ProxyOptions, RemoteRedirect};
 use tokio_util::sync::CancellationToken;
 
+use super::leftovers::PackLeftovers;
+use super::local_fetch::fetch_local;
 use super::{Exchange, PushError, Result, Route, check_url, find_commit, open_repository};
 use crate::credential::ScopedCredential;
-use crate::git::origin_guard::TransferBounds;
+use crate::git::origin_guard::{Origin, TransferBounds};
 use stet_sanitize::branch::{CommitSha, validate_ref_format};
 
 /// Makes sure the user's repository holds `commit` (a base preflight resolved at the forge): when it
@@ -47,8 +51,8 @@ pub fn fetch_commit_within(
 }
 
 /// [`fetch_commit_within`], ended with [`PushError::Stopped`] once `stop` is cancelled: the origin
-/// guard closes its connections at once (libgit2 may be waiting on a forge that sends nothing), and
-/// the transfer's progress asks the stop as objects arrive.
+/// guard closes its connections at once (libgit2 may be waiting on a forge that sends nothing), the
+/// transfer's progress asks the stop as objects arrive, and a local remote's git process is killed.
 pub fn fetch_commit_until(
     repository: &Path,
     url: &str,
@@ -74,6 +78,14 @@ pub fn fetch_commit_until(
         return Err(stopped());
     }
     let route = Route::until(url, bounds, Some(stop.clone()))?;
+    if Origin::of(url).is_none() {
+        // A local path needs no credential; libgit2 still reads the repository's configuration, to
+        // refuse a URL it would rewrite.
+        drop(route.remote(&opened)?);
+        fetch_local(&opened, repository, url, branch, stop)?;
+        return moved_on(&opened, url, branch, commit, repository);
+    }
+    let leftovers = PackLeftovers::before(&opened.commondir().join("objects"));
     let exchange = Exchange::new(credential, &route);
     let mut remote = route.remote(&opened)?;
     let mut callbacks = exchange.callbacks();
@@ -88,9 +100,11 @@ pub fn fetch_commit_until(
     // `download` brings the objects only: unlike `fetch` it updates no ref and writes no FETCH_HEAD.
     let downloaded = remote.download(&[refspec.as_str()], Some(&mut options));
     if stop.is_cancelled() {
+        leftovers.remove();
         return Err(stopped());
     }
     downloaded.map_err(|err| {
+        leftovers.remove();
         route
             .refusal(&exchange, &err)
             .unwrap_or_else(|| PushError::FetchFailed {
@@ -100,7 +114,18 @@ pub fn fetch_commit_until(
                 detail: route.detail(&err),
             })
     })?;
-    find_commit(&opened, commit, repository).map_err(|_| PushError::FetchFailed {
+    moved_on(&opened, url, branch, commit, repository)
+}
+
+/// Fails when the fetched branch does not hold `commit`: it moved since preflight.
+fn moved_on(
+    opened: &git2::Repository,
+    url: &str,
+    branch: &str,
+    commit: &CommitSha,
+    repository: &Path,
+) -> Result<()> {
+    find_commit(opened, commit, repository).map_err(|_| PushError::FetchFailed {
         url: url.to_owned(),
         branch: branch.to_owned(),
         repository: repository.to_owned(),
