@@ -45,10 +45,15 @@ pub const DEFAULT_FLOOR_BYTES: u64 = 256 * 1024 * 1024;
 const MAX_WALKED: u64 = 4_000_000;
 
 /// The most bytes of subdirectory names one measuring walk holds at once (the names of each
-/// directory's subdirectories, kept while they are walked, on every level of the path walked): an
-/// agent's directory of a million subdirectories with 255-byte names would otherwise cost the host a
-/// quarter of a GiB. Past it the measurement is incomplete.
+/// directory's subdirectories, kept while they are walked, on every level of the path walked), each
+/// counted with what holding it costs ([`HELD_PER_NAME`]): an agent's directory of a million
+/// subdirectories would otherwise cost the host a quarter of a GiB with 255-byte names, and some
+/// 80 MiB with one-byte names. Past it the measurement is incomplete.
 const MAX_HELD_NAME_BYTES: usize = 8 << 20;
+
+/// What holding one name costs beyond its bytes: its allocation's header and rounding, and its slot
+/// in the list (a `CString`'s box, up to twice over while the list grows).
+const HELD_PER_NAME: usize = 64;
 
 /// How many directories deep one measuring walk goes (as deep as the import does); a deeper tree is
 /// measured as incomplete, which, with free space falling past the bound, ends the dispatch.
@@ -252,6 +257,11 @@ impl Measured {
 /// (`untrusted_tree`): a directory swapped for a link between its listing and its opening is refused,
 /// never walked into. A tree deeper than [`MAX_DEPTH`] is measured as incomplete.
 fn allocated(root: &Path) -> Measured {
+    allocated_holding(root, MAX_HELD_NAME_BYTES)
+}
+
+/// [`allocated`], holding at most `held_bound` bytes of names at once.
+fn allocated_holding(root: &Path, held_bound: usize) -> Measured {
     let mut walk = Measuring {
         measured: Measured {
             bytes: 0,
@@ -259,6 +269,7 @@ fn allocated(root: &Path) -> Measured {
         },
         walked: 0,
         held: 0,
+        held_bound,
     };
     match untrusted_tree::open_root(root) {
         Ok(top) => walk.directory(top, 0),
@@ -277,9 +288,10 @@ fn allocated(root: &Path) -> Measured {
 struct Measuring {
     measured: Measured,
     walked: u64,
-    /// The bytes of the subdirectory names held now, on every level (at most
-    /// [`MAX_HELD_NAME_BYTES`]).
+    /// The bytes of the subdirectory names held now, on every level (at most `held_bound`).
     held: usize,
+    /// [`MAX_HELD_NAME_BYTES`], but in tests.
+    held_bound: usize,
 }
 
 impl Measuring {
@@ -322,8 +334,10 @@ impl Measuring {
                 .bytes
                 .saturating_add(blocks.saturating_mul(512));
             if FileType::from_raw_mode(stat.st_mode) == FileType::Directory {
-                self.held = self.held.saturating_add(entry.name.as_bytes().len());
-                if self.held > MAX_HELD_NAME_BYTES {
+                self.held = self
+                    .held
+                    .saturating_add(entry.name.as_bytes().len() + HELD_PER_NAME);
+                if self.held > self.held_bound {
                     self.measured.complete = false;
                     return;
                 }
@@ -387,25 +401,45 @@ mod tests {
         );
     }
 
-    /// A tree deeper than the walk goes is measured as incomplete, never as small.
+    /// The names a walk holds in the tests below: 64 KiB, so that they pass it with hundreds of
+    /// directories rather than the real bound's hundred thousand.
+    const TEST_HELD_BOUND: usize = 64 << 10;
+
     /// Subdirectories whose names add up past what a walk holds make the measurement incomplete,
     /// not a host allocation the size of their names.
     #[test]
     fn subdirectory_names_past_the_held_bound_make_the_measurement_incomplete() {
         let dir = tempfile::tempdir().unwrap();
         let long = "n".repeat(250);
-        let count = MAX_HELD_NAME_BYTES / long.len() + 1;
+        let count = TEST_HELD_BOUND / (long.len() + HELD_PER_NAME) + 1;
         for index in 0..count {
             std::fs::create_dir(dir.path().join(format!("{index:06}{}", &long[6..]))).unwrap();
         }
-        assert!(!allocated(dir.path()).complete);
+        assert!(!allocated_holding(dir.path(), TEST_HELD_BOUND).complete);
         let within = tempfile::tempdir().unwrap();
-        for index in 0..100 {
+        for index in 0..count - 2 {
             std::fs::create_dir(within.path().join(format!("{index:06}{}", &long[6..]))).unwrap();
         }
-        assert!(allocated(within.path()).complete, "the control");
+        assert!(
+            allocated_holding(within.path(), TEST_HELD_BOUND).complete,
+            "the control"
+        );
     }
 
+    /// Short names cost the host more than their bytes: 6-byte names, an eighth of the bound in
+    /// bytes, past it once what holding each costs is counted.
+    #[test]
+    fn many_short_subdirectory_names_are_counted_with_what_holding_them_costs() {
+        let dir = tempfile::tempdir().unwrap();
+        let count = TEST_HELD_BOUND / (6 + HELD_PER_NAME) + 1;
+        for index in 0..count {
+            std::fs::create_dir(dir.path().join(format!("{index:06}"))).unwrap();
+        }
+        assert!(count * 6 < TEST_HELD_BOUND / 8);
+        assert!(!allocated_holding(dir.path(), TEST_HELD_BOUND).complete);
+    }
+
+    /// A tree deeper than the walk goes is measured as incomplete, never as small.
     #[test]
     fn a_tree_deeper_than_the_walk_goes_is_incomplete() {
         let dir = tempfile::tempdir().unwrap();
