@@ -276,6 +276,41 @@ fn names_no_checkout_writes_are_refused_before_anything_is_written() {
     }
 }
 
+/// A name longer than a file system takes, and a path longer than Linux takes (17 directories of
+/// 250-byte names: 4,266 bytes), are refused from the trees, before anything is written, naming
+/// what is too long.
+#[test]
+fn names_and_paths_longer_than_linux_takes_are_refused_before_anything_is_written() {
+    let hostile = Hostile::new();
+    let file = hostile.blob(b"hello\n");
+    let long_name = vec![b'n'; 256];
+    let tree = hostile.tree(&[(long_name.as_slice(), file, FileMode::Blob)]);
+    let base = hostile.commit(tree);
+    let (error, destination) = hostile.refused(&base, &BaseLimits::default());
+    assert!(
+        matches!(error, WorkspaceError::Malformed { .. })
+            && error.to_string().contains("a name of 256 bytes"),
+        "{error:?}"
+    );
+    assert_eq!(std::fs::read_dir(&destination).unwrap().count(), 0);
+
+    let hostile = Hostile::new();
+    let mut tree = hostile.tree(&[(b"leaf", hostile.blob(b"hello\n"), FileMode::Blob)]);
+    let level = vec![b'd'; 250];
+    for _ in 0..17 {
+        tree = hostile.tree(&[(level.as_slice(), tree, FileMode::Tree)]);
+    }
+    let base = hostile.commit(tree);
+    let (error, destination) = hostile.refused(&base, &BaseLimits::default());
+    assert!(
+        matches!(error, WorkspaceError::Malformed { .. })
+            && error.to_string().contains("longer than Linux takes (4095)"),
+        "{error:?}"
+    );
+    assert!(error.to_string().len() < 1024, "{error}");
+    assert_eq!(std::fs::read_dir(&destination).unwrap().count(), 0);
+}
+
 /// A base whose paths run long: a chain of 15 directories of 250-byte names (3,765 bytes) named ten
 /// times at the top, over a directory of 1,000 files. Some 10,000 entries and a few bytes of content,
 /// far inside every other `[base]` limit, but 38 MB of path names that the checkout would write and
@@ -328,8 +363,9 @@ fn a_base_is_refused_one_byte_of_paths_past_its_limit() {
     );
     assert_over(&error, "base.max_path_bytes", &destination);
     assert!(
-        error.to_string().contains("paths of at least 10 bytes"),
-        "{error}"
+        error.to_string().contains("paths of at least 10 bytes, ")
+            && !error.to_string().contains("KiB"),
+        "no rounding of ten bytes to a KiB: {error}"
     );
     let destination = hostile.root.path().join("within");
     std::fs::create_dir(&destination).unwrap();

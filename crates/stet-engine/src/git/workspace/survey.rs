@@ -312,12 +312,46 @@ fn check_name(name: &[u8], path: &[u8], context: &Context<'_>) -> Result<()> {
             ),
         });
     }
-    Ok(())
+    let too_long = if name.len() > MAX_NAME_BYTES {
+        Some(format!(
+            "a name of {} bytes under {}, longer than a file system takes ({MAX_NAME_BYTES})",
+            name.len(),
+            shown(parent(path))
+        ))
+    } else if path.len() > MAX_PATH_BYTES {
+        Some(format!(
+            "a path of {} bytes (starting {}), longer than Linux takes ({MAX_PATH_BYTES})",
+            path.len(),
+            shown(&path[..SHOWN_PATH_START])
+        ))
+    } else {
+        None
+    };
+    match too_long {
+        Some(detail) => Err(WorkspaceError::Malformed {
+            commit: context.base.clone(),
+            detail: format!("it holds {detail}, which no checkout writes"),
+        }),
+        None => Ok(()),
+    }
 }
 
-/// A size in bytes, and as people read it.
+/// The longest name of a file or directory Linux's file systems take (`NAME_MAX`).
+const MAX_NAME_BYTES: usize = 255;
+
+/// The longest path Linux takes (`PATH_MAX` less its NUL), here relative to the workspace.
+const MAX_PATH_BYTES: usize = 4095;
+
+/// How much of an over-long path a message shows.
+const SHOWN_PATH_START: usize = 80;
+
+/// A size in bytes, and as people read it from 1 KiB on.
 fn exact(bytes: u64) -> String {
-    format!("{bytes} bytes ({})", shown_bytes(bytes))
+    if bytes < 1024 {
+        format!("{bytes} bytes")
+    } else {
+        format!("{bytes} bytes ({})", shown_bytes(bytes))
+    }
 }
 
 /// The directory holding `path`.
