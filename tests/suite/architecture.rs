@@ -509,7 +509,7 @@ const FLOORS: &[&[&str]] = &[
     ],
     // The shared types: the credential a dispatch holds, where state lives.
     &["credential", "state_dir"],
-    &["gateway", "runtime"],
+    &["egress", "gateway", "runtime"],
     &["git"],
     &["forge", "harness"],
     &["dispatch"],

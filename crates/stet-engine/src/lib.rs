@@ -11,6 +11,7 @@ pub mod credential;
 pub mod demo;
 pub mod dispatch;
 pub mod doctor;
+pub mod egress;
 pub mod engine;
 mod error_chain;
 pub mod forge;

@@ -1,0 +1,190 @@
+//! Egress through the host (DESIGN §5 row 20, issue 30): a per-dispatch proxy on a unix socket that
+//! lets the agent reach the hosts a person allowed and nothing else, while its container stays on no
+//! network at all. This module holds the policy — deny by default, the forge's and the model's
+//! hosts never, an IP literal only when allowed as one — and the proxy that applies it.
+
+pub mod address;
+pub mod head;
+pub mod hosts;
+pub mod presets;
+pub mod proxy;
+
+use self::hosts::{AllowRule, Target};
+
+/// What a person allowed, read from their configuration.
+#[derive(Debug, Clone, Default)]
+pub struct EgressPolicy {
+    /// The allowed hosts, each with where it came from (`allow` or `preset <name>`).
+    pub rules: Vec<(AllowRule, String)>,
+    /// Whether a rule without a port also allows port 80 (plain HTTP).
+    pub allow_http: bool,
+    /// Host names never reached through the proxy whatever the rules say: the forge's and the
+    /// model endpoint's, whose credentials stet holds.
+    pub never: Vec<String>,
+    /// Lets loopback addresses through: for tests only, flagged by `stet doctor`.
+    pub loopback_for_tests: bool,
+}
+
+/// The policy's answer for one host and port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Allowed by a rule.
+    Allowed {
+        /// The rule as written, with where it came from.
+        rule: String,
+    },
+    /// Refused.
+    Refused {
+        /// Why, naming the host and port.
+        reason: String,
+        /// Where a rule would allow it, what to add to the configuration.
+        hint: Option<String>,
+    },
+}
+
+impl EgressPolicy {
+    /// Whether `target` on `port` may be reached (before its name is resolved).
+    pub fn decide(&self, target: &Target, port: u16) -> Verdict {
+        if let Target::Name(name) = target
+            && self
+                .never
+                .iter()
+                .any(|never| never.eq_ignore_ascii_case(name))
+        {
+            return Verdict::Refused {
+                reason: format!(
+                    "{name} is the forge's or the model's host, which the agent never reaches through the proxy (stet holds its credentials)"
+                ),
+                hint: None,
+            };
+        }
+        let default_port = port == 443 || (self.allow_http && port == 80);
+        for (rule, origin) in &self.rules {
+            let port_allowed = match rule.port {
+                Some(allowed) => allowed == port,
+                None => default_port,
+            };
+            if port_allowed && rule.covers(target) {
+                return Verdict::Allowed {
+                    rule: format!("{rule} ({origin})"),
+                };
+            }
+        }
+        let line = if port == 443 {
+            target.to_string()
+        } else {
+            format!("{target}:{port}")
+        };
+        let reason = match target {
+            Target::Address(_) => format!("{line} is an IP address no rule allows as a literal"),
+            Target::Name(_) => format!("{line} is not in [network] allow"),
+        };
+        Verdict::Refused {
+            reason,
+            hint: Some(format!(
+                "add \"{line}\" to [network] allow in your config.toml"
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(lines: &[&str], allow_http: bool) -> EgressPolicy {
+        EgressPolicy {
+            rules: lines
+                .iter()
+                .map(|line| (AllowRule::parse(line).unwrap(), "allow".to_owned()))
+                .collect(),
+            allow_http,
+            never: vec!["api.github.com".into(), "models.example.org".into()],
+            loopback_for_tests: false,
+        }
+    }
+
+    fn target(host: &str) -> Target {
+        Target::parse(host).unwrap()
+    }
+
+    #[test]
+    fn nothing_is_allowed_by_default() {
+        let verdict = EgressPolicy::default().decide(&target("pypi.org"), 443);
+        assert_eq!(
+            verdict,
+            Verdict::Refused {
+                reason: "pypi.org is not in [network] allow".into(),
+                hint: Some("add \"pypi.org\" to [network] allow in your config.toml".into())
+            }
+        );
+    }
+
+    #[test]
+    fn a_rule_without_a_port_allows_443_and_80_only_with_allow_http() {
+        let strict = policy(&["pypi.org"], false);
+        assert!(matches!(
+            strict.decide(&target("pypi.org"), 443),
+            Verdict::Allowed { .. }
+        ));
+        assert!(matches!(
+            strict.decide(&target("pypi.org"), 80),
+            Verdict::Refused { .. }
+        ));
+        assert!(matches!(
+            strict.decide(&target("pypi.org"), 22),
+            Verdict::Refused { .. }
+        ));
+        let plain = policy(&["pypi.org"], true);
+        assert!(matches!(
+            plain.decide(&target("pypi.org"), 80),
+            Verdict::Allowed { .. }
+        ));
+        let ported = policy(&["git.example.org:8443"], true);
+        assert!(matches!(
+            ported.decide(&target("git.example.org"), 8443),
+            Verdict::Allowed { .. }
+        ));
+        assert!(matches!(
+            ported.decide(&target("git.example.org"), 443),
+            Verdict::Refused { .. }
+        ));
+        let Verdict::Refused { hint, .. } = ported.decide(&target("git.example.org"), 22) else {
+            panic!("allowed");
+        };
+        assert_eq!(
+            hint.as_deref(),
+            Some("add \"git.example.org:22\" to [network] allow in your config.toml")
+        );
+    }
+
+    #[test]
+    fn the_forge_and_model_hosts_are_never_allowed_even_when_listed() {
+        let listed = policy(&["api.github.com", "*.example.org"], false);
+        for host in ["api.github.com", "API.GitHub.com.", "models.example.org"] {
+            let Verdict::Refused { reason, hint } = listed.decide(&target(host), 443) else {
+                panic!("{host} allowed");
+            };
+            assert!(reason.contains("never reaches"), "{reason}");
+            assert_eq!(hint, None);
+        }
+        assert!(matches!(
+            listed.decide(&target("pkg.example.org"), 443),
+            Verdict::Allowed { .. }
+        ));
+    }
+
+    #[test]
+    fn an_ip_literal_needs_a_literal_rule() {
+        let names = policy(&["*.example.org"], false);
+        let Verdict::Refused { reason, .. } = names.decide(&target("192.0.2.1"), 443) else {
+            panic!("allowed");
+        };
+        assert!(reason.contains("IP address"), "{reason}");
+        let literal = policy(&["192.0.2.1"], false);
+        assert!(matches!(
+            literal.decide(&target("192.0.2.1"), 443),
+            Verdict::Allowed { .. }
+        ));
+    }
+}

@@ -1,0 +1,581 @@
+//! The egress proxy of one dispatch: HTTP/1.1 on a unix socket (private to stet's account), each
+//! connection read head first, decided by the policy, its host resolved once by stet and connected
+//! to the address stet checked, then relayed within the dispatch's bounds (connections, bytes up and
+//! down, idle and total time). Every connection, allowed or refused, leaves a record.
+
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::sync::{Semaphore, oneshot};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio_util::sync::CancellationToken;
+
+use super::address;
+use super::head::{self, Asked, MAX_HEAD_BYTES};
+use super::hosts::Target;
+use super::{EgressPolicy, Verdict};
+
+/// How many records a proxy keeps (the oldest go first; the counts stay whole).
+const MAX_RECORDS: usize = 4096;
+
+/// The buffer each direction of a relayed connection reads into.
+const RELAY_BUFFER: usize = 64 << 10;
+
+/// What one dispatch's proxy allows in all.
+#[derive(Debug, Clone, Copy)]
+pub struct EgressBounds {
+    /// Connections open at once; more wait in the socket's backlog, holding nothing of stet's.
+    pub max_connections: usize,
+    /// Bytes the agent may send out over all connections (uploads are how code leaves).
+    pub max_upload_bytes: u64,
+    /// Bytes it may receive over all connections.
+    pub max_download_bytes: u64,
+    /// How long a connection may carry nothing either way.
+    pub idle: Duration,
+    /// How long one connection may last.
+    pub max_connection_time: Duration,
+    /// How long a client may take to send its request head, and stet to resolve and connect.
+    pub head_time: Duration,
+}
+
+impl Default for EgressBounds {
+    fn default() -> EgressBounds {
+        EgressBounds {
+            max_connections: 64,
+            max_upload_bytes: 16 << 20,
+            max_download_bytes: 4 << 30,
+            idle: Duration::from_secs(120),
+            max_connection_time: Duration::from_secs(30 * 60),
+            head_time: Duration::from_secs(10),
+        }
+    }
+}
+
+/// One connection, as the run record keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressRecord {
+    /// The host as asked (control characters removed, bounded).
+    pub host: String,
+    /// The port asked for.
+    pub port: u16,
+    /// The address stet connected to, when it did.
+    pub address: Option<SocketAddr>,
+    /// `allowed by <rule>` or `refused: <reason>`, and how it ended.
+    pub outcome: String,
+    /// Bytes the agent sent through it.
+    pub up: u64,
+    /// Bytes it received through it.
+    pub down: u64,
+    /// How long it lasted, in milliseconds.
+    pub millis: u64,
+}
+
+/// What a proxy has seen so far.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EgressReport {
+    /// Connections allowed.
+    pub allowed: u64,
+    /// Connections refused.
+    pub refused: u64,
+    /// Bytes the agent sent out.
+    pub uploaded: u64,
+    /// Bytes it received.
+    pub downloaded: u64,
+    /// The last refusal's host and the line that would allow it.
+    pub last_refused: Option<(String, Option<String>)>,
+    /// The latest records, oldest first (at most [`MAX_RECORDS`]).
+    pub records: Vec<EgressRecord>,
+}
+
+/// Why a proxy could not start.
+#[expect(
+    missing_docs,
+    reason = "each variant's #[error] message is its documentation"
+)]
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("the egress proxy's socket {} already exists", .0.display())]
+    SocketExists(PathBuf),
+    #[error("could not bind the egress proxy's socket {}: {source}", .path.display())]
+    Bind {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Name resolution, stet's own: the proxy connects only to an address this returned and checked.
+#[async_trait::async_trait]
+pub trait Resolve: Send + Sync {
+    /// The addresses of `host` on `port`.
+    async fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>>;
+}
+
+/// The system's resolver.
+pub struct SystemResolver;
+
+#[async_trait::async_trait]
+impl Resolve for SystemResolver {
+    async fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+        Ok(tokio::net::lookup_host((host, port)).await?.collect())
+    }
+}
+
+/// A running proxy; dropping it ends every connection.
+pub struct EgressProxy {
+    socket: PathBuf,
+    shared: Arc<Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    accept: Option<JoinHandle<()>>,
+}
+
+struct Shared {
+    policy: EgressPolicy,
+    bounds: EgressBounds,
+    resolver: Arc<dyn Resolve>,
+    upload_left: AtomicU64,
+    download_left: AtomicU64,
+    report: Mutex<EgressReport>,
+    /// Cancelled when the proxy shuts down: each connection ends and leaves its record.
+    ending: CancellationToken,
+}
+
+impl EgressProxy {
+    /// Binds `socket` (mode 0600; refused if it exists) and serves on it in a background task.
+    pub fn start(
+        socket: &Path,
+        policy: EgressPolicy,
+        bounds: EgressBounds,
+        resolver: Arc<dyn Resolve>,
+    ) -> Result<EgressProxy, ProxyError> {
+        if socket.symlink_metadata().is_ok() {
+            return Err(ProxyError::SocketExists(socket.to_owned()));
+        }
+        let bind_error = |source| ProxyError::Bind {
+            path: socket.to_owned(),
+            source,
+        };
+        let listener = UnixListener::bind(socket).map_err(bind_error)?;
+        if let Err(source) =
+            std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
+        {
+            let _ = std::fs::remove_file(socket);
+            return Err(bind_error(source));
+        }
+        let shared = Arc::new(Shared {
+            upload_left: AtomicU64::new(bounds.max_upload_bytes),
+            download_left: AtomicU64::new(bounds.max_download_bytes),
+            policy,
+            bounds,
+            resolver,
+            report: Mutex::new(EgressReport::default()),
+            ending: CancellationToken::new(),
+        });
+        let (stop, stopped) = oneshot::channel();
+        let accept = tokio::spawn(accept_loop(listener, Arc::clone(&shared), stopped));
+        Ok(EgressProxy {
+            socket: socket.to_owned(),
+            shared,
+            stop: Some(stop),
+            accept: Some(accept),
+        })
+    }
+
+    /// What the proxy has seen so far.
+    pub fn report(&self) -> EgressReport {
+        lock(&self.shared.report).clone()
+    }
+
+    /// Stops accepting, ends every connection (each leaves its record), removes the socket and
+    /// returns what the proxy saw.
+    pub async fn shutdown(mut self) -> EgressReport {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(accept) = self.accept.take() {
+            let _ = accept.await;
+        }
+        let _ = std::fs::remove_file(&self.socket);
+        self.report()
+    }
+}
+
+impl Drop for EgressProxy {
+    fn drop(&mut self) {
+        if let Some(accept) = self.accept.take() {
+            accept.abort();
+            let _ = std::fs::remove_file(&self.socket);
+        }
+    }
+}
+
+fn lock(report: &Mutex<EgressReport>) -> std::sync::MutexGuard<'_, EgressReport> {
+    report
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+async fn accept_loop(
+    listener: UnixListener,
+    shared: Arc<Shared>,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    let mut connections = JoinSet::new();
+    let slots = Arc::new(Semaphore::new(shared.bounds.max_connections.max(1)));
+    loop {
+        let slot = tokio::select! {
+            _ = &mut stopped => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            slot = Arc::clone(&slots).acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+        };
+        let accepted = tokio::select! {
+            _ = &mut stopped => break,
+            accepted = listener.accept() => accepted,
+        };
+        let Ok((client, _)) = accepted else {
+            continue;
+        };
+        let shared = Arc::clone(&shared);
+        connections.spawn(async move {
+            serve(client, &shared).await;
+            drop(slot);
+        });
+    }
+    shared.ending.cancel();
+    while connections.join_next().await.is_some() {}
+}
+
+/// How one connection went, before it is recorded.
+struct Served {
+    host: String,
+    port: u16,
+    address: Option<SocketAddr>,
+    outcome: String,
+    refusal: Option<Option<String>>,
+    up: u64,
+    down: u64,
+}
+
+async fn serve(mut client: UnixStream, shared: &Shared) {
+    let started = Instant::now();
+    let cut = |outcome: &str| Served {
+        host: String::new(),
+        port: 0,
+        address: None,
+        outcome: outcome.to_owned(),
+        refusal: None,
+        up: 0,
+        down: 0,
+    };
+    let bounded = tokio::time::timeout(
+        shared.bounds.max_connection_time,
+        handle(&mut client, shared),
+    );
+    // A relayed connection sees the end itself and returns its counts in the same poll; only one
+    // still being read or connected is cut here.
+    let served = tokio::select! {
+        biased;
+        handled = bounded => match handled {
+            Ok(served) => served,
+            Err(_) => cut("ended: it lasted past the connection's time bound"),
+        },
+        () = shared.ending.cancelled() => cut("ended: the dispatch ended before it was relayed"),
+    };
+    let millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let mut report = lock(&shared.report);
+    match served.refusal {
+        Some(hint) => {
+            report.refused += 1;
+            report.last_refused = Some((served.host.clone(), hint));
+        }
+        None => report.allowed += 1,
+    }
+    report.uploaded += served.up;
+    report.downloaded += served.down;
+    if report.records.len() == MAX_RECORDS {
+        report.records.remove(0);
+    }
+    report.records.push(EgressRecord {
+        host: served.host,
+        port: served.port,
+        address: served.address,
+        outcome: served.outcome,
+        up: served.up,
+        down: served.down,
+        millis,
+    });
+}
+
+/// Reads, decides, connects and relays one connection.
+async fn handle(client: &mut UnixStream, shared: &Shared) -> Served {
+    let mut served = Served {
+        host: String::new(),
+        port: 0,
+        address: None,
+        outcome: String::new(),
+        refusal: Some(None),
+        up: 0,
+        down: 0,
+    };
+    let (head_bytes, rest) =
+        match tokio::time::timeout(shared.bounds.head_time, read_head(client)).await {
+            Ok(Ok(read)) => read,
+            Ok(Err(reason)) => return refuse(client, served, 400, reason).await,
+            Err(_) => {
+                served.outcome = "refused: no request head within the time bound".into();
+                return served;
+            }
+        };
+    let asked = match head::parse(&head_bytes) {
+        Ok(asked) => asked,
+        Err(err) => return refuse(client, served, 400, err.to_string()).await,
+    };
+    served.host = shown(asked.host());
+    served.port = asked.port();
+    let target = match Target::parse(asked.host()) {
+        Ok(target) => target,
+        Err(reason) => return refuse(client, served, 400, format!("the host {reason}")).await,
+    };
+    served.host = target.to_string();
+    let rule = match shared.policy.decide(&target, asked.port()) {
+        Verdict::Allowed { rule } => rule,
+        Verdict::Refused { reason, hint } => {
+            served.refusal = Some(hint.clone());
+            let body = match hint {
+                Some(hint) => format!("{reason}: {hint}"),
+                None => reason,
+            };
+            return refuse(client, served, 403, body).await;
+        }
+    };
+    let connected = tokio::time::timeout(
+        shared.bounds.head_time,
+        connect(&target, asked.port(), shared),
+    )
+    .await;
+    let upstream = match connected {
+        Ok(Ok((upstream, address))) => {
+            served.address = Some(address);
+            upstream
+        }
+        Ok(Err(reason)) => return refuse(client, served, 403, reason).await,
+        Err(_) => {
+            return refuse(
+                client,
+                served,
+                504,
+                "resolving or connecting took too long".into(),
+            )
+            .await;
+        }
+    };
+    served.refusal = None;
+    let first = match &asked {
+        Asked::Tunnel { .. } => {
+            if client
+                .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                .await
+                .is_err()
+            {
+                served.outcome = format!("allowed by {rule}; the agent went away");
+                return served;
+            }
+            rest
+        }
+        Asked::Plain { head, .. } => [head.as_slice(), rest.as_slice()].concat(),
+    };
+    let (up, down, ended) = relay(client, upstream, first, shared).await;
+    served.up = up;
+    served.down = down;
+    served.outcome = format!("allowed by {rule}; {ended}");
+    served
+}
+
+/// Reads until the head's blank line, at most [`MAX_HEAD_BYTES`]; returns the head and what came
+/// after it.
+async fn read_head(client: &mut UnixStream) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let mut buffer = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = head::end_of_head(&buffer) {
+            let rest = buffer.split_off(end);
+            return Ok((buffer, rest));
+        }
+        if buffer.len() > MAX_HEAD_BYTES {
+            return Err(head::HeadError::TooLarge.to_string());
+        }
+        let read = client
+            .read(&mut chunk)
+            .await
+            .map_err(|err| err.to_string())?;
+        if read == 0 {
+            return Err("the connection closed before its request head ended".into());
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+    }
+}
+
+/// Resolves `target` once and connects to the first address the rules allow.
+async fn connect(
+    target: &Target,
+    port: u16,
+    shared: &Shared,
+) -> Result<(TcpStream, SocketAddr), String> {
+    let addresses = match target {
+        Target::Address(address) => vec![SocketAddr::new(*address, port)],
+        Target::Name(name) => shared
+            .resolver
+            .resolve(name, port)
+            .await
+            .map_err(|err| format!("{name} does not resolve: {err}"))?,
+    };
+    let mut refusal = format!("{target} resolves to no address");
+    for address in addresses {
+        let ip = address.ip();
+        let lifted = shared.policy.loopback_for_tests && address::is_loopback(ip);
+        if let Some(reason) = address::refused(ip).filter(|_| !lifted) {
+            refusal =
+                format!("{target} resolves to {ip}, {reason}, which the proxy never connects to");
+            continue;
+        }
+        match TcpStream::connect(address).await {
+            Ok(stream) => return Ok((stream, address)),
+            Err(err) => refusal = format!("connecting to {address} failed: {err}"),
+        }
+    }
+    Err(refusal)
+}
+
+/// Answers with `status` and `reason`, and records the refusal.
+async fn refuse(
+    client: &mut UnixStream,
+    mut served: Served,
+    status: u16,
+    reason: String,
+) -> Served {
+    let text = match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        _ => "Gateway Timeout",
+    };
+    let body = format!("stet egress: {reason}\n");
+    let answer = format!(
+        "HTTP/1.1 {status} {text}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = client.write_all(answer.as_bytes()).await;
+    let _ = client.shutdown().await;
+    served.outcome = format!("refused: {reason}");
+    if served.refusal.is_none() {
+        served.refusal = Some(None);
+    }
+    served
+}
+
+/// Relays both ways until both sides are done or a bound ends it; returns the bytes up, down and
+/// how it ended.
+async fn relay(
+    client: &mut UnixStream,
+    upstream: TcpStream,
+    first: Vec<u8>,
+    shared: &Shared,
+) -> (u64, u64, String) {
+    let (mut client_read, mut client_write) = client.split();
+    let (mut upstream_read, mut upstream_write) = upstream.into_split();
+    let idle = shared.bounds.idle;
+    let (mut up, mut down) = (0u64, 0u64);
+    if !first.is_empty() {
+        if !take(&shared.upload_left, first.len()) {
+            return (
+                0,
+                0,
+                "ended: the dispatch's upload bound was reached".into(),
+            );
+        }
+        if write(&mut upstream_write, &first, idle).await.is_err() {
+            return (0, 0, "ended: the host went away".into());
+        }
+        up += first.len() as u64;
+    }
+    let mut up_buffer = vec![0u8; RELAY_BUFFER];
+    let mut down_buffer = vec![0u8; RELAY_BUFFER];
+    let (mut client_done, mut upstream_done) = (false, false);
+    let ended = loop {
+        if client_done && upstream_done {
+            break "closed".to_owned();
+        }
+        tokio::select! {
+            read = client_read.read(&mut up_buffer), if !client_done => match read {
+                Ok(0) | Err(_) => {
+                    client_done = true;
+                    let _ = upstream_write.shutdown().await;
+                }
+                Ok(read) => {
+                    if !take(&shared.upload_left, read) {
+                        break "ended: the dispatch's upload bound was reached".to_owned();
+                    }
+                    if write(&mut upstream_write, &up_buffer[..read], idle).await.is_err() {
+                        break "ended: the host stopped reading".to_owned();
+                    }
+                    up += read as u64;
+                }
+            },
+            read = upstream_read.read(&mut down_buffer), if !upstream_done => match read {
+                Ok(0) | Err(_) => {
+                    upstream_done = true;
+                    let _ = client_write.shutdown().await;
+                }
+                Ok(read) => {
+                    if !take(&shared.download_left, read) {
+                        break "ended: the dispatch's download bound was reached".to_owned();
+                    }
+                    if write(&mut client_write, &down_buffer[..read], idle).await.is_err() {
+                        break "ended: the agent stopped reading".to_owned();
+                    }
+                    down += read as u64;
+                }
+            },
+            () = tokio::time::sleep(idle) => break format!("ended: nothing moved for {}s", idle.as_secs()),
+            () = shared.ending.cancelled() => break "ended: the dispatch ended".to_owned(),
+        }
+    };
+    (up, down, ended)
+}
+
+/// Takes `bytes` from a budget, or nothing when it holds fewer.
+fn take(budget: &AtomicU64, bytes: usize) -> bool {
+    let bytes = bytes as u64;
+    budget
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+            left.checked_sub(bytes)
+        })
+        .is_ok()
+}
+
+/// Writes all of `bytes`, failing when the other side takes nothing for `idle`.
+async fn write<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    bytes: &[u8],
+    idle: Duration,
+) -> std::io::Result<()> {
+    match tokio::time::timeout(idle, writer.write_all(bytes)).await {
+        Ok(written) => written,
+        Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut)),
+    }
+}
+
+/// A host for a record: no control characters, at most 255 bytes.
+fn shown(host: &str) -> String {
+    host.chars().filter(|c| !c.is_control()).take(255).collect()
+}
+
+#[cfg(test)]
+mod tests;
