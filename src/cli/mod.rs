@@ -7,6 +7,7 @@ mod demo;
 mod filters;
 mod headless;
 mod maintenance;
+mod salvaged;
 mod session;
 mod sink;
 mod terminal;
