@@ -366,7 +366,7 @@ pub(super) fn run(command: Command) -> Finished {
 }
 
 /// Runs `command` to its end, leaving its stdout as text (`stet sweep`).
-fn run_text(mut command: Command) -> Finished {
+pub(super) fn run_text(mut command: Command) -> Finished {
     let output = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -454,7 +454,7 @@ impl Watched {
     }
 
     /// SIGKILL, then reaps the process (its journal records are orphans from then on).
-    fn kill(mut self) -> ExitStatus {
+    pub(super) fn kill(mut self) -> ExitStatus {
         self.child.kill().unwrap();
         let status = self.child.wait().unwrap();
         let _ = self.stderr.take().unwrap().join();

@@ -40,6 +40,7 @@ mod redteam_repo;
 mod redteam_voice;
 mod registry;
 mod runtime;
+mod salvage;
 mod support;
 mod sweep;
 mod tui;
