@@ -119,12 +119,17 @@ fn the_agents_work_is_salvaged_after_a_sigkill_once_it_ran_and_not_before() {
                     git(&project.repo, &["show", &format!("{commit}:src/notes.txt")]),
                     "tidied by the agent"
                 );
-                assert_eq!(git(&project.repo, &["rev-parse", &format!("{commit}^")]), main);
+                assert_eq!(
+                    git(&project.repo, &["rev-parse", &format!("{commit}^")]),
+                    main
+                );
                 let message = git(&project.repo, &["log", "-1", "--format=%B", &commit]);
                 assert!(message.starts_with("Tidy the notes"), "{message}");
                 assert!(message.contains("Incomplete: salvaged"), "{message}");
                 assert!(
-                    shown.contains(&format!("salvaged {dispatch}  Tidy the notes  ({reference}")),
+                    shown.contains(&format!(
+                        "salvaged {dispatch}  Tidy the notes  ({reference}"
+                    )),
                     "{shown}"
                 );
                 assert!(shown.contains("incomplete, not pushed"), "{shown}");
@@ -149,7 +154,10 @@ fn the_agents_work_is_salvaged_after_a_sigkill_once_it_ran_and_not_before() {
 #[test]
 fn a_workspace_the_import_refuses_is_refused_by_the_salvage_with_the_imports_message() {
     docker_ready();
-    let big = format!("write = {{ path = \"big.bin\", content = \"{}\" }}", "x".repeat(2000));
+    let big = format!(
+        "write = {{ path = \"big.bin\", content = \"{}\" }}",
+        "x".repeat(2000)
+    );
     let project = Project::new(&scenario(&[
         &big,
         // The workspace is <home>/state/stet/dispatches/<id>/workspace: this names <home>/outside.
@@ -175,7 +183,11 @@ fn a_workspace_the_import_refuses_is_refused_by_the_salvage_with_the_imports_mes
         None
     );
     assert!(!reviews(&project).contains("salvaged"));
-    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0, "nothing written outside");
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        0,
+        "nothing written outside"
+    );
     assert!(
         !project.home.state().join("salvaged").exists(),
         "no salvage record"

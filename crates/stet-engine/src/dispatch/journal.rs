@@ -12,7 +12,11 @@
 //! {"v":1,"op":"begin","dispatch":"stet-dispatch-<uuid>"}
 //! {"v":1,"op":"intend","resource":{"kind":"container","name":"stet-dispatch-<uuid>"}}
 //! {"v":1,"op":"release","resource":{"kind":"container","name":"stet-dispatch-<uuid>"}}
+//! {"v":1,"op":"salvage","salvage":{"repository":"…","parent":"<sha>",…}}
 //! ```
+//!
+//! `salvage`, written as the agent starts, is what the sweep needs to salvage its work after a crash
+//! ([`crate::dispatch::salvage`]).
 //!
 //! The state of a record is the replay of its lines. Each line is written with one `write` and
 //! fsync'd before the call returns, so a crash can only ever leave an incomplete *final* line, which
@@ -346,11 +350,19 @@ struct Version {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 enum Operation {
-    Begin { dispatch: DispatchId },
-    Intend { resource: Resource },
-    Release { resource: Resource },
+    Begin {
+        dispatch: DispatchId,
+    },
+    Intend {
+        resource: Resource,
+    },
+    Release {
+        resource: Resource,
+    },
     /// The agent is about to run: what the sweep needs to salvage its work after a crash.
-    Salvage { salvage: SalvagePlan },
+    Salvage {
+        salvage: SalvagePlan,
+    },
 }
 
 /// A record's state after replaying its complete lines.

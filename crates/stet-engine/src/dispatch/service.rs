@@ -341,9 +341,12 @@ impl DispatchService {
         report: &mut SweepReport,
     ) {
         let Some(workspace) = self
-            .own_path(dispatch, &Resource::Workspace {
-                path: journaled.to_owned(),
-            })
+            .own_path(
+                dispatch,
+                &Resource::Workspace {
+                    path: journaled.to_owned(),
+                },
+            )
             .filter(|own| same_place(own, journaled))
         else {
             // The reclaim says why a path that is not the dispatch's own is left alone.

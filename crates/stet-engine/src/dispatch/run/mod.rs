@@ -406,7 +406,11 @@ impl Dispatch {
         let plan = SalvagePlan::new(
             &self.parts.repository,
             preflight.parent(),
-            self.commit_message().as_str().lines().next().unwrap_or_default(),
+            self.commit_message()
+                .as_str()
+                .lines()
+                .next()
+                .unwrap_or_default(),
             &self.parts.settings.agent,
             self.parts.settings.import,
             &self.parts.settings.protected,
