@@ -5,6 +5,7 @@ mod branch;
 mod brief;
 mod canary;
 mod cli;
+mod completions;
 mod costly_settings;
 mod demo_scenarios;
 mod engine_matrix;
