@@ -17,7 +17,10 @@ use crate::dispatch::gate::inspect_until;
 use crate::dispatch::order::result_ref;
 use crate::forge::protected::ProtectedPaths;
 use crate::git::changes::read_changes_until;
-use crate::git::import::{Identity, ImportLimits, ImportRequest, Imported, import};
+use crate::git::import::{
+    Identity, ImportLimits, ImportRequest, ImportWarning, Imported, ResultDiff, committed_diff,
+    import,
+};
 use stet_protocol::event::DispatchId;
 use stet_sanitize::branch::CommitSha;
 use stet_sanitize::sanitize::TokenSanitizer;
@@ -43,6 +46,8 @@ pub enum SalvageError {
     Review(String),
     #[error("keeping it at {reference}: {detail}")]
     Keep { reference: String, detail: String },
+    #[error("reading the result kept at {reference}: {detail}")]
+    Kept { reference: String, detail: String },
     #[error("{}: {source}", .path.display())]
     Record {
         path: PathBuf,
@@ -193,6 +198,46 @@ pub fn salvage(
         reference: reference.clone(),
         detail,
     })?;
+    recorded(
+        plan, dispatch, commit, diff, &warnings, state_dir, sanitizer,
+    )
+}
+
+/// A crashed dispatch whose result was collected before the crash (its workspace already gone):
+/// the commit its collect kept at `refs/stet/<dispatch>` is recorded for `stet reviews` as salvaged;
+/// `None` when no result was kept there.
+pub fn kept_before(
+    plan: &SalvagePlan,
+    dispatch: DispatchId,
+    state_dir: &Path,
+    sanitizer: &Arc<TokenSanitizer>,
+) -> Result<Option<Outcome>, SalvageError> {
+    let reference = result_ref(dispatch);
+    let failed = |detail: String| SalvageError::Kept {
+        reference: reference.clone(),
+        detail,
+    };
+    let repository = git2::Repository::open(&plan.repository)
+        .map_err(|error| failed(error.message().to_owned()))?;
+    let Ok(found) = repository.refname_to_id(&reference) else {
+        return Ok(None);
+    };
+    let commit = CommitSha::parse(&found.to_string()).map_err(|error| failed(error.to_string()))?;
+    let diff = committed_diff(&plan.repository, &plan.parent, &commit)
+        .map_err(|error| failed(error.message().to_owned()))?;
+    recorded(plan, dispatch, commit, diff, &[], state_dir, sanitizer).map(Some)
+}
+
+/// Passes `commit` through the review gate and records it under `<state>/salvaged/`.
+fn recorded(
+    plan: &SalvagePlan,
+    dispatch: DispatchId,
+    commit: CommitSha,
+    diff: ResultDiff,
+    warnings: &[ImportWarning],
+    state_dir: &Path,
+    sanitizer: &Arc<TokenSanitizer>,
+) -> Result<Outcome, SalvageError> {
     let rules = ProtectedPaths::default()
         .extended(&plan.protected)
         .map_err(|error| SalvageError::Rules(error.to_string()))?;
@@ -205,7 +250,7 @@ pub fn salvage(
     let salvaged = Salvaged {
         dispatch,
         title: plan.title.clone(),
-        reference,
+        reference: result_ref(dispatch),
         commit,
         repository: plan.repository.clone(),
         files: diff.files.len(),
@@ -277,3 +322,6 @@ pub fn salvaged(state_dir: &Path) -> Vec<Salvaged> {
     found.sort_by_key(|record: &Salvaged| record.salvaged_at);
     found
 }
+
+#[cfg(test)]
+mod tests;

@@ -19,7 +19,7 @@ use stet_sanitize::sanitize::{SanitizerHandle, TokenSanitizer};
 
 use crate::credential::{CredentialProvider, Revocation};
 use crate::dispatch::journal::{Journal, JournalError, Resource};
-use crate::dispatch::salvage::{Outcome, SalvagePlan, salvage};
+use crate::dispatch::salvage::{Outcome, SalvagePlan, kept_before, salvage};
 use crate::dispatch::sandbox::{DISPATCHES_DIR, SandboxPaths};
 use crate::dispatch::socket_dir::SocketPlace;
 use crate::runtime::{ContainerRuntime, Removal, RuntimeError, state_label};
@@ -268,6 +268,13 @@ impl DispatchService {
             let mut outstanding = entry.outstanding().to_vec();
             outstanding.sort_by_key(crate::dispatch::sandbox::teardown_order);
             let plan = entry.salvage_plan().cloned();
+            let workspace_left = outstanding
+                .iter()
+                .any(|resource| matches!(resource, Resource::Workspace { .. }));
+            if let (Some(plan), false) = (&plan, workspace_left) {
+                // Past collecting: the result the collect kept is what a person gets back.
+                self.kept_before(record.dispatch, plan, &mut report).await;
+            }
             for resource in outstanding {
                 // The container is gone by now (it comes first): nothing of the agent still writes.
                 if let (Resource::Workspace { path }, Some(plan)) = (&resource, &plan) {
@@ -383,6 +390,46 @@ impl DispatchService {
             Ok(Err(error)) => format!("did not salvage the agent's work of {dispatch}: {error}"),
             Err(error) => format!("did not salvage the agent's work of {dispatch}: {error}"),
         });
+    }
+
+    /// A crashed dispatch that had collected its result before the crash: the commit kept at
+    /// `refs/stet/<dispatch>` is recorded as salvaged, for `stet reviews`.
+    async fn kept_before(
+        &self,
+        dispatch: DispatchId,
+        plan: &SalvagePlan,
+        report: &mut SweepReport,
+    ) {
+        let sanitizer = match TokenSanitizer::new() {
+            Ok(sanitizer) => Arc::new(sanitizer),
+            Err(error) => {
+                report.failures.push(format!("{dispatch}: {error}"));
+                return;
+            }
+        };
+        let plan = plan.clone();
+        let state_dir = self.state_dir.clone();
+        let kept = tokio::task::spawn_blocking(move || {
+            kept_before(&plan, dispatch, &state_dir, &sanitizer)
+        })
+        .await;
+        match kept {
+            Ok(Ok(Some(Outcome::Kept(kept)))) => report.salvage.push(format!(
+                "salvaged the agent's work of {dispatch} (collected before the crash): {} file(s), +{} -{}, kept at {} in {}; not pushed by the sweep, `stet reviews` shows it",
+                kept.files,
+                kept.insertions,
+                kept.deletions,
+                kept.reference,
+                kept.repository.display()
+            )),
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => report
+                .salvage
+                .push(format!("did not salvage the agent's work of {dispatch}: {error}")),
+            Err(error) => report
+                .salvage
+                .push(format!("did not salvage the agent's work of {dispatch}: {error}")),
+        }
     }
 
     /// The dispatch directories under `<state>/dispatches`, by the dispatch they are named for.
