@@ -271,6 +271,21 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: ImageCommand,
     },
+
+    /// Print the completion script for a shell (bash, zsh or fish) on stdout.
+    #[command(
+        after_help = "Examples:\n  source <(stet completions bash)\n  stet completions fish > ~/.config/fish/completions/stet.fish"
+    )]
+    Completions {
+        /// The shell to complete in.
+        shell: super::completions::CompletionShell,
+    },
+
+    /// Print stet's man page (roff) on stdout.
+    #[command(
+        after_help = "Examples:\n  stet man | man -l -\n  stet man > ~/.local/share/man/man1/stet.1"
+    )]
+    Man,
 }
 
 #[derive(Debug, Subcommand)]

@@ -203,7 +203,8 @@ pub(crate) fn trust(path: Option<PathBuf>, revoke: bool, list: bool) -> anyhow::
 
 pub(crate) fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
     use stet_sanitize::display::{escaped_invisible, one_line, without_invisible};
-    let dir = stet_engine::state_dir::locate()?.join(stet_engine::forge::local::REVIEWS_DIR);
+    let state_dir = stet_engine::state_dir::locate()?;
+    let dir = state_dir.join(stet_engine::forge::local::REVIEWS_DIR);
     let mut out = std::io::stdout().lock();
     // Every field of a record came from outside (a brief, the agent, the forge's repository): names
     // are shown with what the display policy hides escaped, text with it removed.
@@ -236,6 +237,9 @@ pub(crate) fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
         Ok(())
     })?;
     written?;
+    if number.is_none() {
+        listed += super::salvaged::show(&mut out, &state_dir)?;
+    }
     match number {
         None if listed == 0 => writeln!(out, "no reviews yet in {}", path(&dir))?,
         None => {}

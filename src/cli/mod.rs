@@ -3,10 +3,12 @@
 //! that dispatch, once.
 
 pub(crate) mod args;
+mod completions;
 mod demo;
 mod filters;
 mod headless;
 mod maintenance;
+mod salvaged;
 mod session;
 mod sink;
 mod terminal;
@@ -38,6 +40,8 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             command: ImageCommand::BuildLocal { binary },
         }) => session::block_on(maintenance::image_build_local(binary)),
         Some(Command::Sweep) => session::block_on(maintenance::sweep()),
+        Some(Command::Completions { shell }) => completions::completions(shell),
+        Some(Command::Man) => completions::man(),
         Some(Command::Doctor) => session::block_on(maintenance::doctor()),
         Some(Command::Trust { path, revoke, list }) => maintenance::trust(path, revoke, list),
         Some(Command::Reviews { number }) => maintenance::reviews(number),

@@ -366,7 +366,7 @@ pub(super) fn run(command: Command) -> Finished {
 }
 
 /// Runs `command` to its end, leaving its stdout as text (`stet sweep`).
-fn run_text(mut command: Command) -> Finished {
+pub(super) fn run_text(mut command: Command) -> Finished {
     let output = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -454,7 +454,7 @@ impl Watched {
     }
 
     /// SIGKILL, then reaps the process (its journal records are orphans from then on).
-    fn kill(mut self) -> ExitStatus {
+    pub(super) fn kill(mut self) -> ExitStatus {
         self.child.kill().unwrap();
         let status = self.child.wait().unwrap();
         let _ = self.stderr.take().unwrap().join();
@@ -1531,12 +1531,13 @@ fn a_sigkilled_dispatch_is_reclaimed_by_the_next_sweep() {
             ));
         }
         if point == KillPoint::Running {
-            // Everything existed: the report is exactly this, in this order.
+            // Everything existed: the report is exactly this, in this order (the agent, which only
+            // talks, left no work to salvage).
             let state = home.state().display().to_string();
             let (provider, id) = &credentials[0];
             let full = |credential: String| {
                 format!(
-                    "removed container {dispatch}\nremoved {state}/dispatches/{dispatch}/workspace\nremoved {state}/dispatches/{dispatch}/outputs\nremoved {state}/dispatches/{dispatch}\n{credential}\nclosed 1 journal record(s)\n"
+                    "nothing to salvage of {dispatch}: the agent had changed nothing\nremoved container {dispatch}\nremoved {state}/dispatches/{dispatch}/workspace\nremoved {state}/dispatches/{dispatch}/outputs\nremoved {state}/dispatches/{dispatch}\n{credential}\nclosed 1 journal record(s)\n"
                 )
             };
             let revoked = full(format!("revoked credential {id}"));

@@ -9,6 +9,7 @@
 mod known;
 mod redactor;
 mod rules;
+mod split;
 
 use std::sync::{Arc, RwLock};
 

@@ -12,7 +12,11 @@
 //! {"v":1,"op":"begin","dispatch":"stet-dispatch-<uuid>"}
 //! {"v":1,"op":"intend","resource":{"kind":"container","name":"stet-dispatch-<uuid>"}}
 //! {"v":1,"op":"release","resource":{"kind":"container","name":"stet-dispatch-<uuid>"}}
+//! {"v":1,"op":"salvage","salvage":{"repository":"…","parent":"<sha>",…}}
 //! ```
+//!
+//! `salvage`, written as the agent starts, is what the sweep needs to salvage its work after a crash
+//! ([`crate::dispatch::salvage`]).
 //!
 //! The state of a record is the replay of its lines. Each line is written with one `write` and
 //! fsync'd before the call returns, so a crash can only ever leave an incomplete *final* line, which
@@ -40,6 +44,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::credential::CredentialId;
+use crate::dispatch::salvage::SalvagePlan;
 use stet_protocol::event::DispatchId;
 
 /// The schema version in every journal line's `v` field. Bumped on any incompatible change.
@@ -311,6 +316,8 @@ pub struct Record {
     pub owner: Owner,
     /// Intended and not yet released, in creation order.
     pub resources: Vec<Resource>,
+    /// What salvaging its work needs, once its agent started.
+    pub salvage: Option<SalvagePlan>,
     /// The record's file.
     pub path: PathBuf,
 }
@@ -343,15 +350,26 @@ struct Version {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 enum Operation {
-    Begin { dispatch: DispatchId },
-    Intend { resource: Resource },
-    Release { resource: Resource },
+    Begin {
+        dispatch: DispatchId,
+    },
+    Intend {
+        resource: Resource,
+    },
+    Release {
+        resource: Resource,
+    },
+    /// The agent is about to run: what the sweep needs to salvage its work after a crash.
+    Salvage {
+        salvage: SalvagePlan,
+    },
 }
 
 /// A record's state after replaying its complete lines.
 #[derive(Debug, PartialEq)]
 struct Replay {
     resources: Vec<Resource>,
+    salvage: Option<SalvagePlan>,
     /// Bytes up to and including the last newline; anything after it is a torn write.
     complete_len: u64,
 }
@@ -362,11 +380,13 @@ fn replay(path: &Path, dispatch: DispatchId, bytes: &[u8]) -> Result<Replay> {
         None => {
             return Ok(Replay {
                 resources: Vec::new(),
+                salvage: None,
                 complete_len: 0,
             });
         }
     };
     let mut resources: Vec<Resource> = Vec::new();
+    let mut salvage = None;
     for (index, text) in complete.split(|byte| *byte == b'\n').enumerate() {
         let line = index + 1;
         let corrupt = |source| JournalError::CorruptLine {
@@ -405,10 +425,12 @@ fn replay(path: &Path, dispatch: DispatchId, bytes: &[u8]) -> Result<Replay> {
                 }
             }
             (_, Operation::Release { resource }) => resources.retain(|held| *held != resource),
+            (_, Operation::Salvage { salvage: plan }) => salvage = Some(plan),
         }
     }
     Ok(Replay {
         resources,
+        salvage,
         complete_len: complete.len() as u64 + 1,
     })
 }
@@ -528,6 +550,7 @@ impl Journal {
             path,
             file,
             outstanding: Vec::new(),
+            salvage: None,
             poisoned: false,
         };
         entry.append(Operation::Begin { dispatch })?;
@@ -569,6 +592,7 @@ impl Journal {
                         dispatch,
                         owner,
                         resources: replayed.resources,
+                        salvage: replayed.salvage,
                         path,
                     }),
                     Err(problem) => scan.problems.push(problem),
@@ -644,6 +668,7 @@ impl Journal {
             path: to,
             file,
             outstanding: replayed.resources,
+            salvage: replayed.salvage,
             poisoned: false,
         };
         if replayed.complete_len == 0 {
@@ -664,6 +689,7 @@ pub struct JournalEntry {
     path: PathBuf,
     file: File,
     outstanding: Vec<Resource>,
+    salvage: Option<SalvagePlan>,
     /// Set while a line is being written and left set if writing or syncing it failed: the file may
     /// end in a partial line, and appending after it would corrupt the record.
     poisoned: bool,
@@ -704,6 +730,20 @@ impl JournalEntry {
     /// Intended and not yet released, in creation order.
     pub fn outstanding(&self) -> &[Resource] {
         &self.outstanding
+    }
+
+    /// Records what salvaging the agent's work needs; durable when this returns.
+    pub fn plan_salvage(&mut self, plan: SalvagePlan) -> Result<()> {
+        self.append(Operation::Salvage {
+            salvage: plan.clone(),
+        })?;
+        self.salvage = Some(plan);
+        Ok(())
+    }
+
+    /// What salvaging the agent's work needs, once its agent started.
+    pub fn salvage_plan(&self) -> Option<&SalvagePlan> {
+        self.salvage.as_ref()
     }
 
     /// Removes the record. Refuses, naming what is left, while resources are outstanding; the

@@ -10,6 +10,7 @@ pub mod order;
 pub mod record;
 pub mod remove_tree;
 pub mod run;
+pub mod salvage;
 pub mod sandbox;
 pub mod service;
 pub mod socket_dir;

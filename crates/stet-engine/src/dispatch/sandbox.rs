@@ -348,6 +348,18 @@ impl DispatchSandbox {
         Ok(self.runtime.exec(&self.container, &merged, output).await?)
     }
 
+    /// Journals what the sweep needs to salvage the agent's work should this process die while
+    /// the agent runs ([`crate::dispatch::salvage`]).
+    pub(crate) async fn plan_salvage(
+        &self,
+        plan: crate::dispatch::salvage::SalvagePlan,
+    ) -> std::result::Result<(), String> {
+        match self.state.lock().await.as_mut() {
+            Some(entry) => entry.plan_salvage(plan).map_err(|error| error.to_string()),
+            None => Err(format!("{} is torn down", self.dispatch)),
+        }
+    }
+
     /// Removes the container and, with it, everything the agent still runs there (a process it
     /// left in the background included): once the agent's work is over nothing of it may run while
     /// the result is collected or reviewed. Its files stay for the import. Returns why it failed.

@@ -15,10 +15,11 @@ use crate::git::import::{Identity, ImportLimits};
 use crate::git::workspace::BaseLimits;
 use crate::harness::Harness;
 use crate::runtime::{DispatchLimits, ImageRef, NetworkPolicy, SandboxUser};
-use stet_sanitize::sanitize::SanitizerHandle;
+use stet_sanitize::sanitize::{SanitizerHandle, TokenSanitizer};
 
 use crate::credential::{CredentialProvider, Revocation};
 use crate::dispatch::journal::{Journal, JournalError, Resource};
+use crate::dispatch::salvage::{Outcome, SalvagePlan, kept_before, salvage};
 use crate::dispatch::sandbox::{DISPATCHES_DIR, SandboxPaths};
 use crate::dispatch::socket_dir::SocketPlace;
 use crate::runtime::{ContainerRuntime, Removal, RuntimeError, state_label};
@@ -63,6 +64,9 @@ pub struct SweepReport {
     pub records_closed: usize,
     /// Steps that failed; their records stay in the journal for the next sweep.
     pub failures: Vec<String>,
+    /// What the sweep said of the agent's work in crashed dispatches it reclaimed: kept (salvaged,
+    /// incomplete, never pushed), nothing to keep, or refused by the import.
+    pub salvage: Vec<String>,
 }
 
 impl SweepReport {
@@ -75,6 +79,7 @@ impl SweepReport {
             && self.credentials_left_to_expire.is_empty()
             && self.records_closed == 0
             && self.failures.is_empty()
+            && self.salvage.is_empty()
     }
 }
 
@@ -82,6 +87,9 @@ impl fmt::Display for SweepReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_empty() {
             return writeln!(f, "nothing to sweep: no dispatch left anything behind");
+        }
+        for salvage in &self.salvage {
+            writeln!(f, "{salvage}")?;
         }
         for name in &self.containers_removed {
             writeln!(f, "removed container {name}")?;
@@ -259,7 +267,19 @@ impl DispatchService {
             // The same order as a teardown: the container (which holds the mounts) first.
             let mut outstanding = entry.outstanding().to_vec();
             outstanding.sort_by_key(crate::dispatch::sandbox::teardown_order);
+            let plan = entry.salvage_plan().cloned();
+            let workspace_left = outstanding
+                .iter()
+                .any(|resource| matches!(resource, Resource::Workspace { .. }));
+            if let (Some(plan), false) = (&plan, workspace_left) {
+                // Past collecting: the result the collect kept is what a person gets back.
+                self.kept_before(record.dispatch, plan, &mut report).await;
+            }
             for resource in outstanding {
+                // The container is gone by now (it comes first): nothing of the agent still writes.
+                if let (Resource::Workspace { path }, Some(plan)) = (&resource, &plan) {
+                    self.salvage(record.dispatch, path, plan, &mut report).await;
+                }
                 match self.reclaim(record.dispatch, &resource, &mut report).await {
                     Ok(()) => entry.released(&resource)?,
                     Err(failure) => report
@@ -316,6 +336,100 @@ impl DispatchService {
             }
         }
         Ok(report)
+    }
+
+    /// Before a crashed dispatch's workspace is removed: its work imported through the trusted
+    /// import and kept, incomplete, at `refs/stet/<dispatch>` ([`crate::dispatch::salvage`]).
+    async fn salvage(
+        &self,
+        dispatch: DispatchId,
+        journaled: &Path,
+        plan: &SalvagePlan,
+        report: &mut SweepReport,
+    ) {
+        let Some(workspace) = self
+            .own_path(
+                dispatch,
+                &Resource::Workspace {
+                    path: journaled.to_owned(),
+                },
+            )
+            .filter(|own| same_place(own, journaled))
+        else {
+            // The reclaim says why a path that is not the dispatch's own is left alone.
+            return;
+        };
+        if !std::fs::symlink_metadata(&workspace).is_ok_and(|meta| meta.is_dir()) {
+            return;
+        }
+        let sanitizer = match TokenSanitizer::new() {
+            Ok(sanitizer) => Arc::new(sanitizer),
+            Err(error) => {
+                report.failures.push(format!("{dispatch}: {error}"));
+                return;
+            }
+        };
+        let plan = plan.clone();
+        let state_dir = self.state_dir.clone();
+        let salvaged = tokio::task::spawn_blocking(move || {
+            salvage(&plan, dispatch, &workspace, &state_dir, &sanitizer)
+        })
+        .await;
+        report.salvage.push(match salvaged {
+            Ok(Ok(Outcome::Kept(kept))) => format!(
+                "salvaged the agent's work of {dispatch} (it was cut short): {} file(s), +{} -{}, kept at {} in {}; incomplete and not pushed, `stet reviews` shows it",
+                kept.files,
+                kept.insertions,
+                kept.deletions,
+                kept.reference,
+                kept.repository.display()
+            ),
+            Ok(Ok(Outcome::Unchanged)) => {
+                format!("nothing to salvage of {dispatch}: the agent had changed nothing")
+            }
+            Ok(Err(error)) => format!("did not salvage the agent's work of {dispatch}: {error}"),
+            Err(error) => format!("did not salvage the agent's work of {dispatch}: {error}"),
+        });
+    }
+
+    /// A crashed dispatch that had collected its result before the crash: the commit kept at
+    /// `refs/stet/<dispatch>` is recorded as salvaged, for `stet reviews`.
+    async fn kept_before(
+        &self,
+        dispatch: DispatchId,
+        plan: &SalvagePlan,
+        report: &mut SweepReport,
+    ) {
+        let sanitizer = match TokenSanitizer::new() {
+            Ok(sanitizer) => Arc::new(sanitizer),
+            Err(error) => {
+                report.failures.push(format!("{dispatch}: {error}"));
+                return;
+            }
+        };
+        let plan = plan.clone();
+        let state_dir = self.state_dir.clone();
+        let kept = tokio::task::spawn_blocking(move || {
+            kept_before(&plan, dispatch, &state_dir, &sanitizer)
+        })
+        .await;
+        match kept {
+            Ok(Ok(Some(Outcome::Kept(kept)))) => report.salvage.push(format!(
+                "salvaged the agent's work of {dispatch} (collected before the crash): {} file(s), +{} -{}, kept at {} in {}; not pushed by the sweep, `stet reviews` shows it",
+                kept.files,
+                kept.insertions,
+                kept.deletions,
+                kept.reference,
+                kept.repository.display()
+            )),
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => report
+                .salvage
+                .push(format!("did not salvage the agent's work of {dispatch}: {error}")),
+            Err(error) => report
+                .salvage
+                .push(format!("did not salvage the agent's work of {dispatch}: {error}")),
+        }
     }
 
     /// The dispatch directories under `<state>/dispatches`, by the dispatch they are named for.

@@ -348,6 +348,26 @@ pub fn import(request: &ImportRequest<'_>) -> Result<Imported> {
     import_until(request, &|| false)
 }
 
+/// The diff of a commit an earlier import made against its parent, within the same budgets (a
+/// result a crashed dispatch had collected, shown again by the sweep's salvage).
+pub fn committed_diff(
+    repository: &Path,
+    parent: &CommitSha,
+    commit: &CommitSha,
+) -> std::result::Result<ResultDiff, git2::Error> {
+    let repository = Repository::open_ext(
+        repository,
+        RepositoryOpenFlags::NO_SEARCH,
+        std::iter::empty::<&OsStr>(),
+    )?;
+    let tree = |sha: &CommitSha| {
+        repository
+            .find_commit(git2::Oid::from_str(sha.as_str())?)
+            .and_then(|found| found.tree())
+    };
+    result_diff(&repository, &tree(parent)?, &tree(commit)?, &|| false)
+}
+
 /// [`import`], stopping with [`ImportError::Interrupted`] as soon as `interrupted` says so (it is
 /// asked before each workspace entry, at each line of the diff, and once more before anything is
 /// written to the repository).

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::rules::{self, Action, LOOKBACK, MAX_LEAD, WINDOW};
+use super::split::{self, Examined};
 use super::{
     Detection, Hit, MARKER, Meaning, PRIVATE_KEY_CAP, PRIVATE_KEY_END, Scanner, TokenSanitizer,
 };
@@ -20,6 +21,14 @@ enum Mode {
     },
     /// A token ran past the look-ahead window: its remaining token bytes are dropped.
     SwallowingToken,
+    /// A token ended a line: the line break passes, then the run of the token family's alphabet
+    /// that starts the next line is dropped (the token's second half, [`split`]).
+    Continuing {
+        /// The family's index in [`split::FAMILIES`].
+        family: usize,
+        /// Whether the line break was passed.
+        broke: bool,
+    },
 }
 
 /// A streaming redactor over one stream. Holds back at most a look-ahead window plus context.
@@ -148,6 +157,9 @@ impl Redactor {
                     self.withhold_step(out, at_end, withheld, opened)
                 }
                 Mode::SwallowingToken => self.swallow_step(at_end),
+                Mode::Continuing { family, broke } => {
+                    self.continue_step(out, at_end, family, broke)
+                }
             };
             if !more {
                 return;
@@ -216,8 +228,11 @@ impl Redactor {
         }
         // A trigger may still be arriving at the end of the buffer; a rule may start before it.
         let incomplete_from = len.saturating_sub(self.sanitizer.longest_trigger - 1);
-        let decidable =
-            |h: &Hit| at_end || h.start + WINDOW <= len || self.line_ends_after(h.start).is_some();
+        let decidable = |h: &Hit| {
+            at_end
+                || h.start + WINDOW <= len
+                || (self.line_ends_after(h.start).is_some() && !self.split_pending(h))
+        };
         let Some(hit) = hit.filter(decidable) else {
             // Not enough look-ahead to decide: send only what no later decision can mask. No rule
             // spans a line end, so every line before the undecided one can go (a live transcript
@@ -335,6 +350,9 @@ impl Redactor {
             }
             Meaning::Trigger(index) => &sanitizer.book.triggers[index].rules,
         };
+        if let Some(verdict) = self.split_verdict(hit, at_end) {
+            return verdict;
+        }
         for &id in rule_ids {
             let rule = &sanitizer.book.rules[id];
             let Some(start) = hit
@@ -376,7 +394,7 @@ impl Redactor {
                     then: if end == shape_end && shape_end == hit.start + WINDOW && !at_end {
                         Mode::SwallowingToken
                     } else {
-                        Mode::Scanning
+                        self.after_mask(start + secret.start(), end)
                     },
                 },
                 Action::OpenPrivateKey => Verdict::OpenPrivateKey {
@@ -503,6 +521,100 @@ impl Redactor {
             withheld: withheld + by,
             opened,
         };
+    }
+
+    /// Whether `hit` is a token prefix whose line ended but whose next line has not yet shown
+    /// whether it goes on with the token.
+    fn split_pending(&self, hit: &Hit) -> bool {
+        self.splits_at(hit)
+            .is_some_and(|bytes| split::examine(bytes, false) == Examined::Pending)
+    }
+
+    /// The bytes from `hit` to the look-ahead window's end, when the hit is a token prefix that a
+    /// line break may cut (a family's trigger, at a token boundary, past the last mask).
+    fn splits_at(&self, hit: &Hit) -> Option<&[u8]> {
+        let Meaning::Trigger(index) = hit.meaning else {
+            return None;
+        };
+        let applies = hit.start >= self.barrier
+            && split::applies(self.sanitizer.book.triggers[index].literal)
+            && self.context_allows(rules::Before::TokenBoundary, hit.start);
+        applies.then(|| &self.buffer[hit.start..self.buffer.len().min(hit.start + WINDOW)])
+    }
+
+    /// A token broken by a line end at `hit`: its first line's part is masked, the rest dropped.
+    fn split_verdict(&self, hit: Hit, at_end: bool) -> Option<Verdict> {
+        let bytes = self.splits_at(&hit)?;
+        let complete = at_end || hit.start + WINDOW <= self.buffer.len();
+        let Examined::Found { line_break, family } = split::examine(bytes, complete) else {
+            return None;
+        };
+        Some(Verdict::Mask {
+            start: hit.start,
+            end: hit.start + line_break,
+            kind: Arc::from(split::FAMILIES[family].label),
+            known: false,
+            then: Mode::Continuing {
+                family,
+                broke: false,
+            },
+        })
+    }
+
+    /// What follows a mask over `start..end`: a family's token masked up to a line end may go on at
+    /// the start of the next line.
+    fn after_mask(&self, start: usize, end: usize) -> Mode {
+        let ends_line = split::line_break(&self.buffer[end..]).is_some();
+        match split::continued_family(&self.buffer[start..end]) {
+            Some(family) if ends_line => Mode::Continuing {
+                family,
+                broke: false,
+            },
+            _ => Mode::Scanning,
+        }
+    }
+
+    /// After a token that ended a line: passes the line break, then drops the run of the token's
+    /// alphabet that starts the next line, in whatever reads it arrives.
+    fn continue_step(
+        &mut self,
+        out: &mut Vec<u8>,
+        at_end: bool,
+        family: usize,
+        broke: bool,
+    ) -> bool {
+        if !broke {
+            let rest = &self.buffer[self.sent..];
+            let Some(width) = split::line_break(rest) else {
+                if rest == b"\r" && !at_end {
+                    return false;
+                }
+                self.mode = Mode::Scanning;
+                return true;
+            };
+            let until = self.sent + width;
+            self.send_until(out, until);
+            self.scan = until;
+            self.barrier = until;
+        }
+        let rest = &self.buffer[self.sent..];
+        let dropped = split::run(rest, split::FAMILIES[family].alphabet);
+        self.sent += dropped;
+        self.scan = self.sent;
+        self.barrier = self.sent;
+        let end = self.consumed + self.sent;
+        if let Some(last) = self.detections.as_mut().and_then(|d| d.last_mut()) {
+            last.end = last.end.max(end);
+        }
+        if dropped < rest.len() || at_end {
+            self.mode = Mode::Scanning;
+            return dropped < rest.len();
+        }
+        self.mode = Mode::Continuing {
+            family,
+            broke: true,
+        };
+        false
     }
 
     /// Drops token bytes after a token longer than the window.

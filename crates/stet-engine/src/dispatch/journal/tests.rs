@@ -142,6 +142,7 @@ fn replay_ignores_a_torn_final_line_and_says_where_it_starts() {
         only_torn,
         Replay {
             resources: Vec::new(),
+            salvage: None,
             complete_len: 0
         }
     );

@@ -25,6 +25,7 @@ use crate::dispatch::channels::DispatchChannels;
 use crate::dispatch::error::{CancelPoint, DispatchError};
 use crate::dispatch::order::{DispatchControl, DispatchRun};
 use crate::dispatch::record::RunRecord;
+use crate::dispatch::salvage::SalvagePlan;
 use crate::dispatch::sandbox::{
     BaseFetch, CredentialRequest, DispatchSandbox, SandboxError, SandboxRequest, WorkspaceSource,
 };
@@ -402,6 +403,23 @@ impl Dispatch {
             return Err(self.stop_reason());
         }
         self.start_gateway(sandbox).await?;
+        let plan = SalvagePlan::new(
+            &self.parts.repository,
+            preflight.parent(),
+            self.commit_message()
+                .as_str()
+                .lines()
+                .next()
+                .unwrap_or_default(),
+            &self.parts.settings.agent,
+            self.parts.settings.import,
+            &self.parts.settings.protected,
+        );
+        sandbox.plan_salvage(plan).await.map_err(|failure| {
+            self.fail(format!(
+                "the journal cannot record how to salvage the agent's work after a crash: {failure}"
+            ))
+        })?;
         self.publisher.advance(Input::Provisioned, None).await;
         let ran = self.run_agent(sandbox).await;
         self.stop_gateway().await;
