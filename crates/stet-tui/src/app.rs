@@ -5,6 +5,7 @@ mod intent;
 mod navigation;
 mod review;
 mod search;
+mod status;
 pub(crate) mod view;
 
 use std::collections::{HashMap, HashSet};
@@ -20,7 +21,7 @@ use stet_protocol::event::{DispatchId, Event};
 use stet_protocol::inbox::InboxEntry;
 use stet_protocol::state::Phase;
 
-pub use navigation::{Focus, TranscriptScroll};
+pub use navigation::{Focus, Pages, TranscriptScroll};
 pub use review::{PatchState, PatchText};
 pub use search::{Direction, MAX_QUERY_CHARS, Search};
 pub use view::{
@@ -132,8 +133,14 @@ pub enum Msg {
     ScrollUp(usize),
     /// Scroll the transcript this many items towards the end.
     ScrollDown(usize),
-    /// Jump to the transcript's end and follow it again.
+    /// Jump to the transcript's end and follow it again (the diff's last page at review).
     FollowTail,
+    /// Jump to the transcript's oldest item (the diff's first line at review).
+    ScrollTop,
+    /// Scroll one page of what is shown towards the end (the diff, the transcript, the help).
+    PageDown,
+    /// Scroll one page towards the start.
+    PageUp,
     /// Show or hide the key help overlay.
     ToggleHelp,
     /// Close the help overlay, or leave the review gate for the transcript.
@@ -217,6 +224,10 @@ pub enum Confirm {
     Dispatch(String),
     /// Cancel this dispatch.
     Cancel(DispatchId),
+    /// Push this dispatch's result and open its pull request.
+    Approve(DispatchId),
+    /// Throw this dispatch's result away.
+    Discard(DispatchId),
     /// Quit although dispatches are running: they are cancelled and torn down first.
     Quit,
 }
@@ -242,7 +253,8 @@ pub struct App {
     /// Briefs asked for whose first event has not arrived yet.
     requested: HashSet<String>,
     confirm: Option<Confirm>,
-    status: Option<String>,
+    /// What the status line was last asked to say; [`App::status`] derives the text from it.
+    notice: Option<status::Notice>,
     quitting: bool,
     changed: bool,
     now: DateTime<Utc>,
@@ -255,6 +267,10 @@ pub struct App {
     focus: Focus,
     scroll: TranscriptScroll,
     help: bool,
+    /// The first line of the help overlay shown.
+    help_scroll: usize,
+    /// How much of each scrolling view the last frame showed.
+    pages: Pages,
     /// The dispatch whose review gate the person left with `Back`.
     review_left: Option<DispatchId>,
     /// The first line of the patch the review gate shows.
@@ -291,7 +307,7 @@ impl App {
             newest_by_brief: HashMap::new(),
             requested: HashSet::new(),
             confirm: None,
-            status: None,
+            notice: None,
             quitting: false,
             changed: true,
             now,
@@ -302,6 +318,8 @@ impl App {
             focus: Focus::default(),
             scroll: TranscriptScroll::default(),
             help: false,
+            help_scroll: 0,
+            pages: Pages::default(),
             review_left: None,
             review_scroll: 0,
             search_prompt: None,
@@ -363,15 +381,34 @@ impl App {
                 }
                 None
             }
-            Msg::ConfirmYes => self.accept(),
+            Msg::Interrupt => self.interrupt(),
+            Msg::ConfirmYes => self.after_key(Msg::ConfirmYes),
             Msg::ConfirmNo => {
+                self.after_key(Msg::ConfirmNo);
                 if self.confirm.take().is_some() {
                     self.changed = true;
                 }
                 None
             }
-            intent if self.confirm.is_none() => self.intent(intent),
+            intent if self.confirm.is_none() => self.after_key(intent),
             _ => None,
+        }
+    }
+
+    /// A key the person pressed: the previous key's answer and an armed Ctrl-C are forgotten, then
+    /// the key acts.
+    fn after_key(&mut self, msg: Msg) -> Option<Request> {
+        if matches!(self.notice, Some(status::Notice::Said(_))) {
+            self.notice = None;
+            self.changed = true;
+        }
+        if std::mem::take(&mut self.interrupt_armed) {
+            self.changed = true;
+        }
+        match msg {
+            Msg::ConfirmYes => self.accept(),
+            Msg::ConfirmNo => None,
+            intent => self.intent(intent),
         }
     }
 
@@ -446,11 +483,6 @@ impl App {
         self.confirm.as_ref()
     }
 
-    /// The latest one-line message for the person (refusals, what is happening).
-    pub fn status(&self) -> Option<&str> {
-        self.status.as_deref()
-    }
-
     /// The time of the latest tick, for live elapsed times.
     pub fn now(&self) -> DateTime<Utc> {
         self.now
@@ -497,6 +529,17 @@ impl App {
     /// The selected dispatch's transcript position.
     pub fn scroll(&self) -> TranscriptScroll {
         self.scroll
+    }
+
+    /// The first line of the help overlay shown.
+    pub fn help_scroll(&self) -> usize {
+        self.help_scroll
+    }
+
+    /// Tells the app how much of each scrolling view the frame just drawn showed.
+    pub fn set_pages(&mut self, pages: Pages) {
+        self.pages = pages;
+        self.help_scroll = self.help_scroll.min(pages.help_hidden);
     }
 
     /// Whether the key help overlay is shown.
@@ -566,11 +609,6 @@ impl App {
         self.rows.insert(at, InboxRow::Brief(brief));
         self.focus = Focus::Inbox;
         self.select(at);
-    }
-
-    fn set_status(&mut self, message: String) {
-        self.status = Some(message);
-        self.changed = true;
     }
 }
 

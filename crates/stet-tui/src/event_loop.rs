@@ -202,9 +202,13 @@ where
     let mut hung_up = false;
     let mut resized = false;
     loop {
+        let mut pages = None;
         if !hung_up
             && (app.take_changed() || std::mem::take(&mut resized))
-            && let Err(error) = terminal.draw(|frame| view::render(frame, &app))
+            && let Err(error) = terminal.draw(|frame| {
+                view::render(frame, &app);
+                pages = Some(view::pages(&app, frame.area()));
+            })
         {
             if !backend_gone(&error) {
                 return Err(LoopError::Draw(error.to_string()));
@@ -217,6 +221,9 @@ where
                 &mut perform,
                 &replies_sender,
             );
+        }
+        if let Some(pages) = pages {
+            app.set_pages(pages);
         }
         if app.can_exit() {
             return Ok(ending(hung_up));
