@@ -391,24 +391,33 @@ impl App {
                 None
             }
             intent if self.confirm.is_none() => self.after_key(intent),
-            _ => None,
+            // A key the open question does not take still ends what the last key started.
+            _ => {
+                self.forget_last_key();
+                None
+            }
         }
     }
 
     /// A key the person pressed: the previous key's answer and an armed Ctrl-C are forgotten, then
     /// the key acts.
     fn after_key(&mut self, msg: Msg) -> Option<Request> {
+        self.forget_last_key();
+        match msg {
+            Msg::ConfirmYes => self.accept(),
+            Msg::ConfirmNo => None,
+            intent => self.intent(intent),
+        }
+    }
+
+    /// Forgets the answer to the previous key and an armed Ctrl-C.
+    fn forget_last_key(&mut self) {
         if matches!(self.notice, Some(status::Notice::Said(_))) {
             self.notice = None;
             self.changed = true;
         }
         if std::mem::take(&mut self.interrupt_armed) {
             self.changed = true;
-        }
-        match msg {
-            Msg::ConfirmYes => self.accept(),
-            Msg::ConfirmNo => None,
-            intent => self.intent(intent),
         }
     }
 
@@ -614,3 +623,5 @@ impl App {
 
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod status_props;

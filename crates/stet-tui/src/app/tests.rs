@@ -1019,6 +1019,66 @@ fn ctrl_c_quits_on_the_second_press_only() {
 }
 
 #[test]
+fn ctrl_c_twice_quits_with_dispatches_running_and_a_question_open() {
+    let mut app = app(&["a"]);
+    let script = Script::new("a");
+    dispatch_selected(&mut app);
+    app.update(Msg::EngineBatch(script.started()));
+    app.update(Msg::CancelSelected);
+    assert!(app.confirm().is_some());
+    assert_eq!(app.update(Msg::Interrupt), None);
+    assert_eq!(
+        app.status().as_deref(),
+        Some("press Ctrl-C again to quit: cancels 1 running dispatch(es)")
+    );
+    assert_eq!(
+        app.update(Msg::Interrupt),
+        Some(Request::Shutdown),
+        "the second press quits as promised, without asking"
+    );
+    assert!(app.is_quitting());
+    assert!(app.confirm().is_none());
+    assert!(!app.can_exit(), "it waits for the teardown");
+    assert_eq!(app.update(Msg::Interrupt), None, "only one shutdown is asked for");
+}
+
+#[test]
+fn a_searched_transcript_shows_the_items_after_the_match() {
+    let mut app = app(&["a"]);
+    let script = Script::new("a");
+    dispatch_selected(&mut app);
+    app.update(Msg::EngineBatch(script.started()));
+    let lines = (0..40)
+        .map(|n| {
+            let text = if n == 5 { "the needle".to_owned() } else { format!("hay {n}") };
+            script.line(4 + n, ItemKind::Output, &text)
+        })
+        .collect();
+    app.update(Msg::EngineBatch(lines));
+    type_query(&mut app, "needle");
+    app.update(Msg::SearchCommit);
+    let view = app.selected_dispatch().unwrap();
+    let rows = crate::panes::transcript::visible_rows(
+        view,
+        crate::panes::transcript::Viewport {
+            scroll: app.scroll(),
+            search: app.search(),
+            focused: true,
+        },
+        40,
+        12,
+        crate::theme::Theme::Plain,
+    );
+    let shown: Vec<String> = rows.iter().map(|row| row.to_string()).collect();
+    let at = shown.iter().position(|row| row.contains("the needle")).unwrap();
+    assert!(at <= 4, "the match sits near the top: {shown:#?}");
+    assert!(shown.iter().any(|row| row.contains("hay 6")), "{shown:#?}");
+    assert_eq!(shown.len(), 12, "the pane is filled below the match: {shown:#?}");
+    app.update(Msg::ScrollDown(1));
+    assert!(!app.scroll().is_following(), "moving on from the match keeps it paused");
+}
+
+#[test]
 fn the_review_gate_scrolls_its_patch_within_bounds() {
     let mut app = app(&["a"]);
     let script = Script::fixed("a", 1);
