@@ -6,6 +6,8 @@ pub(crate) mod args;
 mod demo;
 mod filters;
 mod headless;
+mod history;
+mod inbox_watch;
 mod maintenance;
 mod session;
 mod sink;

@@ -785,7 +785,12 @@ fn nothing_of_the_agent_runs_while_a_person_reviews() {
     let directory = home.state().join("dispatches").join(dispatch.to_string());
     assert!(!directory.join("workspace").exists() && !directory.join("outputs").exists());
     tmux.press("x");
-    tmux.until_shown("the discarded outcome", &["outcome: cancelled (exit 3)"]);
+    tmux.until_shown("the discard confirmation", &["Discard the result of "]);
+    tmux.press("y");
+    tmux.until_shown(
+        "the discarded outcome",
+        &["outcome: cancelled (exit 3)", "[discarded]"],
+    );
     assert_gone(home, dispatch);
     tmux.press("q");
     tmux.assert_given_back(0, &[]);
@@ -991,7 +996,13 @@ fn the_demo_theater_cancels_reviews_opens_the_pull_request_and_quits() {
         recorded.ends_with(&[Phase::Running, Phase::Collecting, Phase::AwaitingApproval]),
         "{recorded:?}\n{gate}"
     );
+    // p asks first: the push cannot be undone.
     tmux.press("p");
+    tmux.until_shown(
+        "the push confirmation",
+        &[&format!("Push {}?", second.id), "This cannot be undone."],
+    );
+    tmux.press("y");
     let review_file = home.state().join("reviews").join("1.json");
     let screen = tmux.until_shown(
         "the pull request on screen",

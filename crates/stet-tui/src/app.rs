@@ -1,6 +1,7 @@
 //! The theater's state and its one `update` function: no I/O and no terminal, so every key and every
 //! engine event can be tested as a plain value (the Elm shape codex-rs and gitui use).
 
+mod inbox;
 mod intent;
 mod navigation;
 mod review;
@@ -21,6 +22,7 @@ use stet_protocol::event::{DispatchId, Event};
 use stet_protocol::inbox::InboxEntry;
 use stet_protocol::state::Phase;
 
+pub use inbox::PastRun;
 pub use navigation::{Focus, Pages, TranscriptScroll};
 pub use review::{PatchState, PatchText};
 pub use search::{Direction, MAX_QUERY_CHARS, Search};
@@ -47,7 +49,8 @@ pub enum InboxRow {
 }
 
 impl InboxRow {
-    fn from_entry(entry: &InboxEntry) -> InboxRow {
+    /// The row of an inbox entry as read.
+    pub fn from_entry(entry: &InboxEntry) -> InboxRow {
         match &entry.brief {
             Ok(brief) => InboxRow::Brief(Box::new(brief.clone())),
             Err(error) => InboxRow::Invalid {
@@ -179,6 +182,8 @@ pub enum Msg {
         /// The brief as read back, or why it could not be saved.
         saved: Result<Box<Brief>, String>,
     },
+    /// The inbox as read again after its directory changed on disk.
+    InboxReloaded(Vec<InboxRow>),
 }
 
 /// What the app asks of the engine (sent as a `Command` through the `DispatchHandle`).
@@ -252,6 +257,8 @@ pub struct App {
     newest_by_brief: HashMap<String, DispatchId>,
     /// Briefs asked for whose first event has not arrived yet.
     requested: HashSet<String>,
+    /// What earlier runs came to, by target repository and brief id.
+    history: HashMap<(String, String), Badge>,
     confirm: Option<Confirm>,
     /// What the status line was last asked to say; [`App::status`] derives the text from it.
     notice: Option<status::Notice>,
@@ -306,6 +313,7 @@ impl App {
             order: Vec::new(),
             newest_by_brief: HashMap::new(),
             requested: HashSet::new(),
+            history: HashMap::new(),
             confirm: None,
             notice: None,
             quitting: false,
@@ -351,6 +359,10 @@ impl App {
                     });
                     self.changed = true;
                 }
+                None
+            }
+            Msg::InboxReloaded(rows) => {
+                self.reload(rows);
                 None
             }
             Msg::BriefSaved { file, saved } => {
@@ -484,7 +496,10 @@ impl App {
         if self.requested.contains(id) {
             return Badge::Queued;
         }
-        self.newest(id).map_or(Badge::New, Badge::of)
+        match self.newest(id) {
+            Some(view) => Badge::of(view),
+            None => self.past_badge(id).unwrap_or(Badge::New),
+        }
     }
 
     /// The question waiting for an answer, if one is open.

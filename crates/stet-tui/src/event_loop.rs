@@ -17,7 +17,7 @@ use ratatui::backend::Backend;
 use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 
-use crate::app::{App, Confirm, Msg, Request};
+use crate::app::{App, Confirm, InboxRow, Msg, Request};
 use crate::engine::EngineHandle;
 use crate::form::{self, BriefDraft};
 use crate::view::Pane;
@@ -115,13 +115,18 @@ enum Reply {
 /// way, and returns [`Exit::HungUp`] once every dispatch has torn down, however many SIGHUPs follow.
 /// Everything from the engine, the review gate's patch included, comes through `handle` and `events`;
 /// `repository` is the root of the repository whose inbox (`.stet/briefs`) the new-brief form writes
-/// into.
+/// into; `inbox` yields the inbox read again each time it changed on disk (the caller watches it).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "each is one independent source or sink of the loop; a struct would only rename them"
+)]
 pub async fn run<B>(
     terminal: &mut Terminal<B>,
     app: App,
     input: impl Stream<Item = std::io::Result<TerminalEvent>> + Unpin,
     events: mpsc::Receiver<Event>,
     interrupts: impl Stream<Item = Interrupt> + Unpin,
+    inbox: mpsc::Receiver<Vec<InboxRow>>,
     handle: Arc<dyn EngineHandle>,
     repository: PathBuf,
 ) -> Result<Exit>
@@ -136,7 +141,7 @@ where
             request => Box::pin(ask_engine(Arc::clone(&handle), request)),
         }
     };
-    drive(terminal, app, input, events, interrupts, perform).await
+    drive(terminal, app, input, events, interrupts, inbox, perform).await
 }
 
 /// Asks the engine for the diff of `dispatch`'s result.
@@ -187,6 +192,7 @@ async fn drive<B, P>(
     mut input: impl Stream<Item = std::io::Result<TerminalEvent>> + Unpin,
     mut events: mpsc::Receiver<Event>,
     mut interrupts: impl Stream<Item = Interrupt> + Unpin,
+    mut inbox: mpsc::Receiver<Vec<InboxRow>>,
     mut perform: P,
 ) -> Result<Exit>
 where
@@ -198,6 +204,7 @@ where
     let mut tick = tokio::time::interval(FRAME);
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let (mut input_open, mut events_open, mut interrupts_open) = (true, true, true);
+    let mut inbox_open = true;
     let mut stops = 0u32;
     let mut hung_up = false;
     let mut resized = false;
@@ -300,6 +307,13 @@ where
                 }
                 None => {
                     events_open = false;
+                    None
+                }
+            },
+            reloaded = inbox.recv(), if inbox_open => match reloaded {
+                Some(rows) => Some(Msg::InboxReloaded(rows)),
+                None => {
+                    inbox_open = false;
                     None
                 }
             },

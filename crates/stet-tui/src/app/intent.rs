@@ -238,6 +238,7 @@ impl App {
             | Msg::RequestFailed { .. }
             | Msg::PatchLoaded { .. }
             | Msg::BriefSaved { .. }
+            | Msg::InboxReloaded(_)
             | Msg::Tick(_)
             | Msg::ConfirmYes
             | Msg::ConfirmNo => None,

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use chrono::TimeDelta;
 
 use super::*;
+use crate::app::inbox::PastRun;
 use stet_protocol::event::ChangeKind;
 use stet_protocol::event::{
     ChangedPath, EventKind, GateFindings, HeldPathReport, ItemKind, PullRequestAction,
@@ -1203,4 +1204,57 @@ fn the_meter_shows_the_gateways_last_refusal() {
         "{lines:?}"
     );
     assert!(!lines.iter().any(|line| line.contains("tools[0]")));
+}
+
+#[test]
+fn a_reloaded_inbox_keeps_the_cursor_on_its_brief() {
+    let mut app = app(&["b", "d"]);
+    app.update(Msg::SelectNext);
+    assert_eq!(app.selected_row().and_then(InboxRow::brief_id), Some("d"));
+    let rows = ["a", "b", "d"]
+        .iter()
+        .map(|id| InboxRow::from_entry(&brief_entry(id)))
+        .collect();
+    app.update(Msg::InboxReloaded(rows));
+    let ids: Vec<_> = app.rows().iter().filter_map(InboxRow::brief_id).collect();
+    assert_eq!(ids, ["a", "b", "d"]);
+    assert_eq!(app.selected_row().and_then(InboxRow::brief_id), Some("d"));
+    // The selected brief went away (or became unreadable): the cursor stays in the inbox.
+    app.update(Msg::InboxReloaded(vec![
+        InboxRow::from_entry(&brief_entry("a")),
+        InboxRow::from_entry(&broken_entry()),
+    ]));
+    assert_eq!(app.selected(), Some(1));
+    app.update(Msg::InboxReloaded(Vec::new()));
+    assert_eq!(app.selected(), None);
+}
+
+#[test]
+fn earlier_runs_badge_a_brief_until_this_session_dispatches_it() {
+    let mut app = app(&["a", "b", "c"]);
+    app.set_history([
+        PastRun {
+            brief: "a".to_owned(),
+            repo: "demo/app".to_owned(),
+            badge: Badge::Failed,
+        },
+        PastRun {
+            brief: "a".to_owned(),
+            repo: "demo/app".to_owned(),
+            badge: Badge::PullRequest(7),
+        },
+        PastRun {
+            brief: "b".to_owned(),
+            repo: "someone/else".to_owned(),
+            badge: Badge::Done,
+        },
+    ]);
+    assert_eq!(app.badge("a"), Badge::PullRequest(7), "the newest run counts");
+    assert_eq!(app.badge("b"), Badge::New, "a run against another repository is not this brief's");
+    assert_eq!(app.badge("c"), Badge::New);
+    let script = Script::new("a");
+    dispatch_selected(&mut app);
+    assert_eq!(app.badge("a"), Badge::Queued);
+    app.update(Msg::EngineBatch(script.started()));
+    assert_eq!(app.badge("a"), Badge::Running(Phase::Running));
 }

@@ -537,7 +537,7 @@ impl DispatchView {
 /// A brief's last-run status in the inbox, from its newest dispatch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Badge {
-    /// Never dispatched in this session.
+    /// Never dispatched: not in this session, and no run record of it either.
     New,
     /// Requested, or waiting for a concurrency slot.
     Queued,

@@ -45,6 +45,7 @@ struct Rig {
     keys: mpsc::UnboundedSender<std::io::Result<TerminalEvent>>,
     events: mpsc::Sender<Event>,
     signals: mpsc::UnboundedSender<Interrupt>,
+    inbox: mpsc::Sender<Vec<InboxRow>>,
     asked: mpsc::UnboundedReceiver<Request>,
     sanitizer: Arc<TokenSanitizer>,
     dispatch: DispatchId,
@@ -55,6 +56,7 @@ struct Parts {
     input: stream::BoxStream<'static, std::io::Result<TerminalEvent>>,
     events: mpsc::Receiver<Event>,
     interrupts: stream::BoxStream<'static, Interrupt>,
+    inbox: mpsc::Receiver<Vec<InboxRow>>,
     perform: Box<dyn FnMut(Request) -> BoxFuture<'static, Option<Reply>> + Send>,
 }
 
@@ -64,6 +66,7 @@ fn rig(refuse_first: bool) -> (Rig, Parts) {
     let (keys, key_receiver) = mpsc::unbounded_channel();
     let (events, event_receiver) = mpsc::channel(64);
     let (signals, signal_receiver) = mpsc::unbounded_channel();
+    let (inbox, inbox_receiver) = mpsc::channel(4);
     let (asked_sender, asked) = mpsc::unbounded_channel();
     let mut refusals = u32::from(refuse_first);
     let perform = move |request: Request| -> BoxFuture<'static, Option<Reply>> {
@@ -85,12 +88,14 @@ fn rig(refuse_first: bool) -> (Rig, Parts) {
         input: receiver_stream(key_receiver),
         events: event_receiver,
         interrupts: receiver_stream(signal_receiver),
+        inbox: inbox_receiver,
         perform: Box::new(perform),
     };
     let rig = Rig {
         keys,
         events,
         signals,
+        inbox,
         asked,
         sanitizer: Arc::new(TokenSanitizer::new().unwrap()),
         dispatch: DispatchId::new(),
@@ -346,9 +351,39 @@ where
         parts.input,
         parts.events,
         parts.interrupts,
+        parts.inbox,
         parts.perform,
     )
     .await
+}
+
+#[tokio::test]
+async fn a_brief_added_on_disk_joins_the_inbox_without_a_restart() {
+    let (mut rig, parts) = rig(false);
+    let mut terminal = Terminal::new(TestBackend::new(80, 24)).unwrap();
+    let script = async {
+        let path = PathBuf::from("briefs/add-tests.toml");
+        let text = "title = \"Add the tests\"\nworkflow = \"implement\"\n\n[target]\nrepo = \"demo/app\"\nbase = \"main\"\n\n[[items]]\ntext = \"do it\"\n";
+        let added = InboxEntry {
+            brief: Brief::parse("add-tests", &path, text),
+            path,
+        };
+        rig.inbox
+            .send(vec![InboxRow::from_entry(&added), InboxRow::from_entry(&entry())])
+            .await
+            .unwrap();
+        while rig.inbox.capacity() < rig.inbox.max_capacity() {
+            tokio::task::yield_now().await;
+        }
+        rig.press(KeyCode::Char('q'));
+        assert_eq!(rig.next_request().await, Request::Shutdown);
+    };
+    let (exit, ()) = tokio::join!(drive_with(&mut terminal, parts), script);
+    assert_eq!(exit.unwrap(), Exit::Quit);
+    let shown = terminal.backend().to_string();
+    assert!(shown.contains("Inbox (2)"), "{shown}");
+    assert!(shown.contains("[new] Add the tests"), "{shown}");
+    assert!(shown.contains("▸ [new] Fix the greeting"), "the cursor stayed on its brief:\n{shown}");
 }
 
 #[tokio::test]

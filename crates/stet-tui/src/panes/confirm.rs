@@ -102,9 +102,10 @@ pub fn lines(confirm: &Confirm, app: &App) -> (String, Vec<Line<'static>>) {
                 }
             }
             lines.push(Line::styled(
-                "Pushes the branch and opens a pull request: it cannot be undone.",
+                "Pushes the branch and opens a pull request.",
                 theme.muted(),
             ));
+            lines.push(Line::styled("This cannot be undone.", theme.muted()));
             let brief = view.map_or_else(String::new, |view| one_line(&view.brief));
             (format!("Push {brief}?"), lines)
         }
@@ -112,10 +113,7 @@ pub fn lines(confirm: &Confirm, app: &App) -> (String, Vec<Line<'static>>) {
             let view = app.dispatch(*dispatch);
             let lines = vec![
                 Line::raw(dispatch.to_string()),
-                Line::styled(
-                    "Nothing is pushed; the result is thrown away and the sandbox torn down.",
-                    theme.muted(),
-                ),
+                Line::styled("Nothing is pushed: the result is thrown away.", theme.muted()),
             ];
             let brief = view.map_or_else(String::new, |view| one_line(&view.brief));
             (format!("Discard the result of {brief}?"), lines)
