@@ -152,7 +152,13 @@ mod tests {
             "pushed",
             "demo/app",
             "2026-01-02T00:00:00Z",
-            &["queued", "awaiting_approval", "pushing", "opening_pr", "done"],
+            &[
+                "queued",
+                "awaiting_approval",
+                "pushing",
+                "opening_pr",
+                "done",
+            ],
             "done",
             Some(4),
         );

@@ -64,7 +64,8 @@ pub(crate) fn watch(
                 // The inbox directory (or its parent) may have appeared since the last change.
                 follow(&watcher, &watched);
                 let dir = dir.clone();
-                let read = tokio::task::spawn_blocking(move || Inbox::load_within(&dir, &limits)).await;
+                let read =
+                    tokio::task::spawn_blocking(move || Inbox::load_within(&dir, &limits)).await;
                 match read {
                     Ok(Ok(inbox)) => {
                         let rows = inbox.entries().iter().map(InboxRow::from_entry).collect();

@@ -603,7 +603,11 @@ fn all_names_every_invalid_brief_at_once() {
         "first-broken.toml",
         "second-broken.toml",
     ] {
-        assert!(finished.stderr.contains(named), "{named}: {}", finished.stderr);
+        assert!(
+            finished.stderr.contains(named),
+            "{named}: {}",
+            finished.stderr
+        );
     }
 }
 

@@ -103,7 +103,8 @@ async fn chat_completions_answer_deterministically_with_usage() {
     assert!(answer.headers.get(COST_HEADER).is_none());
     let reply = answer.json();
     // The question is quoted up to its 60th character, at a word's end.
-    let expected = "step 1: Please rename the greeting function and update every caller…".to_owned();
+    let expected =
+        "step 1: Please rename the greeting function and update every caller…".to_owned();
     assert_eq!(reply["choices"][0]["message"]["content"], json!(expected));
     assert_eq!(reply["choices"][0]["finish_reason"], json!("stop"));
     assert_eq!(reply["model"], json!(DEMO_MODEL));

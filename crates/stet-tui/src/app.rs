@@ -637,6 +637,6 @@ impl App {
 }
 
 #[cfg(test)]
-pub(crate) mod tests;
-#[cfg(test)]
 mod status_props;
+#[cfg(test)]
+pub(crate) mod tests;

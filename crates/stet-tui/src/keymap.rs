@@ -139,21 +139,24 @@ pub const KEYMAP: &[Binding] = &[
         "y/Enter",
         "yes",
         Msg::ConfirmYes,
-    ).rank(1),
+    )
+    .rank(1),
     bind(
         Context::Confirm,
         &[ch('n'), key(KeyCode::Esc)],
         "n/Esc",
         "no",
         Msg::ConfirmNo,
-    ).rank(1),
+    )
+    .rank(1),
     bind(
         Context::Help,
         &[ch('?'), key(KeyCode::Esc)],
         "?/Esc",
         "close help",
         Msg::ToggleHelp,
-    ).rank(1),
+    )
+    .rank(1),
     bind(
         Context::Help,
         &[key(KeyCode::Down), ch('j')],
@@ -243,7 +246,8 @@ pub const KEYMAP: &[Binding] = &[
         "p",
         "push & open PR",
         Msg::Approve,
-    ).rank(1),
+    )
+    .rank(1),
     bind(Context::Review, &[ch('x')], "x", "discard", Msg::Discard).rank(1),
     bind(
         Context::Review,
@@ -295,21 +299,24 @@ pub const KEYMAP: &[Binding] = &[
         "Esc",
         "back to transcript",
         Msg::Back,
-    ).rank(2),
+    )
+    .rank(2),
     bind(
         Context::Inbox,
         &[key(KeyCode::Down), ch('j')],
         "j/↓",
         "next brief",
         Msg::SelectNext,
-    ).rank(4),
+    )
+    .rank(4),
     bind(
         Context::Inbox,
         &[key(KeyCode::Up), ch('k')],
         "k/↑",
         "previous brief",
         Msg::SelectPrevious,
-    ).rank(4),
+    )
+    .rank(4),
     bind(Context::Inbox, &[ch('n')], "n", "new brief", Msg::NewBrief).rank(2),
     bind(
         Context::Transcript,
@@ -317,28 +324,32 @@ pub const KEYMAP: &[Binding] = &[
         "j/↓",
         "scroll down",
         Msg::ScrollDown(1),
-    ).rank(4),
+    )
+    .rank(4),
     bind(
         Context::Transcript,
         &[key(KeyCode::Up), ch('k')],
         "k/↑",
         "scroll up",
         Msg::ScrollUp(1),
-    ).rank(4),
+    )
+    .rank(4),
     bind(
         Context::Transcript,
         &[ch('n')],
         "n",
         "older match",
         Msg::SearchNext,
-    ).rank(3),
+    )
+    .rank(3),
     bind(
         Context::Transcript,
         &[ch('N')],
         "N",
         "newer match",
         Msg::SearchPrevious,
-    ).rank(3),
+    )
+    .rank(3),
     bind(
         Context::Transcript,
         &[ch('g'), key(KeyCode::Home)],
@@ -352,14 +363,16 @@ pub const KEYMAP: &[Binding] = &[
         "Enter",
         "dispatch",
         Msg::DispatchSelected,
-    ).rank(1),
+    )
+    .rank(1),
     bind(
         Context::Global,
         &[ch('c')],
         "c",
         "cancel",
         Msg::CancelSelected,
-    ).rank(2),
+    )
+    .rank(2),
     bind(Context::Global, &[ch('?')], "?", "help", Msg::ToggleHelp),
     bind(Context::Global, &[ch('q')], "q", "quit", Msg::Quit).rank(1),
     bind(
@@ -368,14 +381,16 @@ pub const KEYMAP: &[Binding] = &[
         "^C ^C",
         "quit",
         Msg::Interrupt,
-    ).rank(HIDDEN),
+    )
+    .rank(HIDDEN),
     bind(
         Context::Global,
         &[ch('/')],
         "/",
         "search the transcript",
         Msg::SearchStart,
-    ).rank(3),
+    )
+    .rank(3),
     bind(Context::Global, &[ch('r')], "r", "review", Msg::OpenReview).rank(3),
     bind(
         Context::Global,
@@ -383,21 +398,24 @@ pub const KEYMAP: &[Binding] = &[
         "Tab",
         "switch pane",
         Msg::FocusNext,
-    ).rank(3),
+    )
+    .rank(3),
     bind(
         Context::Global,
         &[key(KeyCode::PageUp)],
         "PgUp",
         "page up",
         Msg::PageUp,
-    ).rank(6),
+    )
+    .rank(6),
     bind(
         Context::Global,
         &[key(KeyCode::PageDown)],
         "PgDn",
         "page down",
         Msg::PageDown,
-    ).rank(6),
+    )
+    .rank(6),
     bind(
         Context::Global,
         &[ch('p')],
@@ -420,7 +438,8 @@ pub const KEYMAP: &[Binding] = &[
         "G/End",
         "follow the tail",
         Msg::FollowTail,
-    ).rank(4),
+    )
+    .rank(4),
 ];
 
 /// The contexts active in `app`'s current state, most specific first.

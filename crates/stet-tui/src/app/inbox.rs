@@ -36,9 +36,7 @@ impl App {
             InboxRow::Brief(brief) if brief.id == id => Some(brief.target.repo.as_str()),
             _ => None,
         })?;
-        self.history
-            .get(&(repo.to_owned(), id.to_owned()))
-            .copied()
+        self.history.get(&(repo.to_owned(), id.to_owned())).copied()
     }
 
     /// The inbox as read again from disk: the rows are replaced, the cursor stays on the brief

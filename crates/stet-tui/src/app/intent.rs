@@ -366,7 +366,9 @@ impl App {
             None if self.requested.contains(&brief) => {
                 format!("nothing to {verb} yet: {brief} was just dispatched")
             }
-            None => format!("nothing to {verb}: {brief} has not been dispatched (Enter dispatches it)"),
+            None => {
+                format!("nothing to {verb}: {brief} has not been dispatched (Enter dispatches it)")
+            }
             Some(view) if view.in_flight() => format!(
                 "nothing to {verb} yet: {brief} is {}; its result waits for review once collected",
                 view.phase.label()
@@ -382,9 +384,7 @@ impl App {
 
     /// Shows the diff from line `first`, as far as its last page allows.
     fn scroll_review_to(&mut self, first: usize) {
-        let last_page = self
-            .patch_lines()
-            .saturating_sub(self.pages.diff.max(1));
+        let last_page = self.patch_lines().saturating_sub(self.pages.diff.max(1));
         let before = self.review_scroll;
         self.review_scroll = first.min(last_page);
         self.changed |= before != self.review_scroll;

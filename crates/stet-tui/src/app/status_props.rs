@@ -99,7 +99,11 @@ fn life(script: &Script, ending: Ending) -> Vec<Event> {
     events.extend([
         phase(2, Phase::Preflight, Phase::Provisioning),
         phase(3, Phase::Provisioning, Phase::Running),
-        script.line(4, stet_protocol::event::ItemKind::Output, "a line of output"),
+        script.line(
+            4,
+            stet_protocol::event::ItemKind::Output,
+            "a line of output",
+        ),
     ]);
     match ending {
         Ending::Cancelled => {

@@ -605,7 +605,10 @@ fn an_engine_refusal_clears_the_request_and_says_why() {
         reason: "stet is shutting down".to_owned(),
     });
     assert_eq!(app.badge("a"), Badge::New);
-    assert_eq!(app.status().as_deref(), Some("cannot dispatch: stet is shutting down"));
+    assert_eq!(
+        app.status().as_deref(),
+        Some("cannot dispatch: stet is shutting down")
+    );
     assert!(dispatch_selected(&mut app).is_some());
 }
 
@@ -698,7 +701,11 @@ fn approve_and_discard_act_only_on_a_run_awaiting_review() {
     );
     assert_eq!(app.update(Msg::Discard), None);
     assert!(app.confirm().is_none());
-    assert!(app.status().unwrap().starts_with("nothing to discard yet: a is running"));
+    assert!(
+        app.status()
+            .unwrap()
+            .starts_with("nothing to discard yet: a is running")
+    );
 
     app.update(Msg::EngineBatch(vec![
         script.phase(5, Phase::Running, Phase::Collecting),
@@ -715,7 +722,11 @@ fn approve_and_discard_act_only_on_a_run_awaiting_review() {
         script.phase(7, Phase::AwaitingApproval, Phase::Cancelled),
         script.finished(8, Phase::Cancelled),
     ]));
-    assert_eq!(app.badge("a"), Badge::Discarded, "a discarded result is not [cancelled]");
+    assert_eq!(
+        app.badge("a"),
+        Badge::Discarded,
+        "a discarded result is not [cancelled]"
+    );
     app.update(Msg::Approve);
     assert_eq!(
         app.status().as_deref(),
@@ -1040,7 +1051,11 @@ fn ctrl_c_twice_quits_with_dispatches_running_and_a_question_open() {
     assert!(app.is_quitting());
     assert!(app.confirm().is_none());
     assert!(!app.can_exit(), "it waits for the teardown");
-    assert_eq!(app.update(Msg::Interrupt), None, "only one shutdown is asked for");
+    assert_eq!(
+        app.update(Msg::Interrupt),
+        None,
+        "only one shutdown is asked for"
+    );
 }
 
 #[test]
@@ -1051,7 +1066,11 @@ fn a_searched_transcript_shows_the_items_after_the_match() {
     app.update(Msg::EngineBatch(script.started()));
     let lines = (0..40)
         .map(|n| {
-            let text = if n == 5 { "the needle".to_owned() } else { format!("hay {n}") };
+            let text = if n == 5 {
+                "the needle".to_owned()
+            } else {
+                format!("hay {n}")
+            };
             script.line(4 + n, ItemKind::Output, &text)
         })
         .collect();
@@ -1071,12 +1090,22 @@ fn a_searched_transcript_shows_the_items_after_the_match() {
         crate::theme::Theme::Plain,
     );
     let shown: Vec<String> = rows.iter().map(|row| row.to_string()).collect();
-    let at = shown.iter().position(|row| row.contains("the needle")).unwrap();
+    let at = shown
+        .iter()
+        .position(|row| row.contains("the needle"))
+        .unwrap();
     assert!(at <= 4, "the match sits near the top: {shown:#?}");
     assert!(shown.iter().any(|row| row.contains("hay 6")), "{shown:#?}");
-    assert_eq!(shown.len(), 12, "the pane is filled below the match: {shown:#?}");
+    assert_eq!(
+        shown.len(),
+        12,
+        "the pane is filled below the match: {shown:#?}"
+    );
     app.update(Msg::ScrollDown(1));
-    assert!(!app.scroll().is_following(), "moving on from the match keeps it paused");
+    assert!(
+        !app.scroll().is_following(),
+        "moving on from the match keeps it paused"
+    );
 }
 
 #[test]
@@ -1249,8 +1278,16 @@ fn earlier_runs_badge_a_brief_until_this_session_dispatches_it() {
             badge: Badge::Done,
         },
     ]);
-    assert_eq!(app.badge("a"), Badge::PullRequest(7), "the newest run counts");
-    assert_eq!(app.badge("b"), Badge::New, "a run against another repository is not this brief's");
+    assert_eq!(
+        app.badge("a"),
+        Badge::PullRequest(7),
+        "the newest run counts"
+    );
+    assert_eq!(
+        app.badge("b"),
+        Badge::New,
+        "a run against another repository is not this brief's"
+    );
     assert_eq!(app.badge("c"), Badge::New);
     let script = Script::new("a");
     dispatch_selected(&mut app);

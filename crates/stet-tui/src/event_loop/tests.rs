@@ -369,7 +369,10 @@ async fn a_brief_added_on_disk_joins_the_inbox_without_a_restart() {
             path,
         };
         rig.inbox
-            .send(vec![InboxRow::from_entry(&added), InboxRow::from_entry(&entry())])
+            .send(vec![
+                InboxRow::from_entry(&added),
+                InboxRow::from_entry(&entry()),
+            ])
             .await
             .unwrap();
         while rig.inbox.capacity() < rig.inbox.max_capacity() {
@@ -383,7 +386,10 @@ async fn a_brief_added_on_disk_joins_the_inbox_without_a_restart() {
     let shown = terminal.backend().to_string();
     assert!(shown.contains("Inbox (2)"), "{shown}");
     assert!(shown.contains("[new] Add the tests"), "{shown}");
-    assert!(shown.contains("▸ [new] Fix the greeting"), "the cursor stayed on its brief:\n{shown}");
+    assert!(
+        shown.contains("▸ [new] Fix the greeting"),
+        "the cursor stayed on its brief:\n{shown}"
+    );
 }
 
 #[tokio::test]

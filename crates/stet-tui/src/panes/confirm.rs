@@ -92,8 +92,8 @@ pub fn lines(confirm: &Confirm, app: &App) -> (String, Vec<Line<'static>>) {
                         theme.error(),
                     ));
                 }
-                let held = collected.held.len().max(collected.protected.len())
-                    + collected.held_not_listed;
+                let held =
+                    collected.held.len().max(collected.protected.len()) + collected.held_not_listed;
                 if held > 0 {
                     lines.push(Line::styled(
                         format!("⚠ {held} path(s) held for your approval"),
@@ -113,7 +113,10 @@ pub fn lines(confirm: &Confirm, app: &App) -> (String, Vec<Line<'static>>) {
             let view = app.dispatch(*dispatch);
             let lines = vec![
                 Line::raw(dispatch.to_string()),
-                Line::styled("Nothing is pushed: the result is thrown away.", theme.muted()),
+                Line::styled(
+                    "Nothing is pushed: the result is thrown away.",
+                    theme.muted(),
+                ),
             ];
             let brief = view.map_or_else(String::new, |view| one_line(&view.brief));
             (format!("Discard the result of {brief}?"), lines)

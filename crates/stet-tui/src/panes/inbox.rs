@@ -29,7 +29,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             Line::raw(""),
             Line::from(vec![
                 Span::styled("n", theme.key()),
-                Span::styled(" writes a new brief, or add a .toml file to ", theme.muted()),
+                Span::styled(
+                    " writes a new brief, or add a .toml file to ",
+                    theme.muted(),
+                ),
                 Span::raw(".stet/briefs/"),
                 Span::styled(": it shows up here.", theme.muted()),
             ]),

@@ -111,7 +111,10 @@ pub fn lines(
     if 7 + model.chars().count() + requests.chars().count() + 8 <= width {
         lines.push(field("model", format!("{model} ({requests} req.)")));
     } else {
-        lines.push(field("model", text::truncate(&model, width.saturating_sub(7))));
+        lines.push(field(
+            "model",
+            text::truncate(&model, width.saturating_sub(7)),
+        ));
         lines.push(field("req.", requests));
     }
     if cost.unpriced_requests > 0 {

@@ -97,7 +97,13 @@ fn the_empty_inbox_names_the_directory_and_the_key() {
 fn a_running_dispatch_shows_its_durations_and_figures_whole() {
     let (mut app, _script) = running();
     for shown in at_both_sizes("running", &mut app) {
-        for whole in ["12m05s…", "$0.045 / $0.050 (90%)", "210,000", "40,000", "? help"] {
+        for whole in [
+            "12m05s…",
+            "$0.045 / $0.050 (90%)",
+            "210,000",
+            "40,000",
+            "? help",
+        ] {
             assert!(shown.contains(whole), "{whole:?} cut in:\n{shown}");
         }
     }

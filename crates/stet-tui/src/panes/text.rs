@@ -96,8 +96,14 @@ mod tests {
 
     #[test]
     fn word_wrapping_breaks_at_spaces_and_cuts_only_long_words() {
-        assert_eq!(wrap_words("the quick brown fox", 9), ["the quick", "brown fox"]);
-        assert_eq!(wrap_words("a abcdefghij b", 4), ["a", "abcd", "efgh", "ij b"]);
+        assert_eq!(
+            wrap_words("the quick brown fox", 9),
+            ["the quick", "brown fox"]
+        );
+        assert_eq!(
+            wrap_words("a abcdefghij b", 4),
+            ["a", "abcd", "efgh", "ij b"]
+        );
         assert_eq!(wrap_words("", 4), [""]);
     }
 

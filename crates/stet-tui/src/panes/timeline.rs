@@ -107,7 +107,10 @@ pub fn lines(
             outcome.exit_code
         );
         // A reason the timeline already shows under the phase it led to is not said twice.
-        let said_above = view.timeline.iter().any(|span| span.reason == outcome.reason);
+        let said_above = view
+            .timeline
+            .iter()
+            .any(|span| span.reason == outcome.reason);
         if let Some(reason) = outcome.reason.as_ref().filter(|_| !said_above) {
             said.push_str(": ");
             said.push_str(&one_line(reason.as_str()));

@@ -193,7 +193,9 @@ pub fn visible_rows(
             ),
         );
     }
-    let excess = rows.len().saturating_sub(height.saturating_sub(after.len()));
+    let excess = rows
+        .len()
+        .saturating_sub(height.saturating_sub(after.len()));
     rows.drain(..excess);
     rows.extend(after);
     rows.truncate(height);
