@@ -205,4 +205,8 @@ impl EngineHandle for Engine {
     async fn shutdown(&self) {
         self.0.shutdown().await;
     }
+
+    async fn hang_up(&self) {
+        self.0.shutdown_because("the terminal went away").await;
+    }
 }

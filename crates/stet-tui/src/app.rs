@@ -202,6 +202,8 @@ pub enum Request {
     Discard(DispatchId),
     /// Cancel every dispatch and tear everything down before exiting.
     Shutdown,
+    /// [`Request::Shutdown`] because the terminal went away.
+    HangUp,
     /// Read the run record's patch of a dispatch whose result was collected.
     LoadPatch(DispatchId),
     /// Write the new-brief form's brief into the inbox.
@@ -217,7 +219,7 @@ impl Request {
             Request::Cancel(_) => "cancel",
             Request::Approve(_) => "approve",
             Request::Discard(_) => "discard",
-            Request::Shutdown => "shut down",
+            Request::Shutdown | Request::HangUp => "shut down",
         }
     }
 }

@@ -181,6 +181,10 @@ async fn ask_engine(handle: Arc<dyn EngineHandle>, request: Request) -> Option<R
             handle.shutdown().await;
             return Some(Reply::ShutDown);
         }
+        Request::HangUp => {
+            handle.hang_up().await;
+            return Some(Reply::ShutDown);
+        }
     };
     refusal.map(|reason| Reply::Update(Msg::RequestFailed { request, reason }))
 }
@@ -358,6 +362,11 @@ fn hang_up<P>(
         "the terminal went away: cancelling every dispatch and waiting for every teardown"
     );
     if let Some(request) = quit_now(app) {
+        // The engine records why every dispatch was cancelled.
+        let request = match request {
+            Request::Shutdown => Request::HangUp,
+            request => request,
+        };
         spawn_request(perform, request, replies);
     }
 }

@@ -72,7 +72,7 @@ fn rig(refuse_first: bool) -> (Rig, Parts) {
     let perform = move |request: Request| -> BoxFuture<'static, Option<Reply>> {
         asked_sender.send(request.clone()).unwrap();
         let reply = match request {
-            Request::Shutdown => Some(Reply::ShutDown),
+            Request::Shutdown | Request::HangUp => Some(Reply::ShutDown),
             Request::Dispatch { .. } if refusals > 0 => {
                 refusals -= 1;
                 Some(Reply::Update(Msg::RequestFailed {
@@ -119,7 +119,7 @@ fn hold_shutdown_until_told(parts: &mut Parts) -> oneshot::Sender<()> {
     let mut told = Some(told);
     let mut inner = std::mem::replace(&mut parts.perform, Box::new(|_| Box::pin(async { None })));
     parts.perform = Box::new(move |request| {
-        let gate = matches!(request, Request::Shutdown)
+        let gate = matches!(request, Request::Shutdown | Request::HangUp)
             .then(|| told.take())
             .flatten();
         let work = inner(request);
@@ -488,7 +488,11 @@ async fn a_hangup_shuts_down_draws_nothing_more_and_repeats_change_nothing() {
     let script = async {
         rig.dispatch_running().await;
         rig.signals.send(Interrupt::HangUp).unwrap();
-        assert_eq!(rig.next_request().await, Request::Shutdown);
+        assert_eq!(
+            rig.next_request().await,
+            Request::HangUp,
+            "the engine is told why: the terminal went away"
+        );
         rig.signals.send(Interrupt::HangUp).unwrap();
         rig.signals.send(Interrupt::HangUp).unwrap();
         // Signals are taken before engine events: the loop took both repeats and went on.
@@ -514,7 +518,11 @@ async fn after_a_hangup_a_second_stop_signal_still_exits_at_once() {
     let script = async {
         rig.dispatch_running().await;
         rig.signals.send(Interrupt::HangUp).unwrap();
-        assert_eq!(rig.next_request().await, Request::Shutdown);
+        assert_eq!(
+            rig.next_request().await,
+            Request::HangUp,
+            "the engine is told why: the terminal went away"
+        );
         rig.signals.send(Interrupt::Stop).unwrap();
         rig.tearing_down().await;
         rig.signals.send(Interrupt::Stop).unwrap();
@@ -548,7 +556,7 @@ async fn an_input_that_fails_or_ends_because_the_terminal_went_away_ends_like_a_
                 Some(error) => rig.keys.send(Err(error())).unwrap(),
                 None => rig.close_input(),
             }
-            assert_eq!(rig.next_request().await, Request::Shutdown, "{ending}");
+            assert_eq!(rig.next_request().await, Request::HangUp, "{ending}");
             rig.tearing_down().await;
             tell.send(()).unwrap();
         };
@@ -574,7 +582,11 @@ async fn a_draw_that_finds_the_terminal_gone_ends_like_a_hangup() {
         let drawn = frame_count();
         // Something to draw: that frame fails.
         rig.engine(vec![rig.says("Still looking.")]).await;
-        assert_eq!(rig.next_request().await, Request::Shutdown);
+        assert_eq!(
+            rig.next_request().await,
+            Request::HangUp,
+            "the engine is told why: the terminal went away"
+        );
         rig.tearing_down().await;
         tell.send(()).unwrap();
         drawn
