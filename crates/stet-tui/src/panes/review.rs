@@ -36,15 +36,13 @@ fn alerts(collected: &CollectedResult, width: usize, theme: Theme) -> Vec<Line<'
     let secrets = &collected.secrets;
     let all_secrets = secrets.len() + collected.secrets_not_listed;
     if all_secrets > 0 {
-        lines.push(Line::styled(
-            text::truncate(
-                &format!(
-                    "✖ {all_secrets} secret(s) in the result — masked below, in clear if pushed"
-                ),
-                width,
-            ),
-            theme.error(),
-        ));
+        let said =
+            format!("✖ {all_secrets} secret(s) in the result — masked below, in clear if pushed");
+        lines.extend(
+            text::wrap_words(&said, width)
+                .into_iter()
+                .map(|row| Line::styled(row, theme.error())),
+        );
         for secret in secrets.iter().take(MAX_LISTED) {
             let place = match secret.line {
                 Some(line) => format!("{} line {line}", one_line(secret.path.as_str())),
@@ -81,13 +79,13 @@ fn alerts(collected: &CollectedResult, width: usize, theme: Theme) -> Vec<Line<'
     };
     let all_held = held.len() + collected.held_not_listed;
     if all_held > 0 {
-        lines.push(Line::styled(
-            text::truncate(
-                &format!("⚠ {all_held} path(s) held for your approval — read them before pushing:"),
-                width,
-            ),
-            theme.warning(),
-        ));
+        let said =
+            format!("⚠ {all_held} path(s) held for your approval — read them before pushing:");
+        lines.extend(
+            text::wrap_words(&said, width)
+                .into_iter()
+                .map(|row| Line::styled(row, theme.warning())),
+        );
         for entry in held.iter().take(MAX_LISTED) {
             item(entry.clone(), &mut lines);
         }

@@ -211,3 +211,27 @@ fn a_preflight_failure_shows_its_whole_reason_and_nothing_to_tear_down() {
         assert!(!shown.contains("in progress"), "{shown}");
     }
 }
+
+#[test]
+fn the_push_confirmation_names_what_goes_out_and_fits() {
+    let (mut app, script) = running();
+    app.update(Msg::EngineBatch(script.to_review_with_secrets(
+        vec![script.changed("config/app.env", ChangeKind::Added, 2, 0)],
+        &[("config/app.env", "secrets: *.env")],
+        &[("config/app.env", 2, "github-token")],
+    )));
+    app.update(Msg::Approve);
+    for shown in at_both_sizes("push_confirmation", &mut app) {
+        for said in [
+            "Push fix-greeting?",
+            "stet/fix-greeting",
+            "1 file(s), +2 −0",
+            "1 secret(s) go out in clear",
+            "1 path(s) held for your approval",
+            "This cannot be undone.",
+            "y/Enter yes",
+        ] {
+            assert!(shown.contains(said), "{said:?} not in:\n{shown}");
+        }
+    }
+}
