@@ -7,6 +7,8 @@ mod completions;
 mod demo;
 mod filters;
 mod headless;
+mod history;
+mod inbox_watch;
 mod maintenance;
 mod salvaged;
 mod session;

@@ -216,11 +216,20 @@ pub(crate) fn select_briefs(
     let mut briefs = Vec::new();
     if args.all {
         let listed = stet_engine::inbox::Inbox::load_within(&inbox, limits)?;
+        // Every invalid brief is named at once, so one run lists all there is to fix.
+        let mut invalid = Vec::new();
         for entry in listed.entries() {
             match &entry.brief {
                 Ok(brief) => briefs.push(brief.clone()),
-                Err(error) => anyhow::bail!("{error}"),
+                Err(error) => invalid.push(error.to_string()),
             }
+        }
+        if !invalid.is_empty() {
+            anyhow::bail!(
+                "--all: {} brief(s) of the inbox cannot be dispatched, so none is:\n  {}",
+                invalid.len(),
+                invalid.join("\n  ")
+            );
         }
         if briefs.is_empty() {
             anyhow::bail!("--all: the inbox {} holds no briefs", inbox.display());

@@ -61,6 +61,8 @@ pub(crate) async fn open_theater(
 ) -> anyhow::Result<TheaterEnd> {
     use stet_tui::event_loop::Exit;
     let repository = options.repository.clone();
+    let history = super::history::past_runs(&options.state_dir);
+    let inbox_limits = options.config.inbox;
     let configuration = configuration_of(&options.config.repository_file);
     let session = match Session::assemble(options).await? {
         Ok(session) => session,
@@ -77,6 +79,15 @@ pub(crate) async fn open_theater(
     app.set_theme(stet_tui::theme::Theme::from_env());
     app.set_cost_ceiling(ceiling);
     app.set_configuration(configuration);
+    app.set_history(history);
+    // Without a watch (no inotify left, say) the inbox is still shown, as it was read at the start.
+    let (_inbox_watch, reloads) = match super::inbox_watch::watch(&repository, inbox_limits) {
+        Ok((watch, reloads)) => (Some(watch), reloads),
+        Err(error) => {
+            tracing::warn!(%error, "the inbox is not watched: a restart shows briefs changed on disk");
+            (None, tokio::sync::mpsc::channel(1).1)
+        }
+    };
     let mut session = TerminalSession::enter()?;
     let input = terminal_input()?;
     let exit = stet_tui::event_loop::run(
@@ -85,6 +96,7 @@ pub(crate) async fn open_theater(
         input,
         events,
         interrupts.into_stream(),
+        reloads,
         Arc::new(Engine(dispatcher.clone())),
         repository,
     )
@@ -192,5 +204,9 @@ impl EngineHandle for Engine {
 
     async fn shutdown(&self) {
         self.0.shutdown().await;
+    }
+
+    async fn hang_up(&self) {
+        self.0.shutdown_because("the terminal went away").await;
     }
 }

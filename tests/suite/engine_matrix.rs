@@ -1570,6 +1570,7 @@ impl Fixture {
         let (decide, decisions) = mpsc::channel(1);
         let control = DispatchControl {
             cancel: self.cancel.clone(),
+            cause: Arc::default(),
             decisions,
             slots: Arc::new(Semaphore::new(1)),
         };

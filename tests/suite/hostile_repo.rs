@@ -589,6 +589,29 @@ fn a_host_file_named_as_scenario_or_prices_or_linked_as_stet_toml_is_never_print
 }
 
 #[test]
+fn all_names_every_invalid_brief_at_once() {
+    let project = Project::new(&idle());
+    let briefs = project.repo.join(".stet/briefs");
+    std::fs::write(briefs.join("first-broken.toml"), "title = \"x\"\n[target\n").unwrap();
+    std::fs::write(briefs.join("second-broken.toml"), "title = 3\n").unwrap();
+    let mut command = project.stet_here(&["--headless", "--all"]);
+    command.stdin(Stdio::null());
+    let finished = run(command);
+    assert_eq!(finished.code(), Some(2), "{finished:#?}");
+    for named in [
+        "2 brief(s) of the inbox cannot be dispatched",
+        "first-broken.toml",
+        "second-broken.toml",
+    ] {
+        assert!(
+            finished.stderr.contains(named),
+            "{named}: {}",
+            finished.stderr
+        );
+    }
+}
+
+#[test]
 fn a_brief_or_an_inbox_linked_to_a_host_file_is_never_read() {
     let project = Project::new(&idle());
     let secret = canary();

@@ -658,7 +658,8 @@ fn assert_gone(home: &Home, dispatch: DispatchId) {
 /// After its terminal hung up, stet exited with `status` 3 having cancelled `dispatch` and torn it
 /// down, before any sweep: its result says cancelled, and no container, no dispatch directory and no
 /// journal record is left.
-fn assert_torn_down_by_the_hangup(home: &Home, status: i32, dispatch: DispatchId) {
+/// `theater`: the theater ran it, and its record says why it was cancelled.
+fn assert_torn_down_by_the_hangup(home: &Home, status: i32, dispatch: DispatchId, theater: bool) {
     assert_eq!(
         status,
         3,
@@ -672,6 +673,13 @@ fn assert_torn_down_by_the_hangup(home: &Home, status: i32, dispatch: DispatchId
         )
     });
     assert_eq!(result.outcome, Phase::Cancelled, "{result:#?}");
+    if theater {
+        let reason = result.reason.as_ref().map(|reason| reason.as_str());
+        assert!(
+            reason.is_some_and(|reason| reason.ends_with(": the terminal went away")),
+            "{result:#?}"
+        );
+    }
     assert_gone(home, dispatch);
     let dispatches: Vec<PathBuf> = std::fs::read_dir(home.state().join("dispatches"))
         .map(|listing| listing.map(|entry| entry.unwrap().path()).collect())
@@ -717,7 +725,7 @@ fn hanging_up_during_provisioning_tears_the_dispatch_down() {
     tmux.kill_session();
     let status = tmux.exit_status_after_hangup(home);
     let took = killed.elapsed();
-    assert_torn_down_by_the_hangup(home, status, dispatch);
+    assert_torn_down_by_the_hangup(home, status, dispatch, true);
     eprintln!("tui: hung up during provisioning; stet exited {took:?} later");
 }
 
@@ -742,7 +750,7 @@ fn hanging_up_while_a_demo_dispatch_runs_tears_it_down_however_often_sighup_come
     }
     let status = tmux.exit_status_after_hangup(&home);
     let took = killed.elapsed();
-    assert_torn_down_by_the_hangup(&home, status, dispatch);
+    assert_torn_down_by_the_hangup(&home, status, dispatch, true);
     eprintln!("tui: hung up while running; stet exited {took:?} later");
 }
 
@@ -785,7 +793,12 @@ fn nothing_of_the_agent_runs_while_a_person_reviews() {
     let directory = home.state().join("dispatches").join(dispatch.to_string());
     assert!(!directory.join("workspace").exists() && !directory.join("outputs").exists());
     tmux.press("x");
-    tmux.until_shown("the discarded outcome", &["outcome: cancelled (exit 3)"]);
+    tmux.until_shown("the discard confirmation", &["Discard the result of "]);
+    tmux.press("y");
+    tmux.until_shown(
+        "the discarded outcome",
+        &["outcome: cancelled (exit 3)", "[discarded]"],
+    );
     assert_gone(home, dispatch);
     tmux.press("q");
     tmux.assert_given_back(0, &[]);
@@ -819,7 +832,7 @@ fn hanging_up_at_the_review_gate_discards_the_run_without_any_signal() {
     tmux.kill_session();
     let status = tmux.exit_status_after_hangup(&home);
     let took = killed.elapsed();
-    assert_torn_down_by_the_hangup(&home, status, dispatch);
+    assert_torn_down_by_the_hangup(&home, status, dispatch, true);
     let phases = phases(&home.events(dispatch));
     assert!(
         phases.ends_with(&[Phase::AwaitingApproval, Phase::Cancelled]),
@@ -856,7 +869,7 @@ fn hanging_up_the_terminal_of_stet_headless_tears_its_dispatch_down() {
     }
     let status = tmux.exit_status_after_hangup(home);
     let took = killed.elapsed();
-    assert_torn_down_by_the_hangup(home, status, dispatch);
+    assert_torn_down_by_the_hangup(home, status, dispatch, false);
     eprintln!("tui: hung up stet --headless; it exited {took:?} later");
 }
 
@@ -991,7 +1004,13 @@ fn the_demo_theater_cancels_reviews_opens_the_pull_request_and_quits() {
         recorded.ends_with(&[Phase::Running, Phase::Collecting, Phase::AwaitingApproval]),
         "{recorded:?}\n{gate}"
     );
+    // p asks first: the push cannot be undone.
     tmux.press("p");
+    tmux.until_shown(
+        "the push confirmation",
+        &[&format!("Push {}?", second.id), "This cannot be undone."],
+    );
+    tmux.press("y");
     let review_file = home.state().join("reviews").join("1.json");
     let screen = tmux.until_shown(
         "the pull request on screen",

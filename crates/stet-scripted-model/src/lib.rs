@@ -385,6 +385,26 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
     response
 }
 
+/// The first [`QUOTED_CHARS`] characters of `question`; a longer one ends at the last whole word
+/// that fits, marked `…` (a word longer than the quote is cut where the quote ends).
+fn quote(question: &str) -> String {
+    if question.chars().count() <= QUOTED_CHARS {
+        return question.to_owned();
+    }
+    let head: String = question.chars().take(QUOTED_CHARS).collect();
+    let next_starts_a_word = question
+        .chars()
+        .nth(QUOTED_CHARS)
+        .is_some_and(char::is_whitespace);
+    let whole = if next_starts_a_word {
+        head.as_str()
+    } else {
+        head.rsplit_once(char::is_whitespace)
+            .map_or(head.as_str(), |(words, _)| words)
+    };
+    format!("{}…", whole.trim_end())
+}
+
 fn is_streaming(body: &Value) -> bool {
     body.get("stream").and_then(Value::as_bool) == Some(true)
 }
@@ -399,13 +419,12 @@ struct Reply {
 }
 
 impl Reply {
-    /// "step N: <the first 60 characters of the question>", cut to the request's output token
+    /// "step N: <the question's first 60 characters, at a word's end>", cut to the request's output token
     /// `limit` when it has one; tokens from the request's and the reply's sizes.
     fn to(question: Option<String>, limit: Option<u64>, number: u64, request_bytes: usize) -> Self {
-        let quoted: String = question
+        let quoted = question
             .as_deref()
-            .map(|text| text.trim().chars().take(QUOTED_CHARS).collect())
-            .unwrap_or_else(|| "(no question)".to_owned());
+            .map_or_else(|| "(no question)".to_owned(), |text| quote(text.trim()));
         let mut text = format!("step {number}: {quoted}");
         let mut truncated = false;
         if let Some(limit) = limit {

@@ -102,7 +102,9 @@ async fn chat_completions_answer_deterministically_with_usage() {
     );
     assert!(answer.headers.get(COST_HEADER).is_none());
     let reply = answer.json();
-    let expected = format!("step 1: {}", &long[..60]);
+    // The question is quoted up to its 60th character, at a word's end.
+    let expected =
+        "step 1: Please rename the greeting function and update every caller…".to_owned();
     assert_eq!(reply["choices"][0]["message"]["content"], json!(expected));
     assert_eq!(reply["choices"][0]["finish_reason"], json!("stop"));
     assert_eq!(reply["model"], json!(DEMO_MODEL));
@@ -120,7 +122,7 @@ async fn chat_completions_answer_deterministically_with_usage() {
     let again = chat(&model, body).await.json();
     assert_eq!(
         again["choices"][0]["message"]["content"],
-        json!(format!("step 2: {}", &long[..60]))
+        json!("step 2: Please rename the greeting function and update every caller…")
     );
     assert_eq!(again["usage"], reply["usage"]);
     model.shutdown().await;
@@ -610,4 +612,16 @@ async fn dropping_the_server_stops_it() {
     }
     let refused = tokio::net::TcpStream::connect(address).await.unwrap_err();
     assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+}
+
+#[test]
+fn a_long_question_is_quoted_to_a_whole_word() {
+    let short = "what is two and two";
+    assert_eq!(super::quote(short), short);
+    let words = "word ".repeat(20);
+    let quoted = super::quote(words.trim());
+    assert!(quoted.ends_with("word…"), "{quoted}");
+    assert!(quoted.chars().count() <= 61, "{quoted}");
+    let one_long_word = "x".repeat(100);
+    assert_eq!(super::quote(&one_long_word), format!("{}…", "x".repeat(60)));
 }

@@ -1,10 +1,12 @@
 //! The theater's state and its one `update` function: no I/O and no terminal, so every key and every
 //! engine event can be tested as a plain value (the Elm shape codex-rs and gitui use).
 
+mod inbox;
 mod intent;
 mod navigation;
 mod review;
 mod search;
+mod status;
 pub(crate) mod view;
 
 use std::collections::{HashMap, HashSet};
@@ -20,7 +22,8 @@ use stet_protocol::event::{DispatchId, Event};
 use stet_protocol::inbox::InboxEntry;
 use stet_protocol::state::Phase;
 
-pub use navigation::{Focus, TranscriptScroll};
+pub use inbox::PastRun;
+pub use navigation::{Focus, Pages, TranscriptScroll};
 pub use review::{PatchState, PatchText};
 pub use search::{Direction, MAX_QUERY_CHARS, Search};
 pub use view::{
@@ -46,7 +49,8 @@ pub enum InboxRow {
 }
 
 impl InboxRow {
-    fn from_entry(entry: &InboxEntry) -> InboxRow {
+    /// The row of an inbox entry as read.
+    pub fn from_entry(entry: &InboxEntry) -> InboxRow {
         match &entry.brief {
             Ok(brief) => InboxRow::Brief(Box::new(brief.clone())),
             Err(error) => InboxRow::Invalid {
@@ -132,8 +136,14 @@ pub enum Msg {
     ScrollUp(usize),
     /// Scroll the transcript this many items towards the end.
     ScrollDown(usize),
-    /// Jump to the transcript's end and follow it again.
+    /// Jump to the transcript's end and follow it again (the diff's last page at review).
     FollowTail,
+    /// Jump to the transcript's oldest item (the diff's first line at review).
+    ScrollTop,
+    /// Scroll one page of what is shown towards the end (the diff, the transcript, the help).
+    PageDown,
+    /// Scroll one page towards the start.
+    PageUp,
     /// Show or hide the key help overlay.
     ToggleHelp,
     /// Close the help overlay, or leave the review gate for the transcript.
@@ -172,6 +182,8 @@ pub enum Msg {
         /// The brief as read back, or why it could not be saved.
         saved: Result<Box<Brief>, String>,
     },
+    /// The inbox as read again after its directory changed on disk.
+    InboxReloaded(Vec<InboxRow>),
 }
 
 /// What the app asks of the engine (sent as a `Command` through the `DispatchHandle`).
@@ -190,6 +202,8 @@ pub enum Request {
     Discard(DispatchId),
     /// Cancel every dispatch and tear everything down before exiting.
     Shutdown,
+    /// [`Request::Shutdown`] because the terminal went away.
+    HangUp,
     /// Read the run record's patch of a dispatch whose result was collected.
     LoadPatch(DispatchId),
     /// Write the new-brief form's brief into the inbox.
@@ -205,7 +219,7 @@ impl Request {
             Request::Cancel(_) => "cancel",
             Request::Approve(_) => "approve",
             Request::Discard(_) => "discard",
-            Request::Shutdown => "shut down",
+            Request::Shutdown | Request::HangUp => "shut down",
         }
     }
 }
@@ -217,6 +231,10 @@ pub enum Confirm {
     Dispatch(String),
     /// Cancel this dispatch.
     Cancel(DispatchId),
+    /// Push this dispatch's result and open its pull request.
+    Approve(DispatchId),
+    /// Throw this dispatch's result away.
+    Discard(DispatchId),
     /// Quit although dispatches are running: they are cancelled and torn down first.
     Quit,
 }
@@ -241,8 +259,11 @@ pub struct App {
     newest_by_brief: HashMap<String, DispatchId>,
     /// Briefs asked for whose first event has not arrived yet.
     requested: HashSet<String>,
+    /// What earlier runs came to, by target repository and brief id.
+    history: HashMap<(String, String), Badge>,
     confirm: Option<Confirm>,
-    status: Option<String>,
+    /// What the status line was last asked to say; [`App::status`] derives the text from it.
+    notice: Option<status::Notice>,
     quitting: bool,
     changed: bool,
     now: DateTime<Utc>,
@@ -255,6 +276,10 @@ pub struct App {
     focus: Focus,
     scroll: TranscriptScroll,
     help: bool,
+    /// The first line of the help overlay shown.
+    help_scroll: usize,
+    /// How much of each scrolling view the last frame showed.
+    pages: Pages,
     /// The dispatch whose review gate the person left with `Back`.
     review_left: Option<DispatchId>,
     /// The first line of the patch the review gate shows.
@@ -290,8 +315,9 @@ impl App {
             order: Vec::new(),
             newest_by_brief: HashMap::new(),
             requested: HashSet::new(),
+            history: HashMap::new(),
             confirm: None,
-            status: None,
+            notice: None,
             quitting: false,
             changed: true,
             now,
@@ -302,6 +328,8 @@ impl App {
             focus: Focus::default(),
             scroll: TranscriptScroll::default(),
             help: false,
+            help_scroll: 0,
+            pages: Pages::default(),
             review_left: None,
             review_scroll: 0,
             search_prompt: None,
@@ -335,6 +363,10 @@ impl App {
                 }
                 None
             }
+            Msg::InboxReloaded(rows) => {
+                self.reload(rows);
+                None
+            }
             Msg::BriefSaved { file, saved } => {
                 self.saving_brief = false;
                 match saved {
@@ -363,15 +395,43 @@ impl App {
                 }
                 None
             }
-            Msg::ConfirmYes => self.accept(),
+            Msg::Interrupt => self.interrupt(),
+            Msg::ConfirmYes => self.after_key(Msg::ConfirmYes),
             Msg::ConfirmNo => {
+                self.after_key(Msg::ConfirmNo);
                 if self.confirm.take().is_some() {
                     self.changed = true;
                 }
                 None
             }
-            intent if self.confirm.is_none() => self.intent(intent),
-            _ => None,
+            intent if self.confirm.is_none() => self.after_key(intent),
+            // A key the open question does not take still ends what the last key started.
+            _ => {
+                self.forget_last_key();
+                None
+            }
+        }
+    }
+
+    /// A key the person pressed: the previous key's answer and an armed Ctrl-C are forgotten, then
+    /// the key acts.
+    fn after_key(&mut self, msg: Msg) -> Option<Request> {
+        self.forget_last_key();
+        match msg {
+            Msg::ConfirmYes => self.accept(),
+            Msg::ConfirmNo => None,
+            intent => self.intent(intent),
+        }
+    }
+
+    /// Forgets the answer to the previous key and an armed Ctrl-C.
+    fn forget_last_key(&mut self) {
+        if matches!(self.notice, Some(status::Notice::Said(_))) {
+            self.notice = None;
+            self.changed = true;
+        }
+        if std::mem::take(&mut self.interrupt_armed) {
+            self.changed = true;
         }
     }
 
@@ -438,17 +498,15 @@ impl App {
         if self.requested.contains(id) {
             return Badge::Queued;
         }
-        self.newest(id).map_or(Badge::New, Badge::of)
+        match self.newest(id) {
+            Some(view) => Badge::of(view),
+            None => self.past_badge(id).unwrap_or(Badge::New),
+        }
     }
 
     /// The question waiting for an answer, if one is open.
     pub fn confirm(&self) -> Option<&Confirm> {
         self.confirm.as_ref()
-    }
-
-    /// The latest one-line message for the person (refusals, what is happening).
-    pub fn status(&self) -> Option<&str> {
-        self.status.as_deref()
     }
 
     /// The time of the latest tick, for live elapsed times.
@@ -497,6 +555,17 @@ impl App {
     /// The selected dispatch's transcript position.
     pub fn scroll(&self) -> TranscriptScroll {
         self.scroll
+    }
+
+    /// The first line of the help overlay shown.
+    pub fn help_scroll(&self) -> usize {
+        self.help_scroll
+    }
+
+    /// Tells the app how much of each scrolling view the frame just drawn showed.
+    pub fn set_pages(&mut self, pages: Pages) {
+        self.pages = pages;
+        self.help_scroll = self.help_scroll.min(pages.help_hidden);
     }
 
     /// Whether the key help overlay is shown.
@@ -567,12 +636,9 @@ impl App {
         self.focus = Focus::Inbox;
         self.select(at);
     }
-
-    fn set_status(&mut self, message: String) {
-        self.status = Some(message);
-        self.changed = true;
-    }
 }
 
+#[cfg(test)]
+mod status_props;
 #[cfg(test)]
 pub(crate) mod tests;

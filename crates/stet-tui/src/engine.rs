@@ -21,4 +21,6 @@ pub trait EngineHandle: Send + Sync + 'static {
     async fn patch(&self, dispatch: DispatchId) -> Result<String, String>;
     /// Cancels every dispatch and returns once every one has torn down.
     async fn shutdown(&self);
+    /// [`Self::shutdown`] because the terminal went away: each dispatch's record says so.
+    async fn hang_up(&self);
 }

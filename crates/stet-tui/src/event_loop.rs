@@ -17,7 +17,7 @@ use ratatui::backend::Backend;
 use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 
-use crate::app::{App, Confirm, Msg, Request};
+use crate::app::{App, Confirm, InboxRow, Msg, Request};
 use crate::engine::EngineHandle;
 use crate::form::{self, BriefDraft};
 use crate::view::Pane;
@@ -115,13 +115,18 @@ enum Reply {
 /// way, and returns [`Exit::HungUp`] once every dispatch has torn down, however many SIGHUPs follow.
 /// Everything from the engine, the review gate's patch included, comes through `handle` and `events`;
 /// `repository` is the root of the repository whose inbox (`.stet/briefs`) the new-brief form writes
-/// into.
+/// into; `inbox` yields the inbox read again each time it changed on disk (the caller watches it).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "each is one independent source or sink of the loop; a struct would only rename them"
+)]
 pub async fn run<B>(
     terminal: &mut Terminal<B>,
     app: App,
     input: impl Stream<Item = std::io::Result<TerminalEvent>> + Unpin,
     events: mpsc::Receiver<Event>,
     interrupts: impl Stream<Item = Interrupt> + Unpin,
+    inbox: mpsc::Receiver<Vec<InboxRow>>,
     handle: Arc<dyn EngineHandle>,
     repository: PathBuf,
 ) -> Result<Exit>
@@ -136,7 +141,7 @@ where
             request => Box::pin(ask_engine(Arc::clone(&handle), request)),
         }
     };
-    drive(terminal, app, input, events, interrupts, perform).await
+    drive(terminal, app, input, events, interrupts, inbox, perform).await
 }
 
 /// Asks the engine for the diff of `dispatch`'s result.
@@ -176,6 +181,10 @@ async fn ask_engine(handle: Arc<dyn EngineHandle>, request: Request) -> Option<R
             handle.shutdown().await;
             return Some(Reply::ShutDown);
         }
+        Request::HangUp => {
+            handle.hang_up().await;
+            return Some(Reply::ShutDown);
+        }
     };
     refusal.map(|reason| Reply::Update(Msg::RequestFailed { request, reason }))
 }
@@ -187,6 +196,7 @@ async fn drive<B, P>(
     mut input: impl Stream<Item = std::io::Result<TerminalEvent>> + Unpin,
     mut events: mpsc::Receiver<Event>,
     mut interrupts: impl Stream<Item = Interrupt> + Unpin,
+    mut inbox: mpsc::Receiver<Vec<InboxRow>>,
     mut perform: P,
 ) -> Result<Exit>
 where
@@ -198,13 +208,18 @@ where
     let mut tick = tokio::time::interval(FRAME);
     tick.set_missed_tick_behavior(MissedTickBehavior::Skip);
     let (mut input_open, mut events_open, mut interrupts_open) = (true, true, true);
+    let mut inbox_open = true;
     let mut stops = 0u32;
     let mut hung_up = false;
     let mut resized = false;
     loop {
+        let mut pages = None;
         if !hung_up
             && (app.take_changed() || std::mem::take(&mut resized))
-            && let Err(error) = terminal.draw(|frame| view::render(frame, &app))
+            && let Err(error) = terminal.draw(|frame| {
+                view::render(frame, &app);
+                pages = Some(view::pages(&app, frame.area()));
+            })
         {
             if !backend_gone(&error) {
                 return Err(LoopError::Draw(error.to_string()));
@@ -217,6 +232,9 @@ where
                 &mut perform,
                 &replies_sender,
             );
+        }
+        if let Some(pages) = pages {
+            app.set_pages(pages);
         }
         if app.can_exit() {
             return Ok(ending(hung_up));
@@ -296,6 +314,13 @@ where
                     None
                 }
             },
+            reloaded = inbox.recv(), if inbox_open => match reloaded {
+                Some(rows) => Some(Msg::InboxReloaded(rows)),
+                None => {
+                    inbox_open = false;
+                    None
+                }
+            },
             _ = tick.tick() => Some(Msg::Tick(Utc::now())),
         };
         if let Some(cause) = went_away {
@@ -337,6 +362,11 @@ fn hang_up<P>(
         "the terminal went away: cancelling every dispatch and waiting for every teardown"
     );
     if let Some(request) = quit_now(app) {
+        // The engine records why every dispatch was cancelled.
+        let request = match request {
+            Request::Shutdown => Request::HangUp,
+            request => request,
+        };
         spawn_request(perform, request, replies);
     }
 }

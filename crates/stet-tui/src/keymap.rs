@@ -99,6 +99,19 @@ pub struct Binding {
     pub description: &'static str,
     /// What it sends the app.
     pub msg: Msg,
+    /// Where it comes in the footer when the width does not fit every key: lower first;
+    /// [`HIDDEN`] never shows there (the help lists it).
+    pub rank: u8,
+}
+
+/// The rank of a binding the footer never shows.
+pub const HIDDEN: u8 = u8::MAX;
+
+impl Binding {
+    const fn rank(mut self, rank: u8) -> Binding {
+        self.rank = rank;
+        self
+    }
 }
 
 const fn bind(
@@ -114,11 +127,9 @@ const fn bind(
         keys,
         description,
         msg,
+        rank: 5,
     }
 }
-
-/// How many transcript items a page key scrolls.
-pub const PAGE: usize = 10;
 
 /// The keymap. The first binding of an active context that answers to a key wins.
 pub const KEYMAP: &[Binding] = &[
@@ -128,23 +139,58 @@ pub const KEYMAP: &[Binding] = &[
         "y/Enter",
         "yes",
         Msg::ConfirmYes,
-    ),
+    )
+    .rank(1),
     bind(
         Context::Confirm,
         &[ch('n'), key(KeyCode::Esc)],
         "n/Esc",
         "no",
         Msg::ConfirmNo,
-    ),
+    )
+    .rank(1),
     bind(
         Context::Help,
         &[ch('?'), key(KeyCode::Esc)],
         "?/Esc",
         "close help",
         Msg::ToggleHelp,
-    ),
-    bind(Context::Help, &[ch('q')], "q", "quit", Msg::Quit),
-    bind(Context::Help, &[ctrl('c')], "^C ^C", "quit", Msg::Interrupt),
+    )
+    .rank(1),
+    bind(
+        Context::Help,
+        &[key(KeyCode::Down), ch('j')],
+        "j/↓",
+        "scroll down",
+        Msg::ScrollDown(1),
+    )
+    .rank(2),
+    bind(
+        Context::Help,
+        &[key(KeyCode::Up), ch('k')],
+        "k/↑",
+        "scroll up",
+        Msg::ScrollUp(1),
+    )
+    .rank(2),
+    bind(
+        Context::Help,
+        &[ch(' '), key(KeyCode::PageDown)],
+        "Space/PgDn",
+        "next page",
+        Msg::PageDown,
+    )
+    .rank(4),
+    bind(
+        Context::Help,
+        &[ch('b'), key(KeyCode::PageUp)],
+        "b/PgUp",
+        "previous page",
+        Msg::PageUp,
+    )
+    .rank(4),
+    bind(Context::Help, &[ch('q')], "q", "quit", Msg::Quit).rank(3),
+    bind(Context::Help, &[ctrl('c')], "^C ^C", "quit", Msg::Interrupt).rank(HIDDEN),
     bind(
         Context::Form,
         &[key(KeyCode::Tab)],
@@ -200,8 +246,9 @@ pub const KEYMAP: &[Binding] = &[
         "p",
         "push & open PR",
         Msg::Approve,
-    ),
-    bind(Context::Review, &[ch('x')], "x", "discard", Msg::Discard),
+    )
+    .rank(1),
+    bind(Context::Review, &[ch('x')], "x", "discard", Msg::Discard).rank(1),
     bind(
         Context::Review,
         &[key(KeyCode::Down), ch('j')],
@@ -218,53 +265,97 @@ pub const KEYMAP: &[Binding] = &[
     ),
     bind(
         Context::Review,
+        &[ch('g'), key(KeyCode::Home)],
+        "g/Home",
+        "top of the diff",
+        Msg::ScrollTop,
+    ),
+    bind(
+        Context::Review,
+        &[ch('G'), key(KeyCode::End)],
+        "G/End",
+        "end of the diff",
+        Msg::FollowTail,
+    ),
+    bind(
+        Context::Review,
+        &[ch(' '), key(KeyCode::PageDown)],
+        "Space/PgDn",
+        "next page",
+        Msg::PageDown,
+    )
+    .rank(4),
+    bind(
+        Context::Review,
+        &[ch('b'), key(KeyCode::PageUp)],
+        "b/PgUp",
+        "previous page",
+        Msg::PageUp,
+    )
+    .rank(6),
+    bind(
+        Context::Review,
         &[key(KeyCode::Esc)],
         "Esc",
         "back to transcript",
         Msg::Back,
-    ),
+    )
+    .rank(2),
     bind(
         Context::Inbox,
         &[key(KeyCode::Down), ch('j')],
         "j/↓",
         "next brief",
         Msg::SelectNext,
-    ),
+    )
+    .rank(4),
     bind(
         Context::Inbox,
         &[key(KeyCode::Up), ch('k')],
         "k/↑",
         "previous brief",
         Msg::SelectPrevious,
-    ),
-    bind(Context::Inbox, &[ch('n')], "n", "new brief", Msg::NewBrief),
+    )
+    .rank(4),
+    bind(Context::Inbox, &[ch('n')], "n", "new brief", Msg::NewBrief).rank(2),
     bind(
         Context::Transcript,
         &[key(KeyCode::Down), ch('j')],
         "j/↓",
         "scroll down",
         Msg::ScrollDown(1),
-    ),
+    )
+    .rank(4),
     bind(
         Context::Transcript,
         &[key(KeyCode::Up), ch('k')],
         "k/↑",
         "scroll up",
         Msg::ScrollUp(1),
-    ),
+    )
+    .rank(4),
     bind(
         Context::Transcript,
         &[ch('n')],
         "n",
         "older match",
         Msg::SearchNext,
-    ),
+    )
+    .rank(3),
     bind(
         Context::Transcript,
         &[ch('N')],
         "N",
         "newer match",
         Msg::SearchPrevious,
+    )
+    .rank(3),
+    bind(
+        Context::Transcript,
+        &[ch('g'), key(KeyCode::Home)],
+        "g/Home",
+        "oldest item",
+        Msg::ScrollTop,
     ),
     bind(
         Context::Global,
@@ -272,59 +363,83 @@ pub const KEYMAP: &[Binding] = &[
         "Enter",
         "dispatch",
         Msg::DispatchSelected,
-    ),
+    )
+    .rank(1),
     bind(
         Context::Global,
         &[ch('c')],
         "c",
         "cancel",
         Msg::CancelSelected,
-    ),
+    )
+    .rank(2),
     bind(Context::Global, &[ch('?')], "?", "help", Msg::ToggleHelp),
-    bind(Context::Global, &[ch('q')], "q", "quit", Msg::Quit),
+    bind(Context::Global, &[ch('q')], "q", "quit", Msg::Quit).rank(1),
     bind(
         Context::Global,
         &[ctrl('c')],
         "^C ^C",
         "quit",
         Msg::Interrupt,
-    ),
+    )
+    .rank(HIDDEN),
     bind(
         Context::Global,
         &[ch('/')],
         "/",
         "search the transcript",
         Msg::SearchStart,
-    ),
-    bind(Context::Global, &[ch('r')], "r", "review", Msg::OpenReview),
+    )
+    .rank(3),
+    bind(Context::Global, &[ch('r')], "r", "review", Msg::OpenReview).rank(3),
     bind(
         Context::Global,
         &[key(KeyCode::Tab)],
         "Tab",
         "switch pane",
         Msg::FocusNext,
-    ),
+    )
+    .rank(3),
     bind(
         Context::Global,
         &[key(KeyCode::PageUp)],
         "PgUp",
         "page up",
-        Msg::ScrollUp(PAGE),
-    ),
+        Msg::PageUp,
+    )
+    .rank(6),
     bind(
         Context::Global,
         &[key(KeyCode::PageDown)],
         "PgDn",
         "page down",
-        Msg::ScrollDown(PAGE),
-    ),
+        Msg::PageDown,
+    )
+    .rank(6),
+    bind(
+        Context::Global,
+        &[ch('p')],
+        "p",
+        "push (at review)",
+        Msg::Approve,
+    )
+    .rank(HIDDEN),
+    bind(
+        Context::Global,
+        &[ch('x')],
+        "x",
+        "discard (at review)",
+        Msg::Discard,
+    )
+    .rank(HIDDEN),
     bind(
         Context::Global,
         &[ch('G'), key(KeyCode::End)],
         "G/End",
         "follow the tail",
         Msg::FollowTail,
-    ),
+    )
+    .rank(4),
 ];
 
 /// The contexts active in `app`'s current state, most specific first.
@@ -362,6 +477,10 @@ pub fn message_for(key: KeyEvent, app: &App) -> Option<Msg> {
         return None;
     }
     let control = key.modifiers.contains(KeyModifiers::CONTROL);
+    if control && key.code == KeyCode::Char('c') {
+        // Ctrl-C means the same wherever the keys go: the status line says what a second one does.
+        return Some(Msg::Interrupt);
+    }
     if app.form().is_some() {
         // The form's bindings above only describe it: it reads every key itself.
         return Some(Msg::FormKey(key));
@@ -443,7 +562,8 @@ mod tests {
     fn the_help_overlay_captures_every_key_but_its_own() {
         let mut app = empty_app();
         app.update(Msg::ToggleHelp);
-        assert_eq!(message_for(plain('j'), &app), None);
+        assert_eq!(message_for(plain('c'), &app), None);
+        assert_eq!(message_for(plain('j'), &app), Some(Msg::ScrollDown(1)));
         assert_eq!(
             message_for(press(KeyCode::Esc, KeyModifiers::NONE), &app),
             Some(Msg::ToggleHelp)

@@ -112,7 +112,7 @@ impl Theme {
     /// An inbox badge.
     pub fn badge(self, badge: Badge) -> Style {
         match badge {
-            Badge::New | Badge::Done => self.muted(),
+            Badge::New | Badge::Done | Badge::Discarded => self.muted(),
             Badge::Queued | Badge::Running(_) => self.fg(Color::Cyan),
             Badge::AwaitingReview => self.warning().add_modifier(Modifier::BOLD),
             Badge::PullRequest(_) => self.success(),

@@ -6,7 +6,7 @@ use ratatui::text::{Line, Span, Text};
 use ratatui::widgets::{Paragraph, Wrap};
 use stet_sanitize::display::one_line;
 
-use crate::app::{App, DispatchView, Focus, InboxRow};
+use crate::app::{App, DispatchView, Focus, InboxRow, Msg, Pages};
 use crate::keymap;
 use crate::panes::{self, confirm, help, inbox, meter, review, text, timeline, transcript};
 
@@ -72,8 +72,10 @@ struct Detail {
 impl Detail {
     fn of(area: Rect, app: &App, view: &DispatchView) -> Detail {
         let (now, theme) = (app.now(), app.theme());
-        let meter_width = (area.width * 45 / 100).saturating_sub(2);
-        let timeline_lines = timeline::lines(view, now, theme).len();
+        let [timeline_area, meter_area] = Self::columns(area, view);
+        let meter_width = meter_area.width.saturating_sub(2);
+        let timeline_width = usize::from(timeline_area.width.saturating_sub(2));
+        let timeline_lines = timeline::lines(view, now, timeline_width, theme).len();
         let meter_lines = meter::lines(
             view,
             ceiling_of(app, view),
@@ -83,17 +85,62 @@ impl Detail {
         )
         .len();
         let wanted = u16::try_from(timeline_lines.max(meter_lines) + 2).unwrap_or(u16::MAX);
-        let top_height = wanted.min(area.height / 2);
+        // A finished dispatch's story (why it ended, what was torn down) matters more than room
+        // for a transcript that no longer moves.
+        let share = if view.transcript.is_empty() {
+            area.height.saturating_sub(3)
+        } else if view.in_flight() {
+            area.height / 2
+        } else {
+            area.height * 2 / 3
+        };
+        let top_height = wanted.min(share);
         let [top, transcript] =
             Layout::vertical([Constraint::Length(top_height), Constraint::Min(0)]).areas(area);
-        let [timeline, meter] =
-            Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)]).areas(top);
+        let [timeline, meter] = Self::columns(top, view);
         Detail {
             timeline,
             meter,
             transcript,
         }
     }
+}
+
+impl Detail {
+    /// The timeline's and the meter's columns of `area`: the meter keeps what its lines need (27
+    /// columns, 22 while it has no usage to show) and the timeline takes the rest.
+    fn columns(area: Rect, view: &DispatchView) -> [Rect; 2] {
+        let meter = if view.cost.is_none() && view.last_refusal.is_none() {
+            22.min(area.width / 2)
+        } else {
+            (area.width * 45 / 100).max(27).min(area.width / 2)
+        };
+        Layout::horizontal([Constraint::Min(0), Constraint::Length(meter)]).areas(area)
+    }
+}
+
+/// How much of each scrolling view a frame of `area` shows `app`, for its page keys.
+pub fn pages(app: &App, area: Rect) -> Pages {
+    let Some(screen) = Screen::of(area) else {
+        return Pages::default();
+    };
+    let (overlay, help_hidden) = help::placement(screen.main(), app.theme());
+    let mut pages = Pages {
+        help: usize::from(overlay.height.saturating_sub(2)),
+        help_hidden,
+        ..Pages::default()
+    };
+    let (width, height) = (
+        usize::from(screen.detail.width.saturating_sub(2)),
+        usize::from(screen.detail.height.saturating_sub(2)),
+    );
+    if let Some(view) = app.reviewing() {
+        pages.diff = review::diff_rows(view, width, height);
+    } else if let Some(view) = app.selected_dispatch() {
+        let transcript = Detail::of(screen.detail, app, view).transcript;
+        pages.transcript = usize::from(transcript.height.saturating_sub(2));
+    }
+    pages
 }
 
 /// The pane at cell (`column`, `row`) of a screen of `area`, when it is one the wheel scrolls.
@@ -131,7 +178,7 @@ pub fn render(frame: &mut Frame, app: &App) {
         panes::form::render(frame, screen.main(), form, app.theme());
     }
     if app.help_open() {
-        help::render(frame, screen.main(), app.theme());
+        help::render(frame, screen.main(), app.help_scroll(), app.theme());
     }
     if let Some(question) = app.confirm() {
         confirm::render(frame, screen.main(), question, app);
@@ -246,7 +293,7 @@ fn render_status(frame: &mut Frame, area: Rect, app: &App) {
     }
     if let Some(status) = app.status() {
         spans.push(Span::raw(" · "));
-        spans.push(Span::raw(one_line(status)));
+        spans.push(Span::raw(one_line(&status)));
     }
     let Some(configuration) = app.configuration() else {
         frame.render_widget(Paragraph::new(Line::from(spans)), area);
@@ -286,8 +333,9 @@ fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
         frame.set_cursor_position((area.x + u16::try_from(column).unwrap_or(area.width), area.y));
         return;
     }
+    let hints = footer_hints(app, usize::from(area.width));
     let mut spans = Vec::new();
-    for binding in keymap::active_bindings(app) {
+    for binding in hints {
         if !spans.is_empty() {
             spans.push(Span::styled(" · ", theme.muted()));
         }
@@ -295,6 +343,44 @@ fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
         spans.push(Span::raw(format!(" {}", binding.description)));
     }
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+/// The keys the footer shows in `width` columns: the active ones the footer lists, most important
+/// first, as many as fit, and always the help key (which lists the rest).
+pub fn footer_hints(app: &App, width: usize) -> Vec<&'static keymap::Binding> {
+    let shown_width = |binding: &keymap::Binding| {
+        text::char_width_of(binding.keys) + 1 + text::char_width_of(binding.description)
+    };
+    let mut active: Vec<&'static keymap::Binding> = Vec::new();
+    for binding in keymap::active_bindings(app) {
+        // A key an earlier (more specific) binding answers is not listed twice.
+        let shadowed = binding
+            .chords
+            .iter()
+            .all(|chord| active.iter().any(|earlier| earlier.chords.contains(chord)));
+        if !shadowed {
+            active.push(binding);
+        }
+    }
+    let help = active
+        .iter()
+        .position(|binding| binding.msg == Msg::ToggleHelp)
+        .map(|at| active.remove(at));
+    active.retain(|binding| binding.rank != keymap::HIDDEN);
+    active.sort_by_key(|binding| binding.rank);
+    const SEPARATOR: usize = 3;
+    let mut room = width.saturating_sub(help.map_or(0, |help| shown_width(help) + SEPARATOR));
+    let mut hints = Vec::new();
+    for binding in active {
+        let needed = shown_width(binding) + SEPARATOR;
+        if needed > room {
+            break;
+        }
+        room -= needed;
+        hints.push(binding);
+    }
+    hints.extend(help);
+    hints
 }
 
 /// The ceiling a dispatch's meter measures against: the one its first event carried, else the one

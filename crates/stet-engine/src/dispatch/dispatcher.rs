@@ -76,7 +76,11 @@ pub(crate) enum Command {
         reply: oneshot::Sender<Result<()>>,
     },
     /// Cancels every dispatch and answers once every teardown finished.
-    Shutdown { done: oneshot::Sender<()> },
+    Shutdown {
+        done: oneshot::Sender<()>,
+        /// Why, as each dispatch's record will say after "cancelled …".
+        cause: Option<String>,
+    },
 }
 
 /// The cloneable handle consumers send `Command`s through.
@@ -148,8 +152,18 @@ impl DispatchHandle {
 
     /// Cancels everything and returns once every dispatch has torn down.
     pub async fn shutdown(&self) {
+        self.stop_all(None).await;
+    }
+
+    /// [`Self::shutdown`], each dispatch's record saying why after "cancelled …" (`the terminal went
+    /// away`).
+    pub async fn shutdown_because(&self, cause: &str) {
+        self.stop_all(Some(cause.to_owned())).await;
+    }
+
+    async fn stop_all(&self, cause: Option<String>) {
         let (done, finished) = oneshot::channel();
-        if self.send(Command::Shutdown { done }).await.is_ok() {
+        if self.send(Command::Shutdown { done, cause }).await.is_ok() {
             let _ = finished.await;
         }
     }
@@ -230,6 +244,7 @@ pub struct Dispatcher {
 #[derive(Debug)]
 struct Steering {
     cancel: CancellationToken,
+    cause: Arc<std::sync::OnceLock<String>>,
     decisions: mpsc::Sender<Decision>,
 }
 
@@ -268,9 +283,12 @@ impl Dispatcher {
         loop {
             tokio::select! {
                 command = commands.recv() => match command {
-                    Some(Command::Shutdown { done }) => {
+                    Some(Command::Shutdown { done, cause }) => {
                         self.shutting_down = true;
                         for steering in self.steering.values() {
+                            if let Some(cause) = &cause {
+                                let _ = steering.cause.set(cause.clone());
+                            }
                             steering.cancel.cancel();
                         }
                         waiting_for_shutdown.push(done);
@@ -344,16 +362,19 @@ impl Dispatcher {
         let id = DispatchId::new();
         self.model.admit(id, &brief)?;
         let cancel = CancellationToken::new();
+        let cause = Arc::new(std::sync::OnceLock::new());
         let (decisions, decision_receiver) = mpsc::channel(1);
         self.steering.insert(
             id,
             Steering {
                 cancel: cancel.clone(),
+                cause: Arc::clone(&cause),
                 decisions,
             },
         );
         let control = DispatchControl {
             cancel,
+            cause,
             decisions: decision_receiver,
             slots: Arc::clone(&self.slots),
         };

@@ -40,6 +40,8 @@ pub(crate) enum DispatchError {
     CostCeilingHit {
         spent_usd: f64,
         ceiling_usd: f64,
+        /// What the request refused for the ceiling needed at least, when a refusal reached it.
+        needed_usd: Option<f64>,
         refused: bool,
     },
 }
@@ -87,6 +89,16 @@ impl fmt::Display for DispatchError {
             DispatchError::CostCeilingHit {
                 spent_usd,
                 ceiling_usd,
+                needed_usd: Some(needed_usd),
+                ..
+            } => write!(
+                f,
+                "the ceiling of ${ceiling_usd:.4} leaves too little for the next model request (${spent_usd:.4} spent, ${needed_usd:.4} needed at least); the gateway refuses further requests"
+            ),
+            DispatchError::CostCeilingHit {
+                spent_usd,
+                ceiling_usd,
+                needed_usd: None,
                 refused,
             } => {
                 write!(
@@ -165,10 +177,21 @@ mod tests {
                 DispatchError::CostCeilingHit {
                     spent_usd: 0.0123,
                     ceiling_usd: 0.01,
+                    needed_usd: None,
                     refused: true,
                 },
                 Input::CostCeilingReached,
                 "the model cost reached $0.0123, at or past the ceiling of $0.0100; the gateway refuses further requests",
+            ),
+            (
+                DispatchError::CostCeilingHit {
+                    spent_usd: 0.0,
+                    ceiling_usd: 0.001,
+                    needed_usd: Some(0.0013),
+                    refused: true,
+                },
+                Input::CostCeilingReached,
+                "the ceiling of $0.0010 leaves too little for the next model request ($0.0000 spent, $0.0013 needed at least); the gateway refuses further requests",
             ),
         ];
         for (error, input, words) in cases {

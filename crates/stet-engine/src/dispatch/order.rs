@@ -52,6 +52,8 @@ pub struct DispatchRun {
 pub struct DispatchControl {
     /// Cancelled to end the dispatch from outside.
     pub cancel: CancellationToken,
+    /// Why it was cancelled from outside, when the canceller said (set before `cancel` is).
+    pub cause: Arc<std::sync::OnceLock<String>>,
     /// The decision at review arrives here.
     pub decisions: mpsc::Receiver<Decision>,
     /// The concurrency ceiling: a dispatch holds one permit from preflight to its end, except while

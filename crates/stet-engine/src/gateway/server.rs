@@ -165,6 +165,9 @@ pub enum GatewayEvent {
         spent_usd: f64,
         /// The ceiling, in dollars.
         ceiling_usd: f64,
+        /// The least the request refused for it would have cost, when a refusal reached it (the
+        /// figure the agent was told).
+        needed_usd: Option<f64>,
     },
 }
 

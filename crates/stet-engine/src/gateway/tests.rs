@@ -678,9 +678,11 @@ async fn past_the_ceiling_requests_are_refused_before_the_upstream() {
         GatewayEvent::CeilingReached {
             spent_usd,
             ceiling_usd,
+            needed_usd,
         } => {
             assert!(approx(spent_usd, 0.0018), "{spent_usd}");
             assert_eq!(ceiling_usd, 0.001);
+            assert_eq!(needed_usd, None, "spend reached it, not a refusal");
         }
         other => panic!("expected CeilingReached, got {other:?}"),
     }
@@ -1310,13 +1312,22 @@ async fn a_response_without_usage_counts_its_reservation_under_a_ceiling() {
         "{message}"
     );
     assert_eq!(rig.gateway.totals().settled_usd, counted);
-    // Nothing is left for another request: the ceiling is reached.
+    // Nothing is left for another request: the ceiling is reached, and the announcement carries
+    // the figure the refusal told the agent, so the dispatch's reason says the same.
     let (status, _, _) = chat(&rig.socket).await;
     assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
-    assert!(matches!(
-        rig.next_event().await,
-        GatewayEvent::CeilingReached { .. }
-    ));
+    let needed = match rig.next_event().await {
+        GatewayEvent::CeilingReached {
+            needed_usd: Some(needed),
+            ..
+        } => needed,
+        other => panic!("expected CeilingReached with what was needed, got {other:?}"),
+    };
+    let message = rig.next_error().await;
+    assert!(
+        message.contains(&format!("${needed:.4} needed at least")),
+        "{message}"
+    );
     assert_eq!(rig.upstream.requests().len(), 1);
 }
 

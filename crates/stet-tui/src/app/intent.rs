@@ -4,6 +4,8 @@
 use crossterm::event::Event as TerminalEvent;
 use tui_input::backend::crossterm::EventHandler;
 
+use super::navigation::Pages;
+use super::status::Notice;
 use super::{
     App, Confirm, Direction, Focus, InboxRow, MAX_QUERY_CHARS, Msg, PatchState, Request, Search,
 };
@@ -13,16 +15,7 @@ use stet_protocol::state::Phase;
 
 impl App {
     pub(super) fn intent(&mut self, msg: Msg) -> Option<Request> {
-        if msg != Msg::Interrupt {
-            self.interrupt_armed = false;
-        }
         match msg {
-            Msg::Interrupt if self.interrupt_armed || self.quitting => self.intent(Msg::Quit),
-            Msg::Interrupt => {
-                self.interrupt_armed = true;
-                self.set_status("press Ctrl-C again to quit".to_owned());
-                None
-            }
             Msg::NewBrief => {
                 let (repo, base) = self
                     .selected_row()
@@ -51,7 +44,6 @@ impl App {
                     }
                     FormOutcome::Submitted(draft) => {
                         self.saving_brief = true;
-                        self.set_status("saving the brief".to_owned());
                         Some(Request::SaveBrief(draft))
                     }
                 }
@@ -113,17 +105,52 @@ impl App {
                 self.changed = true;
                 None
             }
+            Msg::ScrollUp(lines) if self.help => {
+                let before = self.help_scroll;
+                self.help_scroll = self.help_scroll.saturating_sub(lines);
+                self.changed |= before != self.help_scroll;
+                None
+            }
+            Msg::ScrollDown(lines) if self.help => {
+                let before = self.help_scroll;
+                self.help_scroll = (self.help_scroll + lines).min(self.pages.help_hidden);
+                self.changed |= before != self.help_scroll;
+                None
+            }
+            Msg::PageUp | Msg::PageDown => {
+                let rows = if self.help {
+                    self.pages.help
+                } else if self.reviewing().is_some() {
+                    self.pages.diff
+                } else {
+                    self.pages.transcript
+                };
+                let page = Pages::page(rows);
+                self.intent(if msg == Msg::PageUp {
+                    Msg::ScrollUp(page)
+                } else {
+                    Msg::ScrollDown(page)
+                })
+            }
             Msg::ScrollUp(lines) if self.reviewing().is_some() => {
-                let before = self.review_scroll;
-                self.review_scroll = self.review_scroll.saturating_sub(lines);
-                self.changed |= before != self.review_scroll;
+                self.scroll_review_to(self.review_scroll.saturating_sub(lines));
                 None
             }
             Msg::ScrollDown(lines) if self.reviewing().is_some() => {
-                let last = self.patch_lines().saturating_sub(1);
-                let before = self.review_scroll;
-                self.review_scroll = self.review_scroll.saturating_add(lines).min(last);
-                self.changed |= before != self.review_scroll;
+                self.scroll_review_to(self.review_scroll.saturating_add(lines));
+                None
+            }
+            Msg::ScrollTop if self.reviewing().is_some() => {
+                self.scroll_review_to(0);
+                None
+            }
+            Msg::FollowTail if self.reviewing().is_some() => {
+                self.scroll_review_to(usize::MAX);
+                None
+            }
+            Msg::ScrollTop => {
+                let (dropped, len) = self.transcript_extent();
+                self.changed |= self.scroll.up(len, dropped, len);
                 None
             }
             Msg::ScrollUp(lines) => {
@@ -142,6 +169,7 @@ impl App {
             }
             Msg::ToggleHelp => {
                 self.help = !self.help;
+                self.help_scroll = 0;
                 self.changed = true;
                 None
             }
@@ -184,8 +212,16 @@ impl App {
                 }
                 None
             }
-            Msg::Approve => self.decision(Request::Approve),
-            Msg::Discard => self.decision(Request::Discard),
+            Msg::Approve => {
+                let id = self.under_review("push")?;
+                self.ask(Confirm::Approve(id));
+                None
+            }
+            Msg::Discard => {
+                let id = self.under_review("discard")?;
+                self.ask(Confirm::Discard(id));
+                None
+            }
             Msg::Quit if self.quitting => None,
             Msg::Quit if self.running_count() == 0 => {
                 self.quitting = true;
@@ -196,11 +232,13 @@ impl App {
                 self.ask(Confirm::Quit);
                 None
             }
-            Msg::Engine(_)
+            Msg::Interrupt
+            | Msg::Engine(_)
             | Msg::EngineBatch(_)
             | Msg::RequestFailed { .. }
             | Msg::PatchLoaded { .. }
             | Msg::BriefSaved { .. }
+            | Msg::InboxReloaded(_)
             | Msg::Tick(_)
             | Msg::ConfirmYes
             | Msg::ConfirmNo => None,
@@ -220,12 +258,12 @@ impl App {
                     _ => None,
                 })?;
                 self.requested.insert(id.clone());
-                self.set_status(format!("dispatching {id}"));
+                self.notify(Notice::Dispatching(id));
                 Some(Request::Dispatch { brief })
             }
             Confirm::Cancel(id) => match self.dispatches.get(&id) {
                 Some(view) if view.in_flight() => {
-                    self.set_status(format!("cancelling {id}"));
+                    self.notify(Notice::Cancelling(id));
                     Some(Request::Cancel(id))
                 }
                 _ => {
@@ -233,15 +271,44 @@ impl App {
                     None
                 }
             },
+            Confirm::Approve(id) => self.still_under_review(id).then_some(Request::Approve(id)),
+            Confirm::Discard(id) => self.still_under_review(id).then_some(Request::Discard(id)),
             Confirm::Quit => {
                 self.quitting = true;
-                let running = self.running_count();
-                self.set_status(format!(
-                    "cancelling {running} running dispatch(es); waiting for teardown"
-                ));
+                self.notice = None;
                 Some(Request::Shutdown)
             }
         }
+    }
+
+    /// Ctrl-C: the first press arms (the status line says what a second one does), a second one
+    /// quits at once, cancelling whatever runs, whatever question or prompt was open.
+    pub(super) fn interrupt(&mut self) -> Option<Request> {
+        self.changed = true;
+        if !std::mem::replace(&mut self.interrupt_armed, true) && !self.quitting {
+            return None;
+        }
+        self.interrupt_armed = false;
+        self.confirm = None;
+        self.search_prompt = None;
+        if self.quitting {
+            return None;
+        }
+        self.quitting = true;
+        self.notice = None;
+        Some(Request::Shutdown)
+    }
+
+    /// Whether dispatch `id` still waits for review; if not, says so.
+    fn still_under_review(&mut self, id: DispatchId) -> bool {
+        let waiting = self
+            .dispatches
+            .get(&id)
+            .is_some_and(|view| view.in_flight() && view.phase == Phase::AwaitingApproval);
+        if !waiting {
+            self.set_status(format!("{id} no longer waits for review"));
+        }
+        waiting
     }
 
     /// The selected brief's id when it may be dispatched now; otherwise says why not.
@@ -280,22 +347,47 @@ impl App {
         true
     }
 
-    /// Approve or discard the selected dispatch, which must be waiting for review.
-    fn decision(&mut self, request: fn(DispatchId) -> Request) -> Option<Request> {
-        let waiting = self
-            .selected_dispatch()
-            .filter(|view| view.in_flight() && view.phase == Phase::AwaitingApproval)
-            .map(|view| view.id);
-        match waiting {
-            Some(id) => {
-                self.changed = true;
-                Some(request(id))
+    /// The selected dispatch when it waits for review; otherwise says why `verb` did nothing.
+    fn under_review(&mut self, verb: &str) -> Option<DispatchId> {
+        let Some(row) = self.selected_row() else {
+            self.set_status(format!("nothing to {verb}: the inbox is empty"));
+            return None;
+        };
+        let Some(brief) = row.brief_id().map(str::to_owned) else {
+            self.set_status(format!(
+                "nothing to {verb}: this file is not a brief, so it never ran"
+            ));
+            return None;
+        };
+        let message = match self.newest(&brief) {
+            Some(view) if view.in_flight() && view.phase == Phase::AwaitingApproval => {
+                return Some(view.id);
+            }
+            None if self.requested.contains(&brief) => {
+                format!("nothing to {verb} yet: {brief} was just dispatched")
             }
             None => {
-                self.set_status("nothing is waiting for review here".to_owned());
-                None
+                format!("nothing to {verb}: {brief} has not been dispatched (Enter dispatches it)")
             }
-        }
+            Some(view) if view.in_flight() => format!(
+                "nothing to {verb} yet: {brief} is {}; its result waits for review once collected",
+                view.phase.label()
+            ),
+            Some(view) => format!(
+                "nothing to {verb}: {brief} has finished ({})",
+                super::Badge::of(view).label()
+            ),
+        };
+        self.set_status(message);
+        None
+    }
+
+    /// Shows the diff from line `first`, as far as its last page allows.
+    fn scroll_review_to(&mut self, first: usize) {
+        let last_page = self.patch_lines().saturating_sub(self.pages.diff.max(1));
+        let before = self.review_scroll;
+        self.review_scroll = first.min(last_page);
+        self.changed |= before != self.review_scroll;
     }
 
     /// How many lines the patch in the review gate has (0 while it is not loaded).
@@ -318,6 +410,7 @@ impl App {
             self.set_status("no transcript to search here".to_owned());
             return;
         };
+        let dispatch = view.id;
         let ring = &view.transcript;
         let (dropped, len) = (ring.dropped(), ring.len());
         let from = self.scroll.bottom(dropped, len).unwrap_or_default();
@@ -330,13 +423,17 @@ impl App {
                 } else {
                     ""
                 };
-                self.set_status(format!(
+                let text = format!(
                     "{query}: item {} of {}{wrapped} · n older · N newer",
                     item + 1,
                     dropped + len as u64
-                ));
+                );
+                self.notify(Notice::Found { dispatch, text });
             }
-            None => self.set_status(format!("no match for {query}")),
+            None => self.notify(Notice::Found {
+                dispatch,
+                text: format!("no match for {query}"),
+            }),
         }
     }
 

@@ -21,14 +21,38 @@ impl Focus {
     }
 }
 
+/// How much of each scrolling view the last frame showed, so a page key scrolls by a page of the
+/// pane's own height (the event loop measures it after each frame; 0 until then).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pages {
+    /// Diff lines the review gate shows at once.
+    pub diff: usize,
+    /// Rows of the transcript pane.
+    pub transcript: usize,
+    /// Rows of the help overlay.
+    pub help: usize,
+    /// Help lines below the overlay when it shows its first line (0: it shows them all).
+    pub help_hidden: usize,
+}
+
+impl Pages {
+    /// A page of `rows`, never less than one line.
+    pub fn page(rows: usize) -> usize {
+        rows.saturating_sub(1).max(1)
+    }
+}
+
 /// The transcript's scroll position: following the tail, or pinned to one item.
 ///
 /// A pinned position names the item by its absolute number (items dropped from the ring count), so
 /// new items arriving below and old ones leaving above do not move what the person is reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TranscriptScroll {
-    /// `None` follows the tail; `Some(n)` keeps item `n` at the bottom of the pane.
+    /// `None` follows the tail; `Some(n)` keeps item `n` in view.
     pinned: Option<u64>,
+    /// The pinned item is a search's match: it is shown near the top with the items after it
+    /// below, rather than at the bottom.
+    in_context: bool,
 }
 
 impl TranscriptScroll {
@@ -37,7 +61,13 @@ impl TranscriptScroll {
         self.pinned.is_none()
     }
 
-    /// The ring index of the item at the bottom of the pane, for a ring of `len` items after
+    /// Whether the pinned item is shown with the items after it (a search's match).
+    pub fn in_context(&self) -> bool {
+        self.pinned.is_some() && self.in_context
+    }
+
+    /// The ring index of the item the pane is pinned to (at its bottom unless
+    /// [`Self::in_context`]; the last item when following), for a ring of `len` items after
     /// `dropped` older ones; `None` when the ring is empty.
     pub fn bottom(&self, dropped: u64, len: usize) -> Option<usize> {
         let last = len.checked_sub(1)?;
@@ -56,6 +86,7 @@ impl TranscriptScroll {
         };
         let target = dropped + bottom.saturating_sub(lines) as u64;
         let before = *self;
+        self.in_context &= self.pinned.is_some();
         self.pinned = Some(target);
         *self != before
     }
@@ -73,9 +104,11 @@ impl TranscriptScroll {
         true
     }
 
-    /// Keeps item `item` (an absolute number, dropped items counted) at the bottom of the pane.
+    /// Keeps item `item` (an absolute number, dropped items counted) in view with the items after
+    /// it, as a search's match is shown.
     pub fn pin(&mut self, item: u64) {
         self.pinned = Some(item);
+        self.in_context = true;
     }
 
     /// Follows the tail again; returns whether it was pinned.

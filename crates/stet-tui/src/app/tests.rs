@@ -4,6 +4,7 @@ use std::sync::Arc;
 use chrono::TimeDelta;
 
 use super::*;
+use crate::app::inbox::PastRun;
 use stet_protocol::event::ChangeKind;
 use stet_protocol::event::{
     ChangedPath, EventKind, GateFindings, HeldPathReport, ItemKind, PullRequestAction,
@@ -354,7 +355,9 @@ fn a_demo_run_builds_the_timeline_meter_review_and_pull_request() {
     assert_eq!(view.warnings.items()[0].as_str(), "slow network");
     let id = view.id;
 
-    assert_eq!(app.update(Msg::Approve), Some(Request::Approve(id)));
+    assert_eq!(app.update(Msg::Approve), None, "p asks first");
+    assert_eq!(app.confirm(), Some(&Confirm::Approve(id)));
+    assert_eq!(app.update(Msg::ConfirmYes), Some(Request::Approve(id)));
     app.update(Msg::EngineBatch(vec![
         script.phase(60, Phase::AwaitingApproval, Phase::Pushing),
         script.at(
@@ -501,7 +504,7 @@ fn cancel_asks_first_and_a_no_leaves_the_dispatch_alone() {
     let script = Script::new("a");
     assert_eq!(app.update(Msg::CancelSelected), None);
     assert_eq!(app.confirm(), None, "nothing to cancel");
-    assert_eq!(app.status(), Some("nothing to cancel here"));
+    assert_eq!(app.status().as_deref(), Some("nothing to cancel here"));
 
     app.update(Msg::EngineBatch(script.started()));
     assert_eq!(app.update(Msg::CancelSelected), None);
@@ -602,7 +605,10 @@ fn an_engine_refusal_clears_the_request_and_says_why() {
         reason: "stet is shutting down".to_owned(),
     });
     assert_eq!(app.badge("a"), Badge::New);
-    assert_eq!(app.status(), Some("cannot dispatch: stet is shutting down"));
+    assert_eq!(
+        app.status().as_deref(),
+        Some("cannot dispatch: stet is shutting down")
+    );
     assert!(dispatch_selected(&mut app).is_some());
 }
 
@@ -689,16 +695,64 @@ fn approve_and_discard_act_only_on_a_run_awaiting_review() {
     let script = Script::new("a");
     app.update(Msg::EngineBatch(script.started()));
     assert_eq!(app.update(Msg::Approve), None);
+    assert_eq!(
+        app.status().as_deref(),
+        Some("nothing to push yet: a is running; its result waits for review once collected")
+    );
     assert_eq!(app.update(Msg::Discard), None);
-    assert!(app.status().unwrap().contains("waiting for review"));
+    assert!(app.confirm().is_none());
+    assert!(
+        app.status()
+            .unwrap()
+            .starts_with("nothing to discard yet: a is running")
+    );
 
     app.update(Msg::EngineBatch(vec![
         script.phase(5, Phase::Running, Phase::Collecting),
         script.phase(6, Phase::Collecting, Phase::AwaitingApproval),
     ]));
+    assert_eq!(app.update(Msg::Discard), None, "x asks first");
+    assert_eq!(app.update(Msg::ConfirmNo), None);
+    assert_eq!(app.update(Msg::Discard), None);
     assert_eq!(
-        app.update(Msg::Discard),
+        app.update(Msg::ConfirmYes),
         Some(Request::Discard(script.dispatch))
+    );
+    app.update(Msg::EngineBatch(vec![
+        script.phase(7, Phase::AwaitingApproval, Phase::Cancelled),
+        script.finished(8, Phase::Cancelled),
+    ]));
+    assert_eq!(
+        app.badge("a"),
+        Badge::Discarded,
+        "a discarded result is not [cancelled]"
+    );
+    app.update(Msg::Approve);
+    assert_eq!(
+        app.status().as_deref(),
+        Some("nothing to push: a has finished (discarded)")
+    );
+}
+
+#[test]
+fn p_and_x_on_a_brief_that_never_ran_say_why_nothing_happened() {
+    let mut app = App::new(&[brief_entry("a"), broken_entry()], t0());
+    app.update(Msg::Approve);
+    assert_eq!(
+        app.status().as_deref(),
+        Some("nothing to push: a has not been dispatched (Enter dispatches it)")
+    );
+    app.update(Msg::SelectNext);
+    app.update(Msg::Discard);
+    assert_eq!(
+        app.status().as_deref(),
+        Some("nothing to discard: this file is not a brief, so it never ran")
+    );
+    let mut empty = App::new(&[], t0());
+    empty.update(Msg::Approve);
+    assert_eq!(
+        empty.status().as_deref(),
+        Some("nothing to push: the inbox is empty")
     );
 }
 
@@ -835,8 +889,9 @@ fn back_leaves_the_review_gate_and_review_reopens_it() {
     assert!(app.reviewing().is_some());
     app.update(Msg::Back);
     assert!(app.reviewing().is_none());
+    app.update(Msg::Approve);
     assert_eq!(
-        app.update(Msg::Approve),
+        app.update(Msg::ConfirmYes),
         Some(Request::Approve(script.dispatch)),
         "approval still works from the transcript"
     );
@@ -943,7 +998,7 @@ fn search_pins_the_nearest_older_match_and_walks_both_ways() {
     );
     type_query(&mut app, "panic");
     app.update(Msg::SearchCommit);
-    assert_eq!(app.status(), Some("no match for “panic”"));
+    assert_eq!(app.status().as_deref(), Some("no match for “panic”"));
     type_query(&mut app, "x");
     app.update(Msg::SearchCancel);
     assert_eq!(
@@ -968,11 +1023,89 @@ fn ctrl_c_quits_on_the_second_press_only() {
     let mut app = app(&["a"]);
     assert_eq!(app.update(Msg::Interrupt), None);
     assert!(!app.is_quitting());
-    assert_eq!(app.status(), Some("press Ctrl-C again to quit"));
+    assert_eq!(app.status().as_deref(), Some("press Ctrl-C again to quit"));
     app.update(Msg::SelectNext);
     assert_eq!(app.update(Msg::Interrupt), None, "another key disarmed it");
     assert_eq!(app.update(Msg::Interrupt), Some(Request::Shutdown));
     assert!(app.is_quitting());
+}
+
+#[test]
+fn ctrl_c_twice_quits_with_dispatches_running_and_a_question_open() {
+    let mut app = app(&["a"]);
+    let script = Script::new("a");
+    dispatch_selected(&mut app);
+    app.update(Msg::EngineBatch(script.started()));
+    app.update(Msg::CancelSelected);
+    assert!(app.confirm().is_some());
+    assert_eq!(app.update(Msg::Interrupt), None);
+    assert_eq!(
+        app.status().as_deref(),
+        Some("press Ctrl-C again to quit: cancels 1 running dispatch(es)")
+    );
+    assert_eq!(
+        app.update(Msg::Interrupt),
+        Some(Request::Shutdown),
+        "the second press quits as promised, without asking"
+    );
+    assert!(app.is_quitting());
+    assert!(app.confirm().is_none());
+    assert!(!app.can_exit(), "it waits for the teardown");
+    assert_eq!(
+        app.update(Msg::Interrupt),
+        None,
+        "only one shutdown is asked for"
+    );
+}
+
+#[test]
+fn a_searched_transcript_shows_the_items_after_the_match() {
+    let mut app = app(&["a"]);
+    let script = Script::new("a");
+    dispatch_selected(&mut app);
+    app.update(Msg::EngineBatch(script.started()));
+    let lines = (0..40)
+        .map(|n| {
+            let text = if n == 5 {
+                "the needle".to_owned()
+            } else {
+                format!("hay {n}")
+            };
+            script.line(4 + n, ItemKind::Output, &text)
+        })
+        .collect();
+    app.update(Msg::EngineBatch(lines));
+    type_query(&mut app, "needle");
+    app.update(Msg::SearchCommit);
+    let view = app.selected_dispatch().unwrap();
+    let rows = crate::panes::transcript::visible_rows(
+        view,
+        crate::panes::transcript::Viewport {
+            scroll: app.scroll(),
+            search: app.search(),
+            focused: true,
+        },
+        40,
+        12,
+        crate::theme::Theme::Plain,
+    );
+    let shown: Vec<String> = rows.iter().map(|row| row.to_string()).collect();
+    let at = shown
+        .iter()
+        .position(|row| row.contains("the needle"))
+        .unwrap();
+    assert!(at <= 4, "the match sits near the top: {shown:#?}");
+    assert!(shown.iter().any(|row| row.contains("hay 6")), "{shown:#?}");
+    assert_eq!(
+        shown.len(),
+        12,
+        "the pane is filled below the match: {shown:#?}"
+    );
+    app.update(Msg::ScrollDown(1));
+    assert!(
+        !app.scroll().is_following(),
+        "moving on from the match keeps it paused"
+    );
 }
 
 #[test]
@@ -1034,7 +1167,7 @@ fn the_new_brief_form_saves_through_a_request_and_the_brief_joins_the_inbox() {
     });
     assert!(app.form().is_some(), "a failed save keeps what was typed");
     assert_eq!(
-        app.status(),
+        app.status().as_deref(),
         Some("cannot save the brief: briefs: permission denied")
     );
 
@@ -1048,7 +1181,7 @@ fn the_new_brief_form_saves_through_a_request_and_the_brief_joins_the_inbox() {
     assert_eq!(ids, ["b-first", "c-release", "d-last"]);
     assert_eq!(app.selected(), Some(1), "the new brief is selected");
     assert_eq!(
-        app.status(),
+        app.status().as_deref(),
         Some("saved .stet/briefs/c-release.toml: Enter dispatches it")
     );
 }
@@ -1100,4 +1233,65 @@ fn the_meter_shows_the_gateways_last_refusal() {
         "{lines:?}"
     );
     assert!(!lines.iter().any(|line| line.contains("tools[0]")));
+}
+
+#[test]
+fn a_reloaded_inbox_keeps_the_cursor_on_its_brief() {
+    let mut app = app(&["b", "d"]);
+    app.update(Msg::SelectNext);
+    assert_eq!(app.selected_row().and_then(InboxRow::brief_id), Some("d"));
+    let rows = ["a", "b", "d"]
+        .iter()
+        .map(|id| InboxRow::from_entry(&brief_entry(id)))
+        .collect();
+    app.update(Msg::InboxReloaded(rows));
+    let ids: Vec<_> = app.rows().iter().filter_map(InboxRow::brief_id).collect();
+    assert_eq!(ids, ["a", "b", "d"]);
+    assert_eq!(app.selected_row().and_then(InboxRow::brief_id), Some("d"));
+    // The selected brief went away (or became unreadable): the cursor stays in the inbox.
+    app.update(Msg::InboxReloaded(vec![
+        InboxRow::from_entry(&brief_entry("a")),
+        InboxRow::from_entry(&broken_entry()),
+    ]));
+    assert_eq!(app.selected(), Some(1));
+    app.update(Msg::InboxReloaded(Vec::new()));
+    assert_eq!(app.selected(), None);
+}
+
+#[test]
+fn earlier_runs_badge_a_brief_until_this_session_dispatches_it() {
+    let mut app = app(&["a", "b", "c"]);
+    app.set_history([
+        PastRun {
+            brief: "a".to_owned(),
+            repo: "demo/app".to_owned(),
+            badge: Badge::Failed,
+        },
+        PastRun {
+            brief: "a".to_owned(),
+            repo: "demo/app".to_owned(),
+            badge: Badge::PullRequest(7),
+        },
+        PastRun {
+            brief: "b".to_owned(),
+            repo: "someone/else".to_owned(),
+            badge: Badge::Done,
+        },
+    ]);
+    assert_eq!(
+        app.badge("a"),
+        Badge::PullRequest(7),
+        "the newest run counts"
+    );
+    assert_eq!(
+        app.badge("b"),
+        Badge::New,
+        "a run against another repository is not this brief's"
+    );
+    assert_eq!(app.badge("c"), Badge::New);
+    let script = Script::new("a");
+    dispatch_selected(&mut app);
+    assert_eq!(app.badge("a"), Badge::Queued);
+    app.update(Msg::EngineBatch(script.started()));
+    assert_eq!(app.badge("a"), Badge::Running(Phase::Running));
 }

@@ -368,6 +368,20 @@ impl DispatchView {
         self.outcome.is_none()
     }
 
+    /// Whether the dispatch left the review gate for its current phase without being pushed: its
+    /// result was discarded (or the dispatch cancelled while it waited for review).
+    pub fn left_review(&self) -> bool {
+        let mut phases = self.timeline.iter().rev().map(|span| span.phase);
+        phases.next() == Some(Phase::Cancelled) && phases.next() == Some(Phase::AwaitingApproval)
+    }
+
+    /// Whether the dispatch got as far as provisioning a sandbox (so there is one to tear down).
+    pub fn provisioned(&self) -> bool {
+        self.timeline
+            .iter()
+            .any(|span| span.phase == Phase::Provisioning)
+    }
+
     /// Dollars per minute since the first usage report; `None` without usage or elapsed time.
     pub fn usd_per_minute(&self, now: DateTime<Utc>) -> Option<f64> {
         let cost = self.cost.as_ref()?;
@@ -523,7 +537,7 @@ impl DispatchView {
 /// A brief's last-run status in the inbox, from its newest dispatch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Badge {
-    /// Never dispatched in this session.
+    /// Never dispatched: not in this session, and no run record of it either.
     New,
     /// Requested, or waiting for a concurrency slot.
     Queued,
@@ -539,6 +553,8 @@ pub enum Badge {
     Failed,
     /// Cancelled by the person.
     Cancelled,
+    /// Its result was thrown away at review.
+    Discarded,
     /// Ran past its wall-clock timeout.
     TimedOut,
     /// Stopped at its cost ceiling.
@@ -546,7 +562,25 @@ pub enum Badge {
 }
 
 impl Badge {
-    pub(super) fn of(view: &DispatchView) -> Badge {
+    /// What the badge says.
+    pub fn label(self) -> String {
+        match self {
+            Badge::New => "new".to_owned(),
+            Badge::Queued => "queued".to_owned(),
+            Badge::Running(phase) => phase.label().to_owned(),
+            Badge::AwaitingReview => "awaiting review".to_owned(),
+            Badge::PullRequest(number) => format!("PR #{number}"),
+            Badge::Done => "done".to_owned(),
+            Badge::Failed => "failed".to_owned(),
+            Badge::Cancelled => "cancelled".to_owned(),
+            Badge::Discarded => "discarded".to_owned(),
+            Badge::TimedOut => "timed out".to_owned(),
+            Badge::CeilingHit => "ceiling hit".to_owned(),
+        }
+    }
+
+    /// The badge of `view`, from its current phase and what it went through.
+    pub fn of(view: &DispatchView) -> Badge {
         match view.phase {
             Phase::Queued => Badge::Queued,
             Phase::AwaitingApproval => Badge::AwaitingReview,
@@ -555,6 +589,7 @@ impl Badge {
                 None => Badge::Done,
             },
             Phase::Failed => Badge::Failed,
+            Phase::Cancelled if view.left_review() => Badge::Discarded,
             Phase::Cancelled => Badge::Cancelled,
             Phase::TimedOut => Badge::TimedOut,
             Phase::CostCeilingHit => Badge::CeilingHit,

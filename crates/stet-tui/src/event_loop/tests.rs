@@ -45,6 +45,7 @@ struct Rig {
     keys: mpsc::UnboundedSender<std::io::Result<TerminalEvent>>,
     events: mpsc::Sender<Event>,
     signals: mpsc::UnboundedSender<Interrupt>,
+    inbox: mpsc::Sender<Vec<InboxRow>>,
     asked: mpsc::UnboundedReceiver<Request>,
     sanitizer: Arc<TokenSanitizer>,
     dispatch: DispatchId,
@@ -55,6 +56,7 @@ struct Parts {
     input: stream::BoxStream<'static, std::io::Result<TerminalEvent>>,
     events: mpsc::Receiver<Event>,
     interrupts: stream::BoxStream<'static, Interrupt>,
+    inbox: mpsc::Receiver<Vec<InboxRow>>,
     perform: Box<dyn FnMut(Request) -> BoxFuture<'static, Option<Reply>> + Send>,
 }
 
@@ -64,12 +66,13 @@ fn rig(refuse_first: bool) -> (Rig, Parts) {
     let (keys, key_receiver) = mpsc::unbounded_channel();
     let (events, event_receiver) = mpsc::channel(64);
     let (signals, signal_receiver) = mpsc::unbounded_channel();
+    let (inbox, inbox_receiver) = mpsc::channel(4);
     let (asked_sender, asked) = mpsc::unbounded_channel();
     let mut refusals = u32::from(refuse_first);
     let perform = move |request: Request| -> BoxFuture<'static, Option<Reply>> {
         asked_sender.send(request.clone()).unwrap();
         let reply = match request {
-            Request::Shutdown => Some(Reply::ShutDown),
+            Request::Shutdown | Request::HangUp => Some(Reply::ShutDown),
             Request::Dispatch { .. } if refusals > 0 => {
                 refusals -= 1;
                 Some(Reply::Update(Msg::RequestFailed {
@@ -85,12 +88,14 @@ fn rig(refuse_first: bool) -> (Rig, Parts) {
         input: receiver_stream(key_receiver),
         events: event_receiver,
         interrupts: receiver_stream(signal_receiver),
+        inbox: inbox_receiver,
         perform: Box::new(perform),
     };
     let rig = Rig {
         keys,
         events,
         signals,
+        inbox,
         asked,
         sanitizer: Arc::new(TokenSanitizer::new().unwrap()),
         dispatch: DispatchId::new(),
@@ -114,7 +119,7 @@ fn hold_shutdown_until_told(parts: &mut Parts) -> oneshot::Sender<()> {
     let mut told = Some(told);
     let mut inner = std::mem::replace(&mut parts.perform, Box::new(|_| Box::pin(async { None })));
     parts.perform = Box::new(move |request| {
-        let gate = matches!(request, Request::Shutdown)
+        let gate = matches!(request, Request::Shutdown | Request::HangUp)
             .then(|| told.take())
             .flatten();
         let work = inner(request);
@@ -346,9 +351,45 @@ where
         parts.input,
         parts.events,
         parts.interrupts,
+        parts.inbox,
         parts.perform,
     )
     .await
+}
+
+#[tokio::test]
+async fn a_brief_added_on_disk_joins_the_inbox_without_a_restart() {
+    let (mut rig, parts) = rig(false);
+    let mut terminal = Terminal::new(TestBackend::new(80, 24)).unwrap();
+    let script = async {
+        let path = PathBuf::from("briefs/add-tests.toml");
+        let text = "title = \"Add the tests\"\nworkflow = \"implement\"\n\n[target]\nrepo = \"demo/app\"\nbase = \"main\"\n\n[[items]]\ntext = \"do it\"\n";
+        let added = InboxEntry {
+            brief: Brief::parse("add-tests", &path, text),
+            path,
+        };
+        rig.inbox
+            .send(vec![
+                InboxRow::from_entry(&added),
+                InboxRow::from_entry(&entry()),
+            ])
+            .await
+            .unwrap();
+        while rig.inbox.capacity() < rig.inbox.max_capacity() {
+            tokio::task::yield_now().await;
+        }
+        rig.press(KeyCode::Char('q'));
+        assert_eq!(rig.next_request().await, Request::Shutdown);
+    };
+    let (exit, ()) = tokio::join!(drive_with(&mut terminal, parts), script);
+    assert_eq!(exit.unwrap(), Exit::Quit);
+    let shown = terminal.backend().to_string();
+    assert!(shown.contains("Inbox (2)"), "{shown}");
+    assert!(shown.contains("[new] Add the tests"), "{shown}");
+    assert!(
+        shown.contains("▸ [new] Fix the greeting"),
+        "the cursor stayed on its brief:\n{shown}"
+    );
 }
 
 #[tokio::test]
@@ -447,7 +488,11 @@ async fn a_hangup_shuts_down_draws_nothing_more_and_repeats_change_nothing() {
     let script = async {
         rig.dispatch_running().await;
         rig.signals.send(Interrupt::HangUp).unwrap();
-        assert_eq!(rig.next_request().await, Request::Shutdown);
+        assert_eq!(
+            rig.next_request().await,
+            Request::HangUp,
+            "the engine is told why: the terminal went away"
+        );
         rig.signals.send(Interrupt::HangUp).unwrap();
         rig.signals.send(Interrupt::HangUp).unwrap();
         // Signals are taken before engine events: the loop took both repeats and went on.
@@ -473,7 +518,11 @@ async fn after_a_hangup_a_second_stop_signal_still_exits_at_once() {
     let script = async {
         rig.dispatch_running().await;
         rig.signals.send(Interrupt::HangUp).unwrap();
-        assert_eq!(rig.next_request().await, Request::Shutdown);
+        assert_eq!(
+            rig.next_request().await,
+            Request::HangUp,
+            "the engine is told why: the terminal went away"
+        );
         rig.signals.send(Interrupt::Stop).unwrap();
         rig.tearing_down().await;
         rig.signals.send(Interrupt::Stop).unwrap();
@@ -507,7 +556,7 @@ async fn an_input_that_fails_or_ends_because_the_terminal_went_away_ends_like_a_
                 Some(error) => rig.keys.send(Err(error())).unwrap(),
                 None => rig.close_input(),
             }
-            assert_eq!(rig.next_request().await, Request::Shutdown, "{ending}");
+            assert_eq!(rig.next_request().await, Request::HangUp, "{ending}");
             rig.tearing_down().await;
             tell.send(()).unwrap();
         };
@@ -533,7 +582,11 @@ async fn a_draw_that_finds_the_terminal_gone_ends_like_a_hangup() {
         let drawn = frame_count();
         // Something to draw: that frame fails.
         rig.engine(vec![rig.says("Still looking.")]).await;
-        assert_eq!(rig.next_request().await, Request::Shutdown);
+        assert_eq!(
+            rig.next_request().await,
+            Request::HangUp,
+            "the engine is told why: the terminal went away"
+        );
         rig.tearing_down().await;
         tell.send(()).unwrap();
         drawn

@@ -61,6 +61,66 @@ pub fn lines(confirm: &Confirm, app: &App) -> (String, Vec<Line<'static>>) {
             let brief = view.map_or_else(String::new, |view| one_line(&view.brief));
             (format!("Cancel {brief}?"), lines)
         }
+        Confirm::Approve(dispatch) => {
+            let view = app.dispatch(*dispatch);
+            let mut lines = Vec::new();
+            if let Some(plan) = view.and_then(|view| view.plan.as_ref()) {
+                lines.push(field("branch", one_line(plan.branch.as_str())));
+                lines.push(field(
+                    "to",
+                    format!(
+                        "{}@{}",
+                        one_line(plan.repo.as_str()),
+                        one_line(plan.base.as_str())
+                    ),
+                ));
+            }
+            if let Some(collected) = view.and_then(|view| view.collected.as_ref()) {
+                lines.push(field(
+                    "changes",
+                    format!(
+                        "{} file(s), +{} −{}",
+                        collected.files.len() + collected.files_not_listed,
+                        collected.insertions,
+                        collected.deletions
+                    ),
+                ));
+                let secrets = collected.secrets.len() + collected.secrets_not_listed;
+                if secrets > 0 {
+                    lines.push(Line::styled(
+                        format!("✖ {secrets} secret(s) go out in clear"),
+                        theme.error(),
+                    ));
+                }
+                let held =
+                    collected.held.len().max(collected.protected.len()) + collected.held_not_listed;
+                if held > 0 {
+                    lines.push(Line::styled(
+                        format!("⚠ {held} path(s) held for your approval"),
+                        theme.warning(),
+                    ));
+                }
+            }
+            lines.push(Line::styled(
+                "Pushes the branch and opens a pull request.",
+                theme.muted(),
+            ));
+            lines.push(Line::styled("This cannot be undone.", theme.muted()));
+            let brief = view.map_or_else(String::new, |view| one_line(&view.brief));
+            (format!("Push {brief}?"), lines)
+        }
+        Confirm::Discard(dispatch) => {
+            let view = app.dispatch(*dispatch);
+            let lines = vec![
+                Line::raw(dispatch.to_string()),
+                Line::styled(
+                    "Nothing is pushed: the result is thrown away.",
+                    theme.muted(),
+                ),
+            ];
+            let brief = view.map_or_else(String::new, |view| one_line(&view.brief));
+            (format!("Discard the result of {brief}?"), lines)
+        }
         Confirm::Quit => {
             let running = app.running_count();
             let lines = vec![

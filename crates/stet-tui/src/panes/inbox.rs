@@ -12,18 +12,7 @@ use crate::panes::{pane_block, text};
 
 /// What a badge says.
 pub fn badge_label(badge: Badge) -> String {
-    match badge {
-        Badge::New => "new".to_owned(),
-        Badge::Queued => "queued".to_owned(),
-        Badge::Running(phase) => phase.label().to_owned(),
-        Badge::AwaitingReview => "awaiting review".to_owned(),
-        Badge::PullRequest(number) => format!("PR #{number}"),
-        Badge::Done => "done".to_owned(),
-        Badge::Failed => "failed".to_owned(),
-        Badge::Cancelled => "cancelled".to_owned(),
-        Badge::TimedOut => "timed out".to_owned(),
-        Badge::CeilingHit => "ceiling hit".to_owned(),
-    }
+    badge.label()
 }
 
 /// Draws the inbox into `area`.
@@ -37,10 +26,16 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     if app.rows().is_empty() {
         let hint = Text::from(vec![
             Line::from("No briefs in the inbox."),
-            Line::styled(
-                "Add a brief (a .toml file) to the inbox directory, then start stet again.",
-                theme.muted(),
-            ),
+            Line::raw(""),
+            Line::from(vec![
+                Span::styled("n", theme.key()),
+                Span::styled(
+                    " writes a new brief, or add a .toml file to ",
+                    theme.muted(),
+                ),
+                Span::raw(".stet/briefs/"),
+                Span::styled(": it shows up here.", theme.muted()),
+            ]),
         ]);
         frame.render_widget(
             Paragraph::new(hint).wrap(Wrap { trim: true }).block(block),
@@ -80,7 +75,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                 };
                 let mut lines = vec![Line::styled(text::truncate(&place, width), theme.error())];
                 lines.extend(
-                    text::wrap(&one_line(reason), width.saturating_sub(2))
+                    text::wrap_words(&one_line(reason), width.saturating_sub(2))
                         .into_iter()
                         .take(3)
                         .map(|part| Line::styled(format!("  {part}"), theme.error())),

@@ -9,7 +9,7 @@ use ratatui::widgets::Paragraph;
 use stet_sanitize::display::one_line;
 
 use crate::app::DispatchView;
-use crate::panes::{count, pane_block};
+use crate::panes::{count, pane_block, text};
 use crate::theme::Theme;
 
 /// Dollars, to the tenth of a cent below one dollar (where a run's cost usually is).
@@ -57,13 +57,27 @@ pub fn lines(
                 usd(ceiling),
                 fraction * 100.0
             );
-            let bar_width = width.saturating_sub(label.chars().count()).max(4);
+            // The figures never give way to the bar: on a narrow pane the bar goes below them.
+            let beside = width >= label.chars().count() + 4;
+            let bar_width = if beside {
+                width - label.chars().count()
+            } else {
+                width.max(4)
+            };
             let filled = ((fraction.min(1.0) * bar_width as f64).round() as usize).min(bar_width);
-            lines.push(Line::from(vec![
+            let bar = vec![
                 Span::styled("█".repeat(filled), theme.spend(fraction)),
                 Span::styled("░".repeat(bar_width - filled), theme.muted()),
-                Span::styled(label, theme.spend(fraction)),
-            ]));
+            ];
+            let label = Span::styled(label, theme.spend(fraction));
+            if beside {
+                let mut row = bar;
+                row.push(label);
+                lines.push(Line::from(row));
+            } else {
+                lines.push(Line::from(label));
+                lines.push(Line::from(bar));
+            }
         }
         None => lines.push(Line::from(vec![
             Span::raw(format!("spent {}", usd(spent))),
@@ -76,35 +90,43 @@ pub fn lines(
             Span::raw(value),
         ])
     };
-    lines.push(field(
-        "tokens",
-        format!(
-            "in {} · out {}",
-            count(cost.input_tokens),
-            count(cost.output_tokens)
-        ),
-    ));
+    let tokens = format!(
+        "in {} · out {}",
+        count(cost.input_tokens),
+        count(cost.output_tokens)
+    );
+    if 7 + tokens.chars().count() <= width {
+        lines.push(field("tokens", tokens));
+    } else {
+        lines.push(field("in", count(cost.input_tokens)));
+        lines.push(field("out", count(cost.output_tokens)));
+    }
     lines.push(field("cached", count(cost.cached_tokens)));
     let rate = view
         .usd_per_minute(now)
         .map_or_else(|| "—".to_owned(), |rate| format!("{}/min", usd(rate)));
     lines.push(field("rate", rate));
-    lines.push(field(
-        "model",
-        format!(
-            "{} ({} req.)",
-            one_line(cost.model.as_str()),
-            count(cost.requests)
-        ),
-    ));
-    if cost.unpriced_requests > 0 {
-        lines.push(Line::styled(
-            format!(
-                "⚠ {} request(s) unpriced: the total is a lower bound",
-                count(cost.unpriced_requests)
-            ),
-            theme.warning(),
+    let model = one_line(cost.model.as_str());
+    let requests = count(cost.requests);
+    if 7 + model.chars().count() + requests.chars().count() + 8 <= width {
+        lines.push(field("model", format!("{model} ({requests} req.)")));
+    } else {
+        lines.push(field(
+            "model",
+            text::truncate(&model, width.saturating_sub(7)),
         ));
+        lines.push(field("req.", requests));
+    }
+    if cost.unpriced_requests > 0 {
+        let said = format!(
+            "⚠ {} request(s) unpriced: the total is a lower bound",
+            count(cost.unpriced_requests)
+        );
+        lines.extend(
+            text::wrap_words(&said, width)
+                .into_iter()
+                .map(|row| Line::styled(row, theme.warning())),
+        );
     }
     lines.extend(refused);
     lines

@@ -13,6 +13,8 @@ pub mod transcript;
 
 #[cfg(test)]
 mod screens;
+#[cfg(test)]
+mod sizes;
 
 /// `insta::assert_snapshot!` with the snapshot kept in `tests/snapshots/`, beside the suite's; the
 /// path is absolute because insta finds the workspace with `cargo metadata`, which an account
@@ -22,6 +24,11 @@ macro_rules! assert_screen {
     ($shown:expr) => {
         insta::with_settings!({ snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/snapshots") }, {
             insta::assert_snapshot!($shown)
+        })
+    };
+    ($name:expr, $shown:expr) => {
+        insta::with_settings!({ snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/snapshots") }, {
+            insta::assert_snapshot!($name, $shown)
         })
     };
 }

@@ -36,15 +36,13 @@ fn alerts(collected: &CollectedResult, width: usize, theme: Theme) -> Vec<Line<'
     let secrets = &collected.secrets;
     let all_secrets = secrets.len() + collected.secrets_not_listed;
     if all_secrets > 0 {
-        lines.push(Line::styled(
-            text::truncate(
-                &format!(
-                    "✖ {all_secrets} secret(s) in the result — masked below, in clear if pushed"
-                ),
-                width,
-            ),
-            theme.error(),
-        ));
+        let said =
+            format!("✖ {all_secrets} secret(s) in the result — masked below, in clear if pushed");
+        lines.extend(
+            text::wrap_words(&said, width)
+                .into_iter()
+                .map(|row| Line::styled(row, theme.error())),
+        );
         for secret in secrets.iter().take(MAX_LISTED) {
             let place = match secret.line {
                 Some(line) => format!("{} line {line}", one_line(secret.path.as_str())),
@@ -81,13 +79,13 @@ fn alerts(collected: &CollectedResult, width: usize, theme: Theme) -> Vec<Line<'
     };
     let all_held = held.len() + collected.held_not_listed;
     if all_held > 0 {
-        lines.push(Line::styled(
-            text::truncate(
-                &format!("⚠ {all_held} path(s) held for your approval — read them before pushing:"),
-                width,
-            ),
-            theme.warning(),
-        ));
+        let said =
+            format!("⚠ {all_held} path(s) held for your approval — read them before pushing:");
+        lines.extend(
+            text::wrap_words(&said, width)
+                .into_iter()
+                .map(|row| Line::styled(row, theme.warning())),
+        );
         for entry in held.iter().take(MAX_LISTED) {
             item(entry.clone(), &mut lines);
         }
@@ -142,7 +140,7 @@ fn patch_window(
     let last = (first + lines.len()).min(patch.len());
     lines.push(Line::styled(
         format!(
-            "diff lines {}–{last} of {} · j/k scroll",
+            "diff lines {}–{last} of {} · j/k · Space page · g/G",
             first + usize::from(last > 0),
             patch.len()
         ),
@@ -160,6 +158,23 @@ pub fn lines(
     height: usize,
     theme: Theme,
 ) -> Vec<Line<'static>> {
+    laid_out(view, scroll, width, height, theme).0
+}
+
+/// How many diff lines the gate of a pane `width` × `height` shows at once (0: none).
+pub fn diff_rows(view: &DispatchView, width: usize, height: usize) -> usize {
+    laid_out(view, 0, width, height, Theme::Plain).1
+}
+
+/// The gate's lines, and how many of them are diff lines.
+fn laid_out(
+    view: &DispatchView,
+    scroll: usize,
+    width: usize,
+    height: usize,
+    theme: Theme,
+) -> (Vec<Line<'static>>, usize) {
+    let mut diff_rows = 0;
     let mut head = Vec::new();
     let mut tail = Vec::new();
     if let Some(plan) = &view.plan {
@@ -179,7 +194,7 @@ pub fn lines(
             "the result is still being collected",
             theme.muted(),
         ));
-        return head;
+        return (head, diff_rows);
     };
     head.push(Line::from(vec![
         Span::styled(
@@ -201,10 +216,21 @@ pub fn lines(
     head.push(Line::raw(""));
     tail.push(Line::raw(""));
     let mut keys = Vec::new();
-    for binding in KEYMAP.iter().filter(|b| b.context == Context::Review) {
-        if !keys.is_empty() {
-            keys.push(Span::raw(" · "));
+    let mut room = width;
+    for binding in KEYMAP
+        .iter()
+        .filter(|b| b.context == Context::Review && b.rank <= 2)
+    {
+        let separator = if keys.is_empty() { "" } else { " · " };
+        let needed = separator.len()
+            + text::char_width_of(binding.keys)
+            + 1
+            + text::char_width_of(binding.description);
+        if needed > room {
+            break;
         }
+        room -= needed;
+        keys.push(Span::raw(separator));
         keys.push(Span::styled(binding.keys, theme.key()));
         keys.push(Span::raw(format!(" {}", binding.description)));
     }
@@ -247,6 +273,7 @@ pub fn lines(
     match &view.patch {
         Some(PatchState::Loaded(patch)) if !patch.is_empty() && patch_room > 1 => {
             head.push(Line::raw(""));
+            diff_rows = patch_room - 1;
             head.extend(patch_window(patch, scroll, patch_room, width, theme));
         }
         Some(PatchState::Loading) if patch_room > 0 => {
@@ -262,7 +289,7 @@ pub fn lines(
         _ => {}
     }
     head.extend(tail);
-    head
+    (head, diff_rows)
 }
 
 /// Draws the review gate of `view` into `area`, its diff scrolled `scroll` lines down.

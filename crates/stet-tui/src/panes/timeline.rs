@@ -5,18 +5,43 @@
 use chrono::{DateTime, Utc};
 use ratatui::Frame;
 use ratatui::layout::Rect;
+use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use stet_sanitize::display::one_line;
 
 use crate::app::{DispatchView, ImagePullProgress};
-use crate::panes::{clock, duration, pane_block};
+use crate::panes::{clock, duration, pane_block, text};
 use crate::theme::Theme;
 
 const SPINNER: [char; 4] = ['◐', '◓', '◑', '◒'];
 
-/// The lines of the timeline, without the block.
-pub fn lines(view: &DispatchView, now: DateTime<Utc>, theme: Theme) -> Vec<Line<'static>> {
+/// `text` wrapped to `width` columns as lines in `style`, the first behind `lead`, the rest
+/// indented as deep, so a reason is read whole however narrow the pane.
+fn wrapped(text: &str, lead: &str, width: usize, style: Style) -> Vec<Line<'static>> {
+    let indent = text::char_width_of(lead);
+    text::wrap_words(text, width.saturating_sub(indent))
+        .into_iter()
+        .enumerate()
+        .map(|(index, row)| {
+            let lead = if index == 0 {
+                lead.to_owned()
+            } else {
+                " ".repeat(indent)
+            };
+            Line::styled(format!("{lead}{row}"), style)
+        })
+        .collect()
+}
+
+/// The lines of the timeline for a pane `width` columns wide, without the block. Reasons wrap; when
+/// the pane is too narrow for the clock beside each phase, the clock gives way to the duration.
+pub fn lines(
+    view: &DispatchView,
+    now: DateTime<Utc>,
+    width: usize,
+    theme: Theme,
+) -> Vec<Line<'static>> {
     let mut lines = Vec::new();
     let last = view.timeline.len().saturating_sub(1);
     let label_width = view
@@ -25,6 +50,8 @@ pub fn lines(view: &DispatchView, now: DateTime<Utc>, theme: Theme) -> Vec<Line<
         .map(|span| span.phase.label().len())
         .max()
         .unwrap_or(0);
+    // Marker, label, clock and the longest duration (`59m59s…`), each with its space.
+    let with_clock = width >= 2 + label_width + 1 + 8 + 2 + 7;
     for (index, span) in view.timeline.iter().enumerate() {
         let current = index == last;
         let (marker, style) = if current && view.in_flight() {
@@ -47,17 +74,21 @@ pub fn lines(view: &DispatchView, now: DateTime<Utc>, theme: Theme) -> Vec<Line<
         } else {
             duration(span.elapsed(now))
         };
-        lines.push(Line::from(vec![
-            Span::styled(
-                format!("{marker} {:<label_width$} ", span.phase.label()),
-                style,
-            ),
-            Span::styled(clock(span.started), theme.muted()),
-            Span::raw(format!("  {took}")),
-        ]));
+        let mut row = vec![Span::styled(
+            format!("{marker} {:<label_width$} ", span.phase.label()),
+            style,
+        )];
+        if with_clock {
+            row.push(Span::styled(clock(span.started), theme.muted()));
+            row.push(Span::raw("  "));
+        }
+        row.push(Span::raw(took));
+        lines.push(Line::from(row));
         if let Some(reason) = &span.reason {
-            lines.push(Line::styled(
-                format!("    ↳ {}", one_line(reason.as_str())),
+            lines.extend(wrapped(
+                &one_line(reason.as_str()),
+                "  ↳ ",
+                width,
                 theme.error(),
             ));
         }
@@ -66,7 +97,7 @@ pub fn lines(view: &DispatchView, now: DateTime<Utc>, theme: Theme) -> Vec<Line<
             && span.phase == stet_protocol::state::Phase::Provisioning
             && let Some(pull) = &view.image_pull
         {
-            lines.push(Line::styled(image_pull(pull), theme.muted()));
+            lines.extend(wrapped(&image_pull(pull), "    ", width, theme.muted()));
         }
     }
     if let Some(outcome) = &view.outcome {
@@ -75,7 +106,12 @@ pub fn lines(view: &DispatchView, now: DateTime<Utc>, theme: Theme) -> Vec<Line<
             outcome.phase.label(),
             outcome.exit_code
         );
-        if let Some(reason) = &outcome.reason {
+        // A reason the timeline already shows under the phase it led to is not said twice.
+        let said_above = view
+            .timeline
+            .iter()
+            .any(|span| span.reason == outcome.reason);
+        if let Some(reason) = outcome.reason.as_ref().filter(|_| !said_above) {
             said.push_str(": ");
             said.push_str(&one_line(reason.as_str()));
         }
@@ -84,57 +120,64 @@ pub fn lines(view: &DispatchView, now: DateTime<Utc>, theme: Theme) -> Vec<Line<
         } else {
             theme.error()
         };
-        lines.push(Line::styled(said, style));
+        lines.extend(wrapped(&said, "", width, style));
     }
     if let Some(pushed) = &view.pushed {
-        lines.push(Line::raw(format!(
+        let said = format!(
             "pushed {} → {}",
             one_line(pushed.branch.as_str()),
             one_line(pushed.remote.as_str())
-        )));
+        );
+        lines.extend(wrapped(&said, "", width, Style::new()));
     }
     if let Some(pull_request) = &view.pull_request {
-        lines.push(Line::styled(
-            format!(
-                "PR #{} {}: {}",
-                pull_request.number,
-                match pull_request.action {
-                    stet_protocol::event::PullRequestAction::Opened => "opened",
-                    stet_protocol::event::PullRequestAction::Updated => "updated",
-                },
-                one_line(pull_request.url.as_str())
-            ),
-            theme.success(),
-        ));
+        let said = format!(
+            "PR #{} {}: {}",
+            pull_request.number,
+            match pull_request.action {
+                stet_protocol::event::PullRequestAction::Opened => "opened",
+                stet_protocol::event::PullRequestAction::Updated => "updated",
+            },
+            one_line(pull_request.url.as_str())
+        );
+        lines.extend(wrapped(&said, "", width, theme.success()));
     }
     match &view.teardown {
         Some(teardown) => {
             lines.push(Line::raw(format!("teardown ({} ms):", teardown.millis)));
             for step in &teardown.steps {
                 let resource = one_line(step.resource.as_str());
-                lines.push(match &step.failure {
-                    None => Line::styled(format!("  ✓ {resource}"), theme.success()),
-                    Some(failure) => Line::styled(
-                        format!("  ✗ {resource}: {}", one_line(failure.as_str())),
+                lines.extend(match &step.failure {
+                    None => wrapped(&resource, "  ✓ ", width, theme.success()),
+                    Some(failure) => wrapped(
+                        &format!("{resource}: {}", one_line(failure.as_str())),
+                        "  ✗ ",
+                        width,
                         theme.error(),
                     ),
                 });
             }
         }
-        None if !view.in_flight() || view.phase.is_terminal() => {
+        None if view.phase.is_terminal() && !view.provisioned() => {
+            lines.extend(wrapped(
+                "nothing to tear down (no sandbox was provisioned)",
+                "teardown: ",
+                width,
+                theme.muted(),
+            ));
+        }
+        None if view.phase.is_terminal() && view.in_flight() => {
             lines.push(Line::styled("teardown: in progress", theme.muted()));
         }
         None => {}
     }
     if let Some(latest) = view.warnings.items().back() {
-        lines.push(Line::styled(
-            format!(
-                "⚠ {} warning(s), latest: {}",
-                view.warnings.len() as u64 + view.warnings.dropped(),
-                one_line(latest.as_str())
-            ),
-            theme.warning(),
-        ));
+        let said = format!(
+            "{} warning(s), latest: {}",
+            view.warnings.len() as u64 + view.warnings.dropped(),
+            one_line(latest.as_str())
+        );
+        lines.extend(wrapped(&said, "⚠ ", width, theme.warning()));
     }
     lines
 }
@@ -167,7 +210,7 @@ pub fn render(
     theme: Theme,
 ) {
     let block = pane_block("Timeline".to_owned(), false, theme);
-    let lines = lines(view, now, theme);
+    let lines = lines(view, now, usize::from(area.width.saturating_sub(2)), theme);
     let hidden = lines
         .len()
         .saturating_sub(usize::from(area.height.saturating_sub(2)));

@@ -151,11 +151,25 @@ pub fn visible_rows(
     let Some(bottom) = viewport.scroll.bottom(ring.dropped(), ring.len()) else {
         return vec![Line::styled("no transcript yet", theme.muted())];
     };
-    let mut blocks: Vec<Vec<Line<'static>>> = Vec::new();
+    let anchor = item_rows(&ring.items()[bottom], width, viewport.search, theme);
+    // A search's match keeps the items after it in view: up to two thirds of the pane below it.
+    let mut after: Vec<Line<'static>> = Vec::new();
+    if viewport.scroll.in_context() {
+        let room = height.saturating_sub(height / 3 + anchor.len());
+        for item in ring.items().iter().skip(bottom + 1) {
+            if after.len() >= room {
+                break;
+            }
+            after.extend(item_rows(item, width, viewport.search, theme));
+        }
+        after.truncate(room);
+    }
+    let above_room = height.saturating_sub(anchor.len() + after.len());
+    let mut blocks: Vec<Vec<Line<'static>>> = vec![anchor];
     let mut filled = 0;
     let mut reached_start = true;
-    for index in (0..=bottom).rev() {
-        if filled >= height {
+    for index in (0..bottom).rev() {
+        if filled >= above_room {
             reached_start = false;
             break;
         }
@@ -179,8 +193,12 @@ pub fn visible_rows(
             ),
         );
     }
-    let excess = rows.len().saturating_sub(height);
+    let excess = rows
+        .len()
+        .saturating_sub(height.saturating_sub(after.len()));
     rows.drain(..excess);
+    rows.extend(after);
+    rows.truncate(height);
     rows
 }
 

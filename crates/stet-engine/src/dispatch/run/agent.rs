@@ -409,9 +409,11 @@ impl Dispatch {
             GatewayEvent::CeilingReached {
                 spent_usd,
                 ceiling_usd,
+                needed_usd,
             } => Err(DispatchError::CostCeilingHit {
                 spent_usd,
                 ceiling_usd,
+                needed_usd,
                 refused: true,
             }),
         }

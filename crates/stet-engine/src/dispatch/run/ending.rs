@@ -63,7 +63,13 @@ impl Dispatch {
         let reason = match outcome {
             Ok(ending) => ending.reason,
             Err(error) => {
-                let reason = self.sanitize(&error.to_string());
+                let mut said = error.to_string();
+                if let (DispatchError::Cancelled(_), Some(cause)) =
+                    (&error, self.control.cause.get())
+                {
+                    said = format!("{said}: {cause}");
+                }
+                let reason = self.sanitize(&said);
                 if !self.publisher.phase().is_terminal() {
                     self.publisher
                         .advance(error.input(), Some(reason.clone()))

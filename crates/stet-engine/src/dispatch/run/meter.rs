@@ -111,6 +111,7 @@ impl Meter {
         (self.cost_usd >= ceiling_usd).then_some(DispatchError::CostCeilingHit {
             spent_usd: self.cost_usd,
             ceiling_usd,
+            needed_usd: None,
             refused: false,
         })
     }

@@ -81,7 +81,7 @@ impl SharedLedger {
         if !book.ledger.reached() {
             return None;
         }
-        book.announce();
+        book.announce(None);
         let spent = book.ledger.totals().settled_usd;
         Some(words::reached(label, spent, ceiling))
     }
@@ -90,7 +90,7 @@ impl SharedLedger {
     pub(crate) fn announce_if_reached(&self) {
         let mut book = self.book();
         if book.ledger.reached() {
-            book.announce();
+            book.announce(None);
         }
     }
 
@@ -101,8 +101,9 @@ impl SharedLedger {
 }
 
 impl Book {
-    /// Sends `CeilingReached` through the reserved slot, the first time only.
-    fn announce(&mut self) {
+    /// Sends `CeilingReached` through the reserved slot, the first time only; `needed_usd` is what
+    /// the refused request that reached it needed.
+    fn announce(&mut self, needed_usd: Option<f64>) {
         let Some(ceiling_usd) = self.ledger.ceiling_usd() else {
             return;
         };
@@ -110,6 +111,7 @@ impl Book {
             permit.send(GatewayEvent::CeilingReached {
                 spent_usd: self.ledger.totals().settled_usd,
                 ceiling_usd,
+                needed_usd,
             });
         }
     }
@@ -130,8 +132,8 @@ pub(crate) fn admit(
     let admitted = {
         let mut book = reporter.ledger().book();
         let admitted = book.ledger.admit(worst);
-        if let Err(Refusal::Reached { .. }) = admitted {
-            book.announce();
+        if let Err(Refusal::Reached { needed_usd, .. }) = admitted {
+            book.announce(Some(needed_usd));
         }
         admitted
     };
