@@ -1,4 +1,5 @@
 mod accounts;
+mod advice;
 mod agent_voice;
 mod architecture;
 mod branch;
