@@ -41,6 +41,7 @@ mod redteam_repo;
 mod redteam_voice;
 mod registry;
 mod runtime;
+mod seat;
 mod support;
 mod sweep;
 mod tui;
