@@ -99,19 +99,48 @@ pub(crate) async fn sweep() -> anyhow::Result<ExitCode> {
     })
 }
 
+/// `stet doctor`: what a dispatch from here needs, in the order it needs it (the configuration,
+/// the engine, the harness's image, the model endpoint, the prices, the host, the forge), and what
+/// could not be checked from here. It changes nothing on disk.
 pub(crate) async fn doctor() -> anyhow::Result<ExitCode> {
     let running = std::env::current_exe().context("finding the running stet executable")?;
     let binary = stet_engine::image::sandbox_executable_beside(&running);
-    let runtime = stet_engine::runtime::unconnected(configured_runtime());
     let state = stet_engine::state_dir::locate();
     let repository = repository_root("run stet doctor").map_err(|error| format!("{error:#}"));
-    let config = match &repository {
-        Ok(root) => load_config(root).map_err(|error| format!("{error:#}")),
-        Err(why) => Err(why.clone()),
+    let config = match &state {
+        Ok(state_dir) => {
+            let trust = stet_engine::config::trust::TrustStore::in_state_dir(state_dir);
+            stet_engine::config::Config::load(repository.as_deref().ok(), &trust)
+                .map_err(|error| format!("{error:#}"))
+        }
+        Err(error) => Err(format!(
+            "not read: the trust record lives in the state directory: {error}"
+        )),
     };
-    let forge = stet_engine::doctor::forge_checks(repository, config, &state).await;
-    let mut report = stet_engine::doctor::diagnose(runtime, state, &binary).await;
-    report.checks.extend(forge);
+    let kind = config
+        .as_ref()
+        .map(|config| config.runtime.kind)
+        .unwrap_or_default();
+    let runtime = stet_engine::runtime::unconnected(kind);
+    let mut report = stet_engine::doctor::DoctorReport::default();
+    report.checks.push(stet_engine::doctor::configuration_check(
+        &repository,
+        &config,
+    ));
+    let host = stet_engine::doctor::diagnose(runtime.clone(), state, &binary).await;
+    report.checks.extend(host.checks);
+    if let Ok(config) = &config {
+        report
+            .checks
+            .extend(stet_engine::doctor::dispatch_checks(config, &runtime).await);
+    }
+    report.unchecked = stet_engine::doctor::unchecked(&repository);
+    if repository.is_ok() {
+        let state = stet_engine::state_dir::locate();
+        report
+            .checks
+            .extend(stet_engine::doctor::forge_checks(repository, config, &state).await);
+    }
     print!("{report}");
     Ok(if report.failed() {
         ExitCode::FAILURE

@@ -65,3 +65,203 @@ fn a_configuration_error_is_one_line_on_a_stderr_file() {
         "{stderr}"
     );
 }
+
+/// A fresh checkout with one brief, in `home`, and no configuration at all.
+fn bare_checkout(home: &Home) -> std::path::PathBuf {
+    let repo = home.path().join("repo");
+    std::fs::create_dir_all(repo.join(".stet/briefs")).unwrap();
+    std::fs::write(
+        repo.join(".stet/briefs/tidy.toml"),
+        "title = \"Tidy\"\nworkflow = \"implement\"\n\n[target]\nrepo = \"test/notes\"\nbase = \"main\"\n\n[[items]]\ntext = \"Tidy up.\"\n",
+    )
+    .unwrap();
+    super::support::git(&repo, &["init", "--quiet", "--initial-branch=main"]);
+    repo
+}
+
+/// `stet doctor` in `dir` with `home`'s XDG directories and `XDG_RUNTIME_DIR` at `home/run` (made
+/// empty and private here): its exit code and report.
+fn doctor(home: &Home, dir: &Path, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let run = home.path().join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut command = home.stet();
+    command
+        .current_dir(dir)
+        .env("XDG_RUNTIME_DIR", &run)
+        .envs(env.iter().copied())
+        .arg("doctor");
+    let output = command.output().unwrap();
+    (
+        output.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    )
+}
+
+/// Every path under `dir`, directories included, sorted; none when it is not there.
+fn tree(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut paths = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten() {
+        let path = entry.unwrap().path();
+        if std::fs::symlink_metadata(&path).unwrap().is_dir() {
+            paths.extend(tree(&path));
+        }
+        paths.push(path);
+    }
+    paths.sort();
+    paths
+}
+
+#[test]
+fn doctor_fails_where_stet_would_exit_2_and_changes_nothing_on_disk() {
+    let home = Home::new();
+    let repo = bare_checkout(&home);
+    std::fs::create_dir(home.path().join("run")).unwrap();
+    let before = tree(home.path());
+    let (code, report) = doctor(&home, &repo, &[]);
+    assert_eq!(code, Some(1), "{report}");
+    let user_file = home.user_config();
+    let (failure, fix) = {
+        let lines: Vec<&str> = report.lines().collect();
+        let at = lines
+            .iter()
+            .position(|line| line.starts_with("[FAIL] harness: "))
+            .unwrap_or_else(|| panic!("{report}"));
+        (lines[at], lines[at + 1])
+    };
+    assert!(failure.contains("harness.openhands.model"), "{report}");
+    assert!(fix.contains(&user_file.display().to_string()), "{report}");
+    assert!(
+        report.contains(&format!(
+            "[ok  ] configuration: user file {} (absent",
+            user_file.display()
+        )) && report.contains("repository file: no repository stet.toml"),
+        "{report}"
+    );
+    assert!(!report.contains("this machine can run"), "{report}");
+    // Nothing was made: no state directory, no socket place, nothing else in the home.
+    assert!(!home.path().join("state").exists(), "{report}");
+    assert_eq!(
+        tree(&home.path().join("run")),
+        Vec::<std::path::PathBuf>::new()
+    );
+    assert_eq!(before, tree(home.path()));
+    // The dispatch it vouches for does not start: stet exits 2 for the reason doctor fails on.
+    let mut headless = home.stet();
+    headless
+        .current_dir(&repo)
+        .args(["--headless", "--brief", "tidy"]);
+    let dispatch = headless.output().unwrap();
+    let said = String::from_utf8_lossy(&dispatch.stderr).into_owned();
+    assert_eq!(dispatch.status.code(), Some(2), "{said}");
+    assert!(said.contains("harness.openhands.model"), "{said}");
+}
+
+#[test]
+fn doctor_outside_a_repository_says_what_it_did_not_check() {
+    let home = Home::new();
+    home.add_user_config("[harness]\nkind = \"script\"\n");
+    let (code, report) = doctor(&home, home.path(), &[]);
+    assert_eq!(code, Some(0), "{report}");
+    assert!(
+        report.contains("[----] not checked: a repository's stet.toml, its forge and its briefs"),
+        "{report}"
+    );
+    assert!(
+        report.contains("repository file: not in a repository"),
+        "{report}"
+    );
+    assert!(
+        report.ends_with("nothing checked failed, but a dispatch needs what was not checked too\n"),
+        "{report}"
+    );
+    assert!(!home.path().join("state").exists(), "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_asks_the_model_endpoint_for_its_models_with_the_key_a_dispatch_sends() {
+    use stet_scripted_model::{DEMO_MODEL, ScriptedModel};
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let image = super::support::sandbox_image().await;
+    let home = Home::new();
+    let repo = bare_checkout(&home);
+    let prices = home.path().join("prices.toml");
+    std::fs::write(
+        &prices,
+        format!("[models.\"{DEMO_MODEL}\"]\ninput = 1.0\noutput = 2.0\n"),
+    )
+    .unwrap();
+    home.add_user_config(&format!(
+        "[harness.openhands]\nmodel = \"openai/{DEMO_MODEL}\"\n[dispatch]\nimage = \"{}\"\ncost_ceiling_usd = 0.5\n[model]\nbase_url = \"{}\"\napi_key_env = \"STET_TEST_DOCTOR_MODEL_KEY\"\nprices = {}\n",
+        image.id,
+        model.base_url(),
+        super::headless::toml_string(&prices)
+    ));
+    let key = format!("sk-{}", stet_engine::credential::random_token(32).unwrap());
+    let (code, report) = {
+        let (home, repo, key) = (&home, &repo, key.clone());
+        tokio::task::block_in_place(move || {
+            doctor(home, repo, &[("STET_TEST_DOCTOR_MODEL_KEY", key.as_str())])
+        })
+    };
+    assert_eq!(code, Some(0), "{report}");
+    assert!(
+        report.contains(&format!(
+            "[ok  ] model endpoint: GET {}/models with the key in STET_TEST_DOCTOR_MODEL_KEY: answered, and lists {DEMO_MODEL}",
+            model.base_url()
+        )),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!(
+            "[ok  ] harness image: {}: present, pinned",
+            image.id
+        )),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!(
+            "[ok  ] prices: openai/{DEMO_MODEL} is priced; a dispatch stops at $0.50"
+        )),
+        "{report}"
+    );
+    assert!(!report.contains(&key), "{report}");
+    // One free request, with the key a dispatch would send; nothing that is billed.
+    let asked = model.requests();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0].path, "/v1/models");
+    assert_eq!(
+        asked[0].header("authorization"),
+        Some(format!("Bearer {key}").as_str())
+    );
+
+    // A key the endpoint refuses fails the check.
+    let refusing = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::method("GET"))
+        .respond_with(wiremock::ResponseTemplate::new(401))
+        .mount(&refusing)
+        .await;
+    let config = std::fs::read_to_string(home.user_config())
+        .unwrap()
+        .replace(&model.base_url(), &format!("{}/v1", refusing.uri()));
+    std::fs::write(home.user_config(), config).unwrap();
+    let (code, report) = tokio::task::block_in_place(|| {
+        doctor(
+            &home,
+            &repo,
+            &[("STET_TEST_DOCTOR_MODEL_KEY", key.as_str())],
+        )
+    });
+    assert_eq!(code, Some(1), "{report}");
+    assert!(
+        report.contains("[FAIL] model endpoint: GET ") && report.contains("refused (401)"),
+        "{report}"
+    );
+}
