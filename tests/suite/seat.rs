@@ -265,3 +265,84 @@ async fn doctor_asks_the_model_endpoint_for_its_models_with_the_key_a_dispatch_s
         "{report}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_local_refuses_what_is_not_an_executable_for_the_engines_platform() {
+    use sha2::Digest;
+    let docker = super::support::docker();
+    let engine_arch = docker.version().await.unwrap().arch.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("run.sh");
+    std::fs::write(&script, "#!/bin/sh\necho not stet\n").unwrap();
+    let mut foreign = std::fs::read(env!("CARGO_BIN_EXE_stet-sandbox")).unwrap();
+    let other: u16 = if engine_arch == "arm64" { 0x3e } else { 0xb7 };
+    foreign[18..20].copy_from_slice(&other.to_le_bytes());
+    let foreign_file = dir.path().join("stet-sandbox-elsewhere");
+    std::fs::write(&foreign_file, &foreign).unwrap();
+    for (file, what) in [
+        (Path::new("/etc/passwd").to_owned(), "is a text file"),
+        (script, "is a script"),
+        (foreign_file, "is an ELF executable for "),
+    ] {
+        let output = tokio::task::block_in_place(|| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_stet"))
+                .args(["image", "build-local", "--binary"])
+                .arg(&file)
+                .env("XDG_STATE_HOME", dir.path())
+                .output()
+                .unwrap()
+        });
+        let said = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{said}");
+        assert!(said.contains(what), "{said}");
+        assert!(
+            said.contains(&format!(
+                "not an executable for the engine's platform (linux/{engine_arch})"
+            )),
+            "{said}"
+        );
+        assert_eq!(output.stdout, b"", "{said}");
+        // Nothing was loaded under the tag that file would have had.
+        let hash = sha2::Sha256::digest(std::fs::read(&file).unwrap());
+        let tag = stet_engine::image::tag_for(
+            &hash.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+        );
+        assert!(
+            docker.inspect_image(&tag).await.is_err(),
+            "{tag} was loaded"
+        );
+    }
+}
+
+#[test]
+fn an_image_that_is_not_the_harness_s_is_named_so() {
+    use stet_scripted_model::{DEMO_MODEL, ScriptedModel};
+    docker_ready();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let model = runtime
+        .block_on(ScriptedModel::serve("127.0.0.1:0".parse().unwrap()))
+        .unwrap();
+    let image = runtime.block_on(super::support::sandbox_image());
+    let project = Project::new(&scenario(&["finish = \"Nothing to do.\""]));
+    // The OpenHands harness, told to run in the scripted agent's image, which holds no OpenHands.
+    project.home.add_user_config(&format!(
+        "\n[dispatch]\nimage = \"{}\"\n[model]\nbase_url = \"{}\"\n",
+        image.id,
+        model.base_url()
+    ));
+    let config = std::fs::read_to_string(project.home.user_config())
+        .unwrap()
+        .replace("[harness]\nkind = \"script\"", &format!("[harness]\nkind = \"openhands\"\n[harness.openhands]\nmodel = \"openai/{DEMO_MODEL}\""));
+    std::fs::write(project.home.user_config(), config).unwrap();
+    let (code, _, stderr) = with_stderr_in_a_file(project.headless(&[]), project.home.path());
+    assert_eq!(code, Some(1), "{stderr}");
+    let reason = stderr
+        .lines()
+        .find(|line| line.starts_with("stet: brief tidy-notes: failed"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(
+        reason.contains("so it is not an image of the openhands harness"),
+        "{reason}"
+    );
+    assert!(reason.contains("exited with code 12"), "{reason}");
+}
