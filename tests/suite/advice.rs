@@ -90,7 +90,8 @@ fn names_word(text: &str, key: &str) -> bool {
     })
 }
 
-/// The settings of `catalog` that `text` names, as `section.field` or `[section] field`.
+/// The settings of `catalog` that `text` names, as `section.field`, `[section] field` or a TOML
+/// table's first line.
 fn settings_named<'c>(
     text: &str,
     catalog: &'c [(&'static str, Class)],
@@ -98,10 +99,14 @@ fn settings_named<'c>(
     catalog
         .iter()
         .filter(|(key, _)| {
-            let written = key
-                .rsplit_once('.')
-                .map(|(section, field)| format!("[{section}] {field}"));
-            names_word(text, key) || written.is_some_and(|written| names_word(text, &written))
+            let written = key.rsplit_once('.').map(|(section, field)| {
+                [
+                    format!("[{section}] {field}"),
+                    format!("[{section}]\n{field}"),
+                ]
+            });
+            names_word(text, key)
+                || written.is_some_and(|written| written.iter().any(|w| names_word(text, w)))
         })
         .collect()
 }
@@ -232,4 +237,54 @@ fn the_image_setting_is_accepted_where_the_advice_points() {
         refused.contains(&stet_engine::config::user_file_shown()),
         "{refused}"
     );
+}
+
+/// The paragraphs of a Markdown `text`, one that ends with `:` together with the next (the block it
+/// introduces).
+fn paragraphs(text: &str) -> Vec<String> {
+    let mut joined: Vec<String> = Vec::new();
+    for paragraph in text.split("\n\n") {
+        match joined.last_mut() {
+            Some(last) if last.trim_end().ends_with(':') => {
+                last.push_str("\n\n");
+                last.push_str(paragraph);
+            }
+            _ => joined.push(paragraph.to_owned()),
+        }
+    }
+    joined
+}
+
+/// The documents a user follows to a real agent say the same as the errors: a paragraph that sends
+/// a machine setting to a repository's `stet.toml` names `stet trust`, or says that file refuses it.
+#[test]
+fn the_agent_documents_send_machine_settings_where_they_are_accepted() {
+    let catalog = settings_catalog();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut checked = 0;
+    for document in ["docs/agents.md", "docker/dispatch/README.md"] {
+        let text = std::fs::read_to_string(root.join(document)).unwrap();
+        for paragraph in paragraphs(&text) {
+            let paragraph = paragraph.as_str();
+            if settings_named(paragraph, &catalog).is_empty() {
+                continue;
+            }
+            checked += 1;
+            let says_refused = ["cannot", "refused", "may not"]
+                .iter()
+                .any(|word| paragraph.contains(word));
+            if !says_refused {
+                let wrong = wrong_place(paragraph, &catalog);
+                assert!(wrong.is_empty(), "{document}: {wrong:#?}");
+            }
+        }
+    }
+    assert!(checked >= 3, "{checked}");
+    // What docker/dispatch/README.md said before issue 29 is caught.
+    let before = "Then pin the digest (not the tag) in the repository's `stet.toml`:\n\n```toml\n[dispatch]\nimage = \"x@sha256:0\"\n```";
+    let caught: Vec<String> = paragraphs(before)
+        .iter()
+        .flat_map(|paragraph| wrong_place(paragraph, &catalog))
+        .collect();
+    assert_eq!(caught.len(), 1, "{caught:?}");
 }
