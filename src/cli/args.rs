@@ -5,10 +5,20 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use stet_engine::harness::HarnessKind;
 
+/// `stet --version`: the version, the commit it was built from and the build's profile.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("STET_COMMIT"),
+    ", ",
+    env!("STET_PROFILE"),
+    " build)"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "stet",
-    version,
+    version = VERSION,
     about = "Dispatch an AI coding agent into a locked-down container and watch it work",
     long_about = "Dispatch an AI coding agent into a locked-down container and watch it work.\n\n\
         stet keeps an inbox of briefs (.stet/briefs/*.toml). Dispatching one makes a private copy of the \

@@ -346,3 +346,30 @@ fn an_image_that_is_not_the_harness_s_is_named_so() {
     );
     assert!(reason.contains("exited with code 12"), "{reason}");
 }
+
+#[test]
+fn version_names_the_commit_and_the_profile() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_stet"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let said = String::from_utf8(output.stdout).unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let commit = if root.join(".git").exists() {
+        format!(
+            "commit {}",
+            super::support::git(root, &["rev-parse", "--short=12", "HEAD"]).trim()
+        )
+    } else {
+        "unknown commit".to_owned()
+    };
+    // The tests are built with the dev profile's settings, which cargo calls "debug".
+    assert_eq!(
+        said,
+        format!(
+            "stet {} ({commit}, debug build)\n",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
+}
