@@ -1,7 +1,6 @@
 //! Tells `stet --version` the commit it is built from and the build's profile ([`build_info`]).
 
 #[path = "src/build_info.rs"]
-#[allow(dead_code, reason = "the constants are the binary's too")]
 mod build_info;
 
 use std::path::Path;

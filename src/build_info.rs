@@ -51,7 +51,8 @@ mod tests {
         );
         assert_eq!(
             commit(tarball.path(), Some("0123456789ab".to_owned())),
-            "commit 0123456789ab"
+            "commit 0123456789ab",
+            "what {COMMIT_VARIABLE} names is the commit"
         );
     }
 
