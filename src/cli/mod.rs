@@ -6,6 +6,7 @@ pub(crate) mod args;
 mod demo;
 mod filters;
 mod headless;
+mod json;
 mod maintenance;
 mod session;
 mod sink;
@@ -37,10 +38,15 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Image {
             command: ImageCommand::BuildLocal { binary },
         }) => session::block_on(maintenance::image_build_local(binary)),
-        Some(Command::Sweep) => session::block_on(maintenance::sweep()),
-        Some(Command::Doctor) => session::block_on(maintenance::doctor()),
-        Some(Command::Trust { path, revoke, list }) => maintenance::trust(path, revoke, list),
-        Some(Command::Reviews { number }) => maintenance::reviews(number),
+        Some(Command::Sweep { json }) => session::block_on(maintenance::sweep(json)),
+        Some(Command::Doctor { json }) => session::block_on(maintenance::doctor(json)),
+        Some(Command::Trust {
+            path,
+            revoke,
+            list,
+            json,
+        }) => maintenance::trust(path, revoke, list, json),
+        Some(Command::Reviews { number, json }) => maintenance::reviews(number, json),
         Some(Command::Transcript {
             path,
             harness,

@@ -373,3 +373,141 @@ fn version_names_the_commit_and_the_profile() {
         )
     );
 }
+
+/// Runs `stet <args>` with `home`'s directories in `dir`: exit code and stdout parsed as one JSON
+/// object on one line.
+fn json_of(home: &Home, dir: &Path, args: &[&str]) -> (Option<i32>, serde_json::Value) {
+    let output = home.stet().current_dir(dir).args(args).output().unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 1, "one line: {stdout}");
+    let value: serde_json::Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|error| panic!("{error}: {stdout}"));
+    assert_eq!(value["v"], 1, "{value}");
+    (output.status.code(), value)
+}
+
+#[test]
+fn doctor_json_holds_every_check_the_report_shows() {
+    let home = Home::new();
+    home.add_user_config("[harness]\nkind = \"script\"\n");
+    let (code, value) = json_of(&home, home.path(), &["doctor", "--json"]);
+    assert_eq!(code, Some(0), "{value}");
+    assert_eq!(value["ok"], true, "{value}");
+    let (_, report) = doctor(&home, home.path(), &[]);
+    let names: Vec<&str> = value["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|check| {
+            assert!(
+                ["ok", "warn", "fail"].contains(&check["status"].as_str().unwrap()),
+                "{check}"
+            );
+            check["name"].as_str().unwrap()
+        })
+        .collect();
+    let shown: Vec<&str> = report
+        .lines()
+        .filter(|line| line.starts_with('['))
+        .filter_map(|line| line.get(7..)?.split_once(": ").map(|(name, _)| name))
+        .filter(|name| *name != "not checked")
+        .collect();
+    assert_eq!(names, shown, "{report}");
+    assert_eq!(names[0], "configuration");
+    assert!(
+        value["unchecked"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("a repository's stet.toml"),
+        "{value}"
+    );
+}
+
+#[test]
+fn trust_list_json_says_what_each_trusted_file_holds_now() {
+    let home = Home::new();
+    let repo = bare_checkout(&home);
+    std::fs::write(repo.join("stet.toml"), "[dispatch]\nallow_network = true\n").unwrap();
+    let (code, empty) = json_of(&home, &repo, &["trust", "--list", "--json"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(empty["files"], serde_json::json!([]), "{empty}");
+    let trusted = home
+        .stet()
+        .current_dir(&repo)
+        .arg("trust")
+        .output()
+        .unwrap();
+    assert!(trusted.status.success(), "{trusted:?}");
+    let (_, listed) = json_of(&home, &repo, &["trust", "--list", "--json"]);
+    let file = &listed["files"][0];
+    assert_eq!(file["now"], "trusted", "{listed}");
+    assert_eq!(file["sha256"].as_str().unwrap().len(), 64, "{listed}");
+    assert!(
+        file["path"].as_str().unwrap().ends_with("/repo/stet.toml"),
+        "{listed}"
+    );
+    std::fs::write(
+        repo.join("stet.toml"),
+        "[dispatch]\nallow_network = false\n",
+    )
+    .unwrap();
+    let (_, changed) = json_of(&home, &repo, &["trust", "--list", "--json"]);
+    assert_eq!(changed["files"][0]["now"], "changed", "{changed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reviews_and_sweep_json_list_what_the_text_lists() {
+    use stet_engine::forge::Forge;
+    let home = Home::new();
+    let (_, none) = json_of(&home, home.path(), &["reviews", "--json"]);
+    assert_eq!(none["reviews"], serde_json::json!([]), "{none}");
+    git2::Repository::init(home.path().join("remote")).unwrap();
+    let forge =
+        stet_engine::forge::local::LocalForge::new(home.path().join("remote"), &home.state());
+    let sanitizer = std::sync::Arc::new(stet_sanitize::sanitize::TokenSanitizer::new().unwrap());
+    for title in ["Fix the loop", "Tidy \u{202e}up"] {
+        let draft = stet_engine::forge::PullRequestDraft {
+            title: sanitizer.sanitize(title),
+            body: sanitizer.sanitize("The agent says:\n\u{1b}[2Jcleared\n"),
+            base: "main".into(),
+            head: format!("stet/{}", title.len()),
+        };
+        let target = stet_engine::brief::Target {
+            repo: "demo/app".into(),
+            base: "main".into(),
+            branch: None,
+            pr: None,
+        };
+        forge.open_pull_request(&target, &draft).await.unwrap();
+    }
+    let (code, listed) =
+        tokio::task::block_in_place(|| json_of(&home, home.path(), &["reviews", "--json"]));
+    assert_eq!(code, Some(0));
+    let reviews = listed["reviews"].as_array().unwrap();
+    assert_eq!(reviews.len(), 2, "{listed}");
+    assert_eq!(reviews[0]["number"], 1);
+    assert_eq!(reviews[0]["title"], "Fix the loop");
+    assert_eq!(
+        reviews[1]["title"], "Tidy up",
+        "what the display policy hides is gone"
+    );
+    assert!(reviews[0].get("body").is_none(), "{listed}");
+    let (_, one) =
+        tokio::task::block_in_place(|| json_of(&home, home.path(), &["reviews", "1", "--json"]));
+    assert_eq!(one["review"]["body"], "The agent says:\ncleared\n", "{one}");
+
+    let (code, swept) =
+        tokio::task::block_in_place(|| json_of(&home, home.path(), &["sweep", "--json"]));
+    assert_eq!(code, Some(0), "{swept}");
+    assert_eq!(swept["records_closed"], 0, "{swept}");
+    for list in [
+        "containers_removed",
+        "containers_already_gone",
+        "directories_removed",
+        "credentials_revoked",
+        "credentials_left_to_expire",
+        "failures",
+    ] {
+        assert_eq!(swept[list], serde_json::json!([]), "{list}: {swept}");
+    }
+}
