@@ -1,5 +1,7 @@
 //! The `stet` executable: parses the command line and runs the command ([`cli`]).
 
+#[cfg(test)]
+mod build_info;
 mod cli;
 
 use std::io::Write;

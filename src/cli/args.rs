@@ -5,10 +5,20 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use stet_engine::harness::HarnessKind;
 
+/// `stet --version`: the version, the commit it was built from and the build's profile.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("STET_COMMIT"),
+    ", ",
+    env!("STET_PROFILE"),
+    " build)"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "stet",
-    version,
+    version = VERSION,
     about = "Dispatch an AI coding agent into a locked-down container and watch it work",
     long_about = "Dispatch an AI coding agent into a locked-down container and watch it work.\n\n\
         stet keeps an inbox of briefs (.stet/briefs/*.toml). Dispatching one makes a private copy of the \
@@ -187,7 +197,11 @@ pub(crate) enum Command {
             containers that belong to no live dispatch. Live dispatches of other stet processes are never \
             touched. Prints what it did; exits 1 if something could not be cleaned up (it stays journaled)."
     )]
-    Sweep,
+    Sweep {
+        /// Print what the sweep did as one JSON object (the schema in docs/json.md).
+        #[arg(long)]
+        json: bool,
+    },
 
     /// Replay a captured harness output as stet's event lines (JSON Lines on stdout).
     #[command(
@@ -225,6 +239,9 @@ pub(crate) enum Command {
     Reviews {
         /// The review to show.
         number: Option<u64>,
+        /// Print the list, or the review, as one JSON object (the schema in docs/json.md).
+        #[arg(long)]
+        json: bool,
     },
 
     /// Let a repository's stet.toml set machine settings, until its content changes.
@@ -252,19 +269,30 @@ pub(crate) enum Command {
         /// List the trusted files, and whether each still holds the content that was trusted.
         #[arg(long, conflicts_with = "path")]
         list: bool,
+        /// With --list: print the list as one JSON object (the schema in docs/json.md).
+        #[arg(long, requires = "list")]
+        json: bool,
     },
 
-    /// Check that this machine can run stet's sandboxes and reach its forge, and say what to fix.
+    /// Check that a dispatch from here has what it needs, and say what to fix.
     #[command(
-        long_about = "Check that this machine can run stet's sandboxes and reach its forge, and say what to fix.\n\n\
-            Checks that the Docker engine answers, that it enforces the memory, swap, pids and cpu limits a \
-            sandbox relies on, whether the offline sandbox image for this stet binary is present, and the \
-            free space of the state directory. Then, from inside a repository, the configured forge: that \
-            it answers, that it accepts the token, and that the token may read, push to and propose on \
-            each repository the checkout has as a remote there (GitHub, Gitea/Forgejo, GitLab), and how \
-            the credential provider mints; nothing is changed. Exits 1 if a check failed."
+        long_about = "Check that a dispatch from here has what it needs, and say what to fix.\n\n\
+            In the order a dispatch needs them: the configuration resolves (the user file, the \
+            repository's stet.toml and the STET_* variables, each named); the Docker engine answers and \
+            enforces the memory, swap, pids and cpu limits a sandbox relies on; the harness has its \
+            model, and its image is pinned and present; the model endpoint answers GET /models with the \
+            key a dispatch would send (never a billed request); the price table covers the model under a \
+            cost ceiling; the state directory and the disk. Then, from inside a repository, the configured \
+            forge: that it answers, accepts the token, and that the token may read, push to and propose \
+            on each repository the checkout has as a remote there. Outside a repository it says what it \
+            could not check. Nothing is changed, on disk or anywhere. Exits 1 if a check failed.",
+        after_help = "Examples:\n  stet doctor\n  stet doctor --json | jq '.checks[] | select(.status != \"ok\")'"
     )]
-    Doctor,
+    Doctor {
+        /// Print the report as one JSON object (the schema in docs/json.md).
+        #[arg(long)]
+        json: bool,
+    },
 
     /// Manage the offline sandbox image.
     Image {

@@ -26,11 +26,15 @@ pub(crate) async fn headless(args: DispatchArgs, push: bool) -> anyhow::Result<E
     }
     let root = repository_root("run stet --headless")?;
     let config = load_config(&root)?;
-    // The repository's path is outside input (a clone's directory is named after its URL).
-    eprintln!(
-        "stet: configuration: {}",
-        stet_sanitize::display::escaped_invisible(&config.repository_file.to_string())
-    );
+    // A repository file changes what a run may do, so it is named; its absence is only `stet
+    // doctor`'s to say. The repository's path is outside input (a clone's directory is named after
+    // its URL).
+    if config.repository_file != stet_engine::config::RepositoryFile::None {
+        eprintln!(
+            "stet: configuration: {}",
+            stet_sanitize::display::escaped_invisible(&config.repository_file.to_string())
+        );
+    }
     let briefs = select_briefs(&root, &args, &config.inbox)?;
     let options = engine_options(root, config, &args)?;
     let delivery = if push { Delivery::Push } else { Delivery::Keep };

@@ -58,7 +58,7 @@ pub(crate) async fn image_build_local(binary: Option<PathBuf>) -> anyhow::Result
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) async fn sweep() -> anyhow::Result<ExitCode> {
+pub(crate) async fn sweep(json: bool) -> anyhow::Result<ExitCode> {
     let state_dir = stet_engine::state_dir::prepare_default()?;
     let handle = SanitizerHandle::new(TokenSanitizer::new()?);
     let _log_guard = install_logging(&handle);
@@ -88,10 +88,14 @@ pub(crate) async fn sweep() -> anyhow::Result<ExitCode> {
     let report = service.sweep_orphans().await?;
     tracing::info!(?report, "sweep finished");
     // The report quotes the engine's and the forge's answers: shown under the display policy.
-    print!(
-        "{}",
-        stet_sanitize::display::without_invisible(&report.to_string()).text
-    );
+    if json {
+        super::json::print(&mut std::io::stdout().lock(), &super::json::sweep(&report))?;
+    } else {
+        print!(
+            "{}",
+            stet_sanitize::display::without_invisible(&report.to_string()).text
+        );
+    }
     Ok(if report.failures.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -99,20 +103,53 @@ pub(crate) async fn sweep() -> anyhow::Result<ExitCode> {
     })
 }
 
-pub(crate) async fn doctor() -> anyhow::Result<ExitCode> {
+/// `stet doctor`: what a dispatch from here needs, in the order it needs it (the configuration,
+/// the engine, the harness's image, the model endpoint, the prices, the host, the forge), and what
+/// could not be checked from here. It changes nothing on disk.
+pub(crate) async fn doctor(json: bool) -> anyhow::Result<ExitCode> {
     let running = std::env::current_exe().context("finding the running stet executable")?;
     let binary = stet_engine::image::sandbox_executable_beside(&running);
-    let runtime = stet_engine::runtime::unconnected(configured_runtime());
     let state = stet_engine::state_dir::locate();
     let repository = repository_root("run stet doctor").map_err(|error| format!("{error:#}"));
-    let config = match &repository {
-        Ok(root) => load_config(root).map_err(|error| format!("{error:#}")),
-        Err(why) => Err(why.clone()),
+    let config = match &state {
+        Ok(state_dir) => {
+            let trust = stet_engine::config::trust::TrustStore::in_state_dir(state_dir);
+            stet_engine::config::Config::load(repository.as_deref().ok(), &trust)
+                .map_err(|error| format!("{error:#}"))
+        }
+        Err(error) => Err(format!(
+            "not read: the trust record lives in the state directory: {error}"
+        )),
     };
-    let forge = stet_engine::doctor::forge_checks(repository, config, &state).await;
-    let mut report = stet_engine::doctor::diagnose(runtime, state, &binary).await;
-    report.checks.extend(forge);
-    print!("{report}");
+    let kind = config
+        .as_ref()
+        .map(|config| config.runtime.kind)
+        .unwrap_or_default();
+    let runtime = stet_engine::runtime::unconnected(kind);
+    let mut report = stet_engine::doctor::DoctorReport::default();
+    report.checks.push(stet_engine::doctor::configuration_check(
+        &repository,
+        &config,
+    ));
+    let host = stet_engine::doctor::diagnose(runtime.clone(), state, &binary).await;
+    report.checks.extend(host.checks);
+    if let Ok(config) = &config {
+        report
+            .checks
+            .extend(stet_engine::doctor::dispatch_checks(config, &runtime).await);
+    }
+    report.unchecked = stet_engine::doctor::unchecked(&repository);
+    if repository.is_ok() {
+        let state = stet_engine::state_dir::locate();
+        report
+            .checks
+            .extend(stet_engine::doctor::forge_checks(repository, config, &state).await);
+    }
+    if json {
+        super::json::print(&mut std::io::stdout().lock(), &super::json::doctor(&report))?;
+    } else {
+        print!("{report}");
+    }
     Ok(if report.failed() {
         ExitCode::FAILURE
     } else {
@@ -121,7 +158,12 @@ pub(crate) async fn doctor() -> anyhow::Result<ExitCode> {
 }
 
 /// `stet trust`: trusts, revokes or lists repository configuration files.
-pub(crate) fn trust(path: Option<PathBuf>, revoke: bool, list: bool) -> anyhow::Result<ExitCode> {
+pub(crate) fn trust(
+    path: Option<PathBuf>,
+    revoke: bool,
+    list: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     use stet_engine::config::{Config, REPOSITORY_FILE, repository};
     // A repository's path is outside input (a clone's directory is named after its URL).
     let shown = |path: &std::path::Path| {
@@ -132,6 +174,29 @@ pub(crate) fn trust(path: Option<PathBuf>, revoke: bool, list: bool) -> anyhow::
     let mut out = std::io::stdout().lock();
     if list {
         let entries = store.entries()?;
+        let now = |entry: &stet_engine::config::trust::TrustEntry| match entry
+            .path
+            .parent()
+            .map(repository::read)
+        {
+            Some(Ok(Some(found))) if entry.covers(&found.path, &found.hash) => "trusted",
+            Some(Ok(Some(_))) => "changed",
+            Some(Ok(None)) => "gone",
+            None | Some(Err(_)) => "unreadable",
+        };
+        if json {
+            let files: Vec<super::json::TrustedFile<'_>> = entries
+                .iter()
+                .map(|entry| super::json::TrustedFile {
+                    path: &entry.path,
+                    sha256: &entry.sha256,
+                    since: entry.trusted_at,
+                    now: now(entry),
+                })
+                .collect();
+            super::json::print(&mut out, &super::json::trusted(&store.file(), &files))?;
+            return Ok(ExitCode::SUCCESS);
+        }
         if entries.is_empty() {
             writeln!(
                 out,
@@ -140,11 +205,10 @@ pub(crate) fn trust(path: Option<PathBuf>, revoke: bool, list: bool) -> anyhow::
             )?;
         }
         for entry in entries {
-            let now = match entry.path.parent().map(repository::read) {
-                Some(Ok(Some(found))) if entry.covers(&found.path, &found.hash) => "trusted",
-                Some(Ok(Some(_))) => "changed since: not trusted",
-                Some(Ok(None)) => "gone",
-                None | Some(Err(_)) => "unreadable: not trusted",
+            let now = match now(&entry) {
+                "changed" => "changed since: not trusted",
+                "unreadable" => "unreadable: not trusted",
+                said => said,
             };
             writeln!(
                 out,
@@ -201,7 +265,7 @@ pub(crate) fn trust(path: Option<PathBuf>, revoke: bool, list: bool) -> anyhow::
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
+pub(crate) fn reviews(number: Option<u64>, json: bool) -> anyhow::Result<ExitCode> {
     use stet_sanitize::display::{escaped_invisible, one_line, without_invisible};
     let state_dir = stet_engine::state_dir::locate()?;
     let dir = state_dir.join(stet_engine::forge::local::REVIEWS_DIR);
@@ -214,8 +278,17 @@ pub(crate) fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
     let mut listed = 0;
     let mut found = None;
     let mut written = Ok(());
+    if json && number.is_none() {
+        // Streamed like the list: one record in memory at a time.
+        write!(out, "{}", super::json::reviews_opening(&dir))?;
+    }
     stet_engine::forge::local::each_review(&dir, |record| {
         match number {
+            None if json && written.is_ok() => {
+                let separator = if listed == 0 { "" } else { "," };
+                listed += 1;
+                written = write!(out, "{separator}{}", super::json::review(&record, false));
+            }
             None if written.is_ok() => {
                 listed += 1;
                 written = writeln!(
@@ -237,6 +310,21 @@ pub(crate) fn reviews(number: Option<u64>) -> anyhow::Result<ExitCode> {
         Ok(())
     })?;
     written?;
+    if json {
+        let value = match (number, found) {
+            (None, _) => {
+                writeln!(out, "]}}")?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            (Some(_), Some(record)) => super::json::one_review(&record),
+            (Some(number), None) => {
+                eprintln!("stet: no review #{number} in {}", path(&dir));
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        super::json::print(&mut out, &value)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if number.is_none() {
         listed += super::salvaged::show(&mut out, &state_dir)?;
     }

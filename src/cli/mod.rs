@@ -9,6 +9,7 @@ mod filters;
 mod headless;
 mod history;
 mod inbox_watch;
+mod json;
 mod maintenance;
 mod salvaged;
 mod session;
@@ -41,12 +42,17 @@ pub(crate) fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Image {
             command: ImageCommand::BuildLocal { binary },
         }) => session::block_on(maintenance::image_build_local(binary)),
-        Some(Command::Sweep) => session::block_on(maintenance::sweep()),
+        Some(Command::Sweep { json }) => session::block_on(maintenance::sweep(json)),
         Some(Command::Completions { shell }) => completions::completions(shell),
         Some(Command::Man) => completions::man(),
-        Some(Command::Doctor) => session::block_on(maintenance::doctor()),
-        Some(Command::Trust { path, revoke, list }) => maintenance::trust(path, revoke, list),
-        Some(Command::Reviews { number }) => maintenance::reviews(number),
+        Some(Command::Doctor { json }) => session::block_on(maintenance::doctor(json)),
+        Some(Command::Trust {
+            path,
+            revoke,
+            list,
+            json,
+        }) => maintenance::trust(path, revoke, list, json),
+        Some(Command::Reviews { number, json }) => maintenance::reviews(number, json),
         Some(Command::Transcript {
             path,
             harness,

@@ -177,8 +177,10 @@ pub(crate) fn engine_options(
         Some(text) => ImageChoice::Configured(stet_engine::runtime::ImageRef::parse(text, false)?),
         None if harness.runs_in_offline_image() => ImageChoice::Offline,
         None => anyhow::bail!(
-            "no sandbox image is configured for the {} harness: set [dispatch] image = \"<name>@sha256:<digest>\" in stet.toml (see docker/dispatch/README.md)",
-            harness.name()
+            "no sandbox image is configured for the {} harness: set [dispatch] image = \"<name>@sha256:<digest>\" (or a local image ID) in your configuration ({}), or {}=<reference> for one run; a repository's stet.toml may set it only once you run `stet trust` on it (see docs/agents.md)",
+            harness.name(),
+            stet_engine::config::user_file_shown(),
+            stet_engine::config::ENV_IMAGE
         ),
     };
     Ok(EngineOptions {

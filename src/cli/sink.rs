@@ -13,8 +13,10 @@ pub(crate) trait EventSink {
     fn show(&mut self, event: &Event) -> std::io::Result<()>;
 }
 
-/// Every event as one JSON line (the schema in `docs/events.md`) on `out`, flushed at once, and,
-/// when `progress`, its progress line on stderr for the person at the terminal.
+/// Every event as one JSON line (the schema in `docs/events.md`) on `out`, flushed at once; when
+/// `progress`, its progress line on stderr for the person at the terminal; and, whatever stderr is
+/// (a terminal, a CI log, a file), a dispatch that did not succeed ends with its whole reason on one
+/// line there.
 pub(crate) struct JsonLines<W> {
     out: W,
     progress: bool,
@@ -32,14 +34,42 @@ impl<W: Write> EventSink for JsonLines<W> {
         let line = event.to_json_line().map_err(std::io::Error::other)?;
         writeln!(self.out, "{line}")?;
         self.out.flush()?;
-        if self.progress
+        // stderr may be a closed pipe: what goes there is best effort, never a panic.
+        if let Some(reason) = final_reason(event) {
+            let _ = writeln!(std::io::stderr(), "{reason}");
+        } else if self.progress
             && let Some(line) = progress_line(event)
         {
-            // stderr may be a closed pipe: progress is best effort, never a panic.
             let _ = writeln!(std::io::stderr(), "{line}");
         }
         Ok(())
     }
+}
+
+/// The one line that says why a dispatch did not succeed, its reason whole (a progress line cuts
+/// it): `None` for every other event, and for a dispatch that finished done.
+pub(crate) fn final_reason(event: &Event) -> Option<String> {
+    use stet_protocol::event::EventKind;
+    use stet_sanitize::display::{escaped_invisible, one_line};
+    let EventKind::Finished {
+        outcome,
+        exit_code,
+        reason,
+    } = &event.kind
+    else {
+        return None;
+    };
+    if *exit_code == 0 {
+        return None;
+    }
+    let why = reason
+        .as_ref()
+        .map_or_else(String::new, |reason| format!(": {}", reason.as_str()));
+    // The brief's id and the reason came from outside: one line under the display policy.
+    Some(one_line(&format!(
+        "stet: brief {}: {outcome} (exit {exit_code}){why}",
+        escaped_invisible(&event.brief)
+    )))
 }
 
 /// The progress line of each event a person needs to read on `out` (`stet demo` without

@@ -210,6 +210,20 @@ fn usage_errors_exit_2_and_help_documents_the_commands() {
 #[test]
 fn doctor_checks_the_engine_limits_and_disk() {
     let state = tempfile::tempdir().unwrap();
+    let config = tempfile::tempdir().unwrap();
+    std::fs::create_dir(config.path().join("stet")).unwrap();
+    std::fs::write(
+        config.path().join("stet/config.toml"),
+        "[harness]\nkind = \"script\"\n",
+    )
+    .unwrap();
+    let stet = |state: &std::path::Path| {
+        let mut command = stet(state);
+        command
+            .env("XDG_CONFIG_HOME", config.path())
+            .current_dir(state);
+        command
+    };
     let output = stet(state.path()).arg("doctor").output().unwrap();
     let report = String::from_utf8(output.stdout).unwrap();
     assert_eq!(output.status.code(), Some(0), "{report}");
@@ -336,7 +350,7 @@ async fn doctor_passes_a_gitea_token_that_may_push_and_warns_that_the_fallback_i
         .mount(&api)
         .await;
     let config = format!(
-        "[forge]\nkind = \"gitea\"\n[forge.gitea]\napi_url = \"{}/api/v1\"\ntoken_env = \"STET_TEST_DOCTOR_TOKEN\"\n",
+        "[harness]\nkind = \"script\"\n[forge]\nkind = \"gitea\"\n[forge.gitea]\napi_url = \"{}/api/v1\"\ntoken_env = \"STET_TEST_DOCTOR_TOKEN\"\n",
         api.uri()
     );
     let (code, report) =

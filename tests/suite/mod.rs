@@ -1,4 +1,5 @@
 mod accounts;
+mod advice;
 mod agent_voice;
 mod architecture;
 mod branch;
@@ -43,6 +44,7 @@ mod redteam_voice;
 mod registry;
 mod runtime;
 mod salvage;
+mod seat;
 mod support;
 mod sweep;
 mod tui;

@@ -1,4 +1,6 @@
-//! `stet doctor`: checks that this machine can run a locked-down sandbox, and says what to fix.
+//! `stet doctor`: checks that this machine can run a locked-down sandbox and that a dispatch from
+//! here has what it needs ([`dispatch`]), says what it could not check, and what to fix. It changes
+//! nothing: every check only looks.
 //!
 //! A sandbox whose memory or pids cap the engine silently ignores is not locked down, so the
 //! container runtime reports which limits its engine enforces ([`RuntimeSetup::diagnose`]) before a
@@ -15,6 +17,9 @@ use crate::runtime::RuntimeSetup;
 use crate::state_dir::StateDirError;
 use stet_sanitize::sanitize::{SanitizerHandle, TokenSanitizer};
 
+mod dispatch;
+pub use dispatch::{configuration_check, dispatch_checks, unchecked};
+
 /// Below this much free space in the state directory, a dispatch's workspace may not fit.
 const LOW_DISK_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 /// Below this, provisioning is likely to fail.
@@ -25,6 +30,8 @@ const CRITICAL_DISK_BYTES: u64 = 200 * 1024 * 1024;
 pub struct DoctorReport {
     /// Every check's outcome.
     pub checks: Vec<Check>,
+    /// What could not be checked from here, each with how to check it.
+    pub unchecked: Vec<String>,
 }
 
 impl DoctorReport {
@@ -50,10 +57,15 @@ impl fmt::Display for DoctorReport {
                 writeln!(f, "       fix: {}", one_line(fix))?;
             }
         }
+        for what in &self.unchecked {
+            writeln!(f, "[----] not checked: {}", one_line(what))?;
+        }
         let verdict = if self.failed() {
             "stet cannot dispatch from here until the failures above are fixed"
+        } else if !self.unchecked.is_empty() {
+            "nothing checked failed, but a dispatch needs what was not checked too"
         } else {
-            "this machine can run stet's sandboxes and reach its forge"
+            "a dispatch from here has what it needs: this machine can run stet's sandboxes, its model and its forge answer"
         };
         writeln!(f, "{verdict}")
     }
@@ -191,21 +203,30 @@ fn sandbox_uid_check() -> Check {
     }
 }
 
-/// The state directory can be made private and written.
+/// The state directory is there and writable, or can be made: looked at, never made.
 fn state_check(state_dir: &Path) -> Check {
-    match crate::state_dir::prepare(state_dir) {
-        Ok(()) => Check::ok(
+    match crate::state_dir::inspect(state_dir) {
+        Ok(true) => Check::ok("state", format!("{} (writable)", state_dir.display())),
+        Ok(false) => Check::ok(
             "state",
-            format!("{} (private, writable)", state_dir.display()),
+            format!(
+                "{} (not there yet: the first dispatch makes it, private)",
+                state_dir.display()
+            ),
         ),
         Err(error) => Check::problem("state", Status::Fail, error.problem(), error.fix()),
     }
 }
 
-/// Where the model gateways' sockets go, and that the place can be made private there.
+/// Where the model gateways' sockets go, and that the place is private or can be made so: looked
+/// at, never made.
 fn socket_check(place: &SocketPlace) -> Check {
-    match place.prepare() {
-        Ok(()) => Check::ok("gateway sockets", format!("in {place}")),
+    match place.inspect() {
+        Ok(true) => Check::ok("gateway sockets", format!("in {place}")),
+        Ok(false) => Check::ok(
+            "gateway sockets",
+            format!("in {place} (the first dispatch makes it, private)"),
+        ),
         Err(error) => Check::problem(
             "gateway sockets",
             Status::Fail,
@@ -281,8 +302,10 @@ mod tests {
         assert!(text.contains("disk: "), "{text}");
         assert!(text.contains("[ok  ] state: "), "{text}");
         assert!(text.contains("] gateway sockets: "), "{text}");
+        // Looked at, never made.
+        assert!(!dir.path().join("stet").exists());
         let place = SocketPlace::for_installation(&dir.path().join("stet"));
-        std::fs::remove_dir(place.root()).unwrap();
+        assert!(!place.root().exists());
         assert!(
             text.ends_with("until the failures above are fixed\n"),
             "{text}"
@@ -293,6 +316,7 @@ mod tests {
     fn what_a_check_quotes_is_shown_under_the_display_policy() {
         let hostile = "main\u{202e}x\u{9b}31m\u{9d}52;c;aGk=\u{9c}\u{1b}[2J\nnext";
         let report = DoctorReport {
+            unchecked: Vec::new(),
             checks: vec![Check {
                 name: "forge",
                 status: Status::Fail,

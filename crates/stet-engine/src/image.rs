@@ -64,6 +64,14 @@ pub enum ImageError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "{binary} is {what}, not an executable for the engine's platform (linux/{engine_arch}): give --binary the stet-sandbox executable built for it (`cargo build` puts it beside stet)"
+    )]
+    NotAnExecutable {
+        binary: PathBuf,
+        what: String,
+        engine_arch: String,
+    },
     #[error("running `ldd {binary}`: {source}")]
     LddSpawn {
         binary: PathBuf,
@@ -491,14 +499,77 @@ fn image_config(layer_hex: &str, binary_sha256: &str) -> serde_json::Value {
     })
 }
 
-/// Docker's name for the architecture stet was built for.
-fn docker_architecture() -> &'static str {
-    match std::env::consts::ARCH {
+/// Refuses `contents` (the file `binary`) unless it is a 64-bit ELF executable (or position-
+/// independent one) for `engine_arch`, the architecture the engine reports in Docker's words
+/// (`amd64`, `arm64`; `x86_64` and `aarch64` are read as those): a text file, a script or an
+/// executable for another machine would make an image whose every sandbox fails to start.
+pub fn check_executable(binary: &Path, contents: &[u8], engine_arch: &str) -> Result<()> {
+    let engine_arch = docker_name(engine_arch);
+    let refuse = |what: String| {
+        Err(ImageError::NotAnExecutable {
+            binary: binary.to_owned(),
+            what,
+            engine_arch: engine_arch.to_owned(),
+        })
+    };
+    let Some(header) = contents.get(..20) else {
+        return refuse(format!("{} bytes long", contents.len()));
+    };
+    if !header.starts_with(b"\x7fELF") {
+        return refuse(if header.starts_with(b"#!") {
+            "a script".to_owned()
+        } else if std::str::from_utf8(contents).is_ok() {
+            "a text file".to_owned()
+        } else {
+            "not an ELF executable".to_owned()
+        });
+    }
+    let half = |at: usize| match header[5] {
+        2 => u16::from_be_bytes([header[at], header[at + 1]]),
+        _ => u16::from_le_bytes([header[at], header[at + 1]]),
+    };
+    // e_type: 2 an executable, 3 a position-independent one (or a shared library).
+    if !matches!(half(16), 2 | 3) {
+        return refuse("an ELF file that is not an executable".to_owned());
+    }
+    let machine = match half(18) {
+        0x3e => "amd64",
+        0xb7 => "arm64",
+        0x03 => "386",
+        0x28 => "arm",
+        0xf3 => "riscv64",
+        0x15 => "ppc64le",
+        0x16 => "s390x",
+        _ => "an unknown machine",
+    };
+    let bits = match header[4] {
+        1 => 32,
+        _ => 64,
+    };
+    let expected_bits = if matches!(engine_arch, "386" | "arm") {
+        32
+    } else {
+        64
+    };
+    if machine != engine_arch || bits != expected_bits {
+        return refuse(format!("an ELF executable for {machine} ({bits}-bit)"));
+    }
+    Ok(())
+}
+
+/// Docker's name for an architecture the kernel's way (`uname -m`) or Docker's.
+fn docker_name(arch: &str) -> &str {
+    match arch {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
-        "x86" => "386",
+        "x86" | "i386" | "i686" => "386",
         other => other,
     }
+}
+
+/// Docker's name for the architecture stet was built for.
+fn docker_architecture() -> &'static str {
+    docker_name(std::env::consts::ARCH)
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -230,6 +230,30 @@ pub fn prepare(state: &Path) -> Result<()> {
     written.map_err(|source| classify(state, state.to_owned(), source))
 }
 
+/// What [`prepare`] would find, making nothing (`stet doctor`): `Ok(true)` when `state` is a
+/// directory this account may write, `Ok(false)` when it is not there yet and the nearest directory
+/// above it that is may be written (the first dispatch makes it), the error [`prepare`] would give
+/// otherwise.
+pub fn inspect(state: &Path) -> Result<bool> {
+    use rustix::fs::Access;
+    check_trusted_path(state, rustix::process::geteuid().as_raw())?;
+    let existing = state
+        .ancestors()
+        .find(|dir| std::fs::symlink_metadata(dir).is_ok())
+        .unwrap_or(Path::new("/"));
+    let metadata = std::fs::metadata(existing)
+        .map_err(|source| classify(state, existing.to_owned(), source))?;
+    if !metadata.is_dir() {
+        return Err(StateDirError::NotADirectory {
+            state: state.to_owned(),
+            failed: existing.to_owned(),
+        });
+    }
+    rustix::fs::access(existing, Access::WRITE_OK | Access::EXEC_OK)
+        .map_err(|errno| classify(state, existing.to_owned(), errno.into()))?;
+    Ok(existing == state)
+}
+
 /// Checks the part of `state`'s path that exists: each link on it, and each directory it resolves
 /// to, belongs to `uid` or root; no directory is writable by every account unless it is sticky.
 fn check_trusted_path(state: &Path, uid: u32) -> Result<()> {

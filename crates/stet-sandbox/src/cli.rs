@@ -223,14 +223,28 @@ fn agent_command(command: AgentCommand) -> Result<ExitCode, CliError> {
 }
 
 /// `stet speak -- <program> [args]`: non-dumpable before anything else, then the program run through.
+/// A program the image does not have ends it with 127, one it has but cannot run with 126, as a
+/// shell would: the host reads either as an image that is not its harness's.
 fn speak(argv: &[OsString]) -> Result<ExitCode, CliError> {
     speaker::keep_voice_private()?;
-    let code = speaker::speak(
+    let spoken = speaker::speak(
         argv,
         &mut std::io::stdout().lock(),
         &mut std::io::stderr().lock(),
-    )?;
-    Ok(ExitCode::from(code))
+    );
+    match spoken {
+        Ok(code) => Ok(ExitCode::from(code)),
+        Err(error @ speaker::SpeakerError::Start { .. }) => {
+            let missing = matches!(
+                &error,
+                speaker::SpeakerError::Start { source, .. }
+                    if source.kind() == std::io::ErrorKind::NotFound
+            );
+            let _ = writeln!(std::io::stderr(), "stet: {error}");
+            Ok(ExitCode::from(if missing { 127 } else { 126 }))
+        }
+        Err(error) => Err(error.into()),
+    }
 }
 
 /// A sandbox's main process: waits for SIGTERM or SIGINT (as PID 1 it must handle them itself),

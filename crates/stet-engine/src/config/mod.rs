@@ -102,9 +102,9 @@ pub enum ConfigError {
     #[error("neither XDG_CONFIG_HOME nor HOME is set, so the user configuration cannot be found")]
     NoConfigDir,
     #[error(
-        "harness.kind is \"openhands\" but field `harness.openhands.model` is not set: name the model under [harness.openhands] in your configuration ($XDG_CONFIG_HOME/stet/config.toml; e.g. model = \"openai/gpt-4.1\"), or run the scripted agent (harness.kind = \"script\", or {ENV_HARNESS}=script)"
+        "harness.kind is \"openhands\" but field `harness.openhands.model` is not set: name the model under [harness.openhands] in your configuration ({user_file}; e.g. model = \"openai/gpt-4.1\"), or run the scripted agent (harness.kind = \"script\", or {ENV_HARNESS}=script)"
     )]
-    MissingModel,
+    MissingModel { user_file: String },
     #[error("{}: is neither a repository's directory nor its {REPOSITORY_FILE}", named.display())]
     NotARepositoryFile { named: PathBuf },
     #[error(transparent)]
@@ -135,7 +135,8 @@ fn untrusted_message(refusals: &[Refusal]) -> String {
     }
     let root = file.parent().unwrap_or(Path::new("."));
     message.push_str(&format!(
-        "\nSet these in your own configuration ($XDG_CONFIG_HOME/stet/config.toml) instead, or, if you trust this file as it is now, run `stet trust {}` (the trust ends when the file changes).",
+        "\nSet these in your own configuration ({}) instead, or, if you trust this file as it is now, run `stet trust {}` (the trust ends when the file changes).",
+        user_file_shown(),
         root.display()
     ));
     message
@@ -257,7 +258,9 @@ impl HarnessConfig {
             .openhands
             .model
             .clone()
-            .ok_or(ConfigError::MissingModel)?;
+            .ok_or_else(|| ConfigError::MissingModel {
+                user_file: user_file_shown(),
+            })?;
         Ok(OpenHandsSettings::new(model))
     }
 
@@ -506,6 +509,15 @@ pub fn user_file() -> Result<PathBuf> {
             .ok_or(ConfigError::NoConfigDir)?,
     };
     Ok(base.join("stet").join("config.toml"))
+}
+
+/// The user's configuration file as advice names it: the path this process resolves (the one place
+/// that accepts every setting), or how it is found when neither `XDG_CONFIG_HOME` nor `HOME` is set.
+pub fn user_file_shown() -> String {
+    user_file().map_or_else(
+        |_| "$XDG_CONFIG_HOME/stet/config.toml".to_owned(),
+        |file| file.display().to_string(),
+    )
 }
 
 /// Where a setting's value came from, as errors name it.

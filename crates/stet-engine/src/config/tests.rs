@@ -371,10 +371,7 @@ fn the_refusal_names_the_file_the_line_the_field_and_how_to_trust_it() {
         "{message}"
     );
     assert!(message.contains("`stet trust /src/app`"), "{message}");
-    assert!(
-        message.contains("$XDG_CONFIG_HOME/stet/config.toml"),
-        "{message}"
-    );
+    assert!(message.contains(&user_file_shown()), "{message}");
     assert!(
         !message.contains("\"id\""),
         "the value is not echoed: {message}"
@@ -1164,7 +1161,11 @@ fn the_openhands_harness_without_a_model_is_an_error_when_a_dispatch_needs_it() 
     assert_eq!(config.harness.kind, HarnessKind::OpenHands);
     let error = config.harness.openhands_settings().unwrap_err();
     let message = error.to_string();
-    assert!(matches!(error, ConfigError::MissingModel), "{message}");
+    assert!(
+        matches!(error, ConfigError::MissingModel { .. }),
+        "{message}"
+    );
+    assert!(message.contains(&user_file_shown()), "{message}");
     assert!(message.contains("harness.openhands.model"), "{message}");
     assert!(message.contains(ENV_HARNESS), "{message}");
 }

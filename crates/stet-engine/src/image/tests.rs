@@ -204,3 +204,47 @@ fn save_archive_references_the_layer_by_its_digest() {
     assert_eq!(find(&entries, layer_name).data, layer);
     assert!(archive == docker_save_archive(&layer, &sha, &tag_for(&sha)).unwrap());
 }
+
+#[test]
+fn only_an_executable_for_the_engines_machine_is_taken() {
+    let running = std::env::current_exe().unwrap();
+    let native = std::fs::read(&running).unwrap();
+    let here = std::env::consts::ARCH;
+    check_executable(&running, &native, here).unwrap();
+    check_executable(&running, &native, docker_architecture()).unwrap();
+    let refused = |contents: &[u8], arch: &str| {
+        check_executable(Path::new("/x"), contents, arch)
+            .unwrap_err()
+            .to_string()
+    };
+    let text = refused(
+        b"root:x:0:0:root:/root:/bin/sh\nstet:x:1:1::/:/bin/sh\n",
+        here,
+    );
+    assert!(
+        text.starts_with("/x is a text file, not an executable for the engine's platform (linux/"),
+        "{text}"
+    );
+    assert!(refused(b"#!/bin/sh\necho this is not stet at all\n", here).contains("is a script"));
+    assert!(refused(b"\x7fELF", here).contains("4 bytes long"));
+    // The same executable, said to be for another machine.
+    let mut foreign = native.clone();
+    let other = if docker_architecture() == "arm64" {
+        0x3eu16
+    } else {
+        0xb7u16
+    };
+    foreign[18..20].copy_from_slice(&other.to_le_bytes());
+    let text = refused(&foreign, here);
+    assert!(
+        text.contains("an ELF executable for ") && text.contains("(64-bit)"),
+        "{text}"
+    );
+    // And the engine on another machine than this one.
+    let elsewhere = if docker_architecture() == "arm64" {
+        "x86_64"
+    } else {
+        "aarch64"
+    };
+    assert!(refused(&native, elsewhere).contains(&format!("linux/{}", docker_name(elsewhere))));
+}

@@ -118,6 +118,14 @@ impl RuntimeSetup for DockerRuntime {
     async fn diagnose(&self, binary: &Path) -> Vec<Check> {
         checks::engine_checks(&self.docker, binary).await
     }
+
+    async fn image_present(&self, image: &ImageRef) -> std::result::Result<bool, String> {
+        match self.docker.inspect_image(image.as_str()).await {
+            Ok(_) => Ok(true),
+            Err(error) if is_status(&error, 404) => Ok(false),
+            Err(error) => Err(error.to_string()),
+        }
+    }
 }
 
 /// [`RuntimeError::SocketDenied`] when `host` is a unix socket this account may not connect to

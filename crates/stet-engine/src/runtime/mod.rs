@@ -464,6 +464,9 @@ pub trait RuntimeSetup: ContainerRuntime {
     /// it enforces the limits a sandbox relies on, whether the offline image of `binary` is there.
     /// Every problem names its fix.
     async fn diagnose(&self, binary: &Path) -> Vec<Check>;
+    /// Whether `image` is present in the engine, asking only (nothing is pulled or loaded): what
+    /// `stet doctor` says of the configured dispatch image. `Err` says why the engine could not tell.
+    async fn image_present(&self, image: &ImageRef) -> std::result::Result<bool, String>;
 }
 
 crate::kinds::kinds! {

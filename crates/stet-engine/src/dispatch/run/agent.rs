@@ -107,10 +107,11 @@ impl Dispatch {
             }
             if exit.code != 0 {
                 let program = process.argv.first().map_or("", String::as_str);
-                return Err(self.fail(format!(
-                    "the agent ({program}) exited with code {}",
-                    exit.code
-                )));
+                return Err(self.fail(
+                    not_started(program, exit.code, self.parts.harness.name()).unwrap_or_else(
+                        || format!("the agent ({program}) exited with code {}", exit.code),
+                    ),
+                ));
             }
         }
         // The harness may walk the outputs directory: off the async workers.
@@ -489,6 +490,19 @@ fn stage(
     handle.write_all(&file.contents)?;
     handle.sync_all()?;
     std::os::unix::fs::fchown(&handle, Some(user.uid), Some(user.gid))
+}
+
+/// What an exit code of 126 or 127 from starting the agent means: the engine found no `program` it
+/// could run in the image, so the image is not the harness's. `None` for any other code.
+fn not_started(program: &str, code: i64, harness: &str) -> Option<String> {
+    let why = match code {
+        126 => "it is missing or cannot be run there",
+        127 => "it is not there",
+        _ => return None,
+    };
+    Some(format!(
+        "the agent ({program}) exited with code {code}: the sandbox image cannot start {program} ({why}), so it is not an image of the {harness} harness; set dispatch.image to the {harness} harness's image (docs/agents.md), or the harness that image is for"
+    ))
 }
 
 #[cfg(test)]

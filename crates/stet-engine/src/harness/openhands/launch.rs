@@ -100,12 +100,12 @@ impl Harness for OpenHandsHarness {
         let model = self.settings.model.trim();
         if model.is_empty() {
             return Err(OpenHandsHarness::plan_error(
-                "no model is configured: set harness.openhands.model in stet.toml".to_owned(),
+                "no model is configured: set harness.openhands.model in your own configuration ($XDG_CONFIG_HOME/stet/config.toml; `stet doctor` names the file it reads)".to_owned(),
             ));
         }
         let Some(access) = launch.model else {
             return Err(OpenHandsHarness::plan_error(
-                "OpenHands reaches its model only through stet's gateway, which keeps the key on the host: set [model] base_url (and api_key_env) in stet.toml".to_owned(),
+                "OpenHands reaches its model only through stet's gateway, which keeps the key on the host: set [model] base_url (and api_key_env) in your own configuration ($XDG_CONFIG_HOME/stet/config.toml; `stet doctor` names the file it reads)".to_owned(),
             ));
         };
         let plain = |value: &str| SecretValue::new(value.to_owned());

@@ -32,6 +32,13 @@ fn engine_error(action: &'static str, image: &str, source: bollard::errors::Erro
 /// with the binary's hash (re-tagging it if the tag was removed); loads a new one only if there is none.
 pub async fn build_local(docker: &Docker, binary: &Path) -> Result<SandboxImage> {
     let (contents, binary_sha256) = crate::image::read_binary(binary).await?;
+    let engine_arch = docker
+        .version()
+        .await
+        .map_err(|source| engine_error("asking the platform of the engine for", "", source))?
+        .arch
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+    crate::image::check_executable(binary, &contents, &engine_arch)?;
     let tag = tag_for(&binary_sha256);
     if let Some(id) = find_labelled(docker, &binary_sha256, &tag).await? {
         return Ok(SandboxImage {
