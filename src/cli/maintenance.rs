@@ -266,7 +266,7 @@ pub(crate) fn trust(
 }
 
 pub(crate) fn reviews(number: Option<u64>, json: bool) -> anyhow::Result<ExitCode> {
-    use stet_sanitize::display::{escaped_invisible, one_line, without_invisible};
+    use stet_sanitize::display::{escaped_invisible, for_terminal, one_line, without_invisible};
     let state_dir = stet_engine::state_dir::locate()?;
     let dir = state_dir.join(stet_engine::forge::local::REVIEWS_DIR);
     let mut out = std::io::stdout().lock();
@@ -343,7 +343,7 @@ pub(crate) fn reviews(number: Option<u64>, json: bool) -> anyhow::Result<ExitCod
                 path(&record.remote),
                 record.created.format("%Y-%m-%d %H:%M"),
                 record.updated.format("%Y-%m-%d %H:%M"),
-                without_invisible(&record.body).text
+                without_invisible(&for_terminal(&record.body)).text
             )?,
             None => {
                 eprintln!("stet: no review #{number} in {}", path(&dir));

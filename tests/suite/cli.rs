@@ -413,7 +413,10 @@ async fn reviews_lists_and_shows_local_pull_requests_without_terminal_escapes() 
     let sanitizer = std::sync::Arc::new(stet_sanitize::sanitize::TokenSanitizer::new().unwrap());
     let draft = stet_engine::forge::PullRequestDraft {
         title: sanitizer.sanitize("Fix the loop"),
-        body: sanitizer.sanitize("The agent says:\n\u{1b}[2Jcleared your screen\n"),
+        body: sanitizer.sanitize(&format!(
+            "The agent says:\n\u{1b}[2Jcleared your screen\n{}\n",
+            stet_sanitize::display::inert_markdown("rename <name> & keep &lt;").text
+        )),
         base: "main".into(),
         head: "stet/fix".into(),
     };
@@ -447,6 +450,10 @@ async fn reviews_lists_and_shows_local_pull_requests_without_terminal_escapes() 
         "the escape sequence is gone whole: {shown}"
     );
     assert!(!shown.contains('\u{1b}'), "{shown}");
+    assert!(
+        shown.contains("rename <name> & keep &lt;"),
+        "the terminal shows what the forge renders: {shown}"
+    );
     let missing = stet(state.path()).args(["reviews", "9"]).output().unwrap();
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no review #9"));

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use crate::sanitize::{SanitizedText, TokenSanitizer};
 
 pub use invisible::{Treatment, escaped_invisible, one_line, treatment, without_invisible};
-pub use markdown::{code_span, inert_markdown, table_cell_code};
+pub use markdown::{code_span, for_terminal, inert_markdown, table_cell_code};
 
 /// Agent text ready for a forge, and what was done to it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -79,6 +79,30 @@ pub fn inert_markdown(text: &str) -> Inert {
     }
 }
 
+/// Inert markdown as a terminal shows it: the two character references the rewrite writes (`&lt;`
+/// for `<`, `&amp;` for `&`) read back in one pass, so `stet reviews` prints `<name>` where the
+/// forge renders it. A terminal renders no HTML; the invisible filter still applies after this.
+pub fn for_terminal(markdown: &str) -> String {
+    let mut shown = String::with_capacity(markdown.len());
+    let mut rest = markdown;
+    while let Some(at) = rest.find('&') {
+        shown.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        if let Some(after) = tail.strip_prefix("&lt;") {
+            shown.push('<');
+            rest = after;
+        } else if let Some(after) = tail.strip_prefix("&amp;") {
+            shown.push('&');
+            rest = after;
+        } else {
+            shown.push('&');
+            rest = &tail[1..];
+        }
+    }
+    shown.push_str(rest);
+    shown
+}
+
 /// `text` as a code span, shown literally by every markdown renderer; newlines become spaces. Empty
 /// text gives an empty string (markdown has no empty code span).
 pub fn code_span(text: &str) -> String {

@@ -397,3 +397,12 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_terminal_reads_back_the_references_the_rewrite_wrote_and_no_others() {
+    let agent = "a <name> & &lt; &#x41; x";
+    let inert = inert_markdown(agent).text;
+    assert!(inert.contains("&lt;name>"), "{inert}");
+    assert_eq!(for_terminal(&inert), agent);
+    assert_eq!(for_terminal("&amp;lt; &&lt; &"), "&lt; &< &");
+}
