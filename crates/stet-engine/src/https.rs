@@ -146,7 +146,7 @@ where
     B: hyper::body::Body + Send + 'static,
     B::Data: Send,
 {
-    Ok(client_on(&Network::current()?)?)
+    client_on(&Network::current()?)
 }
 
 /// [`https_client`] on a given network.
@@ -206,3 +206,7 @@ pub(crate) fn install_machine_roots(roots: Option<Vec<CertificateDer<'static>>>)
         .unwrap_or_else(|poisoned| poisoned.into_inner()) = roots.map(Arc::new);
 }
 
+#[cfg(test)]
+pub(crate) mod rig;
+#[cfg(test)]
+mod tests;

@@ -190,6 +190,20 @@ impl Gateway {
         config: GatewayConfig,
         sanitizer: Arc<TokenSanitizer>,
     ) -> Result<(Gateway, mpsc::Receiver<GatewayEvent>), GatewayError> {
+        let network = crate::https::Network::current().map_err(|err| GatewayError::Upstream {
+            url: shown_url(&config.upstream),
+            reason: err.to_string(),
+        })?;
+        Gateway::start_on(socket, config, sanitizer, &network).await
+    }
+
+    /// [`Gateway::start`] with the upstream reached on `network` (its proxy and trusted CAs).
+    pub(crate) async fn start_on(
+        socket: &Path,
+        config: GatewayConfig,
+        sanitizer: Arc<TokenSanitizer>,
+        network: &crate::https::Network,
+    ) -> Result<(Gateway, mpsc::Receiver<GatewayEvent>), GatewayError> {
         let upstream = Upstream::parse(&config.upstream)?;
         let authorization = match &config.api_key {
             Some(key) => Some(bearer(key)?),
@@ -199,12 +213,10 @@ impl Gateway {
 
         let (events, receiver) = mpsc::channel(EVENT_CAPACITY + 1);
         let ledger = SharedLedger::new(config.ceiling_usd, &events);
-        let connector = crate::https::Network::current()
-            .and_then(|network| network.connector())
-            .map_err(|err| GatewayError::Upstream {
-                url: upstream.base.clone(),
-                reason: err.to_string(),
-            })?;
+        let connector = network.connector().map_err(|err| GatewayError::Upstream {
+            url: upstream.base.clone(),
+            reason: err.to_string(),
+        })?;
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(POOL_IDLE)

@@ -134,11 +134,17 @@ impl Proxy {
                 "does not name a host (letters, digits, - and ., or an address)",
             ));
         }
-        let port = match parsed.port_u16() {
-            Some(0) => return Err(bad("names port 0")),
-            Some(port) => port,
-            None if host_port.ends_with(':') => return Err(bad("names an empty port")),
+        // The port as written: `http` reads one past 65535 as none.
+        let written = host_port
+            .rsplit_once(':')
+            .filter(|(host, _)| host.ends_with(']') || !host.contains(':'))
+            .map(|(_, port)| port);
+        let port = match written.map(|port| (port, port.parse::<u16>())) {
             None => DEFAULT_PROXY_PORT,
+            Some(("", _)) => return Err(bad("names an empty port")),
+            Some((_, Ok(0))) => return Err(bad("names port 0")),
+            Some((_, Ok(port))) => port,
+            Some((_, Err(_))) => return Err(bad("names a port past 65535")),
         };
         let authorization = match userinfo {
             None => None,
