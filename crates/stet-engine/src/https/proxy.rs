@@ -410,9 +410,21 @@ impl Service<Uri> for Connector {
             let stream = direct
                 .call(proxy_uri)
                 .await
-                .map_err(|err| proxy.unreachable(crate::error_chain::error_chain(&err)))?;
+                .map_err(|err| proxy.unreachable(chain(&err)))?;
             let tunnel = proxy.open(stream.into_inner(), &target).await?;
             Ok(TokioIo::new(tunnel))
         })
     }
+}
+
+/// An error and its sources, one after another (`error_chain` stands on the same floor).
+fn chain(err: &dyn StdError) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(next) = source {
+        text.push_str(": ");
+        text.push_str(&next.to_string());
+        source = next.source();
+    }
+    text
 }

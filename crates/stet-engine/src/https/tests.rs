@@ -326,3 +326,20 @@ fn a_ca_bundle_that_cannot_serve_is_an_error_naming_the_file() {
     let pki = Pki::new(dir.path(), "corp");
     assert_eq!(read_ca_bundle(&pki.ca_pem).unwrap(), pki.ca());
 }
+
+#[tokio::test]
+async fn a_proxy_that_cannot_be_reached_is_named_with_its_variable() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = closed.local_addr().unwrap();
+    drop(closed);
+    let net = network(vec![("https_proxy", format!("{address}"))], Vec::new());
+    let error = get(&net, "https://forge.test/x", &token())
+        .await
+        .unwrap_err();
+    assert!(
+        error.contains(&format!(
+            "the proxy {address} (from https_proxy) could not be reached: "
+        )),
+        "{error}"
+    );
+}
