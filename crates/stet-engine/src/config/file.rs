@@ -32,6 +32,7 @@ pub(super) struct FileSettings {
     pub runtime: RuntimeSection,
     pub model: ModelSection,
     pub inbox: InboxSection,
+    pub network: NetworkSection,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -187,6 +188,13 @@ pub(super) struct BaseSection {
 pub(super) struct InboxSection {
     pub max_briefs: Setting<u64>,
     pub max_total_bytes: Setting<u64>,
+}
+
+/// `[network]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct NetworkSection {
+    pub ca_bundle: Setting<PathBuf>,
 }
 
 /// `[review]`

@@ -109,6 +109,8 @@ pub enum ConfigError {
     NotARepositoryFile { named: PathBuf },
     #[error(transparent)]
     Trust(#[from] trust::TrustError),
+    #[error("{detail}")]
+    CaBundle { detail: String },
 }
 
 /// Result alias of this module.
@@ -366,6 +368,36 @@ pub struct Config {
     pub repository_file: RepositoryFile,
     /// How much of an inbox stet reads (`[inbox]`).
     pub inbox: crate::inbox::InboxLimits,
+    /// How stet's own HTTPS requests reach the network (`[network]`).
+    pub network: NetworkConfig,
+}
+
+/// How stet's own HTTPS requests — to the forge, for git and to the model endpoint — reach the
+/// network (`[network]`): a machine setting, read only from the user's own configuration. The proxy
+/// comes from `HTTPS_PROXY`/`NO_PROXY`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NetworkConfig {
+    /// A PEM file of certificate authorities trusted besides the webpki roots
+    /// (`network.ca_bundle`), for a forge or a model endpoint behind a private CA.
+    pub ca_bundle: Option<PathBuf>,
+}
+
+impl NetworkConfig {
+    /// Reads the CA bundle (when one is set) and makes it trusted by every HTTPS client stet makes
+    /// from now on; an unreadable bundle, or one without a certificate, is an error naming it.
+    pub fn install(&self) -> Result<()> {
+        let roots =
+            match &self.ca_bundle {
+                None => None,
+                Some(path) => Some(crate::https::read_ca_bundle(path).map_err(|err| {
+                    ConfigError::CaBundle {
+                        detail: err.to_string(),
+                    }
+                })?),
+            };
+        crate::https::install_machine_roots(roots);
+        Ok(())
+    }
 }
 
 /// Whose a configuration file is, which decides what it may set.
@@ -404,8 +436,8 @@ impl ConfigFile {
 impl Config {
     /// Reads the user file and, when `repository` is given, the repository's `stet.toml` over it
     /// (trusted when `trust` holds its path and content), then the `STET_*` variables of the process
-    /// environment over both. Missing files are fine; every other problem is an error naming the
-    /// file or the variable.
+    /// environment over both, and installs the machine's CA bundle ([`NetworkConfig::install`]).
+    /// Missing files are fine; every other problem is an error naming the file or the variable.
     pub fn load(repository: Option<&Path>, trust: &TrustStore) -> Result<Config> {
         let mut files = Vec::new();
         if let Some(user) = read_user_file()? {
@@ -421,7 +453,9 @@ impl Config {
             };
             files.push(ConfigFile::new(found.path, found.text, role));
         }
-        Config::from_files_and_env(&files, &process_env)
+        let config = Config::from_files_and_env(&files, &process_env)?;
+        config.network.install()?;
+        Ok(config)
     }
 
     /// Builds the configuration from `files`, lowest first, by their roles.

@@ -10,8 +10,8 @@ use super::file::{ForgeKind, ProviderKind};
 use super::layers::{Layers, Lists, Reason};
 use super::{
     Config, ConfigError, CredentialConfig, DispatchSettings, ForgeConfig, HarnessConfig,
-    ModelConfig, OpenHandsHarnessConfig, Origin, RepositoryFile, Result, RuntimeConfig,
-    ScriptHarnessSettings, Sourced, default_agent,
+    ModelConfig, NetworkConfig, OpenHandsHarnessConfig, Origin, RepositoryFile, Result,
+    RuntimeConfig, ScriptHarnessSettings, Sourced, default_agent,
 };
 use crate::forge::gitea_token::GiteaTokenSettings;
 use crate::forge::github_app::GitHubAppSettings;
@@ -328,8 +328,15 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         Some(crate::gateway::DEFAULT_MAX_CONCURRENT_REQUESTS as u64),
     );
     let allow = layers.machine("model.allow", Reason::Model, |s| &s.model.allow);
+    let repository_path = match &repository_file {
+        RepositoryFile::Trusted { path, .. } => Some(path.clone()),
+        RepositoryFile::Untrusted(_) | RepositoryFile::None => None,
+    };
     let provider_tools = layers.machine("model.provider_tools", Reason::ProviderTools, |s| {
         &s.model.provider_tools
+    });
+    let ca_bundle = layers.machine("network.ca_bundle", Reason::HostPath, |s| {
+        &s.network.ca_bundle
     });
     if !layers.refusals().is_empty() {
         return Err(ConfigError::Untrusted {
@@ -619,6 +626,20 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
             }
         },
     };
+    let network = NetworkConfig {
+        ca_bundle: match ca_bundle {
+            Some(Sourced { origin, .. })
+                if repository_path.is_some_and(|path| origin.file() == path) =>
+            {
+                return Err(invalid(
+                    origin,
+                    "network.ca_bundle",
+                    "is read only from your own configuration ($XDG_CONFIG_HOME/stet/config.toml), never from a repository's, trusted or not: the certificate authorities stet trusts are the machine's".to_owned(),
+                ));
+            }
+            other => other.map(Sourced::into_path),
+        },
+    };
     Ok(Config {
         forge,
         credentials,
@@ -633,6 +654,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         model,
         repository_file,
         inbox,
+        network,
     })
 }
 

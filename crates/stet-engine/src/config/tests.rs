@@ -1348,3 +1348,32 @@ fn every_harness_kind_is_configured_by_its_name_and_reaches_the_registry() {
         "environment variable STET_HARNESS: field `harness.kind`: \"codex\" is not a harness: use \"openhands\" or \"script\""
     );
 }
+
+#[test]
+fn the_ca_bundle_comes_from_the_users_file_relative_to_it() {
+    let config =
+        Config::from_files(&[user("[network]\nca_bundle = \"certs/corp.pem\"\n")]).unwrap();
+    assert_eq!(
+        config.network.ca_bundle.as_deref(),
+        Some(Path::new("/home/u/.config/stet/certs/corp.pem"))
+    );
+    assert_eq!(Config::from_files(&[]).unwrap().network.ca_bundle, None);
+}
+
+#[test]
+fn a_repository_file_cannot_set_the_ca_bundle_even_when_trusted() {
+    let text = "\n[network]\nca_bundle = \"/etc/evil.pem\"\n";
+    let refused = refusals(&[user(""), repository(text)]);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].field, "network.ca_bundle");
+    let error = Config::from_files(&[
+        user("[network]\nca_bundle = \"/etc/corp.pem\"\n"),
+        trusted(text),
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.starts_with("/src/app/stet.toml:3: field `network.ca_bundle`: is read only from your own configuration"),
+        "{error}"
+    );
+}

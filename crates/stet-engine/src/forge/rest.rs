@@ -15,9 +15,6 @@ use http::header::{
 };
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -25,7 +22,7 @@ use zeroize::Zeroizing;
 
 use super::{ForgeError, Result};
 use crate::error_chain::error_chain;
-use crate::https::https_client;
+use crate::https::{HttpsClient, https_client};
 pub(crate) use auth::Auth;
 pub(crate) use names::{SEGMENT, git_host, instance_tag, is_name_part, ref_path, web_url};
 use stet_sanitize::sanitize::SanitizerHandle;
@@ -128,7 +125,7 @@ impl Transient {
     }
 }
 
-type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+type HttpClient = HttpsClient<Full<Bytes>>;
 
 /// One forge's REST API, authenticated one way.
 pub(crate) struct Rest {
@@ -188,7 +185,10 @@ impl Rest {
         })?;
         Ok(Rest {
             forge,
-            client: https_client(),
+            client: https_client().map_err(|err| ForgeError::Settings {
+                forge,
+                detail: err.to_string(),
+            })?,
             api_url: api_url.trim_end_matches('/').to_owned(),
             origin,
             auth,

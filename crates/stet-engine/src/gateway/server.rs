@@ -21,9 +21,7 @@ use bytes::Bytes;
 use http::HeaderValue;
 use http_body_util::Full;
 use hyper::Uri;
-use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::UnixListener;
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -87,8 +85,9 @@ pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 4;
 /// The largest request head (request line and headers) read.
 const MAX_HEADER_BYTES: usize = 64 * 1024;
 
-/// The upstream client: HTTPS with the webpki roots, or plain HTTP (loopback only, checked at start).
-type UpstreamClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+/// The upstream client: HTTPS on the machine's network (its proxy and CA bundle, as the forges'), or
+/// plain HTTP (loopback only, checked at start, never through the proxy).
+type UpstreamClient = crate::https::HttpsClient<Full<Bytes>>;
 
 /// What a gateway needs to know for one dispatch.
 #[derive(Debug, Clone)]
@@ -194,6 +193,20 @@ impl Gateway {
         config: GatewayConfig,
         sanitizer: Arc<TokenSanitizer>,
     ) -> Result<(Gateway, mpsc::Receiver<GatewayEvent>), GatewayError> {
+        let network = crate::https::Network::current().map_err(|err| GatewayError::Upstream {
+            url: shown_url(&config.upstream),
+            reason: err.to_string(),
+        })?;
+        Gateway::start_on(socket, config, sanitizer, &network).await
+    }
+
+    /// [`Gateway::start`] with the upstream reached on `network` (its proxy and trusted CAs).
+    pub(crate) async fn start_on(
+        socket: &Path,
+        config: GatewayConfig,
+        sanitizer: Arc<TokenSanitizer>,
+        network: &crate::https::Network,
+    ) -> Result<(Gateway, mpsc::Receiver<GatewayEvent>), GatewayError> {
         let upstream = Upstream::parse(&config.upstream)?;
         let authorization = match &config.api_key {
             Some(key) => Some(bearer(key)?),
@@ -203,11 +216,10 @@ impl Gateway {
 
         let (events, receiver) = mpsc::channel(EVENT_CAPACITY + 1);
         let ledger = SharedLedger::new(config.ceiling_usd, &events);
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_webpki_roots()
-            .https_or_http()
-            .enable_http1()
-            .build();
+        let connector = network.connector().map_err(|err| GatewayError::Upstream {
+            url: upstream.base.clone(),
+            reason: err.to_string(),
+        })?;
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(POOL_IDLE)

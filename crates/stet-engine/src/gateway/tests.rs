@@ -2068,4 +2068,5 @@ async fn the_documented_endpoints_receive_what_the_docs_say() {
     }
 }
 
+mod network;
 mod policy;

@@ -18,9 +18,6 @@ use http::header::{HOST, HeaderName, LOCATION, WWW_AUTHENTICATE};
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -116,7 +113,7 @@ struct Shared {
     stalled: Arc<Mutex<Option<Stall>>>,
     /// How slowly one exchange may move (a front end that never answers, or trickles, is cut).
     bounds: TransferBounds,
-    client: Client<HttpsConnector<HttpConnector>, Metered<Incoming>>,
+    client: crate::https::HttpsClient<Metered<Incoming>>,
 }
 
 /// A forwarder on `127.0.0.1:<ephemeral>` to one checked origin, for the lifetime of one git operation.
@@ -197,7 +194,7 @@ impl OriginGuard {
             refused: Mutex::new(None),
             stalled: Arc::default(),
             bounds,
-            client: crate::https::https_client(),
+            client: crate::https::https_client().map_err(|err| start(err.to_string()))?,
         });
         let cancelled = stop;
         let (shutdown, stop) = oneshot::channel();

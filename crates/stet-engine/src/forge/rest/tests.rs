@@ -366,3 +366,32 @@ async fn a_redirect_to_another_origin_is_refused_before_any_connection() {
         "the other listener was contacted"
     );
 }
+
+#[tokio::test]
+async fn the_forge_client_reaches_an_api_behind_a_proxy_and_a_private_ca_with_the_token_inside_tls()
+{
+    use crate::https::rig::{ConnectProxy, Pki, TlsServer};
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path(), "corp");
+    let server = TlsServer::start(&pki).await;
+    let proxy = ConnectProxy::start(false).await;
+    let token = format!("t{}", uuid::Uuid::new_v4().simple());
+    let api = format!("https://localhost:{}/api/v1", server.address.port());
+    let mut rest = quick_rest(&api, 1);
+    rest.auth = Auth::Token(SecretValue::new(token.clone()));
+    let proxy_url = proxy.url();
+    let env = move |name: &str| (name == "HTTPS_PROXY").then(|| proxy_url.clone().into());
+    let network = crate::https::Network::from_env(&env, Arc::new(pki.ca())).unwrap();
+    rest.client = crate::https::client_on(&network).unwrap();
+
+    let reply = rest.send(Method::GET, "/repos/a/b", None).await.unwrap();
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(
+        *server.authorizations.lock().unwrap(),
+        [format!("token {token}")]
+    );
+    assert_eq!(proxy.heads.lock().unwrap().len(), 1);
+    let carried = proxy.carried.lock().unwrap();
+    assert!(!carried.is_empty());
+    assert!(memchr::memmem::find(&carried, token.as_bytes()).is_none());
+}
