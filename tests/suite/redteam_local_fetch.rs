@@ -1,0 +1,407 @@
+//! Red-team attacks on the base fetch from a local-path remote (commit 730d078: `git fetch` in a
+//! process group of its own). Each test proves by effect (a marker file, a ref, an object, a process,
+//! an error's words) that a hostile remote, the user's repository configuration or a stop cannot make
+//! that fetch run a program, read another repository, write a ref or leave a process behind.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use stet_engine::git::origin_guard::{Origin, TransferBounds};
+use stet_engine::git::push::{fetch_commit, fetch_commit_until};
+use stet_sanitize::branch::CommitSha;
+use tokio_util::sync::CancellationToken;
+
+/// Runs git in `dir` with nothing from the host's configuration deciding identities; its stdout.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .args(["-c", "user.name=rt", "-c", "user.email=rt@example.invalid"])
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("git runs");
+    assert!(
+        output.status.success(),
+        "git {args:?} in {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+/// A repository at `dir` whose `main` holds one commit with `message`; that commit.
+fn repository_with_commit(dir: &Path, message: &str) -> CommitSha {
+    std::fs::create_dir_all(dir).unwrap();
+    git(dir, &["init", "-q", "-b", "main"]);
+    git(dir, &["commit", "-q", "--allow-empty", "-m", message]);
+    CommitSha::parse(&git(dir, &["rev-parse", "HEAD"])).unwrap()
+}
+
+/// An empty user repository at `dir`.
+fn user_repository(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    git(dir, &["init", "-q", "-b", "trunk"]);
+    dir.to_owned()
+}
+
+fn has_object(repository: &Path, commit: &CommitSha) -> bool {
+    Command::new("git")
+        .args(["cat-file", "-e", commit.as_str()])
+        .current_dir(repository)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+fn file_url(path: &Path) -> String {
+    format!("file://{}", path.display())
+}
+
+/// An executable shell script at `path`.
+fn script(path: &Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn a_remote_section_named_by_the_url_in_the_users_config_runs_no_upload_pack_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote");
+    let commit = repository_with_commit(&remote, "base");
+    let user = user_repository(&dir.path().join("user"));
+    let url = file_url(&remote);
+    let marker = dir.path().join("upload-pack-ran");
+    git(
+        &user,
+        &[
+            "config",
+            &format!("remote.{url}.uploadpack"),
+            &format!("touch {}; git-upload-pack", marker.display()),
+        ],
+    );
+
+    let fetched = fetch_commit(&user, &url, "main", &commit, None);
+
+    assert!(
+        !marker.exists(),
+        "git ran `remote.<url>.uploadpack` from the user's repository config (fetch: {fetched:?}); \
+         libgit2's anonymous remote never read it"
+    );
+}
+
+#[test]
+fn a_remote_section_named_by_the_url_in_the_users_config_writes_no_ref() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote");
+    let commit = repository_with_commit(&remote, "base");
+    let user = user_repository(&dir.path().join("user"));
+    let url = file_url(&remote);
+    git(
+        &user,
+        &[
+            "config",
+            &format!("remote.{url}.fetch"),
+            "refs/heads/*:refs/heads/planted/*",
+        ],
+    );
+
+    fetch_commit(&user, &url, "main", &commit, None).unwrap();
+
+    let refs = git(&user, &["for-each-ref", "--format=%(refname)"]);
+    assert_eq!(
+        refs, "",
+        "the fetch that writes no ref wrote one through `remote.<url>.fetch`"
+    );
+}
+
+#[test]
+fn a_remote_section_named_by_the_url_in_the_users_config_reads_no_other_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote");
+    repository_with_commit(&remote, "base");
+    let other = dir.path().join("other");
+    let secret = repository_with_commit(&other, "secret");
+    let user = user_repository(&dir.path().join("user"));
+    let url = file_url(&remote);
+    git(
+        &user,
+        &[
+            "config",
+            &format!("remote.{url}.url"),
+            &other.display().to_string(),
+        ],
+    );
+
+    let fetched = fetch_commit(&user, &url, "main", &secret, None);
+
+    assert!(
+        !has_object(&user, &secret),
+        "a fetch from {url} brought {secret} from {} (fetch: {fetched:?})",
+        other.display()
+    );
+}
+
+#[test]
+fn an_alternate_refs_command_in_the_users_config_is_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote");
+    let commit = repository_with_commit(&remote, "base");
+    let neighbour = dir.path().join("neighbour");
+    repository_with_commit(&neighbour, "neighbour");
+    let user = user_repository(&dir.path().join("user"));
+    std::fs::write(
+        user.join(".git/objects/info/alternates"),
+        format!("{}\n", neighbour.join(".git/objects").display()),
+    )
+    .unwrap();
+    let marker = dir.path().join("alternate-refs-ran");
+    let program = dir.path().join("alternate-refs");
+    script(&program, &format!("touch {}", marker.display()));
+    git(
+        &user,
+        &[
+            "config",
+            "core.alternateRefsCommand",
+            &program.display().to_string(),
+        ],
+    );
+
+    let fetched = fetch_commit(&user, &remote.display().to_string(), "main", &commit, None);
+
+    assert!(
+        !marker.exists(),
+        "git ran core.alternateRefsCommand from the user's repository config (fetch: {fetched:?})"
+    );
+}
+
+/// A remote directory that is nothing but a `.git` file, or whose objects come from elsewhere.
+enum Redirect {
+    GitFile,
+    Alternates,
+    CommonDir,
+}
+
+fn redirected_remote_reads_other(redirect: Redirect) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let other = dir.path().join("other");
+    let secret = repository_with_commit(&other, "secret");
+    let other_git = other.join(".git");
+    let remote = dir.path().join("remote");
+    std::fs::create_dir_all(&remote).unwrap();
+    match redirect {
+        Redirect::GitFile => {
+            std::fs::write(
+                remote.join(".git"),
+                format!("gitdir: {}\n", other_git.display()),
+            )
+            .unwrap();
+        }
+        Redirect::Alternates => {
+            git(&remote, &["init", "-q", "--bare"]);
+            std::fs::write(
+                remote.join("objects/info/alternates"),
+                format!("{}\n", other_git.join("objects").display()),
+            )
+            .unwrap();
+            git(&remote, &["update-ref", "refs/heads/main", secret.as_str()]);
+        }
+        Redirect::CommonDir => {
+            std::fs::write(
+                remote.join("commondir"),
+                format!("{}\n", other_git.display()),
+            )
+            .unwrap();
+            std::fs::write(remote.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        }
+    }
+    let user = user_repository(&dir.path().join("user"));
+    let fetched = fetch_commit(&user, &remote.display().to_string(), "main", &secret, None);
+    (has_object(&user, &secret), format!("{fetched:?}"))
+}
+
+#[test]
+fn a_remote_that_is_a_git_file_pointing_elsewhere_is_not_followed() {
+    let (read, fetched) = redirected_remote_reads_other(Redirect::GitFile);
+    assert!(
+        !read,
+        "the remote's `.git` file made the fetch read another repository ({fetched})"
+    );
+}
+
+#[test]
+fn a_remote_whose_alternates_point_elsewhere_is_not_read_through() {
+    let (read, fetched) = redirected_remote_reads_other(Redirect::Alternates);
+    assert!(
+        !read,
+        "the remote's objects/info/alternates made the fetch read another repository ({fetched})"
+    );
+}
+
+#[test]
+fn a_remote_with_a_commondir_file_pointing_elsewhere_is_not_followed() {
+    let (read, fetched) = redirected_remote_reads_other(Redirect::CommonDir);
+    assert!(
+        !read,
+        "the remote's `commondir` file made the fetch read another repository ({fetched})"
+    );
+}
+
+#[test]
+fn a_hostile_remotes_own_configuration_and_hooks_run_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote");
+    let commit = repository_with_commit(&remote, "base");
+    let marks = dir.path().join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    let program = dir.path().join("program");
+    script(
+        &program,
+        &format!("touch {}/\"$1\"; shift; exec \"$@\"", marks.display()),
+    );
+    let hooks = dir.path().join("hooks");
+    std::fs::create_dir(&hooks).unwrap();
+    for hook in ["pre-upload", "post-upload", "reference-transaction"] {
+        script(
+            &hooks.join(hook),
+            &format!("touch {}/hook-{hook}", marks.display()),
+        );
+    }
+    let program = program.display().to_string();
+    for (key, value) in [
+        ("uploadpack.packObjectsHook", format!("{program} pack")),
+        ("core.fsmonitor", format!("{program} fsmonitor")),
+        ("core.sshCommand", format!("{program} ssh")),
+        ("core.alternateRefsCommand", format!("{program} alt")),
+        ("core.hooksPath", hooks.display().to_string()),
+    ] {
+        git(&remote, &["config", key, &value]);
+    }
+    let user = user_repository(&dir.path().join("user"));
+
+    fetch_commit(&user, &remote.display().to_string(), "main", &commit, None).unwrap();
+
+    let ran: Vec<_> = std::fs::read_dir(&marks)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert!(ran.is_empty(), "the remote's settings ran {ran:?}");
+    assert!(has_object(&user, &commit));
+}
+
+#[test]
+fn an_http_url_stet_cannot_parse_is_not_fetched_over_the_network_by_git() {
+    // check_url accepts a loopback http URL with a character http::Uri refuses; stet then finds no
+    // origin, takes the URL for a local path and hands it to `git fetch`: protocol.allow=never must
+    // refuse git's own http transport, which no origin guard watches.
+    let dir = tempfile::tempdir().unwrap();
+    let user = user_repository(&dir.path().join("user"));
+    let commit = CommitSha::parse(&"1".repeat(40)).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let url = ['"', '<', '>', '\\', '^', '`']
+        .iter()
+        .map(|odd| format!("http://127.0.0.1:{port}/r{odd}po.git"))
+        .find(|url| Origin::of(url).is_none())
+        .expect("a URL http::Uri refuses");
+
+    let fetched = fetch_commit(&user, &url, "main", &commit, None);
+
+    assert!(fetched.is_err(), "{fetched:?}");
+    assert!(
+        listener.accept().is_err(),
+        "git connected to {url} over http ({fetched:?})"
+    );
+}
+
+#[test]
+fn a_missing_remote_is_reported_in_words_that_say_what_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let user = user_repository(&dir.path().join("user"));
+    let missing = dir.path().join("no-such-forge");
+    let commit = CommitSha::parse(&"2".repeat(40)).unwrap();
+
+    let err = fetch_commit(&user, &missing.display().to_string(), "main", &commit, None)
+        .unwrap_err()
+        .to_string();
+
+    assert!(
+        err.contains("repository") && !err.ends_with("and the repository exists."),
+        "the error keeps only the tail of git's advice, not what failed: {err}"
+    );
+}
+
+/// Whether process `pid` still runs (a zombie counts as gone).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_stop_is_prompt_and_leaves_no_process_even_when_the_fetch_started_a_session_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote");
+    let commit = repository_with_commit(&remote, "base");
+    let user = user_repository(&dir.path().join("user"));
+    let url = file_url(&remote);
+    let pidfile = dir.path().join("escaped.pid");
+    // A program of the fetch that leaves stet's process group, keeping git's stderr open.
+    git(
+        &user,
+        &[
+            "config",
+            &format!("remote.{url}.uploadpack"),
+            &format!(
+                "setsid sh -c 'echo $$ > {0}.tmp; mv {0}.tmp {0}; exec sleep 60' & sleep 60",
+                pidfile.display()
+            ),
+        ],
+    );
+    let stop = CancellationToken::new();
+    let fetch = {
+        let (user, url, commit, stop) = (user.clone(), url.clone(), commit.clone(), stop.clone());
+        std::thread::spawn(move || {
+            fetch_commit_until(
+                &user,
+                &url,
+                "main",
+                &commit,
+                None,
+                TransferBounds::default(),
+                &stop,
+            )
+        })
+    };
+    let started = Instant::now();
+    while !pidfile.exists() && started.elapsed() < Duration::from_secs(20) {
+        std::thread::yield_now();
+    }
+    let escaped: Option<i32> = std::fs::read_to_string(&pidfile)
+        .ok()
+        .and_then(|pid| pid.trim().parse().ok());
+
+    let stopped_at = Instant::now();
+    stop.cancel();
+    while !fetch.is_finished() && stopped_at.elapsed() < Duration::from_secs(10) {
+        std::thread::yield_now();
+    }
+    let took = stopped_at.elapsed();
+    let survived = escaped.filter(|pid| alive(*pid));
+    if let Some(pid) = escaped {
+        // Only the process this test's own fetch started.
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    let _ = fetch.join();
+
+    assert!(
+        escaped.is_none() || (survived.is_none() && took < Duration::from_secs(2)),
+        "the stop took {took:?}; the fetch's process {survived:?} outlived it"
+    );
+}
