@@ -405,3 +405,51 @@ fn a_stop_is_prompt_and_leaves_no_process_even_when_the_fetch_started_a_session_
         "the stop took {took:?}; the fetch's process {survived:?} outlived it"
     );
 }
+
+#[test]
+fn a_protocol_allowed_in_the_users_config_does_not_take_the_local_fetch_over_the_network() {
+    // protocol.<name>.allow beats the fetch's `-c protocol.allow=never`: a user who allows http for
+    // their own git lets stet's "local" fetch speak http where no origin guard watches it.
+    let dir = tempfile::tempdir().unwrap();
+    let user = user_repository(&dir.path().join("user"));
+    git(&user, &["config", "protocol.http.allow", "always"]);
+    let commit = CommitSha::parse(&"3".repeat(40)).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!(
+        "http://127.0.0.1:{}/r<po.git",
+        listener.local_addr().unwrap().port()
+    );
+    assert!(Origin::of(&url).is_none());
+    let stop = CancellationToken::new();
+    let fetch = {
+        let (user, url, commit, stop) = (user.clone(), url.clone(), commit.clone(), stop.clone());
+        std::thread::spawn(move || {
+            fetch_commit_until(
+                &user,
+                &url,
+                "main",
+                &commit,
+                None,
+                TransferBounds::default(),
+                &stop,
+            )
+        })
+    };
+    let started = Instant::now();
+    let mut connected = false;
+    while !fetch.is_finished() && started.elapsed() < Duration::from_secs(10) {
+        if listener.accept().is_ok() {
+            connected = true;
+            stop.cancel();
+        }
+        std::thread::yield_now();
+    }
+    stop.cancel();
+    let fetched = fetch.join().unwrap();
+
+    assert!(
+        !connected,
+        "stet's local fetch spoke http to {url}, past its origin guard ({fetched:?})"
+    );
+}
