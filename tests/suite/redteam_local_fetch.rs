@@ -453,3 +453,61 @@ fn a_protocol_allowed_in_the_users_config_does_not_take_the_local_fetch_over_the
         "stet's local fetch spoke http to {url}, past its origin guard ({fetched:?})"
     );
 }
+
+/// This process's peak resident memory, in KiB.
+fn peak_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn a_base_commit_that_inflates_to_hundreds_of_megabytes_does_not_take_the_hosts_memory() {
+    // A remote of about a megabyte whose branch head is a 200 MB commit (a message that compresses
+    // a thousandfold): git's fetch and stet itself inflate it whole.
+    const MESSAGE: usize = 200 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote");
+    std::fs::create_dir(&remote).unwrap();
+    git(&remote, &["init", "-q", "-b", "main"]);
+    let mut hash = Command::new("git")
+        .args(["hash-object", "-t", "commit", "-w", "--stdin"])
+        .current_dir(&remote)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = std::io::BufWriter::new(hash.stdin.take().unwrap());
+        stdin
+            .write_all(
+                b"tree 4b825dc642cb6eb9a060e54bf8d69288fbee4904\n\
+                  author a <a@example.invalid> 1 +0000\n\
+                  committer a <a@example.invalid> 1 +0000\n\n",
+            )
+            .unwrap();
+        let line = [b'x'; 1023];
+        for _ in 0..MESSAGE / 1024 {
+            stdin.write_all(&line).unwrap();
+            stdin.write_all(b"\n").unwrap();
+        }
+    }
+    let output = hash.wait_with_output().unwrap();
+    assert!(output.status.success());
+    let commit = CommitSha::parse(String::from_utf8_lossy(&output.stdout).trim()).unwrap();
+    git(&remote, &["update-ref", "refs/heads/main", commit.as_str()]);
+    let user = user_repository(&dir.path().join("user"));
+    let before = peak_kib();
+
+    let fetched = fetch_commit(&user, &remote.display().to_string(), "main", &commit, None);
+
+    let grown_mib = peak_kib().saturating_sub(before) / 1024;
+    assert!(
+        grown_mib < 64,
+        "stet's peak memory rose {grown_mib} MiB fetching a base from a ~1 MB remote ({fetched:?})"
+    );
+}
