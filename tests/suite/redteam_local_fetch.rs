@@ -511,3 +511,118 @@ fn a_base_commit_that_inflates_to_hundreds_of_megabytes_does_not_take_the_hosts_
         "stet's peak memory rose {grown_mib} MiB fetching a base from a ~1 MB remote ({fetched:?})"
     );
 }
+
+/// The processes whose command line holds `needle` and `also`, with their ids.
+fn processes_with(needle: &str, also: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| {
+                let line = String::from_utf8_lossy(&line);
+                line.contains(needle) && line.contains(also)
+            })
+        })
+        .filter(|pid| alive(*pid))
+        .collect()
+}
+
+/// A dispatch whose base the repository lacks, from a local forge whose `upload-pack` blocks (its
+/// commit-graph file is a FIFO no one writes), is sent `signals`; the git processes of its base fetch
+/// still running once stet has exited.
+fn fetch_processes_after_stet_gets(signals: &[&str]) -> (Option<i32>, Vec<i32>) {
+    use super::headless::{Project, docker_ready, forever};
+    docker_ready();
+    let project = Project::new(&forever());
+    let elsewhere = project.home.path().join("elsewhere");
+    git(
+        project.home.path(),
+        &[
+            "clone",
+            "-q",
+            &project.remote.display().to_string(),
+            "elsewhere",
+        ],
+    );
+    git(&elsewhere, &["commit", "-q", "--allow-empty", "-m", "newer base"]);
+    git(&elsewhere, &["push", "-q", "origin", "main"]);
+    let alternates = project.remote.join("objects/info/commit-graph");
+    std::fs::create_dir_all(alternates.parent().unwrap()).unwrap();
+    let made = Command::new("mkfifo").arg(&alternates).status().unwrap();
+    assert!(made.success());
+    let remote = project.remote.display().to_string();
+
+    let mut stet = project
+        .headless(&[])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(project.home.path().join("stet.out")).unwrap())
+        .stderr(std::fs::File::create(project.home.path().join("stet.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let mut fetching = Vec::new();
+    while fetching.is_empty() && started.elapsed() < Duration::from_secs(60) {
+        if stet.try_wait().unwrap().is_some() {
+            break;
+        }
+        fetching = processes_with(&remote, "upload-pack");
+        std::thread::yield_now();
+    }
+    if fetching.is_empty() {
+        let _ = stet.kill();
+        let _ = stet.wait();
+        let out = std::fs::read_to_string(project.home.path().join("stet.out")).unwrap_or_default();
+        let err = std::fs::read_to_string(project.home.path().join("stet.err")).unwrap_or_default();
+        panic!("the dispatch's base fetch never reached the blocking remote: {out}\n{err}");
+    }
+    for signal in signals {
+        let _ = Command::new("kill")
+            .args([*signal, &stet.id().to_string()])
+            .status();
+    }
+    let waited = Instant::now();
+    let mut code = None;
+    while waited.elapsed() < Duration::from_secs(30) {
+        if let Some(status) = stet.try_wait().unwrap() {
+            code = status.code();
+            break;
+        }
+        std::thread::yield_now();
+    }
+    let _ = stet.kill();
+    let _ = stet.wait();
+    let left = processes_with(&remote, "");
+    for pid in &left {
+        // Only what this test's own stet started: they name this test's remote.
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    (code, left)
+}
+
+#[test]
+fn a_killed_stet_leaves_no_git_process_of_its_base_fetch_running() {
+    let (code, left) = fetch_processes_after_stet_gets(&["-KILL"]);
+    assert!(
+        left.is_empty(),
+        "stet was killed (exit {code:?}); its base fetch's processes {left:?} ran on, and no sweep \
+         knows of them"
+    );
+}
+
+#[test]
+fn a_second_interrupt_of_stet_leaves_no_git_process_of_its_base_fetch_running() {
+    let (code, left) = fetch_processes_after_stet_gets(&["-INT", "-INT"]);
+    assert!(
+        left.is_empty(),
+        "stet exited at the second SIGINT (exit {code:?}); its base fetch's processes {left:?} ran on"
+    );
+}
+
+#[test]
+fn an_interrupt_of_stet_ends_its_base_fetch() {
+    let (code, left) = fetch_processes_after_stet_gets(&["-INT"]);
+    assert!(
+        left.is_empty(),
+        "stet ended at a SIGINT (exit {code:?}); its base fetch's processes {left:?} ran on"
+    );
+}
