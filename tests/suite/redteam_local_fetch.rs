@@ -544,7 +544,10 @@ fn fetch_processes_after_stet_gets(signals: &[&str]) -> (Option<i32>, Vec<i32>) 
             "elsewhere",
         ],
     );
-    git(&elsewhere, &["commit", "-q", "--allow-empty", "-m", "newer base"]);
+    git(
+        &elsewhere,
+        &["commit", "-q", "--allow-empty", "-m", "newer base"],
+    );
     git(&elsewhere, &["push", "-q", "origin", "main"]);
     let alternates = project.remote.join("objects/info/commit-graph");
     std::fs::create_dir_all(alternates.parent().unwrap()).unwrap();
@@ -625,4 +628,118 @@ fn an_interrupt_of_stet_ends_its_base_fetch() {
         left.is_empty(),
         "stet ended at a SIGINT (exit {code:?}); its base fetch's processes {left:?} ran on"
     );
+}
+
+#[test]
+fn a_fetch_that_fails_because_the_branch_moved_leaves_no_pack_in_the_users_repository() {
+    // fetch.rs: "Nothing of a fetch that is stopped or fails stays in the user's repository."
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote");
+    repository_with_commit(&remote, "what the branch leads to now");
+    std::fs::write(remote.join("payload"), vec![b'p'; 1 << 20]).unwrap();
+    git(&remote, &["add", "payload"]);
+    git(&remote, &["commit", "-q", "-m", "payload"]);
+    let user = user_repository(&dir.path().join("user"));
+    let pack = user.join(".git/objects/pack");
+    let before: Vec<_> = std::fs::read_dir(&pack).unwrap().collect();
+    let gone = CommitSha::parse(&"4".repeat(40)).unwrap();
+
+    let fetched = fetch_commit(&user, &remote.display().to_string(), "main", &gone, None);
+
+    let after: Vec<String> = std::fs::read_dir(&pack)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(fetched.is_err(), "{fetched:?}");
+    assert_eq!(
+        after.len(),
+        before.len(),
+        "the failed fetch ({fetched:?}) left {after:?} in the user's repository"
+    );
+}
+
+/// The highest VmHWM, in KiB, of any process whose working directory is `cwd`.
+fn peak_of_processes_in(cwd: &Path) -> u64 {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|dir| dir == cwd))
+        .filter_map(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmHWM:"))
+                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_tiny_remote_holding_a_delta_of_a_huge_blob_does_not_take_the_hosts_memory_in_git() {
+    // A remote of a few hundred KB: a 200 MB blob of zeros and a delta of another against it. The
+    // fetch's index-pack must hold base and result whole to resolve the delta; bigFileThreshold and
+    // the pack windows bound none of it.
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote");
+    std::fs::create_dir(&remote).unwrap();
+    git(&remote, &["init", "-q", "-b", "main"]);
+    let blob = remote.join("zeros");
+    std::fs::File::create(&blob)
+        .unwrap()
+        .set_len(200 << 20)
+        .unwrap();
+    git(&remote, &["add", "zeros"]);
+    git(&remote, &["commit", "-q", "-m", "zeros"]);
+    {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&blob)
+            .unwrap();
+        file.write_all(b"tail\n").unwrap();
+    }
+    git(&remote, &["add", "zeros"]);
+    git(&remote, &["commit", "-q", "-m", "zeros and a tail"]);
+    git(
+        &remote,
+        &[
+            "-c",
+            "core.bigFileThreshold=2g",
+            "repack",
+            "-adfq",
+            "--window=10",
+        ],
+    );
+    std::fs::remove_file(&blob).unwrap();
+    let commit = CommitSha::parse(&git(&remote, &["rev-parse", "HEAD"])).unwrap();
+    let user = user_repository(&dir.path().join("user"));
+    let git_dir = std::fs::canonicalize(user.join(".git")).unwrap();
+
+    let fetch = {
+        let (user, url, commit) = (user.clone(), remote.display().to_string(), commit.clone());
+        std::thread::spawn(move || fetch_commit(&user, &url, "main", &commit, None))
+    };
+    let mut peak = 0;
+    while !fetch.is_finished() {
+        peak = peak.max(peak_of_processes_in(&git_dir));
+        std::thread::yield_now();
+    }
+    let fetched = fetch.join().unwrap();
+
+    let peak_mib = peak / 1024;
+    assert!(
+        peak_mib < 128,
+        "the base fetch's git processes peaked at {peak_mib} MiB on a remote of {} KiB ({fetched:?})",
+        du_kib(&remote.join(".git"))
+    );
+}
+
+fn du_kib(path: &Path) -> String {
+    let output = Command::new("du").arg("-sk").arg(path).output().unwrap();
+    String::from_utf8_lossy(&output.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or("?")
+        .to_owned()
 }
