@@ -743,3 +743,87 @@ fn du_kib(path: &Path) -> String {
         .unwrap_or("?")
         .to_owned()
 }
+
+/// A user repository whose configuration rewrites the remote's URL to another repository's, through
+/// `config` (a closure writing it); whether the other repository's commit came in, and the fetch.
+fn rewritten_fetch(config: impl Fn(&Path, &Path, &Path)) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote");
+    repository_with_commit(&remote, "base");
+    let other = dir.path().join("other");
+    let secret = repository_with_commit(&other, "secret");
+    let user = user_repository(&dir.path().join("user"));
+    config(&user, &remote, &other);
+    let fetched = fetch_commit(&user, &remote.display().to_string(), "main", &secret, None);
+    (has_object(&user, &secret), format!("{fetched:?}"))
+}
+
+#[test]
+fn an_instead_of_rule_in_the_users_config_is_refused_not_followed() {
+    let (read, fetched) = rewritten_fetch(|user, remote, other| {
+        git(
+            user,
+            &[
+                "config",
+                &format!("url.{}.insteadOf", other.display()),
+                &remote.display().to_string(),
+            ],
+        );
+    });
+    assert!(!read, "the fetch followed the rewrite ({fetched})");
+    assert!(fetched.contains("UrlRewritten"), "{fetched}");
+}
+
+#[test]
+fn an_instead_of_rule_behind_a_hasconfig_include_is_refused_not_followed() {
+    // libgit2 checks for a rewrite; git alone reads `includeIf "hasconfig:remote.*.url:…"`.
+    let (read, fetched) = rewritten_fetch(|user, remote, other| {
+        git(
+            user,
+            &["remote", "add", "origin", &remote.display().to_string()],
+        );
+        let included = user.join("rewrite.cfg");
+        std::fs::write(
+            &included,
+            format!(
+                "[url \"{}\"]\n\tinsteadOf = {}\n",
+                other.display(),
+                remote.display()
+            ),
+        )
+        .unwrap();
+        git(
+            user,
+            &[
+                "config",
+                &format!("includeIf.hasconfig:remote.*.url:{}.path", remote.display()),
+                &included.display().to_string(),
+            ],
+        );
+    });
+    assert!(
+        !read,
+        "git followed a rewrite libgit2 did not see, reading another repository ({fetched})"
+    );
+}
+
+#[test]
+fn a_branch_that_is_a_refspec_or_a_pattern_is_refused_before_any_fetch() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote");
+    let commit = repository_with_commit(&remote, "base");
+    let user = user_repository(&dir.path().join("user"));
+    for branch in [
+        "main:refs/heads/planted",
+        "*",
+        "+main",
+        "^main",
+        "main:",
+        "-main",
+    ] {
+        let fetched = fetch_commit(&user, &remote.display().to_string(), branch, &commit, None);
+        assert!(fetched.is_err(), "branch {branch:?}: {fetched:?}");
+    }
+    assert!(!has_object(&user, &commit));
+    assert_eq!(git(&user, &["for-each-ref"]), "");
+}
