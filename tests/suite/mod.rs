@@ -37,6 +37,7 @@ mod provider_tools;
 mod push;
 mod redteam_forges;
 mod redteam_host;
+mod redteam_local_fetch;
 mod redteam_model;
 mod redteam_origins;
 mod redteam_repo;
