@@ -314,8 +314,9 @@ fn check_name(name: &[u8], path: &[u8], context: &Context<'_>) -> Result<()> {
     }
     let too_long = if name.len() > MAX_NAME_BYTES {
         Some(format!(
-            "a name of {} bytes under {}, longer than a file system takes ({MAX_NAME_BYTES})",
+            "a name of {} bytes (starting {}) under {}, longer than a file system takes ({MAX_NAME_BYTES})",
             name.len(),
+            shown(&name[..SHOWN_PATH_START]),
             shown(parent(path))
         ))
     } else if path.len() > MAX_PATH_BYTES {
@@ -342,7 +343,7 @@ const MAX_NAME_BYTES: usize = 255;
 /// The longest path Linux takes (`PATH_MAX` less its NUL), here relative to the workspace.
 const MAX_PATH_BYTES: usize = 4095;
 
-/// How much of an over-long path a message shows.
+/// How much of an over-long name or path a message shows.
 const SHOWN_PATH_START: usize = 80;
 
 /// A size in bytes, and as people read it from 1 KiB on.
