@@ -269,6 +269,7 @@ async fn list_models(url: &str, key: Option<&str>) -> Result<(u16, Vec<String>),
         .body(Empty::<Bytes>::new())
         .map_err(|error| format!("not a URL stet can ask: {error}"))?;
     let response = crate::https::https_client::<Empty<Bytes>>()
+        .map_err(|error| error.to_string())?
         .request(request)
         .await
         .map_err(|error| crate::error_chain::error_chain(&error))?;

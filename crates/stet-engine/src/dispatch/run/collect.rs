@@ -1,4 +1,4 @@
-//! Collecting the agent's result: the workspace imported into a trusted commit kept at
+//! Collecting the agent's result ([`Collect`]): the workspace imported into a trusted commit kept at
 //! `refs/stet/<dispatch>`, passed through the review gate, and reported (the diff to the run record,
 //! what the gate holds as warnings and in the `collected` event).
 
@@ -20,36 +20,71 @@ use stet_sanitize::branch::CommitSha;
 use stet_sanitize::display;
 use stet_sanitize::sanitize::SanitizedText;
 
-use super::Dispatch;
-use super::delivery::MAX_NAMED;
+use super::steering::Steering;
 
 /// The longest agent summary carried into the commit message and the pull request.
 const MAX_SUMMARY_BYTES: usize = 4 * 1024;
 
-impl Dispatch {
-    /// Imports the workspace into a trusted commit kept at [`result_ref`] and passes it through the
-    /// review gate; `None` when nothing changed. Returns the commit and what the gate found.
+/// The most held paths, or findings, a warning or a reason names; the `collected` event lists more
+/// (its first [`MAX_LISTED`]).
+pub(super) const MAX_NAMED: usize = 12;
+
+/// Covers `collecting`, from the agent's container removed: hands the result, if the agent changed
+/// anything, to [`Handover`](super::delivery::Handover), which moves on from `collecting`.
+pub(super) struct Collect<'d> {
+    steering: &'d mut Steering,
+    sandbox: &'d DispatchSandbox,
+}
+
+/// A collected result: the trusted commit (kept at [`result_ref`]) and what the review gate found.
+pub(super) struct Collected {
+    pub(super) commit: CommitSha,
+    pub(super) gate: GateReport,
+}
+
+impl<'d> Collect<'d> {
+    pub(super) fn new(steering: &'d mut Steering, sandbox: &'d DispatchSandbox) -> Collect<'d> {
+        Collect { steering, sandbox }
+    }
+
+    /// Collects the result, then removes the agent's files (the review needs only the imported
+    /// commit); `None` when nothing changed.
     pub(super) async fn collect(
-        &mut self,
-        sandbox: &DispatchSandbox,
+        mut self,
         preflight: &Preflight,
-    ) -> Result<Option<(CommitSha, GateReport)>, DispatchError> {
-        if self.stop.is_cancelled() {
-            return Err(self.stop_reason());
+    ) -> Result<Option<Collected>, DispatchError> {
+        let collected = self.import(preflight).await?;
+        if let Err(failure) = self.sandbox.remove_agent_files().await {
+            let message = self.steering.sanitize(&format!(
+                "the agent's files were not removed after collecting: {failure}; the teardown tries again"
+            ));
+            self.steering
+                .publisher
+                .emit(EventKind::Warning { message })
+                .await;
+        }
+        Ok(collected)
+    }
+
+    /// Imports the workspace into a trusted commit kept at [`result_ref`] and passes it through the
+    /// review gate; `None` when nothing changed.
+    async fn import(&mut self, preflight: &Preflight) -> Result<Option<Collected>, DispatchError> {
+        if self.steering.stop.is_cancelled() {
+            return Err(self.steering.stop_reason());
         }
         let message = self.commit_message();
-        let repository = self.parts.repository.clone();
-        let workspace = sandbox.paths().workspace.clone();
+        let repository = self.steering.parts.repository.clone();
+        let workspace = self.sandbox.paths().workspace.clone();
         let parent = preflight.parent().clone();
-        let identity = self.parts.settings.agent.clone();
-        let limits = self.parts.settings.import;
-        let reference = result_ref(self.run.id);
+        let identity = self.steering.parts.settings.agent.clone();
+        let limits = self.steering.parts.settings.import;
+        let reference = result_ref(self.steering.run.id);
         let keep_at = reference.clone();
-        let rules = self.parts.settings.protected.clone();
-        let sanitizer = self.sanitizer();
+        let rules = self.steering.parts.settings.protected.clone();
+        let sanitizer = self.steering.sanitizer();
         // The import and the gate go on in their thread when the dispatch stops (cancel or timeout);
         // told so, at each entry, path and line, they end there, the import writing nothing.
-        let stop = self.stop.clone();
+        let stop = self.steering.stop.clone();
         let imported = tokio::task::spawn_blocking(move || {
             let request = ImportRequest {
                 repository: &repository,
@@ -73,10 +108,14 @@ impl Dispatch {
             Ok((imported, gate))
         });
         let imported = self
+            .steering
             .guarded(imported)
             .await?
-            .map_err(|error| self.fail(format!("collecting the result ended abnormally: {error}")))?
-            .map_err(|error| self.fail(error))?;
+            .map_err(|error| {
+                self.steering
+                    .fail(format!("collecting the result ended abnormally: {error}"))
+            })?
+            .map_err(|error| self.steering.fail(error))?;
         let (imported, gate) = imported;
         let (commit, diff, warnings) = match imported {
             Imported::Committed {
@@ -86,18 +125,24 @@ impl Dispatch {
             } => (commit, diff, warnings),
             Imported::Unchanged { warnings } => {
                 for warning in warnings {
-                    let message = self.sanitize(&warning.to_string());
-                    self.publisher.emit(EventKind::Warning { message }).await;
+                    let message = self.steering.sanitize(&warning.to_string());
+                    self.steering
+                        .publisher
+                        .emit(EventKind::Warning { message })
+                        .await;
                 }
-                if self.stop.is_cancelled() {
-                    return Err(self.stop_reason());
+                if self.steering.stop.is_cancelled() {
+                    return Err(self.steering.stop_reason());
                 }
                 return Ok(None);
             }
         };
         for warning in &warnings {
-            let message = self.sanitize(&warning.to_string());
-            self.publisher.emit(EventKind::Warning { message }).await;
+            let message = self.steering.sanitize(&warning.to_string());
+            self.steering
+                .publisher
+                .emit(EventKind::Warning { message })
+                .await;
         }
         let mut held_warnings: Vec<String> = gate
             .held
@@ -131,14 +176,17 @@ impl Dispatch {
             }
         }
         for warning in held_warnings.into_iter().chain(secret_warnings) {
-            let message = self.sanitize(&warning);
-            self.publisher.emit(EventKind::Warning { message }).await;
+            let message = self.steering.sanitize(&warning);
+            self.steering
+                .publisher
+                .emit(EventKind::Warning { message })
+                .await;
         }
         let (files, files_not_listed) = listed(
             &diff.files,
             |file| file.path.len(),
             |file| ChangedPath {
-                path: self.sanitize(&printable(&file.path)),
+                path: self.steering.sanitize(&printable(&file.path)),
                 change: file.change,
                 insertions: file.insertions,
                 deletions: file.deletions,
@@ -151,10 +199,10 @@ impl Dispatch {
             |held| held.path.len(),
             |held| {
                 (
-                    self.sanitize(&held.to_string()),
+                    self.steering.sanitize(&held.to_string()),
                     HeldPathReport {
-                        path: self.sanitize(&held.path),
-                        rule: self.sanitize(&held.rule()),
+                        path: self.steering.sanitize(&held.path),
+                        rule: self.steering.sanitize(&held.rule()),
                     },
                 )
             },
@@ -164,21 +212,26 @@ impl Dispatch {
             &gate.secrets,
             |finding| finding.path.len(),
             |finding| SecretReport {
-                path: self.sanitize(&finding.path),
+                path: self.steering.sanitize(&finding.path),
                 line: finding.line.and_then(|line| u64::try_from(line).ok()),
-                kind: self.sanitize(&finding.kind),
+                kind: self.steering.sanitize(&finding.kind),
                 known: finding.known,
             },
         );
-        if let Some(record) = self.publisher.record()
-            && let Err(error) = record.write_patch(&self.sanitize(&diff.patch))
+        if let Some(record) = self.steering.publisher.record()
+            && let Err(error) = record.write_patch(&self.steering.sanitize(&diff.patch))
         {
-            let message = self.sanitize(&format!("the diff was not saved: {error}"));
-            self.publisher.emit(EventKind::Warning { message }).await;
+            let message = self
+                .steering
+                .sanitize(&format!("the diff was not saved: {error}"));
+            self.steering
+                .publisher
+                .emit(EventKind::Warning { message })
+                .await;
         }
         let collected = EventKind::Collected {
             commit: commit.clone(),
-            reference: self.sanitize(&reference),
+            reference: self.steering.sanitize(&reference),
             files,
             files_not_listed,
             insertions: diff.insertions,
@@ -191,36 +244,38 @@ impl Dispatch {
                 secrets_not_listed,
             }),
         };
-        self.publisher.emit(collected).await;
-        self.gathered.commit = Some(commit.clone());
-        self.gathered.reference = Some(reference);
-        if self.stop.is_cancelled() {
-            return Err(self.stop_reason());
+        self.steering.publisher.emit(collected).await;
+        self.steering.gathered.commit = Some(commit.clone());
+        self.steering.gathered.reference = Some(reference);
+        if self.steering.stop.is_cancelled() {
+            return Err(self.steering.stop_reason());
         }
-        Ok(Some((commit, gate)))
+        Ok(Some(Collected { commit, gate }))
     }
 
     /// The brief's title, the agent's summary made inert the way the pull request shows it (a forge
     /// renders a commit message as markdown when it fills in a pull request), and where it came from;
     /// no invisible character anywhere.
     pub(super) fn commit_message(&self) -> SanitizedText {
-        let brief = &self.run.brief;
+        let brief = &self.steering.run.brief;
         let mut message = display::without_invisible(brief.title.trim())
             .text
             .into_owned();
-        if let Some(summary) = self.gathered.summary.as_deref().map(str::trim)
+        if let Some(summary) = self.steering.gathered.summary.as_deref().map(str::trim)
             && !summary.is_empty()
         {
-            let shown =
-                display::forge_text(&self.sanitizer(), truncate(summary, MAX_SUMMARY_BYTES));
+            let shown = display::forge_text(
+                &self.steering.sanitizer(),
+                truncate(summary, MAX_SUMMARY_BYTES),
+            );
             message.push_str("\n\n");
             message.push_str(shown.text.as_str());
         }
         message.push_str(&format!(
             "\n\nDispatched by stet from brief {} ({}).",
-            brief.id, self.run.id
+            brief.id, self.steering.run.id
         ));
-        self.sanitize(&message)
+        self.steering.sanitize(&message)
     }
 }
 

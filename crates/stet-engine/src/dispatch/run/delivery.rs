@@ -1,6 +1,6 @@
-//! What becomes of a collected result: kept at its ref, pushed at once, or held at review for a
-//! person's decision (the concurrency slot given up meanwhile); then the host-side push and the pull
-//! request with its provenance. A result holding a value stet handles is never pushed.
+//! What becomes of a collected result ([`Handover`]): kept at its ref, pushed at once, or held at
+//! review for a person's decision (the concurrency slot given up meanwhile); then the host-side push
+//! and the pull request with its provenance. A result holding a value stet handles is never pushed.
 
 use std::sync::Arc;
 
@@ -14,39 +14,71 @@ use stet_protocol::event::{EventKind, PullRequestAction};
 use stet_protocol::state::Input;
 use stet_sanitize::branch::CommitSha;
 
-use super::{Completion, Dispatch};
+use super::collect::{Collected, MAX_NAMED};
+use super::ending::Completion;
+use super::steering::Steering;
 
-impl Dispatch {
-    /// Keeps, pushes or holds for review the collected `commit`, as the dispatch's delivery says
-    /// and the review gate allows.
+/// Covers what follows `collecting`: nothing to push, kept, or `awaiting_approval`, then `pushing`
+/// and `opening_pr` to `done`; hands the [`Completion`] to [`Ending`](super::ending::Ending).
+pub(super) struct Handover<'d> {
+    steering: &'d mut Steering,
+    sandbox: &'d DispatchSandbox,
+    preflight: &'d Preflight,
+}
+
+impl<'d> Handover<'d> {
+    pub(super) fn new(
+        steering: &'d mut Steering,
+        sandbox: &'d DispatchSandbox,
+        preflight: &'d Preflight,
+    ) -> Handover<'d> {
+        Handover {
+            steering,
+            sandbox,
+            preflight,
+        }
+    }
+
+    /// Keeps, pushes or holds for review the collected result, as the dispatch's delivery says and
+    /// the review gate allows; `None`: the agent changed nothing.
     pub(super) async fn hand_over(
-        &mut self,
-        sandbox: &DispatchSandbox,
-        preflight: &Preflight,
-        commit: &CommitSha,
-        gate: &GateReport,
+        mut self,
+        collected: Option<Collected>,
     ) -> Result<Completion, DispatchError> {
+        let Some(Collected { commit, gate }) = collected else {
+            self.steering
+                .publisher
+                .advance(Input::NothingToPush, None)
+                .await;
+            return Ok(Completion {
+                reason: Some(
+                    self.steering
+                        .sanitize("the agent changed nothing; there is nothing to push"),
+                ),
+            });
+        };
         let known = gate.known_values();
         if !known.is_empty() {
             // Whatever the delivery: no decision at review can push it.
-            return Err(self.fail(format!(
+            return Err(self.steering.fail(format!(
                 "the result holds a value stet itself handles ({}); it is never pushed. It stays only at {} in this repository: remove it with `git update-ref -d {}` and rotate the value",
                 joined(&known),
-                result_ref(self.run.id),
-                result_ref(self.run.id)
+                result_ref(self.steering.run.id),
+                result_ref(self.steering.run.id)
             )));
         }
-        match self.run.delivery {
+        match self.steering.run.delivery {
             Delivery::Keep => {
                 let mut reason = format!(
                     "the result is kept at {} in the repository and was not pushed (run with --push to push it)",
-                    result_ref(self.run.id)
+                    result_ref(self.steering.run.id)
                 );
                 if gate.needs_approval() {
-                    reason.push_str(&format!("; {}", needs_approval(gate)));
+                    reason.push_str(&format!("; {}", needs_approval(&gate)));
                 }
-                let reason = self.sanitize(&reason);
-                self.publisher
+                let reason = self.steering.sanitize(&reason);
+                self.steering
+                    .publisher
                     .advance(Input::Kept, Some(reason.clone()))
                     .await;
                 return Ok(Completion {
@@ -54,14 +86,15 @@ impl Dispatch {
                 });
             }
             Delivery::Push if gate.needs_approval() => {
-                return Err(self.fail(format!(
+                return Err(self.steering.fail(format!(
                     "{}; it was kept at {} and not pushed: review it and push it from the theater",
-                    needs_approval(gate),
-                    result_ref(self.run.id)
+                    needs_approval(&gate),
+                    result_ref(self.steering.run.id)
                 )));
             }
             Delivery::Push => {
-                self.publisher
+                self.steering
+                    .publisher
                     .advance(Input::Collected { review: false }, None)
                     .await;
             }
@@ -71,41 +104,43 @@ impl Dispatch {
                 }
             }
         }
-        self.deliver(sandbox, preflight, commit).await
+        self.deliver(&commit).await
     }
 
     /// Waits at `awaiting_approval` for a person's decision, without holding a concurrency slot.
     /// `None`: approved, and a slot to push is held again; an ending: discarded.
     async fn review(&mut self) -> Result<Option<Completion>, DispatchError> {
         // A decision sent before there was anything to review is not a decision about it.
-        while self.control.decisions.try_recv().is_ok() {}
-        self.publisher
+        while self.steering.control.decisions.try_recv().is_ok() {}
+        self.steering
+            .publisher
             .advance(Input::Collected { review: true }, None)
             .await;
         // A person may take their time: the slot goes to the next queued dispatch meanwhile.
-        self.permit = None;
+        self.steering.permit = None;
         let decision = tokio::select! {
             biased;
-            () = self.control.cancel.cancelled() => None,
-            decision = self.control.decisions.recv() => decision,
+            () = self.steering.control.cancel.cancelled() => None,
+            decision = self.steering.control.decisions.recv() => decision,
         };
         match decision {
             Some(Decision::Approve) => {
-                let slots = Arc::clone(&self.control.slots);
-                self.permit = tokio::select! {
+                let slots = Arc::clone(&self.steering.control.slots);
+                self.steering.permit = tokio::select! {
                     biased;
-                    () = self.control.cancel.cancelled() => None,
+                    () = self.steering.control.cancel.cancelled() => None,
                     permit = slots.acquire_owned() => permit.ok(),
                 };
-                if self.permit.is_none() {
+                if self.steering.permit.is_none() {
                     return Err(DispatchError::Cancelled(CancelPoint::WaitingForSlot));
                 }
-                self.publisher.advance(Input::Approved, None).await;
+                self.steering.publisher.advance(Input::Approved, None).await;
                 Ok(None)
             }
             Some(Decision::Discard) => {
-                let reason = self.sanitize("the result was discarded at review");
-                self.publisher
+                let reason = self.steering.sanitize("the result was discarded at review");
+                self.steering
+                    .publisher
                     .advance(Input::Discarded, Some(reason.clone()))
                     .await;
                 Ok(Some(Completion {
@@ -117,47 +152,45 @@ impl Dispatch {
     }
 
     /// Pushes the result and opens or updates the pull request, host side.
-    pub(super) async fn deliver(
-        &mut self,
-        sandbox: &DispatchSandbox,
-        preflight: &Preflight,
-        commit: &CommitSha,
-    ) -> Result<Completion, DispatchError> {
+    async fn deliver(&mut self, commit: &CommitSha) -> Result<Completion, DispatchError> {
+        let (sandbox, preflight) = (self.sandbox, self.preflight);
         let Some(credential) = sandbox.credential() else {
-            return Err(self.fail("the dispatch has no scoped credential to push with".to_owned()));
+            return Err(self
+                .steering
+                .fail("the dispatch has no scoped credential to push with".to_owned()));
         };
-        let forge = Arc::clone(&self.parts.forge);
+        let forge = Arc::clone(&self.steering.parts.forge);
         // A push in flight is not interrupted: a cancel takes effect once it returned.
         let pushed = forge
             .push_branch(PushBranch {
-                repository: &self.parts.repository,
-                target: &self.run.brief.target,
+                repository: &self.steering.parts.repository,
+                target: &self.steering.run.brief.target,
                 preflight,
                 commit,
-                branch: &self.gathered.branch,
+                branch: &self.steering.gathered.branch,
                 credential,
             })
             .await
-            .map_err(|error| self.fail(format!("push: {error}")))?;
+            .map_err(|error| self.steering.fail(format!("push: {error}")))?;
         let event = EventKind::Pushed {
-            branch: self.sanitize(&pushed.branch),
+            branch: self.steering.sanitize(&pushed.branch),
             sha: pushed.commit.clone(),
-            remote: self.sanitize(&preflight.push_url),
+            remote: self.steering.sanitize(&preflight.push_url),
         };
-        self.publisher.emit(event).await;
-        if self.control.cancel.is_cancelled() {
+        self.steering.publisher.emit(event).await;
+        if self.steering.control.cancel.is_cancelled() {
             return Err(DispatchError::Cancelled(CancelPoint::AfterPush));
         }
-        self.publisher.advance(Input::Pushed, None).await;
+        self.steering.publisher.advance(Input::Pushed, None).await;
         let provenance = self.provenance(preflight, commit, credential.kind());
         let draft = PullRequestDraft::compose(
-            &self.run.brief,
-            &self.gathered.branch,
-            self.gathered.summary.as_deref(),
+            &self.steering.run.brief,
+            &self.steering.gathered.branch,
+            self.steering.gathered.summary.as_deref(),
             &provenance,
-            &self.sanitizer(),
+            &self.steering.sanitizer(),
         );
-        let target = &self.run.brief.target;
+        let target = &self.steering.run.brief.target;
         let (opened, action) = match &preflight.head {
             Some(head) => (
                 forge.update_pull_request(target, head.number, &draft).await,
@@ -169,54 +202,59 @@ impl Dispatch {
             ),
         };
         let pull_request = opened.map_err(|error| {
-            self.fail(format!(
+            self.steering.fail(format!(
                 "the branch was pushed but the pull request failed: {error}"
             ))
         })?;
-        let url = self.sanitize(&pull_request.url);
-        self.publisher
+        let url = self.steering.sanitize(&pull_request.url);
+        self.steering
+            .publisher
             .emit(EventKind::PullRequest {
                 action,
                 number: pull_request.number,
                 url: url.clone(),
             })
             .await;
-        self.gathered.pull_request = Some((pull_request.number, url));
-        self.publisher.advance(Input::PullRequestReady, None).await;
+        self.steering.gathered.pull_request = Some((pull_request.number, url));
+        self.steering
+            .publisher
+            .advance(Input::PullRequestReady, None)
+            .await;
         Ok(Completion::default())
     }
 
-    pub(super) fn provenance(
+    fn provenance(
         &self,
         preflight: &Preflight,
         commit: &CommitSha,
         credential_kind: &str,
     ) -> Provenance {
-        let harness = &self.parts.harness;
-        let has_usage = self.meter.model.is_some();
+        let harness = &self.steering.parts.harness;
+        let has_usage = self.steering.meter.model.is_some();
         Provenance {
-            dispatch: self.run.id,
-            image: self.parts.settings.image.to_string(),
+            dispatch: self.steering.run.id,
+            image: self.steering.parts.settings.image.to_string(),
             harness: harness.name().to_owned(),
             harness_version: harness.version(),
             model: self
+                .steering
                 .meter
                 .model
                 .as_ref()
                 .map(|m| m.as_str().to_owned())
                 .or_else(|| harness.model()),
-            input_tokens: has_usage.then_some(self.meter.input_tokens),
-            output_tokens: has_usage.then_some(self.meter.output_tokens),
-            cost_usd: has_usage.then_some(self.meter.cost_usd),
-            peak_reserved_usd: (self.meter.peak_reserved_usd > 0.0)
-                .then_some(self.meter.peak_reserved_usd),
-            network: match self.parts.settings.network {
+            input_tokens: has_usage.then_some(self.steering.meter.input_tokens),
+            output_tokens: has_usage.then_some(self.steering.meter.output_tokens),
+            cost_usd: has_usage.then_some(self.steering.meter.cost_usd),
+            peak_reserved_usd: (self.steering.meter.peak_reserved_usd > 0.0)
+                .then_some(self.steering.meter.peak_reserved_usd),
+            network: match self.steering.parts.settings.network {
                 NetworkPolicy::None => "none".to_owned(),
                 NetworkPolicy::Bridge => "bridge".to_owned(),
             },
             credential_kind: credential_kind.to_owned(),
-            redactions: self.publisher.redactions(),
-            duration: self.started.1.elapsed(),
+            redactions: self.steering.publisher.redactions(),
+            duration: self.steering.started.1.elapsed(),
             base: preflight.base_sha.clone(),
             commit: commit.clone(),
         }
@@ -242,11 +280,7 @@ fn needs_approval(gate: &GateReport) -> String {
     format!("the result needs a person's approval: {}", parts.join("; "))
 }
 
-/// The most held paths, or findings, a reason names; the `collected` event lists more (its first
-/// [`MAX_LISTED`](stet_protocol::event::MAX_LISTED)).
-pub(super) const MAX_NAMED: usize = 12;
-
-pub(super) fn joined<T: std::fmt::Display>(items: &[&T]) -> String {
+fn joined<T: std::fmt::Display>(items: &[&T]) -> String {
     let mut named: Vec<String> = items
         .iter()
         .take(MAX_NAMED)
