@@ -414,6 +414,8 @@ fn open_repository(path: &Path) -> Result<Repository> {
     })
 }
 
+/// Whether `repository` holds `commit` as a commit, read from the object's header only: a commit
+/// of hundreds of MiB (a message that compresses a thousandfold) is never inflated here.
 fn find_commit(repository: &Repository, commit: &CommitSha, path: &Path) -> Result<()> {
     let not_found = |detail: String| PushError::CommitNotFound {
         commit: commit.clone(),
@@ -426,10 +428,14 @@ fn find_commit(repository: &Repository, commit: &CommitSha, path: &Path) -> Resu
             "this repository's object format cannot name it".to_owned(),
         ));
     }
-    repository
-        .find_commit(oid)
-        .map(drop)
-        .map_err(|err| not_found(err.message().to_owned()))
+    let (_, kind) = repository
+        .odb()
+        .and_then(|odb| odb.read_header(oid))
+        .map_err(|err| not_found(err.message().to_owned()))?;
+    if kind != git2::ObjectType::Commit {
+        return Err(not_found(format!("it names a {kind}, not a commit")));
+    }
+    Ok(())
 }
 
 /// An in-memory remote for `url`: nothing is written to the repository's configuration. The

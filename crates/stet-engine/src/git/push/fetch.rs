@@ -10,7 +10,7 @@ use git2::{AutotagOption, FetchOptions, ProxyOptions, RemoteRedirect};
 use tokio_util::sync::CancellationToken;
 
 use super::leftovers::PackLeftovers;
-use super::local_fetch::fetch_local;
+use super::local_fetch::LocalFetch;
 use super::{Exchange, PushError, Result, Route, check_url, find_commit, open_repository};
 use crate::credential::ScopedCredential;
 use crate::git::origin_guard::{Origin, TransferBounds};
@@ -82,7 +82,14 @@ pub fn fetch_commit_until(
         // A local path needs no credential; libgit2 still reads the repository's configuration, to
         // refuse a URL it would rewrite.
         drop(route.remote(&opened)?);
-        fetch_local(&opened, repository, url, branch, stop)?;
+        LocalFetch {
+            opened: &opened,
+            repository,
+            url,
+            branch,
+            commit,
+        }
+        .run(stop)?;
         return moved_on(&opened, url, branch, commit, repository);
     }
     let leftovers = PackLeftovers::before(&opened.commondir().join("objects"));

@@ -1,97 +1,289 @@
-//! A base fetched from a remote that is a local path runs as git's own `fetch` in a process group of
-//! its own: libgit2's local transport packs in the host's process, where a large repository takes
-//! the host's memory and no stop reaches its delta search; a child has bounded windows and is killed
-//! with everything it started the moment the dispatch stops.
+//! A base fetched from a remote that is a local path, by git's plumbing and no transport: the
+//! branch's tip read from the remote, the base checked to be on it, then `pack-objects` in the
+//! remote piped into `index-pack` in the user's repository. libgit2's local transport packed in
+//! the host's process, where a large repository took its memory and no stop reached the packing;
+//! `git fetch` reads `remote.*`, `url.*` and `protocol.*` settings of the user's repository and
+//! starts `upload-pack` through a shell. Each git here is a direct child of stet: in a process group
+//! of its own (killed whole at the stop), killed too if stet dies (a parent-death signal), with
+//! its address space bounded, the `GIT_*` variables of the environment removed, and nothing of the
+//! user's repository configuration able to start a program or another transport.
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use git2::Repository;
-use rustix::process::{Pid, Signal, kill_process_group};
+use rustix::process::{Pid, Resource, Rlimit, Signal, kill_process_group};
 use tokio_util::sync::CancellationToken;
 
 use super::leftovers::PackLeftovers;
 use super::{PushError, Result};
+use stet_sanitize::branch::CommitSha;
 
-/// How often the wait for the child asks whether the dispatch was told to stop.
+/// How often a wait for git asks whether the dispatch was told to stop.
 const STOP_POLL: Duration = Duration::from_millis(20);
 
-/// How much of git's error output is kept for the error.
+/// How much of git's error output is kept for an error.
 const MAX_STDERR: u64 = 16 << 10;
 
-/// Fetches `refs/heads/<branch>` from the local repository at `url` (an absolute path or a
-/// `file:///` URL, checked by the caller) into `opened` (the user's repository at `repository`):
-/// objects only, no ref, no `FETCH_HEAD`, no tags, no other transport. Ends with
-/// [`PushError::Stopped`] once `stop` is cancelled, its processes killed and the temporary packs
-/// they wrote removed.
-pub(super) fn fetch_local(
-    opened: &Repository,
-    repository: &Path,
-    url: &str,
-    branch: &str,
-    stop: &CancellationToken,
-) -> Result<()> {
-    let failed = |detail: String| PushError::FetchFailed {
-        url: url.to_owned(),
-        branch: branch.to_owned(),
-        repository: repository.to_owned(),
-        detail,
-    };
-    let leftovers = PackLeftovers::before(&opened.commondir().join("objects"));
-    let mut child = Group::spawn(fetch_command(opened.path(), url, branch))
-        .map_err(|err| failed(format!("starting git fetch: {err}")))?;
-    let stderr = child.0.stderr.take();
-    let errors = std::thread::spawn(move || {
-        let mut kept = Vec::new();
-        if let Some(mut stderr) = stderr {
-            let _ = (&mut stderr).take(MAX_STDERR).read_to_end(&mut kept);
-            let _ = std::io::copy(&mut stderr, &mut std::io::sink());
-        }
-        kept
-    });
-    let status = loop {
-        if stop.is_cancelled() {
-            drop(child);
-            leftovers.remove();
-            let _ = errors.join();
-            return Err(PushError::Stopped {
-                url: url.to_owned(),
-            });
-        }
-        match child.0.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) => std::thread::sleep(STOP_POLL),
-            Err(err) => {
-                drop(child);
-                leftovers.remove();
-                return Err(failed(format!("waiting for git fetch: {err}")));
-            }
-        }
-    };
-    // The group may outlive its leader (a grandchild holding the pipe): it goes now.
-    drop(child);
-    let stderr = errors
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-    if status.success() {
-        return Ok(());
-    }
-    leftovers.remove();
-    Err(failed(format!(
-        "git fetch {status}: {}",
-        shown_stderr(&stderr)
-    )))
+/// The address space each git process may take: a pack's delta against a huge base is resolved in
+/// memory, so a remote of a few hundred KiB could otherwise make git hold GiBs.
+pub(super) const MAX_GIT_ADDRESS_SPACE: u64 = 1 << 30;
+
+/// What every git process of the fetch runs with: pack windows and caches small, blobs past 1 MiB
+/// streamed rather than searched for deltas, no maintenance.
+const BOUNDED_SETTINGS: [&str; 9] = [
+    "core.packedGitWindowSize=1m",
+    "core.packedGitLimit=64m",
+    "core.deltaBaseCacheLimit=16m",
+    "core.bigFileThreshold=1m",
+    "pack.windowMemory=64m",
+    "pack.deltaCacheSize=16m",
+    "pack.threads=1",
+    "gc.auto=0",
+    "maintenance.auto=false",
+];
+
+/// What a fetch is asked for.
+pub(super) struct LocalFetch<'a> {
+    /// The user's repository, opened, and its path for errors.
+    pub opened: &'a Repository,
+    pub repository: &'a Path,
+    /// The remote as configured (an absolute path or a `file:///` URL) and the branch.
+    pub url: &'a str,
+    pub branch: &'a str,
+    /// The base commit the branch must lead to.
+    pub commit: &'a CommitSha,
 }
 
-/// `git fetch` with nothing from the environment deciding what it reads or runs: the `GIT_*`
-/// variables removed, only the local transport allowed, no hook, maintenance or submodule, and
-/// memory bounded in it and in the `upload-pack` it starts (`-c` settings reach git's children).
-fn fetch_command(git_dir: &Path, url: &str, branch: &str) -> Command {
-    let mut command = Command::new("git");
+impl LocalFetch<'_> {
+    /// Brings `commit` and what it needs into the user's repository, from `refs/heads/<branch>` of
+    /// the remote: no ref, no `FETCH_HEAD`, no tag written. Fails, writing nothing, when the branch
+    /// does not lead to the commit; ends with [`PushError::Stopped`] once `stop` is cancelled, its
+    /// processes killed and the temporary packs they wrote removed.
+    pub(super) fn run(&self, stop: &CancellationToken) -> Result<()> {
+        let remote = self.remote_git_dir()?;
+        let tip = self.git_in(&remote, stop, |git| {
+            git.args(["rev-parse", "--verify", "--quiet", "--end-of-options"])
+                .arg(format!("refs/heads/{}^{{commit}}", self.branch));
+        })?;
+        let tip = match tip {
+            (status, stdout, _) if status.success() => {
+                String::from_utf8_lossy(&stdout).trim().to_owned()
+            }
+            (_, _, stderr) => {
+                return Err(self.failed(format!(
+                    "the remote has no branch {} ({})",
+                    self.branch,
+                    shown_stderr(&stderr)
+                )));
+            }
+        };
+        let (leads, _, _) = self.git_in(&remote, stop, |git| {
+            git.args(["merge-base", "--is-ancestor", "--end-of-options"])
+                .args([self.commit.as_str(), tip.as_str()]);
+        })?;
+        if !leads.success() {
+            return Err(self.failed(format!(
+                "the branch no longer leads to {}: it moved since preflight",
+                self.commit
+            )));
+        }
+        let haves = self.haves_in(&remote, stop)?;
+        let leftovers = PackLeftovers::before(&self.opened.commondir().join("objects"));
+        let copied = self.copy(&remote, &haves, stop);
+        if copied.is_err() {
+            leftovers.remove();
+        }
+        copied
+    }
+
+    /// The remote's git directory: `<path>/.git` when there is one, the path itself otherwise.
+    fn remote_git_dir(&self) -> Result<PathBuf> {
+        let path = match self.url.strip_prefix("file://") {
+            Some(path) => PathBuf::from(std::ffi::OsStr::from_bytes(
+                &percent_encoding::percent_decode_str(path).collect::<Vec<u8>>(),
+            )),
+            None => PathBuf::from(self.url),
+        };
+        let dotted = path.join(".git");
+        let git_dir = if dotted.symlink_metadata().is_ok() {
+            dotted
+        } else {
+            path
+        };
+        if git_dir.symlink_metadata().is_err() {
+            return Err(self.failed(format!(
+                "there is no repository at {}: it does not exist",
+                git_dir.display()
+            )));
+        }
+        Ok(git_dir)
+    }
+
+    /// The tips of the user's refs that the remote holds as commits: what it need not send.
+    fn haves_in(&self, remote: &Path, stop: &CancellationToken) -> Result<Vec<String>> {
+        let mut tips: Vec<String> = self
+            .opened
+            .references()
+            .map_err(|err| {
+                self.failed(format!("listing the repository's refs: {}", err.message()))
+            })?
+            .filter_map(|reference| reference.ok()?.target().map(|id| id.to_string()))
+            .collect();
+        tips.sort();
+        tips.dedup();
+        if tips.is_empty() {
+            return Ok(tips);
+        }
+        let asked = tips
+            .iter()
+            .map(|tip| format!("{tip}\n"))
+            .collect::<String>();
+        let (status, stdout, stderr) = self.git_fed(remote, stop, asked.into_bytes(), |git| {
+            git.args(["cat-file", "--batch-check=%(objectname) %(objecttype)"]);
+        })?;
+        if !status.success() {
+            return Err(self.failed(format!("git cat-file {status}: {}", shown_stderr(&stderr))));
+        }
+        Ok(String::from_utf8_lossy(&stdout)
+            .lines()
+            .filter_map(|line| line.strip_suffix(" commit").map(str::to_owned))
+            .collect())
+    }
+
+    /// `pack-objects` in the remote, of the commit and everything it needs but what `haves` hold,
+    /// piped into `index-pack` in the user's repository.
+    fn copy(&self, remote: &Path, haves: &[String], stop: &CancellationToken) -> Result<()> {
+        let mut packing = git_on(remote);
+        packing
+            .args([
+                "pack-objects",
+                "--revs",
+                "--thin",
+                "--stdout",
+                "--quiet",
+                "--delta-base-offset",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut packer = Group::spawn(packing)
+            .map_err(|err| self.failed(format!("starting git pack-objects: {err}")))?;
+        let revisions = std::iter::once(self.commit.as_str().to_owned())
+            .chain(haves.iter().map(|have| format!("^{have}")))
+            .map(|line| format!("{line}\n"))
+            .collect::<String>();
+        let feeder = feed(packer.0.stdin.take(), revisions.into_bytes());
+        let packed = packer
+            .0
+            .stdout
+            .take()
+            .ok_or_else(|| self.failed("git pack-objects gave no output".to_owned()))?;
+        let mut indexing = git_on(self.opened.commondir());
+        indexing
+            .args(["index-pack", "--stdin", "--fix-thin"])
+            .stdin(Stdio::from(packed))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut indexer = Group::spawn(indexing)
+            .map_err(|err| self.failed(format!("starting git index-pack: {err}")))?;
+        let packer_errors = drain(packer.0.stderr.take());
+        let indexer_errors = drain(indexer.0.stderr.take());
+        let (packed, indexed) = (self.wait(&mut packer, stop), self.wait(&mut indexer, stop));
+        drop((packer, indexer));
+        let _ = feeder.join();
+        let (packer_errors, indexer_errors) = (joined(packer_errors), joined(indexer_errors));
+        let (packed, indexed) = (packed?, indexed?);
+        if !packed.success() {
+            return Err(self.failed(format!(
+                "git pack-objects {packed}: {}",
+                shown_stderr(&packer_errors)
+            )));
+        }
+        if !indexed.success() {
+            return Err(self.failed(format!(
+                "git index-pack {indexed}: {}",
+                shown_stderr(&indexer_errors)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs git in `git_dir` to its end, with nothing on its input.
+    fn git_in(
+        &self,
+        git_dir: &Path,
+        stop: &CancellationToken,
+        args: impl FnOnce(&mut Command),
+    ) -> Result<(ExitStatus, Vec<u8>, Vec<u8>)> {
+        self.git_fed(git_dir, stop, Vec::new(), args)
+    }
+
+    /// Runs git in `git_dir` to its end with `input` on its standard input; its status, output and
+    /// error output (each bounded).
+    fn git_fed(
+        &self,
+        git_dir: &Path,
+        stop: &CancellationToken,
+        input: Vec<u8>,
+        args: impl FnOnce(&mut Command),
+    ) -> Result<(ExitStatus, Vec<u8>, Vec<u8>)> {
+        let mut command = git_on(git_dir);
+        args(&mut command);
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child =
+            Group::spawn(command).map_err(|err| self.failed(format!("starting git: {err}")))?;
+        let feeder = feed(child.0.stdin.take(), input);
+        let output = drain(child.0.stdout.take());
+        let errors = drain(child.0.stderr.take());
+        let status = self.wait(&mut child, stop);
+        drop(child);
+        let _ = feeder.join();
+        let (output, errors) = (joined(output), joined(errors));
+        Ok((status?, output, errors))
+    }
+
+    /// Waits for `child`, or, once `stop` is cancelled, kills its group.
+    fn wait(&self, child: &mut Group, stop: &CancellationToken) -> Result<ExitStatus> {
+        loop {
+            if stop.is_cancelled() {
+                child.kill();
+                return Err(PushError::Stopped {
+                    url: self.url.to_owned(),
+                });
+            }
+            match child.0.try_wait() {
+                Ok(Some(status)) => return Ok(status),
+                Ok(None) => std::thread::sleep(STOP_POLL),
+                Err(err) => {
+                    child.kill();
+                    return Err(self.failed(format!("waiting for git: {err}")));
+                }
+            }
+        }
+    }
+
+    fn failed(&self, detail: String) -> PushError {
+        PushError::FetchFailed {
+            url: self.url.to_owned(),
+            branch: self.branch.to_owned(),
+            repository: self.repository.to_owned(),
+            detail,
+        }
+    }
+}
+
+/// git on `git_dir` with nothing from the environment deciding what it reads or runs, started by
+/// [`guarded`].
+fn git_on(git_dir: &Path) -> Command {
+    let mut command = guarded("git");
     for (name, _) in std::env::vars_os() {
         if name.as_bytes().starts_with(b"GIT_") {
             command.env_remove(name);
@@ -100,55 +292,83 @@ fn fetch_command(git_dir: &Path, url: &str, branch: &str) -> Command {
     command
         .env("GIT_NO_REPLACE_OBJECTS", "1")
         .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_NO_LAZY_FETCH", "1")
         .args(BOUNDED_SETTINGS.iter().flat_map(|setting| ["-c", setting]))
         .arg("--git-dir")
         .arg(git_dir)
-        .args([
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            "--no-write-fetch-head",
-            "--no-recurse-submodules",
-            "--no-auto-maintenance",
-            "--",
-            url,
-        ])
-        .arg(format!("refs/heads/{branch}"))
-        .current_dir(git_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+        .current_dir(git_dir);
     command
 }
 
-/// What every git process of the fetch runs with.
-const BOUNDED_SETTINGS: [&str; 12] = [
-    "protocol.allow=never",
-    "protocol.file.allow=always",
-    "core.packedGitWindowSize=1m",
-    "core.packedGitLimit=64m",
-    // Past this size a blob is streamed and never searched for a delta, on both sides.
-    "core.bigFileThreshold=1m",
-    "pack.windowMemory=64m",
-    "pack.deltaCacheSize=16m",
-    "pack.threads=1",
-    // Always a pack, never loose objects: a stop leaves only temporary packs, which are removed.
-    "fetch.unpackLimit=1",
-    "transfer.unpackLimit=1",
-    "gc.auto=0",
-    "maintenance.auto=false",
-];
+/// `program` in a process group of its own, and, where util-linux's `setpriv` is installed (as on
+/// every common distribution), sent SIGKILL by the kernel if stet dies: `setpriv` sets the
+/// parent-death signal and execs the program in the same process.
+fn guarded(program: &str) -> Command {
+    static SETPRIV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let available = *SETPRIV.get_or_init(|| {
+        Command::new("setpriv")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    });
+    let mut command = if available {
+        let mut command = Command::new("setpriv");
+        command.args(["--pdeathsig", "KILL", "--", program]);
+        command
+    } else {
+        Command::new(program)
+    };
+    command.process_group(0);
+    command
+}
 
-/// The last line git wrote, without control characters, bounded.
+/// Writes `input` to a child's standard input on a thread of its own, then closes it.
+fn feed(
+    stdin: Option<std::process::ChildStdin>,
+    input: Vec<u8>,
+) -> std::thread::JoinHandle<std::io::Result<()>> {
+    std::thread::spawn(move || {
+        let Some(mut stdin) = stdin else {
+            return Ok(());
+        };
+        stdin.write_all(&input)
+    })
+}
+
+/// Reads a child's pipe on a thread of its own, keeping its first [`MAX_STDERR`] bytes.
+fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        if let Some(mut pipe) = pipe {
+            let _ = (&mut pipe).take(MAX_STDERR).read_to_end(&mut kept);
+            let _ = std::io::copy(&mut pipe, &mut std::io::sink());
+        }
+        kept
+    })
+}
+
+fn joined(handle: std::thread::JoinHandle<Vec<u8>>) -> Vec<u8> {
+    handle
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// git's error lines (at most three, without control characters), bounded.
 fn shown_stderr(stderr: &[u8]) -> String {
-    let text = String::from_utf8_lossy(stderr);
-    let last = text
+    let lines: Vec<String> = BufReader::new(stderr)
         .lines()
-        .map(str::trim)
-        .rfind(|line| !line.is_empty())
-        .unwrap_or("no message");
-    let clean: String = last.chars().filter(|c| !c.is_control()).collect();
-    crate::human::truncate(&clean, 512).to_owned()
+        .map_while(std::result::Result::ok)
+        .map(|line| line.chars().filter(|c| !c.is_control()).collect::<String>())
+        .map(|line| line.trim().to_owned())
+        .filter(|line| !line.is_empty())
+        .take(3)
+        .collect();
+    if lines.is_empty() {
+        return "no message".to_owned();
+    }
+    crate::human::truncate(&lines.join(" / "), 1024).to_owned()
 }
 
 /// A child leading a process group of its own; dropping it kills the whole group and reaps the
@@ -156,16 +376,79 @@ fn shown_stderr(stderr: &[u8]) -> String {
 struct Group(Child);
 
 impl Group {
+    /// Starts `command` (made by [`guarded`]) and bounds its address space to
+    /// [`MAX_GIT_ADDRESS_SPACE`] before it has done more than start.
     fn spawn(mut command: Command) -> std::io::Result<Group> {
-        command.process_group(0).spawn().map(Group)
+        let group = Group(command.spawn()?);
+        let limit = Rlimit {
+            current: Some(MAX_GIT_ADDRESS_SPACE),
+            maximum: Some(MAX_GIT_ADDRESS_SPACE),
+        };
+        if let Some(pid) = Pid::from_raw(group.0.id() as i32) {
+            rustix::process::prlimit(Some(pid), Resource::As, limit)?;
+        }
+        Ok(group)
+    }
+
+    fn kill(&mut self) {
+        if let Some(leader) = Pid::from_raw(self.0.id() as i32) {
+            let _ = kill_process_group(leader, Signal::KILL);
+        }
     }
 }
 
 impl Drop for Group {
     fn drop(&mut self) {
-        if let Some(leader) = Pid::from_raw(self.0.id() as i32) {
-            let _ = kill_process_group(leader, Signal::KILL);
+        if matches!(self.0.try_wait(), Ok(None)) {
+            self.kill();
         }
         let _ = self.0.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_git_runs_in_a_group_of_its_own_with_its_address_space_bounded() {
+        let mut command = guarded("sh");
+        command
+            .args(["-c", "read go; cat /proc/self/limits /proc/self/stat"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        let mut child = Group::spawn(command).unwrap();
+        child.0.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        let mut text = String::new();
+        child
+            .0
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut text)
+            .unwrap();
+        let address_space = text
+            .lines()
+            .find(|line| line.starts_with("Max address space"))
+            .unwrap();
+        assert!(
+            address_space.contains(&MAX_GIT_ADDRESS_SPACE.to_string()),
+            "{address_space}"
+        );
+        let stat = text.lines().last().unwrap();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        // `cat`'s process group (the third field after its name) is the shell's own id.
+        assert_eq!(fields[2], child.0.id().to_string(), "{stat}");
+    }
+
+    #[test]
+    fn git_says_at_most_three_lines_without_controls() {
+        let said = shown_stderr(b"fatal: one\n\n\x1b[31mtwo\x1b[0m\nthree\nfour\n");
+        assert_eq!(said, "fatal: one / [31mtwo[0m / three");
     }
 }
