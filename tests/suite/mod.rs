@@ -38,6 +38,7 @@ mod push;
 mod redteam_forges;
 mod redteam_host;
 mod redteam_local_fetch;
+mod redteam_local_fetch2;
 mod redteam_model;
 mod redteam_origins;
 mod redteam_repo;
