@@ -154,7 +154,7 @@ fn processes_naming(needle: &str) -> Vec<i32> {
 
 /// A remote whose `file` (relative to its git directory) is replaced by a FIFO nobody writes; how
 /// long a stop took once git was blocked on it, and the processes left naming the remote.
-fn stopped_on_fifo(file: &str, wire: impl Fn(&Path)) -> (Duration, Vec<i32>, bool) {
+fn stopped_on_fifo(file: &str, wire: impl Fn(&Path)) -> (Duration, Vec<i32>, bool, String) {
     let dir = tempfile::tempdir().unwrap();
     let remote = dir.path().join("remote-fifo");
     let commit = repository_with_history(&remote, 1);
@@ -197,13 +197,17 @@ fn stopped_on_fifo(file: &str, wire: impl Fn(&Path)) -> (Duration, Vec<i32>, boo
         // Unblock the FIFO so this test's own thread ends.
         let _ = std::fs::write(&fifo, b"");
     }
-    let _ = fetch.join();
-    (took, left, reached)
+    let ended = format!("{:?}", fetch.join().unwrap());
+    (took, left, reached, ended)
 }
 
 #[test]
 fn a_stop_ends_a_fetch_whose_remote_branch_is_a_fifo_and_leaves_no_git() {
-    let (took, left, reached) = stopped_on_fifo("refs/heads/main", |_| {});
+    let (took, left, reached, ended) = stopped_on_fifo("refs/heads/main", |_| {});
+    assert!(
+        ended.contains("Stopped"),
+        "the fetch ended {ended}, not by the stop"
+    );
     assert!(reached, "no git of the fetch ever ran in the remote");
     assert!(took < Duration::from_secs(2), "the stop took {took:?}");
     assert!(
@@ -214,9 +218,13 @@ fn a_stop_ends_a_fetch_whose_remote_branch_is_a_fifo_and_leaves_no_git() {
 
 #[test]
 fn a_stop_ends_a_fetch_whose_remote_config_includes_a_fifo_and_leaves_no_git() {
-    let (took, left, reached) = stopped_on_fifo("included", |remote| {
+    let (took, left, reached, ended) = stopped_on_fifo("included", |remote| {
         git(remote, &["config", "include.path", "included"]);
     });
+    assert!(
+        ended.contains("Stopped"),
+        "the fetch ended {ended}, not by the stop"
+    );
     assert!(reached, "no git of the fetch ever ran in the remote");
     assert!(took < Duration::from_secs(2), "the stop took {took:?}");
     assert!(
