@@ -232,3 +232,25 @@ fn a_stop_ends_a_fetch_whose_remote_config_includes_a_fifo_and_leaves_no_git() {
         "git processes left after the stop: {left:?}"
     );
 }
+
+#[test]
+fn a_remote_branch_that_is_a_symlink_to_an_endless_file_ends_at_the_address_space_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote");
+    let commit = repository_with_history(&remote, 1);
+    let branch = remote.join(".git/refs/heads/main");
+    std::fs::remove_file(&branch).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &branch).unwrap();
+    let user = user_repository(&dir.path().join("user"));
+
+    let started = Instant::now();
+    let fetched = fetch_commit(&user, &remote.display().to_string(), "main", &commit, None);
+    let took = started.elapsed();
+
+    let said = format!("{fetched:?}");
+    assert!(
+        said.contains("Out of memory"),
+        "git read the endless ref without meeting its address-space bound: {said}"
+    );
+    assert!(took < Duration::from_secs(30), "the fetch took {took:?}");
+}
