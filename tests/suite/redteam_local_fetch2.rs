@@ -1,7 +1,8 @@
 //! Second round of red-team attacks on the base fetch from a local-path remote, now git's plumbing
 //! (`git/push/local_fetch.rs`): a remote that is a shallow clone, a partial-clone remote whose
-//! promisor would run a program, and a stop while git is blocked on a FIFO in the remote. Each
-//! test proves by effect (the user's object graph, a marker file, a process, the time a stop takes).
+//! promisor would run a program, a stop while git is blocked on a FIFO in the remote, a branch that
+//! is an endless file, the remote's trace2 settings. Each test proves by effect (the user's object
+//! graph, a marker file, a process, the time a stop takes, git's own out-of-memory error).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -253,4 +254,36 @@ fn a_remote_branch_that_is_a_symlink_to_an_endless_file_ends_at_the_address_spac
         "git read the endless ref without meeting its address-space bound: {said}"
     );
     assert!(took < Duration::from_secs(30), "the fetch took {took:?}");
+}
+
+#[test]
+fn a_remotes_trace2_settings_record_nothing_of_the_fetch() {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote");
+    let commit = repository_with_history(&remote, 2);
+    let traces = dir.path().join("traces");
+    std::fs::create_dir(&traces).unwrap();
+    for (key, name) in [
+        ("trace2.eventTarget", "event"),
+        ("trace2.normalTarget", "normal"),
+        ("trace2.perfTarget", "perf"),
+    ] {
+        git(
+            &remote,
+            &["config", key, &traces.join(name).display().to_string()],
+        );
+    }
+    let user = user_repository(&dir.path().join("user"));
+
+    fetch_commit(&user, &remote.display().to_string(), "main", &commit, None).unwrap();
+
+    let written: Vec<_> = std::fs::read_dir(&traces)
+        .unwrap()
+        .filter_map(|entry| entry.ok().map(|entry| entry.file_name()))
+        .collect();
+    assert!(
+        written.is_empty(),
+        "the remote's trace2 settings recorded the fetch (the user's ref tips asked of cat-file \
+         among them): {written:?}"
+    );
 }
