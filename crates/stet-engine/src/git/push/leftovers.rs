@@ -1,6 +1,7 @@
 //! A fetch that is stopped or fails leaves nothing in the user's repository: the temporary packs git
 //! and libgit2 write while objects arrive (`tmp_pack_*`, `tmp_idx_*`, `pack_git2_*`) and a `.keep`
-//! that a killed fetch never got to remove are deleted; what was there before is never touched.
+//! that a killed fetch never got to remove are deleted, and so is a whole pack a fetch wrote and then
+//! found wanting; what was there before is never touched.
 
 use std::collections::HashSet;
 use std::ffi::OsString;
@@ -28,6 +29,17 @@ impl PackLeftovers {
             if !self.before.contains(&name) && is_transient(name.as_bytes()) {
                 let _ = std::fs::remove_file(self.directory.join(&name));
             }
+        }
+    }
+
+    /// Removes the pack `name` (hex, as `index-pack` names it) that a fetch wrote and then found
+    /// wanting: its `.pack`, `.idx`, `.rev` and any `.keep`, `.promisor` or `.bitmap` beside it.
+    pub(super) fn remove_pack(&self, name: &str) {
+        if name.is_empty() || !name.bytes().all(|byte| byte.is_ascii_hexdigit()) {
+            return;
+        }
+        for extension in ["keep", "promisor", "bitmap", "rev", "idx", "pack"] {
+            let _ = std::fs::remove_file(self.directory.join(format!("pack-{name}.{extension}")));
         }
     }
 }
@@ -83,5 +95,27 @@ mod tests {
                 "tmp_pack_old"
             ]
         );
+    }
+
+    #[test]
+    fn a_pack_found_wanting_goes_whole_and_nothing_else_does() {
+        let objects = tempfile::tempdir().unwrap();
+        let pack = objects.path().join("pack");
+        std::fs::create_dir(&pack).unwrap();
+        for name in [
+            "pack-ab12.pack",
+            "pack-ab12.idx",
+            "pack-ab12.rev",
+            "pack-cd34.pack",
+        ] {
+            std::fs::write(pack.join(name), b"x").unwrap();
+        }
+        let leftovers = PackLeftovers::before(objects.path());
+        leftovers.remove_pack("../ab12");
+        leftovers.remove_pack("ab12");
+        let left: Vec<String> = names(&pack)
+            .map(|name| name.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left, ["pack-cd34.pack"]);
     }
 }

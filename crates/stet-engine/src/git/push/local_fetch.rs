@@ -98,7 +98,34 @@ impl LocalFetch<'_> {
         if copied.is_err() {
             leftovers.remove();
         }
-        copied
+        let pack = copied?;
+        let connected = self.check_connected(&haves, stop);
+        if connected.is_err() {
+            leftovers.remove_pack(&pack);
+        }
+        connected
+    }
+
+    /// Checks, in the user's repository, that the commit and everything it reaches are there now, as
+    /// `git fetch` does: a remote that is shallow or grafted packs a commit without its parents,
+    /// which would leave the repository broken.
+    fn check_connected(&self, haves: &[String], stop: &CancellationToken) -> Result<()> {
+        let revisions = std::iter::once(self.commit.as_str().to_owned())
+            .chain(haves.iter().map(|have| format!("^{have}")))
+            .map(|line| format!("{line}\n"))
+            .collect::<String>();
+        let user = self.opened.commondir().to_path_buf();
+        let (status, _, stderr) = self.git_fed(&user, stop, revisions.into_bytes(), |git| {
+            git.args(["rev-list", "--objects", "--quiet", "--stdin"]);
+        })?;
+        if status.success() {
+            return Ok(());
+        }
+        Err(self.failed(format!(
+            "the remote's history of {} is incomplete (a shallow or grafted repository), so nothing of it was kept: {}",
+            self.commit,
+            shown_stderr(&stderr)
+        )))
     }
 
     /// The remote's git directory: `<path>/.git` when there is one, the path itself otherwise.
@@ -156,8 +183,8 @@ impl LocalFetch<'_> {
     }
 
     /// `pack-objects` in the remote, of the commit and everything it needs but what `haves` hold,
-    /// piped into `index-pack` in the user's repository.
-    fn copy(&self, remote: &Path, haves: &[String], stop: &CancellationToken) -> Result<()> {
+    /// piped into `index-pack` in the user's repository; the name of the pack it wrote.
+    fn copy(&self, remote: &Path, haves: &[String], stop: &CancellationToken) -> Result<String> {
         let mut packing = git_on(remote);
         packing
             .args([
@@ -187,16 +214,18 @@ impl LocalFetch<'_> {
         indexing
             .args(["index-pack", "--stdin", "--fix-thin"])
             .stdin(Stdio::from(packed))
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut indexer = Group::spawn(indexing)
             .map_err(|err| self.failed(format!("starting git index-pack: {err}")))?;
         let packer_errors = drain(packer.0.stderr.take());
         let indexer_errors = drain(indexer.0.stderr.take());
+        let indexer_said = drain(indexer.0.stdout.take());
         let (packed, indexed) = (self.wait(&mut packer, stop), self.wait(&mut indexer, stop));
         drop((packer, indexer));
         let _ = feeder.join();
         let (packer_errors, indexer_errors) = (joined(packer_errors), joined(indexer_errors));
+        let indexer_said = joined(indexer_said);
         let (packed, indexed) = (packed?, indexed?);
         if !packed.success() {
             return Err(self.failed(format!(
@@ -210,7 +239,14 @@ impl LocalFetch<'_> {
                 shown_stderr(&indexer_errors)
             )));
         }
-        Ok(())
+        // `pack\t<name>` (or `keep\t<name>`): the pack index-pack wrote.
+        let said = String::from_utf8_lossy(&indexer_said);
+        let name = said
+            .split_whitespace()
+            .nth(1)
+            .filter(|name| name.bytes().all(|byte| byte.is_ascii_hexdigit()))
+            .ok_or_else(|| self.failed(format!("git index-pack named no pack: {}", said.trim())))?;
+        Ok(name.to_owned())
     }
 
     /// Runs git in `git_dir` to its end, with nothing on its input.
