@@ -131,22 +131,6 @@ pub(super) fn cpu_over_window(pid: u32) -> u64 {
     after - before
 }
 
-/// Whether `pid` has exited (a zombie the test has not reaped yet, or gone).
-fn exited(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let state = stat
-                .rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .next()?
-                .to_owned();
-            Some(state == "Z")
-        })
-        .unwrap_or(true)
-}
-
 /// Waits until `pid` has used a whole [`WINDOW`]'s worth of CPU time since `since` ticks: the
 /// costly work is under way. `Err` with the ticks it used when it exited first; fails after
 /// [`PATIENCE`].
@@ -158,7 +142,7 @@ pub(super) fn until_busy(pid: u32, since: u64, what: &str) -> Result<(), u64> {
         if used >= needed {
             return Ok(());
         }
-        if exited(pid) {
+        if !super::support::alive(pid) {
             return Err(used);
         }
         assert!(

@@ -3,7 +3,7 @@
 //! temporary pack in the user's repository, no process still running. Before, libgit2 packed such
 //! a remote in stet's own process: a stop went unheard for 675 s while its memory rose to 1.5 GB.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -14,23 +14,10 @@ use stet_engine::git::push::{PushError, fetch_commit, fetch_commit_until};
 use stet_sanitize::branch::CommitSha;
 use tokio_util::sync::CancellationToken;
 
+use super::support::{alive, git, processes_naming};
+
 /// How long a stopped fetch may take to end before the test calls it a hang.
 const STOPPED_WITHIN: Duration = Duration::from_secs(30);
-
-fn git(directory: &Path, args: &[&str]) -> String {
-    let output = Command::new("git")
-        .arg("-C")
-        .arg(directory)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "base")
-        .env("GIT_AUTHOR_EMAIL", "base@example.invalid")
-        .env("GIT_COMMITTER_NAME", "base")
-        .env("GIT_COMMITTER_EMAIL", "base@example.invalid")
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "git {args:?}: {output:?}");
-    String::from_utf8(output.stdout).unwrap().trim().to_owned()
-}
 
 /// Bytes that do not compress, from a generator seeded by the test.
 fn incompressible(bytes: usize, seed: u64) -> Vec<u8> {
@@ -172,39 +159,6 @@ fn a_branch_of_a_local_remote_that_does_not_lead_to_the_base_is_a_fetch_error() 
     assert_eq!(remote.transient_packs(), Vec::<String>::new());
 }
 
-/// The processes whose command line names `needle`, with their state letter from `/proc/<pid>/stat`.
-fn processes_naming(needle: &str) -> Vec<(u32, char)> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|name| name.parse().ok())
-        else {
-            continue;
-        };
-        let Ok(command_line) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        if !String::from_utf8_lossy(&command_line).contains(needle) {
-            continue;
-        }
-        found.push((pid, process_state(pid).unwrap_or('?')));
-    }
-    found
-}
-
-/// The state letter of `/proc/<pid>/stat`, or `None` once the process is gone.
-fn process_state(pid: u32) -> Option<char> {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            stat.rsplit_once(')')
-                .map(|(_, rest)| rest.trim().to_owned())
-        })
-        .and_then(|rest| rest.chars().next())
-}
-
 /// A hostile local remote whose `HEAD` is a FIFO: git opens it to see whether this is a repository
 /// and waits there for a writer that never comes. The stop must end the fetch, kill
 /// that process with it, and leave the user's repository as it was.
@@ -245,7 +199,7 @@ fn a_stop_ends_a_local_fetch_whose_remote_never_answers_and_kills_its_processes(
     let hanging = std::thread::spawn(move || {
         let deadline = Instant::now() + STOPPED_WITHIN;
         while Instant::now() < deadline {
-            let upload = processes_naming(&marker);
+            let upload = processes_naming(&[&marker]);
             if !upload.is_empty() {
                 return upload;
             }
@@ -274,8 +228,8 @@ fn a_stop_ends_a_local_fetch_whose_remote_never_answers_and_kills_its_processes(
     // SIGKILL has been sent to the whole group; each process is gone (or a zombie) once the kernel
     // has delivered it.
     let deadline = Instant::now() + STOPPED_WITHIN;
-    for (pid, _) in upload {
-        while !matches!(process_state(pid), None | Some('Z') | Some('X')) {
+    for pid in upload {
+        while alive(pid) {
             assert!(
                 Instant::now() < deadline,
                 "git {pid} is still running {STOPPED_WITHIN:?} after the stop"

@@ -12,24 +12,17 @@ use stet_engine::git::push::{fetch_commit, fetch_commit_until};
 use stet_sanitize::branch::CommitSha;
 use tokio_util::sync::CancellationToken;
 
-/// Runs git in `dir` with nothing from the host's configuration deciding identities; its stdout.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let output = Command::new("git")
-        .args(["-c", "user.name=rt", "-c", "user.email=rt@example.invalid"])
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("git runs");
-    assert!(
-        output.status.success(),
-        "git {args:?} in {}: {}",
-        dir.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+use super::support::{alive, git, processes_naming};
+
+/// The running processes whose command line holds every one of `needles`.
+fn live_processes_naming(needles: &[&str]) -> Vec<u32> {
+    processes_naming(needles)
+        .into_iter()
+        .filter(|pid| alive(*pid))
+        .collect()
 }
 
+/// Runs git in `dir` with nothing from the host's configuration deciding identities; its stdout.
 /// A repository at `dir` whose `main` holds one commit with `message`; that commit.
 fn repository_with_commit(dir: &Path, message: &str) -> CommitSha {
     std::fs::create_dir_all(dir).unwrap();
@@ -262,16 +255,6 @@ fn a_missing_remote_is_reported_in_words_that_say_what_failed() {
     );
 }
 
-/// Whether process `pid` still runs (a zombie counts as gone).
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| {
-            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
-            !state.starts_with('Z')
-        })
-        .unwrap_or(false)
-}
-
 #[test]
 fn a_stop_is_prompt_and_leaves_no_process_even_when_the_fetch_started_a_session_of_its_own() {
     let dir = tempfile::tempdir().unwrap();
@@ -311,7 +294,7 @@ fn a_stop_is_prompt_and_leaves_no_process_even_when_the_fetch_started_a_session_
     while !pidfile.exists() && started.elapsed() < Duration::from_secs(20) {
         std::thread::yield_now();
     }
-    let escaped: Option<i32> = std::fs::read_to_string(&pidfile)
+    let escaped: Option<u32> = std::fs::read_to_string(&pidfile)
         .ok()
         .and_then(|pid| pid.trim().parse().ok());
 
@@ -440,25 +423,10 @@ fn a_base_commit_that_inflates_to_hundreds_of_megabytes_does_not_take_the_hosts_
     );
 }
 
-/// The processes whose command line holds `needle` and `also`, with their ids.
-fn processes_with(needle: &str, also: &str) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| {
-                let line = String::from_utf8_lossy(&line);
-                line.contains(needle) && line.contains(also)
-            })
-        })
-        .filter(|pid| alive(*pid))
-        .collect()
-}
-
 /// A dispatch whose base the repository lacks, from a local forge whose git blocks (its
 /// commit-graph file is a FIFO no one writes), is sent `signals`; the git processes of its base fetch
 /// still running once stet has exited.
-fn fetch_processes_after_stet_gets(signals: &[&str]) -> (Option<i32>, Vec<i32>) {
+fn fetch_processes_after_stet_gets(signals: &[&str]) -> (Option<i32>, Vec<u32>) {
     use super::headless::{Project, docker_ready, forever};
     docker_ready();
     let project = Project::new(&forever());
@@ -496,7 +464,7 @@ fn fetch_processes_after_stet_gets(signals: &[&str]) -> (Option<i32>, Vec<i32>) 
         if stet.try_wait().unwrap().is_some() {
             break;
         }
-        fetching = processes_with(&remote, "--git-dir");
+        fetching = live_processes_naming(&[&remote, "--git-dir"]);
         std::thread::yield_now();
     }
     if fetching.is_empty() {
@@ -524,10 +492,10 @@ fn fetch_processes_after_stet_gets(signals: &[&str]) -> (Option<i32>, Vec<i32>) 
     let _ = stet.wait();
     // The kernel signals a dead parent's children as it reaps it: give that a moment to land.
     let reaped = Instant::now();
-    let mut left = processes_with(&remote, "");
+    let mut left = live_processes_naming(&[&remote]);
     while !left.is_empty() && reaped.elapsed() < Duration::from_secs(5) {
         std::thread::yield_now();
-        left = processes_with(&remote, "");
+        left = live_processes_naming(&[&remote]);
     }
     for pid in &left {
         // Only what this test's own stet started: they name this test's remote.

@@ -13,24 +13,9 @@ use stet_engine::git::push::{fetch_commit, fetch_commit_until};
 use stet_sanitize::branch::CommitSha;
 use tokio_util::sync::CancellationToken;
 
-/// Runs git in `dir` with nothing from the host's configuration deciding identities; its stdout.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let output = Command::new("git")
-        .args(["-c", "user.name=rt", "-c", "user.email=rt@example.invalid"])
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("git runs");
-    assert!(
-        output.status.success(),
-        "git {args:?} in {}: {}",
-        dir.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).trim().to_owned()
-}
+use super::support::{git, processes_naming};
 
+/// Runs git in `dir` with nothing from the host's configuration deciding identities; its stdout.
 /// A repository at `dir` whose `main` holds `commits` commits, each with a file of its own; its tip.
 fn repository_with_history(dir: &Path, commits: usize) -> CommitSha {
     std::fs::create_dir_all(dir).unwrap();
@@ -140,22 +125,9 @@ fn a_partial_clone_remote_missing_the_bases_tree_runs_no_promisor_transport() {
     assert!(fetched.is_err(), "a remote missing a tree gave {fetched:?}");
 }
 
-/// Processes whose command line names `needle`, this test's own.
-fn processes_naming(needle: &str) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|line| String::from_utf8_lossy(&line).contains(needle))
-                .unwrap_or(false)
-        })
-        .collect()
-}
-
 /// A remote whose `file` (relative to its git directory) is replaced by a FIFO nobody writes; how
 /// long a stop took once git was blocked on it, and the processes left naming the remote.
-fn stopped_on_fifo(file: &str, wire: impl Fn(&Path)) -> (Duration, Vec<i32>, bool, String) {
+fn stopped_on_fifo(file: &str, wire: impl Fn(&Path)) -> (Duration, Vec<u32>, bool, String) {
     let dir = tempfile::tempdir().unwrap();
     let remote = dir.path().join("remote-fifo");
     let commit = repository_with_history(&remote, 1);
@@ -183,17 +155,17 @@ fn stopped_on_fifo(file: &str, wire: impl Fn(&Path)) -> (Duration, Vec<i32>, boo
     };
     // Wait until a git of the fetch is running in the remote (and so blocked on the FIFO).
     let started = Instant::now();
-    while processes_naming(&url).is_empty() && started.elapsed() < Duration::from_secs(20) {
+    while processes_naming(&[&url]).is_empty() && started.elapsed() < Duration::from_secs(20) {
         std::thread::yield_now();
     }
-    let reached = !processes_naming(&url).is_empty();
+    let reached = !processes_naming(&[&url]).is_empty();
     let stopped_at = Instant::now();
     stop.cancel();
     while !fetch.is_finished() && stopped_at.elapsed() < Duration::from_secs(10) {
         std::thread::yield_now();
     }
     let took = stopped_at.elapsed();
-    let left = processes_naming(&url);
+    let left = processes_naming(&[&url]);
     if !fetch.is_finished() {
         // Unblock the FIFO so this test's own thread ends.
         let _ = std::fs::write(&fifo, b"");

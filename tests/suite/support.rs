@@ -191,6 +191,34 @@ pub(super) fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap().trim().to_owned()
 }
 
+/// Whether process `pid` still runs: one that is gone, a zombie (`Z`) or dead (`X`) has ended.
+pub(super) fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .next()
+                .map(str::to_owned)
+        })
+        .is_some_and(|state| state != "Z" && state != "X")
+}
+
+/// The processes, in whatever state, whose command line holds every one of `needles`.
+pub(super) fn processes_naming(needles: &[&str]) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| {
+                let line = String::from_utf8_lossy(&line);
+                needles.iter().all(|needle| line.contains(needle))
+            })
+        })
+        .collect()
+}
+
 /// Provenance as a dispatch would report it, with no usage reported.
 pub(super) fn provenance(
     credential_kind: &str,
