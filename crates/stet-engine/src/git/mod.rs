@@ -5,6 +5,7 @@
 
 pub mod changes;
 pub mod import;
+mod isolated;
 pub mod origin_guard;
 mod pack;
 pub mod push;

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::leftovers::PackLeftovers;
 use super::{PushError, Result};
+use crate::git::isolated::isolated;
 use stet_sanitize::branch::CommitSha;
 
 /// How often a wait for git asks whether the dispatch was told to stop.
@@ -33,11 +34,9 @@ const MAX_STDERR: u64 = 16 << 10;
 /// memory, so a remote of a few hundred KiB could otherwise make git hold GiBs.
 pub(super) const MAX_GIT_ADDRESS_SPACE: u64 = 1 << 30;
 
-/// What every git process of the fetch runs with: pack windows and caches small, blobs past 1 MiB
-/// streamed rather than searched for deltas, no maintenance.
-const BOUNDED_SETTINGS: [&str; 9] = [
-    "core.packedGitWindowSize=1m",
-    "core.packedGitLimit=64m",
+/// What every git process of the fetch runs with beyond [`isolated`]'s small pack windows: caches
+/// small, blobs past 1 MiB streamed rather than searched for deltas, no maintenance.
+const BOUNDED_SETTINGS: [&str; 7] = [
     "core.deltaBaseCacheLimit=16m",
     "core.bigFileThreshold=1m",
     "pack.windowMemory=64m",
@@ -92,14 +91,24 @@ impl LocalFetch<'_> {
                 self.commit
             )));
         }
-        let haves = self.haves_in(&remote, stop)?;
+        // The commit, and each tip the remote holds that the user's repository has too, as rev-list
+        // lines: what is packed, and then what must be complete.
+        let revisions = std::iter::once(self.commit.as_str().to_owned())
+            .chain(
+                self.haves_in(&remote, stop)?
+                    .iter()
+                    .map(|have| format!("^{have}")),
+            )
+            .map(|line| format!("{line}\n"))
+            .collect::<String>()
+            .into_bytes();
         let leftovers = PackLeftovers::before(&self.opened.commondir().join("objects"));
-        let copied = self.copy(&remote, &haves, stop);
+        let copied = self.copy(&remote, &revisions, stop);
         if copied.is_err() {
             leftovers.remove();
         }
         let pack = copied?;
-        let connected = self.check_connected(&haves, stop);
+        let connected = self.check_connected(&revisions, stop);
         if connected.is_err() {
             leftovers.remove_pack(&pack);
         }
@@ -109,13 +118,9 @@ impl LocalFetch<'_> {
     /// Checks, in the user's repository, that the commit and everything it reaches are there now, as
     /// `git fetch` does: a remote that is shallow or grafted packs a commit without its parents,
     /// which would leave the repository broken.
-    fn check_connected(&self, haves: &[String], stop: &CancellationToken) -> Result<()> {
-        let revisions = std::iter::once(self.commit.as_str().to_owned())
-            .chain(haves.iter().map(|have| format!("^{have}")))
-            .map(|line| format!("{line}\n"))
-            .collect::<String>();
+    fn check_connected(&self, revisions: &[u8], stop: &CancellationToken) -> Result<()> {
         let user = self.opened.commondir().to_path_buf();
-        let (status, _, stderr) = self.git_fed(&user, stop, revisions.into_bytes(), |git| {
+        let (status, _, stderr) = self.git_fed(&user, stop, revisions.to_vec(), |git| {
             git.args(["rev-list", "--objects", "--quiet", "--stdin"]);
         })?;
         if status.success() {
@@ -182,9 +187,10 @@ impl LocalFetch<'_> {
             .collect())
     }
 
-    /// `pack-objects` in the remote, of the commit and everything it needs but what `haves` hold,
-    /// piped into `index-pack` in the user's repository; the name of the pack it wrote.
-    fn copy(&self, remote: &Path, haves: &[String], stop: &CancellationToken) -> Result<String> {
+    /// `pack-objects` in the remote, of what `revisions` name (the commit and everything it needs
+    /// but what the haves hold), piped into `index-pack` in the user's repository; the name of the
+    /// pack it wrote.
+    fn copy(&self, remote: &Path, revisions: &[u8], stop: &CancellationToken) -> Result<String> {
         let mut packing = git_on(remote);
         packing
             .args([
@@ -200,11 +206,7 @@ impl LocalFetch<'_> {
             .stderr(Stdio::piped());
         let mut packer = Group::spawn(packing)
             .map_err(|err| self.failed(format!("starting git pack-objects: {err}")))?;
-        let revisions = std::iter::once(self.commit.as_str().to_owned())
-            .chain(haves.iter().map(|have| format!("^{have}")))
-            .map(|line| format!("{line}\n"))
-            .collect::<String>();
-        let feeder = feed(packer.0.stdin.take(), revisions.into_bytes());
+        let feeder = feed(packer.0.stdin.take(), revisions.to_vec());
         let packed = packer
             .0
             .stdout
@@ -319,14 +321,8 @@ impl LocalFetch<'_> {
 /// git on `git_dir` with nothing from the environment deciding what it reads or runs, started by
 /// [`guarded`].
 fn git_on(git_dir: &Path) -> Command {
-    let mut command = guarded("git");
-    for (name, _) in std::env::vars_os() {
-        if name.as_bytes().starts_with(b"GIT_") {
-            command.env_remove(name);
-        }
-    }
+    let mut command = isolated(guarded("git"));
     command
-        .env("GIT_NO_REPLACE_OBJECTS", "1")
         .env("GIT_TERMINAL_PROMPT", "0")
         .env("GIT_NO_LAZY_FETCH", "1")
         .args(BOUNDED_SETTINGS.iter().flat_map(|setting| ["-c", setting]))

@@ -23,6 +23,7 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use rustix::pipe::SpliceFlags;
 
 use super::{Context, Result, WorkspaceError};
+use crate::git::isolated::isolated;
 
 /// The buffer each blob streams through, and the most one splice moves.
 const STREAM_BUFFER: usize = 1 << 20;
@@ -77,22 +78,8 @@ fn is_blob(mode: i32) -> bool {
 /// A git command on the user's repository, with nothing from the environment deciding which
 /// objects it reads.
 fn git_on(source: &Repository, context: &Context<'_>) -> Command {
-    let mut command = Command::new("git");
-    for (name, _) in std::env::vars_os() {
-        if name.as_bytes().starts_with(b"GIT_") {
-            command.env_remove(name);
-        }
-    }
+    let mut command = isolated(Command::new("git"));
     command
-        .env("GIT_NO_REPLACE_OBJECTS", "1")
-        // git maps packs in windows of 1 GiB, which a large blob makes resident: small windows keep
-        // its memory flat whatever the blob's size.
-        .args([
-            "-c",
-            "core.packedGitWindowSize=1m",
-            "-c",
-            "core.packedGitLimit=64m",
-        ])
         .arg("--git-dir")
         .arg(source.path())
         .current_dir(context.repository);
