@@ -504,6 +504,7 @@ const FLOORS: &[&[&str]] = &[
         "image",
         "kinds",
         "private_files",
+        "unix_server",
         "untrusted_tree",
         "workflow",
     ],

@@ -1506,6 +1506,7 @@ impl FixtureBuilder {
             base: Default::default(),
             protected: ProtectedPaths::default(),
             gateway: None,
+            egress: None,
         };
         let parts = Arc::new(DispatchContext {
             repository: repo.clone(),

@@ -452,6 +452,7 @@ fn provenance() -> Provenance {
         cost_usd: None,
         peak_reserved_usd: None,
         network: "none".into(),
+        egress: None,
         credential_kind: "github-app".into(),
         redactions: 0,
         duration: Duration::from_secs(90),

@@ -484,6 +484,7 @@ async fn a_github_409_that_is_not_a_duplicate_is_not_reported_as_an_existing_pul
         cost_usd: None,
         peak_reserved_usd: None,
         network: "none".into(),
+        egress: None,
         credential_kind: "fallback".into(),
         redactions: 0,
         duration: Duration::from_secs(1),

@@ -236,6 +236,7 @@ pub(super) fn provenance(
         cost_usd: None,
         peak_reserved_usd: None,
         network: "none".into(),
+        egress: None,
         credential_kind: credential_kind.into(),
         redactions: 3,
         duration: std::time::Duration::from_secs(5),

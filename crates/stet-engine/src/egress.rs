@@ -10,12 +10,28 @@ pub mod presets;
 pub mod proxy;
 
 use self::hosts::{AllowRule, Target};
+use self::proxy::EgressBounds;
+
+/// A dispatch's egress, as configured: what the proxy lets through, its bounds, and the upload past
+/// which a result waits for a person's review.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressSettings {
+    /// What the proxy allows.
+    pub policy: EgressPolicy,
+    /// What one dispatch's proxy allows in all.
+    pub bounds: EgressBounds,
+    /// Bytes uploaded past which the result is held at review, the hosts named.
+    pub review_upload_bytes: u64,
+}
 
 /// What a person allowed, read from their configuration.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EgressPolicy {
     /// The allowed hosts, each with where it came from (`allow` or `preset <name>`).
     pub rules: Vec<(AllowRule, String)>,
+    /// Hosts removed from what `rules` allow (a repository's `[network] deny`), each with where it
+    /// came from.
+    pub deny: Vec<(AllowRule, String)>,
     /// Whether a rule without a port also allows port 80 (plain HTTP).
     pub allow_http: bool,
     /// Host names never reached through the proxy whatever the rules say: the forge's and the
@@ -45,20 +61,33 @@ pub enum Verdict {
 impl EgressPolicy {
     /// Whether `target` on `port` may be reached (before its name is resolved).
     pub fn decide(&self, target: &Target, port: u16) -> Verdict {
-        if let Target::Name(name) = target
-            && self
-                .never
-                .iter()
-                .any(|never| never.eq_ignore_ascii_case(name))
+        let asked = match target {
+            Target::Name(name) => name.clone(),
+            Target::Address(address) => address.to_string(),
+        };
+        if self
+            .never
+            .iter()
+            .any(|never| never.eq_ignore_ascii_case(&asked))
         {
             return Verdict::Refused {
                 reason: format!(
-                    "{name} is the forge's or the model's host, which the agent never reaches through the proxy (stet holds its credentials)"
+                    "{target} is the forge's or the model's host, which the agent never reaches through the proxy (stet holds its credentials)"
                 ),
                 hint: None,
             };
         }
         let default_port = port == 443 || (self.allow_http && port == 80);
+        if let Some((rule, origin)) = self
+            .deny
+            .iter()
+            .find(|(rule, _)| rule.port.is_none_or(|denied| denied == port) && rule.covers(target))
+        {
+            return Verdict::Refused {
+                reason: format!("{target}:{port} is removed by \"{rule}\" in {origin}"),
+                hint: None,
+            };
+        }
         for (rule, origin) in &self.rules {
             let port_allowed = match rule.port {
                 Some(allowed) => allowed == port,
@@ -98,8 +127,14 @@ mod tests {
                 .iter()
                 .map(|line| (AllowRule::parse(line).unwrap(), "allow".to_owned()))
                 .collect(),
+            deny: Vec::new(),
             allow_http,
-            never: vec!["api.github.com".into(), "models.example.org".into()],
+            never: vec![
+                "api.github.com".into(),
+                "models.example.org".into(),
+                "192.0.2.9".into(),
+                "2001:db8::9".into(),
+            ],
             loopback_for_tests: false,
         }
     }
@@ -160,14 +195,50 @@ mod tests {
 
     #[test]
     fn the_forge_and_model_hosts_are_never_allowed_even_when_listed() {
-        let listed = policy(&["api.github.com", "*.example.org"], false);
-        for host in ["api.github.com", "API.GitHub.com.", "models.example.org"] {
+        let listed = policy(
+            &[
+                "api.github.com",
+                "*.example.org",
+                "192.0.2.9",
+                "[2001:db8::9]",
+            ],
+            false,
+        );
+        for host in [
+            "api.github.com",
+            "API.GitHub.com.",
+            "models.example.org",
+            "192.0.2.9",
+            "[2001:db8::9]",
+        ] {
             let Verdict::Refused { reason, hint } = listed.decide(&target(host), 443) else {
                 panic!("{host} allowed");
             };
             assert!(reason.contains("never reaches"), "{reason}");
             assert_eq!(hint, None);
         }
+        assert!(matches!(
+            listed.decide(&target("pkg.example.org"), 443),
+            Verdict::Allowed { .. }
+        ));
+    }
+
+    #[test]
+    fn a_deny_rule_removes_what_an_allow_rule_covers() {
+        let mut listed = policy(&["*.example.org", "pypi.org"], false);
+        listed.deny = vec![(
+            AllowRule::parse("upload.example.org").unwrap(),
+            "the repository's stet.toml".to_owned(),
+        )];
+        let Verdict::Refused { reason, hint } = listed.decide(&target("upload.example.org"), 443)
+        else {
+            panic!("allowed");
+        };
+        assert_eq!(
+            reason,
+            "upload.example.org:443 is removed by \"upload.example.org\" in the repository's stet.toml"
+        );
+        assert_eq!(hint, None);
         assert!(matches!(
             listed.decide(&target("pkg.example.org"), 443),
             Verdict::Allowed { .. }

@@ -158,8 +158,9 @@ impl Engine {
         )?;
         let providers: Vec<Arc<dyn CredentialProvider>> = vec![Arc::clone(&setup.credentials)];
         let service = DispatchService::new(runtime, journal, &options.state_dir, providers);
-        if gateway.is_some() {
-            // Every dispatch's gateway socket goes here: refuse at launch, not at the first dispatch.
+        let egress = egress_settings(&options.config);
+        if gateway.is_some() || egress.is_some() {
+            // Every dispatch's channel sockets go here: refuse at launch, not at the first dispatch.
             service.socket_place().prepare()?;
         }
         let sweep = service.sweep_orphans().await?;
@@ -195,6 +196,7 @@ impl Engine {
                 base: config.base,
                 protected: config.protected_paths.clone(),
                 gateway,
+                egress,
             },
         };
         Ok(Engine {
@@ -217,6 +219,29 @@ impl Engine {
         let (handle, task) = Dispatcher::start(self.service, self.parts, self.concurrency, events);
         (handle, receiver, task)
     }
+}
+
+/// The egress proxy's settings when `[network]` allows hosts, with the hosts of the forge and the
+/// model endpoint added to those never reached: stet holds their credentials, and the agent must
+/// have no path to them but stet's own.
+fn egress_settings(config: &crate::config::Config) -> Option<crate::egress::EgressSettings> {
+    let mut egress = config.network.egress.clone()?;
+    let forge = match &config.forge {
+        crate::config::ForgeConfig::Local { .. } => Vec::new(),
+        crate::config::ForgeConfig::GitHub(settings)
+        | crate::config::ForgeConfig::Gitea(settings)
+        | crate::config::ForgeConfig::GitLab(settings) => {
+            vec![settings.api_url.as_str(), settings.git_url.as_str()]
+        }
+    };
+    let urls = forge.into_iter().chain(config.model.base_url.as_deref());
+    for host in urls.filter_map(|url| url.parse::<hyper::Uri>().ok()?.host().map(str::to_owned)) {
+        let host = host.trim_matches(['[', ']']).to_ascii_lowercase();
+        if !egress.policy.never.contains(&host) {
+            egress.policy.never.push(host);
+        }
+    }
+    Some(egress)
 }
 
 /// The model gateway's settings when `[model] base_url` is set: the key read from the variable

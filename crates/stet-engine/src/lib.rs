@@ -26,5 +26,6 @@ pub mod logging;
 pub mod private_files;
 pub mod runtime;
 pub mod state_dir;
+pub mod unix_server;
 pub mod untrusted_tree;
 pub mod workflow;

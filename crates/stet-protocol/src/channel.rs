@@ -2,7 +2,7 @@
 //! whose rows each map a TCP port on the container's loopback to a host endpoint, all over one
 //! transport. Today the one transport is the socket directory the engine bind-mounts into the
 //! sandbox (a channel's host endpoint is the unix socket named after it there) and the one channel
-//! is `model`, the gateway's. The engine builds the table and writes it on the keepalive's command
+//! is `model`, the gateway's, and `egress`, the egress proxy's when a person allowed hosts. The engine builds the table and writes it on the keepalive's command
 //! line ([`ChannelTable::args`]); the relay reads it back ([`ChannelTable::parse`]) and serves
 //! exactly its rows, so a next channel is a row, not a change to either side's flow.
 //!
@@ -18,6 +18,13 @@ pub const MODEL: &str = "model";
 
 /// The model channel's port on the container's loopback.
 pub const MODEL_PORT: u16 = 4141;
+
+/// The egress proxy's channel: the HTTP proxy the agent's clients reach allowed hosts through
+/// (DESIGN §5 row 20).
+pub const EGRESS: &str = "egress";
+
+/// The egress channel's port on the container's loopback.
+pub const EGRESS_PORT: u16 = 4142;
 
 /// The longest channel name.
 pub const MAX_NAME_BYTES: usize = 32;
@@ -93,6 +100,14 @@ impl Channel {
         Channel {
             name: MODEL.to_owned(),
             port: MODEL_PORT,
+        }
+    }
+
+    /// The egress proxy's channel, [`EGRESS`] on [`EGRESS_PORT`].
+    pub fn egress() -> Channel {
+        Channel {
+            name: EGRESS.to_owned(),
+            port: EGRESS_PORT,
         }
     }
 

@@ -16,7 +16,7 @@ use stet_sanitize::sanitize::SanitizedText;
 use crate::state::Phase;
 
 /// The schema version in every event's `v` field. Bumped on any incompatible change.
-pub const EVENT_SCHEMA_VERSION: u32 = 3;
+pub const EVENT_SCHEMA_VERSION: u32 = 4;
 
 const DISPATCH_ID_PREFIX: &str = "stet-dispatch-";
 
@@ -215,6 +215,51 @@ pub enum EventKind {
         /// The configured price of one call, in dollars.
         price_usd: f64,
     },
+    /// A connection the agent made through the dispatch's egress proxy (`[network] allow`), allowed
+    /// or refused: the host and port it asked for, the address stet connected to, and the bytes
+    /// each way. The proxy sees host names, never paths.
+    Egress {
+        /// The host as the agent asked for it.
+        host: SanitizedText,
+        /// The port it asked for.
+        port: u16,
+        /// The address stet resolved and connected to, when it did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        address: Option<String>,
+        /// Whether the policy allowed it.
+        allowed: bool,
+        /// `allowed by <rule>; <how it ended>` or `refused: <reason>`.
+        outcome: SanitizedText,
+        /// For a refusal a rule would lift, the line to add to the configuration.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hint: Option<SanitizedText>,
+        /// Bytes the agent sent through it.
+        up: u64,
+        /// Bytes it received through it.
+        down: u64,
+        /// How long it lasted, in milliseconds.
+        millis: u64,
+    },
+    /// What the dispatch's egress proxy saw in all, once the agent's work is over: the counts, the
+    /// bytes each way and the hosts reached (the first [`MAX_LISTED`]).
+    EgressSummary {
+        /// Connections allowed.
+        allowed: u64,
+        /// Connections refused.
+        refused: u64,
+        /// Bytes the agent sent out.
+        uploaded: u64,
+        /// Bytes it received.
+        downloaded: u64,
+        /// The hosts it reached, as `host:port`.
+        hosts: Vec<SanitizedText>,
+        /// How many more hosts it reached than `hosts` lists.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        hosts_not_listed: usize,
+        /// Connections whose `egress` event was not sent live (too many at once); they are counted here.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        not_shown: usize,
+    },
     /// Something a person should know that did not stop the dispatch (e.g. a teardown step failed).
     Warning {
         /// What the person should know.
@@ -291,6 +336,8 @@ impl EventKind {
             EventKind::ImagePull { .. } => "image_pull",
             EventKind::GatewayRefusal { .. } => "gateway_refusal",
             EventKind::GatewayEgress { .. } => "gateway_egress",
+            EventKind::Egress { .. } => "egress",
+            EventKind::EgressSummary { .. } => "egress_summary",
             EventKind::Warning { .. } => "warning",
             EventKind::Collected { .. } => "collected",
             EventKind::Pushed { .. } => "pushed",

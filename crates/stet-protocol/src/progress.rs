@@ -83,6 +83,38 @@ pub fn progress_line(event: &Event) -> Option<String> {
                 progress_text(tool.as_str())
             )
         }
+        EventKind::Egress {
+            host,
+            port,
+            allowed,
+            outcome,
+            hint,
+            up,
+            down,
+            ..
+        } => {
+            let host = progress_text(host.as_str());
+            match (allowed, hint) {
+                (true, _) => format!("  network: {host}:{port} ({up} B up, {down} B down)"),
+                (false, Some(hint)) => format!(
+                    "  network refused {host}:{port}: {}",
+                    progress_text(hint.as_str())
+                ),
+                (false, None) => format!(
+                    "  network refused {host}:{port}: {}",
+                    progress_text(outcome.as_str())
+                ),
+            }
+        }
+        EventKind::EgressSummary {
+            allowed,
+            refused,
+            uploaded,
+            downloaded,
+            ..
+        } => format!(
+            "  network: {allowed} connection(s) allowed, {refused} refused, {uploaded} B up, {downloaded} B down"
+        ),
         EventKind::Warning { message } => format!("warning: {}", progress_text(message.as_str())),
         EventKind::Collected {
             files,

@@ -28,8 +28,8 @@ pub use review::{PatchState, PatchText};
 pub use search::{Direction, MAX_QUERY_CHARS, Search};
 pub use view::{
     Badge, BoundedRing, ClippedText, CollectedResult, CostMeter, DEFAULT_TRANSCRIPT_CAPACITY,
-    DispatchPlan, DispatchView, ImagePullProgress, MAX_DISPLAY_TEXT_BYTES, MAX_WARNINGS, Outcome,
-    PhaseSpan, PullRequestLink, PushedBranch, Teardown, TranscriptLine,
+    DispatchPlan, DispatchView, ImagePullProgress, MAX_DISPLAY_TEXT_BYTES, MAX_WARNINGS,
+    NetworkLine, Outcome, PhaseSpan, PullRequestLink, PushedBranch, Teardown, TranscriptLine,
 };
 
 /// One line of the inbox: a brief that can be dispatched, or a file that failed to read.

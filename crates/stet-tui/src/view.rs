@@ -110,7 +110,8 @@ impl Detail {
     /// The timeline's and the meter's columns of `area`: the meter keeps what its lines need (27
     /// columns, 22 while it has no usage to show) and the timeline takes the rest.
     fn columns(area: Rect, view: &DispatchView) -> [Rect; 2] {
-        let meter = if view.cost.is_none() && view.last_refusal.is_none() {
+        let meter = if view.cost.is_none() && view.last_refusal.is_none() && view.network.is_none()
+        {
             22.min(area.width / 2)
         } else {
             (area.width * 45 / 100).max(27).min(area.width / 2)

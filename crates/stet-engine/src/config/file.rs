@@ -195,6 +195,14 @@ pub(super) struct InboxSection {
 #[serde(deny_unknown_fields, default)]
 pub(super) struct NetworkSection {
     pub ca_bundle: Setting<PathBuf>,
+    pub allow: Setting<Vec<String>>,
+    pub presets: Setting<Vec<String>>,
+    pub allow_http: Setting<bool>,
+    pub egress: Setting<bool>,
+    pub deny: Setting<Vec<String>>,
+    pub max_upload_bytes: Setting<u64>,
+    pub review_upload_bytes: Setting<u64>,
+    pub loopback_for_tests: Setting<bool>,
 }
 
 /// `[review]`

@@ -13,6 +13,7 @@
 //! its content ([`trust`], `stet trust`). Secrets are only ever referenced (`token_env`,
 //! `token_command`, `api_key_env`, a key file's path), never written inline: an inline one is refused.
 
+mod egress;
 mod file;
 mod layers;
 pub mod repository;
@@ -380,6 +381,9 @@ pub struct NetworkConfig {
     /// A PEM file of certificate authorities trusted besides the webpki roots
     /// (`network.ca_bundle`), for a forge or a model endpoint behind a private CA.
     pub ca_bundle: Option<PathBuf>,
+    /// The agent's egress through the host's proxy (`network.allow`, `presets`, …); `None`: the
+    /// sandbox reaches nothing (its host names of the forge and model are filled in by the engine).
+    pub egress: Option<crate::egress::EgressSettings>,
 }
 
 impl NetworkConfig {

@@ -338,6 +338,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
     let ca_bundle = layers.machine("network.ca_bundle", Reason::HostPath, |s| {
         &s.network.ca_bundle
     });
+    let egress = super::egress::read(layers);
     if !layers.refusals().is_empty() {
         return Err(ConfigError::Untrusted {
             refusals: layers.refusals_by_line(),
@@ -545,8 +546,11 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
             Some(bytes) => bytes.value,
         },
         image: non_empty(image, "dispatch.image")?,
-        allow_network: allow_network.is_some_and(|allowed| allowed.value),
+        allow_network: allow_network.as_ref().is_some_and(|allowed| allowed.value),
     };
+    let bridge = allow_network
+        .filter(|allowed| allowed.value)
+        .map(|allowed| allowed.origin);
     let harness = HarnessConfig {
         kind: harness_kind.map(|kind| kind.value).unwrap_or_default(),
         script: ScriptHarnessSettings {
@@ -639,6 +643,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
             }
             other => other.map(Sourced::into_path),
         },
+        egress: super::egress::resolve(egress, bridge.as_ref())?,
     };
     Ok(Config {
         forge,

@@ -13,8 +13,23 @@ use crate::runtime::GATEWAY_MOUNT;
 
 /// Every channel a dispatch may open; the socket directory must hold the longest of their sockets.
 pub fn known() -> Vec<Channel> {
-    vec![Channel::model()]
+    vec![Channel::model(), Channel::egress()]
 }
+
+/// The proxy variables every client in the sandbox reads (curl, pip, git, cargo, npm, apt's https
+/// method, the agents' own CLIs), in both cases since clients differ in which they read.
+const PROXY_VARIABLES: [&str; 6] = [
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+];
+
+/// What never goes through the proxy: the sandbox's own loopback, where the relay serves the model
+/// channel and the agent's own test servers listen.
+const NO_PROXY: &str = "127.0.0.1,localhost,::1";
 
 /// The channels one dispatch opens, over the socket directory mounted at [`GATEWAY_MOUNT`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,13 +38,13 @@ pub struct DispatchChannels {
 }
 
 impl DispatchChannels {
-    /// The channels of a dispatch: the model's when a gateway serves it (`gateway`), none otherwise.
-    pub fn for_dispatch(gateway: bool) -> DispatchChannels {
-        let rows = if gateway {
-            vec![Channel::model()]
-        } else {
-            Vec::new()
-        };
+    /// The channels of a dispatch: the model's when a gateway serves it (`gateway`), the egress
+    /// proxy's when hosts are allowed (`egress`).
+    pub fn for_dispatch(gateway: bool, egress: bool) -> DispatchChannels {
+        let rows = [(gateway, Channel::model()), (egress, Channel::egress())]
+            .into_iter()
+            .filter_map(|(open, channel)| open.then_some(channel))
+            .collect();
         DispatchChannels::with(rows)
     }
 
@@ -63,6 +78,23 @@ impl DispatchChannels {
             .map(|model| format!("http://{}/v1", model.address()))
     }
 
+    /// The environment every process of the agent gets for the open channels: the proxy variables
+    /// at the egress channel, and `NO_PROXY` for the sandbox's loopback, when it is open; nothing
+    /// otherwise (a client with no proxy variable reaches nothing, the container having no network).
+    pub fn sandbox_env(&self) -> Vec<(String, String)> {
+        let Some(egress) = self.table.get(channel::EGRESS) else {
+            return Vec::new();
+        };
+        let proxy = format!("http://{}", egress.address());
+        let mut env: Vec<(String, String)> = PROXY_VARIABLES
+            .iter()
+            .map(|name| ((*name).to_owned(), proxy.clone()))
+            .collect();
+        env.push(("NO_PROXY".to_owned(), NO_PROXY.to_owned()));
+        env.push(("no_proxy".to_owned(), NO_PROXY.to_owned()));
+        env
+    }
+
     /// Where the host serves the channel `name` in the dispatch's socket directory `dir`, when the
     /// dispatch opens it.
     pub fn host_socket(&self, dir: &Path, name: &str) -> Option<PathBuf> {
@@ -79,7 +111,7 @@ mod tests {
     #[test]
     fn a_dispatch_with_a_gateway_opens_the_model_channel_and_one_without_none() {
         let keepalive = ["/usr/local/bin/stet".to_owned(), "sandbox-idle".to_owned()];
-        let model = DispatchChannels::for_dispatch(true);
+        let model = DispatchChannels::for_dispatch(true, false);
         assert!(!model.is_empty());
         assert_eq!(
             model.keepalive(&keepalive),
@@ -102,11 +134,37 @@ mod tests {
         );
         assert_eq!(model.host_socket(Path::new("/tmp/d"), "egress"), None);
 
-        let none = DispatchChannels::for_dispatch(false);
+        assert!(model.sandbox_env().is_empty());
+
+        let none = DispatchChannels::for_dispatch(false, false);
         assert!(none.is_empty());
+        assert!(none.sandbox_env().is_empty());
         assert_eq!(none.keepalive(&keepalive), keepalive);
         assert_eq!(none.model_url(), None);
         assert_eq!(none.host_socket(Path::new("/tmp/d"), channel::MODEL), None);
+    }
+
+    #[test]
+    fn the_egress_channel_gives_every_client_the_proxy_and_keeps_loopback_direct() {
+        let both = DispatchChannels::for_dispatch(true, true);
+        assert_eq!(
+            both.keepalive(&[])[2..],
+            ["--channel", "model=4141", "--channel", "egress=4142"]
+        );
+        assert_eq!(
+            both.host_socket(Path::new("/tmp/d"), channel::EGRESS),
+            Some(PathBuf::from("/tmp/d/egress.sock"))
+        );
+        let env: std::collections::BTreeMap<String, String> =
+            both.sandbox_env().into_iter().collect();
+        for name in PROXY_VARIABLES {
+            assert_eq!(env[name], "http://127.0.0.1:4142", "{name}");
+        }
+        assert_eq!(env["NO_PROXY"], "127.0.0.1,localhost,::1");
+        assert_eq!(env["no_proxy"], env["NO_PROXY"]);
+        let egress_only = DispatchChannels::for_dispatch(false, true);
+        assert_eq!(egress_only.model_url(), None);
+        assert_eq!(egress_only.sandbox_env().len(), 8);
     }
 
     #[test]

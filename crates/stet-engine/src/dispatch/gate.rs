@@ -65,6 +65,30 @@ impl fmt::Display for SecretFinding {
     }
 }
 
+/// The agent uploaded more through the egress proxy than the review threshold: whatever the diff,
+/// a person sees where the bytes went before the result is pushed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadHold {
+    /// Bytes the agent sent out.
+    pub uploaded: u64,
+    /// The threshold (`network.review_upload_bytes`).
+    pub threshold: u64,
+    /// The hosts it sent them to, as `host:port (bytes)`, most first.
+    pub hosts: Vec<String>,
+}
+
+impl fmt::Display for UploadHold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the agent uploaded {} bytes through the egress proxy, past the review threshold of {} (network.review_upload_bytes), to {}",
+            self.uploaded,
+            self.threshold,
+            self.hosts.join(", ")
+        )
+    }
+}
+
 /// What the gate found in one result.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GateReport {
@@ -72,6 +96,8 @@ pub struct GateReport {
     pub held: Vec<HeldPath>,
     /// What looks like a secret in the lines the result adds.
     pub secrets: Vec<SecretFinding>,
+    /// Uploads past the review threshold, when the agent made them.
+    pub uploads: Option<UploadHold>,
 }
 
 impl GateReport {
@@ -93,7 +119,7 @@ impl GateReport {
 
     /// Whether a person must approve the result before it is pushed.
     pub fn needs_approval(&self) -> bool {
-        !self.held.is_empty() || !self.secrets.is_empty()
+        !self.held.is_empty() || !self.secrets.is_empty() || self.uploads.is_some()
     }
 }
 
@@ -150,6 +176,7 @@ pub fn inspect_until(
     Ok(GateReport {
         held,
         secrets: secrets::scan_until(changes, sanitizer, interrupted)?,
+        uploads: None,
     })
 }
 
@@ -193,10 +220,24 @@ mod tests {
         let report = GateReport {
             held: Vec::new(),
             secrets: vec![shaped, known],
+            uploads: None,
         };
         assert_eq!(report.known_values().len(), 1);
         assert_eq!(report.shaped_secrets().len(), 1);
         assert!(report.needs_approval());
+        let uploads = GateReport {
+            uploads: Some(UploadHold {
+                uploaded: 2_000_000,
+                threshold: 1_048_576,
+                hosts: vec!["paste.example.org:443 (2000000 B)".into()],
+            }),
+            ..GateReport::default()
+        };
+        assert!(uploads.needs_approval());
+        assert_eq!(
+            uploads.uploads.unwrap().to_string(),
+            "the agent uploaded 2000000 bytes through the egress proxy, past the review threshold of 1048576 (network.review_upload_bytes), to paste.example.org:443 (2000000 B)"
+        );
         assert!(!GateReport::default().needs_approval());
     }
 

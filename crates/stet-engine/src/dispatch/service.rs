@@ -150,6 +150,8 @@ pub struct DispatchSettings {
     pub protected: ProtectedPaths,
     /// The model gateway each dispatch runs; `None`: no model endpoint is configured.
     pub gateway: Option<GatewaySettings>,
+    /// The egress proxy each dispatch runs; `None`: the agent reaches no host at all.
+    pub egress: Option<crate::egress::EgressSettings>,
 }
 
 /// Where the model gateway forwards and with which key (which stays in stet's process).

@@ -4,17 +4,18 @@
 //! down, idle and total time). Every connection, allowed or refused, leaves a record.
 
 use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpStream, UnixListener, UnixStream};
-use tokio::sync::{Semaphore, oneshot};
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::net::{TcpStream, UnixStream};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+use crate::unix_server::{self, BindError};
 
 use super::address;
 use super::head::{self, Asked, MAX_HEAD_BYTES};
@@ -24,11 +25,14 @@ use super::{EgressPolicy, Verdict};
 /// How many records a proxy keeps (the oldest go first; the counts stay whole).
 const MAX_RECORDS: usize = 4096;
 
+/// How many records may wait to be published live; past it a record is only counted and kept.
+const LIVE_RECORDS: usize = 256;
+
 /// The buffer each direction of a relayed connection reads into.
 const RELAY_BUFFER: usize = 64 << 10;
 
 /// What one dispatch's proxy allows in all.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EgressBounds {
     /// Connections open at once; more wait in the socket's backlog, holding nothing of stet's.
     pub max_connections: usize,
@@ -66,8 +70,12 @@ pub struct EgressRecord {
     pub port: u16,
     /// The address stet connected to, when it did.
     pub address: Option<SocketAddr>,
+    /// Whether the policy allowed it.
+    pub allowed: bool,
     /// `allowed by <rule>` or `refused: <reason>`, and how it ended.
     pub outcome: String,
+    /// For a refusal a rule would lift, the line to add to the configuration.
+    pub hint: Option<String>,
     /// Bytes the agent sent through it.
     pub up: u64,
     /// Bytes it received through it.
@@ -91,6 +99,27 @@ pub struct EgressReport {
     pub last_refused: Option<(String, Option<String>)>,
     /// The latest records, oldest first (at most [`MAX_RECORDS`]).
     pub records: Vec<EgressRecord>,
+    /// Records that could not be handed over live (too many at once).
+    pub not_sent: usize,
+}
+
+impl EgressReport {
+    /// The hosts reached (allowed and connected), as `host:port`, each once, in the order first
+    /// reached.
+    pub fn hosts_reached(&self) -> Vec<String> {
+        let mut hosts: Vec<String> = Vec::new();
+        for record in self
+            .records
+            .iter()
+            .filter(|record| record.address.is_some())
+        {
+            let host = format!("{}:{}", record.host, record.port);
+            if !hosts.contains(&host) {
+                hosts.push(host);
+            }
+        }
+        hosts
+    }
 }
 
 /// Why a proxy could not start.
@@ -100,13 +129,8 @@ pub struct EgressReport {
 )]
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
-    #[error("the egress proxy's socket {} already exists", .0.display())]
-    SocketExists(PathBuf),
-    #[error("could not bind the egress proxy's socket {}: {source}", .path.display())]
-    Bind {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("the egress proxy could not listen: {0}")]
+    Bind(#[from] BindError),
 }
 
 /// Name resolution, stet's own: the proxy connects only to an address this returned and checked.
@@ -141,32 +165,23 @@ struct Shared {
     upload_left: AtomicU64,
     download_left: AtomicU64,
     report: Mutex<EgressReport>,
+    /// Each record as it is made, for the dispatch to publish live.
+    live: mpsc::Sender<EgressRecord>,
     /// Cancelled when the proxy shuts down: each connection ends and leaves its record.
     ending: CancellationToken,
 }
 
 impl EgressProxy {
-    /// Binds `socket` (mode 0600; refused if it exists) and serves on it in a background task.
+    /// Binds `socket` (mode 0600; refused if it exists) and serves on it in a background task;
+    /// returns the proxy and its records as they are made.
     pub fn start(
         socket: &Path,
         policy: EgressPolicy,
         bounds: EgressBounds,
         resolver: Arc<dyn Resolve>,
-    ) -> Result<EgressProxy, ProxyError> {
-        if socket.symlink_metadata().is_ok() {
-            return Err(ProxyError::SocketExists(socket.to_owned()));
-        }
-        let bind_error = |source| ProxyError::Bind {
-            path: socket.to_owned(),
-            source,
-        };
-        let listener = UnixListener::bind(socket).map_err(bind_error)?;
-        if let Err(source) =
-            std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
-        {
-            let _ = std::fs::remove_file(socket);
-            return Err(bind_error(source));
-        }
+    ) -> Result<(EgressProxy, mpsc::Receiver<EgressRecord>), ProxyError> {
+        let listener = unix_server::bind_private(socket)?;
+        let (live, records) = mpsc::channel(LIVE_RECORDS);
         let shared = Arc::new(Shared {
             upload_left: AtomicU64::new(bounds.max_upload_bytes),
             download_left: AtomicU64::new(bounds.max_download_bytes),
@@ -174,16 +189,28 @@ impl EgressProxy {
             bounds,
             resolver,
             report: Mutex::new(EgressReport::default()),
+            live,
             ending: CancellationToken::new(),
         });
         let (stop, stopped) = oneshot::channel();
-        let accept = tokio::spawn(accept_loop(listener, Arc::clone(&shared), stopped));
-        Ok(EgressProxy {
+        let serving = Arc::clone(&shared);
+        let accept = tokio::spawn(async move {
+            let max = serving.bounds.max_connections;
+            let connections = unix_server::accept_bounded(listener, max, stopped, |client| {
+                let shared = Arc::clone(&serving);
+                async move { serve(client, &shared).await }
+            });
+            let mut connections = connections.await;
+            serving.ending.cancel();
+            while connections.join_next().await.is_some() {}
+        });
+        let proxy = EgressProxy {
             socket: socket.to_owned(),
             shared,
             stop: Some(stop),
             accept: Some(accept),
-        })
+        };
+        Ok((proxy, records))
     }
 
     /// What the proxy has seen so far.
@@ -200,7 +227,7 @@ impl EgressProxy {
         if let Some(accept) = self.accept.take() {
             let _ = accept.await;
         }
-        let _ = std::fs::remove_file(&self.socket);
+        unix_server::remove_socket(&self.socket);
         self.report()
     }
 }
@@ -209,7 +236,7 @@ impl Drop for EgressProxy {
     fn drop(&mut self) {
         if let Some(accept) = self.accept.take() {
             accept.abort();
-            let _ = std::fs::remove_file(&self.socket);
+            unix_server::remove_socket(&self.socket);
         }
     }
 }
@@ -218,39 +245,6 @@ fn lock(report: &Mutex<EgressReport>) -> std::sync::MutexGuard<'_, EgressReport>
     report
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-async fn accept_loop(
-    listener: UnixListener,
-    shared: Arc<Shared>,
-    mut stopped: oneshot::Receiver<()>,
-) {
-    let mut connections = JoinSet::new();
-    let slots = Arc::new(Semaphore::new(shared.bounds.max_connections.max(1)));
-    loop {
-        let slot = tokio::select! {
-            _ = &mut stopped => break,
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-            slot = Arc::clone(&slots).acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => break,
-            },
-        };
-        let accepted = tokio::select! {
-            _ = &mut stopped => break,
-            accepted = listener.accept() => accepted,
-        };
-        let Ok((client, _)) = accepted else {
-            continue;
-        };
-        let shared = Arc::clone(&shared);
-        connections.spawn(async move {
-            serve(client, &shared).await;
-            drop(slot);
-        });
-    }
-    shared.ending.cancel();
-    while connections.join_next().await.is_some() {}
 }
 
 /// How one connection went, before it is recorded.
@@ -290,28 +284,38 @@ async fn serve(mut client: UnixStream, shared: &Shared) {
         () = shared.ending.cancelled() => cut("ended: the dispatch ended before it was relayed"),
     };
     let millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let mut report = lock(&shared.report);
-    match served.refusal {
-        Some(hint) => {
-            report.refused += 1;
-            report.last_refused = Some((served.host.clone(), hint));
-        }
-        None => report.allowed += 1,
-    }
-    report.uploaded += served.up;
-    report.downloaded += served.down;
-    if report.records.len() == MAX_RECORDS {
-        report.records.remove(0);
-    }
-    report.records.push(EgressRecord {
+    let (allowed, hint) = match served.refusal {
+        Some(hint) => (false, hint),
+        None => (true, None),
+    };
+    let record = EgressRecord {
         host: served.host,
         port: served.port,
         address: served.address,
+        allowed,
         outcome: served.outcome,
+        hint,
         up: served.up,
         down: served.down,
         millis,
-    });
+    };
+    let sent = shared.live.try_send(record.clone()).is_ok();
+    let mut report = lock(&shared.report);
+    if allowed {
+        report.allowed += 1;
+    } else {
+        report.refused += 1;
+        report.last_refused = Some((record.host.clone(), record.hint.clone()));
+    }
+    report.uploaded += record.up;
+    report.downloaded += record.down;
+    if !sent {
+        report.not_sent += 1;
+    }
+    if report.records.len() == MAX_RECORDS {
+        report.records.remove(0);
+    }
+    report.records.push(record);
 }
 
 /// Reads, decides, connects and relays one connection.

@@ -36,7 +36,7 @@ use stet_sanitize::branch::CommitSha;
 use stet_sanitize::sanitize::SanitizerHandle;
 use token::TokenSource;
 
-pub use pull_request::{Provenance, PullRequestDraft};
+pub use pull_request::{EgressProvenance, Provenance, PullRequestDraft};
 
 /// Everything a forge can answer wrongly. Messages name the repository, ref or pull request, and
 /// never carry a token (they are built from status codes and forge messages that were sanitized).

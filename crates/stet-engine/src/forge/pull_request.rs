@@ -47,6 +47,8 @@ pub struct Provenance {
     pub peak_reserved_usd: Option<f64>,
     /// `none` or `bridge`.
     pub network: String,
+    /// What the agent reached through the egress proxy, when one ran.
+    pub egress: Option<EgressProvenance>,
     /// The scoped credential's provider (`local`, `github-app`, `fallback`).
     pub credential_kind: String,
     /// How many secrets the sanitizer masked during the dispatch.
@@ -57,6 +59,21 @@ pub struct Provenance {
     pub base: CommitSha,
     /// The result's commit.
     pub commit: CommitSha,
+}
+
+/// What the agent reached through the egress proxy, as the provenance tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressProvenance {
+    /// The hosts reached, as `host:port` (the agent named them: shown as code, escaped).
+    pub hosts: Vec<String>,
+    /// How many more hosts were reached than `hosts` lists.
+    pub hosts_not_listed: usize,
+    /// Bytes the agent sent out.
+    pub uploaded: u64,
+    /// Bytes it received.
+    pub downloaded: u64,
+    /// Connections the proxy refused.
+    pub refused: u64,
 }
 
 /// A pull request ready to send: every text field already sanitized.
@@ -207,6 +224,28 @@ pub fn provenance_block(p: &Provenance) -> String {
         },
     );
     row("Network", p.network.clone());
+    if let Some(egress) = &p.egress {
+        let mut hosts: Vec<String> = egress
+            .hosts
+            .iter()
+            .map(|host| table_cell_code(&without_invisible(host).text))
+            .collect();
+        if egress.hosts_not_listed > 0 {
+            hosts.push(format!("and {} more", egress.hosts_not_listed));
+        }
+        let reached = if hosts.is_empty() {
+            "no host reached".to_owned()
+        } else {
+            hosts.join(", ")
+        };
+        row(
+            "Egress",
+            format!(
+                "through stet's proxy: {reached}; {} B uploaded, {} B downloaded, {} refused",
+                egress.uploaded, egress.downloaded, egress.refused
+            ),
+        );
+    }
     row(
         "Credential",
         format!(

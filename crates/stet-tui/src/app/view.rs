@@ -312,6 +312,8 @@ pub struct DispatchView {
     pub cost: Option<CostMeter>,
     /// The model gateway's last refusal of an agent request: its field and rule.
     pub last_refusal: Option<(ClippedText, SanitizedText)>,
+    /// What the agent's egress proxy let through and refused, once it asked for a connection.
+    pub network: Option<NetworkLine>,
     /// The latest image-pull report, while the image is pulled.
     pub image_pull: Option<ImagePullProgress>,
     /// The engine's warnings (teardown trouble, dropped output), the latest kept.
@@ -328,6 +330,17 @@ pub struct DispatchView {
     pub teardown: Option<Teardown>,
     /// `None` while the dispatch is in flight.
     pub outcome: Option<Outcome>,
+}
+
+/// The network line of a dispatch whose agent reached out through the egress proxy.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NetworkLine {
+    /// Connections allowed.
+    pub allowed: u64,
+    /// Connections refused.
+    pub refused: u64,
+    /// The last refusal: the host, its port and the line that would allow it (or why not).
+    pub last_refused: Option<(ClippedText, u16, ClippedText)>,
 }
 
 impl DispatchView {
@@ -352,6 +365,7 @@ impl DispatchView {
             transcript: BoundedRing::new(transcript_capacity),
             cost: None,
             last_refusal: None,
+            network: None,
             image_pull: None,
             warnings: BoundedRing::new(MAX_WARNINGS),
             collected: None,
@@ -441,6 +455,33 @@ impl DispatchView {
             }
             // The run record keeps it; the meter line already counts what its calls cost.
             EventKind::GatewayEgress { .. } => {}
+            EventKind::Egress {
+                host,
+                port,
+                allowed,
+                outcome,
+                hint,
+                ..
+            } => {
+                let network = self.network.get_or_insert_with(NetworkLine::default);
+                if allowed {
+                    network.allowed += 1;
+                } else {
+                    network.refused += 1;
+                    network.last_refused = Some((
+                        ClippedText::new(host),
+                        port,
+                        ClippedText::new(hint.unwrap_or(outcome)),
+                    ));
+                }
+            }
+            EventKind::EgressSummary {
+                allowed, refused, ..
+            } => {
+                let network = self.network.get_or_insert_with(NetworkLine::default);
+                network.allowed = allowed;
+                network.refused = refused;
+            }
             EventKind::Warning { message } => self.warnings.push(ClippedText::new(message)),
             EventKind::Collected {
                 commit,

@@ -35,6 +35,10 @@ pub fn lines(
             Span::raw(format!("{}: {rule}", one_line(field.as_str()))),
         ])
     });
+    let refused: Vec<Line<'static>> = refused
+        .into_iter()
+        .chain(network_lines(view, width, theme))
+        .collect();
     let Some(cost) = &view.cost else {
         let mut lines = vec![Line::styled("no usage reported", theme.muted())];
         if let Some(ceiling) = ceiling {
@@ -129,6 +133,35 @@ pub fn lines(
         );
     }
     lines.extend(refused);
+    lines
+}
+
+/// The network line, when the agent reached out through the egress proxy: the counts, then the
+/// last refused host and the line that would allow it, wrapped to the pane.
+fn network_lines(view: &DispatchView, width: usize, theme: Theme) -> Vec<Line<'static>> {
+    let Some(network) = &view.network else {
+        return Vec::new();
+    };
+    let mut lines = vec![Line::from(vec![
+        Span::styled(format!("{:<7}", "network"), theme.muted()),
+        Span::raw(format!(
+            "{} ok · {} refused",
+            count(network.allowed),
+            count(network.refused)
+        )),
+    ])];
+    if let Some((host, port, why)) = &network.last_refused {
+        let said = format!(
+            "refused {}:{port}: {}",
+            one_line(host.as_str()),
+            one_line(why.as_str())
+        );
+        lines.extend(
+            text::wrap_words(&said, width)
+                .into_iter()
+                .map(|row| Line::styled(row, theme.warning())),
+        );
+    }
     lines
 }
 

@@ -1,7 +1,8 @@
 //! The agent's run ([`AgentRun`]): the harness's files staged, its processes run (each under
 //! `stet speak`, the one process that speaks as the agent) with their output read through the
 //! agent's voice and published live, raced by cancel, the timeout, the disk bound and the cost
-//! ceiling, while the model gateway ([`ModelLink`]) serves the agent.
+//! ceiling, while the model gateway ([`ModelLink`]) and the egress proxy ([`EgressLink`]) serve the
+//! agent.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::credential::SecretValue;
 use crate::dispatch::channels::DispatchChannels;
 use crate::dispatch::disk_watch::{self, DEFAULT_FLOOR_BYTES, DiskWatch};
 use crate::dispatch::error::DispatchError;
@@ -22,19 +24,29 @@ use stet_protocol::event::{EventKind, ItemKind, TranscriptItem};
 use stet_protocol::state::Input;
 use stet_sanitize::sanitize::{KnownValue, SanitizedText};
 
+use super::egress::{self, EgressLink, next_record};
 use super::model::{ModelLink, gateway_kind, next_event};
 use super::steering::Steering;
 
 /// How many output lines may wait between the container and the parser (back-pressure beyond).
 const OUTPUT_BUFFER: usize = 256;
 
-/// Covers the end of `provisioning` (the model gateway started), `running`, and the move to
-/// `collecting` once the agent's container is removed; hands the agent's summary to
+/// The host's servers a dispatch's sandbox reaches through its channels.
+pub(super) struct Links<'d> {
+    /// The model gateway.
+    pub(super) model: &'d mut ModelLink,
+    /// The egress proxy.
+    pub(super) egress: &'d mut EgressLink,
+}
+
+/// Covers the end of `provisioning` (the model gateway and the egress proxy started), `running`,
+/// and the move to `collecting` once the agent's container is removed; hands the agent's summary to
 /// [`Collect`](super::collect::Collect).
 pub(super) struct AgentRun<'d> {
     steering: &'d mut Steering,
     model: &'d mut ModelLink,
-    /// The channels the sandbox's relay serves (the model gateway's, when one runs).
+    egress: &'d mut EgressLink,
+    /// The channels the sandbox's relay serves.
     channels: &'d DispatchChannels,
     sandbox: &'d DispatchSandbox,
 }
@@ -42,19 +54,21 @@ pub(super) struct AgentRun<'d> {
 impl<'d> AgentRun<'d> {
     pub(super) fn new(
         steering: &'d mut Steering,
-        model: &'d mut ModelLink,
+        links: Links<'d>,
         channels: &'d DispatchChannels,
         sandbox: &'d DispatchSandbox,
     ) -> AgentRun<'d> {
         AgentRun {
             steering,
-            model,
+            model: links.model,
+            egress: links.egress,
             channels,
             sandbox,
         }
     }
 
-    /// Starts the model gateway, runs the agent as `plan` says and stops the gateway; once the agent
+    /// Starts the model gateway and the egress proxy, runs the agent as `plan` says and stops them;
+    /// once the agent
     /// finished, removes its container: nothing of the agent runs from here on (a process it left
     /// in the background included), not while its result is collected, not while a person reviews
     /// it. Returns the agent's summary.
@@ -62,12 +76,15 @@ impl<'d> AgentRun<'d> {
         self.model
             .start(self.steering, self.channels, self.sandbox)
             .await?;
+        self.egress
+            .start(self.steering, self.channels, self.sandbox)?;
         self.steering
             .publisher
             .advance(Input::Provisioned, None)
             .await;
         let ran = self.run_agent(plan).await;
         self.model.stop(self.steering).await;
+        self.egress.stop(self.steering).await;
         let summary = ran?;
         self.steering
             .publisher
@@ -122,8 +139,15 @@ impl<'d> AgentRun<'d> {
             .harness
             .parser(self.steering.sanitizer());
         let mut voice = AgentVoice::new(parser.as_mut(), self.steering.sanitizer());
+        let channel_env = self.channels.sandbox_env();
         for process in &plan.processes {
-            let exit = self.execute(&speaking(process), &mut voice, &disk).await?;
+            let mut process = speaking(process);
+            for (name, value) in &channel_env {
+                process
+                    .env
+                    .insert(name.clone(), SecretValue::new(value.clone()));
+            }
+            let exit = self.execute(&process, &mut voice, &disk).await?;
             if exit.oom_killed {
                 return Err(self.steering.fail(
                     "the agent was killed for going past the sandbox's memory cap".to_owned(),
@@ -203,6 +227,7 @@ impl<'d> AgentRun<'d> {
         tokio::pin!(breach);
         let mut exit = None;
         let mut gateway = self.model.events.take();
+        let mut records = self.egress.records.take();
         let ran = loop {
             let stopped = tokio::select! {
                 biased;
@@ -213,6 +238,13 @@ impl<'d> AgentRun<'d> {
                     Ok(false) => self.steering.stop_reason(),
                     Err(stopped) => stopped,
                 },
+                Some(record) = next_record(&mut records) => {
+                    let event = egress::record_event(&self.steering.sanitizer(), record);
+                    if self.steering.publisher.emit_until(event, &stop).await {
+                        continue;
+                    }
+                    self.steering.stop_reason()
+                }
                 chunk = chunks.recv() => {
                     let (lines, ended) = match chunk {
                         Some(chunk) => (framer.push(&chunk), false),
@@ -235,6 +267,7 @@ impl<'d> AgentRun<'d> {
             break Err(stopped);
         };
         self.model.events = gateway;
+        self.egress.records = records;
         ran?;
         let result = match exit {
             Some(result) => result,

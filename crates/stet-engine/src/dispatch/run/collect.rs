@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::dispatch::error::DispatchError;
-use crate::dispatch::gate::{GateReport, inspect_until, printable};
+use crate::dispatch::gate::{GateReport, UploadHold, inspect_until, printable};
 use crate::dispatch::order::result_ref;
 use crate::dispatch::sandbox::DispatchSandbox;
 use crate::forge::Preflight;
@@ -116,7 +116,8 @@ impl<'d> Collect<'d> {
                     .fail(format!("collecting the result ended abnormally: {error}"))
             })?
             .map_err(|error| self.steering.fail(error))?;
-        let (imported, gate) = imported;
+        let (imported, mut gate) = imported;
+        gate.uploads = self.upload_hold();
         let (commit, diff, warnings) = match imported {
             Imported::Committed {
                 commit,
@@ -150,6 +151,11 @@ impl<'d> Collect<'d> {
             .map(|held| {
                 format!("the result changes a protected path: {held}; it is held for review")
             })
+            .chain(
+                gate.uploads
+                    .iter()
+                    .map(|uploads| format!("{uploads}; the result is held for review")),
+            )
             .collect();
         let mut secret_warnings: Vec<String> = gate
             .secrets
@@ -251,6 +257,47 @@ impl<'d> Collect<'d> {
             return Err(self.steering.stop_reason());
         }
         Ok(Some(Collected { commit, gate }))
+    }
+
+    /// What the agent uploaded through the egress proxy, when it is past the review threshold: the
+    /// hosts it sent bytes to, most first.
+    fn upload_hold(&self) -> Option<UploadHold> {
+        let report = self.steering.gathered.egress.as_ref()?;
+        let threshold = self
+            .steering
+            .parts
+            .settings
+            .egress
+            .as_ref()?
+            .review_upload_bytes;
+        if report.uploaded <= threshold {
+            return None;
+        }
+        let mut sent: Vec<(String, u64)> = Vec::new();
+        for record in report.records.iter().filter(|record| record.up > 0) {
+            let host = format!("{}:{}", record.host, record.port);
+            match sent.iter_mut().find(|(known, _)| *known == host) {
+                Some((_, bytes)) => *bytes += record.up,
+                None => sent.push((host, record.up)),
+            }
+        }
+        sent.sort_by(|a, b| b.1.cmp(&a.1));
+        let more = sent.len().saturating_sub(MAX_NAMED);
+        let mut hosts: Vec<String> = sent
+            .into_iter()
+            .take(MAX_NAMED)
+            .map(|(host, bytes)| format!("{host} ({bytes} B)"))
+            .collect();
+        if more > 0 {
+            hosts.push(format!(
+                "and {more} more (the run record's egress events list them)"
+            ));
+        }
+        Some(UploadHold {
+            uploaded: report.uploaded,
+            threshold,
+            hosts,
+        })
     }
 
     /// The brief's title, the agent's summary made inert the way the pull request shows it (a forge

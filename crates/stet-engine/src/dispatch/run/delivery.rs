@@ -8,7 +8,7 @@ use crate::dispatch::error::{CancelPoint, DispatchError};
 use crate::dispatch::gate::GateReport;
 use crate::dispatch::order::{Decision, Delivery, result_ref};
 use crate::dispatch::sandbox::DispatchSandbox;
-use crate::forge::{Preflight, Provenance, PullRequestDraft, PushBranch};
+use crate::forge::{EgressProvenance, Preflight, Provenance, PullRequestDraft, PushBranch};
 use crate::runtime::NetworkPolicy;
 use stet_protocol::event::{EventKind, PullRequestAction};
 use stet_protocol::state::Input;
@@ -17,6 +17,9 @@ use stet_sanitize::branch::CommitSha;
 use super::collect::{Collected, MAX_NAMED};
 use super::ending::Completion;
 use super::steering::Steering;
+
+/// The most hosts the pull request's provenance names (the run record has them all).
+const MAX_PROVENANCE_HOSTS: usize = 20;
 
 /// Covers what follows `collecting`: nothing to push, kept, or `awaiting_approval`, then `pushing`
 /// and `opening_pr` to `done`; hands the [`Completion`] to [`Ending`](super::ending::Ending).
@@ -252,6 +255,16 @@ impl<'d> Handover<'d> {
                 NetworkPolicy::None => "none".to_owned(),
                 NetworkPolicy::Bridge => "bridge".to_owned(),
             },
+            egress: self.steering.gathered.egress.as_ref().map(|report| {
+                let reached = report.hosts_reached();
+                EgressProvenance {
+                    hosts_not_listed: reached.len().saturating_sub(MAX_PROVENANCE_HOSTS),
+                    hosts: reached.into_iter().take(MAX_PROVENANCE_HOSTS).collect(),
+                    uploaded: report.uploaded,
+                    downloaded: report.downloaded,
+                    refused: report.refused,
+                }
+            }),
             credential_kind: credential_kind.to_owned(),
             redactions: self.steering.publisher.redactions(),
             duration: self.steering.started.1.elapsed(),
@@ -276,6 +289,9 @@ fn needs_approval(gate: &GateReport) -> String {
             "it holds what looks like a secret: {}",
             joined(&shaped)
         ));
+    }
+    if let Some(uploads) = &gate.uploads {
+        parts.push(uploads.to_string());
     }
     format!("the result needs a person's approval: {}", parts.join("; "))
 }
@@ -330,10 +346,15 @@ mod tests {
                 kind: "github-token".into(),
                 known: false,
             }],
+            uploads: Some(crate::dispatch::gate::UploadHold {
+                uploaded: 5,
+                threshold: 4,
+                hosts: vec!["paste.example.org:443 (5 B)".into()],
+            }),
         };
         assert_eq!(
             needs_approval(&gate),
-            "the result needs a person's approval: it changes stet.toml (stet's own configuration), bin/run (newly executable); it holds what looks like a secret: app.env line 2 (github-token)"
+            "the result needs a person's approval: it changes stet.toml (stet's own configuration), bin/run (newly executable); it holds what looks like a secret: app.env line 2 (github-token); the agent uploaded 5 bytes through the egress proxy, past the review threshold of 4 (network.review_upload_bytes), to paste.example.org:443 (5 B)"
         );
     }
 }

@@ -13,6 +13,7 @@ use stet_protocol::event::{EventKind, TeardownStepReport};
 use stet_protocol::state::Phase;
 use stet_sanitize::sanitize::SanitizedText;
 
+use super::egress::EgressLink;
 use super::model::ModelLink;
 use super::publisher::millis;
 use super::steering::Steering;
@@ -35,9 +36,16 @@ impl<'d> Ending<'d> {
         Ending { steering }
     }
 
-    /// Tears the sandbox down, the model gateway first if it still runs, and reports each step.
-    pub(super) async fn teardown(&mut self, sandbox: &DispatchSandbox, model: &mut ModelLink) {
+    /// Tears the sandbox down, the model gateway and the egress proxy first if they still run, and
+    /// reports each step.
+    pub(super) async fn teardown(
+        &mut self,
+        sandbox: &DispatchSandbox,
+        model: &mut ModelLink,
+        egress: &mut EgressLink,
+    ) {
         model.stop(self.steering).await;
+        egress.stop(self.steering).await;
         let started = Instant::now();
         let report = sandbox.teardown().await;
         self.report_teardown(&report, started.elapsed()).await;

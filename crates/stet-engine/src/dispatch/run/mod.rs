@@ -13,6 +13,7 @@ mod admission;
 mod agent;
 mod collect;
 mod delivery;
+mod egress;
 mod ending;
 mod meter;
 mod model;
@@ -44,6 +45,7 @@ use admission::{Admission, Timeout};
 use agent::AgentRun;
 use collect::Collect;
 use delivery::Handover;
+use egress::EgressLink;
 use ending::{Completion, Ending};
 use meter::Meter;
 use model::ModelLink;
@@ -74,6 +76,7 @@ struct Dispatch {
     /// The channels the sandbox's relay serves (the model gateway's, when one runs).
     channels: DispatchChannels,
     model: ModelLink,
+    egress: EgressLink,
 }
 
 impl Dispatch {
@@ -84,7 +87,10 @@ impl Dispatch {
         events: mpsc::Sender<Event>,
         control: DispatchControl,
     ) -> Dispatch {
-        let channels = DispatchChannels::for_dispatch(parts.settings.gateway.is_some());
+        let channels = DispatchChannels::for_dispatch(
+            parts.settings.gateway.is_some(),
+            parts.settings.egress.is_some(),
+        );
         let access = channels.model_url().map(|base_url| ModelAccess {
             base_url,
             placeholder_key: PLACEHOLDER_KEY.to_owned(),
@@ -124,6 +130,7 @@ impl Dispatch {
             record_error,
             channels,
             model: ModelLink::new(access),
+            egress: EgressLink::default(),
         }
     }
 
@@ -161,7 +168,9 @@ impl Dispatch {
                 .await;
         }
         let mut ending = Ending::new(&mut self.steering);
-        ending.teardown(&sandbox, &mut self.model).await;
+        ending
+            .teardown(&sandbox, &mut self.model, &mut self.egress)
+            .await;
         ending.end(outcome).await
     }
 
@@ -177,7 +186,11 @@ impl Dispatch {
             .arm(sandbox)
             .await?;
         self.plan_salvage(sandbox, preflight).await?;
-        let summary = AgentRun::new(&mut self.steering, &mut self.model, &self.channels, sandbox)
+        let links = agent::Links {
+            model: &mut self.model,
+            egress: &mut self.egress,
+        };
+        let summary = AgentRun::new(&mut self.steering, links, &self.channels, sandbox)
             .run(plan)
             .await?;
         self.steering.gathered.summary = summary;

@@ -47,6 +47,8 @@ pub(super) struct Gathered {
     pub(super) pull_request: Option<(u64, SanitizedText)>,
     pub(super) summary: Option<String>,
     pub(super) teardown_failures: Vec<SanitizedText>,
+    /// What the egress proxy saw, once it stopped (when one ran).
+    pub(super) egress: Option<crate::egress::proxy::EgressReport>,
 }
 
 impl Steering {

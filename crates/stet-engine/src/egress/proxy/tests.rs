@@ -91,6 +91,7 @@ fn policy(lines: &[&str], loopback_for_tests: bool) -> EgressPolicy {
             .iter()
             .map(|line| (AllowRule::parse(line).unwrap(), "allow".to_owned()))
             .collect(),
+        deny: Vec::new(),
         allow_http: true,
         never: vec!["forge.example.org".into()],
         loopback_for_tests,
@@ -106,7 +107,7 @@ fn fixture(policy: EgressPolicy, bounds: EgressBounds, names: &[(&str, IpAddr)])
             .map(|(name, ip)| ((*name).to_owned(), vec![*ip]))
             .collect(),
     );
-    let proxy = EgressProxy::start(&socket, policy, bounds, Arc::new(table)).unwrap();
+    let (proxy, _live) = EgressProxy::start(&socket, policy, bounds, Arc::new(table)).unwrap();
     Fixture {
         _dir: dir,
         proxy,

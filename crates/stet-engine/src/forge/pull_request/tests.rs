@@ -37,6 +37,7 @@ fn provenance() -> Provenance {
         cost_usd: Some(0.0123),
         peak_reserved_usd: None,
         network: "none".into(),
+        egress: None,
         credential_kind: "github-app".into(),
         redactions: 2,
         duration: Duration::from_secs(252),
@@ -282,4 +283,37 @@ fn the_credential_row_claims_only_what_each_kind_is_narrowed_to() {
             "{kind}: {reach}"
         );
     }
+}
+
+/// The hosts come from the agent (it named them in its CONNECTs): shown as code, a table cell
+/// whatever they hold, and bounded by the count the run step passes.
+#[test]
+fn the_egress_row_names_the_hosts_as_code_and_the_bytes() {
+    let mut p = provenance();
+    assert!(!provenance_block(&p).contains("| Egress |"));
+    p.egress = Some(crate::forge::EgressProvenance {
+        hosts: vec![
+            "pypi.org:443".into(),
+            "x|![i](https://a.example/p.png):443".into(),
+        ],
+        hosts_not_listed: 3,
+        uploaded: 1200,
+        downloaded: 4_000_000,
+        refused: 2,
+    });
+    let block = provenance_block(&p);
+    assert!(
+        block.contains(
+            "| Egress | through stet's proxy: `pypi.org:443`, `x\u{a6}![i](https://a.example/p.png):443`, and 3 more; 1200 B uploaded, 4000000 B downloaded, 2 refused |\n"
+        ),
+        "{block}"
+    );
+    p.egress = Some(crate::forge::EgressProvenance {
+        hosts: Vec::new(),
+        hosts_not_listed: 0,
+        uploaded: 0,
+        downloaded: 0,
+        refused: 1,
+    });
+    assert!(provenance_block(&p).contains("| Egress | through stet's proxy: no host reached;"));
 }

@@ -1,0 +1,126 @@
+//! The egress proxy of one dispatch ([`EgressLink`]): started on the sandbox's egress socket beside
+//! the model gateway when a person allowed hosts, stopped once the agent's work is over (or at
+//! teardown). Each connection becomes an `egress` event as it ends; what the proxy saw in all becomes
+//! the `egress_summary` event, the pull request's provenance and, past the upload threshold, a hold
+//! at review.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use crate::dispatch::channels::DispatchChannels;
+use crate::dispatch::error::DispatchError;
+use crate::dispatch::sandbox::DispatchSandbox;
+use crate::egress::proxy::{EgressProxy, EgressRecord, EgressReport, SystemResolver};
+use stet_protocol::event::{EventKind, MAX_LISTED};
+use stet_sanitize::sanitize::TokenSanitizer;
+
+use super::steering::Steering;
+
+/// The egress proxy of one dispatch, from the agent's start until its work is over.
+#[derive(Default)]
+pub(super) struct EgressLink {
+    proxy: Option<EgressProxy>,
+    /// Each connection's record as it ends, while the proxy runs.
+    pub(super) records: Option<mpsc::Receiver<EgressRecord>>,
+}
+
+impl EgressLink {
+    /// Starts the proxy on the egress socket of the sandbox's socket directory, when the dispatch
+    /// opens the egress channel.
+    pub(super) fn start(
+        &mut self,
+        steering: &Steering,
+        channels: &DispatchChannels,
+        sandbox: &DispatchSandbox,
+    ) -> Result<(), DispatchError> {
+        let Some(settings) = &steering.parts.settings.egress else {
+            return Ok(());
+        };
+        let Some(directory) = &sandbox.paths().gateway else {
+            return Err(steering.fail(
+                "the sandbox was provisioned without the egress proxy's socket directory"
+                    .to_owned(),
+            ));
+        };
+        let Some(socket) = channels.host_socket(directory, stet_protocol::channel::EGRESS) else {
+            return Err(
+                steering.fail("the sandbox was provisioned without the egress channel".to_owned())
+            );
+        };
+        let (proxy, records) = EgressProxy::start(
+            &socket,
+            settings.policy.clone(),
+            settings.bounds,
+            Arc::new(SystemResolver),
+        )
+        .map_err(|error| steering.fail(format!("starting the egress proxy: {error}")))?;
+        crate::dispatch::sandbox::hand_over(&socket, steering.parts.settings.user)
+            .map_err(|error| steering.fail(format!("handing the egress proxy over: {error}")))?;
+        self.proxy = Some(proxy);
+        self.records = Some(records);
+        Ok(())
+    }
+
+    /// Stops the proxy (every connection ends and leaves its record), publishes the records not
+    /// published yet and the summary, and keeps what the review and the pull request need.
+    pub(super) async fn stop(&mut self, steering: &mut Steering) {
+        let Some(proxy) = self.proxy.take() else {
+            return;
+        };
+        let report = proxy.shutdown().await;
+        if let Some(mut records) = self.records.take() {
+            while let Ok(record) = records.try_recv() {
+                let event = record_event(&steering.sanitizer(), record);
+                steering.publisher.emit(event).await;
+            }
+        }
+        let event = summary_event(&steering.sanitizer(), &report);
+        steering.publisher.emit(event).await;
+        steering.gathered.egress = Some(report);
+    }
+}
+
+/// The next record of the proxy, or never when none runs (a `select!` arm that stays quiet).
+pub(super) async fn next_record(
+    records: &mut Option<mpsc::Receiver<EgressRecord>>,
+) -> Option<EgressRecord> {
+    match records {
+        Some(records) => records.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The `egress` event of one connection; every text the agent chose is sanitized.
+pub(super) fn record_event(sanitizer: &Arc<TokenSanitizer>, record: EgressRecord) -> EventKind {
+    EventKind::Egress {
+        host: sanitizer.sanitize(&record.host),
+        port: record.port,
+        address: record.address.map(|address| address.to_string()),
+        allowed: record.allowed,
+        outcome: sanitizer.sanitize(&record.outcome),
+        hint: record.hint.map(|hint| sanitizer.sanitize(&hint)),
+        up: record.up,
+        down: record.down,
+        millis: record.millis,
+    }
+}
+
+/// The `egress_summary` event of what the proxy saw in all.
+fn summary_event(sanitizer: &Arc<TokenSanitizer>, report: &EgressReport) -> EventKind {
+    let reached = report.hosts_reached();
+    let hosts_not_listed = reached.len().saturating_sub(MAX_LISTED);
+    EventKind::EgressSummary {
+        allowed: report.allowed,
+        refused: report.refused,
+        uploaded: report.uploaded,
+        downloaded: report.downloaded,
+        hosts: reached
+            .iter()
+            .take(MAX_LISTED)
+            .map(|host| sanitizer.sanitize(host))
+            .collect(),
+        hosts_not_listed,
+        not_shown: report.not_sent,
+    }
+}
