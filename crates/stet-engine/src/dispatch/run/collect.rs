@@ -281,7 +281,7 @@ impl<'d> Collect<'d> {
                 None => sent.push((host, record.up)),
             }
         }
-        sent.sort_by(|a, b| b.1.cmp(&a.1));
+        sent.sort_by_key(|(_, bytes)| std::cmp::Reverse(*bytes));
         let more = sent.len().saturating_sub(MAX_NAMED);
         let mut hosts: Vec<String> = sent
             .into_iter()
