@@ -9,6 +9,7 @@ mod cli;
 mod completions;
 mod costly_settings;
 mod demo_scenarios;
+mod egress;
 mod engine_matrix;
 mod forge_local;
 mod gateway;

@@ -105,6 +105,8 @@ const ACTIONS: &[&str] = &[
     "leak",
     "plant",
     "network",
+    "fetch",
+    "tunnel",
     "ask",
     "ask_until_refused",
     "flood",
@@ -216,6 +218,26 @@ pub enum Action {
     },
     /// Try a TCP connection to this address and report how it went (the sandbox should refuse).
     Network(SocketAddr),
+    /// Ask the sandbox's HTTP proxy (`HTTP_PROXY`) for `url`, an `http://` URL, as a GET, or as a
+    /// POST of `upload` bytes when that is not 0; report the answer's status line and save its body
+    /// at `save` in the workspace when given.
+    Fetch {
+        /// The `http://host[:port]/path` asked for.
+        url: String,
+        /// Where in the workspace the body goes.
+        save: Option<String>,
+        /// Bytes sent as the request's body (a POST) when not 0.
+        upload: u64,
+    },
+    /// Ask the sandbox's HTTPS proxy (`HTTPS_PROXY`) for a tunnel to `target` (`host:port`), send
+    /// `upload` bytes through it and read what comes back until it closes; report the proxy's status
+    /// line and the bytes each way.
+    Tunnel {
+        /// The `host:port` asked for.
+        target: String,
+        /// Bytes sent through the tunnel.
+        upload: u64,
+    },
     /// Ask the model `prompt`, reading the reply as a stream when `stream`.
     Ask {
         /// What is asked.
@@ -441,6 +463,28 @@ impl StepReader<'_> {
             "daemon" => Action::Daemon(self.argv(key, value)?),
             "daemon_with_output" => Action::DaemonWithOutput(self.argv(key, value)?),
             "network" => Action::Network(self.address(value)?),
+            "fetch" => {
+                let fields = self.fields(key, value, &["url", "save", "upload"])?;
+                let url = fields.text("url")?;
+                if !url.starts_with("http://") {
+                    return Err(fields.error("url", format!("{url:?} is not an http:// URL")));
+                }
+                Action::Fetch {
+                    url,
+                    save: match fields.table.get("save") {
+                        Some(_) => Some(fields.path("save")?),
+                        None => None,
+                    },
+                    upload: fields.optional_count("upload")?.unwrap_or(0),
+                }
+            }
+            "tunnel" => {
+                let fields = self.fields(key, value, &["target", "upload"])?;
+                Action::Tunnel {
+                    target: fields.text("target")?,
+                    upload: fields.optional_count("upload")?.unwrap_or(0),
+                }
+            }
             "write" | "append" => {
                 let fields = self.fields(key, value, &["path", "content"])?;
                 let path = fields.path("path")?;

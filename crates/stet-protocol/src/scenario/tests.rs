@@ -67,6 +67,15 @@ leak = { shape = "github" }
 network = "1.1.1.1:443"
 
 [[step]]
+fetch = { url = "http://pkg.example.org/simple/", save = "index.html" }
+
+[[step]]
+fetch = { url = "http://paste.example.org/", upload = 4096 }
+
+[[step]]
+tunnel = { target = "pypi.org:443", upload = 10 }
+
+[[step]]
 ask = { prompt = "What next?" }
 
 [[step]]
@@ -140,6 +149,20 @@ finish = "done"
             &Action::Leak(Leak::Value("plain".into())),
             &Action::Leak(Leak::GitHub),
             &Action::Network("1.1.1.1:443".parse().unwrap()),
+            &Action::Fetch {
+                url: "http://pkg.example.org/simple/".into(),
+                save: Some("index.html".into()),
+                upload: 0
+            },
+            &Action::Fetch {
+                url: "http://paste.example.org/".into(),
+                save: None,
+                upload: 4096
+            },
+            &Action::Tunnel {
+                target: "pypi.org:443".into(),
+                upload: 10
+            },
             &Action::Ask {
                 prompt: "What next?".into(),
                 stream: false

@@ -14,6 +14,7 @@ use stet_protocol::scenario::{Action, Leak, Step};
 
 use super::AgentRecord;
 use super::ask::{ModelClient, ModelEndpoint};
+use super::proxied;
 use super::{AgentError, AgentOptions, Result};
 
 /// The longest line of a child's output sent as one record; a longer one goes in several.
@@ -229,6 +230,35 @@ impl<'a> Actor<'a> {
             Action::Network(address) => {
                 let result = connect(*address);
                 self.output(format!("connect {address}: {result}"))?;
+            }
+            Action::Fetch { url, save, upload } => {
+                self.command(format!("fetch {url}"))?;
+                match proxied::fetch(url, *upload) {
+                    Ok(fetched) => {
+                        self.output(format!(
+                            "fetch {url}: {} ({} bytes)",
+                            fetched.status,
+                            fetched.body.len()
+                        ))?;
+                        if let Some(path) = save {
+                            let full = self.workspace_path(path);
+                            std::fs::write(&full, &fetched.body)
+                                .map_err(edit_error(step, "save", &full))?;
+                        }
+                    }
+                    Err(reason) => self.output(format!("fetch {url}: failed: {reason}"))?,
+                }
+            }
+            Action::Tunnel { target, upload } => {
+                self.command(format!("tunnel {target}"))?;
+                let said = match proxied::tunnel(target, *upload) {
+                    Ok(tunnel) => format!(
+                        "tunnel {target}: {} (sent {}, received {})",
+                        tunnel.status, tunnel.sent, tunnel.received
+                    ),
+                    Err(reason) => format!("tunnel {target}: failed: {reason}"),
+                };
+                self.output(said)?;
             }
             Action::Ask { prompt, stream } => {
                 self.ask(step, prompt, *stream)?;

@@ -23,6 +23,7 @@
 mod act;
 pub mod ask;
 pub mod check;
+mod proxied;
 
 use std::io::{Read as _, Write};
 use std::path::PathBuf;

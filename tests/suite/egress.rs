@@ -1,0 +1,436 @@
+//! Egress through the host (issue 30) end to end, against the real Docker engine: the scripted agent
+//! in a `--network none` sandbox reaches servers on the test's loopback only through stet's egress
+//! proxy and only where `[network] allow` says (the loopback override is on for these tests, as its
+//! docs say it is for), and every connection shows in the events, the provenance and the review gate.
+//! Proved by effect: what each server received, what was pushed, what the sandbox could reach
+//! directly.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use stet_protocol::event::{EventKind, ItemKind};
+use stet_protocol::state::Phase;
+
+use super::headless::{Project, docker_ready, files_under, run, scenario};
+
+/// One request a loopback server received: its request line, its `Host` header, its body's size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Received {
+    line: String,
+    host: String,
+    body: usize,
+}
+
+/// A server on the test's loopback that answers every request with `body`, or (a sink) reads
+/// whatever comes and counts it. It records what it received and stops when dropped.
+struct Loopback {
+    address: SocketAddr,
+    received: Arc<Mutex<Vec<Received>>>,
+    /// Bytes a sink read, over every connection.
+    sunk: Arc<Mutex<usize>>,
+    connections: Arc<Mutex<usize>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Loopback {
+    /// An HTTP server answering `body`.
+    fn http(body: &str) -> Loopback {
+        Loopback::serve(Some(body.to_owned()))
+    }
+
+    /// A sink: reads until the client is done, answers `ok`.
+    fn sink() -> Loopback {
+        Loopback::serve(None)
+    }
+
+    fn serve(body: Option<String>) -> Loopback {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let server = Loopback {
+            address: listener.local_addr().unwrap(),
+            received: Arc::default(),
+            sunk: Arc::default(),
+            connections: Arc::default(),
+            stop: Arc::default(),
+        };
+        let (received, sunk, connections, stop) = (
+            Arc::clone(&server.received),
+            Arc::clone(&server.sunk),
+            Arc::clone(&server.connections),
+            Arc::clone(&server.stop),
+        );
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(mut stream) = stream else { continue };
+                *connections.lock().unwrap() += 1;
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+                match &body {
+                    Some(body) => {
+                        if let Some(request) = read_request(&mut stream) {
+                            received.lock().unwrap().push(request);
+                        }
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = stream.write_all(answer.as_bytes());
+                    }
+                    None => {
+                        let mut read = Vec::new();
+                        let _ = stream.read_to_end(&mut read);
+                        *sunk.lock().unwrap() += read.len();
+                        let _ = stream.write_all(b"ok\n");
+                    }
+                }
+            }
+        });
+        server
+    }
+
+    fn port(&self) -> u16 {
+        self.address.port()
+    }
+
+    fn received(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+
+    fn sunk(&self) -> usize {
+        *self.sunk.lock().unwrap()
+    }
+
+    fn connections(&self) -> usize {
+        *self.connections.lock().unwrap()
+    }
+}
+
+impl Drop for Loopback {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.address);
+    }
+}
+
+/// Reads one request's head and its `Content-Length` body.
+fn read_request(stream: &mut TcpStream) -> Option<Received> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte).ok()? == 0 {
+            return None;
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let header = |name: &str| {
+        head.lines()
+            .find_map(|line| {
+                let (key, value) = line.split_once(':')?;
+                key.eq_ignore_ascii_case(name)
+                    .then(|| value.trim().to_owned())
+            })
+            .unwrap_or_default()
+    };
+    let length: usize = header("content-length").parse().unwrap_or(0);
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).ok()?;
+    Some(Received {
+        line: head.lines().next().unwrap_or_default().to_owned(),
+        host: header("host"),
+        body: length,
+    })
+}
+
+impl Project {
+    /// Adds `[network]` to the user's configuration: `allow` and any `extra` lines, the loopback
+    /// override on (these servers are on loopback).
+    fn allow_egress(&self, allow: &[String], extra: &str) {
+        let allow: Vec<String> = allow.iter().map(|rule| format!("{rule:?}")).collect();
+        self.home.add_user_config(&format!(
+            "\n[network]\nallow = [{}]\nloopback_for_tests = true\n{extra}",
+            allow.join(", ")
+        ));
+    }
+}
+
+fn egress_events(events: &[stet_protocol::event::Event]) -> Vec<(String, u16, bool, String)> {
+    events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::Egress {
+                host,
+                port,
+                allowed,
+                outcome,
+                hint,
+                ..
+            } => Some((
+                host.as_str().to_owned(),
+                *port,
+                *allowed,
+                hint.as_ref()
+                    .map_or(outcome.as_str(), |hint| hint.as_str())
+                    .to_owned(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+fn output_of(finished: &super::headless::Finished) -> String {
+    finished
+        .transcript()
+        .iter()
+        .filter(|(kind, _)| *kind == ItemKind::Output)
+        .map(|(_, text)| format!("{text}\n"))
+        .collect()
+}
+
+#[test]
+fn the_agent_reaches_an_allowed_host_through_the_proxy_and_nothing_else() {
+    docker_ready();
+    let body = format!("package-{}", uuid::Uuid::new_v4().simple());
+    let index = Loopback::http(&body);
+    let forbidden = Loopback::http("never");
+    let sink = Loopback::sink();
+    let (direct, direct_address) =
+        super::support::serving_runtime().block_on(super::support::host_listener());
+    direct.set_nonblocking(true).unwrap();
+    let project = Project::new(&scenario(&[
+        &format!(
+            "fetch = {{ url = \"http://localhost:{}/simple/pkg/\", save = \"src/fetched.txt\" }}",
+            index.port()
+        ),
+        &format!(
+            "fetch = {{ url = \"http://localhost:{}/\" }}",
+            forbidden.port()
+        ),
+        &format!("fetch = {{ url = \"http://127.0.0.1:{}/\" }}", index.port()),
+        &format!(
+            "tunnel = {{ target = \"localhost:{}\", upload = 1000 }}",
+            sink.port()
+        ),
+        &format!(
+            "run = [\"stet\", \"probe\", \"--environment\", \"--connect\", \"{direct_address}\", \"--connect\", \"1.1.1.1:443\"]"
+        ),
+        "finish = \"Fetched the package index.\"",
+    ]));
+    project.allow_egress(
+        &[
+            format!("localhost:{}", index.port()),
+            format!("localhost:{}", sink.port()),
+        ],
+        "",
+    );
+    let finished = run(project.headless(&["--push"]));
+    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+    assert_eq!(finished.outcome().0, Phase::Done);
+
+    // The allowed host got one GET (asked of the proxy in absolute form, passed on in origin form)
+    // and its answer is what was pushed.
+    assert_eq!(
+        index.received(),
+        [Received {
+            line: "GET /simple/pkg/ HTTP/1.1".to_owned(),
+            host: format!("localhost:{}", index.port()),
+            body: 0,
+        }]
+    );
+    let sha = finished
+        .events
+        .iter()
+        .find_map(|event| match &event.kind {
+            EventKind::Pushed { sha, .. } => Some(sha.as_str().to_owned()),
+            _ => None,
+        })
+        .expect("a pushed event");
+    let pushed = super::support::git(
+        &project.remote,
+        &["show", &format!("{sha}:src/fetched.txt")],
+    );
+    assert_eq!(pushed, body);
+    // The host no rule allows and the IP literal were never connected to; the tunnel carried the
+    // bytes sent through it.
+    assert_eq!(forbidden.connections(), 0);
+    assert_eq!(index.connections(), 1);
+    assert_eq!(sink.sunk(), 1000);
+    // The sandbox itself still reaches nothing: not the host's bridge address, not the internet.
+    let output = output_of(&finished);
+    assert!(
+        direct.accept().is_err(),
+        "the sandbox connected to the host directly"
+    );
+    let probe: serde_json::Value = output
+        .lines()
+        .find_map(|line| serde_json::from_str(line).ok())
+        .expect("the probe's report");
+    for outcome in probe["connect"].as_array().unwrap() {
+        assert_eq!(outcome["ok"], false, "{probe:#}");
+    }
+    // The agent's clients were told where the proxy is, and the loopback stays direct.
+    assert!(
+        output.contains("HTTPS_PROXY=http://127.0.0.1:4142"),
+        "{output}"
+    );
+    assert!(
+        output.contains("NO_PROXY=127.0.0.1,localhost,::1"),
+        "{output}"
+    );
+    assert!(
+        output.contains(&format!(
+            "fetch http://localhost:{}/: HTTP/1.1 403 Forbidden",
+            forbidden.port()
+        )),
+        "{output}"
+    );
+
+    // Every connection is in the events, the refusals with the line that would allow them.
+    let egress = egress_events(&finished.events);
+    assert_eq!(egress.len(), 4, "{egress:#?}");
+    assert!(
+        egress
+            .iter()
+            .any(|(host, port, allowed, _)| host == "localhost"
+                && *port == index.port()
+                && *allowed),
+        "{egress:#?}"
+    );
+    assert!(
+        egress.contains(&(
+            "localhost".to_owned(),
+            forbidden.port(),
+            false,
+            format!(
+                "add \"localhost:{}\" to [network] allow in your config.toml",
+                forbidden.port()
+            )
+        )),
+        "{egress:#?}"
+    );
+    assert!(
+        egress
+            .iter()
+            .any(|(host, _, allowed, _)| host == "127.0.0.1" && !allowed),
+        "{egress:#?}"
+    );
+    let summary = finished
+        .events
+        .iter()
+        .find_map(|event| match &event.kind {
+            EventKind::EgressSummary {
+                allowed,
+                refused,
+                uploaded,
+                hosts,
+                ..
+            } => Some((*allowed, *refused, *uploaded, hosts.clone())),
+            _ => None,
+        })
+        .expect("an egress_summary event");
+    assert_eq!((summary.0, summary.1), (2, 2), "{summary:?}");
+    assert!(summary.2 >= 1000, "{summary:?}");
+    assert_eq!(summary.3.len(), 2, "{summary:?}");
+
+    // The pull request's provenance says where the agent went (the local forge keeps it in the
+    // state directory).
+    let bodies: Vec<String> = files_under(&project.home.state())
+        .into_iter()
+        .filter(|path| path.to_string_lossy().contains("reviews"))
+        .map(|path| String::from_utf8_lossy(&std::fs::read(path).unwrap()).into_owned())
+        .collect();
+    assert!(
+        bodies
+            .iter()
+            .any(|body| body.contains("| Egress | through stet's proxy: `localhost:")),
+        "{bodies:#?}"
+    );
+    finished.torn_down_cleanly();
+}
+
+#[test]
+fn uploads_past_the_review_threshold_hold_the_result_and_the_upload_bound_cuts_the_tunnel() {
+    docker_ready();
+    let sink = Loopback::sink();
+    let project = Project::new(&scenario(&[
+        &format!(
+            "tunnel = {{ target = \"localhost:{}\", upload = 3000 }}",
+            sink.port()
+        ),
+        &format!(
+            "tunnel = {{ target = \"localhost:{}\", upload = 200000 }}",
+            sink.port()
+        ),
+        "append = { path = \"src/notes.txt\", content = \"four\\n\" }",
+        "finish = \"Sent the notes out.\"",
+    ]));
+    project.allow_egress(
+        &[format!("localhost:{}", sink.port())],
+        "max_upload_bytes = 65536\nreview_upload_bytes = 2048\n",
+    );
+    let finished = run(project.headless(&["--push"]));
+    // Held at review: nothing pushed, the reason names the bytes, the threshold and the host.
+    assert_ne!(finished.code(), Some(0), "{finished:#?}");
+    let (_, _, reason) = finished.outcome();
+    let reason = reason.unwrap_or_default();
+    assert!(
+        reason.contains("through the egress proxy, past the review threshold of 2048")
+            && reason.contains(&format!("localhost:{}", sink.port())),
+        "{reason}"
+    );
+    let branches = super::support::git(&project.remote, &["branch", "--list"]);
+    assert!(!branches.contains("stet/"), "{branches}");
+    // The upload bound held: the first tunnel's 3000 bytes and at most the rest of 65536.
+    assert!(sink.sunk() <= 65536, "the sink read {} bytes", sink.sunk());
+    assert!(sink.sunk() >= 3000, "the sink read {} bytes", sink.sunk());
+    let egress = egress_events(&finished.events);
+    assert!(
+        egress
+            .iter()
+            .any(|(_, _, _, said)| said.contains("upload bound")),
+        "{egress:#?}"
+    );
+    finished.torn_down_cleanly();
+}
+
+#[test]
+fn without_network_settings_the_agent_gets_no_proxy_and_a_repository_cannot_add_one() {
+    docker_ready();
+    let index = Loopback::http("never");
+    let project = Project::new(&scenario(&[
+        &format!("fetch = {{ url = \"http://localhost:{}/\" }}", index.port()),
+        "finish = \"Tried.\"",
+    ]));
+    let finished = run(project.headless(&[]));
+    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+    let output = output_of(&finished);
+    assert!(
+        output.contains("failed: no HTTP_PROXY in the environment"),
+        "{output}"
+    );
+    assert!(egress_events(&finished.events).is_empty());
+    assert_eq!(index.connections(), 0);
+
+    // The repository's own file may not allow a host: refused, naming the file and the setting.
+    std::fs::write(
+        project.repo.join("stet.toml"),
+        format!(
+            "[harness.script]\npace = 0\n\n[network]\nallow = [\"localhost:{}\"]\n",
+            index.port()
+        ),
+    )
+    .unwrap();
+    super::support::git(&project.repo, &["commit", "--quiet", "-am", "allow"]);
+    let refused = run(project.headless(&[]));
+    assert_eq!(refused.code(), Some(2), "{refused:#?}");
+    assert!(
+        refused.stderr.contains("network.allow") && refused.stderr.contains("stet.toml"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(index.connections(), 0);
+}
