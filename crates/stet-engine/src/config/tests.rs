@@ -1377,3 +1377,109 @@ fn a_repository_file_cannot_set_the_ca_bundle_even_when_trusted() {
         "{error}"
     );
 }
+
+#[test]
+fn egress_is_off_unless_hosts_are_allowed_and_reads_each_rule_with_its_origin() {
+    let none = Config::from_files(&[user("[network]\nallow_http = true\n")]).unwrap();
+    assert_eq!(none.network.egress, None);
+    let config = Config::from_files(&[user(
+        "[network]\nallow = [\"git.example.org:8443\", \"*.pkg.example.org\"]\npresets = [\"python\"]\n",
+    )])
+    .unwrap();
+    let egress = config.network.egress.unwrap();
+    let rules: Vec<(String, String)> = egress
+        .policy
+        .rules
+        .iter()
+        .map(|(rule, origin)| (rule.to_string(), origin.clone()))
+        .collect();
+    let file = "/home/u/.config/stet/config.toml";
+    assert_eq!(
+        rules,
+        [
+            (
+                "git.example.org:8443".into(),
+                format!("network.allow at {file}:2")
+            ),
+            (
+                "*.pkg.example.org".into(),
+                format!("network.allow at {file}:2")
+            ),
+            ("pypi.org".into(), format!("preset python at {file}:3")),
+            (
+                "files.pythonhosted.org".into(),
+                format!("preset python at {file}:3")
+            ),
+        ]
+    );
+    assert!(!egress.policy.allow_http);
+    assert!(!egress.policy.loopback_for_tests);
+    assert_eq!(egress.bounds.max_upload_bytes, 16 << 20);
+    assert_eq!(egress.review_upload_bytes, 1 << 20);
+}
+
+#[test]
+fn a_repository_may_only_narrow_egress() {
+    let base =
+        "[network]\nallow = [\"*.example.org\"]\nallow_http = true\nmax_upload_bytes = 1000000\n";
+    // Removing hosts, turning plain HTTP or egress off and lowering the bounds are its to do.
+    let narrowed = Config::from_files(&[
+        user(base),
+        repository(
+            "[network]\ndeny = [\"paste.example.org\"]\nallow_http = false\nmax_upload_bytes = 1000\nreview_upload_bytes = 10\n",
+        ),
+    ])
+    .unwrap();
+    let egress = narrowed.network.egress.unwrap();
+    assert_eq!(egress.policy.deny.len(), 1);
+    assert_eq!(egress.policy.deny[0].0.to_string(), "paste.example.org");
+    assert!(!egress.policy.allow_http);
+    assert_eq!(egress.bounds.max_upload_bytes, 1000);
+    assert_eq!(egress.review_upload_bytes, 10);
+    let off = Config::from_files(&[user(base), repository("[network]\negress = false\n")]).unwrap();
+    assert_eq!(off.network.egress, None);
+    // Widening is refused, each setting named.
+    let refused = refusals(&[
+        user(base),
+        repository(
+            "[network]\nallow = [\"evil.example.net\"]\npresets = [\"node\"]\nloopback_for_tests = true\nmax_upload_bytes = 2000000\n",
+        ),
+    ]);
+    let fields: Vec<&str> = refused.iter().map(|refusal| refusal.field).collect();
+    assert_eq!(
+        fields,
+        [
+            "network.allow",
+            "network.presets",
+            "network.loopback_for_tests",
+            "network.max_upload_bytes"
+        ]
+    );
+    // A trusted repository may allow hosts.
+    let trusted =
+        Config::from_files(&[user(""), trusted("[network]\nallow = [\"pypi.org\"]\n")]).unwrap();
+    assert_eq!(trusted.network.egress.unwrap().policy.rules.len(), 1);
+}
+
+#[test]
+fn egress_errors_name_the_setting_and_the_value() {
+    let error = |text: &str| Config::from_files(&[user(text)]).unwrap_err().to_string();
+    let preset = error("[network]\npresets = [\"cobol\"]\n");
+    assert!(
+        preset.contains("network.presets")
+            && preset.contains(
+                "\"cobol\" is not a preset; the presets are python, rust, node, go, debian"
+            ),
+        "{preset}"
+    );
+    let rule = error("[network]\nallow = [\"*.org\"]\n");
+    assert!(
+        rule.contains("network.allow") && rule.contains("\"*.org\""),
+        "{rule}"
+    );
+    let both = error("[dispatch]\nallow_network = true\n[network]\nallow = [\"pypi.org\"]\n");
+    assert!(
+        both.contains("dispatch.allow_network") && both.contains("use one or the other"),
+        "{both}"
+    );
+}
