@@ -18,6 +18,7 @@ use crate::state_dir::StateDirError;
 use stet_sanitize::sanitize::{SanitizerHandle, TokenSanitizer};
 
 mod dispatch;
+mod egress;
 pub use dispatch::{configuration_check, dispatch_checks, unchecked};
 
 /// Below this much free space in the state directory, a dispatch's workspace may not fit.

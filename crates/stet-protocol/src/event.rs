@@ -546,7 +546,7 @@ mod tests {
             }),
         );
         let json: serde_json::Value = serde_json::from_str(&event.to_json_line().unwrap()).unwrap();
-        assert_eq!(json["v"], 3);
+        assert_eq!(json["v"], 4);
         assert_eq!(json["kind"], "transcript");
         assert_eq!(json["item"], "command");
         assert_eq!(json["text"], "ls -la");
@@ -577,6 +577,8 @@ mod tests {
             "warning",
             "gateway_refusal",
             "gateway_egress",
+            "egress",
+            "egress_summary",
             "pushed",
             "pull_request",
             "torn_down",

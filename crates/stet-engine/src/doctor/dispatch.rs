@@ -103,6 +103,7 @@ pub async fn dispatch_checks(
         },
     ));
     checks.push(image_check(config, harness.runs_in_offline_image(), runtime, &user_file).await);
+    checks.extend(super::egress::egress_checks(config, &user_file).await);
     if config.harness.kind != HarnessKind::OpenHands {
         return checks;
     }

@@ -191,7 +191,7 @@ finish = "done"
     assert_eq!(scenario.steps[0].pause, 1.5);
     assert_eq!(scenario.steps[1].pause, 2.0);
     assert_eq!(scenario.steps[2].pause, 0.0);
-    assert_eq!(scenario.steps[18].pause, 0.5);
+    assert_eq!(scenario.steps[21].pause, 0.5);
 }
 
 #[test]
