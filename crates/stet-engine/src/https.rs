@@ -112,6 +112,35 @@ impl Network {
             .wrap_connector(connector))
     }
 
+    /// A TCP connection to `address`, the checked address of the host `name`: straight there, or,
+    /// when the machine's proxy (`HTTPS_PROXY`) covers `name` and the address (`NO_PROXY` names
+    /// neither), through a tunnel the proxy opens to that very address, so the proxy resolves
+    /// nothing of its own.
+    pub(crate) async fn dial(
+        &self,
+        name: &str,
+        address: std::net::SocketAddr,
+    ) -> Result<tokio::net::TcpStream, String> {
+        let through = self.proxy.as_ref().filter(|_| {
+            !self.no_proxy.bypasses(name) && !self.no_proxy.bypasses(&address.ip().to_string())
+        });
+        let Some(proxy) = through else {
+            return tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(address))
+                .await
+                .map_err(|_| {
+                    format!(
+                        "connecting to {address} took over {}s",
+                        CONNECT_TIMEOUT.as_secs()
+                    )
+                })?
+                .map_err(|err| format!("connecting to {address} failed: {err}"));
+        };
+        proxy
+            .tunnel(&address.to_string())
+            .await
+            .map_err(|err| err.to_string())
+    }
+
     /// TLS 1.2 and 1.3 with ring, trusting the webpki roots and the extra ones.
     fn tls_config(&self) -> Result<ClientConfig, HttpsError> {
         let mut roots = RootCertStore {

@@ -150,6 +150,44 @@ impl Resolve for SystemResolver {
     }
 }
 
+/// How the proxy reaches an address it checked: straight there, or through the machine's own proxy.
+#[async_trait::async_trait]
+pub trait Dial: Send + Sync {
+    /// A connection to `address`, which `name` resolved to (or which the agent named as a literal).
+    async fn dial(&self, name: &str, address: SocketAddr) -> Result<TcpStream, String>;
+}
+
+/// The machine's network as stet's own clients reach it: straight, or through the proxy of
+/// `HTTPS_PROXY` unless `NO_PROXY` names the host, tunnelling to the checked address so the machine's
+/// proxy resolves nothing of its own.
+pub struct HostNetwork(crate::https::Network);
+
+impl HostNetwork {
+    /// The process's proxy settings; a proxy variable that is not an HTTP proxy's URL is an error
+    /// naming it.
+    pub fn current() -> Result<HostNetwork, String> {
+        crate::https::Network::current()
+            .map(HostNetwork)
+            .map_err(|err| err.to_string())
+    }
+
+    /// The proxy settings `env` finds.
+    pub fn from_env(
+        env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> Result<HostNetwork, String> {
+        crate::https::Network::from_env(env, Arc::default())
+            .map(HostNetwork)
+            .map_err(|err| err.to_string())
+    }
+}
+
+#[async_trait::async_trait]
+impl Dial for HostNetwork {
+    async fn dial(&self, name: &str, address: SocketAddr) -> Result<TcpStream, String> {
+        self.0.dial(name, address).await
+    }
+}
+
 /// A running proxy; dropping it ends every connection.
 pub struct EgressProxy {
     socket: PathBuf,
@@ -162,6 +200,7 @@ struct Shared {
     policy: EgressPolicy,
     bounds: EgressBounds,
     resolver: Arc<dyn Resolve>,
+    dialer: Arc<dyn Dial>,
     upload_left: AtomicU64,
     download_left: AtomicU64,
     report: Mutex<EgressReport>,
@@ -172,13 +211,15 @@ struct Shared {
 }
 
 impl EgressProxy {
-    /// Binds `socket` (mode 0600; refused if it exists) and serves on it in a background task;
-    /// returns the proxy and its records as they are made.
+    /// Binds `socket` (mode 0600; refused if it exists) and serves on it in a background task,
+    /// resolving with `resolver` and connecting with `dialer`; returns the proxy and its records as
+    /// they are made.
     pub fn start(
         socket: &Path,
         policy: EgressPolicy,
         bounds: EgressBounds,
         resolver: Arc<dyn Resolve>,
+        dialer: Arc<dyn Dial>,
     ) -> Result<(EgressProxy, mpsc::Receiver<EgressRecord>), ProxyError> {
         let listener = unix_server::bind_private(socket)?;
         let (live, records) = mpsc::channel(LIVE_RECORDS);
@@ -188,6 +229,7 @@ impl EgressProxy {
             policy,
             bounds,
             resolver,
+            dialer,
             report: Mutex::new(EgressReport::default()),
             live,
             ending: CancellationToken::new(),
@@ -450,9 +492,9 @@ async fn connect(
                 format!("{target} resolves to {ip}, {reason}, which the proxy never connects to");
             continue;
         }
-        match TcpStream::connect(address).await {
+        match shared.dialer.dial(&target.to_string(), address).await {
             Ok(stream) => return Ok((stream, address)),
-            Err(err) => refusal = format!("connecting to {address} failed: {err}"),
+            Err(err) => refusal = err,
         }
     }
     Err(refusal)

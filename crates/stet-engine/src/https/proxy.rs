@@ -180,6 +180,19 @@ impl Proxy {
         }
     }
 
+    /// A tunnel to `target` (`host:port`): a connection to the proxy within the connect bound, then
+    /// [`Proxy::open`].
+    pub(super) async fn tunnel(&self, target: &str) -> Result<TcpStream, ProxyError> {
+        let connected = tokio::time::timeout(
+            super::CONNECT_TIMEOUT,
+            TcpStream::connect(self.authority.as_str()),
+        )
+        .await
+        .map_err(|_| self.unreachable("connecting took too long".to_owned()))?
+        .map_err(|err| self.unreachable(err.to_string()))?;
+        self.open(connected, target).await
+    }
+
     /// A tunnel to `target` (`host:port`) over `stream`, connected to the proxy: `CONNECT`, then
     /// the proxy's answer read up to its blank line, within [`TUNNEL_TIMEOUT`].
     async fn open(&self, mut stream: TcpStream, target: &str) -> Result<TcpStream, ProxyError> {

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use crate::dispatch::channels::DispatchChannels;
 use crate::dispatch::error::DispatchError;
 use crate::dispatch::sandbox::DispatchSandbox;
-use crate::egress::proxy::{EgressProxy, EgressRecord, EgressReport, SystemResolver};
+use crate::egress::proxy::{EgressProxy, EgressRecord, EgressReport, HostNetwork, SystemResolver};
 use stet_protocol::event::{EventKind, MAX_LISTED};
 use stet_sanitize::sanitize::TokenSanitizer;
 
@@ -48,11 +48,14 @@ impl EgressLink {
                 steering.fail("the sandbox was provisioned without the egress channel".to_owned())
             );
         };
+        let host = HostNetwork::current()
+            .map_err(|error| steering.fail(format!("starting the egress proxy: {error}")))?;
         let (proxy, records) = EgressProxy::start(
             &socket,
             settings.policy.clone(),
             settings.bounds,
             Arc::new(SystemResolver),
+            Arc::new(host),
         )
         .map_err(|error| steering.fail(format!("starting the egress proxy: {error}")))?;
         crate::dispatch::sandbox::hand_over(&socket, steering.parts.settings.user)

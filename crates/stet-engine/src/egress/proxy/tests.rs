@@ -99,6 +99,20 @@ fn policy(lines: &[&str], loopback_for_tests: bool) -> EgressPolicy {
 }
 
 fn fixture(policy: EgressPolicy, bounds: EgressBounds, names: &[(&str, IpAddr)]) -> Fixture {
+    fixture_dialing(
+        policy,
+        bounds,
+        names,
+        HostNetwork::from_env(&|_| None).unwrap(),
+    )
+}
+
+fn fixture_dialing(
+    policy: EgressPolicy,
+    bounds: EgressBounds,
+    names: &[(&str, IpAddr)],
+    host: HostNetwork,
+) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("egress.sock");
     let table = Table(
@@ -107,7 +121,8 @@ fn fixture(policy: EgressPolicy, bounds: EgressBounds, names: &[(&str, IpAddr)])
             .map(|(name, ip)| ((*name).to_owned(), vec![*ip]))
             .collect(),
     );
-    let (proxy, _live) = EgressProxy::start(&socket, policy, bounds, Arc::new(table)).unwrap();
+    let (proxy, _live) =
+        EgressProxy::start(&socket, policy, bounds, Arc::new(table), Arc::new(host)).unwrap();
     Fixture {
         _dir: dir,
         proxy,
@@ -348,4 +363,96 @@ async fn a_client_that_never_sends_its_head_is_let_go_and_frees_its_slot() {
         .map(|record| record.outcome)
         .collect();
     assert!(outcomes[0].contains("no request head"), "{outcomes:?}");
+}
+
+/// The machine's own proxy, as `HTTPS_PROXY` names it: answers each CONNECT with 200, records its
+/// target, and relays to that target.
+async fn host_proxy() -> (u16, Arc<std::sync::Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let asked: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let seen = Arc::clone(&asked);
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while head::end_of_head(&head).is_none() {
+                    if client.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let line = String::from_utf8_lossy(&head)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_owned();
+                seen.lock().unwrap().push(line.clone());
+                let target = line.split(' ').nth(1).unwrap_or("").to_owned();
+                let Ok(mut upstream) = tokio::net::TcpStream::connect(target).await else {
+                    return;
+                };
+                client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await
+                    .unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            });
+        }
+    });
+    (port, asked)
+}
+
+/// Behind a corporate proxy: the egress proxy checks the name and its address itself, then asks
+/// the machine's proxy for a tunnel to that very address (so the machine's proxy resolves nothing);
+/// a host `NO_PROXY` names is reached straight.
+#[tokio::test]
+async fn the_machines_proxy_carries_the_checked_address_and_no_proxy_is_honoured() {
+    let upstream = Upstream::start(None).await;
+    let (proxy_port, asked) = host_proxy().await;
+    let env = move |no_proxy: &'static str| {
+        move |name: &str| match name {
+            "HTTPS_PROXY" => Some(format!("http://127.0.0.1:{proxy_port}").into()),
+            "NO_PROXY" => Some(no_proxy.into()),
+            _ => None,
+        }
+    };
+    let f = fixture_dialing(
+        policy(&[&format!("pkg.test:{}", upstream.port)], true),
+        EgressBounds::default(),
+        &[("pkg.test", LOOPBACK)],
+        HostNetwork::from_env(&env("other.test")).unwrap(),
+    );
+    let connect = format!("CONNECT pkg.test:{} HTTP/1.1\r\n\r\n", upstream.port);
+    let (answer, mut stream) = ask(&f.socket, &connect).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    stream.write_all(b"ping").await.unwrap();
+    let mut echoed = [0u8; 4];
+    stream.read_exact(&mut echoed).await.unwrap();
+    assert_eq!(&echoed, b"ping");
+    assert_eq!(
+        *asked.lock().unwrap(),
+        [format!("CONNECT 127.0.0.1:{} HTTP/1.1", upstream.port)]
+    );
+    drop(stream);
+    f.proxy.shutdown().await;
+
+    let bypassed = fixture_dialing(
+        policy(&[&format!("pkg.test:{}", upstream.port)], true),
+        EgressBounds::default(),
+        &[("pkg.test", LOOPBACK)],
+        HostNetwork::from_env(&env("pkg.test")).unwrap(),
+    );
+    let (answer, mut stream) = ask(&bypassed.socket, &connect).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    stream.write_all(b"pong").await.unwrap();
+    stream.read_exact(&mut echoed).await.unwrap();
+    assert_eq!(&echoed, b"pong");
+    assert_eq!(
+        asked.lock().unwrap().len(),
+        1,
+        "NO_PROXY went through the proxy"
+    );
 }
