@@ -434,3 +434,192 @@ fn without_network_settings_the_agent_gets_no_proxy_and_a_repository_cannot_add_
     );
     assert_eq!(index.connections(), 0);
 }
+
+/// A package index on the test's loopback (PEP 503's simple API, as pip reads it) serving one
+/// pure-Python wheel, `stetprobe` 1.0, whose module holds `value`. It answers each request and closes
+/// the connection, and records the paths asked for.
+pub(super) struct PackageIndex {
+    address: SocketAddr,
+    asked: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+}
+
+/// The wheel's file name.
+const WHEEL: &str = "stetprobe-1.0-py3-none-any.whl";
+
+impl PackageIndex {
+    pub(super) fn serve(value: &str) -> PackageIndex {
+        let wheel = wheel(value);
+        let digest = sha256_hex(&wheel);
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let index = PackageIndex {
+            address: listener.local_addr().unwrap(),
+            asked: Arc::default(),
+            stop: Arc::default(),
+        };
+        let (asked, stop) = (Arc::clone(&index.asked), Arc::clone(&index.stop));
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(mut stream) = stream else { continue };
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+                let Some(request) = read_request(&mut stream) else {
+                    continue;
+                };
+                let path = request
+                    .line
+                    .split(' ')
+                    .nth(1)
+                    .unwrap_or_default()
+                    .to_owned();
+                asked.lock().unwrap().push(path.clone());
+                let (kind, body) = if path.trim_end_matches('/') == "/simple/stetprobe" {
+                    let page = format!(
+                        "<!DOCTYPE html><html><body><a href=\"/files/{WHEEL}#sha256={digest}\">{WHEEL}</a></body></html>\n"
+                    );
+                    ("text/html", page.into_bytes())
+                } else if path == format!("/files/{WHEEL}") {
+                    ("application/octet-stream", wheel.clone())
+                } else {
+                    let _ = stream.write_all(
+                        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    );
+                    continue;
+                };
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes());
+                let _ = stream.write_all(&body);
+            }
+        });
+        index
+    }
+
+    pub(super) fn port(&self) -> u16 {
+        self.address.port()
+    }
+
+    pub(super) fn asked(&self) -> Vec<String> {
+        self.asked.lock().unwrap().clone()
+    }
+}
+
+impl Drop for PackageIndex {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.address);
+    }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// A wheel (a zip with its entries stored) of the module `stetprobe`, `VALUE = value`, with the
+/// metadata and the RECORD pip reads.
+fn wheel(value: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let info = "stetprobe-1.0.dist-info";
+    let mut files: Vec<(String, Vec<u8>)> = vec![
+        (
+            "stetprobe/__init__.py".to_owned(),
+            format!("VALUE = {value:?}\n").into_bytes(),
+        ),
+        (
+            format!("{info}/METADATA"),
+            b"Metadata-Version: 2.1\nName: stetprobe\nVersion: 1.0\n".to_vec(),
+        ),
+        (
+            format!("{info}/WHEEL"),
+            b"Wheel-Version: 1.0\nGenerator: stet-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+                .to_vec(),
+        ),
+    ];
+    let mut record = String::new();
+    for (name, content) in &files {
+        let digest =
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(content));
+        record.push_str(&format!("{name},sha256={digest},{}\n", content.len()));
+    }
+    record.push_str(&format!("{info}/RECORD,,\n"));
+    files.push((format!("{info}/RECORD"), record.into_bytes()));
+    stored_zip(&files)
+}
+
+/// A zip archive of `files`, each stored (no compression).
+fn stored_zip(files: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut archive = Vec::new();
+    let mut central = Vec::new();
+    for (name, content) in files {
+        let offset = archive.len() as u32;
+        let crc = crc32(content);
+        let size = content.len() as u32;
+        let common = |out: &mut Vec<u8>| {
+            out.extend_from_slice(&20u16.to_le_bytes()); // version needed
+            out.extend_from_slice(&0u16.to_le_bytes()); // flags
+            out.extend_from_slice(&0u16.to_le_bytes()); // stored
+            out.extend_from_slice(&0u32.to_le_bytes()); // time and date
+            out.extend_from_slice(&crc.to_le_bytes());
+            out.extend_from_slice(&size.to_le_bytes());
+            out.extend_from_slice(&size.to_le_bytes());
+            out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            out.extend_from_slice(&0u16.to_le_bytes()); // extra
+        };
+        archive.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
+        common(&mut archive);
+        archive.extend_from_slice(name.as_bytes());
+        archive.extend_from_slice(content);
+        central.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
+        central.extend_from_slice(&20u16.to_le_bytes()); // made by
+        common(&mut central);
+        central.extend_from_slice(&0u16.to_le_bytes()); // comment
+        central.extend_from_slice(&0u16.to_le_bytes()); // disk
+        central.extend_from_slice(&0u16.to_le_bytes()); // internal attributes
+        central.extend_from_slice(&0u32.to_le_bytes()); // external attributes
+        central.extend_from_slice(&offset.to_le_bytes());
+        central.extend_from_slice(name.as_bytes());
+    }
+    let start = archive.len() as u32;
+    archive.extend_from_slice(&central);
+    archive.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
+    archive.extend_from_slice(&[0; 4]); // disk numbers
+    archive.extend_from_slice(&(files.len() as u16).to_le_bytes());
+    archive.extend_from_slice(&(files.len() as u16).to_le_bytes());
+    archive.extend_from_slice(&(central.len() as u32).to_le_bytes());
+    archive.extend_from_slice(&start.to_le_bytes());
+    archive.extend_from_slice(&0u16.to_le_bytes());
+    archive
+}
+
+/// The CRC-32 of zip (IEEE 802.3, reflected).
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for byte in bytes {
+        crc ^= u32::from(*byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+#[test]
+fn the_test_wheel_is_a_zip_with_the_known_crc() {
+    assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+    let wheel = wheel("x");
+    assert_eq!(&wheel[..4], b"PK\x03\x04");
+    assert_eq!(&wheel[wheel.len() - 22..wheel.len() - 18], b"PK\x05\x06");
+}

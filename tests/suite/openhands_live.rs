@@ -648,3 +648,59 @@ fn the_timeout_exits_4_while_the_model_holds_a_request() {
     finished.torn_down_cleanly();
     assert_nothing_left(&live.project.home, finished.dispatch());
 }
+
+/// Egress through the host (issue 30): the real OpenHands agent runs the real pip in the sandbox,
+/// which finds stet's egress proxy in `HTTP_PROXY` and installs a package from an index on the
+/// test's loopback that `[network] allow` names; the container still has only its loopback.
+#[test]
+fn the_agent_installs_a_package_through_the_egress_proxy() {
+    let value = format!("installed-{}", uuid::Uuid::new_v4().simple());
+    let index = super::egress::PackageIndex::serve(&value);
+    let port = index.port();
+    // pip would go straight to `localhost` (NO_PROXY keeps the sandbox's own loopback direct); the
+    // index is the host's, so the command asks pip to use the proxy for it.
+    let install = format!(
+        "env -u NO_PROXY -u no_proxy python3 -m pip install --disable-pip-version-check --no-cache-dir --no-deps --target /tmp/deps --index-url http://localhost:{port}/simple/ stetprobe \
+         && PYTHONPATH=/tmp/deps python3 -c 'import stetprobe; print(stetprobe.VALUE)' > /workspace/src/installed.txt; \
+         ls /sys/class/net > /workspace/interfaces.txt"
+    );
+    let live = Live::new(|_| vec![terminal(&install), finish("Installed stetprobe.")]);
+    live.project.home.add_user_config(&format!(
+        "\n[network]\nallow = [\"localhost:{port}\"]\nloopback_for_tests = true\n"
+    ));
+    let finished = run(live.headless(&["--push"]));
+    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+    assert_eq!(
+        live.pushed_file(&finished, "src/installed.txt"),
+        format!("{value}\n")
+    );
+    assert_eq!(live.pushed_file(&finished, "interfaces.txt"), "lo\n");
+    let asked = index.asked();
+    assert!(
+        asked
+            .iter()
+            .any(|path| path.starts_with("/simple/stetprobe"))
+            && asked.iter().any(|path| path.starts_with("/files/")),
+        "{asked:#?}"
+    );
+    let reached: Vec<(String, u16, bool)> = finished
+        .events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::Egress {
+                host,
+                port,
+                allowed,
+                ..
+            } => Some((host.as_str().to_owned(), *port, *allowed)),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        reached.contains(&("localhost".to_owned(), port, true)),
+        "{reached:#?}"
+    );
+    live.assert_keyed_by_the_host();
+    finished.torn_down_cleanly();
+    assert_nothing_left(&live.project.home, finished.dispatch());
+}
