@@ -623,3 +623,105 @@ fn the_test_wheel_is_a_zip_with_the_known_crc() {
     assert_eq!(&wheel[..4], b"PK\x03\x04");
     assert_eq!(&wheel[wheel.len() - 22..wheel.len() - 18], b"PK\x05\x06");
 }
+
+/// The one test that leaves this machine (these machines reach PyPI; the issue allows one such
+/// smoke test): with `presets = ["python"]` and no loopback override, the agent asks for a tunnel to
+/// pypi.org:443. Where the host's resolver gives pypi.org a public address, the tunnel opens to the
+/// address the proxy resolved and checked. Where it gives a special-purpose one (some sandboxed
+/// networks answer every name with a documentation address and intercept the traffic), the test
+/// says so on stderr and checks that the proxy refused it for exactly that reason: the real PyPI was
+/// not reached, and the test does not pretend it was. When pypi.org does not even resolve on the
+/// host, the test fails saying so, rather than blaming the proxy.
+#[test]
+fn smoke_a_python_preset_tunnel_reaches_pypi_or_says_why_not() {
+    docker_ready();
+    let resolved = match "pypi.org:443".to_socket_addrs_checked() {
+        Ok(address) => address,
+        Err(why) => panic!(
+            "this smoke test needs pypi.org to resolve on the host, and it does not ({why}); the egress proxy was not tried"
+        ),
+    };
+    let special = stet_engine::egress::address::refused(resolved.ip());
+    let project = Project::new(&scenario(&[
+        "tunnel = { target = \"pypi.org:443\" }",
+        "tunnel = { target = \"upload.pypi.org:443\" }",
+        "finish = \"Reached PyPI.\"",
+    ]));
+    project
+        .home
+        .add_user_config("\n[network]\npresets = [\"python\"]\n");
+    let finished = run(project.headless(&[]));
+    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+    let output = output_of(&finished);
+    let reached: Vec<(String, bool, Option<String>, String)> = finished
+        .events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::Egress {
+                host,
+                allowed,
+                address,
+                outcome,
+                ..
+            } => Some((
+                host.as_str().to_owned(),
+                *allowed,
+                address.clone(),
+                outcome.as_str().to_owned(),
+            )),
+            _ => None,
+        })
+        .collect();
+    let pypi = reached
+        .iter()
+        .find(|(host, ..)| host == "pypi.org")
+        .unwrap_or_else(|| panic!("{reached:#?}"));
+    match special {
+        None => {
+            assert!(
+                output.contains("tunnel pypi.org:443: HTTP/1.1 200 Connection established"),
+                "{output}"
+            );
+            assert!(pypi.1, "{reached:#?}");
+            let address: SocketAddr = pypi.2.as_deref().unwrap().parse().unwrap();
+            assert!(
+                stet_engine::egress::address::refused(address.ip()).is_none(),
+                "{address}"
+            );
+        }
+        Some(kind) => {
+            eprintln!(
+                "smoke: the real PyPI was not reached: this machine resolves pypi.org to {}, {kind}, which the egress proxy never connects to",
+                resolved.ip()
+            );
+            assert!(!pypi.1, "{reached:#?}");
+            assert!(
+                pypi.3
+                    .contains(&format!("resolves to {}, {kind}", resolved.ip())),
+                "{reached:#?}"
+            );
+        }
+    }
+    // The upload host is not in the preset: a package can be fetched, not published.
+    assert!(
+        reached
+            .iter()
+            .any(|(host, allowed, ..)| host == "upload.pypi.org" && !allowed),
+        "{reached:#?}"
+    );
+}
+
+/// `host:port` to its first address, with the resolver's error as text.
+trait ToSocketAddrsChecked {
+    fn to_socket_addrs_checked(&self) -> Result<SocketAddr, String>;
+}
+
+impl ToSocketAddrsChecked for &str {
+    fn to_socket_addrs_checked(&self) -> Result<SocketAddr, String> {
+        use std::net::ToSocketAddrs as _;
+        self.to_socket_addrs()
+            .map_err(|err| format!("{self} does not resolve: {err}"))?
+            .next()
+            .ok_or_else(|| format!("{self} resolves to no address"))
+    }
+}

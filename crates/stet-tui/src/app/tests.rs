@@ -1236,6 +1236,85 @@ fn the_meter_shows_the_gateways_last_refusal() {
 }
 
 #[test]
+fn the_meter_shows_the_network_line_with_the_last_refused_host_and_its_line() {
+    let mut app = app(&["fix-greeting"]);
+    let script = Script::new("fix-greeting");
+    dispatch_selected(&mut app);
+    let connection = |seconds, host: &str, allowed: bool, hint: Option<&str>| {
+        script.at(
+            seconds,
+            EventKind::Egress {
+                host: script.text(host),
+                port: 443,
+                address: allowed.then(|| "192.0.2.7:443".to_owned()),
+                allowed,
+                outcome: script.text(if allowed {
+                    "allowed by pypi.org (preset python); closed"
+                } else {
+                    "refused: not in [network] allow"
+                }),
+                hint: hint.map(|hint| script.text(hint)),
+                up: 10,
+                down: 20,
+                millis: 3,
+            },
+        )
+    };
+    app.update(Msg::EngineBatch(vec![
+        script.dispatched(0),
+        connection(1, "pypi.org", true, None),
+        connection(
+            2,
+            "paste.example.com",
+            false,
+            Some("add \"paste.example.com\" to [network] allow in your config.toml"),
+        ),
+        connection(3, "files.pythonhosted.org", true, None),
+    ]));
+    let lines: Vec<String> = crate::panes::meter::lines(
+        app.selected_dispatch().unwrap(),
+        None,
+        app.now(),
+        40,
+        crate::theme::Theme::Plain,
+    )
+    .iter()
+    .map(|line| line.to_string())
+    .collect();
+    let network = lines
+        .iter()
+        .position(|line| line.starts_with("network"))
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert_eq!(lines[network], "network 2 ok · 1 refused");
+    let refused = lines[network + 1..].join(" ");
+    assert_eq!(
+        refused,
+        "refused paste.example.com:443: add \"paste.example.com\" to [network] allow in your config.toml"
+    );
+    assert!(
+        lines[network + 1..]
+            .iter()
+            .all(|line| line.chars().count() <= 40),
+        "{lines:?}"
+    );
+    // The summary's counts are the proxy's own (some connections may not have been sent live).
+    app.update(Msg::EngineBatch(vec![script.at(
+        4,
+        EventKind::EgressSummary {
+            allowed: 7,
+            refused: 1,
+            uploaded: 30,
+            downloaded: 60,
+            hosts: vec![script.text("pypi.org:443")],
+            hosts_not_listed: 0,
+            not_shown: 5,
+        },
+    )]));
+    let view = app.selected_dispatch().unwrap();
+    assert_eq!(view.network.as_ref().unwrap().allowed, 7);
+}
+
+#[test]
 fn a_reloaded_inbox_keeps_the_cursor_on_its_brief() {
     let mut app = app(&["b", "d"]);
     app.update(Msg::SelectNext);

@@ -143,7 +143,7 @@ fn network_lines(view: &DispatchView, width: usize, theme: Theme) -> Vec<Line<'s
         return Vec::new();
     };
     let mut lines = vec![Line::from(vec![
-        Span::styled(format!("{:<7}", "network"), theme.muted()),
+        Span::styled("network ", theme.muted()),
         Span::raw(format!(
             "{} ok · {} refused",
             count(network.allowed),
