@@ -158,7 +158,10 @@ impl Project {
     }
 }
 
-fn egress_events(events: &[stet_protocol::event::Event]) -> Vec<(String, u16, bool, String)> {
+/// Each `egress` event: its host, port, whether it was allowed, and its hint or else its outcome.
+pub(super) fn egress_events(
+    events: &[stet_protocol::event::Event],
+) -> Vec<(String, u16, bool, String)> {
     events
         .iter()
         .filter_map(|event| match &event.kind {
@@ -241,14 +244,7 @@ fn the_agent_reaches_an_allowed_host_through_the_proxy_and_nothing_else() {
             body: 0,
         }]
     );
-    let sha = finished
-        .events
-        .iter()
-        .find_map(|event| match &event.kind {
-            EventKind::Pushed { sha, .. } => Some(sha.as_str().to_owned()),
-            _ => None,
-        })
-        .expect("a pushed event");
+    let sha = finished.pushed_sha();
     let pushed = super::support::git(
         &project.remote,
         &["show", &format!("{sha}:src/fetched.txt")],

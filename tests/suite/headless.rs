@@ -324,6 +324,17 @@ impl Finished {
             .collect()
     }
 
+    /// The commit of the one `pushed` event.
+    pub(super) fn pushed_sha(&self) -> String {
+        self.events
+            .iter()
+            .find_map(|event| match &event.kind {
+                EventKind::Pushed { sha, .. } => Some(sha.as_str().to_owned()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no pushed event: {:#?}", self.events))
+    }
+
     pub(super) fn kinds(&self) -> Vec<&'static str> {
         self.events.iter().map(|event| event.kind.name()).collect()
     }

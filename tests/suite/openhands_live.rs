@@ -683,21 +683,11 @@ fn the_agent_installs_a_package_through_the_egress_proxy() {
             && asked.iter().any(|path| path.starts_with("/files/")),
         "{asked:#?}"
     );
-    let reached: Vec<(String, u16, bool)> = finished
-        .events
-        .iter()
-        .filter_map(|event| match &event.kind {
-            EventKind::Egress {
-                host,
-                port,
-                allowed,
-                ..
-            } => Some((host.as_str().to_owned(), *port, *allowed)),
-            _ => None,
-        })
-        .collect();
+    let reached = super::egress::egress_events(&finished.events);
     assert!(
-        reached.contains(&("localhost".to_owned(), port, true)),
+        reached
+            .iter()
+            .any(|(host, at, allowed, _)| host == "localhost" && *at == port && *allowed),
         "{reached:#?}"
     );
     live.assert_keyed_by_the_host();
