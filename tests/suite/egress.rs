@@ -24,15 +24,50 @@ struct Received {
     body: usize,
 }
 
+/// A server's accept loop on the test's loopback, each connection handed to its handler in turn
+/// (read timeouts set); it stops when dropped.
+struct Serving {
+    address: SocketAddr,
+    stop: Arc<AtomicBool>,
+}
+
+impl Serving {
+    fn start(mut handle: impl FnMut(TcpStream) + Send + 'static) -> Serving {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let serving = Serving {
+            address: listener.local_addr().unwrap(),
+            stop: Arc::default(),
+        };
+        let stop = Arc::clone(&serving.stop);
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(stream) = stream else { continue };
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+                handle(stream);
+            }
+        });
+        serving
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.address);
+    }
+}
+
 /// A server on the test's loopback that answers every request with `body`, or (a sink) reads
 /// whatever comes and counts it. It records what it received and stops when dropped.
 struct Loopback {
-    address: SocketAddr,
+    serving: Serving,
     received: Arc<Mutex<Vec<Received>>>,
     /// Bytes a sink read, over every connection.
     sunk: Arc<Mutex<usize>>,
     connections: Arc<Mutex<usize>>,
-    stop: Arc<AtomicBool>,
 }
 
 impl Loopback {
@@ -47,53 +82,45 @@ impl Loopback {
     }
 
     fn serve(body: Option<String>) -> Loopback {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-        let server = Loopback {
-            address: listener.local_addr().unwrap(),
-            received: Arc::default(),
-            sunk: Arc::default(),
-            connections: Arc::default(),
-            stop: Arc::default(),
-        };
-        let (received, sunk, connections, stop) = (
-            Arc::clone(&server.received),
-            Arc::clone(&server.sunk),
-            Arc::clone(&server.connections),
-            Arc::clone(&server.stop),
+        let received: Arc<Mutex<Vec<Received>>> = Arc::default();
+        let sunk: Arc<Mutex<usize>> = Arc::default();
+        let connections: Arc<Mutex<usize>> = Arc::default();
+        let (seen, read_in, counted) = (
+            Arc::clone(&received),
+            Arc::clone(&sunk),
+            Arc::clone(&connections),
         );
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                if stop.load(Ordering::SeqCst) {
-                    break;
+        let serving = Serving::start(move |mut stream| {
+            *counted.lock().unwrap() += 1;
+            match &body {
+                Some(body) => {
+                    if let Some(request) = read_request(&mut stream) {
+                        seen.lock().unwrap().push(request);
+                    }
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(answer.as_bytes());
                 }
-                let Ok(mut stream) = stream else { continue };
-                *connections.lock().unwrap() += 1;
-                let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-                match &body {
-                    Some(body) => {
-                        if let Some(request) = read_request(&mut stream) {
-                            received.lock().unwrap().push(request);
-                        }
-                        let answer = format!(
-                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                            body.len()
-                        );
-                        let _ = stream.write_all(answer.as_bytes());
-                    }
-                    None => {
-                        let mut read = Vec::new();
-                        let _ = stream.read_to_end(&mut read);
-                        *sunk.lock().unwrap() += read.len();
-                        let _ = stream.write_all(b"ok\n");
-                    }
+                None => {
+                    let mut read = Vec::new();
+                    let _ = stream.read_to_end(&mut read);
+                    *read_in.lock().unwrap() += read.len();
+                    let _ = stream.write_all(b"ok\n");
                 }
             }
         });
-        server
+        Loopback {
+            serving,
+            received,
+            sunk,
+            connections,
+        }
     }
 
     fn port(&self) -> u16 {
-        self.address.port()
+        self.serving.address.port()
     }
 
     fn received(&self) -> Vec<Received> {
@@ -106,13 +133,6 @@ impl Loopback {
 
     fn connections(&self) -> usize {
         *self.connections.lock().unwrap()
-    }
-}
-
-impl Drop for Loopback {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(self.address);
     }
 }
 
@@ -435,9 +455,8 @@ fn without_network_settings_the_agent_gets_no_proxy_and_a_repository_cannot_add_
 /// pure-Python wheel, `stetprobe` 1.0, whose module holds `value`. It answers each request and closes
 /// the connection, and records the paths asked for.
 pub(super) struct PackageIndex {
-    address: SocketAddr,
+    serving: Serving,
     asked: Arc<Mutex<Vec<String>>>,
-    stop: Arc<AtomicBool>,
 }
 
 /// The wheel's file name.
@@ -447,67 +466,48 @@ impl PackageIndex {
     pub(super) fn serve(value: &str) -> PackageIndex {
         let wheel = wheel(value);
         let digest = sha256_hex(&wheel);
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-        let index = PackageIndex {
-            address: listener.local_addr().unwrap(),
-            asked: Arc::default(),
-            stop: Arc::default(),
-        };
-        let (asked, stop) = (Arc::clone(&index.asked), Arc::clone(&index.stop));
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                if stop.load(Ordering::SeqCst) {
-                    break;
-                }
-                let Ok(mut stream) = stream else { continue };
-                let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
-                let Some(request) = read_request(&mut stream) else {
-                    continue;
-                };
-                let path = request
-                    .line
-                    .split(' ')
-                    .nth(1)
-                    .unwrap_or_default()
-                    .to_owned();
-                asked.lock().unwrap().push(path.clone());
-                let (kind, body) = if path.trim_end_matches('/') == "/simple/stetprobe" {
-                    let page = format!(
-                        "<!DOCTYPE html><html><body><a href=\"/files/{WHEEL}#sha256={digest}\">{WHEEL}</a></body></html>\n"
-                    );
-                    ("text/html", page.into_bytes())
-                } else if path == format!("/files/{WHEEL}") {
-                    ("application/octet-stream", wheel.clone())
-                } else {
-                    let _ = stream.write_all(
-                        b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                    );
-                    continue;
-                };
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
+        let asked: Arc<Mutex<Vec<String>>> = Arc::default();
+        let seen = Arc::clone(&asked);
+        let serving = Serving::start(move |mut stream| {
+            let Some(request) = read_request(&mut stream) else {
+                return;
+            };
+            let path = request
+                .line
+                .split(' ')
+                .nth(1)
+                .unwrap_or_default()
+                .to_owned();
+            seen.lock().unwrap().push(path.clone());
+            let (kind, body) = if path.trim_end_matches('/') == "/simple/stetprobe" {
+                let page = format!(
+                    "<!DOCTYPE html><html><body><a href=\"/files/{WHEEL}#sha256={digest}\">{WHEEL}</a></body></html>\n"
                 );
-                let _ = stream.write_all(head.as_bytes());
-                let _ = stream.write_all(&body);
-            }
+                ("text/html", page.into_bytes())
+            } else if path == format!("/files/{WHEEL}") {
+                ("application/octet-stream", wheel.clone())
+            } else {
+                let _ = stream.write_all(
+                    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+                return;
+            };
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(&body);
         });
-        index
+        PackageIndex { serving, asked }
     }
 
     pub(super) fn port(&self) -> u16 {
-        self.address.port()
+        self.serving.address.port()
     }
 
     pub(super) fn asked(&self) -> Vec<String> {
         self.asked.lock().unwrap().clone()
-    }
-}
-
-impl Drop for PackageIndex {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(self.address);
     }
 }
 
