@@ -112,6 +112,7 @@ impl clap::ValueEnum for HarnessName {
         let output = match self.0 {
             HarnessKind::OpenHands => "The OpenHands V1 CLI, `--headless --json`",
             HarnessKind::Script => "`stet agent`, the scripted agent",
+            HarnessKind::Codex => "The Codex CLI, `codex exec --json`",
         };
         Some(clap::builder::PossibleValue::new(self.0.as_str()).help(output))
     }
