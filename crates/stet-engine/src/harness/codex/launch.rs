@@ -78,7 +78,7 @@ impl CodexHarness {
 /// Codex's `config.toml` for a run against `model` at `base_url`: the one provider, stet's relay,
 /// speaking the Responses API with the key from [`KEY_VARIABLE`]; no retries of its own (the
 /// gateway answers for the upstream), no update check, analytics, feedback or history, no hosted
-/// web search, commands run without Codex's own sandbox (the container is the sandbox) and never
+/// web search, no sub-agents (one agent per dispatch, whose every step the transcript shows), commands run without Codex's own sandbox (the container is the sandbox) and never
 /// wait for an approval.
 pub(super) fn config_toml(model: &str, base_url: &str) -> String {
     let mut provider = toml::Table::new();
@@ -95,6 +95,8 @@ pub(super) fn config_toml(model: &str, base_url: &str) -> String {
         table.insert("enabled".into(), false.into());
         toml::Value::Table(table)
     };
+    let mut features = toml::Table::new();
+    features.insert("multi_agent".into(), false.into());
     let mut history = toml::Table::new();
     history.insert("persistence".into(), "none".into());
     let mut config = toml::Table::new();
@@ -108,6 +110,7 @@ pub(super) fn config_toml(model: &str, base_url: &str) -> String {
     config.insert("analytics".into(), off());
     config.insert("feedback".into(), off());
     config.insert("history".into(), history.into());
+    config.insert("features".into(), features.into());
     config.to_string()
 }
 
