@@ -112,6 +112,7 @@ impl clap::ValueEnum for HarnessName {
         let output = match self.0 {
             HarnessKind::OpenHands => "The OpenHands V1 CLI, `--headless --json`",
             HarnessKind::Script => "`stet agent`, the scripted agent",
+            HarnessKind::Codex => "The Codex CLI, `codex exec --json`",
         };
         Some(clap::builder::PossibleValue::new(self.0.as_str()).help(output))
     }
@@ -327,7 +328,10 @@ pub(crate) enum ImageCommand {
             probe; nothing of the host's stet) at /usr/local/bin/stet, the shared libraries ldd names, \
             and a minimal /etc/passwd with the sandbox user 65532. No registry is needed. It is tagged \
             stet-sandbox:<12 hex of the executable's sha256>; building again from the same executable \
-            reuses it.",
+            reuses it.\n\n\
+            It is the scripted agent's image. The real agents' images (the OpenHands CLI, the Codex CLI) \
+            are built by docker/dispatch/build-offline --harness openhands|codex, which adds the same \
+            executable to a Debian base holding the agent.",
         after_help = "Exit codes:\n  0  built or reused\n  2  Docker unreachable, or the image could not be built"
     )]
     BuildLocal {

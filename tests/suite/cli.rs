@@ -526,6 +526,89 @@ fn transcript_replays_a_capture_as_sanitized_event_lines() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("no/such/capture"));
 }
 
+/// The real Codex CLI's captures (tests/fixtures/codex) replayed as a dispatch reads them: its
+/// commands, their output and exit codes, the usage of its running total, and the outcome from the
+/// turn's end, never from Codex's exit code.
+#[test]
+fn transcript_replays_the_codex_captures() {
+    let state = tempfile::tempdir().unwrap();
+    let replay = |capture: &[u8]| {
+        let output = run_with_stdin(
+            {
+                let mut command = stet(state.path());
+                command.args(["transcript", "-", "--harness", "codex", "--brief", "codex"]);
+                command
+            },
+            capture,
+        );
+        let events: Vec<serde_json::Value> = String::from_utf8(output.stdout.clone())
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        (output.status.code(), events)
+    };
+    let fixture = |name: &str| std::fs::read(format!("tests/fixtures/codex/{name}")).unwrap();
+
+    let (code, events) = replay(&fixture("shell-edit.stdout"));
+    assert_eq!(code, Some(0));
+    let shown: Vec<(&str, &str)> = events
+        .iter()
+        .filter(|e| e["kind"] == "transcript")
+        .map(|e| (e["item"].as_str().unwrap(), e["text"].as_str().unwrap()))
+        .collect();
+    assert!(shown.contains(&(
+        "command",
+        r#"/bin/bash -lc "sed -i 's/Hello/Hello, stet/' greeting.txt && cat greeting.txt""#
+    )));
+    assert!(shown.contains(&("output", "Hello, stet\n[exit code 0]")));
+    assert!(shown.contains(&("finish", "I edited greeting.txt: it now says Hello, stet.")));
+    let usage: Vec<_> = events.iter().filter(|e| e["kind"] == "usage").collect();
+    assert_eq!(usage.len(), 1);
+    assert_eq!(
+        (
+            &usage[0]["input_tokens"],
+            &usage[0]["cached_tokens"],
+            &usage[0]["output_tokens"]
+        ),
+        (&2500.into(), &1000.into(), &81.into())
+    );
+    assert_eq!(usage[0]["total_cost_usd"], 0.0, "Codex reports no cost");
+    assert_eq!(events.last().unwrap()["outcome"], "done");
+
+    let (code, events) = replay(&fixture("apply-patch.stdout"));
+    assert_eq!(code, Some(0));
+    assert!(events.iter().any(
+        |e| e["item"] == "command" && e["text"] == "file change: add /workspace/notes/added.md"
+    ));
+
+    // Codex exited 1 here, and 0 in every other capture: the replay draws the outcome from
+    // turn.failed, as it draws success from turn.completed.
+    assert_eq!(fixture("error.exit"), b"1\n");
+    let (code, events) = replay(&fixture("error.stdout"));
+    assert_eq!(code, Some(1));
+    let finished = events.last().unwrap();
+    assert_eq!(finished["outcome"], "failed");
+    assert!(
+        finished["reason"]
+            .as_str()
+            .unwrap()
+            .contains("scripted_refusal"),
+        "{finished}"
+    );
+
+    // What Codex prints goes through the sanitizer like every agent's output.
+    let planted = format!("ghp_{}", random_token(36).unwrap());
+    let text = String::from_utf8(fixture("text.stdout"))
+        .unwrap()
+        .replace("I changed nothing.", &format!("the token is {planted}"));
+    let (code, events) = replay(text.as_bytes());
+    assert_eq!(code, Some(0));
+    let all = serde_json::to_string(&events).unwrap();
+    assert!(!all.contains(&planted), "{all}");
+    assert!(all.contains("[REDACTED:github-token]"), "{all}");
+}
+
 /// The scripted agent's own output, captured on the host and replayed: the same parsing a live
 /// dispatch applies, ending with the outcome stet would draw.
 #[test]

@@ -6,6 +6,7 @@ mod branch;
 mod brief;
 mod canary;
 mod cli;
+mod codex_live;
 mod completions;
 mod costly_settings;
 mod demo_scenarios;

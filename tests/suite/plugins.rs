@@ -15,7 +15,9 @@ const STET: &str = env!("CARGO_BIN_EXE_stet");
 /// The configuration a trusted repository file holding `text` (and the model every harness that
 /// needs one reads) resolves to.
 fn configured(text: &str) -> Config {
-    let text = format!("{text}\n[harness.openhands]\nmodel = \"openai/gpt-4.1\"\n");
+    let text = format!(
+        "{text}\n[harness.openhands]\nmodel = \"openai/gpt-4.1\"\n[harness.codex]\nmodel = \"gpt-5.1-codex\"\n"
+    );
     Config::from_files(&[ConfigFile::new(
         "/plugins-test/stet.toml",
         text,

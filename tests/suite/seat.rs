@@ -183,6 +183,32 @@ fn doctor_outside_a_repository_says_what_it_did_not_check() {
     assert!(!home.path().join("state").exists(), "{report}");
 }
 
+/// The Codex harness is checked as OpenHands is: its model named, its image pinned and present (a
+/// missing one's fix names the Codex build), its endpoint configured.
+#[test]
+fn doctor_checks_the_codex_harness_its_image_and_its_endpoint() {
+    let home = Home::new();
+    let repo = bare_checkout(&home);
+    let absent = format!("sha256:{}", "0".repeat(64));
+    home.add_user_config(&format!(
+        "[harness]\nkind = \"codex\"\n[harness.codex]\nmodel = \"gpt-5.1-codex\"\n[dispatch]\nimage = \"{absent}\"\n"
+    ));
+    let (code, report) = doctor(&home, &repo, &[]);
+    assert_eq!(code, Some(1), "{report}");
+    assert!(
+        report.contains("[ok  ] harness: codex, model gpt-5.1-codex"),
+        "{report}"
+    );
+    assert!(
+        report.contains("docker/dispatch/build-offline --harness codex"),
+        "{report}"
+    );
+    assert!(
+        report.contains("the codex harness reaches its model only through stet's gateway"),
+        "{report}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_asks_the_model_endpoint_for_its_models_with_the_key_a_dispatch_sends() {
     use stet_scripted_model::{DEMO_MODEL, ScriptedModel};

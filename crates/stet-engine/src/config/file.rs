@@ -231,6 +231,7 @@ pub(super) struct HarnessSection {
     pub kind: Setting<HarnessKind>,
     pub script: ScriptSection,
     pub openhands: OpenHandsSection,
+    pub codex: CodexSection,
 }
 
 /// `[runtime]`
@@ -259,6 +260,13 @@ pub(super) struct OpenHandsSection {
     api_key_env: Setting<toml::Value>,
     /// Only here to refuse an inline key with a useful message.
     api_key: Setting<toml::Value>,
+}
+
+/// `[harness.codex]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct CodexSection {
+    pub model: Setting<String>,
 }
 
 /// `[model]`

@@ -31,6 +31,7 @@ pub use crate::forge::{CredentialConfig, ForgeConfig};
 use crate::git::import::{Identity, ImportLimits};
 use crate::git::workspace::BaseLimits;
 use crate::harness::HarnessSettings;
+use crate::harness::codex::CodexSettings;
 use crate::harness::openhands::OpenHandsSettings;
 use crate::harness::script::ScenarioSource;
 use crate::runtime::RuntimeKind;
@@ -50,7 +51,7 @@ pub const ENV_CONCURRENCY: &str = "STET_CONCURRENCY";
 pub const ENV_COST_CEILING_USD: &str = "STET_COST_CEILING_USD";
 /// The dispatch image (`dispatch.image`).
 pub const ENV_IMAGE: &str = "STET_IMAGE";
-/// The harness, `openhands` or `script` (`harness.kind`).
+/// The harness, `openhands`, `codex` or `script` (`harness.kind`).
 pub const ENV_HARNESS: &str = "STET_HARNESS";
 
 /// Why configuration could not be used. Each names the file (and line) or the variable, and the field.
@@ -106,6 +107,10 @@ pub enum ConfigError {
         "harness.kind is \"openhands\" but field `harness.openhands.model` is not set: name the model under [harness.openhands] in your configuration ({user_file}; e.g. model = \"openai/gpt-4.1\"), or run the scripted agent (harness.kind = \"script\", or {ENV_HARNESS}=script)"
     )]
     MissingModel { user_file: String },
+    #[error(
+        "harness.kind is \"codex\" but field `harness.codex.model` is not set: name the model under [harness.codex] in your configuration ({user_file}; e.g. model = \"gpt-5.1-codex\"), or run the scripted agent (harness.kind = \"script\", or {ENV_HARNESS}=script)"
+    )]
+    MissingCodexModel { user_file: String },
     #[error("{}: is neither a repository's directory nor its {REPOSITORY_FILE}", named.display())]
     NotARepositoryFile { named: PathBuf },
     #[error(transparent)]
@@ -181,6 +186,14 @@ pub struct OpenHandsHarnessConfig {
     pub model: Option<String>,
 }
 
+/// The Codex harness's settings (`[harness.codex]`), before a dispatch needs them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CodexHarnessConfig {
+    /// The model Codex asks for (`harness.codex.model`); `None` until one is configured: there is
+    /// no default.
+    pub model: Option<String>,
+}
+
 /// The model endpoint the gateway forwards the agent's requests to (`[model]`); the key stays in
 /// stet's process and never enters the sandbox.
 #[derive(Debug, Clone, PartialEq)]
@@ -251,6 +264,8 @@ pub struct HarnessConfig {
     pub script: ScriptHarnessSettings,
     /// The OpenHands harness's settings (`[harness.openhands]`).
     pub openhands: OpenHandsHarnessConfig,
+    /// The Codex harness's settings (`[harness.codex]`).
+    pub codex: CodexHarnessConfig,
 }
 
 impl HarnessConfig {
@@ -267,11 +282,25 @@ impl HarnessConfig {
         Ok(OpenHandsSettings::new(model))
     }
 
+    /// The Codex harness's settings; an error naming `harness.codex.model` when no model is
+    /// configured.
+    pub fn codex_settings(&self) -> Result<CodexSettings> {
+        let model = self
+            .codex
+            .model
+            .clone()
+            .ok_or_else(|| ConfigError::MissingCodexModel {
+                user_file: user_file_shown(),
+            })?;
+        Ok(CodexSettings::new(model))
+    }
+
     /// The settings of the harness `kind` chooses, for the harness registry
     /// ([`crate::harness::from_settings`]); an error naming the field a setting it needs lacks.
     pub fn settings(&self) -> Result<HarnessSettings> {
         Ok(match self.kind {
             HarnessKind::OpenHands => HarnessSettings::OpenHands(self.openhands_settings()?),
+            HarnessKind::Codex => HarnessSettings::Codex(self.codex_settings()?),
             HarnessKind::Script => HarnessSettings::Script {
                 scenario: match &self.script.scenario {
                     Some(path) => ScenarioSource::File(path.clone()),

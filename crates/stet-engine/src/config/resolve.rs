@@ -9,9 +9,9 @@ use std::time::Duration;
 use super::file::{ForgeKind, ProviderKind};
 use super::layers::{Layers, Lists, Reason};
 use super::{
-    Config, ConfigError, CredentialConfig, DispatchSettings, ForgeConfig, HarnessConfig,
-    ModelConfig, NetworkConfig, OpenHandsHarnessConfig, Origin, RepositoryFile, Result,
-    RuntimeConfig, ScriptHarnessSettings, Sourced, default_agent,
+    CodexHarnessConfig, Config, ConfigError, CredentialConfig, DispatchSettings, ForgeConfig,
+    HarnessConfig, ModelConfig, NetworkConfig, OpenHandsHarnessConfig, Origin, RepositoryFile,
+    Result, RuntimeConfig, ScriptHarnessSettings, Sourced, default_agent,
 };
 use crate::forge::gitea_token::GiteaTokenSettings;
 use crate::forge::github_app::GitHubAppSettings;
@@ -312,6 +312,9 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
     let model = layers.machine("harness.openhands.model", Reason::Model, |s| {
         &s.harness.openhands.model
     });
+    let codex_model = layers.machine("harness.codex.model", Reason::Model, |s| {
+        &s.harness.codex.model
+    });
     let base_url = layers.machine("model.base_url", Reason::Url, |s| &s.model.base_url);
     let api_key_env = layers.machine("model.api_key_env", Reason::EnvironmentVariable, |s| {
         &s.model.api_key_env
@@ -569,6 +572,9 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         },
         openhands: OpenHandsHarnessConfig {
             model: non_empty(model, "harness.openhands.model")?,
+        },
+        codex: CodexHarnessConfig {
+            model: non_empty(codex_model, "harness.codex.model")?,
         },
     };
     let runtime = RuntimeConfig {

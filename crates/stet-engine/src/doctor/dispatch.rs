@@ -94,21 +94,29 @@ pub async fn dispatch_checks(
             return checks;
         }
     };
-    let model = config.harness.openhands.model.clone();
+    // The model each harness that asks one is configured with, and the field that names it.
+    let (model, field) = match config.harness.kind {
+        HarnessKind::OpenHands => (
+            config.harness.openhands.model.clone(),
+            "harness.openhands.model",
+        ),
+        HarnessKind::Codex => (config.harness.codex.model.clone(), "harness.codex.model"),
+        HarnessKind::Script => (None, ""),
+    };
+    let kind = config.harness.kind.as_str();
     checks.push(Check::ok(
         "harness",
-        match (&config.harness.kind, &model) {
-            (HarnessKind::OpenHands, Some(model)) => format!("openhands, model {model}"),
-            (kind, _) => kind.as_str().to_owned(),
+        match &model {
+            Some(model) => format!("{kind}, model {model}"),
+            None => kind.to_owned(),
         },
     ));
     checks.push(image_check(config, harness.runs_in_offline_image(), runtime, &user_file).await);
     checks.extend(super::egress::egress_checks(config, &user_file).await);
-    if config.harness.kind != HarnessKind::OpenHands {
+    let Some(model) = model else {
         return checks;
-    }
-    let model = model.unwrap_or_default();
-    checks.push(endpoint_check(config, &model, &user_file).await);
+    };
+    checks.push(endpoint_check(config, &model, field, &user_file).await);
     checks.push(prices_check(config, &model, &user_file));
     checks
 }
@@ -173,7 +181,10 @@ async fn image_check(
             "harness image",
             Status::Fail,
             format!("{text} is not in the engine, and an image ID cannot be pulled"),
-            "build it again (docker/dispatch/build-offline), or set dispatch.image to a published image by digest",
+            &format!(
+                "build it again (docker/dispatch/build-offline --harness {}), or set dispatch.image to a published image by digest",
+                config.harness.kind.as_str()
+            ),
         ),
         (Err(why), _) => Check::problem(
             "harness image",
@@ -185,12 +196,15 @@ async fn image_check(
 }
 
 /// The model endpoint answers `GET <base_url>/models` with the key a dispatch would send.
-async fn endpoint_check(config: &Config, model: &str, user_file: &str) -> Check {
+async fn endpoint_check(config: &Config, model: &str, field: &str, user_file: &str) -> Check {
     let Some(base_url) = &config.model.base_url else {
         return Check::problem(
             "model endpoint",
             Status::Fail,
-            "no model endpoint is configured: OpenHands reaches its model only through stet's gateway".to_owned(),
+            format!(
+                "no model endpoint is configured: the {} harness reaches its model only through stet's gateway",
+                config.harness.kind.as_str()
+            ),
             &format!("set [model] base_url (and api_key_env) in {user_file}"),
         );
     };
@@ -249,7 +263,7 @@ async fn endpoint_check(config: &Config, model: &str, user_file: &str) -> Check 
                 "GET {url} {with_key}: answered, but lists {} models and not {asked}",
                 models.len()
             ),
-            &format!("check harness.openhands.model in {user_file} against the endpoint's names"),
+            &format!("check {field} in {user_file} against the endpoint's names"),
         ),
         Err(why) => Check::problem(
             "model endpoint",

@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use super::codex::{CodexHarness, CodexOutput, CodexSettings};
 use super::openhands::{OpenHandsHarness, OpenHandsOutput, OpenHandsSettings};
 use super::script::{ScenarioSource, ScriptHarness, ScriptParser};
 use super::{Harness, OutputParser, Result};
@@ -20,6 +21,8 @@ crate::kinds::kinds! {
         OpenHands = "openhands",
         /// `stet agent`, the scripted agent of the demo and the tests.
         Script = "script",
+        /// The Codex CLI, `codex exec --json`.
+        Codex = "codex",
     }
 }
 
@@ -28,6 +31,8 @@ crate::kinds::kinds! {
 pub enum HarnessSettings {
     /// The OpenHands CLI and the model it asks for.
     OpenHands(OpenHandsSettings),
+    /// The Codex CLI and the model it asks for.
+    Codex(CodexSettings),
     /// The scripted agent.
     Script {
         /// The scenario it plays.
@@ -42,6 +47,7 @@ impl HarnessSettings {
     pub fn kind(&self) -> HarnessKind {
         match self {
             HarnessSettings::OpenHands(_) => HarnessKind::OpenHands,
+            HarnessSettings::Codex(_) => HarnessKind::Codex,
             HarnessSettings::Script { .. } => HarnessKind::Script,
         }
     }
@@ -51,6 +57,7 @@ impl HarnessSettings {
 pub fn from_settings(settings: HarnessSettings) -> Arc<dyn Harness> {
     match settings {
         HarnessSettings::OpenHands(settings) => Arc::new(OpenHandsHarness::new(settings)),
+        HarnessSettings::Codex(settings) => Arc::new(CodexHarness::new(settings)),
         HarnessSettings::Script { scenario, pace } => Arc::new(ScriptHarness::new(scenario, pace)),
     }
 }
@@ -73,6 +80,10 @@ pub fn replay_reader(
             let parser: Box<dyn OutputParser> = Box::new(OpenHandsOutput::new(sanitizer));
             (parser, usage)
         }
+        HarnessKind::Codex => {
+            let parser: Box<dyn OutputParser> = Box::new(CodexOutput::new(sanitizer, None));
+            (parser, None)
+        }
         HarnessKind::Script => {
             let parser: Box<dyn OutputParser> = Box::new(ScriptParser::new(sanitizer));
             (parser, None)
@@ -90,6 +101,7 @@ mod tests {
             HarnessKind::OpenHands => {
                 HarnessSettings::OpenHands(OpenHandsSettings::new("openai/gpt-4.1"))
             }
+            HarnessKind::Codex => HarnessSettings::Codex(CodexSettings::new("gpt-5.1-codex")),
             HarnessKind::Script => HarnessSettings::Script {
                 scenario: ScenarioSource::Demo,
                 pace: 0.0,
@@ -109,7 +121,7 @@ mod tests {
             let (_parser, usage) = replay_reader(*kind, &sanitizer, None).unwrap();
             assert!(usage.is_none(), "{kind:?}");
         }
-        assert_eq!(HarnessKind::from_name("codex"), None);
+        assert_eq!(HarnessKind::from_name("claude"), None);
         assert_eq!(HarnessKind::default(), HarnessKind::OpenHands);
     }
 
