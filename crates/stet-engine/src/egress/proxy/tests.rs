@@ -349,3 +349,4 @@ async fn a_client_that_never_sends_its_head_is_let_go_and_frees_its_slot() {
         .collect();
     assert!(outcomes[0].contains("no request head"), "{outcomes:?}");
 }
+mod redteam;

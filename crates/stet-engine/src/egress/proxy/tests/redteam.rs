@@ -1,0 +1,246 @@
+//! Attacks on the egress proxy as a hostile agent in the sandbox would make them, each proven by
+//! effect: a loopback server that must receive no connection or no byte it was not meant to, a
+//! resolver that must not be asked past the upload bound, the descriptors a flood holds counted.
+
+use super::*;
+
+/// Every spelling of loopback and of the metadata service as a literal, a number or a name: none
+/// reaches a loopback server, even with loopback lifted for tests and a `*.` rule in place.
+#[tokio::test]
+async fn no_spelling_of_an_address_reaches_a_host_the_rules_do_not_name() {
+    let upstream = Upstream::start(None).await;
+    let port = upstream.port;
+    let f = fixture(
+        policy(&["*.example.org", &format!("pkg.test:{port}")], true),
+        EgressBounds::default(),
+        &[
+            ("localhost", LOOPBACK),
+            ("127.0.0.1.nip.io", LOOPBACK),
+            ("example.org", LOOPBACK),
+        ],
+    );
+    for host in [
+        "127.0.0.1",
+        "127.0.0.1.",
+        "2130706433",
+        "0x7f000001",
+        "0X7F000001",
+        "0177.0.0.1",
+        "0x7f.0.0.1",
+        "0X7F.0X0.0X0.0X1",
+        "127.1",
+        "127.000.000.001",
+        "[::1]",
+        "[::ffff:127.0.0.1]",
+        "[::ffff:7f00:1]",
+        "[0:0:0:0:0:0:0:1]",
+        "[::1%25lo]",
+        "169.254.169.254",
+        "[::ffff:a9fe:a9fe]",
+        "[fd00:ec2::254]",
+        "localhost",
+        "LOCALHOST.",
+        "127.0.0.1.nip.io",
+        "example.org",
+        "example.org.",
+        "evilexample.org",
+        "example.org.evil.test",
+        "x.example.org.evil.test",
+        ".example.org",
+        "x..example.org",
+        "x.example.org..",
+        "x.example.org%2e",
+        "x_y.example.org",
+        "xn--pkg-test",
+    ] {
+        for request in [
+            format!("CONNECT {host}:{port} HTTP/1.1\r\n\r\n"),
+            format!("GET http://{host}:{port}/ HTTP/1.1\r\n\r\n"),
+        ] {
+            let (answer, _) = ask(&f.socket, &request).await;
+            assert!(
+                answer.starts_with("HTTP/1.1 403") || answer.starts_with("HTTP/1.1 400"),
+                "{request:?}: {answer}"
+            );
+        }
+    }
+    assert_eq!(upstream.accepted.load(Ordering::SeqCst), 0);
+}
+
+/// A plain request's head is an upload like any other: past the bound, the host gets no byte.
+#[tokio::test]
+async fn a_plain_head_is_charged_to_the_upload_bound() {
+    let upstream = Upstream::start(None).await;
+    let port = upstream.port;
+    let f = fixture(
+        policy(&[&format!("deb.test:{port}")], true),
+        EgressBounds {
+            max_upload_bytes: 256,
+            ..EgressBounds::default()
+        },
+        &[("deb.test", LOOPBACK)],
+    );
+    let secret = "s".repeat(400);
+    let (_, mut stream) = ask(
+        &f.socket,
+        &format!("GET http://deb.test:{port}/?{secret} HTTP/1.1\r\nX-Data: {secret}\r\n\r\n"),
+    )
+    .await;
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest).await;
+    let report = f.proxy.shutdown().await;
+    assert!(upstream.received.lock().unwrap().is_empty());
+    assert_eq!(report.uploaded, 0);
+}
+
+/// A head trickled a byte at a time is cut at the head's time bound, whatever each byte's pace:
+/// the host is never connected.
+#[tokio::test]
+async fn a_head_trickled_byte_by_byte_is_cut_at_the_time_bound() {
+    let upstream = Upstream::start(None).await;
+    let port = upstream.port;
+    let f = fixture(
+        policy(&[&format!("pkg.test:{port}")], true),
+        EgressBounds {
+            head_time: Duration::from_millis(300),
+            ..EgressBounds::default()
+        },
+        &[("pkg.test", LOOPBACK)],
+    );
+    let head = format!(
+        "CONNECT pkg.test:{port} HTTP/1.1\r\nX-Pad: {}\r\n\r\n",
+        "p".repeat(40)
+    );
+    let mut stream = UnixStream::connect(&f.socket).await.unwrap();
+    let mut pace = tokio::time::interval(Duration::from_millis(25));
+    let mut sent = 0;
+    for byte in head.bytes() {
+        pace.tick().await;
+        if stream.write_all(&[byte]).await.is_err() {
+            break;
+        }
+        sent += 1;
+    }
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    assert!(answer.is_empty(), "{:?}", String::from_utf8_lossy(&answer));
+    assert!(sent < head.len(), "the whole trickled head was taken");
+    let records = f.proxy.shutdown().await.records;
+    assert!(
+        records[0]
+            .outcome
+            .contains("no request head within the time bound"),
+        "{records:?}"
+    );
+    assert_eq!(upstream.accepted.load(Ordering::SeqCst), 0);
+}
+
+/// A head that never ends is refused once past its bound; the host is never connected.
+#[tokio::test]
+async fn a_head_past_its_size_bound_is_refused_before_any_host() {
+    let upstream = Upstream::start(None).await;
+    let port = upstream.port;
+    let f = fixture(
+        policy(&[&format!("pkg.test:{port}")], true),
+        EgressBounds::default(),
+        &[("pkg.test", LOOPBACK)],
+    );
+    let mut stream = UnixStream::connect(&f.socket).await.unwrap();
+    stream
+        .write_all(format!("CONNECT pkg.test:{port} HTTP/1.1\r\n").as_bytes())
+        .await
+        .unwrap();
+    let line = format!("X-Pad: {}\r\n", "p".repeat(1000));
+    for _ in 0..64 {
+        if stream.write_all(line.as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("larger than"), "{answer}");
+    f.proxy.shutdown().await;
+    assert_eq!(upstream.accepted.load(Ordering::SeqCst), 0);
+}
+
+/// The descriptors this process holds.
+fn open_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// 2,000 idle connections to one dispatch's proxy hold at most its connection bound of stet's
+/// descriptors (the rest wait in the kernel's backlog or are turned away there), while another
+/// dispatch's proxy still serves a tunnel end to end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_idle_connections_leave_another_dispatchs_proxy_serving() {
+    let upstream = Upstream::start(None).await;
+    let port = upstream.port;
+    let bounds = EgressBounds {
+        head_time: Duration::from_secs(60),
+        ..EgressBounds::default()
+    };
+    let flooded = fixture(
+        policy(&[&format!("pkg.test:{port}")], true),
+        bounds,
+        &[("pkg.test", LOOPBACK)],
+    );
+    let serving = fixture(
+        policy(&[&format!("pkg.test:{port}")], true),
+        EgressBounds::default(),
+        &[("pkg.test", LOOPBACK)],
+    );
+    let before = open_descriptors();
+    let mut idle = Vec::new();
+    for _ in 0..2000 {
+        if let Ok(stream) = UnixStream::connect(&flooded.socket).await {
+            idle.push(stream);
+        }
+    }
+    let (answer, mut stream) = ask(
+        &serving.socket,
+        &format!("CONNECT pkg.test:{port} HTTP/1.1\r\n\r\n"),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    stream.write_all(b"still served").await.unwrap();
+    let mut echoed = [0u8; 12];
+    stream.read_exact(&mut echoed).await.unwrap();
+    assert_eq!(&echoed, b"still served");
+    let held = open_descriptors().saturating_sub(before);
+    let proxy_held = held.saturating_sub(idle.len());
+    assert!(
+        proxy_held <= bounds.max_connections + 64,
+        "{} idle clients made stet hold {proxy_held} descriptors of its own",
+        idle.len()
+    );
+    drop(stream);
+    drop(idle);
+    let report = flooded.proxy.shutdown().await;
+    assert_eq!(report.allowed, 0);
+    serving.proxy.shutdown().await;
+    assert_eq!(upstream.accepted.load(Ordering::SeqCst), 1);
+}
+
+/// Each proxy's socket is private to stet's account and gone once it stops or is dropped, so no
+/// later dispatch, and nothing else on the machine, finds one to connect to.
+#[tokio::test]
+async fn the_socket_is_private_and_gone_after_shutdown_and_after_a_drop() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = fixture(policy(&["pkg.test"], false), EgressBounds::default(), &[]);
+    let mode = std::fs::metadata(&f.socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let socket = f.socket.clone();
+    let _open = UnixStream::connect(&socket).await.unwrap();
+    f.proxy.shutdown().await;
+    assert!(socket.symlink_metadata().is_err(), "the socket stayed");
+    assert!(UnixStream::connect(&socket).await.is_err());
+    let dropped = fixture(policy(&["pkg.test"], false), EgressBounds::default(), &[]);
+    let socket = dropped.socket.clone();
+    drop(dropped.proxy);
+    assert!(
+        socket.symlink_metadata().is_err(),
+        "the socket stayed after a drop"
+    );
+}
