@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::unix_server::{self, BindError};
 
 use super::address;
-use super::head::{self, Asked, MAX_HEAD_BYTES};
+use super::head::{self, Asked, Body, MAX_HEAD_BYTES};
 use super::hosts::Target;
 use super::{EgressPolicy, Verdict};
 
@@ -382,7 +382,7 @@ async fn handle(client: &mut UnixStream, shared: &Shared) -> Served {
         }
     };
     served.refusal = None;
-    let first = match &asked {
+    let (first, body) = match asked {
         Asked::Tunnel { .. } => {
             if client
                 .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -392,12 +392,15 @@ async fn handle(client: &mut UnixStream, shared: &Shared) -> Served {
                 served.outcome = format!("allowed by {rule}; the agent went away");
                 return served;
             }
-            rest
+            (rest, None)
         }
-        Asked::Plain { head, .. } => [head.as_slice(), rest.as_slice()].concat(),
+        Asked::Plain { head, mut body, .. } => {
+            let taken = body.take(&rest);
+            ([head.as_slice(), &rest[..taken]].concat(), Some(body))
+        }
     };
-    let (up, down, ended) = relay(client, upstream, first, shared).await;
-    served.up = up;
+    let (up, down, ended) = relay(client, upstream, first, body, shared).await;
+    served.up += up;
     served.down = down;
     served.outcome = format!("allowed by {rule}; {ended}");
     served
@@ -485,11 +488,14 @@ async fn refuse(
 }
 
 /// Relays both ways until both sides are done or a bound ends it; returns the bytes up, down and
-/// how it ended.
+/// how it ended. For a plain request (`body`), only what is left of its body goes up: once it has
+/// ended, nothing more the agent sends is read, so a request pipelined behind it never reaches the
+/// host.
 async fn relay(
     client: &mut UnixStream,
     upstream: TcpStream,
     first: Vec<u8>,
+    mut body: Option<Body>,
     shared: &Shared,
 ) -> (u64, u64, String) {
     let (mut client_read, mut client_write) = client.split();
@@ -511,7 +517,7 @@ async fn relay(
     }
     let mut up_buffer = vec![0u8; RELAY_BUFFER];
     let mut down_buffer = vec![0u8; RELAY_BUFFER];
-    let (mut client_done, mut upstream_done) = (false, false);
+    let (mut client_done, mut upstream_done) = (body.as_ref().is_some_and(Body::done), false);
     let ended = loop {
         if client_done && upstream_done {
             break "closed".to_owned();
@@ -523,6 +529,11 @@ async fn relay(
                     let _ = upstream_write.shutdown().await;
                 }
                 Ok(read) => {
+                    let read = match &mut body {
+                        Some(body) => body.take(&up_buffer[..read]),
+                        None => read,
+                    };
+                    client_done = body.as_ref().is_some_and(Body::done);
                     if !take(&shared.upload_left, read) {
                         break "ended: the dispatch's upload bound was reached".to_owned();
                     }

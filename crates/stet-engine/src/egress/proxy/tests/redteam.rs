@@ -67,6 +67,139 @@ async fn no_spelling_of_an_address_reaches_a_host_the_rules_do_not_name() {
     assert_eq!(upstream.accepted.load(Ordering::SeqCst), 0);
 }
 
+/// Requests two parsers could read differently never open a connection to the host.
+#[tokio::test]
+async fn smuggled_requests_never_reach_the_host() {
+    let upstream = Upstream::start(None).await;
+    let port = upstream.port;
+    let f = fixture(
+        policy(&[&format!("deb.test:{port}")], true),
+        EgressBounds::default(),
+        &[("deb.test", LOOPBACK), ("evil.test", LOOPBACK)],
+    );
+    let a = format!("deb.test:{port}");
+    for request in [
+        format!("GET http://{a}/ HTTP/1.1\r\nHost: {a}\r\nHost: evil.test:{port}\r\n\r\n"),
+        format!("GET http://{a}/ HTTP/1.1\r\nHost: evil.test:{port}\r\n\r\n"),
+        format!("GET http://{a}/ HTTP/1.1\r\nhOsT: evil.test:{port}\r\n\r\n"),
+        format!("GET http://{a}/ HTTP/1.1\r\nHost: {a}.\r\n\r\n"),
+        format!("CONNECT {a} HTTP/1.1\r\nHost: evil.test:{port}\r\n\r\n"),
+        format!("CONNECT u:p@{a} HTTP/1.1\r\n\r\n"),
+        format!("CONNECT {a}@evil.test:{port} HTTP/1.1\r\n\r\n"),
+        "CONNECT deb.test:0 HTTP/1.1\r\n\r\n".to_owned(),
+        "CONNECT deb.test:65536 HTTP/1.1\r\n\r\n".to_owned(),
+        format!("CONNECT deb.test:+{port} HTTP/1.1\r\n\r\n"),
+        format!("GET http://u@{a}/ HTTP/1.1\r\n\r\n"),
+        format!("GET http://evil.test:{port}\\@{a}/ HTTP/1.1\r\n\r\n"),
+        format!(
+            "POST http://{a}/ HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
+        ),
+        format!("POST http://{a}/ HTTP/1.1\r\nContent-Length: 4\r\nContent-Length: 40\r\n\r\n"),
+        format!("POST http://{a}/ HTTP/1.1\r\nContent-Length: +4\r\n\r\n"),
+        format!("POST http://{a}/ HTTP/1.1\r\nContent-Length: 4, 4\r\n\r\n"),
+        format!("POST http://{a}/ HTTP/1.1\r\nTransfer-Encoding: chunked, identity\r\n\r\n"),
+        format!(
+            "POST http://{a}/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"
+        ),
+        format!("GET http://{a}/ HTTP/1.1\r\nX: a\r\n Host: evil.test\r\n\r\n"),
+        format!("GET http://{a}/ HTTP/1.1\r\nX: a\rHost: evil.test\r\n\r\n"),
+        format!("GET http://{a}/a\nHost:evil.test\n HTTP/1.1\r\n\r\n"),
+        format!("GET http://{a}/a\tHTTP/1.1\nHost:evil.test\nX: HTTP/1.1\r\n\r\n"),
+        format!("GET\thttp://{a}/ HTTP/1.1\r\n\r\n"),
+        format!("GET http://{a}/ HTTP/1.1\r\nHost : {a}\r\n\r\n"),
+    ] {
+        let (answer, _) = ask(&f.socket, &request).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 400") || answer.starts_with("HTTP/1.1 403"),
+            "{request:?}: {answer}"
+        );
+    }
+    assert_eq!(upstream.accepted.load(Ordering::SeqCst), 0);
+}
+
+/// Serves one connection on `listener`: answers once it has `first_len` bytes (the request stet
+/// checked) and closes its side, then keeps what else arrives until the proxy lets go; everything
+/// it received comes back on the channel.
+fn answering_once(listener: TcpListener, first_len: usize) -> oneshot::Receiver<Vec<u8>> {
+    let (done, received) = oneshot::channel();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut kept = Vec::new();
+        let mut buffer = vec![0u8; 8192];
+        let mut answered = false;
+        loop {
+            let read = stream.read(&mut buffer).await.unwrap_or(0);
+            if read == 0 {
+                break;
+            }
+            kept.extend_from_slice(&buffer[..read]);
+            if !answered && kept.len() >= first_len {
+                answered = true;
+                let _ = stream
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                    )
+                    .await;
+                let _ = stream.shutdown().await;
+            }
+        }
+        let _ = done.send(kept);
+    });
+    received
+}
+
+/// A second request pipelined behind an allowed plain one (after no body, a `Content-Length` body
+/// or a chunked one) is not passed on: the host gets the one request stet checked and nothing
+/// that names another host.
+#[tokio::test]
+async fn a_request_pipelined_behind_an_allowed_plain_one_never_reaches_the_host() {
+    let bodies = [
+        ("GET", "", ""),
+        ("POST", "Content-Length: 5\r\n", "hello"),
+        (
+            "POST",
+            "Transfer-Encoding: chunked\r\n",
+            "5;x=y\r\nhello\r\n0\r\nX-Trailer: 1\r\n\r\n",
+        ),
+    ];
+    for (method, framing, body) in bodies {
+        let listener = TcpListener::bind((LOOPBACK, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let checked = format!(
+            "{method} /up HTTP/1.1\r\nHost: deb.test:{port}\r\n{framing}Connection: close\r\n\r\n{body}"
+        );
+        let received = answering_once(listener, checked.len());
+        let f = fixture(
+            policy(&[&format!("deb.test:{port}")], true),
+            EgressBounds::default(),
+            &[("deb.test", LOOPBACK)],
+        );
+        let request = format!(
+            "{method} http://deb.test:{port}/up HTTP/1.1\r\nHost: deb.test:{port}\r\n{framing}\r\n{body}GET http://evil.test/steal HTTP/1.1\r\nHost: evil.test\r\n\r\n"
+        );
+        let mut stream = UnixStream::connect(&f.socket).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.unwrap();
+        drop(stream);
+        let received = tokio::time::timeout(Duration::from_secs(20), received)
+            .await
+            .expect("the proxy never let go of the host")
+            .unwrap();
+        let received = String::from_utf8_lossy(&received).into_owned();
+        assert!(
+            String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"),
+            "{method}: {answer:?}"
+        );
+        assert!(
+            received == checked,
+            "{method} {framing:?}: the host received {received:?}"
+        );
+        let report = f.proxy.shutdown().await;
+        assert_eq!(report.uploaded, received.len() as u64, "{method}");
+    }
+}
+
 /// A plain request's head is an upload like any other: past the bound, the host gets no byte.
 #[tokio::test]
 async fn a_plain_head_is_charged_to_the_upload_bound() {
