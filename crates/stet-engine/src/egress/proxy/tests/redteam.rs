@@ -4,6 +4,18 @@
 
 use super::*;
 
+/// A proxy over `resolver`, with its socket.
+fn proxy_with(
+    policy: EgressPolicy,
+    bounds: EgressBounds,
+    resolver: Arc<dyn Resolve>,
+) -> (tempfile::TempDir, EgressProxy, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("egress.sock");
+    let (proxy, _live) = EgressProxy::start(&socket, policy, bounds, resolver).unwrap();
+    (dir, proxy, socket)
+}
+
 /// Every spelling of loopback and of the metadata service as a literal, a number or a name: none
 /// reaches a loopback server, even with loopback lifted for tests and a `*.` rule in place.
 #[tokio::test]
@@ -64,6 +76,33 @@ async fn no_spelling_of_an_address_reaches_a_host_the_rules_do_not_name() {
             );
         }
     }
+    assert_eq!(upstream.accepted.load(Ordering::SeqCst), 0);
+}
+
+/// A rule written with a numeric spelling is refused like a request for one, and a request for
+/// one never reaches the system's resolver (which would read `0X7F.1` as 127.0.0.1).
+#[tokio::test]
+async fn a_hexadecimal_spelling_in_upper_case_is_neither_a_rule_nor_a_host() {
+    for line in ["0X7F.1", "0X7F.0X0.0X0.0X1", "a.0X1", "0Xa9.0Xfe.0Xa9.0Xfe"] {
+        assert!(AllowRule::parse(line).is_err(), "{line} read as a rule");
+    }
+    let upstream = Upstream::start(None).await;
+    let port = upstream.port;
+    let written = AllowRule {
+        host: crate::egress::hosts::HostPattern::Exact("0x7f.0x0.0x0.0x1".into()),
+        port: Some(port),
+    };
+    let lifted = EgressPolicy {
+        rules: vec![(written, "allow".to_owned())],
+        ..policy(&[], true)
+    };
+    let (_dir, proxy, socket) =
+        proxy_with(lifted, EgressBounds::default(), Arc::new(SystemResolver));
+    for host in ["0X7F.0X0.0X0.0X1", "0X7f.0x0.0X0.0X1."] {
+        let (answer, _) = ask(&socket, &format!("CONNECT {host}:{port} HTTP/1.1\r\n\r\n")).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{host}: {answer}");
+    }
+    proxy.shutdown().await;
     assert_eq!(upstream.accepted.load(Ordering::SeqCst), 0);
 }
 
