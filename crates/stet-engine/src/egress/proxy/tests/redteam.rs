@@ -106,6 +106,42 @@ async fn a_hexadecimal_spelling_in_upper_case_is_neither_a_rule_nor_a_host() {
     assert_eq!(upstream.accepted.load(Ordering::SeqCst), 0);
 }
 
+/// An allowed name whose DNS answer carries loopback, a private or the metadata address in any
+/// IPv6 wrapping gets nothing; lifting loopback for tests lifts this machine's loopback only, not
+/// an address that carries 127.0.0.1 to another network (NAT64, 6to4).
+#[tokio::test]
+async fn a_dns_answer_in_any_wrapping_of_a_refused_address_is_refused() {
+    let answers: [(&str, bool); 12] = [
+        ("169.254.169.254", true),
+        ("::ffff:169.254.169.254", true),
+        ("64:ff9b::a9fe:a9fe", true),
+        ("2002:a9fe:a9fe::1", true),
+        ("fd00:ec2::254", true),
+        ("10.1.2.3", true),
+        ("100.64.0.1", true),
+        ("::ffff:192.168.0.1", true),
+        ("127.0.0.1", false),
+        ("::1", false),
+        ("64:ff9b::7f00:1", true),
+        ("2002:7f00:1::1", true),
+    ];
+    for (address, lifted) in answers {
+        let ip: IpAddr = address.parse().unwrap();
+        let f = fixture(
+            policy(&["pkg.test:8443"], lifted),
+            EgressBounds::default(),
+            &[("pkg.test", ip)],
+        );
+        let (answer, _) = ask(&f.socket, "CONNECT pkg.test:8443 HTTP/1.1\r\n\r\n").await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{address}: {answer}");
+        let record = f.proxy.report().records.pop().unwrap();
+        assert!(
+            record.outcome.contains("never connects to") && record.address.is_none(),
+            "{address} (loopback lifted: {lifted}): {record:?}"
+        );
+    }
+}
+
 /// Requests two parsers could read differently never open a connection to the host.
 #[tokio::test]
 async fn smuggled_requests_never_reach_the_host() {
