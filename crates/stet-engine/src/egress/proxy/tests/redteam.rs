@@ -142,6 +142,45 @@ async fn a_dns_answer_in_any_wrapping_of_a_refused_address_is_refused() {
     }
 }
 
+/// The forge's host stays out of reach in every spelling: upper case, a trailing dot, and a never
+/// list written with a trailing dot or an IPv6 literal in another spelling.
+#[tokio::test]
+async fn the_forge_host_is_refused_in_every_spelling_of_it_and_of_its_entry() {
+    let upstream = Upstream::start(None).await;
+    let port = upstream.port;
+    let f = fixture(
+        EgressPolicy {
+            never: vec!["Forge.Example.org.".into(), "0:0::ffff:7f00:1".into()],
+            ..policy(
+                &[
+                    &format!("*.example.org:{port}"),
+                    &format!("127.0.0.1:{port}"),
+                ],
+                true,
+            )
+        },
+        EgressBounds::default(),
+        &[("forge.example.org", LOOPBACK)],
+    );
+    for host in [
+        "forge.example.org",
+        "FORGE.EXAMPLE.ORG",
+        "forge.example.org.",
+        "127.0.0.1",
+        "[::ffff:127.0.0.1]",
+    ] {
+        let (mut answer, mut stream) = ask(
+            &f.socket,
+            &format!("CONNECT {host}:{port} HTTP/1.1\r\n\r\n"),
+        )
+        .await;
+        stream.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 403"), "{host}: {answer}");
+        assert!(answer.contains("never reaches"), "{host}: {answer}");
+    }
+    assert_eq!(upstream.accepted.load(Ordering::SeqCst), 0);
+}
+
 /// Requests two parsers could read differently never open a connection to the host.
 #[tokio::test]
 async fn smuggled_requests_never_reach_the_host() {
