@@ -9,7 +9,7 @@ pub mod hosts;
 pub mod presets;
 pub mod proxy;
 
-use self::hosts::{AllowRule, Target};
+use self::hosts::{AllowRule, HostPattern, Target};
 use self::proxy::EgressBounds;
 
 /// A dispatch's egress, as configured: what the proxy lets through, its bounds, and the upload past
@@ -48,6 +48,9 @@ pub enum Verdict {
     Allowed {
         /// The rule as written, with where it came from.
         rule: String,
+        /// Whether a `*.` rule allowed it: the labels below the domain are the agent's choice, and
+        /// resolving the name sends them out, so they count as uploaded.
+        chosen: bool,
     },
     /// Refused.
     Refused {
@@ -93,6 +96,7 @@ impl EgressPolicy {
             if port_allowed && rule.covers(target) {
                 return Verdict::Allowed {
                     rule: format!("{rule} ({origin})"),
+                    chosen: matches!(rule.host, HostPattern::Below(_)),
                 };
             }
         }

@@ -349,8 +349,8 @@ async fn handle(client: &mut UnixStream, shared: &Shared) -> Served {
         Err(reason) => return refuse(client, served, 400, format!("the host {reason}")).await,
     };
     served.host = target.to_string();
-    let rule = match shared.policy.decide(&target, asked.port()) {
-        Verdict::Allowed { rule } => rule,
+    let (rule, chosen) = match shared.policy.decide(&target, asked.port()) {
+        Verdict::Allowed { rule, chosen } => (rule, chosen),
         Verdict::Refused { reason, hint } => {
             served.refusal = Some(hint.clone());
             let body = match hint {
@@ -360,6 +360,20 @@ async fn handle(client: &mut UnixStream, shared: &Shared) -> Served {
             return refuse(client, served, 403, body).await;
         }
     };
+    if chosen {
+        // Resolving a name a `*.` rule allowed sends its labels, the agent's choice, to DNS.
+        let name = target.to_string().len();
+        if !take(&shared.upload_left, name) {
+            return refuse(
+                client,
+                served,
+                403,
+                format!("the dispatch's upload bound was reached (resolving {target} sends its name out)"),
+            )
+            .await;
+        }
+        served.up = name as u64;
+    }
     let connected = tokio::time::timeout(
         shared.bounds.head_time,
         connect(&target, asked.port(), shared),

@@ -4,6 +4,27 @@
 
 use super::*;
 
+/// A resolver that answers from a table and keeps every name it was asked, as the DNS servers
+/// between stet and an attacker's zone would see them.
+struct Recording {
+    table: HashMap<String, Vec<IpAddr>>,
+    asked: Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl Resolve for Recording {
+    async fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+        self.asked.lock().unwrap().push(host.to_owned());
+        Ok(self
+            .table
+            .get(host)
+            .into_iter()
+            .flatten()
+            .map(|ip| SocketAddr::new(*ip, port))
+            .collect())
+    }
+}
+
 /// A proxy over `resolver`, with its socket.
 fn proxy_with(
     policy: EgressPolicy,
@@ -338,6 +359,39 @@ async fn a_plain_head_is_charged_to_the_upload_bound() {
     let report = f.proxy.shutdown().await;
     assert!(upstream.received.lock().unwrap().is_empty());
     assert_eq!(report.uploaded, 0);
+}
+
+/// The labels an agent chooses below a `*.` rule leave the host as DNS queries: they are charged
+/// to the upload bound, so no more than the bound ever reaches a resolver, and what was sent
+/// that way shows in the report (and so in the review hold).
+#[tokio::test]
+async fn names_chosen_under_a_wildcard_are_charged_to_the_upload_bound() {
+    let resolver = Arc::new(Recording {
+        table: HashMap::new(),
+        asked: Mutex::new(Vec::new()),
+    });
+    let bound = 1024;
+    let (_dir, proxy, socket) = proxy_with(
+        policy(&["*.exfil.example.org"], false),
+        EgressBounds {
+            max_upload_bytes: bound,
+            ..EgressBounds::default()
+        },
+        Arc::clone(&resolver) as Arc<dyn Resolve>,
+    );
+    for round in 0..20 {
+        let label = format!("{round:02}{}", "c".repeat(60));
+        let name = format!("{label}.{label}.{label}.exfil.example.org");
+        let (answer, _) = ask(&socket, &format!("CONNECT {name}:443 HTTP/1.1\r\n\r\n")).await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+    }
+    let report = proxy.shutdown().await;
+    let sent: usize = resolver.asked.lock().unwrap().iter().map(String::len).sum();
+    assert!(
+        sent as u64 <= bound,
+        "{sent} bytes of chosen names reached the resolver past a {bound}-byte upload bound"
+    );
+    assert_eq!(report.uploaded, sent as u64);
 }
 
 /// A head trickled a byte at a time is cut at the head's time bound, whatever each byte's pace:
