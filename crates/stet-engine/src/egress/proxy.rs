@@ -258,24 +258,54 @@ struct Served {
     down: u64,
 }
 
+/// What a connection has moved so far, kept outside its handling so that one cut at a bound still
+/// leaves its host and every byte it carried in its record (and so in the upload total the review
+/// hold reads).
+#[derive(Default)]
+struct Moved {
+    up: AtomicU64,
+    down: AtomicU64,
+    /// Once relaying: the host, the port, the address and `allowed by <rule>`.
+    relaying: Mutex<Option<(String, u16, SocketAddr, String)>>,
+}
+
 async fn serve(mut client: UnixStream, shared: &Shared) {
     let started = Instant::now();
-    let cut = |outcome: &str| Served {
-        host: String::new(),
-        port: 0,
-        address: None,
-        outcome: outcome.to_owned(),
-        refusal: None,
-        up: 0,
-        down: 0,
+    let moved = Moved::default();
+    let cut = |ended: &str| {
+        let relaying = moved
+            .relaying
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        match relaying {
+            Some((host, port, address, allowed)) => Served {
+                host,
+                port,
+                address: Some(address),
+                outcome: format!("{allowed}; {ended}"),
+                refusal: None,
+                up: 0,
+                down: 0,
+            },
+            None => Served {
+                host: String::new(),
+                port: 0,
+                address: None,
+                outcome: ended.to_owned(),
+                refusal: None,
+                up: 0,
+                down: 0,
+            },
+        }
     };
     let bounded = tokio::time::timeout(
         shared.bounds.max_connection_time,
-        handle(&mut client, shared),
+        handle(&mut client, shared, &moved),
     );
     // A relayed connection sees the end itself and returns its counts in the same poll; only one
     // still being read or connected is cut here.
-    let served = tokio::select! {
+    let mut served = tokio::select! {
         biased;
         handled = bounded => match handled {
             Ok(served) => served,
@@ -283,6 +313,8 @@ async fn serve(mut client: UnixStream, shared: &Shared) {
         },
         () = shared.ending.cancelled() => cut("ended: the dispatch ended before it was relayed"),
     };
+    served.up = moved.up.load(Ordering::Relaxed);
+    served.down = moved.down.load(Ordering::Relaxed);
     let millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let (allowed, hint) = match served.refusal {
         Some(hint) => (false, hint),
@@ -319,7 +351,7 @@ async fn serve(mut client: UnixStream, shared: &Shared) {
 }
 
 /// Reads, decides, connects and relays one connection.
-async fn handle(client: &mut UnixStream, shared: &Shared) -> Served {
+async fn handle(client: &mut UnixStream, shared: &Shared, moved: &Moved) -> Served {
     let mut served = Served {
         host: String::new(),
         port: 0,
@@ -372,7 +404,7 @@ async fn handle(client: &mut UnixStream, shared: &Shared) -> Served {
             )
             .await;
         }
-        served.up = name as u64;
+        moved.up.fetch_add(name as u64, Ordering::Relaxed);
     }
     let connected = tokio::time::timeout(
         shared.bounds.head_time,
@@ -413,10 +445,16 @@ async fn handle(client: &mut UnixStream, shared: &Shared) -> Served {
             ([head.as_slice(), &rest[..taken]].concat(), Some(body))
         }
     };
-    let (up, down, ended) = relay(client, upstream, first, body, shared).await;
-    served.up += up;
-    served.down = down;
-    served.outcome = format!("allowed by {rule}; {ended}");
+    let allowed = format!("allowed by {rule}");
+    if let Some(address) = served.address {
+        *moved
+            .relaying
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((served.host.clone(), served.port, address, allowed.clone()));
+    }
+    let ended = relay(client, upstream, first, body, shared, moved).await;
+    served.outcome = format!("{allowed}; {ended}");
     served
 }
 
@@ -501,8 +539,8 @@ async fn refuse(
     served
 }
 
-/// Relays both ways until both sides are done or a bound ends it; returns the bytes up, down and
-/// how it ended. For a plain request (`body`), only what is left of its body goes up: once it has
+/// Relays both ways until both sides are done or a bound ends it, counting the bytes each way in
+/// `moved`; returns how it ended. For a plain request (`body`), only what is left of its body goes up: once it has
 /// ended, nothing more the agent sends is read, so a request pipelined behind it never reaches the
 /// host.
 async fn relay(
@@ -511,23 +549,20 @@ async fn relay(
     first: Vec<u8>,
     mut body: Option<Body>,
     shared: &Shared,
-) -> (u64, u64, String) {
+    moved: &Moved,
+) -> String {
     let (mut client_read, mut client_write) = client.split();
     let (mut upstream_read, mut upstream_write) = upstream.into_split();
     let idle = shared.bounds.idle;
-    let (mut up, mut down) = (0u64, 0u64);
     if !first.is_empty() {
         if !take(&shared.upload_left, first.len()) {
-            return (
-                0,
-                0,
-                "ended: the dispatch's upload bound was reached".into(),
-            );
+            return "ended: the dispatch's upload bound was reached".into();
         }
+        // Counted as soon as taken: a write cut half way may still have sent it.
+        moved.up.fetch_add(first.len() as u64, Ordering::Relaxed);
         if write(&mut upstream_write, &first, idle).await.is_err() {
-            return (0, 0, "ended: the host went away".into());
+            return "ended: the host went away".into();
         }
-        up += first.len() as u64;
     }
     let mut up_buffer = vec![0u8; RELAY_BUFFER];
     let mut down_buffer = vec![0u8; RELAY_BUFFER];
@@ -551,10 +586,10 @@ async fn relay(
                     if !take(&shared.upload_left, read) {
                         break "ended: the dispatch's upload bound was reached".to_owned();
                     }
+                    moved.up.fetch_add(read as u64, Ordering::Relaxed);
                     if write(&mut upstream_write, &up_buffer[..read], idle).await.is_err() {
                         break "ended: the host stopped reading".to_owned();
                     }
-                    up += read as u64;
                 }
             },
             read = upstream_read.read(&mut down_buffer), if !upstream_done => match read {
@@ -566,17 +601,17 @@ async fn relay(
                     if !take(&shared.download_left, read) {
                         break "ended: the dispatch's download bound was reached".to_owned();
                     }
+                    moved.down.fetch_add(read as u64, Ordering::Relaxed);
                     if write(&mut client_write, &down_buffer[..read], idle).await.is_err() {
                         break "ended: the agent stopped reading".to_owned();
                     }
-                    down += read as u64;
                 }
             },
             () = tokio::time::sleep(idle) => break format!("ended: nothing moved for {}s", idle.as_secs()),
             () = shared.ending.cancelled() => break "ended: the dispatch ended".to_owned(),
         }
     };
-    (up, down, ended)
+    ended
 }
 
 /// Takes `bytes` from a budget, or nothing when it holds fewer.

@@ -545,3 +545,38 @@ async fn the_socket_is_private_and_gone_after_shutdown_and_after_a_drop() {
         "the socket stayed after a drop"
     );
 }
+
+/// A tunnel kept open past the connection's time bound is cut, and what it carried before the cut
+/// still counts: the upload total (and so the review hold) cannot be evaded by outlasting the
+/// bound.
+#[tokio::test]
+async fn bytes_sent_through_a_connection_cut_at_its_time_bound_still_count() {
+    let upstream = Upstream::start(None).await;
+    let port = upstream.port;
+    let f = fixture(
+        policy(&[&format!("pkg.test:{port}")], true),
+        EgressBounds {
+            max_connection_time: Duration::from_millis(500),
+            ..EgressBounds::default()
+        },
+        &[("pkg.test", LOOPBACK)],
+    );
+    let (answer, mut stream) = ask(
+        &f.socket,
+        &format!("CONNECT pkg.test:{port} HTTP/1.1\r\n\r\n"),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let sent = vec![b'u'; 4096];
+    stream.write_all(&sent).await.unwrap();
+    let mut echoed = vec![0u8; sent.len()];
+    stream.read_exact(&mut echoed).await.unwrap();
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest).await;
+    let report = f.proxy.shutdown().await;
+    let record = &report.records[0];
+    assert!(record.outcome.contains("time bound"), "{record:?}");
+    assert_eq!(upstream.received.lock().unwrap().len(), sent.len());
+    assert_eq!((record.up, record.down), (4096, 4096), "{record:?}");
+    assert_eq!(report.uploaded, 4096);
+}
