@@ -567,7 +567,7 @@ async fn relay(
     let mut up_buffer = vec![0u8; RELAY_BUFFER];
     let mut down_buffer = vec![0u8; RELAY_BUFFER];
     let (mut client_done, mut upstream_done) = (body.as_ref().is_some_and(Body::done), false);
-    let ended = loop {
+    loop {
         if client_done && upstream_done {
             break "closed".to_owned();
         }
@@ -610,8 +610,7 @@ async fn relay(
             () = tokio::time::sleep(idle) => break format!("ended: nothing moved for {}s", idle.as_secs()),
             () = shared.ending.cancelled() => break "ended: the dispatch ended".to_owned(),
         }
-    };
-    ended
+    }
 }
 
 /// Takes `bytes` from a budget, or nothing when it holds fewer.
