@@ -580,3 +580,34 @@ async fn bytes_sent_through_a_connection_cut_at_its_time_bound_still_count() {
     assert_eq!((record.up, record.down), (4096, 4096), "{record:?}");
     assert_eq!(report.uploaded, 4096);
 }
+
+/// A host the agent writes reaches the audit only as stet read it: a refused target holding
+/// markdown, an escape sequence or a token-like string is never among the hosts reached (which
+/// the pull request's provenance lists), is counted as refused, and no record holds a control
+/// character.
+#[tokio::test]
+async fn a_hostile_host_name_is_never_listed_as_reached_nor_recorded_raw() {
+    let f = fixture(
+        policy(&["*.example.org"], false),
+        EgressBounds::default(),
+        &[],
+    );
+    let targets = [
+        "![x](//evil.test/p.png):443",
+        "[a](javascript:alert(1)):443",
+        "a\u{1b}[31m.example.org:443",
+        "a\u{7}.example.org:443",
+        "ghp_0123456789abcdefABCDEF0123456789abcd.example.org:443",
+        "<img/src=x>.example.org:443",
+    ];
+    for target in targets {
+        let (answer, _) = ask(&f.socket, &format!("CONNECT {target} HTTP/1.1\r\n\r\n")).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{target:?}: {answer}");
+    }
+    let report = f.proxy.shutdown().await;
+    assert_eq!(report.hosts_reached(), Vec::<String>::new());
+    assert_eq!((report.allowed, report.refused), (0, targets.len() as u64));
+    for record in &report.records {
+        assert!(!record.host.chars().any(char::is_control), "{record:?}");
+    }
+}
