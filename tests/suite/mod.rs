@@ -37,6 +37,7 @@ mod origin_listener;
 mod plugins;
 mod provider_tools;
 mod push;
+mod redteam_egress;
 mod redteam_forges;
 mod redteam_host;
 mod redteam_local_fetch;

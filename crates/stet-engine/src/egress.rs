@@ -9,7 +9,7 @@ pub mod hosts;
 pub mod presets;
 pub mod proxy;
 
-use self::hosts::{AllowRule, Target};
+use self::hosts::{AllowRule, HostPattern, Target};
 use self::proxy::EgressBounds;
 
 /// A dispatch's egress, as configured: what the proxy lets through, its bounds, and the upload past
@@ -48,6 +48,9 @@ pub enum Verdict {
     Allowed {
         /// The rule as written, with where it came from.
         rule: String,
+        /// Whether a `*.` rule allowed it: the labels below the domain are the agent's choice, and
+        /// resolving the name sends them out, so they count as uploaded.
+        chosen: bool,
     },
     /// Refused.
     Refused {
@@ -61,14 +64,11 @@ pub enum Verdict {
 impl EgressPolicy {
     /// Whether `target` on `port` may be reached (before its name is resolved).
     pub fn decide(&self, target: &Target, port: u16) -> Verdict {
-        let asked = match target {
-            Target::Name(name) => name.clone(),
-            Target::Address(address) => address.to_string(),
-        };
+        let asked = canonical(target);
         if self
             .never
             .iter()
-            .any(|never| never.eq_ignore_ascii_case(&asked))
+            .any(|never| never_target(never).as_ref().map(canonical) == Some(asked.clone()))
         {
             return Verdict::Refused {
                 reason: format!(
@@ -96,6 +96,7 @@ impl EgressPolicy {
             if port_allowed && rule.covers(target) {
                 return Verdict::Allowed {
                     rule: format!("{rule} ({origin})"),
+                    chosen: matches!(rule.host, HostPattern::Below(_)),
                 };
             }
         }
@@ -114,6 +115,24 @@ impl EgressPolicy {
                 "add \"{line}\" to [network] allow in your config.toml"
             )),
         }
+    }
+}
+
+/// A host never reached, read as a request's target is (lower case, no trailing dot, an address
+/// in any spelling as the address it is), so that no other spelling of it gets through.
+fn never_target(host: &str) -> Option<Target> {
+    let bare = host.trim_matches(['[', ']']);
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(address) => Some(Target::Address(address)),
+        Err(_) => Target::parse(host).ok(),
+    }
+}
+
+/// A target with an IPv4-mapped IPv6 address read as the IPv4 address it is.
+fn canonical(target: &Target) -> Target {
+    match target {
+        Target::Address(address) => Target::Address(address.to_canonical()),
+        Target::Name(name) => Target::Name(name.clone()),
     }
 }
 

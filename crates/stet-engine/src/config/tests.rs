@@ -1484,3 +1484,74 @@ fn egress_errors_name_the_setting_and_the_value() {
         "{both}"
     );
 }
+
+/// A hostile repository's own `stet.toml`, untrusted, can only narrow the agent's egress: each line
+/// that would add a host, plain HTTP or the loopback override, turn egress back on, or raise the
+/// upload bound or the review threshold is refused with its field; removing a host and lowering a
+/// bound take effect.
+#[test]
+fn an_untrusted_repository_file_cannot_widen_egress() {
+    let allowed =
+        "[network]\nallow = [\"pypi.org\"]\nmax_upload_bytes = 4096\nreview_upload_bytes = 2048\n";
+    let defaults = "[network]\nallow = [\"pypi.org\"]\n";
+    for (base, line, field) in [
+        (allowed, "allow = [\"paste.example.org\"]", "network.allow"),
+        (allowed, "presets = [\"node\"]", "network.presets"),
+        (allowed, "allow_http = true", "network.allow_http"),
+        (
+            allowed,
+            "loopback_for_tests = true",
+            "network.loopback_for_tests",
+        ),
+        (
+            allowed,
+            "max_upload_bytes = 4097",
+            "network.max_upload_bytes",
+        ),
+        (
+            allowed,
+            "review_upload_bytes = 2049",
+            "network.review_upload_bytes",
+        ),
+        (
+            defaults,
+            "max_upload_bytes = 1099511627776",
+            "network.max_upload_bytes",
+        ),
+        (
+            defaults,
+            "review_upload_bytes = 1099511627776",
+            "network.review_upload_bytes",
+        ),
+        (
+            "[network]\nallow = [\"pypi.org\"]\negress = false\n",
+            "egress = true",
+            "network.egress",
+        ),
+    ] {
+        let refused = refusals(&[user(base), repository(&format!("[network]\n{line}\n"))]);
+        assert!(
+            refused.iter().any(|refusal| refusal.field == field),
+            "{line}: {refused:?}"
+        );
+    }
+    assert!(
+        Config::from_files(&[repository("[network]\nallow = [\"paste.example.org\"]\n")]).is_err(),
+        "a repository alone turned egress on"
+    );
+    let narrowed = Config::from_files(&[
+        user(allowed),
+        repository("[network]\ndeny = [\"pypi.org\"]\nmax_upload_bytes = 10\n"),
+    ])
+    .unwrap();
+    let egress = narrowed.network.egress.unwrap();
+    assert_eq!(egress.bounds.max_upload_bytes, 10);
+    let pypi = crate::egress::hosts::Target::parse("pypi.org").unwrap();
+    assert!(matches!(
+        egress.policy.decide(&pypi, 443),
+        crate::egress::Verdict::Refused { .. }
+    ));
+    let off =
+        Config::from_files(&[user(allowed), repository("[network]\negress = false\n")]).unwrap();
+    assert_eq!(off.network.egress, None);
+}

@@ -13,12 +13,17 @@ pub fn refused(address: IpAddr) -> Option<&'static str> {
     }
 }
 
-/// Whether `address` is loopback (the only refusal a test may lift).
+/// Whether `address` is this machine's loopback (the only refusal a test may lift): `127/8`, `::1`
+/// and the IPv4-mapped `::ffff:127.x.y.z`, never an address that only carries `127.x.y.z` to
+/// another network (NAT64, 6to4).
 pub fn is_loopback(address: IpAddr) -> bool {
     match address {
         IpAddr::V4(address) => address.is_loopback(),
         IpAddr::V6(address) => {
-            address.is_loopback() || embedded_v4(address).is_some_and(|inner| inner.is_loopback())
+            address.is_loopback()
+                || address
+                    .to_ipv4_mapped()
+                    .is_some_and(|inner| inner.is_loopback())
         }
     }
 }

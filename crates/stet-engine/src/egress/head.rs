@@ -27,6 +27,8 @@ pub enum Asked {
         port: u16,
         /// The head to send to the host: origin form, one `Host`, `Connection: close`.
         head: Vec<u8>,
+        /// Where the request's body ends: the proxy passes on that much and nothing after it.
+        body: Body,
     },
 }
 
@@ -81,6 +83,11 @@ pub fn parse(head: &[u8]) -> Result<Asked, HeadError> {
     ))?;
     let mut lines = body.split("\r\n");
     let request_line = lines.next().unwrap_or_default();
+    if request_line.bytes().any(|byte| byte.is_ascii_control()) {
+        return Err(HeadError::Malformed(
+            "the request line holds a control character",
+        ));
+    }
     let headers = lines
         .map(header)
         .collect::<Result<Vec<(&str, &str)>, HeadError>>()?;
@@ -133,7 +140,7 @@ pub fn parse(head: &[u8]) -> Result<Asked, HeadError> {
     } else {
         path.to_owned()
     };
-    framing(&headers)?;
+    let body = framing(&headers)?;
     let mut rewritten = format!("{method} {path} HTTP/1.1\r\n");
     rewritten.push_str(&format!("Host: {}\r\n", shown_authority(&rest[..end])));
     for (name, value) in &headers {
@@ -157,6 +164,7 @@ pub fn parse(head: &[u8]) -> Result<Asked, HeadError> {
         host,
         port,
         head: rewritten.into_bytes(),
+        body,
     })
 }
 
@@ -183,24 +191,25 @@ fn header(line: &str) -> Result<(&str, &str), HeadError> {
     Ok((name, value))
 }
 
-/// At most one way of saying where the body ends: one `Content-Length`, or `Transfer-Encoding:
-/// chunked` alone.
-fn framing(headers: &[(&str, &str)]) -> Result<(), HeadError> {
-    let lengths = headers
+/// At most one way of saying where the body ends: one `Content-Length` of decimal digits, or
+/// `Transfer-Encoding: chunked` alone; neither is a request without a body.
+fn framing(headers: &[(&str, &str)]) -> Result<Body, HeadError> {
+    let lengths: Vec<&str> = headers
         .iter()
         .filter(|(name, _)| name.eq_ignore_ascii_case("content-length"))
-        .count();
+        .map(|(_, value)| *value)
+        .collect();
     let encodings: Vec<&str> = headers
         .iter()
         .filter(|(name, _)| name.eq_ignore_ascii_case("transfer-encoding"))
         .map(|(_, value)| *value)
         .collect();
-    if lengths > 1 {
+    if lengths.len() > 1 {
         return Err(HeadError::Malformed(
             "the request holds more than one Content-Length",
         ));
     }
-    if !encodings.is_empty() && lengths > 0 {
+    if !encodings.is_empty() && !lengths.is_empty() {
         return Err(HeadError::Malformed(
             "the request holds both Content-Length and Transfer-Encoding",
         ));
@@ -214,7 +223,131 @@ fn framing(headers: &[(&str, &str)]) -> Result<(), HeadError> {
             "a Transfer-Encoding other than chunked",
         ));
     }
-    Ok(())
+    if !encodings.is_empty() {
+        return Ok(Body::Chunked(Chunk::Size(0)));
+    }
+    match lengths.first() {
+        None => Ok(Body::Length(0)),
+        Some(length) => {
+            let digits = !length.is_empty() && length.bytes().all(|byte| byte.is_ascii_digit());
+            match length.parse::<u64>() {
+                Ok(length) if digits => Ok(Body::Length(length)),
+                _ => Err(HeadError::Malformed(
+                    "the Content-Length is not a decimal number",
+                )),
+            }
+        }
+    }
+}
+
+/// What is left of a plain request's body, read as its framing says, so that the bytes after it
+/// (a second, pipelined request to whatever host it names) never reach the host stet checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// This many bytes are left.
+    Length(u64),
+    /// A chunked body, at this point of its framing.
+    Chunked(Chunk),
+}
+
+/// Where a chunked body is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Chunk {
+    /// In a chunk's size line: the size so far.
+    Size(u64),
+    /// In a size line's extensions, the size read.
+    Extension(u64),
+    /// After a size line's CR, the size read.
+    SizeEnd(u64),
+    /// In a chunk's data: the bytes left.
+    Data(u64),
+    /// After a chunk's data: its CR.
+    DataCr,
+    /// After a chunk's data: its LF.
+    DataLf,
+    /// After the last chunk, at the start of a trailer line (or of the final blank line).
+    LineStart,
+    /// Within a trailer line.
+    Trailer,
+    /// After a trailer line's CR.
+    TrailerEnd,
+    /// After the final blank line's CR.
+    Last,
+    /// The body has ended (or its framing broke, and nothing more is passed on).
+    Done,
+}
+
+impl Body {
+    /// How many of `bytes` (the next bytes from the client) still belong to the request.
+    pub fn take(&mut self, bytes: &[u8]) -> usize {
+        match self {
+            Body::Length(left) => {
+                let taken =
+                    usize::try_from(*left).map_or(bytes.len(), |left| left.min(bytes.len()));
+                *left -= taken as u64;
+                taken
+            }
+            Body::Chunked(chunk) => {
+                let mut taken = 0;
+                while taken < bytes.len() && *chunk != Chunk::Done {
+                    if let Chunk::Data(left) = chunk {
+                        let run = usize::try_from(*left)
+                            .map_or(bytes.len() - taken, |left| left.min(bytes.len() - taken));
+                        *left -= run as u64;
+                        taken += run;
+                        if *left == 0 {
+                            *chunk = Chunk::DataCr;
+                        }
+                        continue;
+                    }
+                    let Some(next) = chunk.next(bytes[taken]) else {
+                        *chunk = Chunk::Done;
+                        break;
+                    };
+                    *chunk = next;
+                    taken += 1;
+                }
+                taken
+            }
+        }
+    }
+
+    /// Whether the whole body has been passed on.
+    pub fn done(&self) -> bool {
+        matches!(self, Body::Length(0) | Body::Chunked(Chunk::Done))
+    }
+}
+
+impl Chunk {
+    /// The state after `byte` (outside a chunk's data), or `None` when the framing breaks.
+    fn next(self, byte: u8) -> Option<Chunk> {
+        let next = match (self, byte) {
+            (Chunk::Size(size), byte) if byte.is_ascii_hexdigit() => {
+                let digit = u64::from(char::from(byte).to_digit(16)?);
+                Chunk::Size(size.checked_mul(16)?.checked_add(digit)?)
+            }
+            (Chunk::Size(size), b';') => Chunk::Extension(size),
+            (Chunk::Size(size) | Chunk::Extension(size), b'\r') => Chunk::SizeEnd(size),
+            (Chunk::Extension(size), byte) if byte == b'\t' || !byte.is_ascii_control() => {
+                Chunk::Extension(size)
+            }
+            (Chunk::SizeEnd(0), b'\n') => Chunk::LineStart,
+            (Chunk::SizeEnd(size), b'\n') => Chunk::Data(size),
+            (Chunk::DataCr, b'\r') => Chunk::DataLf,
+            (Chunk::DataLf, b'\n') => Chunk::Size(0),
+            (Chunk::LineStart, b'\r') => Chunk::Last,
+            (Chunk::Trailer, b'\r') => Chunk::TrailerEnd,
+            (Chunk::LineStart | Chunk::Trailer, byte)
+                if byte == b'\t' || !byte.is_ascii_control() =>
+            {
+                Chunk::Trailer
+            }
+            (Chunk::TrailerEnd, b'\n') => Chunk::LineStart,
+            (Chunk::Last, b'\n') => Chunk::Done,
+            _ => return None,
+        };
+        Some(next)
+    }
 }
 
 /// `host:port` (the port required unless `default` is given), no userinfo.
@@ -297,7 +430,9 @@ mod tests {
 
     #[test]
     fn a_plain_request_is_rewritten_to_origin_form_with_one_host_and_no_proxy_headers() {
-        let Asked::Plain { host, port, head } = asked(
+        let Asked::Plain {
+            host, port, head, ..
+        } = asked(
             "GET http://Deb.Debian.org/debian/dists?x=1#frag HTTP/1.1\r\nHost: deb.debian.org\r\nProxy-Authorization: Basic eA==\r\nProxy-Connection: keep-alive\r\nAccept: */*\r\n\r\n",
         )
         .unwrap() else {

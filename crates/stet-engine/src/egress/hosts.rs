@@ -204,7 +204,10 @@ pub fn host_name(host: &str) -> Result<String, &'static str> {
         }
         last = label;
     }
-    if last.bytes().all(|byte| byte.is_ascii_digit()) || last.starts_with("0x") {
+    let hex = last
+        .get(..2)
+        .is_some_and(|prefix| prefix.eq_ignore_ascii_case("0x"));
+    if last.bytes().all(|byte| byte.is_ascii_digit()) || hex {
         return Err("names a host that reads as a number: write an address as four decimal parts");
     }
     Ok(host.to_ascii_lowercase())

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::unix_server::{self, BindError};
 
 use super::address;
-use super::head::{self, Asked, MAX_HEAD_BYTES};
+use super::head::{self, Asked, Body, MAX_HEAD_BYTES};
 use super::hosts::Target;
 use super::{EgressPolicy, Verdict};
 
@@ -300,24 +300,54 @@ struct Served {
     down: u64,
 }
 
+/// What a connection has moved so far, kept outside its handling so that one cut at a bound still
+/// leaves its host and every byte it carried in its record (and so in the upload total the review
+/// hold reads).
+#[derive(Default)]
+struct Moved {
+    up: AtomicU64,
+    down: AtomicU64,
+    /// Once relaying: the host, the port, the address and `allowed by <rule>`.
+    relaying: Mutex<Option<(String, u16, SocketAddr, String)>>,
+}
+
 async fn serve(mut client: UnixStream, shared: &Shared) {
     let started = Instant::now();
-    let cut = |outcome: &str| Served {
-        host: String::new(),
-        port: 0,
-        address: None,
-        outcome: outcome.to_owned(),
-        refusal: None,
-        up: 0,
-        down: 0,
+    let moved = Moved::default();
+    let cut = |ended: &str| {
+        let relaying = moved
+            .relaying
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        match relaying {
+            Some((host, port, address, allowed)) => Served {
+                host,
+                port,
+                address: Some(address),
+                outcome: format!("{allowed}; {ended}"),
+                refusal: None,
+                up: 0,
+                down: 0,
+            },
+            None => Served {
+                host: String::new(),
+                port: 0,
+                address: None,
+                outcome: ended.to_owned(),
+                refusal: None,
+                up: 0,
+                down: 0,
+            },
+        }
     };
     let bounded = tokio::time::timeout(
         shared.bounds.max_connection_time,
-        handle(&mut client, shared),
+        handle(&mut client, shared, &moved),
     );
     // A relayed connection sees the end itself and returns its counts in the same poll; only one
     // still being read or connected is cut here.
-    let served = tokio::select! {
+    let mut served = tokio::select! {
         biased;
         handled = bounded => match handled {
             Ok(served) => served,
@@ -325,6 +355,8 @@ async fn serve(mut client: UnixStream, shared: &Shared) {
         },
         () = shared.ending.cancelled() => cut("ended: the dispatch ended before it was relayed"),
     };
+    served.up = moved.up.load(Ordering::Relaxed);
+    served.down = moved.down.load(Ordering::Relaxed);
     let millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let (allowed, hint) = match served.refusal {
         Some(hint) => (false, hint),
@@ -361,7 +393,7 @@ async fn serve(mut client: UnixStream, shared: &Shared) {
 }
 
 /// Reads, decides, connects and relays one connection.
-async fn handle(client: &mut UnixStream, shared: &Shared) -> Served {
+async fn handle(client: &mut UnixStream, shared: &Shared, moved: &Moved) -> Served {
     let mut served = Served {
         host: String::new(),
         port: 0,
@@ -391,8 +423,8 @@ async fn handle(client: &mut UnixStream, shared: &Shared) -> Served {
         Err(reason) => return refuse(client, served, 400, format!("the host {reason}")).await,
     };
     served.host = target.to_string();
-    let rule = match shared.policy.decide(&target, asked.port()) {
-        Verdict::Allowed { rule } => rule,
+    let (rule, chosen) = match shared.policy.decide(&target, asked.port()) {
+        Verdict::Allowed { rule, chosen } => (rule, chosen),
         Verdict::Refused { reason, hint } => {
             served.refusal = Some(hint.clone());
             let body = match hint {
@@ -402,6 +434,20 @@ async fn handle(client: &mut UnixStream, shared: &Shared) -> Served {
             return refuse(client, served, 403, body).await;
         }
     };
+    if chosen {
+        // Resolving a name a `*.` rule allowed sends its labels, the agent's choice, to DNS.
+        let name = target.to_string().len();
+        if !take(&shared.upload_left, name) {
+            return refuse(
+                client,
+                served,
+                403,
+                format!("the dispatch's upload bound was reached (resolving {target} sends its name out)"),
+            )
+            .await;
+        }
+        moved.up.fetch_add(name as u64, Ordering::Relaxed);
+    }
     let connected = tokio::time::timeout(
         shared.bounds.head_time,
         connect(&target, asked.port(), shared),
@@ -424,7 +470,7 @@ async fn handle(client: &mut UnixStream, shared: &Shared) -> Served {
         }
     };
     served.refusal = None;
-    let first = match &asked {
+    let (first, body) = match asked {
         Asked::Tunnel { .. } => {
             if client
                 .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -434,14 +480,23 @@ async fn handle(client: &mut UnixStream, shared: &Shared) -> Served {
                 served.outcome = format!("allowed by {rule}; the agent went away");
                 return served;
             }
-            rest
+            (rest, None)
         }
-        Asked::Plain { head, .. } => [head.as_slice(), rest.as_slice()].concat(),
+        Asked::Plain { head, mut body, .. } => {
+            let taken = body.take(&rest);
+            ([head.as_slice(), &rest[..taken]].concat(), Some(body))
+        }
     };
-    let (up, down, ended) = relay(client, upstream, first, shared).await;
-    served.up = up;
-    served.down = down;
-    served.outcome = format!("allowed by {rule}; {ended}");
+    let allowed = format!("allowed by {rule}");
+    if let Some(address) = served.address {
+        *moved
+            .relaying
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some((served.host.clone(), served.port, address, allowed.clone()));
+    }
+    let ended = relay(client, upstream, first, body, shared, moved).await;
+    served.outcome = format!("{allowed}; {ended}");
     served
 }
 
@@ -526,35 +581,35 @@ async fn refuse(
     served
 }
 
-/// Relays both ways until both sides are done or a bound ends it; returns the bytes up, down and
-/// how it ended.
+/// Relays both ways until both sides are done or a bound ends it, counting the bytes each way in
+/// `moved`; returns how it ended. For a plain request (`body`), only what is left of its body goes up: once it has
+/// ended, nothing more the agent sends is read, so a request pipelined behind it never reaches the
+/// host.
 async fn relay(
     client: &mut UnixStream,
     upstream: TcpStream,
     first: Vec<u8>,
+    mut body: Option<Body>,
     shared: &Shared,
-) -> (u64, u64, String) {
+    moved: &Moved,
+) -> String {
     let (mut client_read, mut client_write) = client.split();
     let (mut upstream_read, mut upstream_write) = upstream.into_split();
     let idle = shared.bounds.idle;
-    let (mut up, mut down) = (0u64, 0u64);
     if !first.is_empty() {
         if !take(&shared.upload_left, first.len()) {
-            return (
-                0,
-                0,
-                "ended: the dispatch's upload bound was reached".into(),
-            );
+            return "ended: the dispatch's upload bound was reached".into();
         }
+        // Counted as soon as taken: a write cut half way may still have sent it.
+        moved.up.fetch_add(first.len() as u64, Ordering::Relaxed);
         if write(&mut upstream_write, &first, idle).await.is_err() {
-            return (0, 0, "ended: the host went away".into());
+            return "ended: the host went away".into();
         }
-        up += first.len() as u64;
     }
     let mut up_buffer = vec![0u8; RELAY_BUFFER];
     let mut down_buffer = vec![0u8; RELAY_BUFFER];
-    let (mut client_done, mut upstream_done) = (false, false);
-    let ended = loop {
+    let (mut client_done, mut upstream_done) = (body.as_ref().is_some_and(Body::done), false);
+    loop {
         if client_done && upstream_done {
             break "closed".to_owned();
         }
@@ -565,13 +620,18 @@ async fn relay(
                     let _ = upstream_write.shutdown().await;
                 }
                 Ok(read) => {
+                    let read = match &mut body {
+                        Some(body) => body.take(&up_buffer[..read]),
+                        None => read,
+                    };
+                    client_done = body.as_ref().is_some_and(Body::done);
                     if !take(&shared.upload_left, read) {
                         break "ended: the dispatch's upload bound was reached".to_owned();
                     }
+                    moved.up.fetch_add(read as u64, Ordering::Relaxed);
                     if write(&mut upstream_write, &up_buffer[..read], idle).await.is_err() {
                         break "ended: the host stopped reading".to_owned();
                     }
-                    up += read as u64;
                 }
             },
             read = upstream_read.read(&mut down_buffer), if !upstream_done => match read {
@@ -583,17 +643,16 @@ async fn relay(
                     if !take(&shared.download_left, read) {
                         break "ended: the dispatch's download bound was reached".to_owned();
                     }
+                    moved.down.fetch_add(read as u64, Ordering::Relaxed);
                     if write(&mut client_write, &down_buffer[..read], idle).await.is_err() {
                         break "ended: the agent stopped reading".to_owned();
                     }
-                    down += read as u64;
                 }
             },
             () = tokio::time::sleep(idle) => break format!("ended: nothing moved for {}s", idle.as_secs()),
             () = shared.ending.cancelled() => break "ended: the dispatch ended".to_owned(),
         }
-    };
-    (up, down, ended)
+    }
 }
 
 /// Takes `bytes` from a budget, or nothing when it holds fewer.

@@ -456,3 +456,5 @@ async fn the_machines_proxy_carries_the_checked_address_and_no_proxy_is_honoured
         "NO_PROXY went through the proxy"
     );
 }
+
+mod redteam;
