@@ -307,9 +307,7 @@ impl Report {
                 .into_iter()
                 .flatten()
                 .find_map(|model| {
-                    shared
-                        .prices
-                        .cost(model, tokens.input, tokens.output, tokens.cached)
+                    shared.prices.cost_of(model, &tokens)
                 })
         });
         let cost_usd = match &self.bill {
