@@ -190,7 +190,12 @@ async fn admit(
             shared.egress(api, call);
         }
     }
-    let headers = upstream_headers(&parts.headers, route.shape(), shared.keys.as_ref(), body.len());
+    let headers = upstream_headers(
+        &parts.headers,
+        route.shape(),
+        shared.keys.as_ref(),
+        body.len(),
+    );
     let mut upstream_request = Request::new(Full::new(body));
     *upstream_request.method_mut() = parts.method;
     *upstream_request.uri_mut() = uri;

@@ -75,9 +75,7 @@ impl Route {
 
     /// The wire API whose headers, key and error shape the route's requests and replies take.
     pub(super) fn shape(self) -> &'static dyn Wire {
-        self.api()
-            .and_then(wire::of)
-            .unwrap_or_else(wire::fallback)
+        self.api().and_then(wire::of).unwrap_or_else(wire::fallback)
     }
 
     /// The error shape of the gateway's own replies on this route.

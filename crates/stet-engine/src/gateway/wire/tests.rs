@@ -140,13 +140,15 @@ fn messages_caps_max_tokens_and_holds_a_thinking_budget_below_it() {
         Some(serde_json::json!({"type": "enabled", "budget_tokens": 3999}))
     );
     // A budget already below the cap, or a budget that is not a count, is held or set below it.
-    let mut request = fields(serde_json::json!({"thinking": {"type": "enabled", "budget_tokens": 1024}}));
+    let mut request =
+        fields(serde_json::json!({"thinking": {"type": "enabled", "budget_tokens": 1024}}));
     messages.cap_output(&mut request, 4000);
     assert_eq!(
         typed::<Value>(&request, "thinking"),
         Some(serde_json::json!({"type": "enabled", "budget_tokens": 1024}))
     );
-    let mut request = fields(serde_json::json!({"thinking": {"type": "enabled", "budget_tokens": "9e9"}}));
+    let mut request =
+        fields(serde_json::json!({"thinking": {"type": "enabled", "budget_tokens": "9e9"}}));
     messages.cap_output(&mut request, 4000);
     assert_eq!(
         typed::<Value>(&request, "thinking").unwrap()["budget_tokens"],

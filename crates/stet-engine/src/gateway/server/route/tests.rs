@@ -57,5 +57,8 @@ fn batches_and_files_are_not_routes_and_are_answered_in_their_api_shape() {
         shape_of_unserved("/v1/messages/batches").api(),
         WireApi::Messages
     );
-    assert_eq!(shape_of_unserved("/v1/files").api(), WireApi::ChatCompletions);
+    assert_eq!(
+        shape_of_unserved("/v1/files").api(),
+        WireApi::ChatCompletions
+    );
 }
