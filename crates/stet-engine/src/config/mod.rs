@@ -184,8 +184,12 @@ pub struct OpenHandsHarnessConfig {
 /// stet's process and never enters the sandbox.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
-    /// The OpenAI-compatible upstream, e.g. a LiteLLM proxy's `https://…/v1`; `None`: no gateway.
+    /// The upstream, e.g. a LiteLLM proxy's `https://…/v1` or `https://api.anthropic.com/v1`;
+    /// `None`: no gateway.
     pub base_url: Option<String>,
+    /// The wire API the agent speaks to it (`[model] api`: `chat`, `responses` or `anthropic`);
+    /// `None`: the harness's own ([`ModelConfig::api_for`]).
+    pub api: Option<crate::gateway::policy::WireApi>,
     /// The environment variable of stet's own process that holds the model API key.
     pub api_key_env: Option<String>,
     /// A price table over the built-in one (`assets/prices.toml` format).
@@ -203,6 +207,11 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
+    /// The wire API a dispatch run by `harness` speaks: `[model] api` when set, else the harness's
+    /// default ([`default_api`]).
+    pub fn api_for(&self, harness: HarnessKind) -> crate::gateway::policy::WireApi {
+        self.api.unwrap_or_else(|| default_api(harness))
+    }
     /// The model API key, read through `env` from the variable `api_key_env` names (`None` when it
     /// names none); an unset, empty or non-UTF-8 variable is an error naming it.
     pub fn api_key(
@@ -227,10 +236,23 @@ impl ModelConfig {
     }
 }
 
+/// The wire API each harness speaks when `[model] api` does not say: OpenHands (through LiteLLM)
+/// and the scripted agent speak Chat Completions. The hook for the harnesses being added: the Codex
+/// CLI (`kind = "codex"`, issue 31) speaks `WireApi::Responses` and Claude Code (`kind = "claude"`,
+/// issue 32) `WireApi::Messages`; a kind added to [`HarnessKind`] does not compile until it has its
+/// line here.
+pub fn default_api(harness: HarnessKind) -> crate::gateway::policy::WireApi {
+    use crate::gateway::policy::WireApi;
+    match harness {
+        HarnessKind::OpenHands | HarnessKind::Script => WireApi::ChatCompletions,
+    }
+}
+
 impl Default for ModelConfig {
     fn default() -> ModelConfig {
         ModelConfig {
             base_url: None,
+            api: None,
             api_key_env: None,
             prices: None,
             request_timeout: resolve::DEFAULT_MODEL_REQUEST_TIMEOUT,

@@ -259,6 +259,7 @@ const EVERY_MACHINE_SETTING: &[(&str, &str)] = &[
     ),
     ("[model]\nprices = \"/home/u/.pgpass\"", "model.prices"),
     ("[model]\nallow = [\"o1-pro\"]", "model.allow"),
+    ("[model]\napi = \"anthropic\"", "model.api"),
     (
         "[model]\nprovider_tools = { web_search = 0.01 }",
         "model.provider_tools",
@@ -315,6 +316,7 @@ scenario = "/home/u/.pgpass"
 model = "openai/o1-pro"
 [model]
 base_url = "https://evil.example/v1"
+api = "anthropic"
 api_key_env = "GITHUB_TOKEN"
 prices = "/home/u/.pgpass"
 allow = ["o1-pro"]
@@ -882,6 +884,7 @@ pace = 0.5
 model = "openai/gpt-4.1-mini"
 [model]
 base_url = "http://127.0.0.1:4000/v1"
+api = "responses"
 api_key_env = "USER_MODEL_KEY"
 prices = "prices.toml"
 request_timeout_secs = 90
@@ -928,6 +931,7 @@ fn dispatch_and_harness_settings_come_from_the_files_field_by_field() {
         config.model,
         ModelConfig {
             base_url: Some("http://127.0.0.1:4000/v1".to_owned()),
+            api: Some(crate::gateway::policy::WireApi::Responses),
             api_key_env: Some("USER_MODEL_KEY".to_owned()),
             prices: Some(PathBuf::from("/home/u/.config/stet/prices.toml")),
             request_timeout: Duration::from_secs(90),
@@ -1376,4 +1380,30 @@ fn a_repository_file_cannot_set_the_ca_bundle_even_when_trusted() {
         error.starts_with("/src/app/stet.toml:3: field `network.ca_bundle`: is read only from your own configuration"),
         "{error}"
     );
+}
+
+#[test]
+fn the_model_api_defaults_per_harness_and_is_named_in_model_api() {
+    use crate::gateway::policy::WireApi;
+    let config = Config::from_files(&[]).unwrap();
+    assert_eq!(config.model.api, None);
+    assert_eq!(
+        config.model.api_for(HarnessKind::OpenHands),
+        WireApi::ChatCompletions
+    );
+    assert_eq!(
+        config.model.api_for(HarnessKind::Script),
+        WireApi::ChatCompletions
+    );
+    for (name, api) in [
+        ("chat", WireApi::ChatCompletions),
+        ("responses", WireApi::Responses),
+        ("anthropic", WireApi::Messages),
+    ] {
+        let config = Config::from_files(&[user(&format!("[model]\napi = \"{name}\"\n"))]).unwrap();
+        assert_eq!(config.model.api, Some(api));
+        assert_eq!(config.model.api_for(HarnessKind::OpenHands), api);
+    }
+    let err = Config::from_files(&[user("[model]\napi = \"gemini\"\n")]).unwrap_err();
+    assert!(err.to_string().contains("gemini"), "{err}");
 }

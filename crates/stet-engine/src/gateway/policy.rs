@@ -50,6 +50,9 @@ pub struct RequestPolicy {
     /// Provider-executed tools and fields enabled by name (a tool's `type`, or a top-level field
     /// such as `web_search_options`), with the dollars each call costs.
     pub provider_tools: BTreeMap<String, f64>,
+    /// The wire API the dispatch's agent speaks (`[model] api`): the routes of the others are not
+    /// served (404). `None` serves every API's routes.
+    pub api: Option<WireApi>,
 }
 
 /// A provider-executed tool a request enables, as the configuration priced it.

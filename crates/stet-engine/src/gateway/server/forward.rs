@@ -65,6 +65,11 @@ pub(super) async fn handle(
         return answer(&shared, shape, not_served(&label));
     };
     let shape = route.error_shape();
+    if let (Some(api), Some(spoken)) = (route.api(), shared.policy.api)
+        && api != spoken
+    {
+        return answer(&shared, shape, other_api(&label, spoken));
+    }
     let (upstream_request, mut admitted) =
         match admit(&shared, route, &label, request, deadline).await {
             Ok(admitted) => admitted,
@@ -340,6 +345,23 @@ fn not_served(label: &str) -> Reply {
             "stet gateway: {label} is not served; the routes are POST /v1/chat/completions, POST /v1/responses, POST /v1/messages, POST /v1/messages/count_tokens and GET /v1/models (batches, files and stored responses are not: stet meters each request as it passes)"
         ),
         format!("{label}: refused, not a route the gateway serves (404)"),
+    )
+}
+
+/// The reply to a request on a route of another wire API than the dispatch's (`[model] api`).
+fn other_api(label: &str, spoken: policy::WireApi) -> Reply {
+    Reply::error(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!(
+            "stet gateway: {label} is not served: this dispatch's agent speaks the {} API ([model] api = \"{}\")",
+            spoken.name(),
+            spoken.as_str()
+        ),
+        format!(
+            "{label}: refused, not the {} API this dispatch speaks (404)",
+            spoken.name()
+        ),
     )
 }
 

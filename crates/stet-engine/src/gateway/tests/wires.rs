@@ -516,3 +516,36 @@ async fn count_tokens_is_forwarded_rewritten_and_free() {
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     assert_eq!(rig.upstream.requests().len(), 1);
 }
+
+#[tokio::test]
+async fn a_dispatch_serves_only_the_wire_api_it_speaks() {
+    let mut rig = rig_configured(None, Duration::from_secs(20), |config| GatewayConfig {
+        policy: Arc::new(crate::gateway::policy::RequestPolicy {
+            api: Some(crate::gateway::policy::WireApi::Messages),
+            ..crate::gateway::policy::RequestPolicy::default()
+        }),
+        ..config
+    })
+    .await;
+    for path in ["/v1/chat/completions", "/v1/responses"] {
+        let (status, _, body) = call(&rig.socket, "POST", path, &chat_request("m")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        assert!(
+            body.contains("[model] api = \\\"anthropic\\\""),
+            "{path}: {body}"
+        );
+        assert!(rig.next_error().await.contains(path));
+    }
+    rig.upstream.reply(ok_json(serde_json::json!({"type": "message", "model": "claude-haiku-4-5", "content": [], "usage": {"input_tokens": 1, "output_tokens": 1}})));
+    let response = send(
+        &rig.socket,
+        "POST",
+        "/v1/messages",
+        CLAUDE_HEADERS,
+        &messages_request(serde_json::json!({"stream": false})),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    within(response.into_body().collect()).await.unwrap();
+    assert_eq!(rig.upstream.requests().len(), 1);
+}
