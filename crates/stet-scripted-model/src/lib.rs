@@ -12,6 +12,13 @@
 //! provider-executed tool its request enables, [`ScriptedModel::set_tool_calls`]) and
 //! `GET /v1/models`. Any other path is 404, and every request, whatever its path, is recorded with
 //! its body as received.
+//!
+//! Scripted agent turns ([`ScriptedModel::set_turns`], `turns`): the Responses and Messages routes
+//! then answer each request with the turn its conversation has reached (tool calls or text, plain
+//! or streamed), for the live suites of the Codex CLI and Claude Code. [`ScriptedModel::expect_key`]
+//! makes it check that every request carries the real key in its API's header (`Authorization:
+//! Bearer` on OpenAI's routes, `x-api-key` on Anthropic's), answering 401 and counting any that does
+//! not.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -29,7 +36,10 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 
+mod turns;
 mod wire;
+
+pub use turns::{Call, CallInput, SentUsage, Turn, tool_outputs};
 
 /// The model the scripted server lists and the demo's scenarios name.
 pub const DEMO_MODEL: &str = "stet-demo-model";
@@ -113,6 +123,14 @@ struct State {
     tool_calls: AtomicU64,
     /// Requests on the two completion routes so far: numbers the replies.
     asked: AtomicU64,
+    /// The scripted turns of the Responses and Messages routes, when set.
+    turns: Mutex<Option<Vec<Turn>>>,
+    /// The key every request must carry, when set.
+    key: Mutex<Option<String>>,
+    /// Requests that did not carry it.
+    key_mismatches: AtomicU64,
+    /// The usage each turn's reply reported.
+    sent: Mutex<Vec<SentUsage>>,
 }
 
 impl Default for State {
@@ -123,6 +141,10 @@ impl Default for State {
             cost_usd: Mutex::default(),
             tool_calls: AtomicU64::new(1),
             asked: AtomicU64::new(0),
+            turns: Mutex::default(),
+            key: Mutex::default(),
+            key_mismatches: AtomicU64::new(0),
+            sent: Mutex::default(),
         }
     }
 }
@@ -210,6 +232,42 @@ impl ScriptedModel {
         self.state.tool_calls.store(per_tool, Ordering::SeqCst);
     }
 
+    /// From now on the Responses and Messages routes answer from `turns`: a request whose
+    /// conversation holds `n` tool outputs ([`tool_outputs`]) gets `turns[n]`, a request past the
+    /// script the text "No more turns.".
+    pub fn set_turns(&self, turns: Vec<Turn>) {
+        *self
+            .state
+            .turns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(turns);
+    }
+
+    /// From now on every request must carry `key`: as `Authorization: Bearer <key>` on the OpenAI
+    /// routes, as `x-api-key: <key>` on `/v1/messages`; one that does not is answered 401 in its
+    /// API's shape and counted ([`ScriptedModel::key_mismatches`]).
+    pub fn expect_key(&self, key: &str) {
+        *self
+            .state
+            .key
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(key.to_owned());
+    }
+
+    /// How many requests came without the expected key (a placeholder, another header, none).
+    pub fn key_mismatches(&self) -> u64 {
+        self.state.key_mismatches.load(Ordering::SeqCst)
+    }
+
+    /// The usage each scripted turn's reply reported, in order.
+    pub fn sent_usage(&self) -> Vec<SentUsage> {
+        self.state
+            .sent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Stops accepting, cuts the open connections (stalled ones included) and waits for the server
     /// task to end.
     pub async fn shutdown(mut self) {
@@ -280,6 +338,7 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
         }
     };
     let raw = bytes.clone();
+    let raw_bytes = bytes.clone();
     let body = if bytes.is_empty() {
         Value::Null
     } else {
@@ -326,6 +385,32 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
             &format!("{path} takes {method}, not {}", parts.method),
         );
     }
+    let expected = state
+        .key
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    if let Some(key) = expected {
+        let carried = if route == Route::Messages {
+            parts.headers.get("x-api-key").map(HeaderValue::as_bytes) == Some(key.as_bytes())
+                && parts.headers.get(header::AUTHORIZATION).is_none()
+        } else {
+            parts
+                .headers
+                .get(header::AUTHORIZATION)
+                .map(HeaderValue::as_bytes)
+                == Some(format!("Bearer {key}").as_bytes())
+                && parts.headers.get("x-api-key").is_none()
+        };
+        if !carried {
+            state.key_mismatches.fetch_add(1, Ordering::SeqCst);
+            return route_error(
+                route,
+                StatusCode::UNAUTHORIZED,
+                "the scripted model did not receive its key in this API's header",
+            );
+        }
+    }
     let number = if route == Route::Models {
         0
     } else {
@@ -355,6 +440,9 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
         Behaviour::CutStream => return cut(route, &body, number, bytes.len(), per_tool),
         Behaviour::Stall => return std::future::pending().await,
     }
+    if let Some(response) = scripted_turn(state, route, &body, number, &raw_bytes).await {
+        return response;
+    }
     let mut response = match route {
         Route::Models => return json_response(StatusCode::OK, &models()),
         Route::ChatCompletions if is_streaming(&body) => {
@@ -383,6 +471,45 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
         response.headers_mut().insert(COST_HEADER, value);
     }
     response
+}
+
+/// The answer of a scripted turn on the Responses and Messages routes, when turns are set.
+async fn scripted_turn(
+    state: &State,
+    route: Route,
+    body: &Value,
+    number: u64,
+    raw: &Bytes,
+) -> Option<Response<Body>> {
+    if !matches!(route, Route::Responses | Route::Messages) {
+        return None;
+    }
+    let turn = {
+        let turns = state.turns.lock().unwrap_or_else(PoisonError::into_inner);
+        let turns = turns.as_ref()?;
+        turns
+            .get(tool_outputs(body))
+            .cloned()
+            .unwrap_or_else(|| Turn::text("No more turns."))
+    };
+    if turn == Turn::Hold {
+        return std::future::pending().await;
+    }
+    let reply = if route == Route::Messages {
+        turns::message(body, &turn, number, raw.len(), raw)
+    } else {
+        turns::response(body, &turn, number, raw.len())
+    };
+    state
+        .sent
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(reply.usage);
+    Some(if is_streaming(body) {
+        named_sse_response(reply.events)
+    } else {
+        json_response(StatusCode::OK, &reply.body)
+    })
 }
 
 /// The first [`QUOTED_CHARS`] characters of `question`; a longer one ends at the last whole word
