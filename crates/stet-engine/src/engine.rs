@@ -231,7 +231,7 @@ impl Engine {
 fn gateway_settings(
     model: &crate::config::ModelConfig,
     harness_model: Option<String>,
-    api: crate::gateway::policy::WireApi,
+    api: Option<crate::gateway::policy::WireApi>,
     sanitizer: &SanitizerHandle,
 ) -> Result<Option<GatewaySettings>> {
     let Some(upstream) = &model.base_url else {
@@ -271,11 +271,12 @@ fn gateway_settings(
 /// always the harness's configured model as the agent sends it upstream) and the provider tools
 /// `[model] provider_tools` enables. With neither a configured model nor `[model] allow` (the
 /// scripted agent names its models in its scenario) any model passes but a routing suffix. OpenHands
-/// 1.16 calls no helper model besides the configured one. Only `api`'s routes are served.
+/// 1.16 calls no helper model besides the configured one. Only `api`'s routes are served (every
+/// API's when `None`).
 fn request_policy(
     model: &crate::config::ModelConfig,
     harness_model: Option<String>,
-    api: crate::gateway::policy::WireApi,
+    api: Option<crate::gateway::policy::WireApi>,
 ) -> crate::gateway::policy::RequestPolicy {
     let mut models: Option<std::collections::BTreeSet<String>> = model
         .allow
@@ -294,7 +295,7 @@ fn request_policy(
     crate::gateway::policy::RequestPolicy {
         models,
         provider_tools: model.provider_tools.clone(),
-        api: Some(api),
+        api,
     }
 }
 

@@ -207,10 +207,10 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
-    /// The wire API a dispatch run by `harness` speaks: `[model] api` when set, else the harness's
-    /// default ([`default_api`]).
-    pub fn api_for(&self, harness: HarnessKind) -> crate::gateway::policy::WireApi {
-        self.api.unwrap_or_else(|| default_api(harness))
+    /// The wire API a dispatch run by `harness` speaks, the only one its gateway serves: `[model]
+    /// api` when set, else the harness's ([`default_api`]); `None`: every API is served.
+    pub fn api_for(&self, harness: HarnessKind) -> Option<crate::gateway::policy::WireApi> {
+        self.api.or_else(|| default_api(harness))
     }
     /// The model API key, read through `env` from the variable `api_key_env` names (`None` when it
     /// names none); an unset, empty or non-UTF-8 variable is an error naming it.
@@ -236,15 +236,17 @@ impl ModelConfig {
     }
 }
 
-/// The wire API each harness speaks when `[model] api` does not say: OpenHands (through LiteLLM)
-/// and the scripted agent speak Chat Completions. The hook for the harnesses being added: the Codex
-/// CLI (`kind = "codex"`, issue 31) speaks `WireApi::Responses` and Claude Code (`kind = "claude"`,
-/// issue 32) `WireApi::Messages`; a kind added to [`HarnessKind`] does not compile until it has its
-/// line here.
-pub fn default_api(harness: HarnessKind) -> crate::gateway::policy::WireApi {
+/// The wire API each harness speaks when `[model] api` does not say: OpenHands speaks Chat
+/// Completions (its `openai/` models make LiteLLM speak it); the scripted agent, which the tests and
+/// the red team drive on every API, is served all of them (`None`). The hook for the harnesses being
+/// added: the Codex CLI (`kind = "codex"`, issue 31) speaks `WireApi::Responses` and Claude Code
+/// (`kind = "claude"`, issue 32) `WireApi::Messages`; a kind added to [`HarnessKind`] does not
+/// compile until it has its line here.
+pub fn default_api(harness: HarnessKind) -> Option<crate::gateway::policy::WireApi> {
     use crate::gateway::policy::WireApi;
     match harness {
-        HarnessKind::OpenHands | HarnessKind::Script => WireApi::ChatCompletions,
+        HarnessKind::OpenHands => Some(WireApi::ChatCompletions),
+        HarnessKind::Script => None,
     }
 }
 

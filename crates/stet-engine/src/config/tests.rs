@@ -1389,12 +1389,9 @@ fn the_model_api_defaults_per_harness_and_is_named_in_model_api() {
     assert_eq!(config.model.api, None);
     assert_eq!(
         config.model.api_for(HarnessKind::OpenHands),
-        WireApi::ChatCompletions
+        Some(WireApi::ChatCompletions)
     );
-    assert_eq!(
-        config.model.api_for(HarnessKind::Script),
-        WireApi::ChatCompletions
-    );
+    assert_eq!(config.model.api_for(HarnessKind::Script), None);
     for (name, api) in [
         ("chat", WireApi::ChatCompletions),
         ("responses", WireApi::Responses),
@@ -1402,7 +1399,8 @@ fn the_model_api_defaults_per_harness_and_is_named_in_model_api() {
     ] {
         let config = Config::from_files(&[user(&format!("[model]\napi = \"{name}\"\n"))]).unwrap();
         assert_eq!(config.model.api, Some(api));
-        assert_eq!(config.model.api_for(HarnessKind::OpenHands), api);
+        assert_eq!(config.model.api_for(HarnessKind::OpenHands), Some(api));
+        assert_eq!(config.model.api_for(HarnessKind::Script), Some(api));
     }
     let err = Config::from_files(&[user("[model]\napi = \"gemini\"\n")]).unwrap_err();
     assert!(err.to_string().contains("gemini"), "{err}");
