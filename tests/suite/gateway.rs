@@ -649,7 +649,7 @@ mod wires {
         let mut messages = vec![
             json!({"role": "user", "content": [{"type": "text", "text": "Add a fourth note."}]}),
         ];
-        let (status, _) = post(
+        let (status, counted) = post(
             &gateway,
             "/v1/messages/count_tokens",
             &headers,
@@ -658,9 +658,11 @@ mod wires {
         .await;
         assert_eq!(
             status,
-            StatusCode::NOT_FOUND,
-            "the scripted model does not count tokens; the gateway forwarded it"
+            StatusCode::OK,
+            "{}",
+            String::from_utf8_lossy(&counted)
         );
+        assert!(serde_json::from_slice::<Value>(&counted).unwrap()["input_tokens"].is_u64());
         for (turn, results) in [(0, 0), (1, 2), (2, 3)] {
             while messages
                 .iter()

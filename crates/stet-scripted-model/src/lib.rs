@@ -9,8 +9,8 @@
 //! ending with a usage chunk when `stream_options.include_usage` is true), `POST /v1/responses` and
 //! Anthropic's `POST /v1/messages` (plain JSON, or with `"stream": true` the named server-sent events
 //! the real APIs send, usage in their last event; a Responses reply reports a call of each
-//! provider-executed tool its request enables, [`ScriptedModel::set_tool_calls`]) and
-//! `GET /v1/models`. Any other path is 404, and every request, whatever its path, is recorded with
+//! provider-executed tool its request enables, [`ScriptedModel::set_tool_calls`]),
+//! `POST /v1/messages/count_tokens` and `GET /v1/models`. Any other path is 404, and every request, whatever its path, is recorded with
 //! its body as received.
 //!
 //! Scripted agent turns ([`ScriptedModel::set_turns`], `turns`): the Responses and Messages routes
@@ -322,6 +322,8 @@ enum Route {
     ChatCompletions,
     Responses,
     Messages,
+    /// Anthropic's `POST /v1/messages/count_tokens`: `{"input_tokens": n}`, free.
+    CountTokens,
     Models,
 }
 
@@ -371,6 +373,7 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
         "/v1/chat/completions" => (Route::ChatCompletions, Method::POST),
         "/v1/responses" => (Route::Responses, Method::POST),
         "/v1/messages" => (Route::Messages, Method::POST),
+        "/v1/messages/count_tokens" => (Route::CountTokens, Method::POST),
         "/v1/models" => (Route::Models, Method::GET),
         _ => {
             return error_response(
@@ -391,7 +394,7 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
         .unwrap_or_else(PoisonError::into_inner)
         .clone();
     if let Some(key) = expected {
-        let carried = if route == Route::Messages {
+        let carried = if matches!(route, Route::Messages | Route::CountTokens) {
             parts.headers.get("x-api-key").map(HeaderValue::as_bytes) == Some(key.as_bytes())
                 && parts.headers.get(header::AUTHORIZATION).is_none()
         } else {
@@ -411,7 +414,7 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
             );
         }
     }
-    let number = if route == Route::Models {
+    let number = if matches!(route, Route::Models | Route::CountTokens) {
         0
     } else {
         state.asked.fetch_add(1, Ordering::SeqCst) + 1
@@ -445,6 +448,10 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
     }
     let mut response = match route {
         Route::Models => return json_response(StatusCode::OK, &models()),
+        Route::CountTokens => {
+            let tokens = (bytes.len() / BYTES_PER_TOKEN) as u64 + PROMPT_TOKEN_BASE;
+            return json_response(StatusCode::OK, &json!({ "input_tokens": tokens }));
+        }
         Route::ChatCompletions if is_streaming(&body) => {
             sse_response(chat_events(&body, number, bytes.len()))
         }
@@ -706,7 +713,7 @@ fn models() -> Value {
 
 /// A 200 whose JSON breaks off: a streamed reply's first event, or a plain body.
 fn malformed(route: Route, body: &Value) -> Response<Body> {
-    if route != Route::ChatCompletions && route != Route::Models && is_streaming(body) {
+    if matches!(route, Route::Responses | Route::Messages) && is_streaming(body) {
         let kind = if route == Route::Messages {
             "message_start"
         } else {
@@ -772,7 +779,7 @@ fn cut(
             "application/json",
             half(wire::message(body, number, request_bytes).to_string()),
         ),
-        Route::Models => ("application/json", half(models().to_string())),
+        Route::Models | Route::CountTokens => ("application/json", half(models().to_string())),
     };
     let first = futures_util::stream::once(async move {
         Ok::<_, std::io::Error>(Frame::data(Bytes::from(first_part)))
@@ -839,7 +846,7 @@ fn error_response(status: StatusCode, message: &str) -> Response<Body> {
 
 /// An error in the shape the route's API uses: Anthropic's for Messages, OpenAI's otherwise.
 fn route_error(route: Route, status: StatusCode, message: &str) -> Response<Body> {
-    if route != Route::Messages {
+    if !matches!(route, Route::Messages | Route::CountTokens) {
         return error_response(status, message);
     }
     json_response(

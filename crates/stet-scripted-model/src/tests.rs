@@ -862,3 +862,36 @@ fn the_turn_is_the_number_of_tool_outputs() {
     assert_eq!(tool_outputs(&claude_turn(2, true)), 2);
     assert_eq!(tool_outputs(&json!({"input": "just text"})), 0);
 }
+
+#[tokio::test]
+async fn count_tokens_answers_in_anthropic_shape_with_the_key_checked() {
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let key = fresh_key();
+    model.expect_key(&key);
+    let body = claude_turn(0, false);
+    let counted = send_with(
+        &model,
+        "/v1/messages/count_tokens",
+        &[("x-api-key", key.clone())],
+        &body,
+    )
+    .await;
+    assert_eq!(counted.status, StatusCode::OK);
+    assert_eq!(
+        counted.json()["input_tokens"],
+        json!(body.to_string().len() as u64 / 4 + 50)
+    );
+    let refused = send_with(
+        &model,
+        "/v1/messages/count_tokens",
+        &[("x-api-key", "placeholder".to_owned())],
+        &body,
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(refused.json()["type"], "error");
+    assert!(model.sent_usage().is_empty(), "counting tokens is no turn");
+    model.shutdown().await;
+}
