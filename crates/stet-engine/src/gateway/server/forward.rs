@@ -64,7 +64,7 @@ pub(super) async fn handle(
         let shape = route::shape_of_unserved(request.uri().path());
         return answer(&shared, shape, not_served(&label));
     };
-    let shape = route.error_shape();
+    let shape = route.shape();
     if let (Some(api), Some(spoken)) = (route.api(), shared.policy.api)
         && api != spoken
     {

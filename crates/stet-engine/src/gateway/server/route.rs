@@ -73,14 +73,10 @@ impl Route {
         }
     }
 
-    /// The wire API whose headers, key and error shape the route's requests and replies take.
+    /// The wire API whose headers, key and error shape (for the gateway's own replies) the route's
+    /// requests and replies take.
     pub(super) fn shape(self) -> &'static dyn Wire {
         self.api().and_then(wire::of).unwrap_or_else(wire::fallback)
-    }
-
-    /// The error shape of the gateway's own replies on this route.
-    pub(super) fn error_shape(self) -> &'static dyn Wire {
-        self.shape()
     }
 }
 
