@@ -26,6 +26,12 @@
 //! gateway on two workers (a dispatch's), the upstreams on one. The gateway's events are drained as
 //! they come and checked at the end: every response metered, no error.
 //!
+//! Wire APIs: the Responses API (`POST /v1/responses`, as the Codex CLI asks it) and Anthropic's
+//! Messages API (`POST /v1/messages`, as Claude Code asks it, with `x-api-key` and
+//! `anthropic-version`), each plain and streamed, answered by the scripted model with a real-shaped
+//! tool call and usage: direct, through the gateway's unix socket, and through it under a ceiling
+//! (output capped, every body rewritten). "added" is again a path's percentile minus the direct one.
+//!
 //! `cargo bench --bench gateway`. `STET_BENCH_REQUESTS` timed requests per path and body size
 //! (default 5000, after 200 of warm-up), `STET_BENCH_STREAMS` timed streams per path (default 20),
 //! `STET_BENCH_TOKENS` chunks per stream (default 20000). The default run takes about 25 s on 2
@@ -49,7 +55,7 @@ use serde_json::json;
 use stet_engine::gateway::prices::PriceTable;
 use stet_engine::gateway::{Gateway, GatewayConfig, GatewayEvent, GatewayLimits};
 use stet_sanitize::sanitize::TokenSanitizer;
-use stet_scripted_model::{DEMO_MODEL, ScriptedModel};
+use stet_scripted_model::{DEMO_MODEL, ScriptedModel, Turn};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::runtime::Handle;
@@ -191,6 +197,9 @@ async fn bench(
     let results = streaming_throughput(&stream_targets, streams, expected).await;
     print_streaming(tokens, expected, &results);
 
+    // The Responses and Messages APIs, plain and streamed.
+    wire_apis(upstream, gateway_side, &dir, &sanitizer, requests).await;
+
     // Everything the gateways forwarded was metered, nothing went wrong.
     let through_gateway = 3 * 2 * (WARM_UP + requests);
     let streamed_through_gateway = 2 * (WARM_UP_STREAMS + streams);
@@ -216,6 +225,143 @@ async fn bench(
     assert_eq!(usage, (through_gateway + streamed_through_gateway) as u64);
     assert_eq!(streamed, streamed_through_gateway as u64);
     assert_eq!(streamed_tokens, (streamed_through_gateway * tokens) as u64);
+}
+
+/// The gateway's added latency per Responses and Messages request, plain and streamed, against the
+/// scripted model answering every request with a tool call (a Codex `shell` call, a Claude Code
+/// `Bash` tool use) and its usage; every request through a gateway must be metered, without error.
+async fn wire_apis(
+    upstream: &Side,
+    gateway_side: &Side,
+    dir: &tempfile::TempDir,
+    sanitizer: &Arc<TokenSanitizer>,
+    requests: usize,
+) {
+    let tally = Arc::new(Tally::default());
+    let model = upstream
+        .run(async {
+            let model = ScriptedModel::serve(loopback()).await?;
+            model.set_turns(vec![Turn::call(
+                "shell",
+                json!({"command": ["bash", "-lc", "cargo test --lib"], "workdir": "/workspace"}),
+            )]);
+            Ok::<_, std::io::Error>(model)
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let plain = start_gateway(
+        gateway_side,
+        dir.path().join("wires.sock"),
+        model.base_url(),
+        None,
+        sanitizer,
+        &tally,
+    )
+    .await;
+    let capped = start_gateway(
+        gateway_side,
+        dir.path().join("wires-capped.sock"),
+        model.base_url(),
+        Some(UNREACHED_CEILING_USD),
+        sanitizer,
+        &tally,
+    )
+    .await;
+    let targets = [
+        ("direct", Target::Tcp(model.address())),
+        (
+            "gateway (unix socket)",
+            Target::Unix(plain.socket().to_owned()),
+        ),
+        (
+            "gateway, ceiling set",
+            Target::Unix(capped.socket().to_owned()),
+        ),
+    ];
+    let mut forwarded = 0;
+    for stream in [false, true] {
+        let mode = if stream { "streamed" } else { "plain" };
+        let responses = responses_body(stream);
+        let results = latency_of(
+            &targets,
+            &|| wire_request("/v1/responses", &responses, &[]),
+            requests,
+        )
+        .await;
+        print_latency(
+            &format!("Responses API, {mode} ({} B body)", responses.len()),
+            &results,
+        );
+        let messages = messages_body(stream);
+        let headers = [
+            ("x-api-key", "placeholder"),
+            ("anthropic-version", "2023-06-01"),
+            ("anthropic-beta", "claude-code-20250219"),
+        ];
+        let results = latency_of(
+            &targets,
+            &|| wire_request("/v1/messages", &messages, &headers),
+            requests,
+        )
+        .await;
+        print_latency(
+            &format!("Messages API, {mode} ({} B body)", messages.len()),
+            &results,
+        );
+        forwarded += 2 * 2 * (WARM_UP + requests);
+    }
+    for gateway in [plain, capped] {
+        gateway_side.run(gateway.shutdown()).await;
+    }
+    upstream.run(model.shutdown()).await;
+    let errors = tally.errors.lock().unwrap_or_else(PoisonError::into_inner);
+    assert!(errors.is_empty(), "gateway errors: {errors:?}");
+    assert_eq!(tally.usage.load(Ordering::Relaxed), forwarded as u64);
+}
+
+/// A Codex-shaped Responses request: instructions, a user message, the shell tool.
+fn responses_body(stream: bool) -> Bytes {
+    let body = json!({
+        "model": "gpt-5-codex",
+        "instructions": "You are a coding agent running in a sandboxed repository.",
+        "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Make the greeting say hello to the user by name."}]}],
+        "tools": [{"type": "function", "name": "shell", "description": "Runs a command.", "parameters": {"type": "object", "properties": {"command": {"type": "array", "items": {"type": "string"}}}}, "strict": false}],
+        "tool_choice": "auto",
+        "parallel_tool_calls": false,
+        "reasoning": {"effort": "medium", "summary": "auto"},
+        "store": false,
+        "stream": stream,
+        "include": ["reasoning.encrypted_content"],
+        "prompt_cache_key": "bench",
+    });
+    Bytes::from(serde_json::to_vec(&body).unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// A Claude Code-shaped Messages request: a cached system prompt, a user message, the Bash tool.
+fn messages_body(stream: bool) -> Bytes {
+    let body = json!({
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 32000,
+        "system": [{"type": "text", "text": "You are Claude Code, working in a sandboxed repository.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Make the greeting say hello to the user by name."}]}],
+        "tools": [{"name": "Bash", "description": "Runs a command.", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}],
+        "metadata": {"user_id": "bench"},
+        "stream": stream,
+    });
+    Bytes::from(serde_json::to_vec(&body).unwrap_or_else(|e| panic!("{e}")))
+}
+
+fn wire_request(path: &str, body: &Bytes, headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
+    let mut request = Request::post(path)
+        .header(header::HOST, "127.0.0.1")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::AUTHORIZATION, "Bearer dummy");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    request
+        .body(Full::new(body.clone()))
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn loopback() -> SocketAddr {
@@ -534,17 +680,26 @@ impl Latencies {
     }
 }
 
-/// Times `requests` requests per target, in rounds, after a warm-up.
+/// Times `requests` chat completions of `body` per target, in rounds, after a warm-up.
 async fn latency(
     targets: &[(&'static str, Target)],
     body: &Bytes,
+    requests: usize,
+) -> Vec<Latencies> {
+    latency_of(targets, &|| chat_request(body), requests).await
+}
+
+/// Times `requests` requests made by `make` per target, in rounds, after a warm-up.
+async fn latency_of(
+    targets: &[(&'static str, Target)],
+    make: &dyn Fn() -> Request<Full<Bytes>>,
     requests: usize,
 ) -> Vec<Latencies> {
     let mut senders = Vec::with_capacity(targets.len());
     for (_, target) in targets {
         let mut sender = connect(target).await;
         for _ in 0..WARM_UP {
-            exchange(&mut sender, chat_request(body)).await;
+            exchange(&mut sender, make()).await;
         }
         senders.push(sender);
     }
@@ -560,7 +715,7 @@ async fn latency(
         let round = ROUND.min(requests - done);
         for (sender, result) in senders.iter_mut().zip(&mut results) {
             for _ in 0..round {
-                let request = chat_request(body);
+                let request = make();
                 let start = Instant::now();
                 exchange(sender, request).await;
                 result.nanos.push(start.elapsed().as_nanos() as u64);

@@ -409,3 +409,319 @@ fn a_model_the_user_did_not_allow_never_reaches_the_upstream() {
     );
     runtime.block_on(upstream.shutdown());
 }
+
+// ---------------------------------------------------------------------------------------------
+// The Responses and Messages APIs through a real unix-socket gateway to the scripted model, as the
+// Codex CLI and Claude Code drive them: a conversation of tool turns, streamed and not, the agent's
+// placeholder key in its API's header. The key reaches the upstream only, in its API's header, and
+// the meter's total is what the upstream's reported usage costs at the table's prices.
+// ---------------------------------------------------------------------------------------------
+
+mod wires {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use http_body_util::{BodyExt as _, Full};
+    use hyper::{Request, StatusCode};
+    use hyper_util::rt::TokioIo;
+    use serde_json::{Value, json};
+    use stet_engine::credential::SecretValue;
+    use stet_engine::gateway::policy::{RequestPolicy, WireApi};
+    use stet_engine::gateway::prices::PriceTable;
+    use stet_engine::gateway::usage::TokenCounts;
+    use stet_engine::gateway::{Gateway, GatewayConfig, GatewayLimits};
+    use stet_sanitize::sanitize::TokenSanitizer;
+    use stet_scripted_model::{Call, CallInput, ScriptedModel, SentUsage, Turn};
+    use tokio::net::UnixStream;
+
+    /// What the agent's environment holds in place of the key.
+    const PLACEHOLDER: &str = "stet-placeholder-key";
+
+    async fn gateway(
+        upstream: &ScriptedModel,
+        key: &str,
+        api: WireApi,
+        dir: &tempfile::TempDir,
+    ) -> Gateway {
+        let (gateway, _events) = Gateway::start(
+            &dir.path().join("model.sock"),
+            GatewayConfig {
+                upstream: upstream.base_url(),
+                api_key: Some(SecretValue::new(key.to_owned())),
+                prices: Arc::new(PriceTable::builtin()),
+                ceiling_usd: Some(5.0),
+                request_timeout: Duration::from_secs(30),
+                limits: GatewayLimits::default(),
+                policy: Arc::new(RequestPolicy {
+                    api: Some(api),
+                    ..RequestPolicy::default()
+                }),
+            },
+            Arc::new(TokenSanitizer::new().unwrap()),
+        )
+        .await
+        .unwrap();
+        gateway
+    }
+
+    async fn post(
+        gateway: &Gateway,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &Value,
+    ) -> (StatusCode, Vec<u8>) {
+        let stream = UnixStream::connect(gateway.socket()).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let mut request = Request::post(path)
+            .header("host", "127.0.0.1:4141")
+            .header("content-type", "application/json");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = sender
+            .send_request(
+                request
+                    .body(Full::new(Bytes::from(body.to_string())))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let status = response.status();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (status, bytes.to_vec())
+    }
+
+    /// What the upstream's reported usage costs at the built-in prices.
+    fn upstream_cost(sent: &[SentUsage]) -> f64 {
+        let prices = PriceTable::builtin();
+        sent.iter()
+            .map(|usage| {
+                prices
+                    .cost_of(
+                        &usage.model,
+                        &TokenCounts {
+                            input: usage.input_tokens,
+                            output: usage.output_tokens,
+                            cached: usage.cached_tokens,
+                            cache_write_5m: usage.cache_write_5m,
+                            cache_write_1h: usage.cache_write_1h,
+                        },
+                    )
+                    .unwrap_or_else(|| panic!("{} is priced", usage.model))
+            })
+            .sum()
+    }
+
+    fn key() -> String {
+        format!("canary-{}", uuid::Uuid::new_v4().simple())
+    }
+
+    #[tokio::test]
+    async fn a_codex_conversation_on_the_responses_api_is_keyed_by_the_host_and_metered_exactly() {
+        let upstream = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let key = key();
+        upstream.expect_key(&key);
+        upstream.set_turns(vec![
+            Turn::call(
+                "shell",
+                json!({"command": ["bash", "-lc", "echo 4 >> notes.txt"]}),
+            ),
+            Turn::custom(
+                "apply_patch",
+                "*** Begin Patch\n*** Add File: b.txt\n+b\n*** End Patch\n",
+            ),
+            Turn::text("Added a fourth note."),
+        ]);
+        let dir = tempfile::tempdir().unwrap();
+        let gateway = gateway(&upstream, &key, WireApi::Responses, &dir).await;
+        let bearer = format!("Bearer {PLACEHOLDER}");
+        let mut input = vec![
+            json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Add a fourth note."}]}),
+        ];
+        for turn in 0..3 {
+            let body = json!({
+                "model": "gpt-5-codex",
+                "instructions": "You are Codex.",
+                "input": input,
+                "tools": [{"type": "function", "name": "shell", "parameters": {"type": "object"}, "strict": false},
+                          {"type": "custom", "name": "apply_patch", "description": "patch", "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}}],
+                "tool_choice": "auto",
+                "parallel_tool_calls": false,
+                "reasoning": {"effort": "medium", "summary": "auto"},
+                "store": false,
+                "stream": turn % 2 == 0,
+                "include": ["reasoning.encrypted_content"],
+                "prompt_cache_key": "thread-1",
+            });
+            let (status, reply) = post(
+                &gateway,
+                "/v1/responses",
+                &[
+                    ("authorization", &bearer),
+                    ("openai-beta", "responses=experimental"),
+                ],
+                &body,
+            )
+            .await;
+            assert_eq!(
+                status,
+                StatusCode::OK,
+                "{}",
+                String::from_utf8_lossy(&reply)
+            );
+            let call_id = format!("call_{turn}");
+            input.push(json!({"type": "function_call", "call_id": call_id, "name": "shell", "arguments": "{}"}));
+            input.push(json!({"type": "function_call_output", "call_id": call_id, "output": "ok"}));
+        }
+        let requests = upstream.requests();
+        assert_eq!(requests.len(), 3);
+        for request in &requests {
+            assert_eq!(request.path, "/v1/responses");
+            assert_eq!(
+                request.header("authorization"),
+                Some(format!("Bearer {key}").as_str())
+            );
+            assert!(!format!("{:?}{}", request.headers, request.body).contains(PLACEHOLDER));
+            assert!(
+                request.body["max_output_tokens"].as_u64().is_some(),
+                "capped at the reservation"
+            );
+        }
+        assert_eq!(upstream.key_mismatches(), 0);
+        let sent = upstream.sent_usage();
+        assert_eq!(sent.len(), 3);
+        assert!(
+            sent.iter().any(|usage| usage.cached_tokens > 0),
+            "cached input was priced"
+        );
+        let totals = gateway.totals();
+        assert!(
+            (totals.settled_usd - upstream_cost(&sent)).abs() < 1e-12,
+            "{totals:?} against {}",
+            upstream_cost(&sent)
+        );
+        gateway.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_claude_code_conversation_on_the_messages_api_is_keyed_by_the_host_and_metered_exactly()
+     {
+        let upstream = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let key = key();
+        upstream.expect_key(&key);
+        upstream.set_turns(vec![
+            Turn::Calls(vec![
+                Call {
+                    name: "Bash".to_owned(),
+                    input: CallInput::Json(json!({"command": "echo 4 >> notes.txt"})),
+                },
+                Call {
+                    name: "Read".to_owned(),
+                    input: CallInput::Json(json!({"file_path": "/workspace/notes.txt"})),
+                },
+            ]),
+            Turn::call(
+                "Write",
+                json!({"file_path": "/workspace/b.txt", "content": "b"}),
+            ),
+            Turn::text("Added a fourth note."),
+        ]);
+        let dir = tempfile::tempdir().unwrap();
+        let gateway = gateway(&upstream, &key, WireApi::Messages, &dir).await;
+        let bearer = format!("Bearer {PLACEHOLDER}");
+        let headers = [
+            ("x-api-key", PLACEHOLDER),
+            ("authorization", bearer.as_str()),
+            ("anthropic-version", "2023-06-01"),
+            (
+                "anthropic-beta",
+                "claude-code-20250219,interleaved-thinking-2025-05-14,context-1m-2025-08-07",
+            ),
+        ];
+        let mut messages = vec![
+            json!({"role": "user", "content": [{"type": "text", "text": "Add a fourth note."}]}),
+        ];
+        let (status, counted) = post(
+            &gateway,
+            "/v1/messages/count_tokens",
+            &headers,
+            &json!({"model": "claude-sonnet-4-5", "messages": messages}),
+        )
+        .await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{}",
+            String::from_utf8_lossy(&counted)
+        );
+        assert!(serde_json::from_slice::<Value>(&counted).unwrap()["input_tokens"].is_u64());
+        for (turn, results) in [(0, 0), (1, 2), (2, 3)] {
+            while messages
+                .iter()
+                .filter(|m| m["content"][0]["type"] == "tool_result")
+                .count()
+                < results
+            {
+                let id = format!("toolu_{turn}_{}", messages.len());
+                messages.push(json!({"role": "assistant", "content": [{"type": "tool_use", "id": id, "name": "Bash", "input": {}}]}));
+                messages.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": id, "content": "ok"}]}));
+            }
+            let body = json!({
+                "model": "claude-sonnet-4-5-20250929",
+                "max_tokens": 32000,
+                "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+                "messages": messages,
+                "tools": [{"name": "Bash", "description": "run", "input_schema": {"type": "object"}}],
+                "metadata": {"user_id": "session"},
+                "thinking": {"type": "enabled", "budget_tokens": 16000},
+                "stream": turn != 1,
+            });
+            let (status, reply) = post(&gateway, "/v1/messages", &headers, &body).await;
+            assert_eq!(
+                status,
+                StatusCode::OK,
+                "{}",
+                String::from_utf8_lossy(&reply)
+            );
+        }
+        let requests = upstream.requests();
+        assert_eq!(requests.len(), 4);
+        for request in &requests {
+            assert_eq!(request.header("x-api-key"), Some(key.as_str()));
+            assert_eq!(request.header("authorization"), None);
+            assert_eq!(
+                request.header("anthropic-beta"),
+                Some("claude-code-20250219,interleaved-thinking-2025-05-14")
+            );
+            assert!(!format!("{:?}{}", request.headers, request.body).contains(PLACEHOLDER));
+        }
+        assert_eq!(requests[0].path, "/v1/messages/count_tokens");
+        for request in &requests[1..] {
+            let cap = request.body["max_tokens"].as_u64().unwrap();
+            assert!(request.body["thinking"]["budget_tokens"].as_u64().unwrap() < cap);
+        }
+        assert_eq!(upstream.key_mismatches(), 0);
+        let sent = upstream.sent_usage();
+        assert_eq!(sent.len(), 3);
+        assert_eq!(
+            sent[0].cache_write_1h, 50,
+            "a one-hour cache write was priced"
+        );
+        assert!(sent[1..].iter().all(|usage| usage.cached_tokens == 50));
+        let totals = gateway.totals();
+        assert!(
+            (totals.settled_usd - upstream_cost(&sent)).abs() < 1e-12,
+            "{totals:?} against {}",
+            upstream_cost(&sent)
+        );
+        gateway.shutdown().await;
+    }
+}

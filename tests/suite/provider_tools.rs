@@ -54,6 +54,7 @@ impl Rig {
                 ("mcp".to_owned(), MCP_USD),
                 ("web_search_options".to_owned(), WEB_SEARCH_USD),
             ]),
+            api: None,
         };
         let (gateway, events) = Gateway::start(
             &dir.path().join("model.sock"),

@@ -561,12 +561,23 @@ fn beyond(attacks: &mut Attacks) {
     // docs/security.md names.
     attacks.responses(
         "documented-state",
-        r#","store":true,"background":false,"previous_response_id":"resp_1","metadata":{"k":"v"},"user":"u","stream_options":{"include_obfuscation":false},"instructions":"be brief""#,
+        r#","store":true,"background":false,"previous_response_id":null,"metadata":{"k":"v"},"user":"u","stream_options":{"include_obfuscation":false},"instructions":"be brief""#,
         Expect::Reaches(|seen, _| {
-            (seen.body["previous_response_id"] == "resp_1" && seen.body["store"] == true)
+            (seen.body["background"] == false && seen.body["store"] == true)
                 .then_some(())
                 .ok_or_else(|| format!("{:?}", seen.body))
         }),
+    );
+    // State stored upstream, or work after the reply, which the meter cannot see: refused by name.
+    attacks.responses(
+        "stored-state",
+        r#","store":true,"previous_response_id":"resp_{C}""#,
+        refused("previous_response_id", "unseen_work"),
+    );
+    attacks.responses(
+        "background-work",
+        r#","background":true,"metadata":{"k":"{C}"}"#,
+        refused("background", "unseen_work"),
     );
     attacks.responses(
         "instructions-as-items",
@@ -694,7 +705,7 @@ fn beyond(attacks: &mut Attacks) {
         "/v1/responses/",
         "/V1/responses",
         "/v1/responses;x",
-        "/v1/messages",
+        "/v1/messages/batches",
         "/v1/completions",
         "/v1/embeddings",
         "/v1/files",
@@ -704,6 +715,14 @@ fn beyond(attacks: &mut Attacks) {
     ] {
         attacks.post("path", path, &[], plain.as_bytes(), Expect::Status(404));
     }
+    // The Messages route is served, under its own policy: a Responses body is not a Messages one.
+    attacks.post(
+        "messages-route",
+        "/v1/messages",
+        &[],
+        plain.as_bytes(),
+        refused("input", "undocumented_field"),
+    );
     for method in ["PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"] {
         attacks.raw(
             "method",

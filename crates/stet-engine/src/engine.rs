@@ -135,7 +135,13 @@ impl Engine {
     /// Connects to the configured container runtime (an unreachable engine is an error that says
     /// so), makes the image present, builds the forge, and sweeps orphans of earlier runs.
     pub async fn assemble(options: EngineOptions, sanitizer: &SanitizerHandle) -> Result<Engine> {
-        let gateway = gateway_settings(&options.config.model, options.harness.model(), sanitizer)?;
+        let api = options.config.model.api_for(options.config.harness.kind);
+        let gateway = gateway_settings(
+            &options.config.model,
+            options.harness.model(),
+            api,
+            sanitizer,
+        )?;
         let runtime = crate::runtime::connect(options.config.runtime.kind).await?;
         let image = match options.image {
             ImageChoice::Configured(image) => image,
@@ -250,6 +256,7 @@ fn egress_settings(config: &crate::config::Config) -> Option<crate::egress::Egre
 fn gateway_settings(
     model: &crate::config::ModelConfig,
     harness_model: Option<String>,
+    api: Option<crate::gateway::policy::WireApi>,
     sanitizer: &SanitizerHandle,
 ) -> Result<Option<GatewaySettings>> {
     let Some(upstream) = &model.base_url else {
@@ -281,7 +288,7 @@ fn gateway_settings(
             max_concurrent_requests: model.max_concurrent_requests,
             ..crate::gateway::GatewayLimits::default()
         },
-        policy: Arc::new(request_policy(model, harness_model)),
+        policy: Arc::new(request_policy(model, harness_model, api)),
     }))
 }
 
@@ -289,10 +296,12 @@ fn gateway_settings(
 /// always the harness's configured model as the agent sends it upstream) and the provider tools
 /// `[model] provider_tools` enables. With neither a configured model nor `[model] allow` (the
 /// scripted agent names its models in its scenario) any model passes but a routing suffix. OpenHands
-/// 1.16 calls no helper model besides the configured one.
+/// 1.16 calls no helper model besides the configured one. Only `api`'s routes are served (every
+/// API's when `None`).
 fn request_policy(
     model: &crate::config::ModelConfig,
     harness_model: Option<String>,
+    api: Option<crate::gateway::policy::WireApi>,
 ) -> crate::gateway::policy::RequestPolicy {
     let mut models: Option<std::collections::BTreeSet<String>> = model
         .allow
@@ -311,6 +320,7 @@ fn request_policy(
     crate::gateway::policy::RequestPolicy {
         models,
         provider_tools: model.provider_tools.clone(),
+        api,
     }
 }
 

@@ -9,9 +9,16 @@
 //! ending with a usage chunk when `stream_options.include_usage` is true), `POST /v1/responses` and
 //! Anthropic's `POST /v1/messages` (plain JSON, or with `"stream": true` the named server-sent events
 //! the real APIs send, usage in their last event; a Responses reply reports a call of each
-//! provider-executed tool its request enables, [`ScriptedModel::set_tool_calls`]) and
-//! `GET /v1/models`. Any other path is 404, and every request, whatever its path, is recorded with
+//! provider-executed tool its request enables, [`ScriptedModel::set_tool_calls`]),
+//! `POST /v1/messages/count_tokens` and `GET /v1/models`. Any other path is 404, and every request, whatever its path, is recorded with
 //! its body as received.
+//!
+//! Scripted agent turns ([`ScriptedModel::set_turns`], `turns`): the Responses and Messages routes
+//! then answer each request with the turn its conversation has reached (tool calls or text, plain
+//! or streamed), for the live suites of the Codex CLI and Claude Code. [`ScriptedModel::expect_key`]
+//! makes it check that every request carries the real key in its API's header (`Authorization:
+//! Bearer` on OpenAI's routes, `x-api-key` on Anthropic's), answering 401 and counting any that does
+//! not.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -29,7 +36,10 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 
+mod turns;
 mod wire;
+
+pub use turns::{Call, CallInput, SentUsage, Turn, tool_outputs};
 
 /// The model the scripted server lists and the demo's scenarios name.
 pub const DEMO_MODEL: &str = "stet-demo-model";
@@ -113,6 +123,14 @@ struct State {
     tool_calls: AtomicU64,
     /// Requests on the two completion routes so far: numbers the replies.
     asked: AtomicU64,
+    /// The scripted turns of the Responses and Messages routes, when set.
+    turns: Mutex<Option<Vec<Turn>>>,
+    /// The key every request must carry, when set.
+    key: Mutex<Option<String>>,
+    /// Requests that did not carry it.
+    key_mismatches: AtomicU64,
+    /// The usage each turn's reply reported.
+    sent: Mutex<Vec<SentUsage>>,
 }
 
 impl Default for State {
@@ -123,6 +141,10 @@ impl Default for State {
             cost_usd: Mutex::default(),
             tool_calls: AtomicU64::new(1),
             asked: AtomicU64::new(0),
+            turns: Mutex::default(),
+            key: Mutex::default(),
+            key_mismatches: AtomicU64::new(0),
+            sent: Mutex::default(),
         }
     }
 }
@@ -210,6 +232,42 @@ impl ScriptedModel {
         self.state.tool_calls.store(per_tool, Ordering::SeqCst);
     }
 
+    /// From now on the Responses and Messages routes answer from `turns`: a request whose
+    /// conversation holds `n` tool outputs ([`tool_outputs`]) gets `turns[n]`, a request past the
+    /// script the text "No more turns.".
+    pub fn set_turns(&self, turns: Vec<Turn>) {
+        *self
+            .state
+            .turns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(turns);
+    }
+
+    /// From now on every request must carry `key`: as `Authorization: Bearer <key>` on the OpenAI
+    /// routes, as `x-api-key: <key>` on `/v1/messages`; one that does not is answered 401 in its
+    /// API's shape and counted ([`ScriptedModel::key_mismatches`]).
+    pub fn expect_key(&self, key: &str) {
+        *self
+            .state
+            .key
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(key.to_owned());
+    }
+
+    /// How many requests came without the expected key (a placeholder, another header, none).
+    pub fn key_mismatches(&self) -> u64 {
+        self.state.key_mismatches.load(Ordering::SeqCst)
+    }
+
+    /// The usage each scripted turn's reply reported, in order.
+    pub fn sent_usage(&self) -> Vec<SentUsage> {
+        self.state
+            .sent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Stops accepting, cuts the open connections (stalled ones included) and waits for the server
     /// task to end.
     pub async fn shutdown(mut self) {
@@ -264,6 +322,8 @@ enum Route {
     ChatCompletions,
     Responses,
     Messages,
+    /// Anthropic's `POST /v1/messages/count_tokens`: `{"input_tokens": n}`, free.
+    CountTokens,
     Models,
 }
 
@@ -280,6 +340,7 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
         }
     };
     let raw = bytes.clone();
+    let raw_bytes = bytes.clone();
     let body = if bytes.is_empty() {
         Value::Null
     } else {
@@ -312,6 +373,7 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
         "/v1/chat/completions" => (Route::ChatCompletions, Method::POST),
         "/v1/responses" => (Route::Responses, Method::POST),
         "/v1/messages" => (Route::Messages, Method::POST),
+        "/v1/messages/count_tokens" => (Route::CountTokens, Method::POST),
         "/v1/models" => (Route::Models, Method::GET),
         _ => {
             return error_response(
@@ -326,7 +388,33 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
             &format!("{path} takes {method}, not {}", parts.method),
         );
     }
-    let number = if route == Route::Models {
+    let expected = state
+        .key
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    if let Some(key) = expected {
+        let carried = if matches!(route, Route::Messages | Route::CountTokens) {
+            parts.headers.get("x-api-key").map(HeaderValue::as_bytes) == Some(key.as_bytes())
+                && parts.headers.get(header::AUTHORIZATION).is_none()
+        } else {
+            parts
+                .headers
+                .get(header::AUTHORIZATION)
+                .map(HeaderValue::as_bytes)
+                == Some(format!("Bearer {key}").as_bytes())
+                && parts.headers.get("x-api-key").is_none()
+        };
+        if !carried {
+            state.key_mismatches.fetch_add(1, Ordering::SeqCst);
+            return route_error(
+                route,
+                StatusCode::UNAUTHORIZED,
+                "the scripted model did not receive its key in this API's header",
+            );
+        }
+    }
+    let number = if matches!(route, Route::Models | Route::CountTokens) {
         0
     } else {
         state.asked.fetch_add(1, Ordering::SeqCst) + 1
@@ -355,8 +443,15 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
         Behaviour::CutStream => return cut(route, &body, number, bytes.len(), per_tool),
         Behaviour::Stall => return std::future::pending().await,
     }
+    if let Some(response) = scripted_turn(state, route, &body, number, &raw_bytes).await {
+        return response;
+    }
     let mut response = match route {
         Route::Models => return json_response(StatusCode::OK, &models()),
+        Route::CountTokens => {
+            let tokens = (bytes.len() / BYTES_PER_TOKEN) as u64 + PROMPT_TOKEN_BASE;
+            return json_response(StatusCode::OK, &json!({ "input_tokens": tokens }));
+        }
         Route::ChatCompletions if is_streaming(&body) => {
             sse_response(chat_events(&body, number, bytes.len()))
         }
@@ -383,6 +478,45 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
         response.headers_mut().insert(COST_HEADER, value);
     }
     response
+}
+
+/// The answer of a scripted turn on the Responses and Messages routes, when turns are set.
+async fn scripted_turn(
+    state: &State,
+    route: Route,
+    body: &Value,
+    number: u64,
+    raw: &Bytes,
+) -> Option<Response<Body>> {
+    if !matches!(route, Route::Responses | Route::Messages) {
+        return None;
+    }
+    let turn = {
+        let turns = state.turns.lock().unwrap_or_else(PoisonError::into_inner);
+        let turns = turns.as_ref()?;
+        turns
+            .get(tool_outputs(body))
+            .cloned()
+            .unwrap_or_else(|| Turn::text("No more turns."))
+    };
+    if turn == Turn::Hold {
+        return std::future::pending().await;
+    }
+    let reply = if route == Route::Messages {
+        turns::message(body, &turn, number, raw.len(), raw)
+    } else {
+        turns::response(body, &turn, number, raw.len())
+    };
+    state
+        .sent
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(reply.usage);
+    Some(if is_streaming(body) {
+        named_sse_response(reply.events)
+    } else {
+        json_response(StatusCode::OK, &reply.body)
+    })
 }
 
 /// The first [`QUOTED_CHARS`] characters of `question`; a longer one ends at the last whole word
@@ -579,7 +713,7 @@ fn models() -> Value {
 
 /// A 200 whose JSON breaks off: a streamed reply's first event, or a plain body.
 fn malformed(route: Route, body: &Value) -> Response<Body> {
-    if route != Route::ChatCompletions && route != Route::Models && is_streaming(body) {
+    if matches!(route, Route::Responses | Route::Messages) && is_streaming(body) {
         let kind = if route == Route::Messages {
             "message_start"
         } else {
@@ -645,7 +779,7 @@ fn cut(
             "application/json",
             half(wire::message(body, number, request_bytes).to_string()),
         ),
-        Route::Models => ("application/json", half(models().to_string())),
+        Route::Models | Route::CountTokens => ("application/json", half(models().to_string())),
     };
     let first = futures_util::stream::once(async move {
         Ok::<_, std::io::Error>(Frame::data(Bytes::from(first_part)))
@@ -712,7 +846,7 @@ fn error_response(status: StatusCode, message: &str) -> Response<Body> {
 
 /// An error in the shape the route's API uses: Anthropic's for Messages, OpenAI's otherwise.
 fn route_error(route: Route, status: StatusCode, message: &str) -> Response<Body> {
-    if route != Route::Messages {
+    if !matches!(route, Route::Messages | Route::CountTokens) {
         return error_response(status, message);
     }
     json_response(

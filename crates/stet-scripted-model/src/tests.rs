@@ -625,3 +625,273 @@ fn a_long_question_is_quoted_to_a_whole_word() {
     let one_long_word = "x".repeat(100);
     assert_eq!(super::quote(&one_long_word), format!("{}…", "x".repeat(60)));
 }
+
+async fn send_with(
+    model: &ScriptedModel,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &Value,
+) -> Answer {
+    let mut request = Request::builder()
+        .method(Method::POST)
+        .uri(format!("http://{}{path}", model.address()))
+        .header(header::CONTENT_TYPE, "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, value.as_str());
+    }
+    let response = client()
+        .request(
+            request
+                .body(Full::new(Bytes::from(body.to_string())))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map(|collected| collected.to_bytes())
+        .map_err(|error| error.to_string());
+    Answer {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn codex_turn(outputs: usize, stream: bool) -> Value {
+    let mut input = vec![
+        json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]}),
+    ];
+    for index in 0..outputs {
+        input.push(json!({"type": "function_call", "call_id": format!("c{index}"), "name": "shell", "arguments": "{}"}));
+        input.push(
+            json!({"type": "function_call_output", "call_id": format!("c{index}"), "output": "ok"}),
+        );
+    }
+    json!({"model": "gpt-5-codex", "input": input, "stream": stream, "prompt_cache_key": "thread-1",
+        "tools": [{"type": "function", "name": "shell", "parameters": {"type": "object"}}]})
+}
+
+fn claude_turn(results: usize, stream: bool) -> Value {
+    let mut messages = vec![
+        json!({"role": "user", "content": [{"type": "text", "text": "fix it", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}),
+    ];
+    for index in 0..results {
+        messages.push(json!({"role": "assistant", "content": [{"type": "tool_use", "id": format!("t{index}"), "name": "Bash", "input": {}}]}));
+        messages.push(json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": format!("t{index}"), "content": "ok"}]}));
+    }
+    json!({"model": "claude-sonnet-4-5", "max_tokens": 1000, "messages": messages, "stream": stream})
+}
+
+#[tokio::test]
+async fn scripted_turns_answer_the_responses_api_with_tool_calls_streamed_and_not() {
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let key = fresh_key();
+    model.expect_key(&key);
+    model.set_turns(vec![
+        Turn::call(
+            "shell",
+            json!({"command": ["bash", "-lc", "echo hi > a.txt"]}),
+        ),
+        Turn::custom(
+            "apply_patch",
+            "*** Begin Patch\n*** Add File: b.txt\n+b\n*** End Patch\n",
+        ),
+        Turn::text("done"),
+    ]);
+    let auth = [("authorization", format!("Bearer {key}"))];
+    // Turn 0, streamed: a function call whose arguments arrive in deltas, usage in response.completed.
+    let answer = send_with(&model, "/v1/responses", &auth, &codex_turn(0, true)).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let events = named_events(&answer.text());
+    let names: Vec<&str> = events.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        names[..3],
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added"
+        ]
+    );
+    assert!(names.contains(&"response.function_call_arguments.delta"));
+    assert_eq!(
+        names[names.len() - 2..],
+        ["response.output_item.done", "response.completed"]
+    );
+    let arguments: String = events
+        .iter()
+        .filter(|(name, _)| name == "response.function_call_arguments.delta")
+        .map(|(_, data)| data["delta"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        serde_json::from_str::<Value>(&arguments).unwrap(),
+        json!({"command": ["bash", "-lc", "echo hi > a.txt"]})
+    );
+    let completed = &events.last().unwrap().1["response"];
+    assert_eq!(completed["output"][0]["type"], "function_call");
+    assert_eq!(completed["output"][0]["name"], "shell");
+    assert_eq!(
+        completed["usage"]["input_tokens_details"]["cached_tokens"],
+        0
+    );
+    // Turn 1, not streamed: the custom tool's input whole; the cache serves the prompt now.
+    let answer = send_with(&model, "/v1/responses", &auth, &codex_turn(1, false)).await;
+    let reply = answer.json();
+    assert_eq!(reply["output"][0]["type"], "custom_tool_call");
+    assert!(
+        reply["output"][0]["input"]
+            .as_str()
+            .unwrap()
+            .contains("Add File")
+    );
+    assert_eq!(reply["usage"]["input_tokens_details"]["cached_tokens"], 50);
+    // Turn 2: text; past the script: "No more turns.".
+    let reply = send_with(&model, "/v1/responses", &auth, &codex_turn(2, false))
+        .await
+        .json();
+    assert_eq!(reply["output"][0]["content"][0]["text"], "done");
+    let reply = send_with(&model, "/v1/responses", &auth, &codex_turn(7, false))
+        .await
+        .json();
+    assert_eq!(reply["output"][0]["content"][0]["text"], "No more turns.");
+    let sent = model.sent_usage();
+    assert_eq!(sent.len(), 4);
+    assert_eq!(sent[1].cached_tokens, 50);
+    assert_eq!(
+        sent[0].input_tokens,
+        completed["usage"]["input_tokens"].as_u64().unwrap()
+    );
+    // The placeholder, or the key in Anthropic's header, is refused and counted.
+    let placeholder = [("authorization", "Bearer placeholder".to_owned())];
+    let refused = send_with(&model, "/v1/responses", &placeholder, &codex_turn(0, false)).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    let wrong_header = [("x-api-key", key.clone())];
+    let refused = send_with(
+        &model,
+        "/v1/responses",
+        &wrong_header,
+        &codex_turn(0, false),
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(model.key_mismatches(), 2);
+    assert_eq!(model.sent_usage().len(), 4);
+    model.shutdown().await;
+}
+
+#[tokio::test]
+async fn scripted_turns_answer_the_messages_api_with_tool_use_streamed_and_not() {
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let key = fresh_key();
+    model.expect_key(&key);
+    model.set_turns(vec![
+        Turn::Calls(vec![
+            Call {
+                name: "Bash".to_owned(),
+                input: CallInput::Json(json!({"command": "ls"})),
+            },
+            Call {
+                name: "Read".to_owned(),
+                input: CallInput::Json(json!({"file_path": "/workspace/a"})),
+            },
+        ]),
+        Turn::text("all done"),
+    ]);
+    let headers = [
+        ("x-api-key", key.clone()),
+        ("anthropic-version", "2023-06-01".to_owned()),
+    ];
+    let answer = send_with(&model, "/v1/messages", &headers, &claude_turn(0, true)).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let events = named_events(&answer.text());
+    let names: Vec<&str> = events.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names[0], "message_start");
+    assert_eq!(names[names.len() - 2..], ["message_delta", "message_stop"]);
+    let starts: Vec<&Value> = events
+        .iter()
+        .filter(|(name, _)| name == "content_block_start")
+        .map(|(_, data)| &data["content_block"])
+        .collect();
+    assert_eq!(
+        starts.len(),
+        2,
+        "two tool uses in one message: parallel tool use"
+    );
+    assert!(starts.iter().all(|block| block["type"] == "tool_use"));
+    for index in 0..2 {
+        let json: String = events
+            .iter()
+            .filter(|(name, data)| name == "content_block_delta" && data["index"] == index)
+            .map(|(_, data)| data["delta"]["partial_json"].as_str().unwrap().to_owned())
+            .collect();
+        assert!(serde_json::from_str::<Value>(&json).unwrap().is_object());
+    }
+    let start = &events[0].1["message"]["usage"];
+    assert_eq!(start["cache_creation"]["ephemeral_1h_input_tokens"], 50);
+    let delta = &events[events.len() - 2].1;
+    assert_eq!(delta["delta"]["stop_reason"], "tool_use");
+    // One tool result in the conversation: turn 1.
+    let reply = send_with(&model, "/v1/messages", &headers, &claude_turn(1, false))
+        .await
+        .json();
+    assert_eq!(reply["content"][0]["text"], "all done");
+    assert_eq!(reply["stop_reason"], "end_turn");
+    assert_eq!(reply["usage"]["cache_read_input_tokens"], 50);
+    let sent = model.sent_usage();
+    assert_eq!((sent[0].cache_write_1h, sent[1].cached_tokens), (50, 50));
+    // The key as a bearer token, or a placeholder, is refused in Anthropic's shape.
+    let bearer = [("authorization", format!("Bearer {key}"))];
+    let refused = send_with(&model, "/v1/messages", &bearer, &claude_turn(0, false)).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(refused.json()["type"], "error");
+    assert_eq!(model.key_mismatches(), 1);
+    model.shutdown().await;
+}
+
+#[test]
+fn the_turn_is_the_number_of_tool_outputs() {
+    assert_eq!(tool_outputs(&codex_turn(3, true)), 3);
+    assert_eq!(tool_outputs(&claude_turn(2, true)), 2);
+    assert_eq!(tool_outputs(&json!({"input": "just text"})), 0);
+}
+
+#[tokio::test]
+async fn count_tokens_answers_in_anthropic_shape_with_the_key_checked() {
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let key = fresh_key();
+    model.expect_key(&key);
+    let body = claude_turn(0, false);
+    let counted = send_with(
+        &model,
+        "/v1/messages/count_tokens",
+        &[("x-api-key", key.clone())],
+        &body,
+    )
+    .await;
+    assert_eq!(counted.status, StatusCode::OK);
+    assert_eq!(
+        counted.json()["input_tokens"],
+        json!(body.to_string().len() as u64 / 4 + 50)
+    );
+    let refused = send_with(
+        &model,
+        "/v1/messages/count_tokens",
+        &[("x-api-key", "placeholder".to_owned())],
+        &body,
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(refused.json()["type"], "error");
+    assert!(model.sent_usage().is_empty(), "counting tokens is no turn");
+    model.shutdown().await;
+}

@@ -274,6 +274,7 @@ pub(super) struct CodexSection {
 #[serde(deny_unknown_fields, default)]
 pub(super) struct ModelSection {
     pub base_url: Setting<String>,
+    pub api: Setting<crate::gateway::policy::WireApi>,
     pub api_key_env: Setting<String>,
     pub prices: Setting<PathBuf>,
     pub request_timeout_secs: Setting<u64>,

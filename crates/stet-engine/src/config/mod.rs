@@ -198,8 +198,12 @@ pub struct CodexHarnessConfig {
 /// stet's process and never enters the sandbox.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
-    /// The OpenAI-compatible upstream, e.g. a LiteLLM proxy's `https://…/v1`; `None`: no gateway.
+    /// The upstream, e.g. a LiteLLM proxy's `https://…/v1` or `https://api.anthropic.com/v1`;
+    /// `None`: no gateway.
     pub base_url: Option<String>,
+    /// The wire API the agent speaks to it (`[model] api`: `chat`, `responses` or `anthropic`);
+    /// `None`: the harness's own ([`ModelConfig::api_for`]).
+    pub api: Option<crate::gateway::policy::WireApi>,
     /// The environment variable of stet's own process that holds the model API key.
     pub api_key_env: Option<String>,
     /// A price table over the built-in one (`assets/prices.toml` format).
@@ -217,6 +221,11 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
+    /// The wire API a dispatch run by `harness` speaks, the only one its gateway serves: `[model]
+    /// api` when set, else the harness's ([`default_api`]); `None`: every API is served.
+    pub fn api_for(&self, harness: HarnessKind) -> Option<crate::gateway::policy::WireApi> {
+        self.api.or_else(|| default_api(harness))
+    }
     /// The model API key, read through `env` from the variable `api_key_env` names (`None` when it
     /// names none); an unset, empty or non-UTF-8 variable is an error naming it.
     pub fn api_key(
@@ -241,10 +250,17 @@ impl ModelConfig {
     }
 }
 
+/// The wire API each harness speaks when `[model] api` does not say (the harness registry's
+/// [`HarnessKind::default_wire_api`]).
+pub fn default_api(harness: HarnessKind) -> Option<crate::gateway::policy::WireApi> {
+    harness.default_wire_api()
+}
+
 impl Default for ModelConfig {
     fn default() -> ModelConfig {
         ModelConfig {
             base_url: None,
+            api: None,
             api_key_env: None,
             prices: None,
             request_timeout: resolve::DEFAULT_MODEL_REQUEST_TIMEOUT,

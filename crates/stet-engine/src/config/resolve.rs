@@ -316,6 +316,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         &s.harness.codex.model
     });
     let base_url = layers.machine("model.base_url", Reason::Url, |s| &s.model.base_url);
+    let model_api = layers.machine("model.api", Reason::Model, |s| &s.model.api);
     let api_key_env = layers.machine("model.api_key_env", Reason::EnvironmentVariable, |s| {
         &s.model.api_key_env
     });
@@ -582,6 +583,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
     };
     let model = ModelConfig {
         base_url: checked_url(base_url, "model.base_url")?,
+        api: model_api.map(|api| api.value),
         api_key_env: match api_key_env {
             None => None,
             Some(Sourced { value, origin, .. }) if !is_variable_name(&value) => {

@@ -260,6 +260,7 @@ const EVERY_MACHINE_SETTING: &[(&str, &str)] = &[
     ),
     ("[model]\nprices = \"/home/u/.pgpass\"", "model.prices"),
     ("[model]\nallow = [\"o1-pro\"]", "model.allow"),
+    ("[model]\napi = \"anthropic\"", "model.api"),
     (
         "[model]\nprovider_tools = { web_search = 0.01 }",
         "model.provider_tools",
@@ -316,6 +317,7 @@ scenario = "/home/u/.pgpass"
 model = "openai/o1-pro"
 [model]
 base_url = "https://evil.example/v1"
+api = "anthropic"
 api_key_env = "GITHUB_TOKEN"
 prices = "/home/u/.pgpass"
 allow = ["o1-pro"]
@@ -883,6 +885,7 @@ pace = 0.5
 model = "openai/gpt-4.1-mini"
 [model]
 base_url = "http://127.0.0.1:4000/v1"
+api = "responses"
 api_key_env = "USER_MODEL_KEY"
 prices = "prices.toml"
 request_timeout_secs = 90
@@ -929,6 +932,7 @@ fn dispatch_and_harness_settings_come_from_the_files_field_by_field() {
         config.model,
         ModelConfig {
             base_url: Some("http://127.0.0.1:4000/v1".to_owned()),
+            api: Some(crate::gateway::policy::WireApi::Responses),
             api_key_env: Some("USER_MODEL_KEY".to_owned()),
             prices: Some(PathBuf::from("/home/u/.config/stet/prices.toml")),
             request_timeout: Duration::from_secs(90),
@@ -1554,4 +1558,28 @@ fn an_untrusted_repository_file_cannot_widen_egress() {
     let off =
         Config::from_files(&[user(allowed), repository("[network]\negress = false\n")]).unwrap();
     assert_eq!(off.network.egress, None);
+}
+
+#[test]
+fn the_model_api_defaults_per_harness_and_is_named_in_model_api() {
+    use crate::gateway::policy::WireApi;
+    let config = Config::from_files(&[]).unwrap();
+    assert_eq!(config.model.api, None);
+    assert_eq!(
+        config.model.api_for(HarnessKind::OpenHands),
+        Some(WireApi::ChatCompletions)
+    );
+    assert_eq!(config.model.api_for(HarnessKind::Script), None);
+    for (name, api) in [
+        ("chat", WireApi::ChatCompletions),
+        ("responses", WireApi::Responses),
+        ("anthropic", WireApi::Messages),
+    ] {
+        let config = Config::from_files(&[user(&format!("[model]\napi = \"{name}\"\n"))]).unwrap();
+        assert_eq!(config.model.api, Some(api));
+        assert_eq!(config.model.api_for(HarnessKind::OpenHands), Some(api));
+        assert_eq!(config.model.api_for(HarnessKind::Script), Some(api));
+    }
+    let err = Config::from_files(&[user("[model]\napi = \"gemini\"\n")]).unwrap_err();
+    assert!(err.to_string().contains("gemini"), "{err}");
 }

@@ -2,8 +2,9 @@
 //!
 //! The container keeps `--network none`. Per dispatch, stet serves HTTP/1.1 on a unix socket in the
 //! dispatch's state directory, bind-mounted into the container, where an in-sandbox relay forwards a
-//! loopback port to it byte for byte. The gateway forwards the OpenAI-compatible routes to the
-//! configured upstream, adding the model API key that never enters the container. Under a cost
+//! loopback port to it byte for byte. The gateway forwards the routes of its wire APIs (OpenAI's
+//! Chat Completions and Responses, Anthropic's Messages: [`wire`]) to the configured upstream,
+//! adding the model API key, in the header its API reads it from, that never enters the container. Under a cost
 //! ceiling each request reserves its worst case on the dispatch's [`ledger::CostLedger`] first and
 //! is refused when that does not fit (the per-call price of the provider-executed tools it enables
 //! included, [`tool_calls`]); every response settles its reservation with its cost (the

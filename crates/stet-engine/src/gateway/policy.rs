@@ -50,6 +50,9 @@ pub struct RequestPolicy {
     /// Provider-executed tools and fields enabled by name (a tool's `type`, or a top-level field
     /// such as `web_search_options`), with the dollars each call costs.
     pub provider_tools: BTreeMap<String, f64>,
+    /// The wire API the dispatch's agent speaks (`[model] api`): the routes of the others are not
+    /// served (404). `None` serves every API's routes.
+    pub api: Option<WireApi>,
 }
 
 /// A provider-executed tool a request enables, as the configuration priced it.
@@ -93,6 +96,8 @@ pub enum Rule {
     RoutingSuffix,
     /// A provider prefix on the model name that routes elsewhere.
     ProviderPrefix,
+    /// A field by which the provider works from state the request does not carry, or after it.
+    UnseenWork,
 }
 
 impl Rule {
@@ -108,6 +113,7 @@ impl Rule {
             Rule::Model => "model_not_allowed",
             Rule::RoutingSuffix => "routing_suffix",
             Rule::ProviderPrefix => "provider_prefix",
+            Rule::UnseenWork => "unseen_work",
         }
     }
 
@@ -116,7 +122,7 @@ impl Rule {
         match self {
             Rule::ProviderTool | Rule::Plugin | Rule::RemoteUrl => Some("[model] provider_tools"),
             Rule::Model | Rule::RoutingSuffix | Rule::ProviderPrefix => Some("[model] allow"),
-            Rule::NotJson | Rule::DuplicateKey | Rule::Undocumented => None,
+            Rule::NotJson | Rule::DuplicateKey | Rule::Undocumented | Rule::UnseenWork => None,
         }
     }
 }
@@ -171,6 +177,9 @@ impl Refusal {
             ),
             Rule::ProviderPrefix => format!(
                 "{at} carries a provider prefix that routes elsewhere; name the model in [model] allow to use it as is"
+            ),
+            Rule::UnseenWork => format!(
+                "{at} makes the provider work from state stored upstream, or after the reply, which stet can neither see nor meter; send the whole input with each request (store: false) and stream instead of running in the background"
             ),
         };
         format!("stet gateway: {why}")

@@ -1,9 +1,10 @@
 //! The model price table: what a request costs when the upstream does not say so itself.
 //!
 //! Prices are dollars per million tokens, per model, for `input`, `output` and `cached_input`
-//! tokens. The APIs report input tokens *including* the ones served from the prompt cache, so a
-//! request's cached tokens are charged at `cached_input` and only the rest of its input tokens at
-//! `input` — never both. The built-in table (`assets/prices.toml`) is embedded in the binary; a user's
+//! tokens, and for the tokens written to Anthropic's prompt cache (`cache_write_5m`,
+//! `cache_write_1h`). The meter counts input tokens *including* the ones served from or written to
+//! the prompt cache, so a request's cached tokens are charged at `cached_input`, its cache writes at
+//! their rate, and only the rest of its input tokens at `input` — never twice. The built-in table (`assets/prices.toml`) is embedded in the binary; a user's
 //! file is parsed with [`PriceTable::from_toml`] and laid over it with [`PriceTable::merged_over`].
 
 use std::collections::HashMap;
@@ -12,6 +13,14 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::GatewayError;
+use super::usage::TokenCounts;
+
+/// What a five-minute cache write costs when a price file does not say: Anthropic's rate, 1.25
+/// times the input price (no OpenAI reply reports cache writes).
+const CACHE_WRITE_5M_FACTOR: f64 = 1.25;
+
+/// What a one-hour cache write costs when a price file does not say: Anthropic's, twice the input.
+const CACHE_WRITE_1H_FACTOR: f64 = 2.0;
 
 /// The built-in table, embedded at build time.
 const BUILTIN_PRICES: &str = include_str!("../../../../assets/prices.toml");
@@ -28,6 +37,10 @@ pub struct ModelPrice {
     pub output: f64,
     /// Input tokens served from the prompt cache.
     pub cached_input: f64,
+    /// Input tokens written to a five-minute prompt cache (Anthropic).
+    pub cache_write_5m: f64,
+    /// Input tokens written to a one-hour prompt cache (Anthropic).
+    pub cache_write_1h: f64,
 }
 
 impl ModelPrice {
@@ -40,6 +53,28 @@ impl ModelPrice {
             + cached as f64 * self.cached_input
             + output as f64 * self.output)
             / 1_000_000.0
+    }
+
+    /// The cost of one request's `counts` in dollars: cached tokens at `cached_input`, cache writes
+    /// at their rates, the rest of the input at `input` (counts that add up to more than the input
+    /// are held to it, reads first, then one-hour writes, then five-minute ones).
+    pub fn cost_of(&self, counts: &TokenCounts) -> f64 {
+        let cached = counts.cached.min(counts.input);
+        let hour = counts.cache_write_1h.min(counts.input - cached);
+        let five = counts.cache_write_5m.min(counts.input - cached - hour);
+        let uncached = counts.input - cached - hour - five;
+        (uncached as f64 * self.input
+            + cached as f64 * self.cached_input
+            + hour as f64 * self.cache_write_1h
+            + five as f64 * self.cache_write_5m
+            + counts.output as f64 * self.output)
+            / 1_000_000.0
+    }
+
+    /// The most one input token can cost: at the input price or as a cache write, whichever is
+    /// dearer (a request marks which of its input the provider caches).
+    pub fn dearest_input(&self) -> f64 {
+        self.input.max(self.cache_write_5m).max(self.cache_write_1h)
     }
 }
 
@@ -63,7 +98,8 @@ impl PriceTable {
     }
 
     /// Parses a price file: `[models."<name>"]` tables with `input`, `output` and optional
-    /// `cached_input` (defaulting to `input`), each a non-negative number of dollars per million tokens.
+    /// `cached_input` (defaulting to `input`), `cache_write_5m` and `cache_write_1h` (defaulting to
+    /// Anthropic's 1.25 and 2 times `input`), each a non-negative number of dollars per million tokens.
     /// Errors name `source_name` and the line and field at fault, and quote nothing of the file: it
     /// is a path configuration names, which could be any file of the user's.
     pub fn from_toml(text: &str, source_name: &str) -> Result<PriceTable, GatewayError> {
@@ -72,7 +108,7 @@ impl PriceTable {
             detail: stet_protocol::host_file::toml_problem(
                 text,
                 &err,
-                "not a price table ([models.\"<name>\"] tables of input, output and cached_input, numbers of dollars per million tokens)",
+                "not a price table ([models.\"<name>\"] tables of input, output, cached_input, cache_write_5m and cache_write_1h, numbers of dollars per million tokens)",
             ),
         })?;
         let mut models = HashMap::new();
@@ -99,12 +135,18 @@ impl PriceTable {
             let output = number(entry.output, "output")?
                 .ok_or_else(|| fail(entry_span.clone(), "output", "is missing"))?;
             let cached_input = number(entry.cached_input, "cached_input")?.unwrap_or(input);
+            let cache_write_5m = number(entry.cache_write_5m, "cache_write_5m")?
+                .unwrap_or(input * CACHE_WRITE_5M_FACTOR);
+            let cache_write_1h = number(entry.cache_write_1h, "cache_write_1h")?
+                .unwrap_or(input * CACHE_WRITE_1H_FACTOR);
             models.insert(
                 model,
                 ModelPrice {
                     input,
                     output,
                     cached_input,
+                    cache_write_5m,
+                    cache_write_1h,
                 },
             );
         }
@@ -145,6 +187,11 @@ impl PriceTable {
         self.price(model)
             .map(|price| price.cost(input, output, cached))
     }
+
+    /// A request's cost in dollars from all its counts, `None` when the model is not in the table.
+    pub fn cost_of(&self, model: &str, counts: &TokenCounts) -> Option<f64> {
+        self.price(model).map(|price| price.cost_of(counts))
+    }
 }
 
 /// `name` without a trailing snapshot date: `-YYYY-MM-DD`, `-YYYYMMDD`, or anything after an `@`
@@ -180,6 +227,8 @@ struct PriceEntry {
     input: Option<Spanned<f64>>,
     output: Option<Spanned<f64>>,
     cached_input: Option<Spanned<f64>>,
+    cache_write_5m: Option<Spanned<f64>>,
+    cache_write_1h: Option<Spanned<f64>>,
 }
 
 #[cfg(test)]

@@ -96,7 +96,8 @@ pub struct GatewayConfig {
     /// Requests for `/v1/<rest>` go to `<upstream>/<rest>`. Plain `http` only to a loopback host; a URL
     /// with userinfo, a query or a fragment is refused at start (the error never echoes the userinfo).
     pub upstream: String,
-    /// Sent upstream as `Authorization: Bearer <key>`; `None` sends no `Authorization`.
+    /// Sent upstream as `Authorization: Bearer <key>`, or as `x-api-key: <key>` on Anthropic's
+    /// Messages routes; `None` sends no key.
     pub api_key: Option<SecretValue>,
     /// The fallback when a response carries no `x-litellm-response-cost` header.
     pub prices: Arc<PriceTable>,
@@ -208,8 +209,8 @@ impl Gateway {
         network: &crate::https::Network,
     ) -> Result<(Gateway, mpsc::Receiver<GatewayEvent>), GatewayError> {
         let upstream = Upstream::parse(&config.upstream)?;
-        let authorization = match &config.api_key {
-            Some(key) => Some(bearer(key)?),
+        let keys = match &config.api_key {
+            Some(key) => Some(Keys::of(key)?),
             None => None,
         };
         let listener = bind(socket)?;
@@ -227,7 +228,7 @@ impl Gateway {
         let shared = Arc::new(Shared {
             client,
             upstream,
-            authorization,
+            keys,
             prices: config.prices,
             ceiling_usd: config.ceiling_usd,
             request_timeout: config.request_timeout,
@@ -349,12 +350,31 @@ fn bind(socket: &Path) -> Result<UnixListener, GatewayError> {
     Ok(listener)
 }
 
-fn bearer(key: &SecretValue) -> Result<HeaderValue, GatewayError> {
-    let mut value = Vec::with_capacity(7 + key.expose_secret().len());
-    value.extend_from_slice(b"Bearer ");
+/// The host's model API key as each wire API sends it, made once (marked sensitive, so never logged).
+#[derive(Debug)]
+struct Keys {
+    /// `Authorization: Bearer <key>`.
+    bearer: HeaderValue,
+    /// `x-api-key: <key>`.
+    x_api_key: HeaderValue,
+}
+
+impl Keys {
+    fn of(key: &SecretValue) -> Result<Keys, GatewayError> {
+        Ok(Keys {
+            bearer: header_value(b"Bearer ", key)?,
+            x_api_key: header_value(b"", key)?,
+        })
+    }
+}
+
+fn header_value(prefix: &[u8], key: &SecretValue) -> Result<HeaderValue, GatewayError> {
+    let mut value = Vec::with_capacity(prefix.len() + key.expose_secret().len());
+    value.extend_from_slice(prefix);
     value.extend_from_slice(key.expose_secret().as_bytes());
-    let mut header = HeaderValue::from_bytes(&value).map_err(|_| GatewayError::ApiKey)?;
+    let header = HeaderValue::from_bytes(&value).map_err(|_| GatewayError::ApiKey);
     zeroize::Zeroize::zeroize(&mut value);
+    let mut header = header?;
     header.set_sensitive(true);
     Ok(header)
 }
@@ -508,7 +528,8 @@ fn shown_url(raw: &str) -> String {
 struct Shared {
     client: UpstreamClient,
     upstream: Upstream,
-    authorization: Option<HeaderValue>,
+    /// The host's key, `None` when the configuration gives none.
+    keys: Option<Keys>,
     prices: Arc<PriceTable>,
     ceiling_usd: Option<f64>,
     request_timeout: Duration,

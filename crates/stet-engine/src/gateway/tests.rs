@@ -2070,3 +2070,4 @@ async fn the_documented_endpoints_receive_what_the_docs_say() {
 
 mod network;
 mod policy;
+mod wires;

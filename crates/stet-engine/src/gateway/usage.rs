@@ -17,6 +17,11 @@ use stet_sanitize::sanitize::SanitizedText;
 
 use super::tool_calls::is_provider_call;
 
+pub mod anthropic;
+mod sse;
+
+pub(crate) use sse::SseEvents;
+
 /// Model usage as an agent reports it for one request (the engine keeps the running total).
 #[derive(Debug, Clone, PartialEq)]
 pub struct UsageReport {
@@ -35,15 +40,20 @@ pub struct UsageReport {
 /// The response header in which LiteLLM reports a request's cost in dollars.
 pub const LITELLM_COST_HEADER: &str = "x-litellm-response-cost";
 
-/// Token counts of one request, as the API reports them (`input` includes `cached`).
+/// Token counts of one request (`input` includes `cached` and the cache writes; Anthropic's
+/// separate counts are added up into it by [`anthropic`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TokenCounts {
-    /// Input (prompt) tokens, the cached ones included.
+    /// Input (prompt) tokens, the cached ones and the cache writes included.
     pub input: u64,
-    /// Output (completion) tokens, reasoning tokens included.
+    /// Output (completion) tokens, reasoning and thinking tokens included.
     pub output: u64,
     /// Input tokens served from the provider's prompt cache.
     pub cached: u64,
+    /// Input tokens written to a prompt cache that lives five minutes (Anthropic).
+    pub cache_write_5m: u64,
+    /// Input tokens written to a prompt cache that lives an hour (Anthropic).
+    pub cache_write_1h: u64,
 }
 
 /// What a response says about itself: the model that answered, its usage and the provider tool
@@ -163,6 +173,7 @@ pub fn usage_from_value(usage: &Value) -> Option<TokenCounts> {
             input,
             output,
             cached: cached("prompt_tokens_details"),
+            ..TokenCounts::default()
         });
     }
     if let (Some(input), Some(output)) = (count("input_tokens"), count("output_tokens")) {
@@ -170,6 +181,7 @@ pub fn usage_from_value(usage: &Value) -> Option<TokenCounts> {
             input,
             output,
             cached: cached("input_tokens_details"),
+            ..TokenCounts::default()
         });
     }
     None
@@ -206,19 +218,11 @@ fn absorb(scope: &Scope<'_>, metered: &mut Metered) {
     }
 }
 
-/// Longest SSE line kept; a longer line (never a usage line in practice) is skipped, bounding memory.
-const MAX_SSE_LINE: usize = 4 * 1024 * 1024;
-
-/// Reads a server-sent event stream as it passes, in chunks split anywhere, and keeps the last usage.
+/// Reads a server-sent event stream of either OpenAI API as it passes, in chunks split anywhere,
+/// and keeps the last usage.
 #[derive(Debug, Default)]
 pub struct SseScanner {
-    /// The current line so far (without its end).
-    line: Vec<u8>,
-    /// The current line is over [`MAX_SSE_LINE`]: skip to its end.
-    skipping: bool,
-    /// The `data:` lines of the current event, joined with `\n`.
-    data: Vec<u8>,
-    has_data: bool,
+    events: SseEvents,
     metered: Metered,
     /// Provider calls of the `response.output_item.done` events so far.
     streamed_calls: BTreeMap<String, u64>,
@@ -232,28 +236,16 @@ impl SseScanner {
     }
 
     /// Feeds the next bytes of the stream.
-    pub fn push(&mut self, mut chunk: &[u8]) {
-        while !chunk.is_empty() {
-            match memchr::memchr(b'\n', chunk) {
-                Some(end) => {
-                    self.extend_line(&chunk[..end]);
-                    self.end_line();
-                    chunk = &chunk[end + 1..];
-                }
-                None => {
-                    self.extend_line(chunk);
-                    chunk = &[];
-                }
-            }
-        }
+    pub fn push(&mut self, chunk: &[u8]) {
+        let mut events = std::mem::take(&mut self.events);
+        events.push(chunk, |data| self.dispatch(data));
+        self.events = events;
     }
 
     /// The end of the stream: an event not closed by a blank line still counts.
     pub fn finish(mut self) -> SseSummary {
-        if !self.line.is_empty() {
-            self.end_line();
-        }
-        self.dispatch();
+        let events = std::mem::take(&mut self.events);
+        events.finish(|data| self.dispatch(data));
         // The last event's response lists every item, and each item's own event said it too: the
         // larger count of each type is charged, so neither missing undercharges.
         for (kind, count) in self.streamed_calls {
@@ -266,55 +258,10 @@ impl SseScanner {
         }
     }
 
-    fn extend_line(&mut self, bytes: &[u8]) {
-        if self.skipping {
-            return;
-        }
-        if self.line.len() + bytes.len() > MAX_SSE_LINE {
-            self.line.clear();
-            self.skipping = true;
-        } else {
-            self.line.extend_from_slice(bytes);
-        }
-    }
-
-    fn end_line(&mut self) {
-        if std::mem::take(&mut self.skipping) {
-            return;
-        }
-        let mut line = std::mem::take(&mut self.line);
-        if line.last() == Some(&b'\r') {
-            line.pop();
-        }
-        if line.is_empty() {
-            self.dispatch();
-        } else if let Some(rest) = line.strip_prefix(b"data:") {
-            let rest = rest.strip_prefix(b" ").unwrap_or(rest);
-            if self.has_data {
-                self.data.push(b'\n');
-            }
-            // One event's data is held to the line bound too: a longer event (never a usage
-            // event in practice) is read as if it were empty.
-            if self.data.len() + rest.len() <= MAX_SSE_LINE {
-                self.data.extend_from_slice(rest);
-            } else {
-                self.data = b"{}".to_vec();
-            }
-            self.has_data = true;
-        }
-        // Other fields (`event:`, `id:`, `retry:`) and comments carry no usage.
-        line.clear();
-        self.line = line;
-    }
-
-    fn dispatch(&mut self) {
-        if !std::mem::take(&mut self.has_data) {
-            return;
-        }
-        let data = std::mem::take(&mut self.data);
+    fn dispatch(&mut self, data: &[u8]) {
         if data.trim_ascii() == b"[DONE]" {
             self.done = true;
-        } else if let Ok(scope) = serde_json::from_slice::<Scope>(&data) {
+        } else if let Ok(scope) = serde_json::from_slice::<Scope>(data) {
             absorb(&scope, &mut self.metered);
             if scope.kind.map(RawValue::get) == Some("\"response.output_item.done\"")
                 && let Some(item) = scope

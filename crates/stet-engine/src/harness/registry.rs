@@ -26,6 +26,21 @@ crate::kinds::kinds! {
     }
 }
 
+impl HarnessKind {
+    /// The wire API the kind's agent speaks when `[model] api` does not say: OpenHands speaks Chat
+    /// Completions (its `openai/` models make LiteLLM speak it), the Codex CLI the Responses API;
+    /// the scripted agent, which the tests and the red team drive on every API, is served all of
+    /// them (`None`).
+    pub fn default_wire_api(self) -> Option<crate::gateway::policy::WireApi> {
+        use crate::gateway::policy::WireApi;
+        match self {
+            HarnessKind::OpenHands => Some(WireApi::ChatCompletions),
+            HarnessKind::Codex => Some(WireApi::Responses),
+            HarnessKind::Script => None,
+        }
+    }
+}
+
 /// What the harness of each kind is built from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum HarnessSettings {

@@ -88,6 +88,8 @@ const MESSAGES_FIELDS: &[&str] = &[
     "max_tokens",
     "context_management",
     "metadata",
+    "output_config",
+    "output_format",
     "service_tier",
     "stop_sequences",
     "stream",
@@ -99,6 +101,17 @@ const MESSAGES_FIELDS: &[&str] = &[
     "top_k",
     "top_p",
 ];
+
+/// Top-level fields by which the provider works from state the request does not carry (a stored
+/// response or conversation) or after its reply (a background response, fetched later on a route
+/// the gateway does not serve): refused on every request unless null or false, since neither the
+/// ledger's reservation nor the meter could see that work.
+pub(super) fn unseen_work_fields(api: WireApi) -> &'static [&'static str] {
+    match api {
+        WireApi::Responses => &["background", "previous_response_id", "conversation"],
+        WireApi::ChatCompletions | WireApi::Messages => &[],
+    }
+}
 
 /// Top-level fields by which the provider acts for the agent (searches, connects to servers, runs
 /// code in a container of its own) or a router adds plug-ins: refused unless the machine

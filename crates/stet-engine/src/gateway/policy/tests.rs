@@ -574,3 +574,125 @@ fn the_red_teams_ways_out_are_refused() {
     let instructions = br#"{"model":"m","instructions":"be brief","input":"hi"}"#;
     assert!(policy.check(responses, instructions).is_ok());
 }
+
+/// Every top-level field each API documents, with a value of the documented shape: the request
+/// passes and is written anew with the same meaning (the fields by which the provider would work
+/// from state stet cannot see pass only as null or false).
+#[test]
+fn every_documented_responses_and_messages_field_passes_written_anew() {
+    let responses = json!({
+        "model": "gpt-5-codex",
+        "input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+        "instructions": "be brief",
+        "background": false,
+        "client_metadata": {"k": "v"},
+        "conversation": null,
+        "include": ["reasoning.encrypted_content"],
+        "max_output_tokens": 100,
+        "max_tool_calls": 2,
+        "metadata": {"k": "v"},
+        "parallel_tool_calls": true,
+        "previous_response_id": null,
+        "prompt_cache_key": "thread",
+        "prompt_cache_retention": "24h",
+        "reasoning": {"effort": "low", "summary": "auto"},
+        "safety_identifier": "u",
+        "service_tier": "auto",
+        "store": false,
+        "stream": true,
+        "stream_options": {"include_obfuscation": false},
+        "temperature": 1.0,
+        "text": {"verbosity": "low", "format": {"type": "text"}},
+        "tool_choice": "auto",
+        "tools": [{"type": "function", "name": "shell", "description": "d", "parameters": {"type": "object"}, "strict": false}],
+        "top_logprobs": 0,
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "user": "u"
+    });
+    let messages = json!({
+        "model": "claude-sonnet-4-5",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}],
+        "max_tokens": 1000,
+        "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]},
+        "metadata": {"user_id": "u"},
+        "output_config": {"effort": "high"},
+        "output_format": {"type": "json_schema", "schema": {"type": "object"}},
+        "service_tier": "standard_only",
+        "stop_sequences": ["END"],
+        "stream": false,
+        "system": [{"type": "text", "text": "s"}],
+        "temperature": 0.5,
+        "thinking": {"type": "enabled", "budget_tokens": 512},
+        "tool_choice": {"type": "auto", "disable_parallel_tool_use": true},
+        "tools": [{"name": "Bash", "description": "d", "input_schema": {"type": "object"}}],
+        "top_k": 5,
+        "top_p": 0.9
+    });
+    for (api, body) in [
+        (WireApi::Responses, responses),
+        (WireApi::Messages, messages),
+    ] {
+        let documented: BTreeSet<&str> = rules::fields(api).iter().copied().collect();
+        let sent: BTreeSet<&str> = body
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            sent,
+            documented,
+            "{}: the test covers every field",
+            api.name()
+        );
+        let raw = serde_json::to_vec_pretty(&body).unwrap();
+        let checked = RequestPolicy::default().check(api, &raw).unwrap();
+        let written: Value = serde_json::from_slice(&checked.body).unwrap();
+        assert_eq!(written, body, "{}", api.name());
+        assert!(checked.body.len() < raw.len(), "written anew, compactly");
+    }
+}
+
+#[test]
+fn work_stet_cannot_see_is_refused_on_every_request_naming_the_field() {
+    for (body, field, kind) in [
+        (
+            json!({"model": "m", "background": true}),
+            "background",
+            "boolean",
+        ),
+        (
+            json!({"model": "m", "previous_response_id": "resp_1"}),
+            "previous_response_id",
+            "string",
+        ),
+        (
+            json!({"model": "m", "conversation": "conv_1"}),
+            "conversation",
+            "string",
+        ),
+        (
+            json!({"model": "m", "conversation": {"id": "conv_1"}}),
+            "conversation",
+            "object",
+        ),
+    ] {
+        let refused = refusal(
+            &RequestPolicy::default(),
+            WireApi::Responses,
+            &body.to_string(),
+        );
+        assert_eq!(refused.field, field);
+        assert_eq!(refused.rule, Rule::UnseenWork);
+        assert_eq!(refused.value_kind, kind);
+        assert!(refused.message().contains(field), "{}", refused.message());
+        // Chat Completions and Messages do not document these fields at all.
+        for api in [WireApi::ChatCompletions, WireApi::Messages] {
+            assert_eq!(
+                refusal(&RequestPolicy::default(), api, &body.to_string()).rule,
+                Rule::Undocumented
+            );
+        }
+    }
+}

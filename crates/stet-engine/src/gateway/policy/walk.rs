@@ -172,6 +172,8 @@ enum At {
     Flag,
     /// Inside an enabled provider tool or field: anything, its host noted.
     Enabled,
+    /// A field by which the provider works from state stet cannot see: only null or false pass.
+    Unseen,
     /// A URL naming the host an enabled provider tool reaches.
     Host,
 }
@@ -205,6 +207,7 @@ impl At {
     fn takes(self, kind: Kind) -> bool {
         match self {
             At::Free | At::Enabled => true,
+            At::Unseen => matches!(kind, Kind::Null | Kind::Bool),
             At::Root => kind == Kind::Object,
             _ if kind == Kind::Null => true,
             At::Model
@@ -256,10 +259,10 @@ impl Walk<'_, '_> {
         if self.at.takes(kind) {
             return Ok(());
         }
-        let rule = if self.at == At::Root {
-            Rule::NotJson
-        } else {
-            Rule::Undocumented
+        let rule = match self.at {
+            At::Root => Rule::NotJson,
+            At::Unseen => Rule::UnseenWork,
+            _ => Rule::Undocumented,
         };
         Err(self.cx.refuse(rule, kind.name(), None))
     }
@@ -349,6 +352,7 @@ impl Walk<'_, '_> {
                 "tool_choice" => At::ToolChoice,
                 "include" => At::Include,
                 "stream" => At::Flag,
+                _ if rules::unseen_work_fields(api).contains(&key) => At::Unseen,
                 "messages" | "input" => At::Items,
                 // Documented as a string; read as items wherever an upstream takes an array.
                 "instructions" => At::Items,
@@ -458,6 +462,9 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
 
     fn visit_bool<E: de::Error>(mut self, value: bool) -> Result<(), E> {
         self.shape(Kind::Bool)?;
+        if self.at == At::Unseen && value {
+            return Err(self.cx.refuse(Rule::UnseenWork, "boolean", None));
+        }
         self.cx
             .out
             .extend_from_slice(if value { b"true" } else { b"false" });

@@ -15,7 +15,9 @@ fn builtin_table_parses_and_prices_the_demo_model() {
         Some(&ModelPrice {
             input: 3.0,
             output: 15.0,
-            cached_input: 0.30
+            cached_input: 0.30,
+            cache_write_5m: 3.75,
+            cache_write_1h: 6.0,
         })
     );
     for model in [
@@ -166,4 +168,101 @@ fn a_price_table_that_is_some_other_file_of_the_users_is_never_quoted() {
         assert!(!message.contains(&secret), "{text:?}: {message}");
         assert!(!message.contains("AWS_SECRET"), "{text:?}: {message}");
     }
+}
+
+#[test]
+fn the_gpt5_codex_and_claude_models_are_priced_with_their_cache_rates() {
+    let table = PriceTable::builtin();
+    let price = |model: &str| *table.price(model).unwrap_or_else(|| panic!("{model}"));
+    // OpenAI: cached input at a tenth of the input price on the GPT-5 family.
+    for (model, input, cached, output) in [
+        ("gpt-5", 1.25, 0.125, 10.0),
+        ("gpt-5-2025-08-07", 1.25, 0.125, 10.0),
+        ("gpt-5-mini", 0.25, 0.025, 2.0),
+        ("gpt-5-nano", 0.05, 0.005, 0.40),
+        ("gpt-5-codex", 1.25, 0.125, 10.0),
+        ("gpt-5.1-codex", 1.25, 0.125, 10.0),
+        ("gpt-5.1-codex-mini", 0.25, 0.025, 2.0),
+        ("codex-mini-latest", 1.50, 0.375, 6.0),
+        ("gpt-5.4", 2.50, 0.25, 15.0),
+        ("gpt-5.5", 5.0, 0.50, 30.0),
+    ] {
+        let price = price(model);
+        assert!(approx(price.input, input), "{model}");
+        assert!(approx(price.cached_input, cached), "{model}");
+        assert!(approx(price.output, output), "{model}");
+    }
+    // Anthropic: reads at a tenth, five-minute writes at 1.25 times, one-hour writes at twice.
+    for (model, input, output) in [
+        ("claude-opus-4-1-20250805", 15.0, 75.0),
+        ("claude-sonnet-4-5-20250929", 3.0, 15.0),
+        ("claude-haiku-4-5-20251001", 1.0, 5.0),
+        ("claude-opus-4-5", 5.0, 25.0),
+    ] {
+        let price = price(model);
+        assert!(approx(price.input, input), "{model}");
+        assert!(approx(price.output, output), "{model}");
+        assert!(approx(price.cached_input, input / 10.0), "{model}");
+        assert!(approx(price.cache_write_5m, input * 1.25), "{model}");
+        assert!(approx(price.cache_write_1h, input * 2.0), "{model}");
+    }
+}
+
+#[test]
+fn cache_writes_are_charged_at_their_rates_and_never_twice() {
+    let price = ModelPrice {
+        input: 3.0,
+        output: 15.0,
+        cached_input: 0.30,
+        cache_write_5m: 3.75,
+        cache_write_1h: 6.0,
+    };
+    // 1000 input of which 100 read, 200 written for five minutes, 300 for an hour.
+    let counts = TokenCounts {
+        input: 1000,
+        output: 10,
+        cached: 100,
+        cache_write_5m: 200,
+        cache_write_1h: 300,
+    };
+    let expected = (400.0 * 3.0 + 100.0 * 0.30 + 200.0 * 3.75 + 300.0 * 6.0 + 10.0 * 15.0) / 1e6;
+    assert!(approx(price.cost_of(&counts), expected));
+    // Counts that add up to more than the input are held to it.
+    let lying = TokenCounts {
+        input: 10,
+        output: 0,
+        cached: 4,
+        cache_write_5m: 100,
+        cache_write_1h: 5,
+    };
+    assert!(approx(
+        price.cost_of(&lying),
+        (4.0 * 0.30 + 5.0 * 6.0 + 1.0 * 3.75) / 1e6
+    ));
+    assert!(approx(price.dearest_input(), 6.0));
+    // Without cache writes it is the three-rate cost.
+    let plain = TokenCounts {
+        input: 100,
+        output: 7,
+        cached: 30,
+        ..TokenCounts::default()
+    };
+    assert!(approx(price.cost_of(&plain), price.cost(100, 7, 30)));
+}
+
+#[test]
+fn a_price_file_may_set_the_cache_write_rates() {
+    let table = PriceTable::from_toml(
+        "[models.\"m\"]\ninput = 2.0\noutput = 4.0\ncache_write_5m = 2.5\ncache_write_1h = 3.5\n",
+        "test",
+    )
+    .unwrap();
+    let price = table.price("m").unwrap();
+    assert!(approx(price.cache_write_5m, 2.5) && approx(price.cache_write_1h, 3.5));
+    let err = PriceTable::from_toml(
+        "[models.\"m\"]\ninput = 2.0\noutput = 4.0\ncache_write_1h = -1\n",
+        "test",
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("cache_write_1h"), "{err}");
 }

@@ -28,7 +28,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::intake::read_body;
 use super::metered::{Meter, MeteredBody, Report};
 use super::replies::{GatewayBody, Stop, answer, report_status};
-use super::route::Route;
+use super::route::{self, Route};
 use super::{Shared, scan};
 use crate::error_chain::error_chain;
 use crate::gateway::ledger::{self, Hold, WorstCase, words};
@@ -37,7 +37,7 @@ use crate::gateway::prices::PriceTable;
 use crate::gateway::reply::{Reply, shown_path, shown_text};
 use crate::gateway::tool_calls::ToolBill;
 use crate::gateway::usage;
-use crate::gateway::wire::{self, Fields, Wire, set_field, typed};
+use crate::gateway::wire::{Fields, KeyHeader, Wire, set_field, typed};
 
 // Names the unit tests use from this module's scope, as they did when they lived here.
 #[cfg(test)]
@@ -61,9 +61,15 @@ pub(super) async fn handle(
     let label = format!("{} {}", request.method(), shown_path(request.uri().path()));
 
     let Some(route) = Route::of(request.method(), request.uri().path()) else {
-        return answer(&shared, wire::fallback(), not_served(&label));
+        let shape = route::shape_of_unserved(request.uri().path());
+        return answer(&shared, shape, not_served(&label));
     };
-    let shape = route.error_shape();
+    let shape = route.shape();
+    if let (Some(api), Some(spoken)) = (route.api(), shared.policy.api)
+        && api != spoken
+    {
+        return answer(&shared, shape, other_api(&label, spoken));
+    }
     let (upstream_request, mut admitted) =
         match admit(&shared, route, &label, request, deadline).await {
             Ok(admitted) => admitted,
@@ -189,7 +195,12 @@ async fn admit(
             shared.egress(api, call);
         }
     }
-    let headers = upstream_headers(&parts.headers, shared.authorization.as_ref(), body.len());
+    let headers = upstream_headers(
+        &parts.headers,
+        route.shape(),
+        shared.keys.as_ref(),
+        body.len(),
+    );
     let mut upstream_request = Request::new(Full::new(body));
     *upstream_request.method_mut() = parts.method;
     *upstream_request.uri_mut() = uri;
@@ -331,9 +342,26 @@ fn not_served(label: &str) -> Reply {
         StatusCode::NOT_FOUND,
         "not_found",
         format!(
-            "stet gateway: {label} is not served; the routes are POST /v1/chat/completions, POST /v1/responses and GET /v1/models"
+            "stet gateway: {label} is not served; the routes are POST /v1/chat/completions, POST /v1/responses, POST /v1/messages, POST /v1/messages/count_tokens and GET /v1/models (batches, files and stored responses are not: stet meters each request as it passes)"
         ),
         format!("{label}: refused, not a route the gateway serves (404)"),
+    )
+}
+
+/// The reply to a request on a route of another wire API than the dispatch's (`[model] api`).
+fn other_api(label: &str, spoken: policy::WireApi) -> Reply {
+    Reply::error(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!(
+            "stet gateway: {label} is not served: this dispatch's agent speaks the {} API ([model] api = \"{}\")",
+            spoken.name(),
+            spoken.as_str()
+        ),
+        format!(
+            "{label}: refused, not the {} API this dispatch speaks (404)",
+            spoken.name()
+        ),
     )
 }
 
@@ -442,7 +470,7 @@ fn prepare(
             // Rejected prediction tokens are billed as output, for each choice.
             let predicted = fields.get("prediction").map_or(0, |raw| raw.get().len()) as f64;
             WorstCase::Priced {
-                input_usd: input_tokens as f64 * price.input / 1_000_000.0
+                input_usd: input_tokens as f64 * wire.input_price(price) / 1_000_000.0
                     + predicted * price.output * choices as f64 / 1_000_000.0,
                 per_output_token_usd: price.output * choices as f64 / 1_000_000.0,
                 asked_output_tokens: wire
@@ -477,9 +505,7 @@ impl Prepared {
         if let (Some(cap), Some(wire)) = (cap, route.wire()) {
             // Every output field gets the reserved count, whatever it held: a value stet reads
             // one way and the upstream another (`"1e6"`, `1000000.0`) is not left in place.
-            for name in wire.output_fields(&fields) {
-                set_field(&mut fields, name, &Value::from(cap));
-            }
+            wire.cap_output(&mut fields, cap);
             rewrite = true;
         }
         if !rewrite {
@@ -493,7 +519,7 @@ impl Prepared {
 }
 
 /// The service tiers billed at the table's price or below (`auto` follows the user's project).
-const PRICED_TIERS: &[&str] = &["auto", "default", "flex"];
+const PRICED_TIERS: &[&str] = &["auto", "default", "flex", "standard_only"];
 
 /// What in a request makes its cost unknowable before its response, said as the refusal says it.
 /// A provider tool or field the configuration enables (`enabled`) is priced per call.
@@ -527,7 +553,7 @@ fn unbounded_part(
             .is_some_and(|tier| PRICED_TIERS.contains(&tier.as_str()))
     {
         return Some(
-            "its `service_tier` is billed above the price table (only auto, default and flex are)"
+            "its `service_tier` is billed above the price table (only auto, default, flex and standard_only are)"
                 .to_owned(),
         );
     }
@@ -535,11 +561,6 @@ fn unbounded_part(
         return Some(format!(
             "a `{}` part is read by the provider at a size stet cannot see",
             shown_text(part)
-        ));
-    }
-    if let Some(name) = wire.unseen_work_fields().iter().find(|name| set(name)) {
-        return Some(format!(
-            "`{name}` makes the provider add input or work stet cannot see"
         ));
     }
     if set("audio") || found.audio_output {
@@ -556,28 +577,31 @@ fn unbounded_part(
         .then(|| "a `file_id` names a file stored upstream, of a size stet cannot see".to_owned())
 }
 
-/// The agent's headers as sent upstream: only `Accept`, `User-Agent`, `OpenAI-Beta` and the OpenAI
-/// SDKs' `X-Stainless-*` pass. Everything else stays behind: credentials and cookies,
-/// hop-by-hop headers, `Content-Encoding`, and the headers by which a client steers its upstream
-/// (LiteLLM's `x-litellm-*` timeouts and retries, `OpenAI-Organization` and `OpenAI-Project`, which
-/// bill elsewhere, `anthropic-beta`, which changes prices), and `Content-Type`: a body is the
-/// policy's JSON and goes as `application/json`, since LiteLLM reads a body sent as a form as
-/// form fields, which the JSON's strings could then smuggle (`…&model=…&`). `Content-Length` is recomputed,
-/// `Accept-Encoding: identity` (the meter reads the bytes as they pass) and the host's
-/// `Authorization` are added.
+/// The agent's headers as sent upstream: only those the route's wire API passes
+/// ([`Wire::passed_header`]: `Accept`, `User-Agent`, the SDKs' `X-Stainless-*`, and `OpenAI-Beta`
+/// or a known `anthropic-version` and the allowed `anthropic-beta` values). Everything else stays
+/// behind: credentials (`Authorization`, `x-api-key`: the sandbox's placeholder never leaves) and
+/// cookies, hop-by-hop headers, `Content-Encoding`, and the headers by which a client steers its
+/// upstream (LiteLLM's `x-litellm-*` timeouts and retries, `OpenAI-Organization` and
+/// `OpenAI-Project`, which bill elsewhere, an `anthropic-beta` that changes prices), and
+/// `Content-Type`: a body is the policy's JSON and goes as `application/json`, since LiteLLM reads a
+/// body sent as a form as form fields, which the JSON's strings could then smuggle (`…&model=…&`).
+/// `Content-Length` is recomputed, `Accept-Encoding: identity` (the meter reads the bytes as they
+/// pass) and the host's key, in the header the wire API reads it from, are added.
 fn upstream_headers(
     agent: &HeaderMap,
-    authorization: Option<&HeaderValue>,
+    wire: &dyn Wire,
+    keys: Option<&super::Keys>,
     body_len: usize,
 ) -> HeaderMap {
     let named_by_connection = connection_named(agent);
     let mut headers = HeaderMap::with_capacity(agent.len() + 3);
     for (name, value) in agent {
-        let passed = !named_by_connection.contains(name)
-            && (matches!(name.as_str(), "accept" | "user-agent" | "openai-beta")
-                || name.as_str().starts_with("x-stainless-"));
-        if passed {
-            headers.append(name.clone(), value.clone());
+        if named_by_connection.contains(name) {
+            continue;
+        }
+        if let Some(value) = wire.passed_header(name, value) {
+            headers.append(name.clone(), value);
         }
     }
     headers.insert(
@@ -591,11 +615,21 @@ fn upstream_headers(
             HeaderValue::from_static("application/json"),
         );
     }
-    if let Some(authorization) = authorization {
-        headers.insert(header::AUTHORIZATION, authorization.clone());
+    if let Some(keys) = keys {
+        match wire.key_header() {
+            KeyHeader::Bearer => {
+                headers.insert(header::AUTHORIZATION, keys.bearer.clone());
+            }
+            KeyHeader::XApiKey => {
+                headers.insert(X_API_KEY, keys.x_api_key.clone());
+            }
+        }
     }
     headers
 }
+
+/// Anthropic's key header.
+const X_API_KEY: HeaderName = HeaderName::from_static("x-api-key");
 
 /// Drops hop-by-hop headers from an upstream response before it goes to the agent.
 fn strip_hop_by_hop(headers: &mut HeaderMap) {

@@ -306,11 +306,7 @@ impl Report {
             [metered.model.as_ref(), self.request_model.as_ref()]
                 .into_iter()
                 .flatten()
-                .find_map(|model| {
-                    shared
-                        .prices
-                        .cost(model, tokens.input, tokens.output, tokens.cached)
-                })
+                .find_map(|model| shared.prices.cost_of(model, &tokens))
         });
         let cost_usd = match &self.bill {
             Some(bill) if complete => cost_usd.map(|cost| cost + bill.charged_usd(&metered.calls)),

@@ -1,5 +1,6 @@
 //! Unit tests of `crate::gateway::usage`, in a file of their own so the module reads as code.
 
+use super::sse::MAX_SSE_LINE;
 use super::*;
 
 const CHAT: &str = r#"{"id":"c1","model":"gpt-4o-2024-08-06","choices":[],"usage":{"prompt_tokens":120,"completion_tokens":30,"total_tokens":150,"prompt_tokens_details":{"cached_tokens":100}}}"#;
@@ -14,7 +15,8 @@ fn chat_completion_usage_is_read() {
         Some(TokenCounts {
             input: 120,
             output: 30,
-            cached: 100
+            cached: 100,
+            ..TokenCounts::default()
         })
     );
 }
@@ -28,7 +30,8 @@ fn responses_api_usage_is_read() {
         Some(TokenCounts {
             input: 50,
             output: 7,
-            cached: 20
+            cached: 20,
+            ..TokenCounts::default()
         })
     );
 }
@@ -78,6 +81,7 @@ fn sse_usage_is_read_however_the_stream_is_split() {
                 input: 11,
                 output: 2,
                 cached: 4,
+                ..TokenCounts::default()
             }),
             calls: BTreeMap::new(),
         },
@@ -130,7 +134,8 @@ fn responses_api_stream_is_metered_from_response_completed() {
         Some(TokenCounts {
             input: 9,
             output: 5,
-            cached: 0
+            cached: 0,
+            ..TokenCounts::default()
         })
     );
     assert!(!summary.done);
@@ -145,7 +150,8 @@ fn multi_line_data_and_an_unterminated_last_event_are_read() {
         Some(TokenCounts {
             input: 1,
             output: 2,
-            cached: 0
+            cached: 0,
+            ..TokenCounts::default()
         })
     );
 }
@@ -161,7 +167,7 @@ fn an_overlong_line_is_skipped_and_the_stream_read_on() {
 
     let mut scanner = SseScanner::new();
     scanner.push(&vec![b'y'; MAX_SSE_LINE + 1]);
-    assert!(scanner.line.len() <= MAX_SSE_LINE);
+    assert!(scanner.events.held() <= MAX_SSE_LINE);
 }
 
 #[test]
@@ -226,4 +232,97 @@ fn provider_tool_calls_are_counted_in_a_stream_whichever_event_reports_them() {
         scanner.finish().metered.calls,
         [("mcp_call".to_owned(), 2)].into()
     );
+}
+
+/// A Responses stream as the Codex CLI receives it: created, a function call, completed with usage.
+fn codex_stream() -> String {
+    concat!(
+        "event: response.created\n",
+        "data: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"model\":\"gpt-5-codex\",\"status\":\"in_progress\",\"output\":[],\"usage\":null}}\n\n",
+        "event: response.output_item.added\n",
+        "data: {\"type\":\"response.output_item.added\",\"sequence_number\":1,\"output_index\":0,\"item\":{\"type\":\"function_call\",\"id\":\"fc_1\",\"call_id\":\"c1\",\"name\":\"shell\",\"arguments\":\"\"}}\n\n",
+        "event: response.function_call_arguments.delta\n",
+        "data: {\"type\":\"response.function_call_arguments.delta\",\"sequence_number\":2,\"item_id\":\"fc_1\",\"delta\":\"{}\"}\n\n",
+        "event: response.output_item.done\n",
+        "data: {\"type\":\"response.output_item.done\",\"sequence_number\":3,\"output_index\":0,\"item\":{\"type\":\"function_call\",\"id\":\"fc_1\",\"call_id\":\"c1\",\"name\":\"shell\",\"arguments\":\"{}\"}}\n\n",
+        "event: response.completed\n",
+        "data: {\"type\":\"response.completed\",\"sequence_number\":4,\"response\":{\"model\":\"gpt-5-codex\",\"status\":\"completed\",\"output\":[{\"type\":\"function_call\",\"id\":\"fc_1\"}],",
+        "\"usage\":{\"input_tokens\":900,\"input_tokens_details\":{\"cached_tokens\":800},\"output_tokens\":30,\"output_tokens_details\":{\"reasoning_tokens\":10},\"total_tokens\":930}}}\n\n",
+    )
+    .to_owned()
+}
+
+#[test]
+fn responses_usage_that_lies_is_no_usage() {
+    for usage in [
+        r#"{"input_tokens":-1,"output_tokens":3}"#,
+        r#"{"input_tokens":1,"output_tokens":-3}"#,
+        r#"{"input_tokens":1.5,"output_tokens":3}"#,
+        r#"{"output_tokens":3}"#,
+        r#"{"input_tokens":"9","output_tokens":3}"#,
+        "null",
+    ] {
+        let body = format!(r#"{{"model":"gpt-5","usage":{usage}}}"#);
+        assert_eq!(from_json(body.as_bytes()).unwrap().usage, None, "{usage}");
+        let stream = format!(
+            "data: {{\"type\":\"response.completed\",\"response\":{{\"model\":\"gpt-5\",\"usage\":{usage}}}}}\n\n"
+        );
+        let mut scanner = SseScanner::new();
+        scanner.push(stream.as_bytes());
+        assert_eq!(scanner.finish().metered.usage, None, "{usage}");
+    }
+    // Huge counts are read as they are (the meter charges them; the ceiling then holds), and a
+    // cached count above the input is held to it when priced.
+    let huge = from_json(
+        format!(
+            r#"{{"usage":{{"input_tokens":{max},"output_tokens":{max},"input_tokens_details":{{"cached_tokens":{max}}}}}}}"#,
+            max = u64::MAX
+        )
+        .as_bytes(),
+    )
+    .unwrap()
+    .usage
+    .unwrap();
+    assert_eq!(
+        (huge.input, huge.output, huge.cached),
+        (u64::MAX, u64::MAX, u64::MAX)
+    );
+}
+
+proptest::proptest! {
+    #[test]
+    fn a_responses_stream_cut_anywhere_has_usage_only_once_its_terminal_event_is_whole(
+        cut in 0usize..4000,
+    ) {
+        let text = codex_stream();
+        let cut = cut % (text.len() + 1);
+        let mut scanner = SseScanner::new();
+        scanner.push(&text.as_bytes()[..cut]);
+        let usage = scanner.finish().metered.usage;
+        let whole = text.trim_end().len();
+        if cut < whole {
+            proptest::prop_assert_eq!(usage, None);
+        } else {
+            proptest::prop_assert_eq!(
+                usage,
+                Some(TokenCounts { input: 900, output: 30, cached: 800, ..TokenCounts::default() })
+            );
+        }
+    }
+
+    #[test]
+    fn a_responses_stream_split_anywhere_reads_the_same(first in 0usize..4000, second in 0usize..4000) {
+        let text = codex_stream();
+        let bytes = text.as_bytes();
+        let mut cuts = [first % (bytes.len() + 1), second % (bytes.len() + 1)];
+        cuts.sort_unstable();
+        let mut scanner = SseScanner::new();
+        scanner.push(&bytes[..cuts[0]]);
+        scanner.push(&bytes[cuts[0]..cuts[1]]);
+        scanner.push(&bytes[cuts[1]..]);
+        let metered = scanner.finish().metered;
+        proptest::prop_assert_eq!(metered.model.as_deref(), Some("gpt-5-codex"));
+        proptest::prop_assert_eq!(metered.usage.map(|usage| (usage.input, usage.cached)), Some((900, 800)));
+        proptest::prop_assert!(metered.calls.is_empty(), "a function call is the client's");
+    }
 }

@@ -17,10 +17,6 @@ impl Wire for ChatCompletions {
         WireApi::ChatCompletions
     }
 
-    fn unseen_work_fields(&self) -> &'static [&'static str] {
-        &[]
-    }
-
     /// `stream_options.include_usage` set to true, whatever the agent chose.
     fn ask_stream_usage(&self, fields: &mut Fields) -> bool {
         if typed::<bool>(fields, "stream") != Some(true) {

@@ -5,6 +5,7 @@
 //! registry and never branch on a kind themselves.
 
 mod chat;
+mod messages;
 mod openai;
 mod responses;
 
@@ -14,10 +15,12 @@ mod tests;
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
+use http::{HeaderName, HeaderValue};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::policy::{Refusal, WireApi};
+use super::prices::ModelPrice;
 use super::usage::{Metered, NotJson};
 
 /// The registry: the implementation the gateway serves each kind with, `None` for a kind whose
@@ -27,9 +30,17 @@ pub(crate) fn of(api: WireApi) -> Option<&'static dyn Wire> {
     match api {
         WireApi::ChatCompletions => Some(&chat::ChatCompletions),
         WireApi::Responses => Some(&responses::Responses),
-        // Served with the Claude Code harness (issue 32); its policy already refuses what it must.
-        WireApi::Messages => None,
+        WireApi::Messages => Some(&messages::Messages),
     }
+}
+
+/// How the host's model API key goes upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyHeader {
+    /// `Authorization: Bearer <key>` (OpenAI and the proxies that speak its APIs).
+    Bearer,
+    /// `x-api-key: <key>` (Anthropic).
+    XApiKey,
 }
 
 /// The error shape of a reply made where no wire API is known (a route the gateway does not serve,
@@ -62,12 +73,16 @@ pub(crate) fn set_field(fields: &mut Fields, name: &str, value: &Value) {
 /// documents, the tools, items and parts a client runs itself), a line in [`of`], and its routes in
 /// `server/route.rs`. It must supply:
 ///
-/// - [`Wire::api`]: its kind, by which the policy, the tool bill and events name it;
-/// - [`Wire::unseen_work_fields`]: the fields by which the provider adds input or work the request
-///   does not show (a stored conversation, a background run), refused under a ceiling;
+/// - [`Wire::api`]: its kind, by which the policy, the tool bill and events name it (the fields by
+///   which the provider adds input or work the request does not show are the policy's, refused on
+///   every request);
+/// - [`Wire::key_header`] and [`Wire::passed_header`]: how the host's key goes upstream and which of
+///   the agent's headers go with it;
 /// - [`Wire::ask_stream_usage`]: how a streamed request is made to report its usage, so that no
 ///   stream goes unmetered;
-/// - [`Wire::output_fields`]: the fields that cap its output, set to the count the ledger reserved;
+/// - [`Wire::output_fields`] and [`Wire::cap_output`]: the fields that cap its output, set to the
+///   count the ledger reserved;
+/// - [`Wire::input_price`]: the most one input token may cost;
 /// - [`Wire::body_usage`] and [`Wire::stream_usage`]: where the model, the usage and the provider's
 ///   tool calls are in a whole reply and in a server-sent event stream;
 /// - [`Wire::error_body`] and [`Wire::refusal_body`]: its error shape, for the gateway's own
@@ -76,14 +91,36 @@ pub(crate) trait Wire: Debug + Send + Sync {
     /// Its kind.
     fn api(&self) -> WireApi;
 
-    /// Top-level fields by which the provider adds input or work stet cannot see.
-    fn unseen_work_fields(&self) -> &'static [&'static str];
+    /// The header that carries the host's key.
+    fn key_header(&self) -> KeyHeader {
+        KeyHeader::Bearer
+    }
+
+    /// The value an agent's header is sent upstream with, `None` for one that stays behind. The
+    /// default is OpenAI's: `Accept`, `User-Agent`, `OpenAI-Beta` and the SDKs' `X-Stainless-*`.
+    fn passed_header(&self, name: &HeaderName, value: &HeaderValue) -> Option<HeaderValue> {
+        let passed = matches!(name.as_str(), "accept" | "user-agent" | "openai-beta")
+            || name.as_str().starts_with("x-stainless-");
+        passed.then(|| value.clone())
+    }
 
     /// Makes a streamed request (`fields`) ask for its usage; whether it changed the request.
     fn ask_stream_usage(&self, fields: &mut Fields) -> bool;
 
     /// The fields that cap the request's output, all of them set to the reserved count.
     fn output_fields(&self, fields: &Fields) -> &'static [&'static str];
+
+    /// Caps the request's output at `cap` tokens: every output field set to it.
+    fn cap_output(&self, fields: &mut Fields, cap: u64) {
+        for name in self.output_fields(fields) {
+            set_field(fields, name, &Value::from(cap));
+        }
+    }
+
+    /// Dollars per million for the dearest input token of a request to a model priced `price`.
+    fn input_price(&self, price: &ModelPrice) -> f64 {
+        price.input
+    }
 
     /// The model, usage and provider calls of a whole (non-streaming) reply body.
     fn body_usage(&self, body: &[u8]) -> Result<Metered, NotJson>;

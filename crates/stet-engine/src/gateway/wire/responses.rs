@@ -1,7 +1,8 @@
-//! OpenAI's Responses API (`POST /v1/responses`) as far as the gateway serves it today: its output
-//! capped by `max_output_tokens`, its usage in the reply or in the stream's last `response` object,
-//! and the fields by which the provider works from state stet cannot see refused under a ceiling.
-//! The Codex harness (issue 31) completes it here.
+//! OpenAI's Responses API (`POST /v1/responses`, the Codex CLI's): its output capped by
+//! `max_output_tokens`, its usage (cached input apart) in the reply or in the `response` object of
+//! the stream's terminal event (`response.completed`, `response.incomplete` or `response.failed`),
+//! and the fields by which the provider works from state stet cannot see (`background`,
+//! `previous_response_id`, `conversation`) refused by the request policy on every request.
 
 use serde_json::Value;
 
@@ -16,11 +17,6 @@ pub(super) struct Responses;
 impl Wire for Responses {
     fn api(&self) -> WireApi {
         WireApi::Responses
-    }
-
-    /// A stored response or conversation adds input; a background response runs on its own.
-    fn unseen_work_fields(&self) -> &'static [&'static str] {
-        &["previous_response_id", "conversation", "background"]
     }
 
     /// A Responses stream reports its usage in its `response.completed` event unasked.

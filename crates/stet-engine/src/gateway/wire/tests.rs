@@ -6,7 +6,7 @@ use crate::gateway::policy::Rule;
 
 /// The kinds whose request policy is written but which no route serves yet. A kind added to
 /// [`WireApi`] either gets a line in the registry or is named here; otherwise this test fails.
-const NOT_SERVED_YET: &[WireApi] = &[WireApi::Messages];
+const NOT_SERVED_YET: &[WireApi] = &[];
 
 #[test]
 fn the_registry_gives_every_wire_api_its_implementation() {
@@ -38,7 +38,14 @@ fn the_registry_gives_every_wire_api_its_implementation() {
         }
         assert_eq!(WireApi::from_name(api.as_str()), Some(*api));
     }
-    assert_eq!(served, [WireApi::ChatCompletions, WireApi::Responses]);
+    assert_eq!(
+        served,
+        [
+            WireApi::ChatCompletions,
+            WireApi::Responses,
+            WireApi::Messages
+        ]
+    );
     assert_eq!(fallback().api(), WireApi::ChatCompletions);
 }
 
@@ -111,4 +118,89 @@ fn openai_apis_answer_in_openai_error_shapes_and_read_usage_from_both_shapes() {
             Some((5, 7))
         );
     }
+}
+
+#[test]
+fn messages_caps_max_tokens_and_holds_a_thinking_budget_below_it() {
+    let fields = |json: serde_json::Value| -> Fields { serde_json::from_value(json).unwrap() };
+    let messages = of(WireApi::Messages).unwrap();
+    assert_eq!(messages.key_header(), KeyHeader::XApiKey);
+    assert_eq!(
+        of(WireApi::Responses).unwrap().key_header(),
+        KeyHeader::Bearer
+    );
+    let mut request = fields(serde_json::json!({
+        "max_tokens": 64000,
+        "thinking": {"type": "enabled", "budget_tokens": 32000}
+    }));
+    messages.cap_output(&mut request, 4000);
+    assert_eq!(typed::<u64>(&request, "max_tokens"), Some(4000));
+    assert_eq!(
+        typed::<Value>(&request, "thinking"),
+        Some(serde_json::json!({"type": "enabled", "budget_tokens": 3999}))
+    );
+    // A budget already below the cap, or a budget that is not a count, is held or set below it.
+    let mut request =
+        fields(serde_json::json!({"thinking": {"type": "enabled", "budget_tokens": 1024}}));
+    messages.cap_output(&mut request, 4000);
+    assert_eq!(
+        typed::<Value>(&request, "thinking"),
+        Some(serde_json::json!({"type": "enabled", "budget_tokens": 1024}))
+    );
+    let mut request =
+        fields(serde_json::json!({"thinking": {"type": "enabled", "budget_tokens": "9e9"}}));
+    messages.cap_output(&mut request, 4000);
+    assert_eq!(
+        typed::<Value>(&request, "thinking").unwrap()["budget_tokens"],
+        3999
+    );
+    let mut streamed = fields(serde_json::json!({"stream": true}));
+    assert!(!messages.ask_stream_usage(&mut streamed));
+}
+
+#[test]
+fn messages_answers_in_anthropic_error_shapes_and_reads_anthropic_usage() {
+    let messages = of(WireApi::Messages).unwrap();
+    let refusal = Refusal {
+        api: WireApi::Messages,
+        field: "tools[0].type".to_owned(),
+        value_kind: "string",
+        shown: Some("web_search_20250305".to_owned()),
+        rule: Rule::ProviderTool,
+    };
+    let body = messages.refusal_body(&refusal);
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert_eq!(body["error"]["message"], refusal.message());
+    assert!(
+        refusal.message().contains("tools[0].type"),
+        "{}",
+        refusal.message()
+    );
+    for (code, kind) in [
+        ("cost_ceiling_reached", "billing_error"),
+        ("too_many_requests_in_flight", "rate_limit_error"),
+        ("not_found", "not_found_error"),
+        ("upstream_unreachable", "api_error"),
+        ("cost_not_bounded", "invalid_request_error"),
+    ] {
+        let own = messages.error_body(code, "stet gateway: no");
+        assert_eq!(own["type"], "error", "{code}");
+        assert_eq!(own["error"]["type"], kind, "{code}");
+        assert_eq!(own["error"]["message"], "stet gateway: no", "{code}");
+    }
+    let whole = messages
+        .body_usage(br#"{"type":"message","model":"claude-sonnet-4-5","usage":{"input_tokens":3,"output_tokens":2,"cache_read_input_tokens":10,"cache_creation_input_tokens":5}}"#)
+        .unwrap();
+    let usage = whole.usage.unwrap();
+    assert_eq!((usage.input, usage.output, usage.cached), (18, 2, 10));
+    assert_eq!((usage.cache_write_5m, usage.cache_write_1h), (0, 5));
+    // An OpenAI shape is not Anthropic's: no usage.
+    assert_eq!(
+        messages
+            .body_usage(br#"{"model":"m","usage":{"prompt_tokens":3,"completion_tokens":2}}"#)
+            .unwrap()
+            .usage,
+        None
+    );
 }

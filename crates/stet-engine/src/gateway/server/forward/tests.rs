@@ -157,23 +157,8 @@ fn under_a_ceiling_a_request_whose_cost_cannot_be_bounded_is_refused() {
     let refused = [
         (
             Route::Responses,
-            serde_json::json!({"model": "gpt-4o", "previous_response_id": "resp_1"}),
-            "previous_response_id",
-        ),
-        (
-            Route::Responses,
-            serde_json::json!({"model": "gpt-4o", "conversation": "conv_1"}),
-            "conversation",
-        ),
-        (
-            Route::Responses,
             serde_json::json!({"model": "gpt-4o", "prompt": {"id": "pmpt_1"}}),
             "prompt",
-        ),
-        (
-            Route::Responses,
-            serde_json::json!({"model": "gpt-4o", "background": true}),
-            "background",
         ),
         (
             Route::Responses,
@@ -383,8 +368,12 @@ fn agent_credentials_and_hop_by_hop_headers_stay_behind() {
             HeaderValue::from_static(value),
         );
     }
-    let host_key = HeaderValue::from_static("Bearer host-side");
-    let headers = upstream_headers(&agent, Some(&host_key), 12);
+    let keys = crate::gateway::server::Keys {
+        bearer: HeaderValue::from_static("Bearer host-side"),
+        x_api_key: HeaderValue::from_static("host-side"),
+    };
+    let openai = Route::ChatCompletions.shape();
+    let headers = upstream_headers(&agent, openai, Some(&keys), 12);
     let mut names: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
     names.sort_unstable();
     assert_eq!(
@@ -400,9 +389,53 @@ fn agent_credentials_and_hop_by_hop_headers_stay_behind() {
     assert_eq!(headers[header::AUTHORIZATION], "Bearer host-side");
     assert_eq!(headers[header::ACCEPT_ENCODING], "identity");
     assert_eq!(headers[header::CONTENT_LENGTH], "12");
-    let headers = upstream_headers(&agent, None, 0);
+    let headers = upstream_headers(&agent, openai, None, 0);
     assert!(headers.get(header::AUTHORIZATION).is_none());
     assert!(headers.get(header::CONTENT_LENGTH).is_none());
+
+    // Anthropic's: the host's key as `x-api-key` in place of the agent's placeholder, never an
+    // `Authorization`; a known version and the allowed betas pass, the others stay behind.
+    for (name, value) in [
+        ("anthropic-version", "2023-06-01"),
+        (
+            "anthropic-beta",
+            "claude-code-20250219, context-1m-2025-08-07,interleaved-thinking-2025-05-14",
+        ),
+        ("anthropic-beta", "files-api-2025-04-14"),
+        ("x-app", "cli"),
+        ("x-stainless-lang", "js"),
+    ] {
+        agent.append(
+            HeaderName::from_static(name),
+            HeaderValue::from_static(value),
+        );
+    }
+    let headers = upstream_headers(&agent, Route::Messages.shape(), Some(&keys), 12);
+    let mut names: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "accept-encoding",
+            "anthropic-beta",
+            "anthropic-version",
+            "content-length",
+            "content-type",
+            "x-api-key",
+            "x-stainless-lang"
+        ]
+    );
+    assert_eq!(headers["x-api-key"], "host-side");
+    assert_eq!(headers.get_all("x-api-key").iter().count(), 1);
+    assert_eq!(
+        headers.get_all("anthropic-beta").iter().collect::<Vec<_>>(),
+        ["claude-code-20250219,interleaved-thinking-2025-05-14"]
+    );
+    let mut unknown = HeaderMap::new();
+    unknown.insert("anthropic-version", HeaderValue::from_static("2099-01-01"));
+    let headers = upstream_headers(&unknown, Route::CountTokens.shape(), Some(&keys), 0);
+    assert!(headers.get("anthropic-version").is_none());
+    assert_eq!(headers["x-api-key"], "host-side");
 }
 
 #[test]
