@@ -451,7 +451,10 @@ fn quote(question: &str) -> String {
 /// (Messages), when it is a string of at most [`MAX_USER_BYTES`].
 fn end_user(body: &Value) -> Option<&str> {
     body.get("user")
-        .or_else(|| body.get("metadata").and_then(|metadata| metadata.get("user_id")))
+        .or_else(|| {
+            body.get("metadata")
+                .and_then(|metadata| metadata.get("user_id"))
+        })
         .and_then(Value::as_str)
         .filter(|user| user.len() <= MAX_USER_BYTES)
 }
