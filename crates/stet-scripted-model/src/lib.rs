@@ -18,7 +18,6 @@
 //! agent, which names itself once per run, starts again at step 1 however many runs share the
 //! server (as the dispatches of one `stet demo` do); requests naming nobody share one count.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,7 +34,10 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 
+mod conversation;
 mod wire;
+
+use conversation::{Asked, end_user};
 
 /// The model the scripted server lists and the demo's scenarios name.
 pub const DEMO_MODEL: &str = "stet-demo-model";
@@ -55,13 +57,6 @@ const STREAM_PIECES: usize = 3;
 /// The fixed part of every request's prompt tokens (a system prompt the scripted model pretends to
 /// have).
 const PROMPT_TOKEN_BASE: u64 = 50;
-
-/// How many named conversations are numbered apart; the requests of any further one are numbered
-/// with those naming nobody, so a flood of names cannot grow the server without bound.
-const MAX_CONVERSATIONS: usize = 1024;
-
-/// The longest end-user name kept as a conversation's key; a longer one names nobody.
-const MAX_USER_BYTES: usize = 256;
 
 /// Roughly how many bytes of text make one token.
 const BYTES_PER_TOKEN: usize = 4;
@@ -126,31 +121,6 @@ struct State {
     tool_calls: AtomicU64,
     /// Requests on the completion routes so far, per conversation: numbers the replies.
     asked: Mutex<Asked>,
-}
-
-/// How many requests each conversation has made.
-#[derive(Debug, Default)]
-struct Asked {
-    /// Requests that name no end user (or one past [`MAX_CONVERSATIONS`]).
-    unnamed: u64,
-    /// Requests per end user named.
-    named: HashMap<String, u64>,
-}
-
-impl Asked {
-    /// Counts one more request of `user`'s conversation and returns its number, from 1.
-    fn next(&mut self, user: Option<&str>) -> u64 {
-        let count = match user {
-            Some(user) if self.named.contains_key(user) => self.named.get_mut(user),
-            Some(user) if self.named.len() < MAX_CONVERSATIONS => {
-                Some(self.named.entry(user.to_owned()).or_default())
-            }
-            _ => None,
-        }
-        .unwrap_or(&mut self.unnamed);
-        *count += 1;
-        *count
-    }
 }
 
 impl Default for State {
@@ -445,18 +415,6 @@ fn quote(question: &str) -> String {
             .map_or(head.as_str(), |(words, _)| words)
     };
     format!("{}…", whole.trim_end())
-}
-
-/// The end user a request names: `user` (Chat Completions, Responses) or `metadata.user_id`
-/// (Messages), when it is a string of at most [`MAX_USER_BYTES`].
-fn end_user(body: &Value) -> Option<&str> {
-    body.get("user")
-        .or_else(|| {
-            body.get("metadata")
-                .and_then(|metadata| metadata.get("user_id"))
-        })
-        .and_then(Value::as_str)
-        .filter(|user| user.len() <= MAX_USER_BYTES)
 }
 
 fn is_streaming(body: &Value) -> bool {

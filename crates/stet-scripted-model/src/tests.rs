@@ -5,6 +5,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use super::*;
+use crate::conversation::{MAX_CONVERSATIONS, MAX_USER_BYTES};
 
 fn client() -> Client<HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new()).build_http()
