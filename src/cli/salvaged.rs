@@ -1,11 +1,13 @@
-//! `stet reviews` shows the work the sweep salvaged from crashed dispatches beside the pull
-//! requests: marked salvaged and incomplete, with its diff, for a person to judge; nothing pushes it.
+//! `stet reviews` and the theater show the work the sweep salvaged from crashed dispatches beside
+//! the pull requests and the briefs: marked salvaged and incomplete, with its diff, for a person to
+//! judge; nothing pushes it.
 
 use std::io::Write;
 use std::path::Path;
 
 use stet_engine::dispatch::salvage::Salvaged;
 use stet_sanitize::display::{escaped_invisible, one_line, without_invisible};
+use stet_tui::app::{PatchText, SalvagedResult};
 
 /// Writes each salvaged result under `state_dir`, with its diff; returns how many there were.
 pub(crate) fn show(out: &mut impl Write, state_dir: &Path) -> std::io::Result<usize> {
@@ -14,6 +16,31 @@ pub(crate) fn show(out: &mut impl Write, state_dir: &Path) -> std::io::Result<us
         entry(out, record)?;
     }
     Ok(salvaged.len())
+}
+
+/// The salvaged results under `state_dir` whose work is in `repository`, oldest first, as the
+/// theater's inbox lists them.
+pub(crate) fn for_theater(state_dir: &Path, repository: &Path) -> Vec<SalvagedResult> {
+    let same = |path: &Path| match (path.canonicalize(), repository.canonicalize()) {
+        (Ok(path), Ok(repository)) => path == repository,
+        _ => path == repository,
+    };
+    stet_engine::dispatch::salvage::salvaged(state_dir)
+        .into_iter()
+        .filter(|record| same(&record.repository))
+        .map(|record| SalvagedResult {
+            dispatch: record.dispatch,
+            title: record.title,
+            reference: record.reference,
+            files: record.files,
+            insertions: record.insertions,
+            deletions: record.deletions,
+            held: record.held,
+            warnings: record.warnings,
+            patch: PatchText::new(record.patch),
+            salvaged_at: record.salvaged_at,
+        })
+        .collect()
 }
 
 fn entry(out: &mut impl Write, record: &Salvaged) -> std::io::Result<()> {

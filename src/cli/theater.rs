@@ -62,6 +62,7 @@ pub(crate) async fn open_theater(
     use stet_tui::event_loop::Exit;
     let repository = options.repository.clone();
     let history = super::history::past_runs(&options.state_dir);
+    let state_dir = options.state_dir.clone();
     let inbox_limits = options.config.inbox;
     let configuration = configuration_of(&options.config.repository_file);
     let session = match Session::assemble(options).await? {
@@ -74,12 +75,15 @@ pub(crate) async fn open_theater(
         log_guard: _log_guard,
     } = session;
     let ceiling = engine.parts.settings.cost_ceiling_usd;
+    // Read after the engine's sweep, which salvages what crashed runs left.
+    let salvaged = super::salvaged::for_theater(&state_dir, &repository);
     let (dispatcher, events, _dispatcher_task) = engine.start();
     let mut app = stet_tui::app::App::new(inbox.entries(), chrono::Utc::now());
     app.set_theme(stet_tui::theme::Theme::from_env());
     app.set_cost_ceiling(ceiling);
     app.set_configuration(configuration);
     app.set_history(history);
+    app.set_salvaged(salvaged);
     // Without a watch (no inotify left, say) the inbox is still shown, as it was read at the start.
     let (_inbox_watch, reloads) = match super::inbox_watch::watch(&repository, inbox_limits) {
         Ok((watch, reloads)) => (Some(watch), reloads),

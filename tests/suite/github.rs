@@ -1550,3 +1550,208 @@ async fn the_fallback_never_enters_a_sandbox_and_revoking_it_does_nothing() {
     assert_eq!(credential.revoke().await, RevokeOutcome::AlreadyRevoked);
     assert!(!format!("{provider:?}").contains(&primary));
 }
+
+// ---------------------------------------------------------------------------------------------
+// GitHub through octocrab: stet's stack under it, from the attacker's side (issue 29, item 13)
+// ---------------------------------------------------------------------------------------------
+
+/// Every GitHub request is built by octocrab (it alone sends GitHub's API-version header) and sent
+/// by stet's stack (stet's user agent, the token only as the bearer).
+#[tokio::test]
+async fn every_github_request_is_built_by_octocrab_and_sent_by_stets_stack() {
+    let f = fixture().await;
+    mount_repo_and_base(&f.server, "/repos/octo/app/branches/main", &sha('a')).await;
+    f.forge.preflight(&target("main", None)).await.unwrap();
+    let requests = received(&f.server).await;
+    assert!(!requests.is_empty());
+    for request in &requests {
+        assert_eq!(
+            request.headers.get("x-github-api-version").unwrap(),
+            "2022-11-28",
+            "{}",
+            request.url
+        );
+        assert!(
+            request
+                .headers
+                .get("user-agent")
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("stet/"),
+            "{request:?}"
+        );
+        assert_token_only_in_authorization(request, &f.token);
+    }
+}
+
+/// A redirect to the API's own host under another scheme, another port or another spelling of the
+/// host is another origin: not followed, and nothing reaches the other listener.
+#[tokio::test]
+async fn a_location_to_another_scheme_port_or_host_spelling_is_not_followed() {
+    let f = fixture().await;
+    let other_port = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(json_reply(200, json!({"full_name": "octo/app"})))
+        .mount(&other_port)
+        .await;
+    let api = f.server.address();
+    let locations = [
+        format!("https://{api}/repositories/7"),
+        format!("{}/repositories/7", other_port.uri()),
+        format!("http://localhost:{}/repositories/7", api.port()),
+        format!("//{}/repositories/7", other_port.address()),
+    ];
+    for location in locations {
+        f.server.reset().await;
+        Mock::given(method("GET"))
+            .and(path("/repos/octo/app"))
+            .respond_with(ResponseTemplate::new(302).insert_header("location", location.as_str()))
+            .mount(&f.server)
+            .await;
+        let err = f.forge.preflight(&target("main", None)).await.unwrap_err();
+        assert!(
+            matches!(&err, ForgeError::Protocol { detail, .. } if detail.contains("redirected")),
+            "{location}: {err}"
+        );
+        assert_eq!(received(&f.server).await.len(), 1, "{location}");
+    }
+    assert!(
+        received(&other_port).await.is_empty(),
+        "nothing, and so no token, reached the other port"
+    );
+}
+
+/// A `Link` to another origin (GitHub's pagination header) is never followed: stet reads the one
+/// answer it asked for.
+#[tokio::test]
+async fn a_link_to_another_origin_is_never_followed() {
+    let f = fixture().await;
+    let elsewhere = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(json_reply(200, json!([])))
+        .mount(&elsewhere)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/repos/octo/app"))
+        .respond_with(
+            json_reply(200, json!({"full_name": "octo/app"})).insert_header(
+                "link",
+                format!(
+                    "<{}/repos/octo/app?page=2>; rel=\"next\", <{}/repos/octo/app?page=9>; rel=\"last\"",
+                    elsewhere.uri(),
+                    elsewhere.uri()
+                )
+                .as_str(),
+            ),
+        )
+        .mount(&f.server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/repos/octo/app/branches/main"))
+        .respond_with(json_reply(
+            200,
+            json!({"name": "main", "commit": {"sha": sha('a')}}),
+        ))
+        .mount(&f.server)
+        .await;
+    f.forge.preflight(&target("main", None)).await.unwrap();
+    assert!(received(&elsewhere).await.is_empty());
+}
+
+/// An answer over the bound is refused once: it would be as large again, so it is not asked for
+/// again, and its bytes are not kept.
+#[tokio::test]
+async fn a_huge_answer_is_refused_and_not_asked_for_again() {
+    let f = fixture().await;
+    let huge = format!("{{\"full_name\": \"{}\"}}", "o".repeat(9 * 1024 * 1024));
+    Mock::given(method("GET"))
+        .and(path("/repos/octo/app"))
+        .respond_with(ResponseTemplate::new(200).set_body_string(huge))
+        .mount(&f.server)
+        .await;
+    let err = f.forge.preflight(&target("main", None)).await.unwrap_err();
+    assert!(
+        matches!(&err, ForgeError::Protocol { detail, .. } if detail.contains("longer than 8 MiB") && detail.contains("not asked for again")),
+        "{err}"
+    );
+    assert_eq!(
+        calls(&received(&f.server).await, "GET", "/repos/octo/app"),
+        1
+    );
+}
+
+/// A POST answered 502 may have been acted on: even with attempts left and a `Retry-After: 0`
+/// inviting it, it is not sent again; the success mounted behind it is never reached.
+#[tokio::test]
+async fn a_post_answered_502_is_sent_once_however_the_forge_invites_a_retry() {
+    let f = fixture_with(RetryPolicy {
+        max_attempts: 5,
+        ..quick()
+    })
+    .await;
+    Mock::given(method("POST"))
+        .and(path("/repos/octo/app/pulls"))
+        .respond_with(
+            json_reply(502, json!({"message": "Bad Gateway"})).insert_header("retry-after", "0"),
+        )
+        .up_to_n_times(1)
+        .mount(&f.server)
+        .await;
+    mount_opened_pull(&f.server).await;
+    let err = f
+        .forge
+        .open_pull_request(&target("main", None), &draft(&f, "stet/fix-login"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            ForgeError::Server {
+                status: 502,
+                attempts: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        calls(&received(&f.server).await, "POST", "/repos/octo/app/pulls"),
+        1,
+        "the POST reached the forge exactly once"
+    );
+}
+
+/// The token echoed in an error body — a server error's, a refusal's, a body too odd to parse — is
+/// masked in the error stet shows.
+#[tokio::test]
+async fn a_token_echoed_in_an_error_body_is_masked() {
+    let f = fixture().await;
+    let echoes = [
+        json_reply(
+            500,
+            json!({"message": format!("upstream said {}", f.token)}),
+        ),
+        json_reply(404, json!({"message": format!("no repo for {}", f.token)})),
+        ResponseTemplate::new(401).set_body_string(format!("<html>{}</html>", f.token)),
+    ];
+    for echo in echoes {
+        f.server.reset().await;
+        Mock::given(method("GET"))
+            .and(path("/repos/octo/app"))
+            .respond_with(echo)
+            .mount(&f.server)
+            .await;
+        let err = f.forge.preflight(&target("main", None)).await.unwrap_err();
+        let shown = format!("{err} {err:?}");
+        assert!(!shown.contains(&f.token), "{shown}");
+        assert!(
+            f.sanitizer
+                .current()
+                .sanitize(&format!("x {} y", f.token))
+                .as_str()
+                != format!("x {} y", f.token),
+            "the sanitizer knows the token"
+        );
+    }
+}

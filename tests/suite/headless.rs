@@ -801,6 +801,37 @@ fn the_demo_runs_headless_from_brief_to_pull_request() {
     insta::assert_snapshot!("demo_review", normalize(&review_text, &home));
 }
 
+/// The model's replies are numbered per dispatch: two dispatches of one `stet demo` share its
+/// scripted model, and each one's replies count from "step 1" on (issue 29, item 9).
+#[test]
+fn the_demo_numbers_the_model_replies_of_each_dispatch_from_one() {
+    docker_ready();
+    let home = Home::new();
+    let mut command = home.demo();
+    command.arg("--all");
+    let finished = run(command);
+    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+    let mut steps: HashMap<DispatchId, Vec<u32>> = HashMap::new();
+    for event in &finished.events {
+        if let EventKind::Transcript(item) = &event.kind
+            && item.item == ItemKind::Message
+            && let Some(rest) = item.text.as_str().strip_prefix("step ")
+            && let Some((number, _)) = rest.split_once(':')
+        {
+            steps
+                .entry(event.dispatch)
+                .or_default()
+                .push(number.parse().unwrap());
+        }
+    }
+    assert_eq!(steps.len(), 2, "two dispatches asked the model: {steps:?}");
+    for numbers in steps.values() {
+        let expected: Vec<u32> = (1..).take(numbers.len()).collect();
+        assert!(numbers.len() > 1, "{steps:?}");
+        assert_eq!(*numbers, expected, "{steps:?}");
+    }
+}
+
 /// Also runs the demo a second time in the same state: the scratch forge is made anew and the earlier
 /// pull request is closed, so a rerun opens a new one instead of colliding with it.
 #[test]

@@ -12,6 +12,7 @@
 //!
 //! Every wait polls for what it expects with an overall bound that fails the test with the screen.
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -23,7 +24,7 @@ use stet_protocol::event::{DispatchId, Event, EventKind};
 use stet_protocol::state::Phase;
 
 use super::headless::{
-    Home, Project, STET_VARIABLES, assert_nothing_left, containers_of, containers_where,
+    Home, Project, STET_VARIABLES, Watched, assert_nothing_left, containers_of, containers_where,
     docker_ready, files_under, forever, scenario, signal,
 };
 use super::support::git;
@@ -1355,4 +1356,55 @@ fn cancelling_while_the_gate_matches_costly_rules_idles_the_theater() {
     assert_went_idle(busy, after_cancel, "the theater");
     tmux.press("q");
     tmux.assert_given_back(0, &[]);
+}
+
+/// A dispatch killed while its agent worked is salvaged by the theater's launch sweep and listed in
+/// its inbox as salvaged, with its diff; `p` and `y` on it push nothing (issue 29, item 15).
+#[test]
+fn the_theater_lists_a_salvaged_result_with_its_diff_and_never_pushes_it() {
+    docker_ready();
+    let project = Project::new(&scenario(&[
+        "write = { path = \"src/notes.txt\", content = \"tidied by the agent\\n\" }",
+        "say = \"I wrote src/notes.txt and keep at it.\"",
+        "forever = true",
+    ]));
+    let mut watched = Watched::start(project.headless(&["--timeout", "2m"]));
+    let at = watched.until("the agent's write", |event| {
+        matches!(&event.kind, EventKind::Transcript(item) if item.text.as_str().contains("wrote"))
+    });
+    assert_eq!(watched.kill().signal(), Some(9));
+    let reference = format!("refs/stet/{}", at.dispatch);
+
+    let tmux = Tmux::start(&project.home, &project.repo, &[]);
+    tmux.until_shown(
+        "the salvaged result in the inbox",
+        &["Inbox (2)", &format!("[salvaged] {PROJECT_TITLE}")],
+    );
+    tmux.press("j");
+    tmux.until_shown(
+        "the salvaged result's diff",
+        &[
+            "salvaged, incomplete, not pushed",
+            &format!("kept at {reference}"),
+            "+tidied by the agent",
+        ],
+    );
+    tmux.press("p");
+    tmux.until_shown(
+        "why p pushes nothing",
+        &["nothing to push: a salvaged result is incomplete"],
+    );
+    tmux.press("y");
+    tmux.press("q");
+    tmux.until_shown("stet to exit", &["stet exited with status 0"]);
+    // Nothing went out: the remote holds main alone, and the work stays at its ref.
+    assert_eq!(
+        git(&project.remote, &["for-each-ref", "--format=%(refname)"]),
+        "refs/heads/main"
+    );
+    let kept = git(&project.repo, &["rev-parse", "--verify", &reference]);
+    assert_eq!(
+        git(&project.repo, &["show", &format!("{kept}:src/notes.txt")]),
+        "tidied by the agent"
+    );
 }

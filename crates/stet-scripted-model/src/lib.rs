@@ -19,6 +19,10 @@
 //! makes it check that every request carries the real key in its API's header (`Authorization:
 //! Bearer` on OpenAI's routes, `x-api-key` on Anthropic's), answering 401 and counting any that does
 //! not.
+//! Replies are numbered ("step N: …") per conversation: a request naming its end user (`user`, or
+//! Anthropic's `metadata.user_id`) counts among that user's requests, so each run of the scripted
+//! agent, which names itself once per run, starts again at step 1 however many runs share the
+//! server (as the dispatches of one `stet demo` do); requests naming nobody share one count.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -36,9 +40,11 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::{JoinHandle, JoinSet};
 
+mod conversation;
 mod turns;
 mod wire;
 
+use conversation::{Asked, end_user};
 pub use turns::{Call, CallInput, SentUsage, Turn, tool_outputs};
 
 /// The model the scripted server lists and the demo's scenarios name.
@@ -121,8 +127,8 @@ struct State {
     cost_usd: Mutex<Option<f64>>,
     /// How many calls a Responses reply makes of each provider-executed tool its request enables.
     tool_calls: AtomicU64,
-    /// Requests on the two completion routes so far: numbers the replies.
-    asked: AtomicU64,
+    /// Requests on the completion routes so far, per conversation: numbers the replies.
+    asked: Mutex<Asked>,
     /// The scripted turns of the Responses and Messages routes, when set.
     turns: Mutex<Option<Vec<Turn>>>,
     /// The key every request must carry, when set.
@@ -140,7 +146,7 @@ impl Default for State {
             behaviour: Mutex::default(),
             cost_usd: Mutex::default(),
             tool_calls: AtomicU64::new(1),
-            asked: AtomicU64::new(0),
+            asked: Mutex::default(),
             turns: Mutex::default(),
             key: Mutex::default(),
             key_mismatches: AtomicU64::new(0),
@@ -417,7 +423,11 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
     let number = if matches!(route, Route::Models | Route::CountTokens) {
         0
     } else {
-        state.asked.fetch_add(1, Ordering::SeqCst) + 1
+        state
+            .asked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .next(end_user(&body))
     };
     let per_tool = state.tool_calls.load(Ordering::SeqCst);
     let error_response = |status, message: &str| route_error(route, status, message);

@@ -5,6 +5,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use super::*;
+use crate::conversation::{MAX_CONVERSATIONS, MAX_USER_BYTES};
 
 fn client() -> Client<HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new()).build_http()
@@ -856,6 +857,50 @@ async fn scripted_turns_answer_the_messages_api_with_tool_use_streamed_and_not()
     model.shutdown().await;
 }
 
+/// The text of a Chat Completions reply to `text` asked by `user` (nobody when `None`).
+async fn step_of(model: &ScriptedModel, user: Option<&str>, text: &str) -> String {
+    let mut body = json!({
+        "model": DEMO_MODEL,
+        "messages": [{ "role": "user", "content": text }],
+    });
+    if let Some(user) = user {
+        body["user"] = json!(user);
+    }
+    chat(model, body).await.json()["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn replies_are_numbered_per_named_end_user_and_the_unnamed_share_one_count() {
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(step_of(&model, Some("run-a"), "a").await, "step 1: a");
+    assert_eq!(step_of(&model, Some("run-a"), "a").await, "step 2: a");
+    assert_eq!(step_of(&model, Some("run-b"), "b").await, "step 1: b");
+    assert_eq!(step_of(&model, None, "n").await, "step 1: n");
+    assert_eq!(step_of(&model, Some("run-a"), "a").await, "step 3: a");
+    assert_eq!(step_of(&model, None, "n").await, "step 2: n");
+    assert_eq!(step_of(&model, Some("run-b"), "b").await, "step 2: b");
+    // Anthropic names the end user in `metadata.user_id`.
+    let message = json!({
+        "model": "claude-scripted",
+        "max_tokens": 100,
+        "metadata": { "user_id": "run-b" },
+        "messages": [{ "role": "user", "content": "m" }],
+    });
+    let reply = send(&model, Method::POST, "/v1/messages", Some(message))
+        .await
+        .json();
+    assert_eq!(reply["content"][0]["text"], json!("step 3: m"));
+    // A name too long to be a key names nobody.
+    let long = "x".repeat(MAX_USER_BYTES + 1);
+    assert_eq!(step_of(&model, Some(&long), "l").await, "step 3: l");
+    model.shutdown().await;
+}
+
 #[test]
 fn the_turn_is_the_number_of_tool_outputs() {
     assert_eq!(tool_outputs(&codex_turn(3, true)), 3);
@@ -894,4 +939,17 @@ async fn count_tokens_answers_in_anthropic_shape_with_the_key_checked() {
     assert_eq!(refused.json()["type"], "error");
     assert!(model.sent_usage().is_empty(), "counting tokens is no turn");
     model.shutdown().await;
+}
+
+#[test]
+fn names_past_the_last_conversation_kept_are_numbered_with_the_unnamed() {
+    let mut asked = Asked::default();
+    for index in 0..MAX_CONVERSATIONS {
+        assert_eq!(asked.next(Some(&format!("run-{index}"))), 1);
+    }
+    assert_eq!(asked.next(Some("one-too-many")), 1);
+    assert_eq!(asked.next(Some("another-too-many")), 2);
+    assert_eq!(asked.next(None), 3);
+    assert_eq!(asked.next(Some("run-7")), 2);
+    assert_eq!(asked.named.len(), MAX_CONVERSATIONS);
 }

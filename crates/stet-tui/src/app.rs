@@ -5,6 +5,7 @@ mod inbox;
 mod intent;
 mod navigation;
 mod review;
+pub(crate) mod salvaged;
 mod search;
 mod status;
 pub(crate) mod view;
@@ -25,6 +26,7 @@ use stet_protocol::state::Phase;
 pub use inbox::PastRun;
 pub use navigation::{Focus, Pages, TranscriptScroll};
 pub use review::{PatchState, PatchText};
+pub use salvaged::SalvagedResult;
 pub use search::{Direction, MAX_QUERY_CHARS, Search};
 pub use view::{
     Badge, BoundedRing, ClippedText, CollectedResult, CostMeter, DEFAULT_TRANSCRIPT_CAPACITY,
@@ -32,7 +34,8 @@ pub use view::{
     NetworkLine, Outcome, PhaseSpan, PullRequestLink, PushedBranch, Teardown, TranscriptLine,
 };
 
-/// One line of the inbox: a brief that can be dispatched, or a file that failed to read.
+/// One line of the inbox: a brief that can be dispatched, a file that failed to read, or the work
+/// the sweep salvaged from a crashed dispatch.
 #[derive(Debug, Clone, PartialEq)]
 pub enum InboxRow {
     /// A brief read and checked.
@@ -46,6 +49,8 @@ pub enum InboxRow {
         /// Why it is not a brief, in the reader's words.
         reason: String,
     },
+    /// A crashed dispatch's work, salvaged by the sweep: incomplete, never pushed from here.
+    Salvaged(Box<SalvagedResult>),
 }
 
 impl InboxRow {
@@ -69,14 +74,15 @@ impl InboxRow {
                 .file_stem()
                 .and_then(|stem| stem.to_str())
                 .unwrap_or_default(),
+            InboxRow::Salvaged(result) => &result.reference,
         }
     }
 
-    /// The brief's id; `None` for a file that failed to read.
+    /// The brief's id; `None` for a file that failed to read and for a salvaged result.
     pub fn brief_id(&self) -> Option<&str> {
         match self {
             InboxRow::Brief(brief) => Some(&brief.id),
-            InboxRow::Invalid { .. } => None,
+            InboxRow::Invalid { .. } | InboxRow::Salvaged(_) => None,
         }
     }
 }
@@ -363,7 +369,8 @@ impl App {
                 }
                 None
             }
-            Msg::InboxReloaded(rows) => {
+            Msg::InboxReloaded(mut rows) => {
+                rows.extend(self.salvaged_rows().cloned());
                 self.reload(rows);
                 None
             }
@@ -630,7 +637,7 @@ impl App {
         let at = self
             .rows
             .iter()
-            .position(|row| row.sort_key() > id.as_str())
+            .position(|row| matches!(row, InboxRow::Salvaged(_)) || row.sort_key() > id.as_str())
             .unwrap_or(self.rows.len());
         self.rows.insert(at, InboxRow::Brief(brief));
         self.focus = Focus::Inbox;

@@ -8,7 +8,9 @@ use stet_sanitize::display::one_line;
 
 use crate::app::{App, DispatchView, Focus, InboxRow, Msg, Pages};
 use crate::keymap;
-use crate::panes::{self, confirm, help, inbox, meter, review, text, timeline, transcript};
+use crate::panes::{
+    self, confirm, help, inbox, meter, review, salvaged, text, timeline, transcript,
+};
 
 /// Below this many columns the panes cannot be read; a notice is drawn instead.
 pub const MIN_WIDTH: u16 = 60;
@@ -22,7 +24,7 @@ pub enum Pane {
     Inbox,
     /// The transcript.
     Transcript,
-    /// The review gate's diff.
+    /// The review gate's diff (or a salvaged result's).
     Review,
 }
 
@@ -135,7 +137,9 @@ pub fn pages(app: &App, area: Rect) -> Pages {
         usize::from(screen.detail.width.saturating_sub(2)),
         usize::from(screen.detail.height.saturating_sub(2)),
     );
-    if let Some(view) = app.reviewing() {
+    if let Some(result) = app.selected_salvaged() {
+        pages.diff = salvaged::diff_rows(result, width, height);
+    } else if let Some(view) = app.reviewing() {
         pages.diff = review::diff_rows(view, width, height);
     } else if let Some(view) = app.selected_dispatch() {
         let transcript = Detail::of(screen.detail, app, view).transcript;
@@ -154,7 +158,7 @@ pub fn pane_at(app: &App, area: Rect, column: u16, row: u16) -> Option<Pane> {
     if !screen.detail.contains(cell) {
         return None;
     }
-    if app.reviewing().is_some() {
+    if app.reviewing().is_some() || app.selected_salvaged().is_some() {
         return Some(Pane::Review);
     }
     let view = app.selected_dispatch()?;
@@ -198,6 +202,10 @@ fn render_too_small(frame: &mut Frame, area: Rect) {
 /// what the selected brief would do.
 fn render_detail(frame: &mut Frame, area: Rect, app: &App) {
     let theme = app.theme();
+    if let Some(result) = app.selected_salvaged() {
+        salvaged::render(frame, area, result, app.review_scroll(), theme);
+        return;
+    }
     if let Some(view) = app.reviewing() {
         review::render(frame, area, view, app.review_scroll(), theme);
         return;
@@ -262,7 +270,7 @@ fn render_brief(frame: &mut Frame, area: Rect, app: &App) {
                 Line::styled("fix the file and start stet again", theme.muted()),
             ]),
         ),
-        None => (
+        Some(InboxRow::Salvaged(_)) | None => (
             "Dispatch".to_owned(),
             Text::styled("nothing selected", theme.muted()),
         ),

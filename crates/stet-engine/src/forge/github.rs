@@ -9,13 +9,15 @@
 //! `Retry-After`, and gives up rather than wait longer than [`RetryPolicy::max_delay`].
 
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use http::{Method, StatusCode};
 use percent_encoding::utf8_percent_encode;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 
+use super::octocrab_client::OctocrabClient;
 use super::rest::{Auth, Reply, Rest, SEGMENT, is_name_part, ref_path};
 use super::token::TokenSource;
 use super::{
@@ -174,7 +176,11 @@ struct Permissions {
 /// inside its REST client.
 pub struct GitHubForge {
     dialect: Dialect,
-    rest: Rest,
+    /// The forge's REST client: Gitea's requests go out on it, GitHub's through [`OctocrabClient`]
+    /// over it; it reads the forge's errors for both.
+    rest: Arc<Rest>,
+    /// GitHub's requests, built by octocrab; `None` for Gitea.
+    octocrab: Option<OctocrabClient>,
     git_url: String,
     /// The only repositories a brief may target: those the user's checkout has as remotes.
     remotes: CheckoutRemotes,
@@ -224,13 +230,25 @@ impl GitHubForge {
         sanitizer: SanitizerHandle,
         remotes: CheckoutRemotes,
     ) -> Result<GitHubForge> {
-        let rest = settings.primary_client(dialect.name(), token, dialect.auth(), sanitizer)?;
+        let rest =
+            Arc::new(settings.primary_client(dialect.name(), token, dialect.auth(), sanitizer)?);
+        let octocrab = (dialect == Dialect::GitHub).then(|| OctocrabClient::new(Arc::clone(&rest)));
         Ok(GitHubForge {
             dialect,
             rest,
+            octocrab,
             git_url: settings.git_url.trim_end_matches('/').to_owned(),
             remotes,
         })
+    }
+
+    /// Sends `method path` on the forge's API: through octocrab for GitHub, on the REST client for
+    /// Gitea; either way with every bound of [`Rest::send`].
+    async fn send(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Reply> {
+        match &self.octocrab {
+            Some(octocrab) => octocrab.send(method, path, body).await,
+            None => self.rest.send(method, path, body).await,
+        }
     }
 
     /// The host of `git_url`, which the checkout's remotes are matched on.
@@ -266,7 +284,6 @@ impl GitHubForge {
             return Ok(());
         };
         let reply = self
-            .rest
             .send(Method::GET, &format!("{repo}/branches/{path}"), None)
             .await?;
         if reply.status == StatusCode::NOT_FOUND {
@@ -284,7 +301,6 @@ impl GitHubForge {
 
     async fn resolve_head(&self, target: &Target, repo: &str, number: u64) -> Result<ResolvedHead> {
         let reply = self
-            .rest
             .send(Method::GET, &format!("{repo}/pulls/{number}"), None)
             .await?;
         self.pull_request_found(&reply, target, number)?;
@@ -348,7 +364,7 @@ impl GitHubForge {
                 );
             }
         };
-        match self.rest.send(Method::GET, &path, None).await {
+        match self.send(Method::GET, &path, None).await {
             Err(error) => Check::problem(
                 "repository",
                 Status::Fail,
@@ -412,7 +428,7 @@ impl Forge for GitHubForge {
         let forge = self.name();
         let token_fix = self.dialect.token_fix();
         let mut checks = Vec::new();
-        match self.rest.send(Method::GET, "/user", None).await {
+        match self.send(Method::GET, "/user", None).await {
             Err(error) => {
                 checks.push(Check::problem(
                     "forge",
@@ -452,7 +468,7 @@ impl Forge for GitHubForge {
     async fn preflight(&self, target: &Target) -> Result<Preflight> {
         self.remotes.refuse_others(self.name(), &target.repo)?;
         let repo = repo_path(self.name(), &target.repo)?;
-        let reply = self.rest.send(Method::GET, &repo, None).await?;
+        let reply = self.send(Method::GET, &repo, None).await?;
         if reply.status == StatusCode::NOT_FOUND {
             return Err(ForgeError::RepositoryNotFound {
                 forge: self.name(),
@@ -471,7 +487,6 @@ impl Forge for GitHubForge {
         };
         let branch = ref_path(&target.base).ok_or_else(base_not_found)?;
         let reply = self
-            .rest
             .send(Method::GET, &format!("{repo}/branches/{branch}"), None)
             .await?;
         if reply.status == StatusCode::NOT_FOUND {
@@ -524,7 +539,6 @@ impl Forge for GitHubForge {
             "base": draft.base,
         });
         let reply = self
-            .rest
             .send(Method::POST, &format!("{repo}/pulls"), Some(&body))
             .await?;
         // GitHub: 422 "A pull request already exists"; Gitea: 409 "pull request already exists"
@@ -569,7 +583,6 @@ impl Forge for GitHubForge {
             "body": draft.body.as_str(),
         });
         let reply = self
-            .rest
             .send(
                 Method::PATCH,
                 &format!("{repo}/pulls/{number}"),

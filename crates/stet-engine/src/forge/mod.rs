@@ -12,6 +12,7 @@ pub mod github_app;
 pub mod gitlab;
 pub mod gitlab_token;
 pub mod local;
+mod octocrab_client;
 pub mod protected;
 pub mod pull_request;
 pub mod rest;

@@ -11,7 +11,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use http::header::{
-    ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION, RETRY_AFTER, USER_AGENT,
+    ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderMap, HeaderName, HeaderValue,
+    LOCATION, RETRY_AFTER, USER_AGENT,
 };
 use http::{Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
@@ -204,6 +205,11 @@ impl Rest {
         &self.api_url
     }
 
+    /// The forge this client talks to, as errors name it.
+    pub(crate) fn forge(&self) -> &'static str {
+        self.forge
+    }
+
     /// Sends `method path` (a path relative to the API URL, its segments already encoded) with an
     /// optional JSON body, retrying transient failures. Any other answer, success or not, is returned
     /// for the caller to interpret.
@@ -213,11 +219,37 @@ impl Rest {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Reply> {
+        let payload = match body {
+            Some(body) => Some(Zeroizing::new(serde_json::to_vec(body).map_err(|err| {
+                ForgeError::Protocol {
+                    forge: self.forge,
+                    detail: format!("the body of {method} {path} could not be written: {err}"),
+                }
+            })?)),
+            None => None,
+        };
+        self.send_payload(method, path, payload, &HeaderMap::new())
+            .await
+    }
+
+    /// [`Rest::send`] of a body already written as JSON, with `extra` headers (a client library's
+    /// own, such as an API version) sent beside stet's: they cannot replace the credential, the
+    /// content type or the host.
+    pub(crate) async fn send_payload(
+        &self,
+        method: Method,
+        path: &str,
+        payload: Option<Zeroizing<Vec<u8>>>,
+        extra: &HeaderMap,
+    ) -> Result<Reply> {
         let max_attempts = self.retry.max_attempts.max(1);
         let until = tokio::time::Instant::now() + self.deadline;
         let mut attempt = 1;
         loop {
-            let transient = match self.attempt(&method, path, body, until).await? {
+            let transient = match self
+                .attempt(&method, path, payload.as_ref(), extra, until)
+                .await?
+            {
                 Attempt::Answered(reply, headers) => match self.transient(&reply, &headers) {
                     None => return Ok(reply),
                     Some(transient) => transient,
@@ -265,12 +297,13 @@ impl Rest {
         &self,
         method: &Method,
         path: &str,
-        body: Option<&Value>,
+        payload: Option<&Zeroizing<Vec<u8>>>,
+        extra: &HeaderMap,
         until: tokio::time::Instant,
     ) -> Result<Attempt> {
         let remaining = until.saturating_duration_since(tokio::time::Instant::now());
         let limit = self.read_timeout.min(remaining);
-        match tokio::time::timeout(limit, self.follow(method, path, body)).await {
+        match tokio::time::timeout(limit, self.follow(method, path, payload, extra)).await {
             Ok(attempt) => attempt,
             Err(_) => Ok(Attempt::Unreachable {
                 detail: format!("no answer within {} s", limit.as_secs_f32()),
@@ -280,16 +313,13 @@ impl Rest {
     }
 
     /// [`Rest::attempt`] without its time limit.
-    async fn follow(&self, method: &Method, path: &str, body: Option<&Value>) -> Result<Attempt> {
-        let payload = match body {
-            Some(body) => Some(Zeroizing::new(serde_json::to_vec(body).map_err(|err| {
-                ForgeError::Protocol {
-                    forge: self.forge,
-                    detail: format!("the body of {method} {path} could not be written: {err}"),
-                }
-            })?)),
-            None => None,
-        };
+    async fn follow(
+        &self,
+        method: &Method,
+        path: &str,
+        payload: Option<&Zeroizing<Vec<u8>>>,
+        extra: &HeaderMap,
+    ) -> Result<Attempt> {
         let mut uri = self.uri(&format!("{}{path}", self.api_url), path)?;
         let mut method = method.clone();
         let mut payload = payload;
@@ -303,7 +333,8 @@ impl Rest {
                     &method,
                     &uri,
                     authorization,
-                    payload.as_ref().map(|p| p.as_slice()),
+                    extra,
+                    payload.map(|p| p.as_slice()),
                 )
                 .await
             {
@@ -340,6 +371,7 @@ impl Rest {
         method: &Method,
         uri: &Uri,
         authorization: Vec<(HeaderName, HeaderValue)>,
+        extra: &HeaderMap,
         payload: Option<&[u8]>,
     ) -> std::result::Result<(StatusCode, HeaderMap, Reply), Unanswered> {
         let mut request = Request::builder()
@@ -347,6 +379,19 @@ impl Rest {
             .uri(uri.clone())
             .header(USER_AGENT, AGENT)
             .header(ACCEPT, "application/json");
+        for (name, value) in extra {
+            let stets = [
+                AUTHORIZATION,
+                CONTENT_TYPE,
+                CONTENT_LENGTH,
+                HOST,
+                USER_AGENT,
+                ACCEPT,
+            ];
+            if !stets.contains(name) && !name.as_str().starts_with("proxy-") {
+                request = request.header(name, value);
+            }
+        }
         if payload.is_some() {
             request = request.header(CONTENT_TYPE, "application/json");
         }

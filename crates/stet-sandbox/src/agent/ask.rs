@@ -1,7 +1,9 @@
 //! The scripted agent's side of the model conversation: `ask` steps post an OpenAI-style chat
 //! completion to the model URL the harness gives it (in the sandbox, the relay on loopback, which
 //! leads to the host gateway) and read the reply, plain or streamed. The agent prints no usage for
-//! these: the gateway meters them on the host, where the agent cannot lie about them.
+//! these: the gateway meters them on the host, where the agent cannot lie about them. Every ask of
+//! one run names the same end user (`user`, a name made for the run), so a model can tell one run's
+//! conversation from another's: the demo's scripted model numbers its replies per run by it.
 
 use std::time::Duration;
 
@@ -22,6 +24,12 @@ pub const ASK_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The largest reply read, plain or streamed.
 const MAX_REPLY_BYTES: usize = 4 * 1024 * 1024;
+
+/// How many random bytes name a run's conversation (as hexadecimal after [`USER_PREFIX`]).
+const USER_RANDOM_BYTES: usize = 8;
+
+/// The start of the end-user name every ask of a run sends.
+const USER_PREFIX: &str = "stet-agent-";
 
 /// The largest refusal body read for its error message.
 const MAX_REFUSAL_BYTES: usize = 64 * 1024;
@@ -71,6 +79,8 @@ pub(super) struct ModelClient {
     authorization: Option<HeaderValue>,
     timeout: Duration,
     model: String,
+    /// The end user every ask of this run names: [`USER_PREFIX`] and random hexadecimal.
+    user: String,
 }
 
 impl ModelClient {
@@ -120,6 +130,7 @@ impl ModelClient {
             authorization,
             timeout: endpoint.timeout,
             model: model.to_owned(),
+            user: run_user(step)?,
         })
     }
 
@@ -154,6 +165,7 @@ impl ModelClient {
             "model": self.model,
             "messages": [{ "role": "user", "content": prompt }],
             "stream": stream,
+            "user": self.user,
         });
         let mut request = Request::builder()
             .method(Method::POST)
@@ -194,6 +206,22 @@ impl ModelClient {
             read_completion(response.into_body()).await
         }
     }
+}
+
+/// A new end-user name for one run: [`USER_PREFIX`] and [`USER_RANDOM_BYTES`] random bytes in
+/// hexadecimal, always the same length so that the size of an ask does not vary between runs.
+fn run_user(step: usize) -> Result<String> {
+    let mut random = [0u8; USER_RANDOM_BYTES];
+    getrandom::fill(&mut random).map_err(|error| AgentError::Ask {
+        step,
+        problem: format!("cannot name the run's conversation: {error}"),
+    })?;
+    Ok(random
+        .iter()
+        .fold(USER_PREFIX.to_owned(), |mut name, byte| {
+            name.push_str(&format!("{byte:02x}"));
+            name
+        }))
 }
 
 /// Why an exchange did not give a reply.

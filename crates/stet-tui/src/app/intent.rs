@@ -25,7 +25,7 @@ impl App {
                         InboxRow::Brief(brief) => {
                             Some((brief.target.repo.clone(), brief.target.base.clone()))
                         }
-                        InboxRow::Invalid { .. } => None,
+                        InboxRow::Invalid { .. } | InboxRow::Salvaged(_) => None,
                     })
                     .unwrap_or_default();
                 self.form = Some(NewBriefForm::new(&repo, &base));
@@ -120,7 +120,7 @@ impl App {
             Msg::PageUp | Msg::PageDown => {
                 let rows = if self.help {
                     self.pages.help
-                } else if self.reviewing().is_some() {
+                } else if self.reviewing().is_some() || self.selected_salvaged().is_some() {
                     self.pages.diff
                 } else {
                     self.pages.transcript
@@ -132,19 +132,19 @@ impl App {
                     Msg::ScrollDown(page)
                 })
             }
-            Msg::ScrollUp(lines) if self.reviewing().is_some() => {
+            Msg::ScrollUp(lines) if self.shows_a_diff() => {
                 self.scroll_review_to(self.review_scroll.saturating_sub(lines));
                 None
             }
-            Msg::ScrollDown(lines) if self.reviewing().is_some() => {
+            Msg::ScrollDown(lines) if self.shows_a_diff() => {
                 self.scroll_review_to(self.review_scroll.saturating_add(lines));
                 None
             }
-            Msg::ScrollTop if self.reviewing().is_some() => {
+            Msg::ScrollTop if self.shows_a_diff() => {
                 self.scroll_review_to(0);
                 None
             }
-            Msg::FollowTail if self.reviewing().is_some() => {
+            Msg::FollowTail if self.shows_a_diff() => {
                 self.scroll_review_to(usize::MAX);
                 None
             }
@@ -328,6 +328,14 @@ impl App {
                 let id = brief.id.clone();
                 (!self.in_flight_elsewhere(&id)).then_some(id)
             }
+            InboxRow::Salvaged(result) => {
+                let message = format!(
+                    "a salvaged result is not a brief, so it is not dispatched; it is kept at {}",
+                    result.reference
+                );
+                self.set_status(message);
+                None
+            }
         }
     }
 
@@ -353,6 +361,11 @@ impl App {
             self.set_status(format!("nothing to {verb}: the inbox is empty"));
             return None;
         };
+        if let InboxRow::Salvaged(result) = row {
+            let message = App::salvaged_refusal(result, verb);
+            self.set_status(message);
+            return None;
+        }
         let Some(brief) = row.brief_id().map(str::to_owned) else {
             self.set_status(format!(
                 "nothing to {verb}: this file is not a brief, so it never ran"
@@ -390,12 +403,22 @@ impl App {
         self.changed |= before != self.review_scroll;
     }
 
-    /// How many lines the patch in the review gate has (0 while it is not loaded).
+    /// How many lines the patch in the review gate, or of the salvaged result selected, has (0
+    /// while it is not loaded).
     fn patch_lines(&self) -> usize {
+        if let Some(result) = self.selected_salvaged() {
+            return result.patch.len();
+        }
         match self.reviewing().and_then(|view| view.patch.as_ref()) {
             Some(PatchState::Loaded(patch)) => patch.len(),
             _ => 0,
         }
+    }
+
+    /// Whether the detail pane shows a diff the scroll keys move: the review gate's, or a salvaged
+    /// result's.
+    fn shows_a_diff(&self) -> bool {
+        self.reviewing().is_some() || self.selected_salvaged().is_some()
     }
 
     /// Pins the transcript on the nearest match of the committed search, walking `direction` from

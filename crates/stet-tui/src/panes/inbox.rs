@@ -1,5 +1,6 @@
-//! The inbox pane: every brief with its last-run badge and target, and files that failed to read as
-//! error rows, so a broken brief is visible instead of silently missing.
+//! The inbox pane: every brief with its last-run badge and target, files that failed to read as
+//! error rows, so a broken brief is visible instead of silently missing, and below them the work the
+//! sweep salvaged from crashed dispatches, badged `[salvaged]`.
 
 use ratatui::Frame;
 use ratatui::layout::Rect;
@@ -81,6 +82,21 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                         .map(|part| Line::styled(format!("  {part}"), theme.error())),
                 );
                 ListItem::new(lines)
+            }
+            InboxRow::Salvaged(result) => {
+                let label = "[salvaged] ";
+                let title_width = width.saturating_sub(label.chars().count());
+                let counts = format!(
+                    "  {} file(s) +{} −{} · incomplete, not pushed",
+                    result.files, result.insertions, result.deletions
+                );
+                ListItem::new(vec![
+                    Line::from(vec![
+                        Span::styled(label, theme.warning()),
+                        Span::raw(text::truncate(&one_line(&result.title), title_width)),
+                    ]),
+                    Line::styled(text::truncate(&counts, width), theme.muted()),
+                ])
             }
         })
         .collect();

@@ -7,6 +7,7 @@ pub mod help;
 pub mod inbox;
 pub mod meter;
 pub mod review;
+pub mod salvaged;
 pub mod text;
 pub mod timeline;
 pub mod transcript;

@@ -114,12 +114,17 @@ fn patch_style(line: &str, theme: Theme) -> ratatui::style::Style {
     }
 }
 
-/// `rows` lines of `patch` from line `first`, each cut to `width` columns, with where they are.
-fn patch_window(
+/// The keys that move the review gate's diff, as its last line names them.
+const REVIEW_DIFF_KEYS: &str = "j/k · Space page · g/G";
+
+/// `rows` lines of `patch` from line `first`, each cut to `width` columns, with where they are and
+/// the `keys` that move them.
+pub(crate) fn patch_window(
     patch: &PatchText,
     first: usize,
     rows: usize,
     width: usize,
+    keys: &str,
     theme: Theme,
 ) -> Vec<Line<'static>> {
     if rows == 0 {
@@ -140,7 +145,7 @@ fn patch_window(
     let last = (first + lines.len()).min(patch.len());
     lines.push(Line::styled(
         format!(
-            "diff lines {}–{last} of {} · j/k · Space page · g/G",
+            "diff lines {}–{last} of {} · {keys}",
             first + usize::from(last > 0),
             patch.len()
         ),
@@ -274,7 +279,14 @@ fn laid_out(
         Some(PatchState::Loaded(patch)) if !patch.is_empty() && patch_room > 1 => {
             head.push(Line::raw(""));
             diff_rows = patch_room - 1;
-            head.extend(patch_window(patch, scroll, patch_room, width, theme));
+            head.extend(patch_window(
+                patch,
+                scroll,
+                patch_room,
+                width,
+                REVIEW_DIFF_KEYS,
+                theme,
+            ));
         }
         Some(PatchState::Loading) if patch_room > 0 => {
             head.push(Line::styled("reading the diff…", theme.muted()));

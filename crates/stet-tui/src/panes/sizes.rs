@@ -4,9 +4,11 @@
 //! whole reason.
 
 use chrono::TimeDelta;
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
+use crate::app::salvaged::tests::salvaged_result;
 use crate::app::tests::{Script, brief_entry, broken_entry, dispatch_selected, t0};
 use crate::app::{App, Msg};
 use crate::panes::assert_screen;
@@ -234,4 +236,56 @@ fn the_push_confirmation_names_what_goes_out_and_fits() {
             assert!(shown.contains(said), "{said:?} not in:\n{shown}");
         }
     }
+}
+
+#[test]
+fn a_salvaged_result_shows_as_salvaged_with_its_diff_and_is_never_pushed() {
+    let mut app = inbox_app();
+    let result = salvaged_result(40);
+    app.set_salvaged([result.clone()]);
+    for _ in 0..3 {
+        app.update(Msg::SelectNext);
+    }
+    assert_eq!(app.selected_salvaged(), Some(&result));
+    for shown in at_both_sizes("salvaged", &mut app) {
+        for said in [
+            "[salvaged] Greet",
+            "salvaged, incomplete, not pushed",
+            "kept at",
+            // The reference whole, however narrow: wrapped, never cut.
+            "refs/stet/stet-dispatch-00000000-0000-4000-8000-",
+            "0000000029",
+            "held for review:",
+            ".github/workflows/ci.yml",
+            "left out by the import:",
+            "+salvaged line 0",
+            "of 44 · PgDn/PgUp · End",
+            "? help",
+        ] {
+            assert!(shown.contains(said), "{said:?} not in:\n{shown}");
+        }
+    }
+    // The keys the diff's last line names move it while the inbox keeps j/k for its rows: at 80×24
+    // the pane shows 8 of the 44 diff lines, a page is 7 of them.
+    screen(&mut app, 80, 24);
+    for (code, first) in [
+        (KeyCode::PageDown, 7),
+        (KeyCode::End, 36),
+        (KeyCode::PageUp, 29),
+    ] {
+        let key = KeyEvent::new(code, KeyModifiers::NONE);
+        let msg = crate::keymap::message_for(key, &app).unwrap();
+        app.update(msg);
+        assert_eq!(app.review_scroll(), first, "{code:?}");
+    }
+    let moved = screen(&mut app, 80, 24);
+    assert!(moved.contains("diff lines 30–37 of 44"), "{moved}");
+    // `p` asks no question and says why: the screen shows no push confirmation.
+    app.update(Msg::Approve);
+    let after = screen(&mut app, 80, 24);
+    assert!(!after.contains("Push "), "{after}");
+    assert!(
+        after.contains("nothing to push: a salvaged result"),
+        "{after}"
+    );
 }

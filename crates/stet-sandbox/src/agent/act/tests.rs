@@ -775,6 +775,33 @@ fn ask_without_a_model_url_is_an_error_naming_the_step_and_the_run_goes_on() {
 }
 
 #[test]
+fn each_run_names_one_end_user_so_the_model_numbers_its_replies_from_one() {
+    let upstream = Upstream::start();
+    let steps = "[[step]]\nask = { prompt = \"first?\" }\n[[step]]\nask = { prompt = \"second?\", stream = true }\n";
+    let expected = vec![message("step 1: first?"), message("step 2: second?")];
+    // Two runs against one model, as the dispatches of one `stet demo` share it.
+    for _ in 0..2 {
+        let run = ask_out(Some(&upstream.endpoint()), steps);
+        assert_eq!(run.code.unwrap(), 0);
+        assert_eq!(run.records, expected);
+    }
+    let users: Vec<String> = upstream
+        .model
+        .requests()
+        .iter()
+        .map(|request| request.body["user"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(users.len(), 4);
+    assert_eq!(users[0], users[1], "one run, one name");
+    assert_eq!(users[2], users[3], "one run, one name");
+    assert_ne!(users[0], users[2], "each run its own name");
+    for user in &users {
+        assert!(user.starts_with("stet-agent-"), "{user}");
+        assert_eq!(user.len(), "stet-agent-".len() + 16, "{user}");
+    }
+}
+
+#[test]
 fn ask_until_refused_asks_max_times_or_until_refused() {
     let upstream = Upstream::start();
     let run = ask_out(
