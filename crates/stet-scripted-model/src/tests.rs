@@ -1,5 +1,6 @@
 //! Unit tests of the scripted model server, in a file of their own so the crate root reads as code.
 
+use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
