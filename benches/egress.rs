@@ -31,7 +31,7 @@
 //! on two workers (the engine's), the servers on one. Every download is checked whole, and each
 //! proxy's report is checked at its shutdown: no refusal, the bytes it counted.
 //!
-//! `cargo bench --bench egress`: about 40 s on 2 cores once built. `STET_BENCH_TURNS=2
+//! `cargo bench --bench egress`: about 20 s on 2 cores once built. `STET_BENCH_TURNS=2
 //! STET_BENCH_MIB=20 STET_BENCH_CONNECTIONS=300 STET_BENCH_IDLE=300` is a quick check.
 
 use std::future::Future;
