@@ -464,20 +464,19 @@ fn print_throughput(bytes: usize, results: &[Downloads]) {
         results[0].seconds.len()
     );
     println!(
-        "  {:<22} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "path", "median", "min", "max", "MiB/s", "vs direct"
+        "  {:<22} {:>12} {:>12} {:>12} {:>10}",
+        "path", "median MiB/s", "min MiB/s", "max MiB/s", "vs direct"
     );
     let direct = mib / median(&results[0].seconds);
     for result in results {
         let rates = sorted(&result.seconds.iter().map(|s| mib / s).collect::<Vec<_>>());
         let rate = mib / median(&result.seconds);
         println!(
-            "  {:<22} {:>10.0} {:>10.0} {:>10.0} {:>10} {:>9.1} %",
+            "  {:<22} {:>12.0} {:>12.0} {:>12.0} {:>8.1} %",
             result.name,
             rate,
             rates[0],
             rates[rates.len() - 1],
-            "",
             100.0 * rate / direct,
         );
     }
