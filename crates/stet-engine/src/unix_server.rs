@@ -1,5 +1,5 @@
-//! How stet's servers for a sandbox (the egress proxy; the model gateway's own copy is to move
-//! here) bind and accept, in one place: a unix socket that fits `sun_path`, must not exist yet and is
+//! How stet's servers for a sandbox (the model gateway and the egress proxy) bind and accept, in
+//! one place: a unix socket that fits `sun_path`, must not exist yet and is
 //! private to stet's account before anything is served on it, and an accept loop that holds at most
 //! a bounded number of connections (more wait in the socket's backlog, holding nothing of stet's)
 //! and backs off when the system refuses one instead of spinning.

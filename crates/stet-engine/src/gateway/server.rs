@@ -11,7 +11,6 @@ mod scan;
 
 use std::convert::Infallible;
 use std::net::IpAddr;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,7 +24,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::UnixListener;
 use tokio::sync::{Semaphore, mpsc, oneshot};
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 
 use super::GatewayError;
 use super::ledger::{Reporter, SharedLedger, Totals};
@@ -34,10 +33,11 @@ use super::prices::PriceTable;
 use super::reply::shown_text;
 use crate::credential::SecretValue;
 use crate::gateway::usage::UsageReport;
+use crate::unix_server::{self, BindError};
 use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
 
 /// The longest socket path `sun_path` holds (108 bytes including the terminating NUL).
-pub(super) const MAX_SOCKET_PATH: usize = 107;
+pub(super) const MAX_SOCKET_PATH: usize = unix_server::MAX_SOCKET_PATH;
 
 /// Events the receiver may fall behind by before further `Usage` and `Error` events are dropped (and
 /// counted); `CeilingReached` has a slot of its own and is never dropped.
@@ -285,7 +285,7 @@ impl Gateway {
         if let Some(accept) = self.accept.take() {
             let _ = accept.await;
         }
-        remove_socket(&self.socket);
+        unix_server::remove_socket(&self.socket);
     }
 }
 
@@ -295,59 +295,20 @@ impl Drop for Gateway {
             self.shared.shutting_down.store(true, Ordering::Relaxed);
             // Aborting the accept task drops its `JoinSet`, which aborts every connection task.
             accept.abort();
-            remove_socket(&self.socket);
+            unix_server::remove_socket(&self.socket);
         }
     }
 }
 
-fn remove_socket(socket: &Path) {
-    match std::fs::remove_file(socket) {
-        Ok(()) => {}
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-        Err(err) => tracing::warn!(
-            "could not remove the gateway socket {}: {err}",
-            socket.display()
-        ),
-    }
-}
-
+/// The gateway's socket, bound private by the one rule stet's sandbox servers share.
 fn bind(socket: &Path) -> Result<UnixListener, GatewayError> {
-    let len = socket.as_os_str().len();
-    if len > MAX_SOCKET_PATH {
-        return Err(GatewayError::SocketPathTooLong {
-            path: socket.to_owned(),
-            len,
-        });
-    }
-    if socket.symlink_metadata().is_ok() {
-        return Err(GatewayError::SocketExists(socket.to_owned()));
-    }
-    let parent = match socket.parent() {
-        Some(parent) if parent.as_os_str().is_empty() => Path::new("."),
-        Some(parent) => parent,
-        None => Path::new("/"),
-    };
-    if !parent.is_dir() {
-        return Err(GatewayError::SocketDir(parent.to_owned()));
-    }
-    let listener = UnixListener::bind(socket).map_err(|source| match source.kind() {
-        std::io::ErrorKind::AddrInUse => GatewayError::SocketExists(socket.to_owned()),
-        _ => GatewayError::Bind {
-            path: socket.to_owned(),
-            source,
-        },
-    })?;
-    // The socket is created with the umask's mode; tighten it before anything is served on it (the
-    // dispatch's state directory it lives in is private too).
-    if let Err(source) = std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600)) {
-        drop(listener);
-        remove_socket(socket);
-        return Err(GatewayError::SocketMode {
-            path: socket.to_owned(),
-            source,
-        });
-    }
-    Ok(listener)
+    unix_server::bind_private(socket).map_err(|error| match error {
+        BindError::TooLong { path, len } => GatewayError::SocketPathTooLong { path, len },
+        BindError::Exists(path) => GatewayError::SocketExists(path),
+        BindError::NoDirectory(path) => GatewayError::SocketDir(path),
+        BindError::Bind { path, source } => GatewayError::Bind { path, source },
+        BindError::Mode { path, source } => GatewayError::SocketMode { path, source },
+    })
 }
 
 /// The host's model API key as each wire API sends it, made once (marked sensitive, so never logged).
@@ -379,44 +340,14 @@ fn header_value(prefix: &[u8], key: &SecretValue) -> Result<HeaderValue, Gateway
     Ok(header)
 }
 
-async fn accept_loop(
-    listener: UnixListener,
-    shared: Arc<Shared>,
-    mut stopped: oneshot::Receiver<()>,
-) {
-    let mut connections = JoinSet::new();
-    let slots = Arc::new(Semaphore::new(shared.limits.max_connections.max(1)));
-    loop {
-        // A connection is accepted only with a slot free: past the cap, connections wait in the
-        // socket's backlog, holding none of stet's descriptors.
-        let slot = tokio::select! {
-            _ = &mut stopped => break,
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-            slot = Arc::clone(&slots).acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => break,
-            },
-        };
-        tokio::select! {
-            _ = &mut stopped => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let shared = Arc::clone(&shared);
-                    connections.spawn(async move {
-                        serve_connection(stream, shared).await;
-                        drop(slot);
-                    });
-                }
-                Err(err) => {
-                    // Out of descriptors and the like: back off instead of spinning.
-                    tracing::warn!("the gateway could not accept a connection: {err}");
-                    drop(slot);
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            },
-        }
-    }
-    drop(listener);
+/// Serves connections until stopped, at most the limits' count at once (past it, connections wait in
+/// the socket's backlog, holding none of stet's descriptors); those still open are then aborted.
+async fn accept_loop(listener: UnixListener, shared: Arc<Shared>, stopped: oneshot::Receiver<()>) {
+    let max = shared.limits.max_connections;
+    let mut connections = unix_server::accept_bounded(listener, max, stopped, |stream| {
+        serve_connection(stream, Arc::clone(&shared))
+    })
+    .await;
     connections.shutdown().await;
 }
 
