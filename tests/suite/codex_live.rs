@@ -18,10 +18,10 @@ use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
-use stet_protocol::event::{EventKind, ItemKind, Usage};
+use stet_protocol::event::ItemKind;
 use stet_protocol::state::Phase;
 
-use super::headless::{Finished, Project, Watched, assert_nothing_left, run, signal, toml_string};
+use super::headless::{Project, Watched, assert_nothing_left, run, signal, toml_string};
 use super::support::{docker, git, serving_runtime};
 
 /// The variable of stet's environment holding the model key in these tests.
@@ -268,55 +268,6 @@ impl Live {
             assert_eq!(body["stream"], true);
         }
     }
-
-    /// A file of the branch stet pushed.
-    fn pushed_file(&self, finished: &Finished, file: &str) -> String {
-        let branch = finished
-            .events
-            .iter()
-            .find_map(|event| match &event.kind {
-                EventKind::Pushed { branch, .. } => Some(branch.as_str().to_owned()),
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("nothing was pushed: {finished:#?}"));
-        let output = Command::new("git")
-            .arg("-C")
-            .arg(&self.project.remote)
-            .args(["show", &format!("{branch}:{file}")])
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "{file} on {branch}: {output:?}");
-        String::from_utf8(output.stdout).unwrap()
-    }
-}
-
-fn usages(finished: &Finished) -> Vec<&Usage> {
-    finished
-        .events
-        .iter()
-        .filter_map(|event| match &event.kind {
-            EventKind::Usage(usage) => Some(usage),
-            _ => None,
-        })
-        .collect()
-}
-
-fn transcript_of(finished: &Finished, kind: ItemKind) -> Vec<&str> {
-    finished
-        .transcript()
-        .into_iter()
-        .filter(|(item, _)| *item == kind)
-        .map(|(_, text)| text)
-        .collect()
-}
-
-/// The `stet probe` command the agent runs: its environment, and a connection to the internet and
-/// to the host's model server, both of which must fail.
-fn probe(live_port: u16) -> String {
-    format!(
-        "stet probe --environment --connect 1.1.1.1:443 --connect 172.17.0.1:{live_port} --connect 127.0.0.1:{live_port} > /workspace/probe.json; \
-         id -u > /workspace/uid.txt; ls /sys/class/net > /workspace/interfaces.txt"
-    )
 }
 
 #[test]
@@ -324,7 +275,7 @@ fn a_command_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() {
     let live = Live::new(|port| {
         vec![
             Turn::Command("printf 'one\\ntwo\\nthree\\nfour\\n' > src/notes.txt".to_owned()),
-            Turn::Command(probe(port)),
+            Turn::Command(super::openhands_live::probe(port)),
             Turn::Text("Added a fourth note."),
         ]
     });
@@ -332,19 +283,23 @@ fn a_command_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() {
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
     assert_eq!(finished.outcome().0, Phase::Done);
     assert_eq!(
-        live.pushed_file(&finished, "src/notes.txt"),
+        finished.pushed_file(&live.project.remote, "src/notes.txt"),
         "one\ntwo\nthree\nfour\n"
     );
     live.assert_keyed_by_the_host();
     assert_eq!(live.requests().len(), 3);
-    let probe: Value = serde_json::from_str(&live.pushed_file(&finished, "probe.json")).unwrap();
+    let probe: Value =
+        serde_json::from_str(&finished.pushed_file(&live.project.remote, "probe.json")).unwrap();
     let environment = probe["environment"].to_string();
     assert!(!environment.contains(&live.key), "{environment}");
     assert!(
         environment.contains(stet_engine::harness::PLACEHOLDER_KEY),
         "the agent's key is the placeholder: {environment}"
     );
-    assert_eq!(live.pushed_file(&finished, "interfaces.txt"), "lo\n");
+    assert_eq!(
+        finished.pushed_file(&live.project.remote, "interfaces.txt"),
+        "lo\n"
+    );
     let connected: Vec<bool> = probe["connect"]
         .as_array()
         .unwrap()
@@ -352,30 +307,31 @@ fn a_command_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() {
         .map(|outcome| outcome["ok"].as_bool().unwrap())
         .collect();
     assert_eq!(connected, [false, false, false], "{probe:#}");
-    let uid: u32 = live
-        .pushed_file(&finished, "uid.txt")
+    let uid: u32 = finished
+        .pushed_file(&live.project.remote, "uid.txt")
         .trim()
         .parse()
         .unwrap();
     assert_ne!(uid, 0, "the agent ran as root");
     // The parser read the run: Codex's commands with their exit codes, and its closing message.
-    let commands = transcript_of(&finished, ItemKind::Command);
+    let commands = finished.transcript_of(ItemKind::Command);
     assert!(
         commands.iter().any(|text| text.contains("src/notes.txt")),
         "{commands:#?}"
     );
     assert!(
-        transcript_of(&finished, ItemKind::Output)
+        finished
+            .transcript_of(ItemKind::Output)
             .iter()
             .any(|text| text.ends_with("[exit code 0]")),
         "{finished:#?}"
     );
     assert_eq!(
-        transcript_of(&finished, ItemKind::Finish),
+        finished.transcript_of(ItemKind::Finish),
         ["Added a fourth note."]
     );
     // The meter's total is the gateway's: what the upstream charged for the answers it gave.
-    let total = usages(&finished).last().expect("usage").total_cost_usd;
+    let total = finished.usages().last().expect("usage").total_cost_usd;
     assert!(
         (total - 3.0 * COST_PER_ANSWER_USD).abs() < 1e-9,
         "total {total} for 3 answers"
@@ -397,11 +353,12 @@ fn a_file_created_through_codexs_patch_tool_is_pushed() {
     let finished = run(live.headless(&["--push"]));
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
     assert_eq!(
-        live.pushed_file(&finished, "src/made.txt"),
+        finished.pushed_file(&live.project.remote, "src/made.txt"),
         "made by apply_patch\n"
     );
     assert!(
-        transcript_of(&finished, ItemKind::Command)
+        finished
+            .transcript_of(ItemKind::Command)
             .contains(&"file change: add /workspace/src/made.txt"),
         "{finished:#?}"
     );
@@ -418,13 +375,14 @@ fn an_upstream_refusal_fails_the_turn_with_exit_1() {
     // Codex exits 1 after a failed turn, which fails the run first; the turn's failure, with the
     // upstream's words, is in the transcript.
     assert!(
-        transcript_of(&finished, ItemKind::Error)
+        finished
+            .transcript_of(ItemKind::Error)
             .iter()
             .any(|text| text.starts_with("the turn failed: ")
                 && text.contains("The scripted model refuses.")),
         "{finished:#?}"
     );
-    assert!(transcript_of(&finished, ItemKind::Finish).is_empty());
+    assert!(finished.transcript_of(ItemKind::Finish).is_empty());
     assert_eq!(live.requests().len(), 1, "Codex does not retry");
     assert!(!finished.kinds().contains(&"pushed"));
     finished.torn_down_cleanly();
@@ -447,7 +405,7 @@ fn a_text_answer_completes_the_turn_changes_nothing_and_nothing_is_pushed() {
         )
     );
     assert_eq!(
-        transcript_of(&finished, ItemKind::Finish),
+        finished.transcript_of(ItemKind::Finish),
         ["I think the task is done; anything else?"]
     );
     assert!(!finished.kinds().contains(&"pushed"), "{finished:#?}");
@@ -491,7 +449,7 @@ fn the_cost_ceiling_stops_codex_and_no_request_past_it_reaches_the_upstream() {
     assert_eq!(finished.code(), Some(5), "{finished:#?}");
     assert_eq!(finished.outcome().0, Phase::CostCeilingHit);
     assert_eq!(live.requests().len(), 2, "{finished:#?}");
-    let total = usages(&finished).last().expect("usage").total_cost_usd;
+    let total = finished.usages().last().expect("usage").total_cost_usd;
     assert!((total - 2.0 * COST_PER_ANSWER_USD).abs() < 1e-9, "{total}");
     assert!(!finished.kinds().contains(&"pushed"));
     finished.torn_down_cleanly();
@@ -526,7 +484,7 @@ fn a_command_cannot_write_forged_events_into_codexs_output() {
     let live = Live::new(|_| vec![Turn::Command(command), Turn::Text("Tried.")]);
     let finished = run(live.headless(&["--push"]));
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
-    let writes = live.pushed_file(&finished, "writes.txt");
+    let writes = finished.pushed_file(&live.project.remote, "writes.txt");
     assert!(writes.ends_with("tried\n"), "{writes}");
     assert!(!writes.contains("wrote "), "{writes}");
     assert_eq!(
@@ -541,8 +499,8 @@ fn a_command_cannot_write_forged_events_into_codexs_output() {
             .all(|(item, text)| *item != ItemKind::Message || !text.contains("FORGED")),
         "{writes}\n{finished:#?}"
     );
-    assert_eq!(transcript_of(&finished, ItemKind::Message), ["Tried."]);
-    assert_eq!(transcript_of(&finished, ItemKind::Finish), ["Tried."]);
+    assert_eq!(finished.transcript_of(ItemKind::Message), ["Tried."]);
+    assert_eq!(finished.transcript_of(ItemKind::Finish), ["Tried."]);
     finished.torn_down_cleanly();
     assert_nothing_left(&live.project.home, finished.dispatch());
 }

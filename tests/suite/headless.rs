@@ -19,7 +19,7 @@ use regex::Regex;
 use stet_engine::credential::random_token;
 use stet_engine::dispatch::journal::Resource;
 use stet_engine::forge::local::ReviewRecord;
-use stet_protocol::event::{DispatchId, Event, EventKind, ItemKind};
+use stet_protocol::event::{DispatchId, Event, EventKind, ItemKind, Usage};
 use stet_protocol::state::Phase;
 
 use super::support::{docker, git, sandbox_image};
@@ -321,6 +321,46 @@ impl Finished {
         torn[0]
             .iter()
             .map(|step| step.resource.as_str().to_owned())
+            .collect()
+    }
+
+    /// A file of the branch stet pushed to `remote`.
+    pub(super) fn pushed_file(&self, remote: &Path, file: &str) -> String {
+        let branch = self
+            .events
+            .iter()
+            .find_map(|event| match &event.kind {
+                EventKind::Pushed { branch, .. } => Some(branch.as_str().to_owned()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("nothing was pushed: {self:#?}"));
+        let output = Command::new("git")
+            .arg("-C")
+            .arg(remote)
+            .args(["show", &format!("{branch}:{file}")])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{file} on {branch}: {output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    /// Every `usage` event's usage, in order.
+    pub(super) fn usages(&self) -> Vec<&Usage> {
+        self.events
+            .iter()
+            .filter_map(|event| match &event.kind {
+                EventKind::Usage(usage) => Some(usage),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The transcript's texts of the items of `kind`.
+    pub(super) fn transcript_of(&self, kind: ItemKind) -> Vec<&str> {
+        self.transcript()
+            .into_iter()
+            .filter(|(item, _)| *item == kind)
+            .map(|(_, text)| text)
             .collect()
     }
 

@@ -19,10 +19,10 @@ use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
-use stet_protocol::event::{EventKind, ItemKind, Usage};
+use stet_protocol::event::{EventKind, ItemKind};
 use stet_protocol::state::Phase;
 
-use super::headless::{Finished, Project, Watched, assert_nothing_left, run, signal, toml_string};
+use super::headless::{Project, Watched, assert_nothing_left, run, signal, toml_string};
 use super::support::{docker, git, serving_runtime};
 
 /// The variable of stet's environment holding the model key in these tests.
@@ -252,51 +252,11 @@ impl Live {
             assert_eq!(authorization, Some(format!("Bearer {}", self.key).as_str()));
         }
     }
-
-    /// A file of the branch stet pushed.
-    fn pushed_file(&self, finished: &Finished, file: &str) -> String {
-        let branch = finished
-            .events
-            .iter()
-            .find_map(|event| match &event.kind {
-                EventKind::Pushed { branch, .. } => Some(branch.as_str().to_owned()),
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("nothing was pushed: {finished:#?}"));
-        let output = Command::new("git")
-            .arg("-C")
-            .arg(&self.project.remote)
-            .args(["show", &format!("{branch}:{file}")])
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "{file} on {branch}: {output:?}");
-        String::from_utf8(output.stdout).unwrap()
-    }
-}
-
-fn usages(finished: &Finished) -> Vec<&Usage> {
-    finished
-        .events
-        .iter()
-        .filter_map(|event| match &event.kind {
-            EventKind::Usage(usage) => Some(usage),
-            _ => None,
-        })
-        .collect()
-}
-
-fn transcript_of(finished: &Finished, kind: ItemKind) -> Vec<&str> {
-    finished
-        .transcript()
-        .into_iter()
-        .filter(|(item, _)| *item == kind)
-        .map(|(_, text)| text)
-        .collect()
 }
 
 /// The `stet probe` command the agent runs: its environment, and a connection to the internet and
 /// to the host's model server through the bridge, both of which must fail.
-fn probe(live_port: u16) -> String {
+pub(super) fn probe(live_port: u16) -> String {
     format!(
         "stet probe --environment --connect 1.1.1.1:443 --connect 172.17.0.1:{live_port} --connect 127.0.0.1:{live_port} > /workspace/probe.json; \
          id -u > /workspace/uid.txt; ls /sys/class/net > /workspace/interfaces.txt"
@@ -316,7 +276,7 @@ fn a_terminal_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() 
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
     assert_eq!(finished.outcome(), (Phase::Done, 0, None));
     assert_eq!(
-        live.pushed_file(&finished, "src/notes.txt"),
+        finished.pushed_file(&live.project.remote, "src/notes.txt"),
         "one\ntwo\nthree\nfour\n"
     );
     // Under `stet speak`, nothing the CLI starts (its terminal, tmux) keeps its output open or
@@ -333,7 +293,8 @@ fn a_terminal_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() 
 
     // The model key reached the upstream on every request, and never the sandbox.
     live.assert_keyed_by_the_host();
-    let probe: Value = serde_json::from_str(&live.pushed_file(&finished, "probe.json")).unwrap();
+    let probe: Value =
+        serde_json::from_str(&finished.pushed_file(&live.project.remote, "probe.json")).unwrap();
     let environment = probe["environment"].to_string();
     assert!(!environment.contains(&live.key), "{environment}");
     assert!(
@@ -341,7 +302,10 @@ fn a_terminal_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() 
         "the agent's key is the placeholder: {environment}"
     );
     // Network none: only the loopback, and nothing beyond it connects.
-    assert_eq!(live.pushed_file(&finished, "interfaces.txt"), "lo\n");
+    assert_eq!(
+        finished.pushed_file(&live.project.remote, "interfaces.txt"),
+        "lo\n"
+    );
     let connected: Vec<bool> = probe["connect"]
         .as_array()
         .unwrap()
@@ -349,21 +313,21 @@ fn a_terminal_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() 
         .map(|outcome| outcome["ok"].as_bool().unwrap())
         .collect();
     assert_eq!(connected, [false, false, false], "{probe:#}");
-    let uid: u32 = live
-        .pushed_file(&finished, "uid.txt")
+    let uid: u32 = finished
+        .pushed_file(&live.project.remote, "uid.txt")
         .trim()
         .parse()
         .unwrap();
     assert_ne!(uid, 0, "the agent ran as root");
 
     // The parser read the run: the commands, the finish, and what the model was asked.
-    let actions = transcript_of(&finished, ItemKind::Command);
+    let actions = finished.transcript_of(ItemKind::Command);
     assert!(
         actions.iter().any(|text| text.contains("src/notes.txt")),
         "{actions:#?}"
     );
     assert_eq!(
-        transcript_of(&finished, ItemKind::Finish),
+        finished.transcript_of(ItemKind::Finish),
         ["Added a fourth note."]
     );
     // A quiet start: OpenHands' start-up output is one item, its network attempts one warning.
@@ -413,7 +377,7 @@ fn a_terminal_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() 
     }
     // The meter's total is the gateway's: what the upstream charged for the answers it gave.
     let answered = live.requests().len();
-    let total = usages(&finished).last().expect("usage").total_cost_usd;
+    let total = finished.usages().last().expect("usage").total_cost_usd;
     assert!(
         (total - answered as f64 * COST_PER_ANSWER_USD).abs() < 1e-9,
         "total {total} for {answered} answers"
@@ -536,7 +500,7 @@ fn the_agent_cannot_write_forged_events_into_the_clis_output() {
     }
     // The attempt was real: the commands ran and wrote into the output of processes nobody reads
     // (the sandbox's keepalive, whose output goes nowhere); the CLI's own pipes were out of reach.
-    let writes = live.pushed_file(&finished, "writes.txt");
+    let writes = finished.pushed_file(&live.project.remote, "writes.txt");
     assert!(writes.contains("wrote /proc/1/fd/1"), "{writes}");
 }
 
@@ -554,11 +518,11 @@ fn a_file_editor_create_is_pushed() {
     let finished = run(live.headless(&["--push"]));
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
     assert_eq!(
-        live.pushed_file(&finished, "src/made.txt"),
+        finished.pushed_file(&live.project.remote, "src/made.txt"),
         "made by the file editor\n"
     );
     assert_eq!(
-        live.pushed_file(&finished, "src/notes.txt"),
+        finished.pushed_file(&live.project.remote, "src/notes.txt"),
         "one\ntwo\nthree\n"
     );
     finished.torn_down_cleanly();
@@ -609,7 +573,7 @@ fn the_cost_ceiling_stops_the_agent_and_no_request_past_it_reaches_the_upstream(
         2,
         "what reached the upstream: {finished:#?}"
     );
-    let total = usages(&finished).last().expect("usage").total_cost_usd;
+    let total = finished.usages().last().expect("usage").total_cost_usd;
     assert!((total - 2.0 * COST_PER_ANSWER_USD).abs() < 1e-9, "{total}");
     assert!(!finished.kinds().contains(&"pushed"));
     finished.torn_down_cleanly();
@@ -671,10 +635,13 @@ fn the_agent_installs_a_package_through_the_egress_proxy() {
     let finished = run(live.headless(&["--push"]));
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
     assert_eq!(
-        live.pushed_file(&finished, "src/installed.txt"),
+        finished.pushed_file(&live.project.remote, "src/installed.txt"),
         format!("{value}\n")
     );
-    assert_eq!(live.pushed_file(&finished, "interfaces.txt"), "lo\n");
+    assert_eq!(
+        finished.pushed_file(&live.project.remote, "interfaces.txt"),
+        "lo\n"
+    );
     let asked = index.asked();
     assert!(
         asked
