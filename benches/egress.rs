@@ -34,19 +34,21 @@
 //! `cargo bench --bench egress`: about 20 s on 2 cores once built. `STET_BENCH_TURNS=2
 //! STET_BENCH_MIB=20 STET_BENCH_CONNECTIONS=300 STET_BENCH_IDLE=300` is a quick check.
 
-use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use stet_engine::egress::EgressPolicy;
 use stet_engine::egress::hosts::AllowRule;
 use stet_engine::egress::proxy::{EgressBounds, EgressProxy, EgressReport, HostNetwork, Resolve};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
-use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};
+
+#[path = "support/side.rs"]
+mod side;
+use side::Side;
 
 /// The host name the bench's resolver answers (with 127.0.0.1).
 const NAME: &str = "bench.egress.test";
@@ -800,65 +802,4 @@ async fn idle_load(
         other_report.downloaded,
         ((3 * LOADED_DOWNLOADS + 1) * bytes) as u64
     );
-}
-
-/// A runtime on a thread of its own, standing for one process of the production path.
-struct Side {
-    handle: Handle,
-    stop: oneshot::Sender<()>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-impl Side {
-    /// A current-thread runtime, or a multi-thread one with `workers` workers.
-    fn new(name: &str, workers: Option<usize>) -> Side {
-        let mut builder = match workers {
-            Some(workers) => {
-                let mut builder = tokio::runtime::Builder::new_multi_thread();
-                builder.worker_threads(workers);
-                builder
-            }
-            None => tokio::runtime::Builder::new_current_thread(),
-        };
-        let runtime = builder
-            .enable_all()
-            .thread_name(name)
-            .build()
-            .unwrap_or_else(|e| panic!("{e}"));
-        let handle = runtime.handle().clone();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name(name.to_owned())
-            .spawn(move || {
-                runtime.block_on(async {
-                    let _ = stopped.await;
-                });
-                runtime.shutdown_timeout(Duration::from_secs(1));
-            })
-            .unwrap_or_else(|e| panic!("{e}"));
-        Side {
-            handle,
-            stop,
-            thread,
-        }
-    }
-
-    /// Runs `future` on this side; the caller awaits it from its own runtime.
-    async fn run<F>(&self, future: F) -> F::Output
-    where
-        F: Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        self.handle
-            .spawn(future)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    fn stop(self) {
-        let _ = self.stop.send(());
-        self.thread
-            .join()
-            .unwrap_or_else(|_| panic!("a side panicked"));
-    }
 }

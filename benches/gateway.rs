@@ -38,7 +38,6 @@
 //! cores once built; `STET_BENCH_REQUESTS=300 STET_BENCH_STREAMS=3` is a quick check.
 
 use std::convert::Infallible;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,8 +57,11 @@ use stet_sanitize::sanitize::TokenSanitizer;
 use stet_scripted_model::{DEMO_MODEL, ScriptedModel, Turn};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
-use tokio::runtime::Handle;
 use tokio::sync::oneshot;
+
+#[path = "support/side.rs"]
+mod side;
+use side::Side;
 
 /// Warm-up requests per path before the timed ones.
 const WARM_UP: usize = 200;
@@ -366,67 +368,6 @@ fn wire_request(path: &str, body: &Bytes, headers: &[(&str, &str)]) -> Request<F
 
 fn loopback() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
-}
-
-/// A runtime on a thread of its own, standing for one process of the production path.
-struct Side {
-    handle: Handle,
-    stop: oneshot::Sender<()>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-impl Side {
-    /// A current-thread runtime, or a multi-thread one with `workers` workers.
-    fn new(name: &str, workers: Option<usize>) -> Side {
-        let mut builder = match workers {
-            Some(workers) => {
-                let mut builder = tokio::runtime::Builder::new_multi_thread();
-                builder.worker_threads(workers);
-                builder
-            }
-            None => tokio::runtime::Builder::new_current_thread(),
-        };
-        let runtime = builder
-            .enable_all()
-            .thread_name(name)
-            .build()
-            .unwrap_or_else(|e| panic!("{e}"));
-        let handle = runtime.handle().clone();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name(name.to_owned())
-            .spawn(move || {
-                runtime.block_on(async {
-                    let _ = stopped.await;
-                });
-                runtime.shutdown_timeout(Duration::from_secs(1));
-            })
-            .unwrap_or_else(|e| panic!("{e}"));
-        Side {
-            handle,
-            stop,
-            thread,
-        }
-    }
-
-    /// Runs `future` on this side; the caller awaits it from its own runtime.
-    async fn run<F>(&self, future: F) -> F::Output
-    where
-        F: Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
-        self.handle
-            .spawn(future)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    fn stop(self) {
-        let _ = self.stop.send(());
-        self.thread
-            .join()
-            .unwrap_or_else(|_| panic!("a side panicked"));
-    }
 }
 
 /// What the gateways reported.
