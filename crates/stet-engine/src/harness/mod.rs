@@ -314,6 +314,30 @@ pub fn speaking(process: &SandboxProcess) -> SandboxProcess {
     }
 }
 
+/// What a CLI harness needs before it can plan a run: the model it tells its agent to use (from
+/// `harness.<name>.model`) and stet's gateway to reach it through; either missing is an error naming
+/// the setting that gives it.
+pub(crate) fn model_through_gateway<'a>(
+    harness: &'static str,
+    program: &str,
+    model: &'a str,
+    launch: &HarnessLaunch<'a>,
+) -> Result<(&'a str, &'a ModelAccess)> {
+    let plan_error = |detail: String| HarnessError::Plan { harness, detail };
+    let model = model.trim();
+    if model.is_empty() {
+        return Err(plan_error(format!(
+            "no model is configured: set harness.{harness}.model in your own configuration ($XDG_CONFIG_HOME/stet/config.toml; `stet doctor` names the file it reads)"
+        )));
+    }
+    let Some(access) = launch.model else {
+        return Err(plan_error(format!(
+            "{program} reaches its model only through stet's gateway, which keeps the key on the host: set [model] base_url (and api_key_env) in your own configuration ($XDG_CONFIG_HOME/stet/config.toml; `stet doctor` names the file it reads)"
+        )));
+    };
+    Ok((model, access))
+}
+
 /// One agent program: how it starts in the sandbox and how its output reads.
 pub trait Harness: Send + Sync + fmt::Debug {
     /// `openhands`, `script`: shown in events, run records and the pull request's provenance.

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::credential::SecretValue;
-use crate::harness::{Harness, HarnessError, HarnessLaunch, HarnessPlan, OutputParser, StagedFile};
+use crate::harness::{Harness, HarnessLaunch, HarnessPlan, OutputParser, StagedFile};
 use crate::runtime::{SandboxProcess, WORKSPACE_MOUNT};
 use stet_protocol::event::Usage;
 use stet_sanitize::sanitize::TokenSanitizer;
@@ -66,13 +66,6 @@ impl CodexHarness {
     pub fn new(settings: CodexSettings) -> CodexHarness {
         CodexHarness { settings }
     }
-
-    fn plan_error(detail: String) -> HarnessError {
-        HarnessError::Plan {
-            harness: HARNESS,
-            detail,
-        }
-    }
 }
 
 /// Codex's `config.toml` for a run against `model` at `base_url`: the one provider, stet's relay,
@@ -128,17 +121,8 @@ impl Harness for CodexHarness {
     }
 
     fn plan(&self, launch: &HarnessLaunch<'_>) -> crate::harness::Result<HarnessPlan> {
-        let model = self.settings.model.trim();
-        if model.is_empty() {
-            return Err(CodexHarness::plan_error(
-                "no model is configured: set harness.codex.model in your own configuration ($XDG_CONFIG_HOME/stet/config.toml; `stet doctor` names the file it reads)".to_owned(),
-            ));
-        }
-        let Some(access) = launch.model else {
-            return Err(CodexHarness::plan_error(
-                "Codex reaches its model only through stet's gateway, which keeps the key on the host: set [model] base_url (and api_key_env) in your own configuration ($XDG_CONFIG_HOME/stet/config.toml; `stet doctor` names the file it reads)".to_owned(),
-            ));
-        };
+        let (model, access) =
+            crate::harness::model_through_gateway(HARNESS, "Codex", &self.settings.model, launch)?;
         let mut env = BTreeMap::new();
         env.insert(
             KEY_VARIABLE.to_owned(),

@@ -74,13 +74,6 @@ impl OpenHandsHarness {
     pub fn new(settings: OpenHandsSettings) -> OpenHandsHarness {
         OpenHandsHarness { settings }
     }
-
-    fn plan_error(detail: String) -> HarnessError {
-        HarnessError::Plan {
-            harness: HARNESS,
-            detail,
-        }
-    }
 }
 
 impl Harness for OpenHandsHarness {
@@ -97,17 +90,12 @@ impl Harness for OpenHandsHarness {
     }
 
     fn plan(&self, launch: &HarnessLaunch<'_>) -> crate::harness::Result<HarnessPlan> {
-        let model = self.settings.model.trim();
-        if model.is_empty() {
-            return Err(OpenHandsHarness::plan_error(
-                "no model is configured: set harness.openhands.model in your own configuration ($XDG_CONFIG_HOME/stet/config.toml; `stet doctor` names the file it reads)".to_owned(),
-            ));
-        }
-        let Some(access) = launch.model else {
-            return Err(OpenHandsHarness::plan_error(
-                "OpenHands reaches its model only through stet's gateway, which keeps the key on the host: set [model] base_url (and api_key_env) in your own configuration ($XDG_CONFIG_HOME/stet/config.toml; `stet doctor` names the file it reads)".to_owned(),
-            ));
-        };
+        let (model, access) = crate::harness::model_through_gateway(
+            HARNESS,
+            "OpenHands",
+            &self.settings.model,
+            launch,
+        )?;
         let plain = |value: &str| SecretValue::new(value.to_owned());
         let mut env = BTreeMap::new();
         env.insert("LLM_MODEL".to_owned(), plain(model));
