@@ -141,13 +141,13 @@ impl<'d> AgentRun<'d> {
         let mut voice = AgentVoice::new(parser.as_mut(), self.steering.sanitizer());
         let channel_env = self.channels.sandbox_env();
         for process in &plan.processes {
-            let mut process = speaking(process);
+            let mut spoken = speaking(process);
             for (name, value) in &channel_env {
-                process
+                spoken
                     .env
                     .insert(name.clone(), SecretValue::new(value.clone()));
             }
-            let exit = self.execute(&process, &mut voice, &disk).await?;
+            let exit = self.execute(&spoken, &mut voice, &disk).await?;
             if exit.oom_killed {
                 return Err(self.steering.fail(
                     "the agent was killed for going past the sandbox's memory cap".to_owned(),
