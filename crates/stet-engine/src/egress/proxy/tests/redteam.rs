@@ -472,11 +472,44 @@ fn open_descriptors() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
 
+/// Raises this test process's soft limit on open files to its hard limit when it is under `wanted`
+/// (an ordinary account's soft limit is often 1,024), with `prlimit` on our own pid: the test's
+/// own clients need the descriptors, not the proxy. Fails naming the limit when even the hard limit
+/// is under `wanted`.
+fn allow_open_files(wanted: u64) {
+    let limit = |which: usize| -> u64 {
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+        let line = limits
+            .lines()
+            .find(|line| line.starts_with("Max open files"))
+            .unwrap();
+        let value = line.split_whitespace().nth(3 + which).unwrap();
+        value.parse().unwrap_or(u64::MAX)
+    };
+    if limit(0) >= wanted {
+        return;
+    }
+    let hard = limit(1);
+    assert!(
+        hard >= wanted,
+        "this test opens {wanted} connections and the hard limit on open files is {hard}"
+    );
+    let raised = std::process::Command::new("prlimit")
+        .arg("--pid")
+        .arg(std::process::id().to_string())
+        .arg(format!("--nofile={hard}:{hard}"))
+        .status()
+        .unwrap();
+    assert!(raised.success(), "prlimit could not raise the soft limit");
+    assert!(limit(0) >= wanted, "the soft limit stayed at {}", limit(0));
+}
+
 /// 2,000 idle connections to one dispatch's proxy hold at most its connection bound of stet's
 /// descriptors (the rest wait in the kernel's backlog or are turned away there), while another
 /// dispatch's proxy still serves a tunnel end to end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_thousand_idle_connections_leave_another_dispatchs_proxy_serving() {
+    allow_open_files(4096);
     let upstream = Upstream::start(None).await;
     let port = upstream.port;
     let bounds = EgressBounds {
