@@ -113,16 +113,26 @@ fn fixture_dialing(
     names: &[(&str, IpAddr)],
     host: HostNetwork,
 ) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("egress.sock");
     let table = Table(
         names
             .iter()
             .map(|(name, ip)| ((*name).to_owned(), vec![*ip]))
             .collect(),
     );
+    fixture_resolving(policy, bounds, Arc::new(table), host)
+}
+
+/// A proxy resolving with `resolver` and reaching the network as `host` says, on a socket of its own.
+fn fixture_resolving(
+    policy: EgressPolicy,
+    bounds: EgressBounds,
+    resolver: Arc<dyn Resolve>,
+    host: HostNetwork,
+) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("egress.sock");
     let (proxy, _live) =
-        EgressProxy::start(&socket, policy, bounds, Arc::new(table), Arc::new(host)).unwrap();
+        EgressProxy::start(&socket, policy, bounds, resolver, Arc::new(host)).unwrap();
     Fixture {
         _dir: dir,
         proxy,

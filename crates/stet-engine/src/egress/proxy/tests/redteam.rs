@@ -25,17 +25,14 @@ impl Resolve for Recording {
     }
 }
 
-/// A proxy over `resolver`, with its socket.
-fn proxy_with(
-    policy: EgressPolicy,
-    bounds: EgressBounds,
-    resolver: Arc<dyn Resolve>,
-) -> (tempfile::TempDir, EgressProxy, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("egress.sock");
-    let direct = Arc::new(HostNetwork::from_env(&|_| None).unwrap());
-    let (proxy, _live) = EgressProxy::start(&socket, policy, bounds, resolver, direct).unwrap();
-    (dir, proxy, socket)
+/// A proxy over `resolver`, reaching the network straight.
+fn proxy_with(policy: EgressPolicy, bounds: EgressBounds, resolver: Arc<dyn Resolve>) -> Fixture {
+    fixture_resolving(
+        policy,
+        bounds,
+        resolver,
+        HostNetwork::from_env(&|_| None).unwrap(),
+    )
 }
 
 /// Every spelling of loopback and of the metadata service as a literal, a number or a name: none
@@ -118,13 +115,16 @@ async fn a_hexadecimal_spelling_in_upper_case_is_neither_a_rule_nor_a_host() {
         rules: vec![(written, "allow".to_owned())],
         ..policy(&[], true)
     };
-    let (_dir, proxy, socket) =
-        proxy_with(lifted, EgressBounds::default(), Arc::new(SystemResolver));
+    let f = proxy_with(lifted, EgressBounds::default(), Arc::new(SystemResolver));
     for host in ["0X7F.0X0.0X0.0X1", "0X7f.0x0.0X0.0X1."] {
-        let (answer, _) = ask(&socket, &format!("CONNECT {host}:{port} HTTP/1.1\r\n\r\n")).await;
+        let (answer, _) = ask(
+            &f.socket,
+            &format!("CONNECT {host}:{port} HTTP/1.1\r\n\r\n"),
+        )
+        .await;
         assert!(answer.starts_with("HTTP/1.1 400"), "{host}: {answer}");
     }
-    proxy.shutdown().await;
+    f.proxy.shutdown().await;
     assert_eq!(upstream.accepted.load(Ordering::SeqCst), 0);
 }
 
@@ -372,7 +372,7 @@ async fn names_chosen_under_a_wildcard_are_charged_to_the_upload_bound() {
         asked: Mutex::new(Vec::new()),
     });
     let bound = 1024;
-    let (_dir, proxy, socket) = proxy_with(
+    let f = proxy_with(
         policy(&["*.exfil.example.org"], false),
         EgressBounds {
             max_upload_bytes: bound,
@@ -383,10 +383,10 @@ async fn names_chosen_under_a_wildcard_are_charged_to_the_upload_bound() {
     for round in 0..20 {
         let label = format!("{round:02}{}", "c".repeat(60));
         let name = format!("{label}.{label}.{label}.exfil.example.org");
-        let (answer, _) = ask(&socket, &format!("CONNECT {name}:443 HTTP/1.1\r\n\r\n")).await;
+        let (answer, _) = ask(&f.socket, &format!("CONNECT {name}:443 HTTP/1.1\r\n\r\n")).await;
         assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
     }
-    let report = proxy.shutdown().await;
+    let report = f.proxy.shutdown().await;
     let sent: usize = resolver.asked.lock().unwrap().iter().map(String::len).sum();
     assert!(
         sent as u64 <= bound,
