@@ -98,7 +98,7 @@ pub struct EgressReport {
     /// The last refusal's host and the line that would allow it.
     pub last_refused: Option<(String, Option<String>)>,
     /// The latest records, oldest first (at most [`MAX_RECORDS`]).
-    pub records: Vec<EgressRecord>,
+    pub records: std::collections::VecDeque<EgressRecord>,
     /// Records that could not be handed over live (too many at once).
     pub not_sent: usize,
 }
@@ -387,9 +387,9 @@ async fn serve(mut client: UnixStream, shared: &Shared) {
         report.not_sent += 1;
     }
     if report.records.len() == MAX_RECORDS {
-        report.records.remove(0);
+        report.records.pop_front();
     }
-    report.records.push(record);
+    report.records.push_back(record);
 }
 
 /// Reads, decides, connects and relays one connection.

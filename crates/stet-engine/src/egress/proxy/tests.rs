@@ -248,7 +248,7 @@ async fn an_allowed_name_resolving_to_a_private_address_is_refused() {
         )
         .await;
         assert!(answer.starts_with("HTTP/1.1 403"), "{address}: {answer}");
-        let record = f.proxy.report().records.pop().unwrap();
+        let record = f.proxy.report().records.pop_back().unwrap();
         assert!(record.outcome.contains("never connects to"), "{record:?}");
     }
     assert_eq!(upstream.accepted.load(Ordering::SeqCst), 0);

@@ -156,7 +156,7 @@ async fn a_dns_answer_in_any_wrapping_of_a_refused_address_is_refused() {
         );
         let (answer, _) = ask(&f.socket, "CONNECT pkg.test:8443 HTTP/1.1\r\n\r\n").await;
         assert!(answer.starts_with("HTTP/1.1 403"), "{address}: {answer}");
-        let record = f.proxy.report().records.pop().unwrap();
+        let record = f.proxy.report().records.pop_back().unwrap();
         assert!(
             record.outcome.contains("never connects to") && record.address.is_none(),
             "{address} (loopback lifted: {lifted}): {record:?}"
