@@ -622,12 +622,13 @@ fn the_test_wheel_is_a_zip_with_the_known_crc() {
 
 /// The one test that leaves this machine (these machines reach PyPI; the issue allows one such
 /// smoke test): with `presets = ["python"]` and no loopback override, the agent asks for a tunnel to
-/// pypi.org:443. Where the host's resolver gives pypi.org a public address, the tunnel opens to the
-/// address the proxy resolved and checked. Where it gives a special-purpose one (some sandboxed
-/// networks answer every name with a documentation address and intercept the traffic), the test
-/// says so on stderr and checks that the proxy refused it for exactly that reason: the real PyPI was
-/// not reached, and the test does not pretend it was. When pypi.org does not even resolve on the
-/// host, the test fails saying so, rather than blaming the proxy.
+/// pypi.org:443, and the tunnel opens to the address the proxy resolved and checked. These machines'
+/// resolver answers with a documentation address (fake-IP DNS, `203.0.113.80`), which the proxy
+/// connects to like a public one. Where the host's resolver gives pypi.org an address the proxy
+/// refuses (loopback, private…), the test says so on stderr and checks that the proxy refused it for
+/// exactly that reason: the real PyPI was not reached, and the test does not pretend it was. When
+/// pypi.org does not even resolve on the host, the test fails saying so, rather than blaming the
+/// proxy.
 #[test]
 fn smoke_a_python_preset_tunnel_reaches_pypi_or_says_why_not() {
     docker_ready();
