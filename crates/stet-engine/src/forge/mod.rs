@@ -295,8 +295,7 @@ pub(crate) fn from_settings(
     sanitizer: &SanitizerHandle,
 ) -> Result<ForgeSetup> {
     // The primary token is read once: the providers that need it get the value the forge holds.
-    let mut repositories = Vec::new();
-    let (forge, primary): (Arc<dyn Forge>, Option<(SecretValue, &ForgeSettings)>) =
+    let (forge, primary, repositories): (Arc<dyn Forge>, Option<(SecretValue, &ForgeSettings)>, _) =
         match forge_config {
             ForgeConfig::Local { remote } => (
                 Arc::new(local::LocalForge::new(
@@ -304,37 +303,13 @@ pub(crate) fn from_settings(
                     state_dir,
                 )),
                 None,
+                Vec::new(),
             ),
             ForgeConfig::GitHub(settings) => {
-                let token = primary_token("github", &settings.token)?;
-                let remotes = checkout_remotes::CheckoutRemotes::of_checkout(
-                    repository,
-                    &github::GitHubForge::git_host(&settings.git_url)?,
-                );
-                repositories = remotes.repositories().to_vec();
-                let forge = github::GitHubForge::with_token(
-                    settings.clone(),
-                    token.clone(),
-                    sanitizer.clone(),
-                    remotes,
-                )?;
-                (Arc::new(forge), Some((token, settings)))
+                github_dialect(github::Dialect::GitHub, settings, repository, sanitizer)?
             }
             ForgeConfig::Gitea(settings) => {
-                let token = primary_token("gitea", &settings.token)?;
-                let remotes = checkout_remotes::CheckoutRemotes::of_checkout(
-                    repository,
-                    &github::GitHubForge::git_host(&settings.git_url)?,
-                );
-                repositories = remotes.repositories().to_vec();
-                let forge = github::GitHubForge::with_dialect(
-                    github::Dialect::Gitea,
-                    settings.clone(),
-                    token.clone(),
-                    sanitizer.clone(),
-                    remotes,
-                )?;
-                (Arc::new(forge), Some((token, settings)))
+                github_dialect(github::Dialect::Gitea, settings, repository, sanitizer)?
             }
             ForgeConfig::GitLab(settings) => {
                 let token = primary_token("gitlab", &settings.token)?;
@@ -342,14 +317,14 @@ pub(crate) fn from_settings(
                     repository,
                     &gitlab::GitLabForge::git_host(&settings.git_url)?,
                 );
-                repositories = remotes.repositories().to_vec();
+                let repositories = remotes.repositories().to_vec();
                 let forge = gitlab::GitLabForge::with_token(
                     settings.clone(),
                     token.clone(),
                     sanitizer.clone(),
                     remotes,
                 )?;
-                (Arc::new(forge), Some((token, settings)))
+                (Arc::new(forge), Some((token, settings)), repositories)
             }
         };
     let refused = |error: crate::credential::CredentialError| ForgeError::Settings {
@@ -391,6 +366,34 @@ pub(crate) fn from_settings(
         credentials,
         repositories,
     })
+}
+
+/// A forge of the GitHub REST dialect (GitHub or Gitea) for `settings`, with the primary token it
+/// holds and the repositories of the checkout's remotes there.
+fn github_dialect<'a>(
+    dialect: github::Dialect,
+    settings: &'a ForgeSettings,
+    repository: &Path,
+    sanitizer: &SanitizerHandle,
+) -> Result<(
+    Arc<dyn Forge>,
+    Option<(SecretValue, &'a ForgeSettings)>,
+    Vec<String>,
+)> {
+    let token = primary_token(dialect.name(), &settings.token)?;
+    let remotes = checkout_remotes::CheckoutRemotes::of_checkout(
+        repository,
+        &github::GitHubForge::git_host(&settings.git_url)?,
+    );
+    let repositories = remotes.repositories().to_vec();
+    let forge = github::GitHubForge::with_dialect(
+        dialect,
+        settings.clone(),
+        token.clone(),
+        sanitizer.clone(),
+        remotes,
+    )?;
+    Ok((Arc::new(forge), Some((token, settings)), repositories))
 }
 
 /// Reads the primary token from its configured source; the error names the source, never a value.
