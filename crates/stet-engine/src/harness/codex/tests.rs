@@ -195,6 +195,71 @@ fn the_error_capture_fails_the_run_with_the_providers_words() {
     assert!(reason.as_str().contains("scripted_refusal"), "{reason:?}");
 }
 
+/// What the parser reads from `stream` (JSON Lines) and what it reports went wrong, as the
+/// dispatch asks when Codex exits non-zero.
+fn reported(stream: &str) -> (HarnessOutcome, Option<String>) {
+    let sanitizer = sanitizer();
+    let mut output = CodexOutput::new(Arc::clone(&sanitizer), None);
+    let mut voice = AgentVoice::new(&mut output, sanitizer);
+    let mut framer = LineFramer::default();
+    let mut lines = framer.push(stream.as_bytes());
+    lines.extend(framer.finish());
+    for line in lines {
+        voice.parse(&OutputLine {
+            stream: OutputStream::Stdout,
+            line,
+        });
+    }
+    voice.ended();
+    let reported = voice
+        .reported_failure()
+        .map(|reason| reason.as_str().to_owned());
+    (voice.outcome(), reported)
+}
+
+#[test]
+fn the_failure_codex_reported_is_known_and_a_warning_item_is_not_one() {
+    // The real refusal: `turn.failed` with the provider's words.
+    let refusal = String::from_utf8(capture("error.stdout")).unwrap();
+    let (_, refused) = reported(&refusal);
+    let refused = refused.unwrap();
+    assert!(
+        refused.starts_with("Codex's turn failed: ") && refused.contains("scripted_refusal"),
+        "{refused}"
+    );
+    // A thread's fatal `error` with no turn completed nor failed after it.
+    let error = json!({"type": "error", "message": "stream disconnected before completion"});
+    let (outcome, stopped) = reported(&error.to_string());
+    assert_eq!(
+        stopped.as_deref(),
+        Some("Codex stopped on an error: stream disconnected before completion")
+    );
+    assert!(
+        matches!(&outcome, HarnessOutcome::Failed { reason } if Some(reason.as_str()) == stopped.as_deref()),
+        "{outcome:?}"
+    );
+    // An `error` event before a turn that completed did not end the run; an `error` item (the
+    // model's missing metadata, in every capture) never says the run failed.
+    let completed = [
+        error.to_string(),
+        json!({"type": "item.completed", "item": {"id": "m", "type": "agent_message", "text": "Done."}})
+            .to_string(),
+        json!({"type": "turn.completed", "usage": {}}).to_string(),
+    ]
+    .join("\n");
+    let (outcome, nothing) = reported(&completed);
+    assert_eq!(nothing, None);
+    assert_eq!(succeeded_with(&outcome), "Done.");
+    let text = String::from_utf8(capture("text.stdout")).unwrap();
+    assert!(
+        text.contains("\"type\":\"error\""),
+        "the capture holds an error item"
+    );
+    assert_eq!(reported(&text).1, None);
+    // Output cut before the turn ended reports nothing of its own: the exit code is the reason.
+    assert_eq!(reported("").1, None);
+}
+
 #[test]
 fn usage_is_reported_as_what_each_turn_adds_to_the_running_total() {
     let turn = |input: u64, cached: u64, output: u64| {
