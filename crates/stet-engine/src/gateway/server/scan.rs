@@ -438,6 +438,25 @@ mod tests {
         assert_eq!(scan(&raw, WireApi::Responses).unwrap(), Found::default());
     }
 
+    /// Codex's own requests with an MCP server (its tools in a `namespace`) and with the hosted web
+    /// search on, as `tests/fixtures/codex/capture.sh` records them: the first holds nothing the
+    /// provider runs, the second the web search, which the gateway refuses unless priced.
+    #[test]
+    fn codexs_mcp_tools_are_its_own_and_its_web_search_is_the_providers() {
+        let request = |name: &str| {
+            let path = format!(
+                "{}/../../tests/fixtures/codex/{name}.request-1.json",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            scan(&std::fs::read(path).unwrap(), WireApi::Responses).unwrap()
+        };
+        assert_eq!(request("mcp"), Found::default());
+        assert_eq!(
+            request("web-search").hosted_tool.as_deref(),
+            Some("web_search")
+        );
+    }
+
     #[test]
     fn a_schema_names_no_part_but_a_real_part_still_counts() {
         let schema = serde_json::json!({"type": "object", "properties": {

@@ -351,7 +351,7 @@ impl CodexOutput {
                     let result = item
                         .get("result")
                         .filter(|result| !result.is_null())
-                        .map_or_else(|| "(no result)".to_owned(), Value::to_string);
+                        .map_or_else(|| "(no result)".to_owned(), mcp_result);
                     parsed.push(self.item(ItemKind::Output, &result));
                 }
             }
@@ -467,6 +467,27 @@ fn file_change(item: &Map<String, Value>) -> String {
     match string(item, "status") {
         "failed" => format!("file change failed: {changes}"),
         _ => format!("file change: {changes}"),
+    }
+}
+
+/// An MCP tool's result as its text parts say it, one a line; as JSON when it has none (an image,
+/// structured content only).
+fn mcp_result(result: &Value) -> String {
+    let texts: Vec<&str> = result
+        .get("content")
+        .and_then(Value::as_array)
+        .map(|parts| {
+            parts
+                .iter()
+                .filter(|part| part.get("type").and_then(Value::as_str) == Some("text"))
+                .filter_map(|part| part.get("text").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    if texts.is_empty() {
+        result.to_string()
+    } else {
+        texts.join("\n")
     }
 }
 
