@@ -24,7 +24,9 @@
 //! What is left to each harness: its program must not hand its own stdout or stderr to the commands
 //! it runs (capture theirs), and should be non-dumpable itself (`prctl(PR_SET_DUMPABLE, 0)` before
 //! it starts any), or those commands, running as the same user, can write into its output through
-//! `/proc/<pid>/fd`. `stet agent run` and the OpenHands launch line do both.
+//! `/proc/<pid>/fd`. `stet agent run` and the OpenHands launch line do both; a compiled CLI that
+//! does not (Codex) is made non-dumpable by its image, which installs it execute-only for the
+//! sandbox user (the kernel starts a program its user cannot read non-dumpable).
 
 pub mod codex;
 pub mod openhands;
