@@ -26,7 +26,9 @@
 //! it starts any), or those commands, running as the same user, can write into its output through
 //! `/proc/<pid>/fd`. `stet agent run` and the OpenHands launch line do both.
 
+pub mod claude;
 pub mod codex;
+mod json_lines;
 pub mod openhands;
 mod registry;
 pub mod replay;
