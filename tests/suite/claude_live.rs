@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use stet_scripted_model::{Call, CallInput, ModelRequest, ScriptedModel, Turn};
 
-use stet_protocol::event::ItemKind;
+use stet_protocol::event::{EventKind, ItemKind};
 use stet_protocol::state::Phase;
 
 use super::headless::{Finished, Watched, assert_nothing_left, run, signal};
@@ -196,6 +196,22 @@ fn a_bash_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() {
         ["Added a fourth note."]
     );
     live.assert_metered(&finished, 3);
+    // Claude Code's own cost (its price table's, for a model it does not know) only reconciles
+    // with the gateway's ledger: the difference is a warning, and the total stays the ledger's.
+    let warnings: Vec<&str> = finished
+        .events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::Warning { message } => Some(message.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        warnings.iter().any(|warning| warning
+            .starts_with("the agent's own usage record (")
+            && warning.ends_with("; stet counts the gateway's")),
+        "{warnings:#?}"
+    );
     assert!(!finished.stdout.contains(&live.live.key));
     assert!(!finished.stderr.contains(&live.live.key));
     assert_torn_down(&live, &finished);

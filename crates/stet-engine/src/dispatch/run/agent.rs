@@ -194,7 +194,15 @@ impl<'d> AgentRun<'d> {
                     return Err(ceiling);
                 }
             }
-            Ok(None) => {}
+            Ok(None) => {
+                if let Some(warning) = self.steering.meter.reconcile_reported() {
+                    let message = self.steering.sanitize(&warning);
+                    self.steering
+                        .publisher
+                        .emit(EventKind::Warning { message })
+                        .await;
+                }
+            }
             Err(error) => {
                 let message = self.steering.sanitize(&error.to_string());
                 self.steering

@@ -63,10 +63,14 @@ impl Meter {
     /// The harness's whole-run record compared with the gateway's figures: a warning when they
     /// differ. Never replaces them.
     pub(super) fn reconcile(&self, usage: &Usage) -> Option<String> {
-        let (tokens, cost) = (
+        self.compared(
             usage.input_tokens.saturating_add(usage.output_tokens),
             usage.total_cost_usd,
-        );
+        )
+    }
+
+    /// The agent's `tokens` and `cost` against the gateway's: a warning when they differ.
+    fn compared(&self, tokens: u64, cost: f64) -> Option<String> {
         let metered = self.input_tokens.saturating_add(self.output_tokens);
         let cost_differs = (cost - self.cost_usd).abs() > 0.0001_f64.max(self.cost_usd * 0.01);
         (tokens != metered || cost_differs).then(|| {
@@ -75,6 +79,17 @@ impl Meter {
                 self.cost_usd
             )
         })
+    }
+
+    /// What the agent reported of itself along the way (Claude Code's result: its tokens and its
+    /// own cost estimate) compared with the gateway's figures, as [`Meter::reconcile`] compares a
+    /// final record; `None` when it reported nothing or they agree.
+    pub(super) fn reconcile_reported(&self) -> Option<String> {
+        let (tokens, cost) = self.agent_reported;
+        if !self.gateway || (tokens == 0 && cost == 0.0) {
+            return None;
+        }
+        self.compared(tokens, cost)
     }
 
     fn add(&mut self, report: UsageReport) -> Usage {
@@ -218,6 +233,12 @@ mod tests {
         );
         assert!(meter.reconcile(&final_usage(220, 0.7)).is_none());
         assert_eq!(meter.cost_usd, 0.7);
+        // What the agent reported along the way ($5.00 over 110 tokens) reconciles the same way.
+        let warning = meter.reconcile_reported().unwrap();
+        assert!(
+            warning.contains("(110 tokens, $5.0000)") && warning.contains("(220 tokens, $0.7000)"),
+            "{warning}"
+        );
         // Without the gateway the agent's report is the only one, and counts.
         let mut alone = Meter::default();
         assert_eq!(
@@ -226,6 +247,10 @@ mod tests {
                 .unwrap()
                 .total_cost_usd,
             0.5
+        );
+        assert!(
+            alone.reconcile_reported().is_none(),
+            "nothing to reconcile with"
         );
     }
 }
