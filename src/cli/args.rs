@@ -113,6 +113,7 @@ impl clap::ValueEnum for HarnessName {
             HarnessKind::OpenHands => "The OpenHands V1 CLI, `--headless --json`",
             HarnessKind::Script => "`stet agent`, the scripted agent",
             HarnessKind::Codex => "The Codex CLI, `codex exec --json`",
+            HarnessKind::Claude => "Claude Code, `claude -p --output-format stream-json`",
         };
         Some(clap::builder::PossibleValue::new(self.0.as_str()).help(output))
     }

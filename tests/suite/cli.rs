@@ -609,6 +609,82 @@ fn transcript_replays_the_codex_captures() {
     assert!(all.contains("[REDACTED:github-token]"), "{all}");
 }
 
+/// Claude Code's captures (tests/fixtures/claude) replayed as a dispatch reads them: its tool uses
+/// and their results, the run's usage once with the CLI's own cost (a replay has no gateway to
+/// count it), and the outcome from the result tree, never from the exit code or the subtype.
+#[test]
+fn transcript_replays_the_claude_code_captures() {
+    let state = tempfile::tempdir().unwrap();
+    let replay = |capture: &[u8]| {
+        let output = run_with_stdin(
+            {
+                let mut command = stet(state.path());
+                command.args([
+                    "transcript",
+                    "-",
+                    "--harness",
+                    "claude",
+                    "--brief",
+                    "claude",
+                ]);
+                command
+            },
+            capture,
+        );
+        let events: Vec<serde_json::Value> = String::from_utf8(output.stdout.clone())
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        (output.status.code(), events)
+    };
+    let fixture = |name: &str| std::fs::read(format!("tests/fixtures/claude/{name}")).unwrap();
+
+    let (code, events) = replay(&fixture("bash-edit.stdout"));
+    assert_eq!(code, Some(0));
+    let shown: Vec<(&str, &str)> = events
+        .iter()
+        .filter(|e| e["kind"] == "transcript")
+        .map(|e| (e["item"].as_str().unwrap(), e["text"].as_str().unwrap()))
+        .collect();
+    assert!(shown.contains(&(
+        "command",
+        "sed -i 's/Hello/Hello, stet/' greeting.txt && cat greeting.txt"
+    )));
+    assert!(shown.contains(&("output", "Hello, stet\n[Bash done]")));
+    assert!(shown.contains(&("finish", "The greeting now says Hello, stet.")));
+    let usage: Vec<_> = events.iter().filter(|e| e["kind"] == "usage").collect();
+    assert_eq!(usage.len(), 1);
+    assert_eq!(
+        (&usage[0]["input_tokens"], &usage[0]["output_tokens"]),
+        (&2000.into(), &100.into())
+    );
+    assert_eq!(usage[0]["total_cost_usd"], 0.0125);
+    assert_eq!(events.last().unwrap()["outcome"], "done");
+
+    // Two tool uses of one reply: both shown, the reply's usage once.
+    let (code, events) = replay(&fixture("parallel.stdout"));
+    assert_eq!(code, Some(0));
+    let commands = events.iter().filter(|e| e["item"] == "command").count();
+    assert_eq!(commands, 2);
+    assert_eq!(events.iter().filter(|e| e["kind"] == "usage").count(), 1);
+
+    // Claude Code exited 1 and its result's subtype says success: is_error and the terminal
+    // reason fail the run.
+    assert_eq!(fixture("error.exit"), b"1\n");
+    let (code, events) = replay(&fixture("error.stdout"));
+    assert_eq!(code, Some(1));
+    let finished = events.last().unwrap();
+    assert_eq!(finished["outcome"], "failed");
+    assert!(
+        finished["reason"]
+            .as_str()
+            .unwrap()
+            .contains("api_error: API Error: 400 The scripted model refuses."),
+        "{finished}"
+    );
+}
+
 /// The scripted agent's own output, captured on the host and replayed: the same parsing a live
 /// dispatch applies, ending with the outcome stet would draw.
 #[test]

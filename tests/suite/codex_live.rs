@@ -8,21 +8,20 @@
 //! meter's total against what the upstream charged, and that the dispatch left nothing behind. The
 //! image is built once per test process (the root filesystem it starts from is cached per machine).
 
-use std::net::{Ipv4Addr, SocketAddr};
 use std::process::Command;
-use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+use wiremock::{MockServer, Request, Respond, ResponseTemplate};
 
 use stet_protocol::event::{EventKind, ItemKind};
 use stet_protocol::state::Phase;
 
-use super::headless::{Finished, Project, Watched, assert_nothing_left, run, signal, toml_string};
-use super::support::{docker, git, serving_runtime};
+use super::headless::{Finished, Watched, assert_nothing_left, run, signal};
+use super::live::{LiveHarness, LiveProject, Mocked, mocked};
+use super::support::git;
 
 /// The variable of stet's environment holding the model key in these tests.
 const KEY_ENV: &str = "STET_CODEX_LIVE_MODEL_KEY";
@@ -35,37 +34,6 @@ const COST_PER_ANSWER_USD: f64 = 0.004;
 
 /// How long a held request stays unanswered: longer than any test runs.
 const HELD_FOR: Duration = Duration::from_secs(3600);
-
-/// The Codex dispatch image with this build's stet-sandbox inside, made once per test process.
-fn live_image() -> &'static str {
-    static IMAGE: OnceLock<String> = OnceLock::new();
-    IMAGE.get_or_init(|| {
-        let _ = docker();
-        let builder = concat!(env!("CARGO_MANIFEST_DIR"), "/docker/dispatch/build-offline");
-        let output = Command::new(builder)
-            .args([
-                "--harness",
-                "codex",
-                "--stet",
-                env!("CARGO_BIN_EXE_stet-sandbox"),
-            ])
-            .output()
-            .unwrap_or_else(|error| panic!("running {builder}: {error}"));
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(
-            output.status.success(),
-            "{builder} --harness codex failed ({}):\n{stderr}",
-            output.status
-        );
-        let id = stdout.lines().last().unwrap_or_default().trim().to_owned();
-        assert!(
-            id.starts_with("sha256:") && id.len() == 71,
-            "{builder} printed no image id: {stdout:?}\n{stderr}"
-        );
-        id
-    })
-}
 
 /// What the scripted model answers on one turn. The turn is the number of tool results the
 /// request's input holds, so a retried request gets the same answer.
@@ -171,69 +139,44 @@ fn tool_results(body: &Value) -> usize {
 /// A live project: the notes repository, its bare remote, the user's configuration selecting the
 /// Codex harness, the local forge and the scripted model behind the gateway, and that model.
 struct Live {
-    project: Project,
+    live: LiveProject,
     server: MockServer,
     arrived: Receiver<usize>,
-    key: String,
     /// Serves the model while the test runs stet.
     runtime: tokio::runtime::Runtime,
 }
 
+/// The Codex harness as these tests configure it.
+const CODEX: LiveHarness = LiveHarness {
+    kind: "codex",
+    model: MODEL,
+    priced: MODEL,
+    key_env: KEY_ENV,
+};
+
 impl Live {
     /// `turns` are given the model's port (the agent's probe tries to reach it).
     fn new(turns: impl FnOnce(u16) -> Vec<Turn>) -> Live {
-        let image = live_image();
-        let runtime = serving_runtime();
-        let (sender, arrived) = channel();
-        let listener =
-            std::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).unwrap();
-        let turns = turns(listener.local_addr().unwrap().port());
-        let server = runtime.block_on(async {
-            let server = MockServer::builder().listener(listener).start().await;
-            Mock::given(method("POST"))
-                .and(path("/v1/responses"))
-                .respond_with(ResponsesModel {
-                    turns,
-                    arrived: Mutex::new(sender),
-                })
-                .mount(&server)
-                .await;
-            server
-        });
-        let project = Project::new("");
-        let remote = toml_string(&project.remote);
-        let prices = project.home.path().join("prices.toml");
-        std::fs::write(
-            &prices,
-            format!("[models.\"{MODEL}\"]\ninput = 0.01\noutput = 0.01\n"),
-        )
-        .unwrap();
-        let prices = toml_string(&prices);
-        std::fs::write(
-            project.home.user_config(),
-            format!(
-                "[forge]\nkind = \"local\"\n\n[forge.local]\nremote = {remote}\n\n\
-                 [harness]\nkind = \"codex\"\n\n[harness.codex]\nmodel = \"{MODEL}\"\n\n\
-                 [model]\nbase_url = \"{}/v1\"\napi_key_env = \"{KEY_ENV}\"\nprices = {prices}\n\n\
-                 [dispatch]\nimage = \"{image}\"\n",
-                server.uri()
-            ),
-        )
-        .unwrap();
-        Live {
-            project,
+        let Mocked {
             server,
             arrived,
-            key: format!("live-key-{}", uuid::Uuid::new_v4().simple()),
+            runtime,
+        } = mocked("/v1/responses", |port, arrived| ResponsesModel {
+            turns: turns(port),
+            arrived,
+        });
+        let live = LiveProject::new(&CODEX, &format!("{}/v1", server.uri()));
+        Live {
+            live,
+            server,
+            arrived,
             runtime,
         }
     }
 
     /// `stet --headless --brief tidy-notes <extra>` with the model key in stet's environment.
     fn headless(&self, extra: &[&str]) -> Command {
-        let mut command = self.project.headless(extra);
-        command.env(KEY_ENV, &self.key);
-        command
+        self.live.headless(extra)
     }
 
     /// Every request the upstream received, with its authorization header.
@@ -262,7 +205,7 @@ impl Live {
         for (authorization, body) in &requests {
             assert_eq!(
                 authorization.as_deref(),
-                Some(format!("Bearer {}", self.key).as_str())
+                Some(format!("Bearer {}", self.live.key).as_str())
             );
             assert_eq!(body["model"], MODEL);
             assert_eq!(body["stream"], true);
@@ -283,21 +226,22 @@ fn a_command_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() {
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
     assert_eq!(finished.outcome().0, Phase::Done);
     assert_eq!(
-        finished.pushed_file(&live.project.remote, "src/notes.txt"),
+        finished.pushed_file(&live.live.project.remote, "src/notes.txt"),
         "one\ntwo\nthree\nfour\n"
     );
     live.assert_keyed_by_the_host();
     assert_eq!(live.requests().len(), 3);
     let probe: Value =
-        serde_json::from_str(&finished.pushed_file(&live.project.remote, "probe.json")).unwrap();
+        serde_json::from_str(&finished.pushed_file(&live.live.project.remote, "probe.json"))
+            .unwrap();
     let environment = probe["environment"].to_string();
-    assert!(!environment.contains(&live.key), "{environment}");
+    assert!(!environment.contains(&live.live.key), "{environment}");
     assert!(
         environment.contains(stet_engine::harness::PLACEHOLDER_KEY),
         "the agent's key is the placeholder: {environment}"
     );
     assert_eq!(
-        finished.pushed_file(&live.project.remote, "interfaces.txt"),
+        finished.pushed_file(&live.live.project.remote, "interfaces.txt"),
         "lo\n"
     );
     let connected: Vec<bool> = probe["connect"]
@@ -308,7 +252,7 @@ fn a_command_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() {
         .collect();
     assert_eq!(connected, [false, false, false], "{probe:#}");
     let uid: u32 = finished
-        .pushed_file(&live.project.remote, "uid.txt")
+        .pushed_file(&live.live.project.remote, "uid.txt")
         .trim()
         .parse()
         .unwrap();
@@ -338,10 +282,10 @@ fn a_command_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() {
     );
     // Codex's running total (3 answers of 1,050 tokens) agrees with the gateway's: no warning.
     assert_eq!(reconciliation_warnings(&finished), Vec::<String>::new());
-    assert!(!finished.stdout.contains(&live.key));
-    assert!(!finished.stderr.contains(&live.key));
+    assert!(!finished.stdout.contains(&live.live.key));
+    assert!(!finished.stderr.contains(&live.live.key));
     finished.torn_down_cleanly();
-    assert_nothing_left(&live.project.home, finished.dispatch());
+    assert_nothing_left(&live.live.project.home, finished.dispatch());
 }
 
 #[test]
@@ -355,7 +299,7 @@ fn a_file_created_through_codexs_patch_tool_is_pushed() {
     let finished = run(live.headless(&["--push"]));
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
     assert_eq!(
-        finished.pushed_file(&live.project.remote, "src/made.txt"),
+        finished.pushed_file(&live.live.project.remote, "src/made.txt"),
         "made by apply_patch\n"
     );
     assert!(
@@ -365,7 +309,7 @@ fn a_file_created_through_codexs_patch_tool_is_pushed() {
         "{finished:#?}"
     );
     finished.torn_down_cleanly();
-    assert_nothing_left(&live.project.home, finished.dispatch());
+    assert_nothing_left(&live.live.project.home, finished.dispatch());
 }
 
 #[test]
@@ -395,7 +339,7 @@ fn an_upstream_refusal_fails_the_turn_with_exit_1() {
     assert_eq!(live.requests().len(), 1, "Codex does not retry");
     assert!(!finished.kinds().contains(&"pushed"));
     finished.torn_down_cleanly();
-    assert_nothing_left(&live.project.home, finished.dispatch());
+    assert_nothing_left(&live.live.project.home, finished.dispatch());
 }
 
 #[test]
@@ -419,7 +363,7 @@ fn a_text_answer_completes_the_turn_changes_nothing_and_nothing_is_pushed() {
     );
     assert!(!finished.kinds().contains(&"pushed"), "{finished:#?}");
     finished.torn_down_cleanly();
-    assert_nothing_left(&live.project.home, finished.dispatch());
+    assert_nothing_left(&live.live.project.home, finished.dispatch());
 }
 
 #[test]
@@ -433,10 +377,10 @@ fn cancel_while_a_model_request_is_held_exits_3_and_tears_down() {
     assert_eq!(finished.code(), Some(3), "{finished:#?}");
     assert_eq!(finished.outcome().0, Phase::Cancelled);
     finished.torn_down_cleanly();
-    assert_nothing_left(&live.project.home, finished.dispatch());
+    assert_nothing_left(&live.live.project.home, finished.dispatch());
     assert_eq!(
         git(
-            &live.project.remote,
+            &live.live.project.remote,
             &["for-each-ref", "--format=%(refname)"]
         ),
         "refs/heads/main"
@@ -462,7 +406,7 @@ fn the_cost_ceiling_stops_codex_and_no_request_past_it_reaches_the_upstream() {
     assert!((total - 2.0 * COST_PER_ANSWER_USD).abs() < 1e-9, "{total}");
     assert!(!finished.kinds().contains(&"pushed"));
     finished.torn_down_cleanly();
-    assert_nothing_left(&live.project.home, finished.dispatch());
+    assert_nothing_left(&live.live.project.home, finished.dispatch());
 }
 
 #[test]
@@ -473,7 +417,7 @@ fn the_timeout_exits_4_while_the_model_holds_a_request() {
     assert_eq!(finished.outcome().0, Phase::TimedOut);
     assert_eq!(live.arrived.try_iter().collect::<Vec<_>>(), [0]);
     finished.torn_down_cleanly();
-    assert_nothing_left(&live.project.home, finished.dispatch());
+    assert_nothing_left(&live.live.project.home, finished.dispatch());
 }
 
 /// A command Codex runs, as the same user, tries to write a forged message into Codex's stdout and
@@ -494,7 +438,7 @@ fn a_command_cannot_write_forged_events_into_codexs_output() {
     let live = Live::new(|_| vec![Turn::Command(command), Turn::Text("Tried.")]);
     let finished = run(live.headless(&["--push"]));
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
-    let writes = finished.pushed_file(&live.project.remote, "writes.txt");
+    let writes = finished.pushed_file(&live.live.project.remote, "writes.txt");
     assert!(writes.ends_with("tried\n"), "{writes}");
     assert!(!writes.contains("wrote "), "{writes}");
     assert_eq!(
@@ -512,7 +456,7 @@ fn a_command_cannot_write_forged_events_into_codexs_output() {
     assert_eq!(finished.transcript_of(ItemKind::Message), ["Tried."]);
     assert_eq!(finished.transcript_of(ItemKind::Finish), ["Tried."]);
     finished.torn_down_cleanly();
-    assert_nothing_left(&live.project.home, finished.dispatch());
+    assert_nothing_left(&live.live.project.home, finished.dispatch());
 }
 
 /// The warnings that say the agent's own usage differs from what the gateway metered.
@@ -546,7 +490,7 @@ fn a_command_cannot_read_codexs_memory_or_environment_nor_ptrace_it() {
     let live = Live::new(|_| vec![Turn::Command(command), Turn::Text("Pried.")]);
     let finished = run(live.headless(&["--push"]));
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
-    let pried = finished.pushed_file(&live.project.remote, "pried.txt");
+    let pried = finished.pushed_file(&live.live.project.remote, "pried.txt");
     let lines: Vec<&str> = pried.lines().collect();
     assert!(
         lines.first().is_some_and(|line| line.len() > "pid ".len()),
@@ -564,5 +508,5 @@ fn a_command_cannot_read_codexs_memory_or_environment_nor_ptrace_it() {
     );
     assert_eq!(finished.transcript_of(ItemKind::Finish), ["Pried."]);
     finished.torn_down_cleanly();
-    assert_nothing_left(&live.project.home, finished.dispatch());
+    assert_nothing_left(&live.live.project.home, finished.dispatch());
 }

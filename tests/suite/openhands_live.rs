@@ -9,21 +9,20 @@
 //! nothing behind. The image is built once per test process (its base is cached across runs); a
 //! machine that cannot build it fails these tests with the builder's own message.
 
-use std::net::{Ipv4Addr, SocketAddr};
 use std::process::Command;
-use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+use wiremock::{MockServer, Request, Respond, ResponseTemplate};
 
 use stet_protocol::event::{EventKind, ItemKind};
 use stet_protocol::state::Phase;
 
-use super::headless::{Project, Watched, assert_nothing_left, run, signal, toml_string};
-use super::support::{docker, git, serving_runtime};
+use super::headless::{Watched, assert_nothing_left, run, signal};
+use super::live::{LiveHarness, LiveProject, Mocked, mocked};
+use super::support::git;
 
 /// The variable of stet's environment holding the model key in these tests.
 const KEY_ENV: &str = "STET_LIVE_MODEL_KEY";
@@ -43,30 +42,17 @@ const COST_PER_ANSWER_USD: f64 = 0.004;
 const HELD_FOR: Duration = Duration::from_secs(3600);
 
 /// The dispatch image with this build's stet-sandbox inside, made once per test process.
-fn live_image() -> &'static str {
-    static IMAGE: OnceLock<String> = OnceLock::new();
-    IMAGE.get_or_init(|| {
-        let _ = docker();
-        let builder = concat!(env!("CARGO_MANIFEST_DIR"), "/docker/dispatch/build-offline");
-        let output = Command::new(builder)
-            .args(["--stet", env!("CARGO_BIN_EXE_stet-sandbox")])
-            .output()
-            .unwrap_or_else(|error| panic!("running {builder}: {error}"));
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(
-            output.status.success(),
-            "{builder} failed ({}):\n{stderr}",
-            output.status
-        );
-        let id = stdout.lines().last().unwrap_or_default().trim().to_owned();
-        assert!(
-            id.starts_with("sha256:") && id.len() == 71,
-            "{builder} printed no image id: {stdout:?}\n{stderr}"
-        );
-        id
-    })
+fn live_image() -> String {
+    super::live::live_image("openhands")
 }
+
+/// The OpenHands harness as these tests configure it.
+const OPENHANDS: LiveHarness = LiveHarness {
+    kind: "openhands",
+    model: MODEL,
+    priced: "stet-live-model",
+    key_env: KEY_ENV,
+};
 
 /// What the scripted model answers on one turn. The turn is the number of tool results in the
 /// conversation so far, so a retried request gets the same answer.
@@ -156,10 +142,9 @@ fn tool_results(body: &Value) -> usize {
 /// A live project: the notes repository, its bare remote, the user's configuration selecting the
 /// OpenHands harness, the local forge and the scripted model behind the gateway, and that model.
 struct Live {
-    project: Project,
+    live: LiveProject,
     server: MockServer,
     arrived: Receiver<usize>,
-    key: String,
     /// Serves the model while the test runs stet.
     runtime: tokio::runtime::Runtime,
 }
@@ -167,64 +152,26 @@ struct Live {
 impl Live {
     /// `turns` are given the model's port (the agent's probe tries to reach it).
     fn new(turns: impl FnOnce(u16) -> Vec<Turn>) -> Live {
-        let image = live_image();
-        let runtime = serving_runtime();
-        let (sender, arrived) = channel();
-        let listener =
-            std::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).unwrap();
-        let turns = turns(listener.local_addr().unwrap().port());
-        let server = runtime.block_on(async {
-            let server = MockServer::builder().listener(listener).start().await;
-            Mock::given(method("POST"))
-                .and(path("/v1/chat/completions"))
-                .respond_with(ToolModel {
-                    turns,
-                    arrived: Mutex::new(sender),
-                })
-                .mount(&server)
-                .await;
-            server
-        });
-        let project = Project::new("");
-        let remote = toml_string(&project.remote);
-        // The gateway holds a ceiling only for a model it can price, reserving each request's worst
-        // case (a token a byte of its prompt) first; prices this low let OpenHands' large prompts
-        // fit under the tests' ceilings. The upstream's cost header is what each answer costs.
-        let prices = project.home.path().join("prices.toml");
-        std::fs::write(
-            &prices,
-            format!(
-                "[models.\"{}\"]\ninput = 0.01\noutput = 0.01\n",
-                upstream_model()
-            ),
-        )
-        .unwrap();
-        let prices = toml_string(&prices);
-        std::fs::write(
-            project.home.user_config(),
-            format!(
-                "[forge]\nkind = \"local\"\n\n[forge.local]\nremote = {remote}\n\n\
-                 [harness]\nkind = \"openhands\"\n\n[harness.openhands]\nmodel = \"{MODEL}\"\n\n\
-                 [model]\nbase_url = \"{}/v1\"\napi_key_env = \"{KEY_ENV}\"\nprices = {prices}\n\n\
-                 [dispatch]\nimage = \"{image}\"\n",
-                server.uri()
-            ),
-        )
-        .unwrap();
-        Live {
-            project,
+        let Mocked {
             server,
             arrived,
-            key: format!("live-key-{}", uuid::Uuid::new_v4().simple()),
+            runtime,
+        } = mocked("/v1/chat/completions", |port, arrived| ToolModel {
+            turns: turns(port),
+            arrived,
+        });
+        let live = LiveProject::new(&OPENHANDS, &format!("{}/v1", server.uri()));
+        Live {
+            live,
+            server,
+            arrived,
             runtime,
         }
     }
 
     /// `stet --headless --brief tidy-notes <extra>` with the model key in stet's environment.
     fn headless(&self, extra: &[&str]) -> Command {
-        let mut command = self.project.headless(extra);
-        command.env(KEY_ENV, &self.key);
-        command
+        self.live.headless(extra)
     }
 
     /// Every chat request the upstream received.
@@ -249,7 +196,10 @@ impl Live {
                 .headers
                 .get("authorization")
                 .map(|v| v.to_str().unwrap());
-            assert_eq!(authorization, Some(format!("Bearer {}", self.key).as_str()));
+            assert_eq!(
+                authorization,
+                Some(format!("Bearer {}", self.live.key).as_str())
+            );
         }
     }
 }
@@ -276,7 +226,7 @@ fn a_terminal_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() 
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
     assert_eq!(finished.outcome(), (Phase::Done, 0, None));
     assert_eq!(
-        finished.pushed_file(&live.project.remote, "src/notes.txt"),
+        finished.pushed_file(&live.live.project.remote, "src/notes.txt"),
         "one\ntwo\nthree\nfour\n"
     );
     // Under `stet speak`, nothing the CLI starts (its terminal, tmux) keeps its output open or
@@ -294,16 +244,17 @@ fn a_terminal_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() 
     // The model key reached the upstream on every request, and never the sandbox.
     live.assert_keyed_by_the_host();
     let probe: Value =
-        serde_json::from_str(&finished.pushed_file(&live.project.remote, "probe.json")).unwrap();
+        serde_json::from_str(&finished.pushed_file(&live.live.project.remote, "probe.json"))
+            .unwrap();
     let environment = probe["environment"].to_string();
-    assert!(!environment.contains(&live.key), "{environment}");
+    assert!(!environment.contains(&live.live.key), "{environment}");
     assert!(
         environment.contains(stet_engine::harness::PLACEHOLDER_KEY),
         "the agent's key is the placeholder: {environment}"
     );
     // Network none: only the loopback, and nothing beyond it connects.
     assert_eq!(
-        finished.pushed_file(&live.project.remote, "interfaces.txt"),
+        finished.pushed_file(&live.live.project.remote, "interfaces.txt"),
         "lo\n"
     );
     let connected: Vec<bool> = probe["connect"]
@@ -314,7 +265,7 @@ fn a_terminal_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() 
         .collect();
     assert_eq!(connected, [false, false, false], "{probe:#}");
     let uid: u32 = finished
-        .pushed_file(&live.project.remote, "uid.txt")
+        .pushed_file(&live.live.project.remote, "uid.txt")
         .trim()
         .parse()
         .unwrap();
@@ -382,10 +333,10 @@ fn a_terminal_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() 
         (total - answered as f64 * COST_PER_ANSWER_USD).abs() < 1e-9,
         "total {total} for {answered} answers"
     );
-    assert!(!finished.stdout.contains(&live.key));
-    assert!(!finished.stderr.contains(&live.key));
+    assert!(!finished.stdout.contains(&live.live.key));
+    assert!(!finished.stderr.contains(&live.live.key));
     finished.torn_down_cleanly();
-    assert_nothing_left(&live.project.home, finished.dispatch());
+    assert_nothing_left(&live.live.project.home, finished.dispatch());
 }
 
 /// `docker/dispatch/verify-installed.py` run in the live image, with each `(host file, path)` of
@@ -403,7 +354,7 @@ fn image_check(planted: &[(&std::path::Path, &str)]) -> std::process::Output {
     }
     command
         .args([
-            live_image(),
+            live_image().as_str(),
             "python3",
             "/checks/verify-installed.py",
             "/checks/requirements.lock",
@@ -500,7 +451,7 @@ fn the_agent_cannot_write_forged_events_into_the_clis_output() {
     }
     // The attempt was real: the commands ran and wrote into the output of processes nobody reads
     // (the sandbox's keepalive, whose output goes nowhere); the CLI's own pipes were out of reach.
-    let writes = finished.pushed_file(&live.project.remote, "writes.txt");
+    let writes = finished.pushed_file(&live.live.project.remote, "writes.txt");
     assert!(writes.contains("wrote /proc/1/fd/1"), "{writes}");
 }
 
@@ -518,15 +469,15 @@ fn a_file_editor_create_is_pushed() {
     let finished = run(live.headless(&["--push"]));
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
     assert_eq!(
-        finished.pushed_file(&live.project.remote, "src/made.txt"),
+        finished.pushed_file(&live.live.project.remote, "src/made.txt"),
         "made by the file editor\n"
     );
     assert_eq!(
-        finished.pushed_file(&live.project.remote, "src/notes.txt"),
+        finished.pushed_file(&live.live.project.remote, "src/notes.txt"),
         "one\ntwo\nthree\n"
     );
     finished.torn_down_cleanly();
-    assert_nothing_left(&live.project.home, finished.dispatch());
+    assert_nothing_left(&live.live.project.home, finished.dispatch());
 }
 
 #[test]
@@ -542,10 +493,10 @@ fn cancel_while_a_model_request_is_in_flight_exits_3_and_tears_down() {
     assert_eq!(finished.outcome().0, Phase::Cancelled);
     assert!(!finished.kinds().contains(&"pushed"));
     finished.torn_down_cleanly();
-    assert_nothing_left(&live.project.home, finished.dispatch());
+    assert_nothing_left(&live.live.project.home, finished.dispatch());
     assert_eq!(
         git(
-            &live.project.remote,
+            &live.live.project.remote,
             &["for-each-ref", "--format=%(refname)"]
         ),
         "refs/heads/main"
@@ -577,7 +528,7 @@ fn the_cost_ceiling_stops_the_agent_and_no_request_past_it_reaches_the_upstream(
     assert!((total - 2.0 * COST_PER_ANSWER_USD).abs() < 1e-9, "{total}");
     assert!(!finished.kinds().contains(&"pushed"));
     finished.torn_down_cleanly();
-    assert_nothing_left(&live.project.home, finished.dispatch());
+    assert_nothing_left(&live.live.project.home, finished.dispatch());
 }
 
 #[test]
@@ -595,7 +546,7 @@ fn a_text_answer_without_finish_fails_with_exit_1() {
     );
     assert!(!finished.kinds().contains(&"pushed"));
     finished.torn_down_cleanly();
-    assert_nothing_left(&live.project.home, finished.dispatch());
+    assert_nothing_left(&live.live.project.home, finished.dispatch());
 }
 
 #[test]
@@ -610,7 +561,7 @@ fn the_timeout_exits_4_while_the_model_holds_a_request() {
         "the agent was waiting on its first request"
     );
     finished.torn_down_cleanly();
-    assert_nothing_left(&live.project.home, finished.dispatch());
+    assert_nothing_left(&live.live.project.home, finished.dispatch());
 }
 
 /// Egress through the host (issue 30): the real OpenHands agent runs the real pip in the sandbox,
@@ -629,17 +580,17 @@ fn the_agent_installs_a_package_through_the_egress_proxy() {
          ls /sys/class/net > /workspace/interfaces.txt"
     );
     let live = Live::new(|_| vec![terminal(&install), finish("Installed stetprobe.")]);
-    live.project.home.add_user_config(&format!(
+    live.live.project.home.add_user_config(&format!(
         "\n[network]\nallow = [\"localhost:{port}\"]\nloopback_for_tests = true\n"
     ));
     let finished = run(live.headless(&["--push"]));
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
     assert_eq!(
-        finished.pushed_file(&live.project.remote, "src/installed.txt"),
+        finished.pushed_file(&live.live.project.remote, "src/installed.txt"),
         format!("{value}\n")
     );
     assert_eq!(
-        finished.pushed_file(&live.project.remote, "interfaces.txt"),
+        finished.pushed_file(&live.live.project.remote, "interfaces.txt"),
         "lo\n"
     );
     let asked = index.asked();
@@ -659,5 +610,5 @@ fn the_agent_installs_a_package_through_the_egress_proxy() {
     );
     live.assert_keyed_by_the_host();
     finished.torn_down_cleanly();
-    assert_nothing_left(&live.project.home, finished.dispatch());
+    assert_nothing_left(&live.live.project.home, finished.dispatch());
 }

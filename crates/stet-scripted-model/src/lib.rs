@@ -27,7 +27,8 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
@@ -128,6 +129,8 @@ pub enum Behaviour {
 #[derive(Debug)]
 struct State {
     requests: Mutex<Vec<ModelRequest>>,
+    /// Signalled each time a request is recorded ([`ScriptedModel::wait_for_requests`]).
+    recorded: Condvar,
     behaviour: Mutex<Behaviour>,
     cost_usd: Mutex<Option<f64>>,
     /// How many calls a Responses reply makes of each provider-executed tool its request enables.
@@ -148,6 +151,7 @@ impl Default for State {
     fn default() -> State {
         State {
             requests: Mutex::default(),
+            recorded: Condvar::new(),
             behaviour: Mutex::default(),
             cost_usd: Mutex::default(),
             tool_calls: AtomicU64::new(1),
@@ -216,6 +220,22 @@ impl ScriptedModel {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Blocks the calling thread until `count` requests were received (true) or `timeout` passed
+    /// (false): how a test knows a request it holds has arrived, without polling.
+    pub fn wait_for_requests(&self, count: usize, timeout: Duration) -> bool {
+        let requests = self
+            .state
+            .requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (requests, _) = self
+            .state
+            .recorded
+            .wait_timeout_while(requests, timeout, |requests| requests.len() < count)
+            .unwrap_or_else(PoisonError::into_inner);
+        requests.len() >= count
     }
 
     /// How the next responses behave.
@@ -379,6 +399,7 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
             body: body.clone(),
             raw,
         });
+    state.recorded.notify_all();
 
     let (route, method) = match path.as_str() {
         "/v1/chat/completions" => (Route::ChatCompletions, Method::POST),
@@ -458,32 +479,32 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Body> {
         Behaviour::CutStream => return cut(route, &body, number, bytes.len(), per_tool),
         Behaviour::Stall => return std::future::pending().await,
     }
-    if let Some(response) = scripted_turn(state, route, &body, number, &raw_bytes).await {
-        return response;
-    }
-    let mut response = match route {
-        Route::Models => return json_response(StatusCode::OK, &models()),
-        Route::CountTokens => {
+    // A scripted turn's answer is a completion like any other: it carries the cost header too.
+    let scripted = scripted_turn(state, route, &body, number, &raw_bytes).await;
+    let mut response = match (scripted, route) {
+        (Some(response), _) => response,
+        (None, Route::Models) => return json_response(StatusCode::OK, &models()),
+        (None, Route::CountTokens) => {
             let tokens = (bytes.len() / BYTES_PER_TOKEN) as u64 + PROMPT_TOKEN_BASE;
             return json_response(StatusCode::OK, &json!({ "input_tokens": tokens }));
         }
-        Route::ChatCompletions if is_streaming(&body) => {
+        (None, Route::ChatCompletions) if is_streaming(&body) => {
             sse_response(chat_events(&body, number, bytes.len()))
         }
-        Route::ChatCompletions => {
+        (None, Route::ChatCompletions) => {
             json_response(StatusCode::OK, &chat_completion(&body, number, bytes.len()))
         }
-        Route::Responses if is_streaming(&body) => {
+        (None, Route::Responses) if is_streaming(&body) => {
             named_sse_response(wire::response_events(&body, number, bytes.len(), per_tool))
         }
-        Route::Responses => {
+        (None, Route::Responses) => {
             let reply = wire::response(&body, number, bytes.len(), per_tool);
             json_response(StatusCode::OK, &reply)
         }
-        Route::Messages if is_streaming(&body) => {
+        (None, Route::Messages) if is_streaming(&body) => {
             named_sse_response(wire::message_events(&body, number, bytes.len()))
         }
-        Route::Messages => {
+        (None, Route::Messages) => {
             json_response(StatusCode::OK, &wire::message(&body, number, bytes.len()))
         }
     };

@@ -232,6 +232,7 @@ pub(super) struct HarnessSection {
     pub script: ScriptSection,
     pub openhands: OpenHandsSection,
     pub codex: CodexSection,
+    pub claude: ClaudeSection,
 }
 
 /// `[runtime]`
@@ -266,6 +267,13 @@ pub(super) struct OpenHandsSection {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct CodexSection {
+    pub model: Setting<String>,
+}
+
+/// `[harness.claude]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct ClaudeSection {
     pub model: Setting<String>,
 }
 

@@ -31,6 +31,7 @@ pub use crate::forge::{CredentialConfig, ForgeConfig};
 use crate::git::import::{Identity, ImportLimits};
 use crate::git::workspace::BaseLimits;
 use crate::harness::HarnessSettings;
+use crate::harness::claude::ClaudeSettings;
 use crate::harness::codex::CodexSettings;
 use crate::harness::openhands::OpenHandsSettings;
 use crate::harness::script::ScenarioSource;
@@ -51,7 +52,7 @@ pub const ENV_CONCURRENCY: &str = "STET_CONCURRENCY";
 pub const ENV_COST_CEILING_USD: &str = "STET_COST_CEILING_USD";
 /// The dispatch image (`dispatch.image`).
 pub const ENV_IMAGE: &str = "STET_IMAGE";
-/// The harness, `openhands`, `codex` or `script` (`harness.kind`).
+/// The harness, `openhands`, `codex`, `claude` or `script` (`harness.kind`).
 pub const ENV_HARNESS: &str = "STET_HARNESS";
 
 /// Why configuration could not be used. Each names the file (and line) or the variable, and the field.
@@ -111,6 +112,10 @@ pub enum ConfigError {
         "harness.kind is \"codex\" but field `harness.codex.model` is not set: name the model under [harness.codex] in your configuration ({user_file}; e.g. model = \"gpt-5.1-codex\"), or run the scripted agent (harness.kind = \"script\", or {ENV_HARNESS}=script)"
     )]
     MissingCodexModel { user_file: String },
+    #[error(
+        "harness.kind is \"claude\" but field `harness.claude.model` is not set: name the model under [harness.claude] in your configuration ({user_file}; e.g. model = \"claude-sonnet-4-5\"), or run the scripted agent (harness.kind = \"script\", or {ENV_HARNESS}=script)"
+    )]
+    MissingClaudeModel { user_file: String },
     #[error("{}: is neither a repository's directory nor its {REPOSITORY_FILE}", named.display())]
     NotARepositoryFile { named: PathBuf },
     #[error(transparent)]
@@ -191,6 +196,14 @@ pub struct OpenHandsHarnessConfig {
 pub struct CodexHarnessConfig {
     /// The model Codex asks for (`harness.codex.model`); `None` until one is configured: there is
     /// no default.
+    pub model: Option<String>,
+}
+
+/// The Claude Code harness's settings (`[harness.claude]`), before a dispatch needs them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ClaudeHarnessConfig {
+    /// The model Claude Code asks for (`harness.claude.model`); `None` until one is configured:
+    /// there is no default.
     pub model: Option<String>,
 }
 
@@ -282,6 +295,8 @@ pub struct HarnessConfig {
     pub openhands: OpenHandsHarnessConfig,
     /// The Codex harness's settings (`[harness.codex]`).
     pub codex: CodexHarnessConfig,
+    /// The Claude Code harness's settings (`[harness.claude]`).
+    pub claude: ClaudeHarnessConfig,
 }
 
 impl HarnessConfig {
@@ -311,12 +326,26 @@ impl HarnessConfig {
         Ok(CodexSettings::new(model))
     }
 
+    /// Claude Code's settings; an error naming `harness.claude.model` when no model is
+    /// configured.
+    pub fn claude_settings(&self) -> Result<ClaudeSettings> {
+        let model = self
+            .claude
+            .model
+            .clone()
+            .ok_or_else(|| ConfigError::MissingClaudeModel {
+                user_file: user_file_shown(),
+            })?;
+        Ok(ClaudeSettings::new(model))
+    }
+
     /// The settings of the harness `kind` chooses, for the harness registry
     /// ([`crate::harness::from_settings`]); an error naming the field a setting it needs lacks.
     pub fn settings(&self) -> Result<HarnessSettings> {
         Ok(match self.kind {
             HarnessKind::OpenHands => HarnessSettings::OpenHands(self.openhands_settings()?),
             HarnessKind::Codex => HarnessSettings::Codex(self.codex_settings()?),
+            HarnessKind::Claude => HarnessSettings::Claude(self.claude_settings()?),
             HarnessKind::Script => HarnessSettings::Script {
                 scenario: match &self.script.scenario {
                     Some(path) => ScenarioSource::File(path.clone()),

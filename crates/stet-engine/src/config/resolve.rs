@@ -9,9 +9,10 @@ use std::time::Duration;
 use super::file::{ForgeKind, ProviderKind};
 use super::layers::{Layers, Lists, Reason};
 use super::{
-    CodexHarnessConfig, Config, ConfigError, CredentialConfig, DispatchSettings, ForgeConfig,
-    HarnessConfig, ModelConfig, NetworkConfig, OpenHandsHarnessConfig, Origin, RepositoryFile,
-    Result, RuntimeConfig, ScriptHarnessSettings, Sourced, default_agent,
+    ClaudeHarnessConfig, CodexHarnessConfig, Config, ConfigError, CredentialConfig,
+    DispatchSettings, ForgeConfig, HarnessConfig, ModelConfig, NetworkConfig,
+    OpenHandsHarnessConfig, Origin, RepositoryFile, Result, RuntimeConfig, ScriptHarnessSettings,
+    Sourced, default_agent,
 };
 use crate::forge::gitea_token::GiteaTokenSettings;
 use crate::forge::github_app::GitHubAppSettings;
@@ -315,6 +316,9 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
     let codex_model = layers.machine("harness.codex.model", Reason::Model, |s| {
         &s.harness.codex.model
     });
+    let claude_model = layers.machine("harness.claude.model", Reason::Model, |s| {
+        &s.harness.claude.model
+    });
     let base_url = layers.machine("model.base_url", Reason::Url, |s| &s.model.base_url);
     let model_api = layers.machine("model.api", Reason::Model, |s| &s.model.api);
     let api_key_env = layers.machine("model.api_key_env", Reason::EnvironmentVariable, |s| {
@@ -576,6 +580,9 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         },
         codex: CodexHarnessConfig {
             model: non_empty(codex_model, "harness.codex.model")?,
+        },
+        claude: ClaudeHarnessConfig {
+            model: non_empty(claude_model, "harness.claude.model")?,
         },
     };
     let runtime = RuntimeConfig {

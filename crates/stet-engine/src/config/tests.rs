@@ -54,6 +54,7 @@ fn no_files_give_the_local_forge_with_defaults() {
             },
             openhands: OpenHandsHarnessConfig::default(),
             codex: CodexHarnessConfig::default(),
+            claude: ClaudeHarnessConfig::default(),
         }
     );
     assert_eq!(config.model, ModelConfig::default());
@@ -1327,7 +1328,7 @@ fn an_untrusted_repository_may_not_choose_the_runtime() {
 fn every_harness_kind_is_configured_by_its_name_and_reaches_the_registry() {
     for kind in HarnessKind::ALL {
         let text = format!(
-            "[harness]\nkind = \"{}\"\n[harness.openhands]\nmodel = \"openai/gpt-4.1\"\n[harness.codex]\nmodel = \"gpt-5.1-codex\"\n",
+            "[harness]\nkind = \"{}\"\n[harness.openhands]\nmodel = \"openai/gpt-4.1\"\n[harness.codex]\nmodel = \"gpt-5.1-codex\"\n[harness.claude]\nmodel = \"claude-sonnet-4-5\"\n",
             kind.as_str()
         );
         let config = Config::from_files(&[user(&text)]).unwrap();
@@ -1344,13 +1345,13 @@ fn every_harness_kind_is_configured_by_its_name_and_reaches_the_registry() {
         assert_eq!(from_env.harness.kind, *kind);
     }
     let error = Config::from_files_and_env(&[], &|name| {
-        (name == ENV_HARNESS).then(|| "claude".to_owned())
+        (name == ENV_HARNESS).then(|| "claude-code".to_owned())
     })
     .unwrap_err()
     .to_string();
     assert_eq!(
         error,
-        "environment variable STET_HARNESS: field `harness.kind`: \"claude\" is not a harness: use \"openhands\" or \"script\" or \"codex\""
+        "environment variable STET_HARNESS: field `harness.kind`: \"claude-code\" is not a harness: use \"openhands\" or \"script\" or \"codex\" or \"claude\""
     );
 }
 

@@ -101,6 +101,7 @@ pub async fn dispatch_checks(
             "harness.openhands.model",
         ),
         HarnessKind::Codex => (config.harness.codex.model.clone(), "harness.codex.model"),
+        HarnessKind::Claude => (config.harness.claude.model.clone(), "harness.claude.model"),
         HarnessKind::Script => (None, ""),
     };
     let kind = config.harness.kind.as_str();

@@ -28,7 +28,9 @@
 //! does not (Codex) is made non-dumpable by its image, which installs it execute-only for the
 //! sandbox user (the kernel starts a program its user cannot read non-dumpable).
 
+pub mod claude;
 pub mod codex;
+mod json_lines;
 pub mod openhands;
 mod registry;
 pub mod replay;

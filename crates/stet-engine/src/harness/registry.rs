@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use super::claude::{ClaudeHarness, ClaudeOutput, ClaudeSettings};
 use super::codex::{CodexHarness, CodexOutput, CodexSettings};
 use super::openhands::{OpenHandsHarness, OpenHandsOutput, OpenHandsSettings};
 use super::script::{ScenarioSource, ScriptHarness, ScriptParser};
@@ -23,12 +24,15 @@ crate::kinds::kinds! {
         Script = "script",
         /// The Codex CLI, `codex exec --json`.
         Codex = "codex",
+        /// Claude Code, `claude -p --output-format stream-json`.
+        Claude = "claude",
     }
 }
 
 impl HarnessKind {
     /// The wire API the kind's agent speaks when `[model] api` does not say: OpenHands speaks Chat
-    /// Completions (its `openai/` models make LiteLLM speak it), the Codex CLI the Responses API;
+    /// Completions (its `openai/` models make LiteLLM speak it), the Codex CLI the Responses API,
+    /// Claude Code Anthropic's Messages API;
     /// the scripted agent, which the tests and the red team drive on every API, is served all of
     /// them (`None`).
     pub fn default_wire_api(self) -> Option<crate::gateway::policy::WireApi> {
@@ -36,6 +40,7 @@ impl HarnessKind {
         match self {
             HarnessKind::OpenHands => Some(WireApi::ChatCompletions),
             HarnessKind::Codex => Some(WireApi::Responses),
+            HarnessKind::Claude => Some(WireApi::Messages),
             HarnessKind::Script => None,
         }
     }
@@ -48,6 +53,8 @@ pub enum HarnessSettings {
     OpenHands(OpenHandsSettings),
     /// The Codex CLI and the model it asks for.
     Codex(CodexSettings),
+    /// Claude Code and the model it asks for.
+    Claude(ClaudeSettings),
     /// The scripted agent.
     Script {
         /// The scenario it plays.
@@ -63,6 +70,7 @@ impl HarnessSettings {
         match self {
             HarnessSettings::OpenHands(_) => HarnessKind::OpenHands,
             HarnessSettings::Codex(_) => HarnessKind::Codex,
+            HarnessSettings::Claude(_) => HarnessKind::Claude,
             HarnessSettings::Script { .. } => HarnessKind::Script,
         }
     }
@@ -73,6 +81,7 @@ pub fn from_settings(settings: HarnessSettings) -> Arc<dyn Harness> {
     match settings {
         HarnessSettings::OpenHands(settings) => Arc::new(OpenHandsHarness::new(settings)),
         HarnessSettings::Codex(settings) => Arc::new(CodexHarness::new(settings)),
+        HarnessSettings::Claude(settings) => Arc::new(ClaudeHarness::new(settings)),
         HarnessSettings::Script { scenario, pace } => Arc::new(ScriptHarness::new(scenario, pace)),
     }
 }
@@ -99,6 +108,10 @@ pub fn replay_reader(
             let parser: Box<dyn OutputParser> = Box::new(CodexOutput::new(sanitizer, None));
             (parser, None)
         }
+        HarnessKind::Claude => {
+            let parser: Box<dyn OutputParser> = Box::new(ClaudeOutput::new(sanitizer, None));
+            (parser, None)
+        }
         HarnessKind::Script => {
             let parser: Box<dyn OutputParser> = Box::new(ScriptParser::new(sanitizer));
             (parser, None)
@@ -117,6 +130,9 @@ mod tests {
                 HarnessSettings::OpenHands(OpenHandsSettings::new("openai/gpt-4.1"))
             }
             HarnessKind::Codex => HarnessSettings::Codex(CodexSettings::new("gpt-5.1-codex")),
+            HarnessKind::Claude => {
+                HarnessSettings::Claude(ClaudeSettings::new("claude-sonnet-4-5"))
+            }
             HarnessKind::Script => HarnessSettings::Script {
                 scenario: ScenarioSource::Demo,
                 pace: 0.0,
@@ -136,7 +152,7 @@ mod tests {
             let (_parser, usage) = replay_reader(*kind, &sanitizer, None).unwrap();
             assert!(usage.is_none(), "{kind:?}");
         }
-        assert_eq!(HarnessKind::from_name("claude"), None);
+        assert_eq!(HarnessKind::from_name("claude-code"), None);
         assert_eq!(HarnessKind::default(), HarnessKind::OpenHands);
     }
 

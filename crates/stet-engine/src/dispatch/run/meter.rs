@@ -264,6 +264,10 @@ mod tests {
                 .total_cost_usd,
             0.5
         );
+        assert!(
+            alone.reconcile_reported().is_none(),
+            "nothing to reconcile with"
+        );
     }
 
     /// Codex's running totals, handed on as what each turn added and with no cost, agree with the

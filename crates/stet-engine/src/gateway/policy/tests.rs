@@ -46,6 +46,7 @@ const FIXTURES: &[&str] = &[
     "codex-0.163-responses-turn-1.json",
     "codex-0.163-responses-turn-2.json",
     "claude-code-2.1.327-messages.json",
+    "claude-code-2.1.327-messages-turn-2.json",
     "codex-0.163-responses-default-web-search.json",
 ];
 

@@ -129,8 +129,12 @@ async fn admit(
 
     let (parts, body) = request.into_parts();
     // A query string goes around the body's policy: LiteLLM runs the model `?model=` names over
-    // the body's. No client stet runs sends one.
-    if let (Some(api), Some(_)) = (route.api(), parts.uri.query()) {
+    // the body's. The one a client stet runs sends is Anthropic's SDK's mark of its beta client,
+    // `?beta=true` on every Messages request of Claude Code: that exact query passes (and is
+    // forwarded), any other is refused.
+    if let (Some(api), Some(query)) = (route.api(), parts.uri.query())
+        && !(api == policy::WireApi::Messages && query == "beta=true")
+    {
         return Err(Stop::Policy(policy::Refusal {
             api,
             field: "(query string)".to_owned(),

@@ -549,3 +549,48 @@ async fn a_dispatch_serves_only_the_wire_api_it_speaks() {
     within(response.into_body().collect()).await.unwrap();
     assert_eq!(rig.upstream.requests().len(), 1);
 }
+
+/// Claude Code 2.1.327 posts every request to `/v1/messages?beta=true` (Anthropic's SDK marks its
+/// beta client so, `tests/fixtures/claude`): that query passes and is forwarded; any other query on
+/// a model route still goes around the body's policy and is refused before the upstream.
+#[tokio::test]
+async fn claude_codes_beta_query_passes_and_no_other_query_does() {
+    let mut rig = rig().await;
+    let start = serde_json::json!({"input_tokens": 20, "output_tokens": 1});
+    let stream = messages_stream(start, 7);
+    let (status, body) = streamed(
+        &rig,
+        "/v1/messages?beta=true",
+        CLAUDE_HEADERS,
+        &messages_request(serde_json::json!({})),
+        &stream,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let _ = expect_usage(rig.next_event().await);
+    let sent = rig.upstream.requests();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].path, "/v1/messages?beta=true");
+    for path in [
+        "/v1/messages?beta=true&model=o1-pro",
+        "/v1/messages?beta=false",
+        "/v1/messages?model=o1-pro",
+        "/v1/chat/completions?beta=true",
+    ] {
+        let response = send(
+            &rig.socket,
+            "POST",
+            path,
+            CLAUDE_HEADERS,
+            &messages_request(serde_json::json!({})),
+        )
+        .await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{path}");
+        let _ = rig.next_event().await;
+    }
+    assert_eq!(
+        rig.upstream.requests().len(),
+        1,
+        "nothing else went upstream"
+    );
+}

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::gateway::usage::UsageReport;
+use crate::harness::json_lines::{Gathered, Line, read_object};
 use crate::harness::{Finish, OutputParser, Parsed, text};
-use crate::runtime::lines::FramedLine;
 use crate::runtime::{OutputLine, OutputStream};
 use stet_protocol::event::{ItemKind, TranscriptItem};
 use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
@@ -41,31 +41,6 @@ pub struct CodexOutput {
     error: Option<String>,
 }
 
-/// A line while its pieces arrive, kept up to [`MAX_EVENT_BYTES`].
-#[derive(Debug, Default)]
-struct Gathered {
-    bytes: Vec<u8>,
-    /// Bytes past the bound, counted and dropped.
-    passed_over: usize,
-}
-
-impl Gathered {
-    /// Adds a piece; the whole line once its last piece arrived, with how many bytes were dropped.
-    fn push(&mut self, piece: &FramedLine) -> Option<(Vec<u8>, usize)> {
-        let room = MAX_EVENT_BYTES.saturating_sub(self.bytes.len());
-        let kept = room.min(piece.bytes.len());
-        self.bytes.extend_from_slice(&piece.bytes[..kept]);
-        self.passed_over += piece.bytes.len() - kept;
-        if piece.continues {
-            return None;
-        }
-        Some((
-            std::mem::take(&mut self.bytes),
-            std::mem::take(&mut self.passed_over),
-        ))
-    }
-}
-
 /// Codex's usage totals as it reports them (`input` includes `cached`).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Totals {
@@ -81,8 +56,8 @@ impl CodexOutput {
         CodexOutput {
             sanitizer,
             model: model.unwrap_or_else(|| "codex".to_owned()),
-            stdout: Gathered::default(),
-            stderr: Gathered::default(),
+            stdout: Gathered::new(MAX_EVENT_BYTES),
+            stderr: Gathered::new(MAX_EVENT_BYTES),
             started: HashSet::new(),
             last_message: None,
             total: Totals::default(),
@@ -111,43 +86,22 @@ impl CodexOutput {
     }
 
     fn stdout_line(&mut self, line: &[u8], passed_over: usize) -> Vec<Parsed> {
-        if passed_over > 0 {
-            let len = line.len() + passed_over;
-            return vec![self.note(&format!(
+        match read_object(line, passed_over, MAX_EVENT_VALUES) {
+            Line::Blank => Vec::new(),
+            Line::TooLong(len) => vec![self.note(&format!(
                 "a Codex event line of {len} bytes was not read (the limit is {MAX_EVENT_BYTES} bytes)"
-            ))];
-        }
-        let trimmed = line.trim_ascii();
-        if trimmed.is_empty() {
-            return Vec::new();
-        }
-        let values = trimmed
-            .iter()
-            .filter(|byte| matches!(byte, b',' | b'[' | b'{' | b':'))
-            .count();
-        if values > MAX_EVENT_VALUES {
-            return vec![self.note(&format!(
+            ))],
+            Line::TooManyValues(values) => vec![self.note(&format!(
                 "a Codex event line of {values} values was not read (the limit is {MAX_EVENT_VALUES})"
-            ))];
-        }
-        let parsed = serde_json::from_slice::<Value>(trimmed).or_else(|error| {
-            match std::str::from_utf8(trimmed) {
-                Ok(_) => Err(error),
-                Err(_) => serde_json::from_str(&String::from_utf8_lossy(trimmed)),
-            }
-        });
-        match parsed {
-            Ok(Value::Object(event)) => match event.get("type").and_then(Value::as_str) {
+            ))],
+            Line::NotAnEvent(shown) => vec![self.item(
+                ItemKind::Other,
+                &format!("Codex printed a line that is not an event: {shown}"),
+            )],
+            Line::Object(event) => match event.get("type").and_then(Value::as_str) {
                 Some(kind) => self.event(kind, &event),
                 None => vec![self.note(&rendering("an event without a type", &event))],
             },
-            Ok(_) | Err(_) => {
-                let shown = String::from_utf8_lossy(trimmed);
-                vec![self.item(
-                    ItemKind::Other,
-                    &format!("Codex printed a line that is not an event: {shown}"),
-                )]
-            }
         }
     }
 

@@ -1,0 +1,87 @@
+//! The JSON Lines the CLI harnesses print (Codex's `--json`, Claude Code's `stream-json`), read
+//! within bounds, shared by their parsers: a line gathered from its framed pieces up to a byte limit
+//! ([`Gathered`]), then parsed only when it holds at most so many values ([`read_object`]).
+
+use serde_json::{Map, Value};
+
+use crate::runtime::lines::FramedLine;
+
+/// A line while its pieces arrive, kept up to `limit` bytes.
+#[derive(Debug)]
+pub(crate) struct Gathered {
+    limit: usize,
+    bytes: Vec<u8>,
+    /// Bytes past the bound, counted and dropped.
+    passed_over: usize,
+}
+
+impl Gathered {
+    /// Gathers lines of at most `limit` bytes.
+    pub(crate) fn new(limit: usize) -> Gathered {
+        Gathered {
+            limit,
+            bytes: Vec::new(),
+            passed_over: 0,
+        }
+    }
+
+    /// Adds a piece; the whole line once its last piece arrived, with how many bytes were dropped.
+    pub(crate) fn push(&mut self, piece: &FramedLine) -> Option<(Vec<u8>, usize)> {
+        let room = self.limit.saturating_sub(self.bytes.len());
+        let kept = room.min(piece.bytes.len());
+        self.bytes.extend_from_slice(&piece.bytes[..kept]);
+        self.passed_over += piece.bytes.len() - kept;
+        if piece.continues {
+            return None;
+        }
+        Some((
+            std::mem::take(&mut self.bytes),
+            std::mem::take(&mut self.passed_over),
+        ))
+    }
+}
+
+/// What one gathered line holds.
+#[derive(Debug)]
+pub(crate) enum Line {
+    /// Nothing but white space.
+    Blank,
+    /// A JSON object.
+    Object(Map<String, Value>),
+    /// A line of `0` bytes, longer than the limit: not read.
+    TooLong(usize),
+    /// A line of `0` values, more than the limit: not read.
+    TooManyValues(usize),
+    /// A line that is not a JSON object, as text.
+    NotAnEvent(String),
+}
+
+/// `line` (with `passed_over` bytes dropped past the gathering limit) read as a JSON object, if it is
+/// one within `max_values` values (counted by their separators). Invalid UTF-8 is read lossily.
+pub(crate) fn read_object(line: &[u8], passed_over: usize, max_values: usize) -> Line {
+    if passed_over > 0 {
+        return Line::TooLong(line.len() + passed_over);
+    }
+    let trimmed = line.trim_ascii();
+    if trimmed.is_empty() {
+        return Line::Blank;
+    }
+    let values = trimmed
+        .iter()
+        .filter(|byte| matches!(byte, b',' | b'[' | b'{' | b':'))
+        .count();
+    if values > max_values {
+        return Line::TooManyValues(values);
+    }
+    let parsed =
+        serde_json::from_slice::<Value>(trimmed).or_else(|error| {
+            match std::str::from_utf8(trimmed) {
+                Ok(_) => Err(error),
+                Err(_) => serde_json::from_str(&String::from_utf8_lossy(trimmed)),
+            }
+        });
+    match parsed {
+        Ok(Value::Object(event)) => Line::Object(event),
+        Ok(_) | Err(_) => Line::NotAnEvent(String::from_utf8_lossy(trimmed).into_owned()),
+    }
+}
