@@ -512,5 +512,5 @@ async fn a_slow_reader_that_keeps_reading_is_not_cut_as_idle() {
     let report = f.proxy.shutdown().await;
     let record = &report.records[0];
     assert_eq!(record.down, SIZE as u64, "{record:?}");
-    assert!(record.outcome.ends_with("; closed"), "{record:?}");
+    assert!(!record.outcome.contains("nothing moved"), "{record:?}");
 }
