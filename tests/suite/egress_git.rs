@@ -2,8 +2,9 @@
 //! image's own git clones and fetches from a smart-HTTP server (the real `git http-backend`) on the
 //! test's loopback whose certificate a private CA, made at test time with openssl, signed. The
 //! sandbox trusts that CA only because `[network] sandbox_ca_bundle` gave it to it: the same git
-//! without the variables stet sets refuses the server. The loopback override is on, as for every
-//! egress suite.
+//! without the variables stet sets refuses the server. The image is the real dispatch image
+//! (`build-offline`, this build's stet inside), whose git is Debian's; the loopback override is on,
+//! as for every egress suite.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -132,14 +133,14 @@ fn the_sandboxs_git_clones_and_fetches_over_https_trusting_only_the_ca_it_was_gi
     let git_in = "env -u NO_PROXY -u no_proxy git";
     let project = Project::new(&scenario(&[
         &format!(
-            "run = [\"sh\", \"-c\", \"{git_in} clone -q {url} /tmp/lib && echo cloned: $(cat /tmp/lib/value.txt)\"]"
+            "run = [\"/bin/sh\", \"-c\", \"{git_in} clone -q {url} /tmp/lib && echo cloned: $(cat /tmp/lib/value.txt)\"]"
         ),
         &format!(
-            "run = [\"sh\", \"-c\", \"{git_in} -C /tmp/lib fetch -q origin && echo fetched: $(git -C /tmp/lib rev-parse origin/main)\"]"
+            "run = [\"/bin/sh\", \"-c\", \"{git_in} -C /tmp/lib fetch -q origin && echo fetched: $(git -C /tmp/lib rev-parse origin/main)\"]"
         ),
         // Without the variables stet sets, git trusts only the image's roots: refused.
         &format!(
-            "run = [\"sh\", \"-c\", \"env -u GIT_SSL_CAINFO -u SSL_CERT_FILE -u CURL_CA_BUNDLE {git_in} ls-remote {url} || echo untrusted: refused\"]"
+            "run = [\"/bin/sh\", \"-c\", \"env -u GIT_SSL_CAINFO -u SSL_CERT_FILE -u CURL_CA_BUNDLE {git_in} ls-remote {url} || echo untrusted: refused\"]"
         ),
         "finish = \"Cloned the library.\"",
     ]));
@@ -147,10 +148,15 @@ fn the_sandboxs_git_clones_and_fetches_over_https_trusting_only_the_ca_it_was_gi
         &[format!("localhost:{port}")],
         &format!("sandbox_ca_bundle = {:?}\n", pki.ca.display().to_string()),
     );
+    // The real dispatch image, whose git is Debian's.
+    project.home.add_user_config(&format!(
+        "\n[dispatch]\nimage = \"{}\"\n",
+        super::openhands_live::live_image()
+    ));
     let finished = run(project.headless(&[]));
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
     let output = output_of(&finished);
-    assert!(output.contains(&format!("cloned: {value}")), "{output}");
+    assert!(output.contains(&format!("cloned: {value}")), "{output}{finished:#?}");
     let head = String::from_utf8(
         Command::new("git")
             .arg("-C")

@@ -83,6 +83,11 @@ fn another_dispatchs_proxy_socket_is_out_of_reach_and_gone_once_its_killed_stet_
         "finish = \"Tried every socket.\"",
     ]));
     project.allow_egress(&[format!("localhost:{}", own.port())], "");
+    // The real dispatch image, which has Python.
+    project.home.add_user_config(&format!(
+        "\n[dispatch]\nimage = \"{}\"\n",
+        super::openhands_live::live_image()
+    ));
     let finished = run(project.headless(&[]));
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
     let output = output_of(&finished);

@@ -43,7 +43,7 @@ const COST_PER_ANSWER_USD: f64 = 0.004;
 const HELD_FOR: Duration = Duration::from_secs(3600);
 
 /// The dispatch image with this build's stet-sandbox inside, made once per test process.
-fn live_image() -> &'static str {
+pub(super) fn live_image() -> &'static str {
     static IMAGE: OnceLock<String> = OnceLock::new();
     IMAGE.get_or_init(|| {
         let _ = docker();
