@@ -139,7 +139,8 @@ impl<'d> AgentRun<'d> {
             .harness
             .parser(self.steering.sanitizer());
         let mut voice = AgentVoice::new(parser.as_mut(), self.steering.sanitizer());
-        let channel_env = self.channels.sandbox_env();
+        let mut channel_env = self.channels.sandbox_env();
+        channel_env.extend(self.egress.ca_env.iter().cloned());
         for process in &plan.processes {
             let mut spoken = speaking(process);
             for (name, value) in &channel_env {
