@@ -620,9 +620,17 @@ fn the_test_wheel_is_a_zip_with_the_known_crc() {
     assert_eq!(&wheel[wheel.len() - 22..wheel.len() - 18], b"PK\x05\x06");
 }
 
+/// The published hash of the wheel the smoke test fetches from PyPI (six 1.17.0, 11,050 bytes): pip
+/// refuses any other bytes (`--require-hashes`), so what arrived is the real package.
+const SIX_WHEEL_SHA256: &str = "4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274";
+
+/// This host's trust store (Debian's), handed to the sandbox by the smoke test.
+const HOST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
 /// The one test that leaves this machine (these machines reach PyPI; the issue allows one such
-/// smoke test): with `presets = ["python"]` and no loopback override, the agent asks for a tunnel to
-/// pypi.org:443, and the tunnel opens to the address the proxy resolved and checked. These machines'
+/// smoke test): with `presets = ["python"]` and no loopback override, the real pip in the real
+/// dispatch image downloads a real wheel from PyPI through the egress proxy, checked against its
+/// published hash, trusting the host's certificate authorities (`sandbox_ca_bundle`), and a tunnel to the upload host (not in the preset) is refused. These machines'
 /// resolver answers with a documentation address (fake-IP DNS, `203.0.113.80`), which the proxy
 /// connects to like a public one. Where the host's resolver gives pypi.org an address the proxy
 /// refuses (loopback, private…), the test says so on stderr and checks that the proxy refused it for
@@ -630,7 +638,7 @@ fn the_test_wheel_is_a_zip_with_the_known_crc() {
 /// pypi.org does not even resolve on the host, the test fails saying so, rather than blaming the
 /// proxy.
 #[test]
-fn smoke_a_python_preset_tunnel_reaches_pypi_or_says_why_not() {
+fn smoke_pip_fetches_a_real_package_from_pypi_through_the_python_preset_or_says_why_not() {
     docker_ready();
     let resolved = match "pypi.org:443".to_socket_addrs_checked() {
         Ok(address) => address,
@@ -639,51 +647,45 @@ fn smoke_a_python_preset_tunnel_reaches_pypi_or_says_why_not() {
         ),
     };
     let special = stet_engine::egress::address::refused(resolved.ip());
+    let fetch = format!(
+        "printf 'six==1.17.0 --hash=sha256:{SIX_WHEEL_SHA256}\\n' > /tmp/requirements.txt \
+         && python3 -m pip download --quiet --disable-pip-version-check --no-cache-dir --no-deps \
+         --only-binary=:all: --require-hashes -d /tmp/wheels -r /tmp/requirements.txt \
+         && echo fetched: $(ls /tmp/wheels)"
+    );
     let project = Project::new(&scenario(&[
-        "tunnel = { target = \"pypi.org:443\" }",
+        &format!("run = [\"/bin/sh\", \"-c\", {fetch:?}]"),
         "tunnel = { target = \"upload.pypi.org:443\" }",
-        "finish = \"Reached PyPI.\"",
+        "finish = \"Fetched from PyPI.\"",
     ]));
-    project
-        .home
-        .add_user_config("\n[network]\npresets = [\"python\"]\n");
+    // The sandbox trusts what this host trusts, as a user behind a TLS-inspecting network
+    // configures it (these machines' network re-signs every TLS connection with its own CA).
+    project.home.add_user_config(&format!(
+        "\n[network]\npresets = [\"python\"]\nsandbox_ca_bundle = \"{HOST_CA_BUNDLE}\"\n\n[dispatch]\nimage = \"{}\"\n",
+        super::live::live_image("openhands")
+    ));
     let finished = run(project.headless(&[]));
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
     let output = output_of(&finished);
-    let reached: Vec<(String, bool, Option<String>, String)> = finished
-        .events
-        .iter()
-        .filter_map(|event| match &event.kind {
-            EventKind::Egress {
-                host,
-                allowed,
-                address,
-                outcome,
-                ..
-            } => Some((
-                host.as_str().to_owned(),
-                *allowed,
-                address.clone(),
-                outcome.as_str().to_owned(),
-            )),
-            _ => None,
-        })
-        .collect();
+    let reached = egress_events(&finished.events);
     let pypi = reached
         .iter()
         .find(|(host, ..)| host == "pypi.org")
-        .unwrap_or_else(|| panic!("{reached:#?}"));
+        .unwrap_or_else(|| panic!("pip never asked for pypi.org: {reached:#?}\n{output}"));
     match special {
         None => {
             assert!(
-                output.contains("tunnel pypi.org:443: HTTP/1.1 200 Connection established"),
-                "{output}"
+                output.contains("fetched: six-1.17.0-py2.py3-none-any.whl"),
+                "{output}\n{reached:#?}"
             );
-            assert!(pypi.1, "{reached:#?}");
-            let address: SocketAddr = pypi.2.as_deref().unwrap().parse().unwrap();
+            assert!(pypi.2, "{reached:#?}");
             assert!(
-                stet_engine::egress::address::refused(address.ip()).is_none(),
-                "{address}"
+                reached
+                    .iter()
+                    .any(|(host, port, allowed, _)| host == "files.pythonhosted.org"
+                        && *port == 443
+                        && *allowed),
+                "{reached:#?}"
             );
         }
         Some(kind) => {
@@ -691,7 +693,8 @@ fn smoke_a_python_preset_tunnel_reaches_pypi_or_says_why_not() {
                 "smoke: the real PyPI was not reached: this machine resolves pypi.org to {}, {kind}, which the egress proxy never connects to",
                 resolved.ip()
             );
-            assert!(!pypi.1, "{reached:#?}");
+            assert!(!output.contains("fetched:"), "{output}");
+            assert!(!pypi.2, "{reached:#?}");
             assert!(
                 pypi.3
                     .contains(&format!("resolves to {}, {kind}", resolved.ip())),
@@ -703,9 +706,10 @@ fn smoke_a_python_preset_tunnel_reaches_pypi_or_says_why_not() {
     assert!(
         reached
             .iter()
-            .any(|(host, allowed, ..)| host == "upload.pypi.org" && !allowed),
+            .any(|(host, _, allowed, _)| host == "upload.pypi.org" && !allowed),
         "{reached:#?}"
     );
+    finished.torn_down_cleanly();
 }
 
 /// `host:port` to its first address, with the resolver's error as text.
