@@ -396,10 +396,10 @@ impl OutputParser for CodexOutput {
     }
 
     fn failure(&self, finished: bool) -> Option<SanitizedText> {
-        if self.failed.is_some() || !(finished && self.completed) {
-            if let Some(reported) = self.reported_failure() {
-                return Some(reported);
-            }
+        if (self.failed.is_some() || !(finished && self.completed))
+            && let Some(reported) = self.reported_failure()
+        {
+            return Some(reported);
         }
         if finished && self.completed {
             return None;
