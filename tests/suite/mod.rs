@@ -12,6 +12,7 @@ mod costly_settings;
 mod demo_scenarios;
 mod egress;
 mod engine_matrix;
+mod engines;
 mod forge_local;
 mod gateway;
 mod git_http;

@@ -4,7 +4,8 @@
 //! are not supported and ignored on cgroups V1 rootless systems" in its log, nothing in the API's
 //! warnings), so a sandbox there would run unbounded: stet refuses it before an agent runs. Also
 //! what Podman needs in the container's spec to start the hardened container at all (explicit
-//! `nofile` and `nproc` ulimits: its defaults exceed the hard limits of many hosts).
+//! `nofile` and `nproc` ulimits: its defaults exceed the hard limits of many hosts; tmpfs owned by
+//! the sandbox user through its own `U` option, since it refuses `uid=`/`gid=`).
 
 use bollard::models::{ContainerCreateBody, HostConfig, ResourcesUlimits};
 use bollard::query_parameters::{CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder};
@@ -27,6 +28,17 @@ pub fn adjust_for_engine(body: &mut ContainerCreateBody, engine: Engine) {
         return;
     }
     let host = body.host_config.get_or_insert_with(HostConfig::default);
+    // Podman refuses tmpfs `uid=`/`gid=` options ("unknown mount option"); its `U` gives the
+    // tmpfs to the container's user instead.
+    for options in host.tmpfs.iter_mut().flat_map(|tmpfs| tmpfs.values_mut()) {
+        let mut kept: Vec<&str> = options
+            .split(',')
+            .filter(|option| !option.starts_with("uid=") && !option.starts_with("gid="))
+            .filter(|option| *option != "U")
+            .collect();
+        kept.push("U");
+        *options = kept.join(",");
+    }
     let ulimits = host.ulimits.get_or_insert_with(Vec::new);
     for (name, value) in [("nofile", PODMAN_NOFILE), ("nproc", PODMAN_NPROC)] {
         ulimits.retain(|limit| limit.name.as_deref() != Some(name));
@@ -221,13 +233,29 @@ mod tests {
     }
 
     #[test]
-    fn podman_gets_explicit_nofile_and_nproc_and_docker_gets_nothing_new() {
-        let mut body = ContainerCreateBody::default();
+    fn podman_gets_explicit_nofile_and_nproc_and_its_own_tmpfs_owner_and_docker_gets_nothing_new() {
+        let tmpfs = std::collections::HashMap::from([(
+            "/tmp".to_owned(),
+            "rw,nosuid,size=1024,uid=1000,gid=1000,mode=1777".to_owned(),
+        )]);
+        let mut body = ContainerCreateBody {
+            host_config: Some(HostConfig {
+                tmpfs: Some(tmpfs),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let docker = body.clone();
         adjust_for_engine(&mut body, Engine::Docker);
-        assert_eq!(body, ContainerCreateBody::default());
+        assert_eq!(body, docker);
         adjust_for_engine(&mut body, Engine::Podman);
         adjust_for_engine(&mut body, Engine::Podman);
-        let ulimits = body.host_config.unwrap().ulimits.unwrap();
+        let host = body.host_config.unwrap();
+        assert_eq!(
+            host.tmpfs.unwrap()["/tmp"],
+            "rw,nosuid,size=1024,mode=1777,U"
+        );
+        let ulimits = host.ulimits.unwrap();
         let names: Vec<_> = ulimits.iter().filter_map(|u| u.name.as_deref()).collect();
         assert_eq!(names, ["nofile", "nproc"]);
         assert!(ulimits.iter().all(|u| u.soft == u.hard && u.hard.is_some()));
