@@ -265,8 +265,8 @@ fn certificates(dir: &Path) {
     }
 }
 
-/// A second Docker engine with its own data and exec roots, on loopback TCP with mutual TLS; the
-/// endpoint is what `DOCKER_HOST`, `DOCKER_TLS_VERIFY` and `DOCKER_CERT_PATH` make of it.
+/// A second Docker engine with its own data and exec roots and network namespace, on loopback TCP
+/// with mutual TLS; the endpoint is what `DOCKER_HOST`, `DOCKER_TLS_VERIFY` and `DOCKER_CERT_PATH` make of it.
 fn remote_docker() -> Service {
     need("dockerd");
     need("openssl");
@@ -280,8 +280,11 @@ fn remote_docker() -> Service {
     let port = listener.local_addr().unwrap().port();
     let path = |name: &str| root.join(name).display().to_string();
     let cert = |name: &str| certs.join(name).display().to_string();
+    // Its own network namespace: a dockerd with `--bridge=none` deletes the `docker0` interface it
+    // finds, which in the host's namespace is the first engine's bridge. The listening socket was
+    // made in the host's namespace and stays there.
     let script = format!(
-        "dockerd --config-file {} --data-root {} --exec-root {} --pidfile {} -H fd:// --bridge=none --iptables=false --ip-masq=false --storage-driver=vfs --tlsverify --tlscacert {} --tlscert {} --tlskey {}",
+        "unshare --net dockerd --config-file {} --data-root {} --exec-root {} --pidfile {} -H fd:// --bridge=none --iptables=false --ip-masq=false --storage-driver=vfs --tlsverify --tlscacert {} --tlscert {} --tlskey {}",
         path("empty.json"),
         path("data"),
         path("exec"),
@@ -529,4 +532,104 @@ async fn a_remote_docker_engine_over_tls_takes_the_image_and_runs_the_hardened_s
         ..service.endpoint.clone()
     };
     assert!(DockerRuntime::connect_to(&plain).await.is_err());
+}
+
+/// Set in the child process of the sweep test: its state directory, Podman's address, the image.
+const CHILD_STATE: &str = "STET_TEST_ENGINES_CHILD_STATE";
+const CHILD_HOST: &str = "STET_TEST_ENGINES_CHILD_HOST";
+const CHILD_IMAGE: &str = "STET_TEST_ENGINES_CHILD_IMAGE";
+const SWEEP_TEST: &str =
+    "suite::engines::a_crashed_dispatchs_container_is_reclaimed_on_the_engine_the_journal_names";
+
+/// The child's part: provision on Podman, say so, then wait to be killed.
+async fn crashing_child(state: &Path, host: &str, image: &str) {
+    let endpoint = endpoint::resolve(Engine::Podman, Some(host), &|_| None, None, 0).unwrap();
+    let runtime = Arc::new(DockerRuntime::connect_to(&endpoint).await.unwrap());
+    let journal = Journal::open(&state.join("journal")).unwrap();
+    let provider = Arc::new(LocalCredentialProvider::default());
+    let mut sandbox_request =
+        request(DispatchLimits::default(), NetworkPolicy::None, &provider).await;
+    sandbox_request.image = ImageRef::parse(image, false).unwrap();
+    let sandbox = DispatchSandbox::provision(runtime, &journal, state, sandbox_request)
+        .await
+        .unwrap();
+    println!("READY {}", sandbox.container());
+    tokio::task::spawn_blocking(|| std::io::stdin().read_line(&mut String::new()))
+        .await
+        .unwrap()
+        .unwrap();
+    panic!("the child was meant to be killed, not released");
+}
+
+/// A dispatch on Podman is SIGKILLed; the next sweep runs with the local Docker engine configured,
+/// and still reclaims the container on Podman, where the journal says it lives.
+#[tokio::test]
+async fn a_crashed_dispatchs_container_is_reclaimed_on_the_engine_the_journal_names() {
+    use std::io::BufRead;
+    if let (Some(state), Ok(host), Ok(image)) = (
+        std::env::var_os(CHILD_STATE),
+        std::env::var(CHILD_HOST),
+        std::env::var(CHILD_IMAGE),
+    ) {
+        crashing_child(Path::new(&state), &host, &image).await;
+        return;
+    }
+    if !running_as_root() {
+        // Rootful Podman needs root; rootless Podman here refuses to run a sandbox at all.
+        return;
+    }
+    let service = podman(None);
+    let podman_runtime = service.connect().await;
+    let image = loaded(&podman_runtime).await;
+    let state = tempfile::tempdir().unwrap();
+    let mut crashed = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", SWEEP_TEST, "--nocapture", "--test-threads=1"])
+        .env(CHILD_STATE, state.path())
+        .env(CHILD_HOST, &service.endpoint.host)
+        .env(CHILD_IMAGE, image.as_str())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(crashed.stdout.take().unwrap()).lines();
+    let container = loop {
+        let line = lines
+            .next()
+            .expect("the child ended before provisioning")
+            .unwrap();
+        if let Some((_, name)) = line.split_once("READY ") {
+            break name.trim().to_owned();
+        }
+    };
+    crashed.kill().unwrap();
+    crashed.wait().unwrap();
+    assert!(
+        podman_runtime
+            .client()
+            .inspect_container(&container, None)
+            .await
+            .is_ok(),
+        "the crash left its container on Podman"
+    );
+
+    let docker = Arc::new(DockerRuntime::connect().await.unwrap());
+    let journal = Arc::new(Journal::open(&state.path().join("journal")).unwrap());
+    let sweeper = stet_engine::dispatch::service::DispatchService::new(
+        docker,
+        journal.clone(),
+        state.path(),
+        Vec::new(),
+    );
+    let report = sweeper.sweep_orphans().await.unwrap();
+    assert!(report.containers_removed.contains(&container), "{report:?}");
+    assert!(
+        podman_runtime
+            .client()
+            .inspect_container(&container, None)
+            .await
+            .is_err(),
+        "the container is gone from Podman"
+    );
+    assert!(journal.orphans().unwrap().records.is_empty(), "{report:?}");
 }
