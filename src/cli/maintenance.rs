@@ -21,7 +21,7 @@ use super::session::{install_logging, load_config, repository_root};
 /// The container runtime the configuration in effect here names (the repository's too, inside one).
 /// When there is none, or it cannot be read, the default: these commands never needed the rest of
 /// it, and the commands that do say what is wrong with it.
-fn configured_runtime() -> RuntimeConfig {
+pub(crate) fn configured_runtime() -> RuntimeConfig {
     let Ok(state_dir) = stet_engine::state_dir::locate() else {
         return RuntimeConfig::default();
     };
