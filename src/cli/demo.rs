@@ -65,6 +65,9 @@ pub(crate) async fn demo(
     .await
     .context("starting the demo's scripted model")?;
     config.model.base_url = Some(model.base_url());
+    // Except where its sandboxes run: the engine the user configured (`[runtime] engine`, `host`),
+    // as `DOCKER_HOST` would say it.
+    config.runtime = super::maintenance::configured_runtime();
     let where_it_is = format!(
         "stet demo: scratch repository {} (forge: {})",
         setup.repo.display(),

@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
+use stet_engine::config::RuntimeConfig;
 use stet_engine::credential::{CredentialProvider, LocalCredentialProvider};
 use stet_engine::dispatch::journal::Journal;
 use stet_engine::dispatch::service::DispatchService;
-use stet_engine::runtime::{RuntimeKind, RuntimeSetup};
+use stet_engine::runtime::RuntimeSetup;
 use stet_sanitize::sanitize::{SanitizerHandle, TokenSanitizer};
 
 use super::EXIT_USAGE;
@@ -20,20 +21,20 @@ use super::session::{install_logging, load_config, repository_root};
 /// The container runtime the configuration in effect here names (the repository's too, inside one).
 /// When there is none, or it cannot be read, the default: these commands never needed the rest of
 /// it, and the commands that do say what is wrong with it.
-fn configured_runtime() -> RuntimeKind {
+pub(crate) fn configured_runtime() -> RuntimeConfig {
     let Ok(state_dir) = stet_engine::state_dir::locate() else {
-        return RuntimeKind::default();
+        return RuntimeConfig::default();
     };
     let trust = stet_engine::config::trust::TrustStore::in_state_dir(&state_dir);
     let root = repository_root("look up the configured runtime").ok();
     stet_engine::config::Config::load(root.as_deref(), &trust)
-        .map(|config| config.runtime.kind)
+        .map(|config| config.runtime)
         .unwrap_or_default()
 }
 
 /// The configured engine, or the exit-2 message saying it is unreachable.
 pub(crate) async fn connect_engine() -> Result<Arc<dyn RuntimeSetup>, ExitCode> {
-    stet_engine::runtime::connect(configured_runtime())
+    stet_engine::runtime::connect(configured_runtime().choice())
         .await
         .map_err(|err| {
             let _ = writeln!(std::io::stderr(), "stet: {err}");
@@ -121,11 +122,11 @@ pub(crate) async fn doctor(json: bool) -> anyhow::Result<ExitCode> {
             "not read: the trust record lives in the state directory: {error}"
         )),
     };
-    let kind = config
+    let runtime_config = config
         .as_ref()
-        .map(|config| config.runtime.kind)
+        .map(|config| config.runtime.clone())
         .unwrap_or_default();
-    let runtime = stet_engine::runtime::unconnected(kind);
+    let runtime = stet_engine::runtime::unconnected(runtime_config.choice());
     let mut report = stet_engine::doctor::DoctorReport::default();
     report.checks.push(stet_engine::doctor::configuration_check(
         &repository,

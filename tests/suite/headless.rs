@@ -1549,7 +1549,7 @@ fn a_sigkilled_dispatch_is_reclaimed_by_the_next_sweep() {
         let mut expected: Vec<Vec<String>> = Vec::new();
         for resource in &resources {
             match resource {
-                Resource::Container { name } if containers.contains(name) => {
+                Resource::Container { name, .. } if containers.contains(name) => {
                     expected.push(vec![
                         format!("removed container {name}"),
                         format!("container {name} was already gone"),

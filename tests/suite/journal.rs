@@ -25,6 +25,7 @@ const READY: &str = "journal-test-child-ready";
 fn container(dispatch: DispatchId) -> Resource {
     Resource::Container {
         name: dispatch.to_string(),
+        engine: None,
     }
 }
 

@@ -15,6 +15,7 @@ mod egress;
 mod egress_git;
 mod egress_isolation;
 mod engine_matrix;
+mod engines;
 mod forge_local;
 mod gateway;
 mod git_http;

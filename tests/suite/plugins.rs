@@ -44,7 +44,7 @@ fn every_runtime_kind_is_configured_and_made_by_the_registry_as_itself() {
     for kind in RuntimeKind::ALL {
         let config = configured(&format!("[runtime]\nkind = \"{}\"", kind.as_str()));
         assert_eq!(config.runtime.kind, *kind);
-        let runtime = stet_engine::runtime::unconnected(config.runtime.kind).unwrap();
+        let runtime = stet_engine::runtime::unconnected(config.runtime.choice()).unwrap();
         assert_eq!(runtime.kind(), *kind);
     }
     assert_eq!(configured("").runtime.kind, RuntimeKind::default());

@@ -23,7 +23,7 @@ use stet_sanitize::branch::CommitSha;
 
 use super::support;
 
-const STET: &str = "/usr/local/bin/stet";
+pub(super) const STET: &str = "/usr/local/bin/stet";
 
 struct Fixture {
     _state: tempfile::TempDir,
@@ -65,7 +65,7 @@ impl Fixture {
     }
 }
 
-async fn request(
+pub(super) async fn request(
     limits: DispatchLimits,
     network: NetworkPolicy,
     provider: &Arc<LocalCredentialProvider>,
@@ -91,7 +91,7 @@ async fn request(
 }
 
 /// Runs a process in the sandbox; returns (exit code, stdout, stderr).
-async fn run(
+pub(super) async fn run(
     sandbox: &DispatchSandbox,
     argv: &[&str],
     env: &[(&str, &str)],
@@ -126,7 +126,7 @@ async fn run(
     (exit.code, out, err)
 }
 
-async fn probe(sandbox: &DispatchSandbox, args: &[&str], env: &[(&str, &str)]) -> Value {
+pub(super) async fn probe(sandbox: &DispatchSandbox, args: &[&str], env: &[(&str, &str)]) -> Value {
     let mut argv = vec![STET, "probe"];
     argv.extend_from_slice(args);
     let (code, out, err) = run(sandbox, &argv, env).await;

@@ -142,7 +142,7 @@ impl Engine {
             api,
             sanitizer,
         )?;
-        let runtime = crate::runtime::connect(options.config.runtime.kind).await?;
+        let runtime = crate::runtime::connect(options.config.runtime.choice()).await?;
         let image = match options.image {
             ImageChoice::Configured(image) => image,
             ImageChoice::Offline => {
@@ -154,6 +154,20 @@ impl Engine {
                 ImageRef::LocalId { id: built.id }
             }
         };
+        let config = &options.config;
+        let limits = DispatchLimits {
+            // No one file may take more than the dispatch's whole disk bound.
+            file_bytes: i64::try_from(crate::dispatch::disk_watch::bound_for(
+                config.import.max_total_bytes,
+            ))
+            .unwrap_or(i64::MAX),
+            ..DispatchLimits::default()
+        };
+        // Fail closed before any dispatch: an engine that would drop a cap is refused here (an
+        // image not pulled yet is checked the same way when its first sandbox is created).
+        if runtime.image_present(&image).await.unwrap_or(false) {
+            runtime.check_limits(&image, &limits).await?;
+        }
         let journal = Arc::new(Journal::open(&options.state_dir.join("journal"))?);
         let setup = crate::forge::from_settings(
             &options.config.forge,
@@ -170,7 +184,6 @@ impl Engine {
             service.socket_place().prepare()?;
         }
         let sweep = service.sweep_orphans().await?;
-        let config = &options.config;
         let parts = DispatchContext {
             repository: options.repository,
             forge: setup.forge,
@@ -179,14 +192,7 @@ impl Engine {
             sanitizer: sanitizer.clone(),
             settings: DispatchSettings {
                 image,
-                limits: DispatchLimits {
-                    // No one file may take more than the dispatch's whole disk bound.
-                    file_bytes: i64::try_from(crate::dispatch::disk_watch::bound_for(
-                        config.import.max_total_bytes,
-                    ))
-                    .unwrap_or(i64::MAX),
-                    ..DispatchLimits::default()
-                },
+                limits,
                 network: options.network,
                 user: sandbox_user()?,
                 keepalive: vec![

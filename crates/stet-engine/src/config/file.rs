@@ -241,6 +241,8 @@ pub(super) struct HarnessSection {
 #[serde(deny_unknown_fields, default)]
 pub(super) struct RuntimeSection {
     pub kind: Setting<RuntimeKind>,
+    pub engine: Setting<crate::runtime::endpoint::Engine>,
+    pub host: Setting<String>,
 }
 
 /// `[harness.script]`

@@ -357,11 +357,27 @@ impl HarnessConfig {
     }
 }
 
-/// Which container runtime runs the sandboxes (`[runtime]`): a machine setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Which container runtime runs the sandboxes (`[runtime]`): machine settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RuntimeConfig {
     /// Which engine (`runtime.kind`; default the local Docker engine).
     pub kind: RuntimeKind,
+    /// Which engine serves that API (`runtime.engine`: Docker, or Podman's compatible service).
+    pub engine: crate::runtime::endpoint::Engine,
+    /// Where it listens (`runtime.host`, as the docker CLI takes it); `None`: the environment's
+    /// `DOCKER_HOST`, docker context, or the engine's usual socket.
+    pub host: Option<String>,
+}
+
+impl RuntimeConfig {
+    /// What [`crate::runtime::connect`] takes.
+    pub fn choice(&self) -> crate::runtime::EngineChoice<'_> {
+        crate::runtime::EngineChoice {
+            kind: self.kind,
+            engine: self.engine,
+            host: self.host.as_deref(),
+        }
+    }
 }
 
 /// Which repository file a configuration was read with, and whether it was trusted.

@@ -305,6 +305,8 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         &s.dispatch.allow_network
     });
     let runtime_kind = layers.machine("runtime.kind", Reason::Runtime, |s| &s.runtime.kind);
+    let runtime_engine = layers.machine("runtime.engine", Reason::Runtime, |s| &s.runtime.engine);
+    let runtime_host = layers.machine("runtime.host", Reason::Runtime, |s| &s.runtime.host);
     let harness_kind = layers.machine("harness.kind", Reason::Agent, |s| &s.harness.kind);
     let scenario = layers.machine("harness.script.scenario", Reason::Scenario, |s| {
         &s.harness.script.scenario
@@ -587,6 +589,10 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
     };
     let runtime = RuntimeConfig {
         kind: runtime_kind.map(|kind| kind.value).unwrap_or_default(),
+        engine: runtime_engine
+            .map(|engine| engine.value)
+            .unwrap_or_default(),
+        host: super::url::checked_engine_host(runtime_host)?,
     };
     let model = ModelConfig {
         base_url: checked_url(base_url, "model.base_url")?,

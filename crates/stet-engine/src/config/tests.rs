@@ -1325,6 +1325,48 @@ fn an_untrusted_repository_may_not_choose_the_runtime() {
 }
 
 #[test]
+fn the_engine_and_its_host_are_the_users_to_choose_and_are_checked_where_they_are_written() {
+    use crate::runtime::endpoint::Engine;
+    let default = Config::from_files(&[]).unwrap().runtime;
+    assert_eq!((default.engine, default.host), (Engine::Docker, None));
+    let config = Config::from_files(&[user(
+        "[runtime]\nengine = \"podman\"\nhost = \"unix:///run/podman/podman.sock\"\n",
+    )])
+    .unwrap();
+    assert_eq!(config.runtime.engine, Engine::Podman);
+    assert_eq!(
+        config.runtime.choice().host,
+        Some("unix:///run/podman/podman.sock")
+    );
+    let error = Config::from_files(&[user("[runtime]\n\nhost = \"ssh://me@build\"\n")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with("/home/u/.config/stet/config.toml:3: field `runtime.host`")
+            && error.contains("\"ssh://me@build\"")
+            && error.contains("not supported yet"),
+        "{error}"
+    );
+    let error = Config::from_files(&[user("[runtime]\nengine = \"lxc\"\n")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with("/home/u/.config/stet/config.toml:2:") && error.contains("lxc"),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_untrusted_repository_may_not_choose_the_engine_or_where_it_listens() {
+    let refused = refusals(&[repository(
+        "[runtime]\nengine = \"podman\"\nhost = \"tcp://127.0.0.1:2375\"\n",
+    )]);
+    let fields: Vec<_> = refused.iter().map(|r| (r.field, r.line)).collect();
+    assert_eq!(fields, [("runtime.engine", 2), ("runtime.host", 3)]);
+    assert!(refused.iter().all(|r| r.why.contains("container engine")));
+}
+
+#[test]
 fn every_harness_kind_is_configured_by_its_name_and_reaches_the_registry() {
     for kind in HarnessKind::ALL {
         let text = format!(

@@ -1,7 +1,8 @@
 //! The one rule every URL setting obeys (`forge.github.api_url`, `forge.github.git_url`,
 //! `model.base_url`), whichever file sets it: `https` to any host, plain `http` only to this machine's
 //! loopback, and never a user name or password inside the URL. A token sent over plain `http` to
-//! another host is a token given away; one written in a URL is a secret written inline.
+//! another host is a token given away; one written in a URL is a secret written inline. The
+//! engine's address (`runtime.host`) is checked here too, by the runtime's own rules.
 
 use std::net::IpAddr;
 
@@ -24,6 +25,24 @@ pub enum UrlError {
         "{0:?} is plain http to a host other than this machine's loopback: a token sent there can be read on the way; use https"
     )]
     PlainHttp(String),
+}
+
+/// `runtime.host`, when set, checked as the docker CLI takes an address; an error names its file,
+/// line and value.
+pub(super) fn checked_engine_host(
+    host: Option<super::Sourced<String>>,
+) -> Result<Option<String>, super::ConfigError> {
+    let Some(super::Sourced { value, origin, .. }) = host else {
+        return Ok(None);
+    };
+    match crate::runtime::endpoint::check_host(&value) {
+        Ok(()) => Ok(Some(value)),
+        Err(error) => Err(super::ConfigError::Invalid {
+            origin,
+            field: "runtime.host",
+            problem: error.to_string(),
+        }),
+    }
 }
 
 /// Accepts `text` when it is an `https` URL with a host, or an `http` URL whose host is `localhost`,

@@ -149,6 +149,9 @@ pub enum Resource {
     Container {
         /// The container's name.
         name: String,
+        /// The engine it lives on (absent in records of older versions: the configured one).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        engine: Option<crate::runtime::endpoint::EngineLocation>,
     },
     /// The dispatch's workspace directory.
     Workspace {
@@ -191,7 +194,7 @@ impl Resource {
 impl fmt::Display for Resource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Resource::Container { name } => write!(f, "container {name}"),
+            Resource::Container { name, .. } => write!(f, "container {name}"),
             Resource::Workspace { path } => write!(f, "workspace {}", path.display()),
             Resource::Outputs { path } => write!(f, "outputs directory {}", path.display()),
             Resource::SocketDir { path } => {

@@ -490,7 +490,7 @@ impl DispatchSandbox {
 
     async fn release(&self, resource: &Resource) -> std::result::Result<(), String> {
         match resource {
-            Resource::Container { name } => self
+            Resource::Container { name, .. } => self
                 .runtime
                 .remove(name, true)
                 .await
@@ -688,6 +688,7 @@ async fn provision_steps(
     };
     entry.intend(Resource::Container {
         name: spec.container_name(),
+        engine: sandbox.runtime.location(),
     })?;
     sandbox.runtime.create_sandbox(&spec).await?;
     Ok(())
@@ -811,7 +812,10 @@ mod tests {
             },
             Resource::SocketDir { path: "/s".into() },
             Resource::Outputs { path: "/o".into() },
-            Resource::Container { name: "n".into() },
+            Resource::Container {
+                name: "n".into(),
+                engine: None,
+            },
             Resource::Workspace { path: "/w".into() },
         ];
         resources.sort_by_key(teardown_order);

@@ -22,6 +22,7 @@ use crate::dispatch::journal::{Journal, JournalError, Resource};
 use crate::dispatch::salvage::{Outcome, SalvagePlan, kept_before, salvage};
 use crate::dispatch::sandbox::{DISPATCHES_DIR, SandboxPaths};
 use crate::dispatch::socket_dir::SocketPlace;
+use crate::runtime::endpoint::EngineLocation;
 use crate::runtime::{ContainerRuntime, Removal, RuntimeError, state_label};
 use stet_protocol::event::DispatchId;
 
@@ -469,6 +470,31 @@ impl DispatchService {
         }
     }
 
+    /// The runtime holding a container the journal says lives at `engine`: this service's own when
+    /// it is that engine (or the record does not say), else a connection to the recorded engine.
+    async fn runtime_of(
+        &self,
+        engine: Option<&EngineLocation>,
+    ) -> std::result::Result<Arc<dyn ContainerRuntime>, String> {
+        let Some(at) = engine else {
+            return Ok(Arc::clone(&self.runtime));
+        };
+        if self.runtime.location().as_ref() == Some(at) {
+            return Ok(Arc::clone(&self.runtime));
+        }
+        let kind = crate::runtime::endpoint::Engine::from_name(&at.engine)
+            .ok_or_else(|| format!("{at}, an engine this version does not know"))?;
+        let choice = crate::runtime::EngineChoice {
+            engine: kind,
+            host: Some(&at.host),
+            ..Default::default()
+        };
+        match crate::runtime::connect(choice).await {
+            Ok(runtime) => Ok(runtime),
+            Err(error) => Err(format!("{at}, which stet cannot reach now: {error}")),
+        }
+    }
+
     async fn reclaim(
         &self,
         dispatch: DispatchId,
@@ -476,7 +502,13 @@ impl DispatchService {
         report: &mut SweepReport,
     ) -> std::result::Result<(), String> {
         match resource {
-            Resource::Container { name } => match self.runtime.remove(name, true).await {
+            Resource::Container { name, engine } => match self
+                .runtime_of(engine.as_ref())
+                .await
+                .map_err(|error| format!("{name} lives on {error}"))?
+                .remove(name, true)
+                .await
+            {
                 Ok(Removal::Removed) => {
                     report.containers_removed.push(name.clone());
                     Ok(())

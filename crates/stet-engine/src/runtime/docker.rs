@@ -19,20 +19,22 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
+use super::endpoint::{Endpoint, Engine};
 use super::{
-    ContainerExit, ContainerRuntime, DISPATCH_LABEL, ExecExit, GATEWAY_MOUNT, ImageRef,
-    NetworkPolicy, OUTPUTS_MOUNT, OutputChunk, OutputStream, PullProgress, Removal, Result,
-    RuntimeError, RuntimeKind, RuntimeSetup, SANDBOX_HOME, STATE_LABEL, SandboxContainer,
+    ContainerExit, ContainerRuntime, DISPATCH_LABEL, DispatchLimits, ExecExit, GATEWAY_MOUNT,
+    ImageRef, NetworkPolicy, OUTPUTS_MOUNT, OutputChunk, OutputStream, PullProgress, Removal,
+    Result, RuntimeError, RuntimeKind, RuntimeSetup, SANDBOX_HOME, STATE_LABEL, SandboxContainer,
     SandboxProcess, SandboxSpec, WORKSPACE_MOUNT,
 };
 use crate::check::Check;
 use crate::image::SandboxImage;
 
 mod checks;
+pub mod enforce;
 pub mod offline_image;
 
-/// Where the Docker client connects when `DOCKER_HOST` is not set.
-pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
+/// Where the Docker client connects when nothing else says.
+pub use super::endpoint::DEFAULT_DOCKER_HOST;
 
 /// Where the Docker client connects: `DOCKER_HOST`, or the default socket.
 pub fn docker_host() -> String {
@@ -42,10 +44,12 @@ pub fn docker_host() -> String {
         .unwrap_or_else(|| DEFAULT_DOCKER_HOST.to_owned())
 }
 
-/// The Docker Engine, reached the usual way (`DOCKER_HOST`, else the local unix socket).
+/// An engine that speaks the Docker Engine API (Docker, or Podman's compatible service), reached at
+/// its [`Endpoint`].
 #[derive(Debug, Clone)]
 pub struct DockerRuntime {
     docker: Docker,
+    endpoint: Endpoint,
 }
 
 impl DockerRuntime {
@@ -73,37 +77,97 @@ impl DockerRuntime {
         }
     }
 
-    /// Connects and pings the engine, so an unreachable daemon is reported here, by name.
+    /// Connects to the Docker engine the environment names (`DOCKER_HOST`, the docker context,
+    /// else the local socket) and pings it.
     pub async fn connect() -> Result<DockerRuntime> {
-        let endpoint = std::env::var("DOCKER_HOST").ok();
-        let unreachable = |detail: String| RuntimeError::Unreachable {
-            endpoint: endpoint
-                .clone()
-                .or_else(|| Some("unix:///var/run/docker.sock".to_owned())),
-            detail,
-        };
-        let docker = Docker::connect_with_defaults().map_err(|e| unreachable(e.to_string()))?;
-        if let Err(error) = docker.ping().await {
-            return Err(
-                socket_denied(&docker_host()).unwrap_or_else(|| unreachable(error.to_string()))
-            );
-        }
-        Ok(DockerRuntime { docker })
+        DockerRuntime::connect_to(&endpoint_from_environment(Engine::Docker, None)?).await
     }
 
-    /// The engine's client as `DOCKER_HOST` (or the default socket) describes it, without reaching
-    /// the engine: `stet doctor`'s checks do; `Err` says why no client could be made.
+    /// Connects to `endpoint` and pings the engine, so an unreachable daemon is reported here, by
+    /// name.
+    pub async fn connect_to(endpoint: &Endpoint) -> Result<DockerRuntime> {
+        let runtime = DockerRuntime::unconnected_to(endpoint).map_err(|detail| {
+            RuntimeError::Unreachable {
+                engine: endpoint.engine,
+                endpoint: Some(endpoint.host.clone()),
+                detail,
+            }
+        })?;
+        if let Err(error) = runtime.docker.ping().await {
+            return Err(socket_denied(&endpoint.host).unwrap_or_else(|| {
+                RuntimeError::Unreachable {
+                    engine: endpoint.engine,
+                    endpoint: Some(endpoint.host.clone()),
+                    detail: error.to_string(),
+                }
+            }));
+        }
+        Ok(runtime)
+    }
+
+    /// The engine's client as the environment describes it, without reaching the engine: `stet
+    /// doctor`'s checks do; `Err` says why no client could be made.
     pub fn unconnected() -> std::result::Result<DockerRuntime, String> {
-        Docker::connect_with_defaults()
-            .map(|docker| DockerRuntime { docker })
-            .map_err(|error| error.to_string())
+        let endpoint =
+            endpoint_from_environment(Engine::Docker, None).map_err(|error| error.to_string())?;
+        DockerRuntime::unconnected_to(&endpoint)
+    }
+
+    /// A client for `endpoint`, without reaching the engine; `Err` says why none could be made.
+    pub fn unconnected_to(endpoint: &Endpoint) -> std::result::Result<DockerRuntime, String> {
+        let docker = match &endpoint.tls {
+            Some(tls) => Docker::connect_with_ssl(
+                &endpoint.host,
+                &tls.key(),
+                &tls.cert(),
+                &tls.ca(),
+                CLIENT_TIMEOUT_SECS,
+                bollard::API_DEFAULT_VERSION,
+            ),
+            None if endpoint.host.starts_with("unix://") => Docker::connect_with_unix(
+                &endpoint.host,
+                CLIENT_TIMEOUT_SECS,
+                bollard::API_DEFAULT_VERSION,
+            ),
+            None => Docker::connect_with_http(
+                &endpoint.host,
+                CLIENT_TIMEOUT_SECS,
+                bollard::API_DEFAULT_VERSION,
+            ),
+        }
+        .map_err(|error| error.to_string())?;
+        Ok(DockerRuntime {
+            docker,
+            endpoint: endpoint.clone(),
+        })
     }
 
     /// The engine client, for callers that need more than the sandbox seam (the tests).
     pub fn client(&self) -> &Docker {
         &self.docker
     }
+
+    /// Where and which engine this is.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
 }
+
+/// The endpoint for `engine` at `configured` (else as the environment says), for this account.
+pub fn endpoint_from_environment(engine: Engine, configured: Option<&str>) -> Result<Endpoint> {
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    super::endpoint::resolve(
+        engine,
+        configured,
+        &|name| std::env::var(name).ok(),
+        home.as_deref(),
+        rustix::process::geteuid().as_raw(),
+    )
+    .map_err(RuntimeError::from)
+}
+
+/// How long one request to the engine may wait for its answer's headers (bollard's default).
+const CLIENT_TIMEOUT_SECS: u64 = 120;
 
 #[async_trait]
 impl RuntimeSetup for DockerRuntime {
@@ -116,7 +180,15 @@ impl RuntimeSetup for DockerRuntime {
     }
 
     async fn diagnose(&self, binary: &Path) -> Vec<Check> {
-        checks::engine_checks(&self.docker, binary).await
+        checks::engine_checks(self, binary).await
+    }
+
+    async fn check_limits(&self, image: &ImageRef, limits: &DispatchLimits) -> Result<()> {
+        DockerRuntime::check_limits(self, image, limits).await
+    }
+
+    fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
     }
 
     async fn image_present(&self, image: &ImageRef) -> std::result::Result<bool, String> {
@@ -392,7 +464,8 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn create_sandbox(&self, spec: &SandboxSpec) -> Result<String> {
         let name = spec.container_name();
-        let body = hardened_create_body(spec)?;
+        let mut body = hardened_create_body(spec)?;
+        enforce::adjust_for_engine(&mut body, self.endpoint.engine);
         let options = CreateContainerOptionsBuilder::default().name(&name).build();
         let created = self
             .docker
@@ -400,6 +473,20 @@ impl ContainerRuntime for DockerRuntime {
             .await
             .map_err(|error| engine_error(&name, "create", error))?;
         if let Some(refused) = dropped_limit(&created.warnings) {
+            self.remove(&name, true).await?;
+            return Err(refused);
+        }
+        // By effect: what the engine recorded, not what it said (rootless Podman on cgroup v1
+        // drops the caps without a warning in the API).
+        let recorded = match self.docker.inspect_container(&name, None).await {
+            Ok(inspected) => inspected.host_config.unwrap_or_default(),
+            Err(error) => {
+                let error = engine_error(&name, "inspect", error);
+                self.remove(&name, true).await?;
+                return Err(error);
+            }
+        };
+        if let Err(refused) = self.refuse_unapplied(&recorded, &spec.limits).await {
             self.remove(&name, true).await?;
             return Err(refused);
         }
@@ -535,6 +622,10 @@ impl ContainerRuntime for DockerRuntime {
             .map_err(|error| engine_error(container, "inspect", error))?;
         let oom_killed = inspected.state.and_then(|s| s.oom_killed).unwrap_or(false);
         Ok(ContainerExit { code, oom_killed })
+    }
+
+    fn location(&self) -> Option<super::endpoint::EngineLocation> {
+        Some(self.endpoint.location())
     }
 
     async fn list_sandboxes(&self) -> Result<Vec<SandboxContainer>> {

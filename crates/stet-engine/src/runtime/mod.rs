@@ -6,6 +6,7 @@
 //! for the doctor): a new runtime is its module, a kind and a line in each.
 
 pub mod docker;
+pub mod endpoint;
 pub mod lines;
 
 use std::collections::BTreeMap;
@@ -59,10 +60,22 @@ pub const DEFAULT_SANDBOX_UID: u32 = 65532;
     reason = "each variant's #[error] message is its documentation"
 )]
 pub enum RuntimeError {
-    #[error("Docker is not reachable{}: {detail}; is the daemon running?", endpoint_hint(.endpoint))]
+    #[error("{} is not reachable{}: {detail}; is the daemon running?", .engine.display_name(), endpoint_hint(.endpoint))]
     Unreachable {
+        engine: endpoint::Engine,
         endpoint: Option<String>,
         detail: String,
+    },
+    #[error(transparent)]
+    Endpoint(#[from] endpoint::EndpointError),
+    #[error(
+        "{engine} at {host} would not enforce every limit a sandbox relies on: {reason}; stet refuses to dispatch there. Fix: {fix}"
+    )]
+    LimitsNotEnforced {
+        engine: &'static str,
+        host: String,
+        reason: String,
+        fix: &'static str,
     },
     #[error(
         "Docker's socket {} is there, but you (uid {uid}) may not use it{}: add yourself to that group (`sudo usermod -aG {} $USER`, then log in again), or point DOCKER_HOST at an engine you may use",
@@ -449,6 +462,10 @@ pub trait ContainerRuntime: Send + Sync + fmt::Debug {
     async fn wait(&self, container: &str) -> Result<ContainerExit>;
     /// Every container carrying [`DISPATCH_LABEL`], running or not.
     async fn list_sandboxes(&self) -> Result<Vec<SandboxContainer>>;
+    /// Which engine the containers live on, for the journal; `None` for a runtime with no address.
+    fn location(&self) -> Option<endpoint::EngineLocation> {
+        None
+    }
 }
 
 /// What a container engine does for stet besides running sandboxes: the part of it that is set up
@@ -467,6 +484,12 @@ pub trait RuntimeSetup: ContainerRuntime {
     /// Whether `image` is present in the engine, asking only (nothing is pulled or loaded): what
     /// `stet doctor` says of the configured dispatch image. `Err` says why the engine could not tell.
     async fn image_present(&self, image: &ImageRef) -> std::result::Result<bool, String>;
+    /// Refuses (with the reason and the fix) an engine that would not enforce every one of
+    /// `limits`, found by effect with a container of `image` (present) that is created, read back
+    /// and removed, never started.
+    async fn check_limits(&self, image: &ImageRef, limits: &DispatchLimits) -> Result<()>;
+    /// Which engine this is and where it listens.
+    fn endpoint(&self) -> &endpoint::Endpoint;
 }
 
 crate::kinds::kinds! {
@@ -478,18 +501,36 @@ crate::kinds::kinds! {
     }
 }
 
-/// The runtime `kind` names, connected: an engine that does not answer is an error that says so.
-pub async fn connect(kind: RuntimeKind) -> Result<Arc<dyn RuntimeSetup>> {
-    Ok(match kind {
-        RuntimeKind::Docker => Arc::new(docker::DockerRuntime::connect().await?),
+/// Which runtime, which engine behind it and where (`[runtime] kind`, `engine`, `host`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EngineChoice<'a> {
+    /// The runtime adapter.
+    pub kind: RuntimeKind,
+    /// The engine that serves its API.
+    pub engine: endpoint::Engine,
+    /// Its address, when configured (else the environment's, else the engine's usual socket).
+    pub host: Option<&'a str>,
+}
+
+/// The runtime `choice` names, connected: an engine that does not answer is an error that says so.
+pub async fn connect(choice: EngineChoice<'_>) -> Result<Arc<dyn RuntimeSetup>> {
+    Ok(match choice.kind {
+        RuntimeKind::Docker => {
+            let endpoint = docker::endpoint_from_environment(choice.engine, choice.host)?;
+            Arc::new(docker::DockerRuntime::connect_to(&endpoint).await?)
+        }
     })
 }
 
-/// The runtime `kind` names, made without reaching its engine (`stet doctor`, whose checks do);
+/// The runtime `choice` names, made without reaching its engine (`stet doctor`, whose checks do);
 /// `Err` says why it could not be made.
-pub fn unconnected(kind: RuntimeKind) -> std::result::Result<Arc<dyn RuntimeSetup>, String> {
-    Ok(match kind {
-        RuntimeKind::Docker => Arc::new(docker::DockerRuntime::unconnected()?),
+pub fn unconnected(choice: EngineChoice<'_>) -> std::result::Result<Arc<dyn RuntimeSetup>, String> {
+    Ok(match choice.kind {
+        RuntimeKind::Docker => {
+            let endpoint = docker::endpoint_from_environment(choice.engine, choice.host)
+                .map_err(|error| error.to_string())?;
+            Arc::new(docker::DockerRuntime::unconnected_to(&endpoint)?)
+        }
     })
 }
 
@@ -500,7 +541,11 @@ mod tests {
     #[tokio::test]
     async fn the_registry_makes_every_kind_as_itself() {
         for kind in RuntimeKind::ALL {
-            let runtime = unconnected(*kind).unwrap();
+            let choice = EngineChoice {
+                kind: *kind,
+                ..EngineChoice::default()
+            };
+            let runtime = unconnected(choice).unwrap();
             assert_eq!(runtime.kind(), *kind);
             assert_eq!(RuntimeKind::from_name(kind.as_str()), Some(*kind));
         }

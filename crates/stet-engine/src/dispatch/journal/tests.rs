@@ -114,6 +114,7 @@ fn recycled_pid_owner() -> Owner {
 fn container(name: &str) -> Resource {
     Resource::Container {
         name: name.to_owned(),
+        engine: None,
     }
 }
 
@@ -387,5 +388,29 @@ fn odd_names_are_problems_and_foreign_files_are_left_alone() {
         matches!(&scan.problems[0], JournalError::RecordName { path } if path.ends_with("stray.jsonl")),
         "{:?}",
         scan.problems
+    );
+}
+
+#[test]
+fn a_container_names_the_engine_it_lives_on_and_older_records_still_read() {
+    let on_podman = Resource::Container {
+        name: "stet-dispatch-1".to_owned(),
+        engine: Some(crate::runtime::endpoint::EngineLocation {
+            engine: "podman".to_owned(),
+            host: "unix:///run/podman/podman.sock".to_owned(),
+        }),
+    };
+    let line = serde_json::to_string(&on_podman).unwrap();
+    assert_eq!(
+        line,
+        r#"{"kind":"container","name":"stet-dispatch-1","engine":{"engine":"podman","host":"unix:///run/podman/podman.sock"}}"#
+    );
+    assert_eq!(serde_json::from_str::<Resource>(&line).unwrap(), on_podman);
+    let older: Resource =
+        serde_json::from_str(r#"{"kind":"container","name":"stet-dispatch-1"}"#).unwrap();
+    assert_eq!(older, container("stet-dispatch-1"));
+    assert_eq!(
+        serde_json::to_string(&older).unwrap(),
+        r#"{"kind":"container","name":"stet-dispatch-1"}"#
     );
 }

@@ -1,19 +1,23 @@
-//! What `stet doctor` asks the Docker engine, changing nothing: that it answers, that it enforces
-//! the memory, swap, pids and cpu limits a sandbox relies on (a cap the engine silently ignores
-//! leaves a sandbox that is not locked down), and whether the offline image of this stet-sandbox
-//! executable is there.
+//! What `stet doctor` asks the engine (Docker, or Podman's compatible service), changing nothing:
+//! that it answers, that it enforces the memory, swap, pids and cpu limits a sandbox relies on (a
+//! cap the engine silently ignores leaves a sandbox that is not locked down: what it says of itself,
+//! then by effect, with a container of the offline image created, read back and removed, never
+//! started), and whether the offline image of this stet-sandbox executable is there.
 
 use std::path::Path;
 
-use bollard::Docker;
-
+use super::DockerRuntime;
 use crate::check::{Check, Status};
+use crate::runtime::endpoint::Engine;
+use crate::runtime::{DispatchLimits, ImageRef};
 
-/// Every check of the engine at `docker`, in order; after an unreachable engine, none more.
-pub(super) async fn engine_checks(docker: &Docker, binary: &Path) -> Vec<Check> {
+/// Every check of the engine `runtime` reaches, in order; after an unreachable engine, none more.
+pub(super) async fn engine_checks(runtime: &DockerRuntime, binary: &Path) -> Vec<Check> {
+    let docker = &runtime.docker;
+    let endpoint = &runtime.endpoint;
     let mut checks = Vec::new();
     if let Err(error) = docker.ping().await {
-        let host = super::docker_host();
+        let host = endpoint.host.clone();
         checks.push(match super::socket_denied(&host) {
             Some(denied) => Check::problem(
                 "engine",
@@ -24,8 +28,19 @@ pub(super) async fn engine_checks(docker: &Docker, binary: &Path) -> Vec<Check> 
             None => Check::problem(
                 "engine",
                 Status::Fail,
-                format!("not reachable at {host}: {error}"),
-                "start the Docker daemon, or point DOCKER_HOST at a running engine",
+                format!(
+                    "{} not reachable at {host} (chosen by {}): {error}",
+                    endpoint.engine.display_name(),
+                    endpoint.chosen_by
+                ),
+                match endpoint.engine {
+                    Engine::Docker => {
+                        "start the Docker daemon, or point [runtime] host or DOCKER_HOST at a running engine"
+                    }
+                    Engine::Podman => {
+                        "start Podman's API service (`podman --runtime runc system service --time=0 unix://<socket>`), or point [runtime] host at it"
+                    }
+                },
             ),
         });
         return checks;
@@ -34,12 +49,14 @@ pub(super) async fn engine_checks(docker: &Docker, binary: &Path) -> Vec<Check> 
         Ok(version) => checks.push(Check::ok(
             "engine",
             format!(
-                "Docker {} (API {}), {}/{}, at {}",
+                "{} {} (API {}), {}/{}, at {} (chosen by {})",
+                endpoint.engine.display_name(),
                 version.version.unwrap_or_default(),
                 version.api_version.unwrap_or_default(),
                 version.os.unwrap_or_default(),
                 version.arch.unwrap_or_default(),
-                super::docker_host()
+                endpoint.host,
+                endpoint.chosen_by
             ),
         )),
         Err(error) => checks.push(Check::problem(
@@ -100,15 +117,37 @@ pub(super) async fn engine_checks(docker: &Docker, binary: &Path) -> Vec<Check> 
             "check the engine's logs",
         )),
     }
-    checks.push(image_check(docker, binary).await);
+    let (check, image) = image_check(docker, binary).await;
+    checks.push(check);
+    if let Some(image) = image {
+        checks.push(
+            match runtime
+                .check_limits(&image, &DispatchLimits::default())
+                .await
+            {
+                Ok(()) => Check::ok(
+                    "limits by effect",
+                    "a container asked for memory, pids and cpu caps was recorded with every one"
+                        .to_owned(),
+                ),
+                Err(refused) => Check::problem(
+                    "limits by effect",
+                    Status::Fail,
+                    refused.to_string(),
+                    "stet refuses to dispatch on this engine until it enforces every limit",
+                ),
+            },
+        );
+    }
     checks
 }
 
-async fn image_check(docker: &Docker, binary: &Path) -> Check {
+/// Whether the offline image is there, and if so, the image to check the limits with.
+async fn image_check(docker: &bollard::Docker, binary: &Path) -> (Check, Option<ImageRef>) {
     let hash = match file_sha256(binary) {
         Ok(hash) => hash,
         Err(error) => {
-            return Check::problem(
+            let check = Check::problem(
                 "sandbox image",
                 Status::Warn,
                 format!(
@@ -117,22 +156,27 @@ async fn image_check(docker: &Docker, binary: &Path) -> Check {
                 ),
                 "build or install stet-sandbox beside stet (`cargo install --path .` installs both)",
             );
+            return (check, None);
         }
     };
     let tag = crate::image::tag_for(&hash);
     match docker.inspect_image(&tag).await {
-        Ok(image) => Check::ok(
-            "sandbox image",
-            format!(
-                "offline sandbox image {tag} is present, pinned as {}",
-                image.id.unwrap_or_default()
+        Ok(image) => {
+            let id = image.id.unwrap_or_default();
+            let check = Check::ok(
+                "sandbox image",
+                format!("offline sandbox image {tag} is present, pinned as {id}"),
+            );
+            (check, ImageRef::parse(&id, false).ok())
+        }
+        Err(_) => (
+            Check::problem(
+                "sandbox image",
+                Status::Warn,
+                format!("no offline sandbox image for this stet-sandbox executable ({tag})"),
+                "run `stet image build-local` (stet demo builds it too); the limits are checked by effect once it is there",
             ),
-        ),
-        Err(_) => Check::problem(
-            "sandbox image",
-            Status::Warn,
-            format!("no offline sandbox image for this stet-sandbox executable ({tag})"),
-            "run `stet image build-local` (stet demo builds it too)",
+            None,
         ),
     }
 }

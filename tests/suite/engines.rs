@@ -1,0 +1,635 @@
+//! stet on engines other than the local Docker, each started by the test itself and stopped at its
+//! end: rootful Podman (every hardening row proven by effect with `stet probe`), rootless Podman on
+//! this cgroup v1 host (refused before anything runs, with its reason and fix), and a second
+//! `dockerd` on loopback TCP with TLS (certificates made at test time by openssl) as a remote engine.
+//!
+//! Each engine is started on a socket the test made and is already listening on (socket activation:
+//! `LISTEN_FDS`, the socket as fd 3), so a request waits in the backlog until the engine answers: no
+//! polling for readiness. Rootful Podman and a second `dockerd` need root; as an ordinary account
+//! (CI's non-root lane) those tests prove what that account gets instead, and the rootless refusal
+//! runs as that account itself.
+
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+
+use stet_engine::credential::LocalCredentialProvider;
+use stet_engine::dispatch::journal::Journal;
+use stet_engine::dispatch::sandbox::DispatchSandbox;
+use stet_engine::runtime::docker::DockerRuntime;
+use stet_engine::runtime::endpoint::{self, Endpoint, Engine};
+use stet_engine::runtime::{
+    ContainerRuntime, DispatchLimits, ImageRef, NetworkPolicy, RuntimeError, RuntimeSetup,
+};
+
+use super::accounts::running_as_root;
+use super::runtime::{probe, request};
+
+/// The account the rootless service runs as when the suite runs as root (`scripts/test` makes it,
+/// with subordinate ids); as an ordinary user, the suite's own account.
+const ROOTLESS_ACCOUNT: &str = "stetpodman";
+
+/// An engine process this test started; stopped (SIGTERM, then waited for) when dropped, so it can
+/// stop what it started itself (containerd, conmon).
+struct Service {
+    child: Child,
+    endpoint: Endpoint,
+    log: PathBuf,
+    /// Rootless Podman's runtime directory: its pause process outlives the service unless stopped.
+    runtime_dir: Option<PathBuf>,
+    _dir: tempfile::TempDir,
+}
+
+impl Service {
+    /// Connects to the engine; a failure quotes what the engine logged.
+    async fn connect(&self) -> Arc<DockerRuntime> {
+        match DockerRuntime::connect_to(&self.endpoint).await {
+            Ok(runtime) => Arc::new(runtime),
+            Err(error) => panic!(
+                "{error}; the engine logged: {}",
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            ),
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let stop = |pid: i32| {
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            }
+        };
+        stop(self.child.id() as i32);
+        let _ = self.child.wait();
+        // What rootless Podman left running (its pause process) is found by the runtime
+        // directory this test gave it, a path no other process has.
+        if let Some(dir) = &self.runtime_dir {
+            let mark = format!("XDG_RUNTIME_DIR={}", dir.display()).into_bytes();
+            for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+                let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                    continue;
+                };
+                let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+                if environ.split(|byte| *byte == 0).any(|var| var == mark) {
+                    stop(pid);
+                }
+            }
+        }
+    }
+}
+
+/// Runs `script` under `sh` with `listener` as fd 3 and `LISTEN_PID`/`LISTEN_FDS` naming it, as
+/// `account` (root only) or as this account.
+fn activated(listener: OwnedFd, script: &str, account: Option<&str>, log: &Path) -> Child {
+    let script = format!("LISTEN_PID=$$ LISTEN_FDS=1 exec {script} 3<&0 </dev/null");
+    let mut command = match account {
+        Some(account) => {
+            // setpriv execs (runuser would fork and leave the engine running past its own end).
+            let home = format!("HOME=/home/{account}");
+            let mut command = Command::new("setpriv");
+            command.args([
+                "--reuid",
+                account,
+                "--regid",
+                account,
+                "--init-groups",
+                "--",
+            ]);
+            command.args(["env", &home, "sh", "-c", &script]);
+            command
+        }
+        None => {
+            let mut command = Command::new("sh");
+            command.args(["-c", &script]);
+            command
+        }
+    };
+    command
+        .stdin(Stdio::from(listener))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {script}: {e}"))
+}
+
+fn need(program: &str) {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    assert!(
+        found,
+        "{program} is not installed: these tests need it (scripts/test installs it as root)"
+    );
+}
+
+/// Podman's API service on a fresh socket: rootful as root, else rootless as `account`.
+fn podman(account: Option<&str>) -> Service {
+    need("podman");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("podman.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let mut script = String::new();
+    let mut rootless_dir = None;
+    if let Some(account) = account {
+        // Its own runtime directory, as a login would give it.
+        let runtime_dir = dir.path().join("run");
+        std::fs::create_dir(&runtime_dir).unwrap();
+        std::fs::set_permissions(&runtime_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let status = Command::new("chown")
+            .arg(format!("{account}:"))
+            .arg(&runtime_dir)
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "chown to {account}");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        script = format!("env XDG_RUNTIME_DIR={} ", runtime_dir.display());
+        rootless_dir = Some(runtime_dir);
+    } else if !running_as_root() {
+        script = format!("env XDG_RUNTIME_DIR={} ", dir.path().display());
+        rootless_dir = Some(dir.path().to_owned());
+    }
+    // Exec sessions' conmon would otherwise linger 5 minutes after the service stops; at 0 an
+    // exec session can be gone before its exit code is read.
+    let conf = dir.path().join("containers.conf");
+    std::fs::write(&conf, "[engine]\nexit_command_delay = 10\n").unwrap();
+    std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o644)).unwrap();
+    if script.is_empty() {
+        script.push_str("env ");
+    }
+    script.push_str(&format!(
+        "CONTAINERS_CONF={} podman --runtime runc system service --time=0",
+        conf.display()
+    ));
+    let log = dir.path().join("podman.log");
+    let child = activated(listener.into(), &script, account, &log);
+    Service {
+        child,
+        log,
+        runtime_dir: rootless_dir,
+        endpoint: endpoint::resolve(
+            Engine::Podman,
+            Some(&format!("unix://{}", socket.display())),
+            &|_| None,
+            None,
+            rustix::process::geteuid().as_raw(),
+        )
+        .unwrap(),
+        _dir: dir,
+    }
+}
+
+/// Runs openssl with `args` in `dir`.
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A certificate authority, a server certificate for 127.0.0.1 and a client certificate, made now.
+fn certificates(dir: &Path) {
+    let key = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let mut ca = vec!["req", "-x509"];
+    ca.extend(key);
+    ca.extend([
+        "-keyout",
+        "ca-key.pem",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=stet-test-ca",
+    ]);
+    openssl(dir, &ca);
+    for (name, subject, usage) in [
+        (
+            "server",
+            "/CN=127.0.0.1",
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        ),
+        (
+            "client",
+            "/CN=stet-test-client",
+            "extendedKeyUsage=clientAuth\n",
+        ),
+    ] {
+        let (key_file, cert_file) = match name {
+            "server" => ("server-key.pem", "server-cert.pem"),
+            _ => ("key.pem", "cert.pem"),
+        };
+        let csr = format!("{name}.csr");
+        let ext = format!("{name}.ext");
+        std::fs::write(dir.join(&ext), usage).unwrap();
+        let mut request = vec!["req"];
+        request.extend(key);
+        request.extend(["-keyout", key_file, "-out", &csr, "-subj", subject]);
+        openssl(dir, &request);
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca-key.pem",
+                "-CAcreateserial",
+                "-out",
+                cert_file,
+                "-days",
+                "1",
+                "-extfile",
+                &ext,
+            ],
+        );
+    }
+}
+
+/// A second Docker engine with its own data and exec roots and network namespace, on loopback TCP
+/// with mutual TLS; the endpoint is what `DOCKER_HOST`, `DOCKER_TLS_VERIFY` and `DOCKER_CERT_PATH` make of it.
+fn remote_docker() -> Service {
+    need("dockerd");
+    need("openssl");
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let certs = root.join("certs");
+    std::fs::create_dir(&certs).unwrap();
+    certificates(&certs);
+    std::fs::write(root.join("empty.json"), "{}").unwrap();
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let path = |name: &str| root.join(name).display().to_string();
+    let cert = |name: &str| certs.join(name).display().to_string();
+    // Its own network namespace: a dockerd with `--bridge=none` deletes the `docker0` interface it
+    // finds, which in the host's namespace is the first engine's bridge. The listening socket was
+    // made in the host's namespace and stays there.
+    let script = format!(
+        "unshare --net dockerd --config-file {} --data-root {} --exec-root {} --pidfile {} -H fd:// --bridge=none --iptables=false --ip-masq=false --storage-driver=vfs --tlsverify --tlscacert {} --tlscert {} --tlskey {}",
+        path("empty.json"),
+        path("data"),
+        path("exec"),
+        path("dockerd.pid"),
+        cert("ca.pem"),
+        cert("server-cert.pem"),
+        cert("server-key.pem"),
+    );
+    let log = root.join("dockerd.log");
+    let child = activated(listener.into(), &script, None, &log);
+    let host = format!("tcp://127.0.0.1:{port}");
+    let certs_text = certs.display().to_string();
+    let env = |name: &str| match name {
+        "DOCKER_HOST" => Some(host.clone()),
+        "DOCKER_TLS_VERIFY" => Some("1".to_owned()),
+        "DOCKER_CERT_PATH" => Some(certs_text.clone()),
+        _ => None,
+    };
+    let endpoint = endpoint::resolve(Engine::Docker, None, &env, None, 0).unwrap();
+    Service {
+        child,
+        endpoint,
+        log,
+        runtime_dir: None,
+        _dir: dir,
+    }
+}
+
+fn sandbox_binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_stet-sandbox"))
+}
+
+/// Loads the offline image into the engine through its image-load API; returns it pinned by id.
+async fn loaded(runtime: &DockerRuntime) -> ImageRef {
+    let image = runtime
+        .offline_image(&sandbox_binary())
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "loading the offline image into {:?}: {e}",
+                runtime.endpoint()
+            )
+        });
+    let inspected = runtime.client().inspect_image(&image.id).await.unwrap();
+    assert_eq!(inspected.id.as_deref(), Some(image.id.as_str()));
+    ImageRef::parse(&image.id, false).unwrap()
+}
+
+/// Every hardening row of a sandbox on `runtime`, by effect from inside and by the engine's inspect.
+async fn hardened_by_effect(runtime: Arc<DockerRuntime>, image: &ImageRef) {
+    let state = tempfile::tempdir().unwrap();
+    let journal = Journal::open(&state.path().join("journal")).unwrap();
+    let provider = Arc::new(LocalCredentialProvider::default());
+    let limits = DispatchLimits {
+        memory_bytes: 128 * 1024 * 1024,
+        pids: 32,
+        nano_cpus: 500_000_000,
+        ..DispatchLimits::default()
+    };
+    let mut sandbox_request = request(limits, NetworkPolicy::None, &provider).await;
+    sandbox_request.image = image.clone();
+    let sandbox =
+        DispatchSandbox::provision(runtime.clone(), &journal, state.path(), sandbox_request)
+            .await
+            .unwrap_or_else(|e| panic!("provisioning on {:?}: {e}", runtime.endpoint()));
+    let report = probe(&sandbox, &["--connect", "1.1.1.1:443"], &[]).await;
+    let forks = probe(&sandbox, &["--fork-up-to", "200"], &[]).await;
+    let allocate = stet_engine::runtime::SandboxProcess {
+        argv: ["/usr/local/bin/stet", "probe", "--allocate-mb", "512"]
+            .map(str::to_owned)
+            .to_vec(),
+        workdir: stet_engine::runtime::WORKSPACE_MOUNT.into(),
+        ..Default::default()
+    };
+    let (sender, mut receiver) = tokio::sync::mpsc::channel(64);
+    let drain = tokio::spawn(async move { while receiver.recv().await.is_some() {} });
+    let oom = sandbox.run(&allocate, sender).await.unwrap();
+    drain.await.unwrap();
+    let inspected = runtime
+        .client()
+        .inspect_container(sandbox.container(), None)
+        .await
+        .unwrap();
+    sandbox.teardown().await;
+    let host = inspected.host_config.unwrap();
+
+    assert_ne!(report["uid"], 0, "{report}");
+    assert_ne!(report["gid"], 0, "{report}");
+    assert_eq!(report["caps_all_dropped"], true, "{report}");
+    assert_eq!(report["no_new_privs"], true, "{report}");
+    assert_eq!(report["root_writable"], false, "{report}");
+    assert_eq!(report["tmp_writable"], true, "{report}");
+    assert_eq!(report["connect"][0]["ok"], false, "network none: {report}");
+    let started = forks["forks"]["started"].as_u64().unwrap();
+    assert!(started > 0 && started < 32, "pids cap 32: {forks}");
+    assert_eq!(oom.code, 137, "512 MB under a 128 MB cap is SIGKILLed");
+    assert_eq!(host.network_mode.as_deref(), Some("none"));
+    assert_eq!(host.readonly_rootfs, Some(true));
+    assert_eq!(host.memory, Some(limits.memory_bytes));
+    assert_eq!(host.pids_limit, Some(limits.pids));
+    assert_eq!(host.nano_cpus, Some(limits.nano_cpus));
+}
+
+#[tokio::test]
+async fn rootful_podman_runs_the_hardened_sandbox_and_every_row_holds_by_effect() {
+    if !running_as_root() {
+        // An ordinary account has no rootful Podman: what it gets is a refusal that says so.
+        let error = stet_engine::runtime::connect(stet_engine::runtime::EngineChoice {
+            engine: Engine::Podman,
+            host: Some("unix:///nonexistent/podman.sock"),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.starts_with("Podman is not reachable at unix:///nonexistent/podman.sock"),
+            "{error}"
+        );
+        return;
+    }
+    let service = podman(None);
+    let runtime = service.connect().await;
+    let version = runtime.client().version().await.unwrap();
+    assert!(
+        version
+            .components
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.name == "Podman Engine"),
+        "this is Podman"
+    );
+    let image = loaded(&runtime).await;
+    runtime
+        .check_limits(&image, &DispatchLimits::default())
+        .await
+        .unwrap();
+    hardened_by_effect(runtime.clone(), &image).await;
+    assert!(runtime.list_sandboxes().await.unwrap().is_empty());
+}
+
+/// Whether this host runs cgroup v1 (no unified hierarchy at /sys/fs/cgroup).
+fn cgroup_v1() -> bool {
+    !Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+}
+
+#[tokio::test]
+async fn rootless_podman_on_cgroup_v1_is_refused_before_anything_runs_with_the_reason_and_fix() {
+    let account = running_as_root().then_some(ROOTLESS_ACCOUNT);
+    if let Some(account) = account {
+        assert!(
+            Command::new("id")
+                .arg(account)
+                .output()
+                .unwrap()
+                .status
+                .success(),
+            "account {account} is missing: scripts/test --setup makes it"
+        );
+    }
+    let service = podman(account);
+    let runtime = service.connect().await;
+    let image = loaded(&runtime).await;
+    let refused = runtime
+        .check_limits(&image, &DispatchLimits::default())
+        .await;
+    if !cgroup_v1() {
+        // cgroup v2: enforced when the controllers are delegated; refused, with the fix, when not.
+        if let Err(error) = refused {
+            assert!(error.to_string().contains("Delegate="), "{error}");
+        }
+        return;
+    }
+    let error = refused.unwrap_err();
+    assert!(
+        matches!(error, RuntimeError::LimitsNotEnforced { .. }),
+        "{error}"
+    );
+    let text = error.to_string();
+    for says in [
+        "Podman at unix://",
+        "memory 4294967296 asked, 0 recorded",
+        "pids 512 asked, 0 recorded",
+        "cgroup v1",
+        "cgroup v2",
+        "Delegate=memory pids cpu",
+    ] {
+        assert!(text.contains(says), "{says:?} missing from: {text}");
+    }
+    // The dispatch path refuses the same, and leaves no container behind. (As root, the service
+    // runs as another account, which may not reach root's dispatch directories to mount them.)
+    if !running_as_root() {
+        let state = tempfile::tempdir().unwrap();
+        let journal = Journal::open(&state.path().join("journal")).unwrap();
+        let provider = Arc::new(LocalCredentialProvider::default());
+        let mut sandbox_request =
+            request(DispatchLimits::default(), NetworkPolicy::None, &provider).await;
+        sandbox_request.image = image.clone();
+        let provisioned =
+            DispatchSandbox::provision(runtime.clone(), &journal, state.path(), sandbox_request)
+                .await;
+        let Err(error) = provisioned else {
+            panic!("a sandbox was provisioned on an engine that drops its limits");
+        };
+        let error = error.to_string();
+        assert!(error.contains("would not enforce every limit"), "{error}");
+        assert!(runtime.list_sandboxes().await.unwrap().is_empty());
+    }
+    // And `stet doctor` says so.
+    let checks = runtime.diagnose(&sandbox_binary()).await;
+    let effect = checks
+        .iter()
+        .find(|check| check.name == "limits by effect")
+        .unwrap_or_else(|| panic!("no limits check: {checks:?}"));
+    assert!(format!("{effect:?}").contains("cgroup v2"), "{effect:?}");
+}
+
+#[tokio::test]
+async fn a_remote_docker_engine_over_tls_takes_the_image_and_runs_the_hardened_sandbox() {
+    if !running_as_root() {
+        // An ordinary account starts no dockerd; plain TCP off loopback is refused for it as for all.
+        let env = |name: &str| (name == "DOCKER_HOST").then(|| "tcp://192.0.2.1:2375".to_owned());
+        let error = endpoint::resolve(Engine::Docker, None, &env, None, 1000).unwrap_err();
+        assert!(error.to_string().contains("DOCKER_TLS_VERIFY"), "{error}");
+        return;
+    }
+    let service = remote_docker();
+    assert!(service.endpoint.tls.is_some() && service.endpoint.is_remote());
+    let runtime = service.connect().await;
+    let info = runtime.client().info().await.unwrap();
+    assert_eq!(
+        info.driver.as_deref(),
+        Some("vfs"),
+        "the second engine, not the first"
+    );
+    let image = loaded(&runtime).await;
+    runtime
+        .check_limits(&image, &DispatchLimits::default())
+        .await
+        .unwrap();
+    hardened_by_effect(runtime.clone(), &image).await;
+    // Without the client certificate the engine does not answer.
+    let plain = Endpoint {
+        tls: None,
+        ..service.endpoint.clone()
+    };
+    assert!(DockerRuntime::connect_to(&plain).await.is_err());
+}
+
+/// Set in the child process of the sweep test: its state directory, Podman's address, the image.
+const CHILD_STATE: &str = "STET_TEST_ENGINES_CHILD_STATE";
+const CHILD_HOST: &str = "STET_TEST_ENGINES_CHILD_HOST";
+const CHILD_IMAGE: &str = "STET_TEST_ENGINES_CHILD_IMAGE";
+const SWEEP_TEST: &str =
+    "suite::engines::a_crashed_dispatchs_container_is_reclaimed_on_the_engine_the_journal_names";
+
+/// The child's part: provision on Podman, say so, then wait to be killed.
+async fn crashing_child(state: &Path, host: &str, image: &str) {
+    let endpoint = endpoint::resolve(Engine::Podman, Some(host), &|_| None, None, 0).unwrap();
+    let runtime = Arc::new(DockerRuntime::connect_to(&endpoint).await.unwrap());
+    let journal = Journal::open(&state.join("journal")).unwrap();
+    let provider = Arc::new(LocalCredentialProvider::default());
+    let mut sandbox_request =
+        request(DispatchLimits::default(), NetworkPolicy::None, &provider).await;
+    sandbox_request.image = ImageRef::parse(image, false).unwrap();
+    let sandbox = DispatchSandbox::provision(runtime, &journal, state, sandbox_request)
+        .await
+        .unwrap();
+    println!("READY {}", sandbox.container());
+    tokio::task::spawn_blocking(|| std::io::stdin().read_line(&mut String::new()))
+        .await
+        .unwrap()
+        .unwrap();
+    panic!("the child was meant to be killed, not released");
+}
+
+/// A dispatch on Podman is SIGKILLed; the next sweep runs with the local Docker engine configured,
+/// and still reclaims the container on Podman, where the journal says it lives.
+#[tokio::test]
+async fn a_crashed_dispatchs_container_is_reclaimed_on_the_engine_the_journal_names() {
+    use std::io::BufRead;
+    if let (Some(state), Ok(host), Ok(image)) = (
+        std::env::var_os(CHILD_STATE),
+        std::env::var(CHILD_HOST),
+        std::env::var(CHILD_IMAGE),
+    ) {
+        crashing_child(Path::new(&state), &host, &image).await;
+        return;
+    }
+    if !running_as_root() {
+        // Rootful Podman needs root; rootless Podman here refuses to run a sandbox at all.
+        return;
+    }
+    let service = podman(None);
+    let podman_runtime = service.connect().await;
+    let image = loaded(&podman_runtime).await;
+    let state = tempfile::tempdir().unwrap();
+    let mut crashed = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", SWEEP_TEST, "--nocapture", "--test-threads=1"])
+        .env(CHILD_STATE, state.path())
+        .env(CHILD_HOST, &service.endpoint.host)
+        .env(CHILD_IMAGE, image.as_str())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(crashed.stdout.take().unwrap()).lines();
+    let container = loop {
+        let line = lines
+            .next()
+            .expect("the child ended before provisioning")
+            .unwrap();
+        if let Some((_, name)) = line.split_once("READY ") {
+            break name.trim().to_owned();
+        }
+    };
+    crashed.kill().unwrap();
+    crashed.wait().unwrap();
+    assert!(
+        podman_runtime
+            .client()
+            .inspect_container(&container, None)
+            .await
+            .is_ok(),
+        "the crash left its container on Podman"
+    );
+
+    let docker = Arc::new(DockerRuntime::connect().await.unwrap());
+    let journal = Arc::new(Journal::open(&state.path().join("journal")).unwrap());
+    let sweeper = stet_engine::dispatch::service::DispatchService::new(
+        docker,
+        journal.clone(),
+        state.path(),
+        Vec::new(),
+    );
+    let report = sweeper.sweep_orphans().await.unwrap();
+    assert!(report.containers_removed.contains(&container), "{report:?}");
+    assert!(
+        podman_runtime
+            .client()
+            .inspect_container(&container, None)
+            .await
+            .is_err(),
+        "the container is gone from Podman"
+    );
+    assert!(journal.orphans().unwrap().records.is_empty(), "{report:?}");
+}
