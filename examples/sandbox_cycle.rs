@@ -25,6 +25,7 @@ fn request(image: &ImageRef) -> anyhow::Result<SandboxRequest> {
         keepalive: vec!["/usr/local/bin/stet".into(), "sandbox-idle".into()],
         gateway: None,
         workspace_source: None,
+        mounts: stet_engine::dispatch::copy_mode::Mounts::Bind,
         credential: Some(CredentialRequest {
             provider: Arc::new(LocalCredentialProvider::default()),
             repository: "bench/app".into(),

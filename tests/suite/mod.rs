@@ -8,6 +8,7 @@ mod canary;
 mod cli;
 mod codex_live;
 mod completions;
+mod copy_mode;
 mod costly_settings;
 mod demo_scenarios;
 mod egress;

@@ -34,7 +34,7 @@ use crate::harness::HarnessSettings;
 use crate::harness::codex::CodexSettings;
 use crate::harness::openhands::OpenHandsSettings;
 use crate::harness::script::ScenarioSource;
-use crate::runtime::RuntimeKind;
+use crate::runtime::{MountMode, RuntimeKind};
 
 pub use crate::harness::HarnessKind;
 pub use layers::{Class, Reason, Refusal, Rule};
@@ -333,6 +333,8 @@ impl HarnessConfig {
 pub struct RuntimeConfig {
     /// Which engine (`runtime.kind`; default the local Docker engine).
     pub kind: RuntimeKind,
+    /// How the workspace and outputs reach the sandbox (`runtime.mounts`; default bind mounts).
+    pub mounts: MountMode,
 }
 
 /// Which repository file a configuration was read with, and whether it was trusted.

@@ -304,6 +304,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         &s.dispatch.allow_network
     });
     let runtime_kind = layers.machine("runtime.kind", Reason::Runtime, |s| &s.runtime.kind);
+    let mounts = layers.machine("runtime.mounts", Reason::Runtime, |s| &s.runtime.mounts);
     let harness_kind = layers.machine("harness.kind", Reason::Agent, |s| &s.harness.kind);
     let scenario = layers.machine("harness.script.scenario", Reason::Scenario, |s| {
         &s.harness.script.scenario
@@ -580,6 +581,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
     };
     let runtime = RuntimeConfig {
         kind: runtime_kind.map(|kind| kind.value).unwrap_or_default(),
+        mounts: mounts.map(|mounts| mounts.value).unwrap_or_default(),
     };
     let model = ModelConfig {
         base_url: checked_url(base_url, "model.base_url")?,
