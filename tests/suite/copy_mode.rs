@@ -1,7 +1,7 @@
 //! Copy mode (`[runtime] mounts = "copy"`, issue #33) on the real Docker engine: the container's
 //! spec names no host path for the workspace or the outputs (asserted on `inspect`), the base goes
 //! in and the agent's work comes back through the archive API, and the demo runs end to end with
-//! the same pushed tree as in bind mode.
+//! the same pushed change as in bind mode.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,9 +18,10 @@ use stet_engine::runtime::{
     SandboxUser, WORKSPACE_MOUNT,
 };
 use stet_protocol::event::{DispatchId, EventKind};
+use stet_protocol::state::Phase;
 use stet_sanitize::branch::CommitSha;
 
-use super::headless::{Home, docker_ready, run};
+use super::headless::{Home, Watched, docker_ready, run};
 use super::support;
 
 const STET: &str = "/usr/local/bin/stet";
@@ -160,8 +161,9 @@ async fn copy_mode_shares_no_host_path_and_brings_the_agents_work_back() {
     assert_eq!(left, Vec::<String>::new());
 }
 
-/// The tree of the branch the demo pushed, in the demo's bare remote.
-fn pushed_tree(home: &Home, finished: &super::headless::Finished) -> String {
+/// What the branch the demo pushed changes against `main`, in the demo's bare remote: each path with
+/// its blobs before and after (the base's `stet.toml` names the home, so whole trees differ).
+fn pushed_change(home: &Home, finished: &super::headless::Finished) -> String {
     let branch = finished
         .events
         .iter()
@@ -172,21 +174,51 @@ fn pushed_tree(home: &Home, finished: &super::headless::Finished) -> String {
         .unwrap_or_else(|| panic!("nothing was pushed: {finished:#?}"));
     support::git(
         &home.demo_dir().join("remote.git"),
-        &["rev-parse", &format!("refs/heads/{branch}^{{tree}}")],
+        &["diff-tree", "-r", "main", &format!("refs/heads/{branch}")],
     )
 }
 
 #[test]
-fn the_demo_runs_end_to_end_in_copy_mode_and_pushes_the_tree_bind_mode_pushes() {
+fn the_demo_runs_end_to_end_in_copy_mode_and_pushes_the_change_bind_mode_pushes() {
     docker_ready();
     let bind = Home::new();
     let bound = run(bind.demo());
     assert_eq!(bound.code(), Some(0), "{bound:#?}");
     let copy = Home::new();
     copy.add_user_config("[runtime]\nmounts = \"copy\"\n");
-    let copied = run(copy.demo());
+    // At pace 1 the agent is still at work when the run enters `running`: its container is there to
+    // inspect.
+    let mut command = copy.stet();
+    command
+        .args(["demo", "--headless", "--pace", "1", "--dir"])
+        .arg(copy.demo_dir());
+    let mut watched = Watched::start(command);
+    let running = watched.until("the agent runs", |event| {
+        matches!(
+            event.kind,
+            EventKind::Phase {
+                to: Phase::Running,
+                ..
+            }
+        )
+    });
+    let inspected = std::process::Command::new("docker")
+        .args(["inspect", "--format"])
+        .arg("{{json .HostConfig.Binds}} {{range .Mounts}}{{.Type}}:{{.Destination}} {{end}}")
+        .arg(running.dispatch.to_string())
+        .output()
+        .unwrap();
+    let inspected = String::from_utf8(inspected.stdout).unwrap();
+    assert!(inspected.starts_with("null "), "{inspected}");
+    for mount in ["volume:/workspace", "volume:/outputs"] {
+        assert!(inspected.contains(mount), "{inspected}");
+    }
+    assert!(!inspected.contains("bind:/workspace") && !inspected.contains("bind:/outputs"));
+    let copied = watched.finish();
     assert_eq!(copied.code(), Some(0), "{copied:#?}");
-    assert_eq!(copied.outcome().0, stet_protocol::event::Phase::Done);
-    assert_eq!(pushed_tree(&copy, &copied), pushed_tree(&bind, &bound));
+    assert_eq!(copied.outcome().0, Phase::Done);
+    let change = pushed_change(&copy, &copied);
+    assert!(change.contains("src/main.rs"), "{change}");
+    assert_eq!(change, pushed_change(&bind, &bound));
     super::headless::assert_nothing_left(&copy, copied.dispatch());
 }

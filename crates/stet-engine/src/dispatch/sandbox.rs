@@ -367,15 +367,8 @@ impl DispatchSandbox {
         // Copy mode: the harness's files, staged on the host before the first process, go in then;
         // after each process the workspace and outputs come back for what reads them on the host.
         if !self.outputs_copied.swap(true, Ordering::SeqCst) {
-            let outputs = &self.paths.outputs;
-            copy_in(
-                &self.runtime,
-                &self.container,
-                outputs,
-                OUTPUTS_MOUNT,
-                self.user,
-            )
-            .await?;
+            let (runtime, outputs) = (&self.runtime, &self.paths.outputs);
+            copy_in(runtime, &self.container, outputs, OUTPUTS_MOUNT, self.user).await?;
         }
         let exit = self.runtime.exec(&self.container, &merged, output).await?;
         bring_back(&self.runtime, &self.container, &self.paths, limits).await?;
@@ -726,11 +719,12 @@ async fn provision_steps(
     })?;
     sandbox.runtime.create_sandbox(&spec).await?;
     if matches!(request.mounts, Mounts::Copy(_)) {
+        let (runtime, workspace) = (&sandbox.runtime, &sandbox.paths.workspace);
         stopped()?;
         copy_in(
-            &sandbox.runtime,
+            runtime,
             &sandbox.container,
-            &sandbox.paths.workspace,
+            workspace,
             WORKSPACE_MOUNT,
             request.user,
         )
