@@ -153,7 +153,7 @@ async fn main() -> anyhow::Result<()> {
         "provision" => {
             let mounts = match args.get(2).map(String::as_str) {
                 Some("bind") => Mounts::Bind,
-                Some("copy") => Mounts::Copy(ImportLimits::default().into()),
+                Some("copy") => Mounts::copy(ImportLimits::default()),
                 _ => anyhow::bail!("usage: sandbox_cycle provision <image-id> bind|copy <mb> <n>"),
             };
             let megabytes: usize = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(1);

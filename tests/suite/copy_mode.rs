@@ -81,7 +81,7 @@ async fn copy_mode_shares_no_host_path_and_brings_the_agents_work_back() {
             fetch: None,
             limits: Default::default(),
         }),
-        mounts: Mounts::Copy(ImportLimits::default().into()),
+        mounts: Mounts::copy(ImportLimits::default()),
         credential: None,
     };
     let dispatch = request.dispatch;

@@ -196,7 +196,7 @@ impl Engine {
                 mounts: match config.runtime.mounts {
                     crate::runtime::MountMode::Bind => crate::dispatch::copy_mode::Mounts::Bind,
                     crate::runtime::MountMode::Copy => {
-                        crate::dispatch::copy_mode::Mounts::Copy(config.import.into())
+                        crate::dispatch::copy_mode::Mounts::copy(config.import)
                     }
                 },
                 timeout: options.timeout,

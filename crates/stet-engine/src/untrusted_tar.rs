@@ -25,7 +25,6 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 
-use crate::dispatch::remove_tree::remove_tree;
 use crate::untrusted_tree::{self, FileError};
 
 /// The largest extension header (a PAX record set, a GNU long name or link target) read.
@@ -54,17 +53,6 @@ pub struct TarLimits {
     pub max_total_bytes: u64,
     /// Deepest directory nesting.
     pub max_depth: usize,
-}
-
-impl From<crate::git::import::ImportLimits> for TarLimits {
-    fn from(limits: crate::git::import::ImportLimits) -> TarLimits {
-        TarLimits {
-            max_entries: limits.max_files,
-            max_file_bytes: limits.max_file_bytes,
-            max_total_bytes: limits.max_total_bytes,
-            max_depth: crate::git::import::MAX_DEPTH,
-        }
-    }
 }
 
 /// Why a tar stream was refused. Paths are the stream's, shown with replacement characters where
@@ -169,8 +157,10 @@ pub fn extract_until(
             .run(interrupted)
         });
     if written.is_err() {
-        // The refusal is what the caller needs; a directory left behind is the sweep's.
-        let _ = remove_tree(destination);
+        // The refusal is what the caller needs; a directory left behind is the sweep's. It holds
+        // only what this extraction made: directories, files and links, which the removal unlinks
+        // without following.
+        let _ = std::fs::remove_dir_all(destination);
     }
     written
 }

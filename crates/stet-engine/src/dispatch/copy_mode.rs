@@ -15,7 +15,7 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use crate::dispatch::remove_tree::remove_tree;
-use crate::dispatch::sandbox::SandboxPaths;
+use crate::git::import::{ImportLimits, MAX_DEPTH};
 use crate::runtime::{
     ContainerRuntime, MountMode, OUTPUTS_MOUNT, RuntimeError, SandboxUser, WORKSPACE_MOUNT,
 };
@@ -32,6 +32,16 @@ pub enum Mounts {
 }
 
 impl Mounts {
+    /// Copies, what comes back read within the import's own bounds.
+    pub fn copy(import: ImportLimits) -> Mounts {
+        Mounts::Copy(TarLimits {
+            max_entries: import.max_files,
+            max_file_bytes: import.max_file_bytes,
+            max_total_bytes: import.max_total_bytes,
+            max_depth: MAX_DEPTH,
+        })
+    }
+
     /// The runtime's side of it.
     pub fn mode(self) -> MountMode {
         match self {
@@ -275,17 +285,17 @@ pub async fn copy_out(
     read
 }
 
-/// After a process in copy mode: the container's outputs and workspace over the host's copies in
-/// `paths`, each read within `limits`.
+/// After a process in copy mode: the container's outputs and workspace over the host's copies
+/// `outputs` and `workspace`, each read within `limits`.
 pub async fn bring_back(
     runtime: &Arc<dyn ContainerRuntime>,
     container: &str,
-    paths: &SandboxPaths,
+    (outputs, workspace): (&Path, &Path),
     limits: TarLimits,
 ) -> Result<(), CopyError> {
     for (source, destination, what) in [
-        (OUTPUTS_MOUNT, &paths.outputs, "outputs"),
-        (WORKSPACE_MOUNT, &paths.workspace, "workspace"),
+        (OUTPUTS_MOUNT, outputs, "outputs"),
+        (WORKSPACE_MOUNT, workspace, "workspace"),
     ] {
         copy_out(runtime, container, source, destination, limits, what).await?;
     }

@@ -364,14 +364,15 @@ impl DispatchSandbox {
         let Mounts::Copy(limits) = self.mounts else {
             return Ok(self.runtime.exec(&self.container, &merged, output).await?);
         };
-        // Copy mode: the harness's files, staged on the host before the first process, go in then;
-        // after each process the workspace and outputs come back for what reads them on the host.
+        // Copy mode: the harness's staged files go in before the first process; after each, the
+        // workspace and outputs come back for what reads them on the host.
         if !self.outputs_copied.swap(true, Ordering::SeqCst) {
             let (runtime, outputs) = (&self.runtime, &self.paths.outputs);
             copy_in(runtime, &self.container, outputs, OUTPUTS_MOUNT, self.user).await?;
         }
         let exit = self.runtime.exec(&self.container, &merged, output).await?;
-        bring_back(&self.runtime, &self.container, &self.paths, limits).await?;
+        let copies = (&*self.paths.outputs, &*self.paths.workspace);
+        bring_back(&self.runtime, &self.container, copies, limits).await?;
         Ok(exit)
     }
 
