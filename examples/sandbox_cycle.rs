@@ -1,19 +1,26 @@
 //! Measures stet's sandbox overhead (docs/benchmarks.md):
 //! `sandbox_cycle once <image-id>` runs one provision → exec → teardown, for `hyperfine` against
 //! `docker run --rm` of the same image; `sandbox_cycle cancel <image-id> <n>` measures, n times, how
-//! long a teardown takes while a process is still running in the sandbox (cancel → all gone).
+//! long a teardown takes while a process is still running in the sandbox (cancel → all gone);
+//! `sandbox_cycle provision <image-id> bind|copy <mb> <n>` measures, n times, provisioning with a
+//! workspace of `mb` MiB (from a base commit) in either mode, and `docker run --rm` of the image.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stet_engine::credential::LocalCredentialProvider;
+use stet_engine::dispatch::copy_mode::Mounts;
 use stet_engine::dispatch::journal::Journal;
-use stet_engine::dispatch::sandbox::{CredentialRequest, DispatchSandbox, SandboxRequest};
+use stet_engine::dispatch::sandbox::{
+    CredentialRequest, DispatchSandbox, SandboxRequest, WorkspaceSource,
+};
+use stet_engine::git::import::ImportLimits;
 use stet_engine::runtime::docker::DockerRuntime;
 use stet_engine::runtime::{
     DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, SandboxProcess, SandboxUser,
 };
 use stet_protocol::event::DispatchId;
+use stet_sanitize::branch::CommitSha;
 
 fn request(image: &ImageRef) -> anyhow::Result<SandboxRequest> {
     Ok(SandboxRequest {
@@ -25,6 +32,7 @@ fn request(image: &ImageRef) -> anyhow::Result<SandboxRequest> {
         keepalive: vec!["/usr/local/bin/stet".into(), "sandbox-idle".into()],
         gateway: None,
         workspace_source: None,
+        mounts: stet_engine::dispatch::copy_mode::Mounts::Bind,
         credential: Some(CredentialRequest {
             provider: Arc::new(LocalCredentialProvider::default()),
             repository: "bench/app".into(),
@@ -33,6 +41,36 @@ fn request(image: &ImageRef) -> anyhow::Result<SandboxRequest> {
             into_sandbox: true,
         }),
     })
+}
+
+/// A repository at `path` whose one commit holds `megabytes` files of 1 MiB of random bytes.
+fn base_of(path: &std::path::Path, megabytes: usize) -> anyhow::Result<CommitSha> {
+    std::fs::create_dir_all(path)?;
+    let git = |args: &[&str]| -> anyhow::Result<String> {
+        let output = std::process::Command::new("git")
+            .arg("-C")
+            .arg(path)
+            .args([
+                "-c",
+                "user.name=bench",
+                "-c",
+                "user.email=bench@stet.invalid",
+            ])
+            .args(args)
+            .output()?;
+        anyhow::ensure!(output.status.success(), "git {args:?}: {output:?}");
+        Ok(String::from_utf8(output.stdout)?.trim().to_owned())
+    };
+    git(&["init", "-q", "-b", "main"])?;
+    let mut random = std::fs::File::open("/dev/urandom")?;
+    for index in 0..megabytes {
+        let mut bytes = vec![0; 1024 * 1024];
+        std::io::Read::read_exact(&mut random, &mut bytes)?;
+        std::fs::write(path.join(format!("blob-{index}.bin")), bytes)?;
+    }
+    git(&["add", "."])?;
+    git(&["commit", "-q", "-m", "base"])?;
+    Ok(CommitSha::parse(&git(&["rev-parse", "HEAD"])?)?)
 }
 
 fn process(argv: &[&str]) -> SandboxProcess {
@@ -112,7 +150,54 @@ async fn main() -> anyhow::Result<()> {
                 ms(timings[rounds - 1])
             );
         }
-        other => anyhow::bail!("unknown mode {other:?}: use once or cancel"),
+        "provision" => {
+            let mounts = match args.get(2).map(String::as_str) {
+                Some("bind") => Mounts::Bind,
+                Some("copy") => Mounts::copy(ImportLimits::default()),
+                _ => anyhow::bail!("usage: sandbox_cycle provision <image-id> bind|copy <mb> <n>"),
+            };
+            let megabytes: usize = args.get(3).and_then(|n| n.parse().ok()).unwrap_or(1);
+            let rounds: usize = args.get(4).and_then(|n| n.parse().ok()).unwrap_or(11);
+            let repository = state.path().join("repository");
+            let base = base_of(&repository, megabytes)?;
+            let (mut provisioned, mut raw) = (Vec::new(), Vec::new());
+            for _ in 0..rounds {
+                let mut wanted = request(&image)?;
+                wanted.mounts = mounts;
+                wanted.workspace_source = Some(WorkspaceSource {
+                    repository: repository.clone(),
+                    base: base.clone(),
+                    fetch: None,
+                    limits: Default::default(),
+                });
+                let started = Instant::now();
+                let sandbox =
+                    DispatchSandbox::provision(runtime.clone(), &journal, state.path(), wanted)
+                        .await?;
+                provisioned.push(started.elapsed());
+                let report = sandbox.teardown().await;
+                anyhow::ensure!(report.first_failure().is_none(), "teardown: {report:?}");
+                let started = Instant::now();
+                let status = std::process::Command::new("docker")
+                    .args(["run", "--rm", "--network", "none", image.as_str()])
+                    .args(["/usr/local/bin/stet", "--version"])
+                    .stdout(std::process::Stdio::null())
+                    .status()?;
+                raw.push(started.elapsed());
+                anyhow::ensure!(status.success(), "docker run failed: {status}");
+            }
+            let median = |timings: &mut Vec<Duration>| {
+                timings.sort();
+                timings[timings.len() / 2].as_secs_f64() * 1000.0
+            };
+            println!(
+                "{} mode, {megabytes} MiB workspace, {rounds} runs: provisioning median {:.1} ms; docker run --rm median {:.1} ms",
+                args[2],
+                median(&mut provisioned),
+                median(&mut raw)
+            );
+        }
+        other => anyhow::bail!("unknown mode {other:?}: use once, cancel or provision"),
     }
     Ok(())
 }

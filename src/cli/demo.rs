@@ -43,9 +43,9 @@ pub(crate) async fn demo(
     // longer holds.
     stet_engine::forge::local::LocalForge::new(setup.remote.clone(), &state_dir)
         .close_open_reviews()?;
-    // Only the demo's own configuration: nothing the user configured changes what the demo does.
-    // stet wrote that file itself, so it is trusted: `stet` run in the scratch repository reads it
-    // as the demo does, until its content changes.
+    // Only the demo's own configuration (but for `[runtime]`, below): nothing else the user configured
+    // changes what the demo does. stet wrote that file itself, so it is trusted: `stet` run in the
+    // scratch repository reads it as the demo does, until its content changes.
     let written = stet_engine::config::repository::read(&setup.repo)?
         .context("the demo's scratch repository has no stet.toml")?;
     stet_engine::config::trust::TrustStore::in_state_dir(&state_dir)
@@ -56,6 +56,14 @@ pub(crate) async fn demo(
             written.text,
             stet_engine::config::FileRole::TrustedRepository,
         )])?;
+    // Except the machine's `[runtime]` (the user's own file): the demo runs on the engine this
+    // machine runs sandboxes on, and reaches the sandbox the way it does (bind mounts or copies).
+    if let Ok(users) = stet_engine::config::Config::load(
+        None,
+        &stet_engine::config::trust::TrustStore::in_state_dir(&state_dir),
+    ) {
+        config.runtime = users.runtime;
+    }
     // The demo's own deterministic model on loopback, behind the real gateway: the agent's asks go
     // through the relay and the gateway meters them, with no account anywhere.
     let model = stet_scripted_model::ScriptedModel::serve(std::net::SocketAddr::from((

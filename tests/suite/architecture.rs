@@ -508,8 +508,9 @@ const FLOORS: &[&[&str]] = &[
         "untrusted_tree",
         "workflow",
     ],
-    // The shared types: the credential a dispatch holds, where state lives.
-    &["credential", "state_dir"],
+    // The shared types: the credential a dispatch holds, where state lives; the tar reader over the
+    // tree walk's rules.
+    &["credential", "state_dir", "untrusted_tar"],
     &["egress", "gateway", "runtime"],
     &["git"],
     &["forge", "harness"],

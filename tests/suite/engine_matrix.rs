@@ -1520,6 +1520,7 @@ impl FixtureBuilder {
             network: NetworkPolicy::None,
             user: SandboxUser::for_invoker(DEFAULT_SANDBOX_UID).unwrap(),
             keepalive: vec!["/usr/local/bin/stet".into(), "sandbox-idle".into()],
+            mounts: stet_engine::dispatch::copy_mode::Mounts::Bind,
             timeout: self.timeout,
             cost_ceiling_usd: self.cost_ceiling_usd,
             max_record_bytes: self.max_record_bytes,

@@ -97,7 +97,7 @@ impl Home {
     }
 
     /// `stet demo --headless --pace 0 --dir <home>/demo`, the invocation the demo's help shows.
-    fn demo(&self) -> Command {
+    pub(super) fn demo(&self) -> Command {
         let mut command = self.stet();
         command
             .args(["demo", "--headless", "--pace", "0", "--dir"])

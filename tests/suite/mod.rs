@@ -9,6 +9,7 @@ mod claude_live;
 mod cli;
 mod codex_live;
 mod completions;
+mod copy_mode;
 mod costly_settings;
 mod demo_scenarios;
 mod egress;

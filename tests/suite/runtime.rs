@@ -80,6 +80,7 @@ pub(super) async fn request(
         keepalive: vec![STET.into(), "sandbox-idle".into()],
         gateway: None,
         workspace_source: None,
+        mounts: stet_engine::dispatch::copy_mode::Mounts::Bind,
         credential: Some(CredentialRequest {
             provider: provider.clone(),
             repository: "demo/app".into(),

@@ -39,6 +39,7 @@ async fn provision(
         keepalive: vec!["/usr/local/bin/stet".into(), "sandbox-idle".into()],
         gateway: None,
         workspace_source: None,
+        mounts: stet_engine::dispatch::copy_mode::Mounts::Bind,
         credential: Some(CredentialRequest {
             provider: Arc::new(LocalCredentialProvider::default()),
             repository: "demo/app".into(),

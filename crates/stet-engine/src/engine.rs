@@ -199,6 +199,12 @@ impl Engine {
                     crate::image::BINARY_PATH.to_owned(),
                     "sandbox-idle".to_owned(),
                 ],
+                mounts: match config.runtime.mounts {
+                    crate::runtime::MountMode::Bind => crate::dispatch::copy_mode::Mounts::Bind,
+                    crate::runtime::MountMode::Copy => {
+                        crate::dispatch::copy_mode::Mounts::copy(config.import)
+                    }
+                },
                 timeout: options.timeout,
                 cost_ceiling_usd: options.cost_ceiling_usd,
                 max_record_bytes: config.dispatch.max_record_bytes,

@@ -27,5 +27,6 @@ pub mod private_files;
 pub mod runtime;
 pub mod state_dir;
 pub mod unix_server;
+pub mod untrusted_tar;
 pub mod untrusted_tree;
 pub mod workflow;

@@ -197,6 +197,21 @@ impl RegularFile {
         self.mode & 0o100 != 0
     }
 
+    /// Copies the file's bytes to `output` in bounded chunks, refused once more than the limit turn
+    /// up (it grew after it was opened); how many were copied.
+    pub fn copy_to(self, output: &mut impl io::Write) -> Result<u64, FileError> {
+        let limit = self.limit;
+        let copied = io::copy(&mut self.file.take(limit.saturating_add(1)), output)
+            .map_err(FileError::Read)?;
+        if copied > limit {
+            return Err(FileError::TooLarge {
+                size: copied,
+                limit,
+            });
+        }
+        Ok(copied)
+    }
+
     /// The file's bytes, refused once more than the limit turn up (it grew after it was opened).
     pub fn read(self) -> Result<Vec<u8>, FileError> {
         let mut bytes = Vec::with_capacity(usize::try_from(self.size).unwrap_or(0));

@@ -12,7 +12,7 @@ use super::{
     ConfigError, ENV_CONCURRENCY, ENV_COST_CEILING_USD, ENV_HARNESS, ENV_IMAGE, ENV_TIMEOUT_SECS,
     FileRole, HarnessKind, Origin, Result,
 };
-use crate::runtime::RuntimeKind;
+use crate::runtime::{MountMode, RuntimeKind};
 
 /// One setting as a file spells it: absent, or a value and where in the file it is.
 pub(super) type Setting<T> = Option<Spanned<T>>;
@@ -243,6 +243,7 @@ pub(super) struct RuntimeSection {
     pub kind: Setting<RuntimeKind>,
     pub engine: Setting<crate::runtime::endpoint::Engine>,
     pub host: Setting<String>,
+    pub mounts: Setting<MountMode>,
 }
 
 /// `[harness.script]`

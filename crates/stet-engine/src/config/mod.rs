@@ -35,7 +35,7 @@ use crate::harness::claude::ClaudeSettings;
 use crate::harness::codex::CodexSettings;
 use crate::harness::openhands::OpenHandsSettings;
 use crate::harness::script::ScenarioSource;
-use crate::runtime::RuntimeKind;
+use crate::runtime::{MountMode, RuntimeKind};
 
 pub use crate::harness::HarnessKind;
 pub use layers::{Class, Reason, Refusal, Rule};
@@ -367,6 +367,8 @@ pub struct RuntimeConfig {
     /// Where it listens (`runtime.host`, as the docker CLI takes it); `None`: the environment's
     /// `DOCKER_HOST`, docker context, or the engine's usual socket.
     pub host: Option<String>,
+    /// How the workspace and outputs reach the sandbox (`runtime.mounts`; default bind mounts).
+    pub mounts: MountMode,
 }
 
 impl RuntimeConfig {

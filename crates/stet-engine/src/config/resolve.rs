@@ -307,6 +307,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
     let runtime_kind = layers.machine("runtime.kind", Reason::Runtime, |s| &s.runtime.kind);
     let runtime_engine = layers.machine("runtime.engine", Reason::Runtime, |s| &s.runtime.engine);
     let runtime_host = layers.machine("runtime.host", Reason::Runtime, |s| &s.runtime.host);
+    let mounts = layers.machine("runtime.mounts", Reason::Runtime, |s| &s.runtime.mounts);
     let harness_kind = layers.machine("harness.kind", Reason::Agent, |s| &s.harness.kind);
     let scenario = layers.machine("harness.script.scenario", Reason::Scenario, |s| {
         &s.harness.script.scenario
@@ -593,6 +594,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
             .map(|engine| engine.value)
             .unwrap_or_default(),
         host: super::url::checked_engine_host(runtime_host)?,
+        mounts: mounts.map(|mounts| mounts.value).unwrap_or_default(),
     };
     let model = ModelConfig {
         base_url: checked_url(base_url, "model.base_url")?,

@@ -1,6 +1,7 @@
 //! The dispatch engine: one run of one brief, and the security seams every run passes through.
 
 pub mod channels;
+pub mod copy_mode;
 pub mod disk_watch;
 pub mod dispatcher;
 pub mod error;

@@ -8,12 +8,14 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Mutex, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::credential::{CredentialProvider, RevokeOutcome, ScopedCredential};
+use crate::dispatch::copy_mode::{CopyError, Mounts, bring_back, copy_in};
 use crate::dispatch::journal::{Journal, JournalEntry, JournalError, Resource};
 use crate::dispatch::remove_tree::remove_tree;
 use crate::dispatch::socket_dir::{SocketDirError, SocketPlace};
@@ -21,8 +23,9 @@ use crate::git::origin_guard::TransferBounds;
 use crate::git::push::{PushError, fetch_commit_until};
 use crate::git::workspace::{BaseLimits, Materialized, WorkspaceError, materialize_until};
 use crate::runtime::{
-    ContainerRuntime, DispatchLimits, ExecExit, ImageRef, NetworkPolicy, OutputChunk, PullProgress,
-    Removal, RuntimeError, SandboxProcess, SandboxSpec, SandboxUser, state_label,
+    ContainerRuntime, DispatchLimits, ExecExit, ImageRef, NetworkPolicy, OUTPUTS_MOUNT,
+    OutputChunk, PullProgress, Removal, RuntimeError, SandboxProcess, SandboxSpec, SandboxUser,
+    WORKSPACE_MOUNT, state_label,
 };
 use stet_protocol::event::DispatchId;
 use stet_sanitize::branch::CommitSha;
@@ -66,6 +69,8 @@ pub enum SandboxError {
     OutsideStateDir { path: PathBuf, state_dir: PathBuf },
     #[error("the model gateway's socket directory {0}")]
     SocketDir(#[from] SocketDirError),
+    #[error("copy mode: {0}")]
+    Copy(#[from] CopyError),
 }
 
 /// Result alias of this module.
@@ -167,6 +172,8 @@ pub struct SandboxRequest {
     pub gateway: Option<SocketPlace>,
     /// The dispatch's push credential; `None`: the dispatch mints none.
     pub credential: Option<CredentialRequest>,
+    /// Bind mounts, or copies through the engine's archive API (`[runtime] mounts`).
+    pub mounts: Mounts,
 }
 
 /// Provisioning failed: why, and the teardown of what it had created (`None` when it failed before
@@ -235,6 +242,12 @@ pub struct DispatchSandbox {
     released_early: Mutex<Vec<TeardownStep>>,
     /// What the workspace's base put on disk, when one was materialized.
     base: Option<Materialized>,
+    /// How the workspace and outputs reach the container.
+    mounts: Mounts,
+    /// Who owns what is copied in.
+    user: SandboxUser,
+    /// Copy mode: whether the outputs directory (the harness's staged files) was copied in.
+    outputs_copied: AtomicBool,
 }
 
 impl DispatchSandbox {
@@ -286,6 +299,9 @@ impl DispatchSandbox {
             report: Mutex::new(None),
             released_early: Mutex::new(Vec::new()),
             base: None,
+            mounts: request.mounts,
+            user: request.user,
+            outputs_copied: AtomicBool::new(false),
         };
         let provisioned = provision_steps(
             &mut entry,
@@ -345,7 +361,19 @@ impl DispatchSandbox {
             .as_deref()
             .filter(|_| self.inject_credential);
         let merged = with_credential(process, injected);
-        Ok(self.runtime.exec(&self.container, &merged, output).await?)
+        let Mounts::Copy(limits) = self.mounts else {
+            return Ok(self.runtime.exec(&self.container, &merged, output).await?);
+        };
+        // Copy mode: the harness's staged files go in before the first process; after each, the
+        // workspace and outputs come back for what reads them on the host.
+        if !self.outputs_copied.swap(true, Ordering::SeqCst) {
+            let (runtime, outputs) = (&self.runtime, &self.paths.outputs);
+            copy_in(runtime, &self.container, outputs, OUTPUTS_MOUNT, self.user).await?;
+        }
+        let exit = self.runtime.exec(&self.container, &merged, output).await?;
+        let copies = (&*self.paths.outputs, &*self.paths.workspace);
+        bring_back(&self.runtime, &self.container, copies, limits).await?;
+        Ok(exit)
     }
 
     /// Journals what the sweep needs to salvage the agent's work should this process die while
@@ -679,6 +707,7 @@ async fn provision_steps(
         image: request.image.clone(),
         workspace: sandbox.paths.workspace.clone(),
         outputs: sandbox.paths.outputs.clone(),
+        mounts: request.mounts.mode(),
         gateway: sandbox.paths.gateway.clone(),
         limits: request.limits,
         network: request.network,
@@ -691,6 +720,18 @@ async fn provision_steps(
         engine: sandbox.runtime.location(),
     })?;
     sandbox.runtime.create_sandbox(&spec).await?;
+    if matches!(request.mounts, Mounts::Copy(_)) {
+        let (runtime, workspace) = (&sandbox.runtime, &sandbox.paths.workspace);
+        stopped()?;
+        copy_in(
+            runtime,
+            &sandbox.container,
+            workspace,
+            WORKSPACE_MOUNT,
+            request.user,
+        )
+        .await?;
+    }
     Ok(())
 }
 

@@ -133,6 +133,8 @@ pub struct DispatchSettings {
     pub user: SandboxUser,
     /// The container's main process (it only idles while the agent is exec'd into it).
     pub keepalive: Vec<String>,
+    /// Bind mounts, or copies through the engine's archive API (`[runtime] mounts`).
+    pub mounts: crate::dispatch::copy_mode::Mounts,
     /// Wall-clock limit on the agent's work (preflight through collecting).
     pub timeout: Duration,
     /// The model cost a dispatch may reach, in US dollars; `None`: no ceiling.

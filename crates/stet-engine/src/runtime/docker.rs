@@ -10,11 +10,14 @@ use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::errors::Error as BollardError;
 use bollard::exec::StartExecResults;
-use bollard::models::{ContainerCreateBody, ExecConfig, HostConfig, Mount, MountType};
+use bollard::models::{
+    ContainerCreateBody, ExecConfig, HostConfig, Mount, MountType, MountVolumeOptions,
+    MountVolumeOptionsDriverConfig,
+};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, EventsOptionsBuilder,
-    KillContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
-    WaitContainerOptionsBuilder,
+    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, DownloadFromContainerOptionsBuilder,
+    EventsOptionsBuilder, KillContainerOptionsBuilder, ListContainersOptionsBuilder,
+    RemoveContainerOptionsBuilder, UploadToContainerOptionsBuilder, WaitContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
@@ -22,9 +25,9 @@ use tokio::sync::mpsc;
 use super::endpoint::{Endpoint, Engine};
 use super::{
     ContainerExit, ContainerRuntime, DISPATCH_LABEL, DispatchLimits, ExecExit, GATEWAY_MOUNT,
-    ImageRef, NetworkPolicy, OUTPUTS_MOUNT, OutputChunk, OutputStream, PullProgress, Removal,
-    Result, RuntimeError, RuntimeKind, RuntimeSetup, SANDBOX_HOME, STATE_LABEL, SandboxContainer,
-    SandboxProcess, SandboxSpec, WORKSPACE_MOUNT,
+    ImageRef, MountMode, NetworkPolicy, OUTPUTS_MOUNT, OutputChunk, OutputStream, PullProgress,
+    Removal, Result, RuntimeError, RuntimeKind, RuntimeSetup, SANDBOX_HOME, STATE_LABEL,
+    SandboxContainer, SandboxProcess, SandboxSpec, WORKSPACE_MOUNT,
 };
 use crate::check::Check;
 use crate::image::SandboxImage;
@@ -226,8 +229,10 @@ pub fn hardened_create_body(spec: &SandboxSpec) -> Result<ContainerCreateBody> {
     if spec.user.uid == 0 || spec.user.gid == 0 {
         return Err(RuntimeError::RootUser);
     }
-    check_mount_source(&spec.workspace)?;
-    check_mount_source(&spec.outputs)?;
+    if spec.mounts == MountMode::Bind {
+        check_mount_source(&spec.workspace)?;
+        check_mount_source(&spec.outputs)?;
+    }
     if let Some(gateway) = &spec.gateway {
         check_mount_source(gateway)?;
     }
@@ -255,10 +260,45 @@ pub fn hardened_create_body(spec: &SandboxSpec) -> Result<ContainerCreateBody> {
         read_only: Some(read_only),
         ..Default::default()
     };
-    let mut mounts = vec![
-        bind(&spec.workspace, WORKSPACE_MOUNT, false),
-        bind(&spec.outputs, OUTPUTS_MOUNT, false),
-    ];
+    // Copy mode: an anonymous volume of the local driver, a size-bounded tmpfs owned by the sandbox
+    // user, removed with the container (`v`); the engine's archive API reaches it, which it does not
+    // a container's own tmpfs (Docker 20.10 archives the directory underneath, and refuses to write
+    // into a container whose root file system is read-only anywhere but a volume).
+    let volume = |target: &str| Mount {
+        target: Some(target.to_owned()),
+        typ: Some(MountType::VOLUME),
+        read_only: Some(false),
+        volume_options: Some(MountVolumeOptions {
+            no_copy: Some(true),
+            labels: Some(HashMap::from([(
+                DISPATCH_LABEL.to_owned(),
+                spec.dispatch.to_string(),
+            )])),
+            driver_config: Some(MountVolumeOptionsDriverConfig {
+                name: Some("local".to_owned()),
+                options: Some(HashMap::from([
+                    ("type".to_owned(), "tmpfs".to_owned()),
+                    ("device".to_owned(), "tmpfs".to_owned()),
+                    (
+                        "o".to_owned(),
+                        format!(
+                            "nosuid,nodev,size={},uid={},gid={},mode=0700",
+                            spec.limits.file_bytes, spec.user.uid, spec.user.gid
+                        ),
+                    ),
+                ])),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mut mounts = match spec.mounts {
+        MountMode::Bind => vec![
+            bind(&spec.workspace, WORKSPACE_MOUNT, false),
+            bind(&spec.outputs, OUTPUTS_MOUNT, false),
+        ],
+        MountMode::Copy => vec![volume(WORKSPACE_MOUNT), volume(OUTPUTS_MOUNT)],
+    };
     if let Some(gateway) = &spec.gateway {
         mounts.push(bind(gateway, GATEWAY_MOUNT, true));
     }
@@ -626,6 +666,48 @@ impl ContainerRuntime for DockerRuntime {
 
     fn location(&self) -> Option<super::endpoint::EngineLocation> {
         Some(self.endpoint.location())
+    }
+
+    async fn copy_in(
+        &self,
+        container: &str,
+        path: &str,
+        archive: mpsc::Receiver<bytes::Bytes>,
+    ) -> Result<()> {
+        let options = UploadToContainerOptionsBuilder::default()
+            .path(path)
+            .build();
+        let chunks = futures_util::stream::unfold(archive, |mut archive| async move {
+            archive.recv().await.map(|chunk| (chunk, archive))
+        });
+        self.docker
+            .upload_to_container(container, Some(options), bollard::body_stream(chunks))
+            .await
+            .map_err(|error| engine_error(container, "copy in", error))
+    }
+
+    async fn copy_out(
+        &self,
+        container: &str,
+        path: &str,
+        archive: mpsc::Sender<bytes::Bytes>,
+    ) -> Result<()> {
+        // `<path>/.`: the directory's contents, named `./…`, not the directory under its own name.
+        let contents = format!("{}/.", path.trim_end_matches('/'));
+        let options = DownloadFromContainerOptionsBuilder::default()
+            .path(&contents)
+            .build();
+        let mut chunks = self
+            .docker
+            .download_from_container(container, Some(options));
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|error| engine_error(container, "copy out", error))?;
+            if archive.send(chunk).await.is_err() {
+                // The reader refused the stream and stopped: the refusal is its to report.
+                break;
+            }
+        }
+        Ok(())
     }
 
     async fn list_sandboxes(&self) -> Result<Vec<SandboxContainer>> {

@@ -317,10 +317,15 @@ pub struct SandboxSpec {
     pub dispatch: DispatchId,
     /// The image the container runs.
     pub image: ImageRef,
-    /// Bind-mounted read-write at [`WORKSPACE_MOUNT`].
+    /// Bind-mounted read-write at [`WORKSPACE_MOUNT`] in [`MountMode::Bind`]; in
+    /// [`MountMode::Copy`] the directory whose copy goes in and out through the archive API.
     pub workspace: PathBuf,
-    /// Bind-mounted read-write at [`OUTPUTS_MOUNT`].
+    /// Bind-mounted read-write at [`OUTPUTS_MOUNT`] in [`MountMode::Bind`]; copied like the
+    /// workspace in [`MountMode::Copy`].
     pub outputs: PathBuf,
+    /// Whether the workspace and the outputs are bind mounts or copies in tmpfs volumes of their
+    /// own, each at most [`DispatchLimits::file_bytes`].
+    pub mounts: MountMode,
     /// The model gateway's socket directory, bind-mounted read-only at [`GATEWAY_MOUNT`]; `None`
     /// when the dispatch has no gateway.
     pub gateway: Option<PathBuf>,
@@ -466,6 +471,42 @@ pub trait ContainerRuntime: Send + Sync + fmt::Debug {
     fn location(&self) -> Option<endpoint::EngineLocation> {
         None
     }
+    /// Writes the tar stream `archive` (its chunks, in order) into the directory `path` of the
+    /// running `container`, through the engine's archive API ([`MountMode::Copy`]); each entry
+    /// belongs to the uid and gid its header names.
+    async fn copy_in(
+        &self,
+        container: &str,
+        path: &str,
+        archive: mpsc::Receiver<bytes::Bytes>,
+    ) -> Result<()> {
+        drop(archive);
+        Err(RuntimeError::Engine {
+            container: container.to_owned(),
+            operation: "copy in",
+            detail: format!(
+                "this runtime cannot copy into a sandbox ({path}); use mounts = \"bind\""
+            ),
+        })
+    }
+    /// Streams the contents of the directory `path` of the running `container` as a tar stream
+    /// (entries named `./…`) into `archive`, through the engine's archive API: untrusted input, for
+    /// [`crate::untrusted_tar`].
+    async fn copy_out(
+        &self,
+        container: &str,
+        path: &str,
+        archive: mpsc::Sender<bytes::Bytes>,
+    ) -> Result<()> {
+        drop(archive);
+        Err(RuntimeError::Engine {
+            container: container.to_owned(),
+            operation: "copy out",
+            detail: format!(
+                "this runtime cannot copy out of a sandbox ({path}); use mounts = \"bind\""
+            ),
+        })
+    }
 }
 
 /// What a container engine does for stet besides running sandboxes: the part of it that is set up
@@ -490,6 +531,19 @@ pub trait RuntimeSetup: ContainerRuntime {
     async fn check_limits(&self, image: &ImageRef, limits: &DispatchLimits) -> Result<()>;
     /// Which engine this is and where it listens.
     fn endpoint(&self) -> &endpoint::Endpoint;
+}
+
+crate::kinds::kinds! {
+    /// How the workspace and the outputs reach the sandbox (`[runtime] mounts`, a machine setting):
+    /// bind mounts of the host's directories, or copies through the engine's archive API into
+    /// tmpfs volumes of the dispatch's own, so that no host path is shared (issue #33).
+    pub enum MountMode {
+        /// Bind mounts of the dispatch's directories under the state directory.
+        #[default]
+        Bind = "bind",
+        /// Copies in and out through the engine's archive API.
+        Copy = "copy",
+    }
 }
 
 crate::kinds::kinds! {

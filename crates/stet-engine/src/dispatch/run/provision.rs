@@ -71,6 +71,7 @@ impl<'d> Provisioning<'d> {
                 ttl: settings.credential_ttl,
                 into_sandbox: false,
             }),
+            mounts: settings.mounts,
         };
         let (progress, mut pulls) = mpsc::channel::<PullProgress>(PULL_PROGRESS_BUFFER);
         let image = steering

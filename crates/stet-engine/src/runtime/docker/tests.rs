@@ -16,6 +16,7 @@ fn spec(dir: &Path) -> SandboxSpec {
         image: ImageRef::parse(&format!("sha256:{}", "a".repeat(64)), false).unwrap(),
         workspace,
         outputs,
+        mounts: MountMode::Bind,
         gateway: None,
         limits: DispatchLimits::default(),
         network: NetworkPolicy::None,
@@ -153,4 +154,40 @@ fn an_engine_warning_about_a_limit_refuses_the_sandbox_and_names_the_flag() {
     let error = dropped_limit(&[warning]).unwrap();
     assert!(error.to_string().contains("--pids-limit"), "{error}");
     assert!(dropped_limit(&["something harmless".to_owned()]).is_none());
+}
+
+#[test]
+fn copy_mode_shares_no_host_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = SandboxSpec {
+        mounts: MountMode::Copy,
+        // Copy mode reads no host directory: these need not exist.
+        workspace: PathBuf::from("/nonexistent/workspace"),
+        outputs: PathBuf::from("/nonexistent/outputs"),
+        ..spec(dir.path())
+    };
+    let host = hardened_create_body(&spec).unwrap().host_config.unwrap();
+    assert!(host.binds.is_none());
+    let mounts = host.mounts.unwrap();
+    assert_eq!(mounts.len(), 2);
+    for (mount, target) in mounts.iter().zip([WORKSPACE_MOUNT, OUTPUTS_MOUNT]) {
+        assert_eq!(mount.target.as_deref(), Some(target));
+        assert_eq!(mount.typ, Some(MountType::VOLUME));
+        // Anonymous: removed with the container, named by no one else.
+        assert_eq!(mount.source, None);
+        let driver = mount
+            .volume_options
+            .as_ref()
+            .and_then(|options| options.driver_config.as_ref())
+            .unwrap();
+        let options = driver.options.as_ref().unwrap();
+        assert_eq!(options["type"], "tmpfs");
+        assert!(
+            options["o"].contains(&format!("size={}", spec.limits.file_bytes))
+                && options["o"].contains("uid=1000,gid=1000"),
+            "{}",
+            options["o"]
+        );
+    }
+    assert_eq!(host.readonly_rootfs, Some(true));
 }

@@ -1,0 +1,224 @@
+//! Copy mode (`[runtime] mounts = "copy"`, issue #33) on the real Docker engine: the container's
+//! spec names no host path for the workspace or the outputs (asserted on `inspect`), the base goes
+//! in and the agent's work comes back through the archive API, and the demo runs end to end with
+//! the same pushed change as in bind mode.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use stet_engine::dispatch::copy_mode::Mounts;
+use stet_engine::dispatch::journal::Journal;
+use stet_engine::dispatch::sandbox::{DispatchSandbox, SandboxRequest, WorkspaceSource};
+use stet_engine::git::import::ImportLimits;
+use stet_engine::runtime::docker::DockerRuntime;
+use stet_engine::runtime::{
+    DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, OutputChunk, SandboxProcess,
+    SandboxUser, WORKSPACE_MOUNT,
+};
+use stet_protocol::event::{DispatchId, EventKind};
+use stet_protocol::state::Phase;
+use stet_sanitize::branch::CommitSha;
+
+use super::headless::{Home, Watched, docker_ready, run};
+use super::support;
+
+const STET: &str = "/usr/local/bin/stet";
+
+/// Runs `argv` in the sandbox; its exit code and standard output.
+async fn exec(sandbox: &DispatchSandbox, argv: &[&str]) -> (i64, String) {
+    let process = SandboxProcess {
+        argv: argv.iter().map(|arg| (*arg).to_owned()).collect(),
+        env: BTreeMap::new(),
+        workdir: WORKSPACE_MOUNT.into(),
+    };
+    let (sender, mut receiver) = mpsc::channel::<OutputChunk>(64);
+    let collector = tokio::spawn(async move {
+        let mut out = Vec::new();
+        while let Some(chunk) = receiver.recv().await {
+            if chunk.stream == stet_engine::runtime::OutputStream::Stdout {
+                out.extend_from_slice(&chunk.bytes);
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    });
+    let exit = sandbox.run(&process, sender).await.unwrap();
+    (exit.code, collector.await.unwrap())
+}
+
+#[tokio::test]
+async fn copy_mode_shares_no_host_path_and_brings_the_agents_work_back() {
+    let image = support::sandbox_image().await;
+    let state = tempfile::tempdir().unwrap();
+    let journal = Journal::open(&state.path().join("journal")).unwrap();
+    let runtime = Arc::new(DockerRuntime::connect().await.unwrap_or_else(|error| {
+        panic!("this test needs the Docker engine: {error}");
+    }));
+    let origin = tempfile::tempdir().unwrap();
+    support::git(origin.path(), &["init", "-q", "-b", "main"]);
+    std::fs::create_dir(origin.path().join("src")).unwrap();
+    std::fs::write(
+        origin.path().join("src/lib.rs"),
+        "pub fn answer() -> u8 { 42 }\n",
+    )
+    .unwrap();
+    support::git(origin.path(), &["add", "."]);
+    support::git(origin.path(), &["commit", "-q", "-m", "base"]);
+    let base = CommitSha::parse(&support::git(origin.path(), &["rev-parse", "HEAD"])).unwrap();
+    let user = SandboxUser::for_invoker(DEFAULT_SANDBOX_UID).unwrap();
+    let request = SandboxRequest {
+        dispatch: DispatchId::new(),
+        image: ImageRef::parse(&image.id, false).unwrap(),
+        limits: DispatchLimits::default(),
+        network: NetworkPolicy::None,
+        user,
+        keepalive: vec![STET.into(), "sandbox-idle".into()],
+        gateway: None,
+        workspace_source: Some(WorkspaceSource {
+            repository: origin.path().to_owned(),
+            base: base.clone(),
+            fetch: None,
+            limits: Default::default(),
+        }),
+        mounts: Mounts::copy(ImportLimits::default()),
+        credential: None,
+    };
+    let dispatch = request.dispatch;
+    let sandbox = DispatchSandbox::provision(runtime.clone(), &journal, state.path(), request)
+        .await
+        .unwrap();
+    // What the harness stages in the outputs directory goes in before the first process.
+    std::fs::write(sandbox.paths().outputs.join("task.md"), "the task\n").unwrap();
+
+    let inspected = runtime
+        .client()
+        .inspect_container(sandbox.container(), None)
+        .await
+        .unwrap();
+    let host = inspected.host_config.clone().unwrap();
+    assert_eq!(host.binds, None);
+    assert_eq!(host.readonly_rootfs, Some(true));
+    let mounts = inspected.mounts.clone().unwrap();
+    let targets: Vec<_> = mounts
+        .iter()
+        .map(|mount| mount.destination.clone().unwrap())
+        .collect();
+    assert_eq!(targets.len(), 2, "{mounts:?}");
+    for mount in &mounts {
+        assert_eq!(mount.typ.as_deref(), Some("volume"), "{mount:?}");
+        let source = mount.source.clone().unwrap_or_default();
+        assert!(
+            !source.starts_with(&state.path().display().to_string()),
+            "{source} is stet's own directory"
+        );
+    }
+    for wanted in ["/workspace", "/outputs"] {
+        assert!(targets.iter().any(|target| target == wanted), "{targets:?}");
+    }
+
+    let (code, report) = exec(&sandbox, &[STET, "probe", "--fill-mb", "1"]).await;
+    assert_eq!(code, 0, "{report}");
+    let report: serde_json::Value = serde_json::from_str(report.trim()).unwrap();
+    assert_eq!(report["workspace_writable"], true, "{report}");
+    assert_eq!(report["uid"], user.uid, "{report}");
+    // The base went in (the probe ran inside it) and the agent's work came back beside it.
+    let workspace = &sandbox.paths().workspace;
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("src/lib.rs")).unwrap(),
+        "pub fn answer() -> u8 { 42 }\n"
+    );
+    assert!(workspace.join(".git/HEAD").is_file());
+    assert_eq!(
+        std::fs::metadata(workspace.join("stet-fill-0"))
+            .unwrap()
+            .len(),
+        1024 * 1024
+    );
+    // The staged file went in and came back with the container's outputs.
+    assert_eq!(
+        std::fs::read_to_string(sandbox.paths().outputs.join("task.md")).unwrap(),
+        "the task\n"
+    );
+
+    let torn = sandbox.teardown().await;
+    assert_eq!(torn.first_failure(), None, "{torn:?}");
+    // The container's volumes went with it.
+    let volumes = runtime
+        .client()
+        .list_volumes(None::<bollard::query_parameters::ListVolumesOptions>)
+        .await
+        .unwrap();
+    let left: Vec<_> = volumes
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|volume| {
+            volume.labels.get(stet_engine::runtime::DISPATCH_LABEL) == Some(&dispatch.to_string())
+        })
+        .map(|volume| volume.name)
+        .collect();
+    assert_eq!(left, Vec::<String>::new());
+}
+
+/// What the branch the demo pushed changes against `main`, in the demo's bare remote: each path with
+/// its blobs before and after (the base's `stet.toml` names the home, so whole trees differ).
+fn pushed_change(home: &Home, finished: &super::headless::Finished) -> String {
+    let branch = finished
+        .events
+        .iter()
+        .find_map(|event| match &event.kind {
+            EventKind::Pushed { branch, .. } => Some(branch.as_str().to_owned()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("nothing was pushed: {finished:#?}"));
+    support::git(
+        &home.demo_dir().join("remote.git"),
+        &["diff-tree", "-r", "main", &format!("refs/heads/{branch}")],
+    )
+}
+
+#[test]
+fn the_demo_runs_end_to_end_in_copy_mode_and_pushes_the_change_bind_mode_pushes() {
+    docker_ready();
+    let bind = Home::new();
+    let bound = run(bind.demo());
+    assert_eq!(bound.code(), Some(0), "{bound:#?}");
+    let copy = Home::new();
+    copy.add_user_config("[runtime]\nmounts = \"copy\"\n");
+    // At pace 1 the agent is still at work when the run enters `running`: its container is there to
+    // inspect.
+    let mut command = copy.stet();
+    command
+        .args(["demo", "--headless", "--pace", "1", "--dir"])
+        .arg(copy.demo_dir());
+    let mut watched = Watched::start(command);
+    let running = watched.until("the agent runs", |event| {
+        matches!(
+            event.kind,
+            EventKind::Phase {
+                to: Phase::Running,
+                ..
+            }
+        )
+    });
+    let inspected = std::process::Command::new("docker")
+        .args(["inspect", "--format"])
+        .arg("{{json .HostConfig.Binds}} {{range .Mounts}}{{.Type}}:{{.Destination}} {{end}}")
+        .arg(running.dispatch.to_string())
+        .output()
+        .unwrap();
+    let inspected = String::from_utf8(inspected.stdout).unwrap();
+    assert!(inspected.starts_with("null "), "{inspected}");
+    for mount in ["volume:/workspace", "volume:/outputs"] {
+        assert!(inspected.contains(mount), "{inspected}");
+    }
+    assert!(!inspected.contains("bind:/workspace") && !inspected.contains("bind:/outputs"));
+    let copied = watched.finish();
+    assert_eq!(copied.code(), Some(0), "{copied:#?}");
+    assert_eq!(copied.outcome().0, Phase::Done);
+    let change = pushed_change(&copy, &copied);
+    assert!(change.contains("src/main.rs"), "{change}");
+    assert_eq!(change, pushed_change(&bind, &bound));
+    super::headless::assert_nothing_left(&copy, copied.dispatch());
+}
