@@ -124,6 +124,35 @@ impl Live {
     }
 }
 
+/// How long each phase of the dispatch took and what the gateway measured of each model request,
+/// from the events' timestamps: printed by the first test for docs/benchmarks.md (`-- --nocapture`).
+fn phase_split(finished: &Finished) -> String {
+    let mut split = Vec::new();
+    let mut since = finished.events.first().map(|event| event.ts);
+    for event in &finished.events {
+        match &event.kind {
+            EventKind::Phase { from, .. } => {
+                if let Some(start) = since {
+                    let millis = (event.ts - start).num_milliseconds();
+                    split.push(format!("{from} {millis} ms"));
+                }
+                since = Some(event.ts);
+            }
+            EventKind::Usage(usage) => split.push(format!(
+                "request {} ms (metered {} ms into the phase)",
+                usage.latency_ms.unwrap_or_default(),
+                since.map_or(0, |start| (event.ts - start).num_milliseconds())
+            )),
+            _ => {}
+        }
+    }
+    let total = match (finished.events.first(), finished.events.last()) {
+        (Some(first), Some(last)) => (last.ts - first.ts).num_milliseconds(),
+        _ => 0,
+    };
+    format!("{}; total {total} ms", split.join(", "))
+}
+
 /// The dispatch ended and left nothing behind: no container, no network, no file of its own.
 fn assert_torn_down(live: &Live, finished: &Finished) {
     finished.torn_down_cleanly();
@@ -148,6 +177,7 @@ fn a_bash_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() {
         ]
     });
     let finished = run(live.headless(&["--push"]));
+    eprintln!("claude_live phases: {}", phase_split(&finished));
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
     assert_eq!(finished.outcome().0, Phase::Done);
     let remote = &live.live.project.remote;
@@ -207,9 +237,10 @@ fn a_bash_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() {
         })
         .collect();
     assert!(
-        warnings.iter().any(|warning| warning
-            .starts_with("the agent's own usage record (")
-            && warning.ends_with("; stet counts the gateway's")),
+        warnings.iter().any(
+            |warning| warning.starts_with("the agent's own usage record (")
+                && warning.ends_with("; stet counts the gateway's")
+        ),
         "{warnings:#?}"
     );
     assert!(!finished.stdout.contains(&live.live.key));
