@@ -9,10 +9,9 @@ use std::time::Duration;
 use super::file::{ForgeKind, ProviderKind};
 use super::layers::{Layers, Lists, Reason};
 use super::{
-    ClaudeHarnessConfig, CodexHarnessConfig, Config, ConfigError, CredentialConfig,
-    DispatchSettings, ForgeConfig, HarnessConfig, ModelConfig, NetworkConfig,
-    OpenHandsHarnessConfig, Origin, RepositoryFile, Result, RuntimeConfig, ScriptHarnessSettings,
-    Sourced, default_agent,
+    CodexHarnessConfig, Config, ConfigError, CredentialConfig, DispatchSettings, ForgeConfig,
+    HarnessConfig, ModelConfig, NetworkConfig, OpenHandsHarnessConfig, Origin, RepositoryFile,
+    Result, RuntimeConfig, ScriptHarnessSettings, Sourced, default_agent,
 };
 use crate::forge::gitea_token::GiteaTokenSettings;
 use crate::forge::github_app::GitHubAppSettings;
@@ -581,7 +580,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         codex: CodexHarnessConfig {
             model: non_empty(codex_model, "harness.codex.model")?,
         },
-        claude: ClaudeHarnessConfig {
+        claude: super::ClaudeHarnessConfig {
             model: non_empty(claude_model, "harness.claude.model")?,
         },
     };
