@@ -227,7 +227,13 @@ fn a_bash_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() {
     );
     live.assert_metered(&finished, 3);
     // Claude Code's own cost (its price table's, for a model it does not know) only reconciles
-    // with the gateway's ledger: the difference is a warning, and the total stays the ledger's.
+    // with the gateway's ledger: the difference is a warning, and the total stays the ledger's. Its
+    // tokens, read once per run from its result, are the gateway's to the token.
+    let metered: u64 = finished
+        .usages()
+        .iter()
+        .map(|usage| usage.input_tokens + usage.output_tokens)
+        .sum();
     let warnings: Vec<&str> = finished
         .events
         .iter()
@@ -236,12 +242,14 @@ fn a_bash_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() {
             _ => None,
         })
         .collect();
+    eprintln!("claude_live warnings: {warnings:?}");
+    let tokens = format!("({metered} tokens, $");
     assert!(
-        warnings.iter().any(
-            |warning| warning.starts_with("the agent's own usage record (")
-                && warning.ends_with("; stet counts the gateway's")
-        ),
-        "{warnings:#?}"
+        warnings.iter().any(|warning| warning
+            .starts_with(&format!("the agent's own usage record {tokens}"))
+            && warning.matches(&tokens).count() == 2
+            && warning.ends_with("; stet counts the gateway's")),
+        "{metered} tokens metered: {warnings:#?}"
     );
     assert!(!finished.stdout.contains(&live.live.key));
     assert!(!finished.stderr.contains(&live.live.key));
