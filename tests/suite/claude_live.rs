@@ -246,7 +246,7 @@ fn a_bash_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() {
     let tokens = format!("({metered} tokens, $");
     assert!(
         warnings.iter().any(|warning| warning
-            .starts_with(&format!("the agent's own usage record {tokens}"))
+            .starts_with(&format!("the agent's own reported usage {tokens}"))
             && warning.matches(&tokens).count() == 2
             && warning.ends_with("; stet counts the gateway's")),
         "{metered} tokens metered: {warnings:#?}"

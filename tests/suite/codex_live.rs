@@ -16,10 +16,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use wiremock::{MockServer, Request, Respond, ResponseTemplate};
 
-use stet_protocol::event::ItemKind;
+use stet_protocol::event::{EventKind, ItemKind};
 use stet_protocol::state::Phase;
 
-use super::headless::{Watched, assert_nothing_left, run, signal};
+use super::headless::{Finished, Watched, assert_nothing_left, run, signal};
 use super::live::{LiveHarness, LiveProject, Mocked, mocked};
 use super::support::git;
 
@@ -280,6 +280,8 @@ fn a_command_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() {
         (total - 3.0 * COST_PER_ANSWER_USD).abs() < 1e-9,
         "total {total} for 3 answers"
     );
+    // Codex's running total (3 answers of 1,050 tokens) agrees with the gateway's: no warning.
+    assert_eq!(reconciliation_warnings(&finished), Vec::<String>::new());
     assert!(!finished.stdout.contains(&live.live.key));
     assert!(!finished.stderr.contains(&live.live.key));
     finished.torn_down_cleanly();
@@ -316,8 +318,15 @@ fn an_upstream_refusal_fails_the_turn_with_exit_1() {
     let finished = run(live.headless(&["--push"]));
     assert_eq!(finished.code(), Some(1), "{finished:#?}");
     assert_eq!(finished.outcome().0, Phase::Failed);
-    // Codex exits 1 after a failed turn, which fails the run first; the turn's failure, with the
-    // upstream's words, is in the transcript.
+    // Codex exits 1 after a failed turn: the dispatch's reason is the turn's failure, with the
+    // upstream's words, and the exit code; the failure is in the transcript too.
+    let reason = finished.outcome().2.unwrap();
+    assert!(
+        reason.starts_with("the agent did not finish: Codex's turn failed: ")
+            && reason.contains("The scripted model refuses.")
+            && reason.ends_with("(the agent (sh) exited with code 1)"),
+        "{reason}"
+    );
     assert!(
         finished
             .transcript_of(ItemKind::Error)
@@ -411,10 +420,11 @@ fn the_timeout_exits_4_while_the_model_holds_a_request() {
     assert_nothing_left(&live.live.project.home, finished.dispatch());
 }
 
-/// Codex 0.163 does not make itself non-dumpable (docs/security.md, item 49): a command it runs,
-/// as the same user, tries to write a forged message into Codex's stdout and stderr through
-/// `/proc`. The sockets `stet speak` gave Codex cannot be opened there, and nothing forged is read
-/// as the agent's.
+/// A command Codex runs, as the same user, tries to write a forged message into Codex's stdout and
+/// stderr through `/proc`: Codex is started non-dumpable (its executable is execute-only for the
+/// sandbox user), so its `/proc/<pid>/fd` is root's and both opens are refused (behind that, they
+/// are `stet speak`'s sockets, which `open` refuses too), and nothing forged is read as the
+/// agent's.
 #[test]
 fn a_command_cannot_write_forged_events_into_codexs_output() {
     let forged =
@@ -432,7 +442,7 @@ fn a_command_cannot_write_forged_events_into_codexs_output() {
     assert!(writes.ends_with("tried\n"), "{writes}");
     assert!(!writes.contains("wrote "), "{writes}");
     assert_eq!(
-        writes.matches("No such device or address").count(),
+        writes.matches("Permission denied").count(),
         2,
         "both of Codex's outputs refused: {writes}"
     );
@@ -445,6 +455,58 @@ fn a_command_cannot_write_forged_events_into_codexs_output() {
     );
     assert_eq!(finished.transcript_of(ItemKind::Message), ["Tried."]);
     assert_eq!(finished.transcript_of(ItemKind::Finish), ["Tried."]);
+    finished.torn_down_cleanly();
+    assert_nothing_left(&live.live.project.home, finished.dispatch());
+}
+
+/// The warnings that say the agent's own usage differs from what the gateway metered.
+fn reconciliation_warnings(finished: &Finished) -> Vec<String> {
+    finished
+        .events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::Warning { message } => Some(message.as_str().to_owned()),
+            _ => None,
+        })
+        .filter(|message| message.contains("differs from what the model gateway metered"))
+        .collect()
+}
+
+/// DESIGN §5 row 21: the harness process is non-dumpable. Codex 0.163 does not make itself so;
+/// the image's `codex` is execute-only for the sandbox user (root's, mode 0711), so the kernel
+/// starts it non-dumpable. A command Codex runs, as the same user, tries Codex's environment, its
+/// memory, its descriptors and `PTRACE_ATTACH` (through perl's `syscall`, the image has no
+/// debugger): every door is shut, and Codex goes on to finish.
+#[test]
+fn a_command_cannot_read_codexs_memory_or_environment_nor_ptrace_it() {
+    let command = "p=$(pgrep -x codex); { echo \"pid $p\"; \
+        if cat /proc/$p/environ >/dev/null 2>&1; then echo 'environ: read'; else echo 'environ: refused'; fi; \
+        if (exec 3</proc/$p/mem) 2>/dev/null; then echo 'mem: opened'; else echo 'mem: refused'; fi; \
+        if ls /proc/$p/fd >/dev/null 2>&1; then echo 'fd: listed'; else echo 'fd: refused'; fi; \
+        perl -e 'my $p = 0 + shift; if (syscall(101, 16, $p, 0, 0) == 0) { waitpid($p, 0x40000000); \
+        syscall(101, 17, $p, 0, 0); print \"ptrace: attached\\n\" } else { print \"ptrace: refused ($!)\\n\" }' $p; \
+        } > /workspace/pried.txt 2>&1"
+        .to_owned();
+    let live = Live::new(|_| vec![Turn::Command(command), Turn::Text("Pried.")]);
+    let finished = run(live.headless(&["--push"]));
+    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+    let pried = finished.pushed_file(&live.live.project.remote, "pried.txt");
+    let lines: Vec<&str> = pried.lines().collect();
+    assert!(
+        lines.first().is_some_and(|line| line.len() > "pid ".len()),
+        "codex was found: {pried}"
+    );
+    assert_eq!(
+        lines[1..],
+        [
+            "environ: refused",
+            "mem: refused",
+            "fd: refused",
+            "ptrace: refused (Operation not permitted)"
+        ],
+        "{pried}"
+    );
+    assert_eq!(finished.transcript_of(ItemKind::Finish), ["Pried."]);
     finished.torn_down_cleanly();
     assert_nothing_left(&live.live.project.home, finished.dispatch());
 }

@@ -62,7 +62,7 @@ impl Drop for Serving {
 
 /// A server on the test's loopback that answers every request with `body`, or (a sink) reads
 /// whatever comes and counts it. It records what it received and stops when dropped.
-struct Loopback {
+pub(super) struct Loopback {
     serving: Serving,
     received: Arc<Mutex<Vec<Received>>>,
     /// Bytes a sink read, over every connection.
@@ -72,7 +72,7 @@ struct Loopback {
 
 impl Loopback {
     /// An HTTP server answering `body`.
-    fn http(body: &str) -> Loopback {
+    pub(super) fn http(body: &str) -> Loopback {
         Loopback::serve(Some(body.to_owned()))
     }
 
@@ -119,7 +119,7 @@ impl Loopback {
         }
     }
 
-    fn port(&self) -> u16 {
+    pub(super) fn port(&self) -> u16 {
         self.serving.address.port()
     }
 
@@ -131,7 +131,7 @@ impl Loopback {
         *self.sunk.lock().unwrap()
     }
 
-    fn connections(&self) -> usize {
+    pub(super) fn connections(&self) -> usize {
         *self.connections.lock().unwrap()
     }
 }
@@ -169,7 +169,7 @@ fn read_request(stream: &mut TcpStream) -> Option<Received> {
 impl Project {
     /// Adds `[network]` to the user's configuration: `allow` and any `extra` lines, the loopback
     /// override on (these servers are on loopback).
-    fn allow_egress(&self, allow: &[String], extra: &str) {
+    pub(super) fn allow_egress(&self, allow: &[String], extra: &str) {
         let allow: Vec<String> = allow.iter().map(|rule| format!("{rule:?}")).collect();
         self.home.add_user_config(&format!(
             "\n[network]\nallow = [{}]\nloopback_for_tests = true\n{extra}",
@@ -205,7 +205,7 @@ pub(super) fn egress_events(
         .collect()
 }
 
-fn output_of(finished: &super::headless::Finished) -> String {
+pub(super) fn output_of(finished: &super::headless::Finished) -> String {
     finished
         .transcript()
         .iter()
@@ -622,12 +622,13 @@ fn the_test_wheel_is_a_zip_with_the_known_crc() {
 
 /// The one test that leaves this machine (these machines reach PyPI; the issue allows one such
 /// smoke test): with `presets = ["python"]` and no loopback override, the agent asks for a tunnel to
-/// pypi.org:443. Where the host's resolver gives pypi.org a public address, the tunnel opens to the
-/// address the proxy resolved and checked. Where it gives a special-purpose one (some sandboxed
-/// networks answer every name with a documentation address and intercept the traffic), the test
-/// says so on stderr and checks that the proxy refused it for exactly that reason: the real PyPI was
-/// not reached, and the test does not pretend it was. When pypi.org does not even resolve on the
-/// host, the test fails saying so, rather than blaming the proxy.
+/// pypi.org:443, and the tunnel opens to the address the proxy resolved and checked. These machines'
+/// resolver answers with a documentation address (fake-IP DNS, `203.0.113.80`), which the proxy
+/// connects to like a public one. Where the host's resolver gives pypi.org an address the proxy
+/// refuses (loopback, private…), the test says so on stderr and checks that the proxy refused it for
+/// exactly that reason: the real PyPI was not reached, and the test does not pretend it was. When
+/// pypi.org does not even resolve on the host, the test fails saying so, rather than blaming the
+/// proxy.
 #[test]
 fn smoke_a_python_preset_tunnel_reaches_pypi_or_says_why_not() {
     docker_ready();

@@ -265,6 +265,29 @@ async fn an_agent_that_changed_nothing_is_done_with_nothing_pushed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_harness_that_exits_non_zero_after_saying_why_fails_with_its_reason() {
+    let fx = Fixture::builder().build();
+    fx.runtime.script(|s| {
+        s.exec.code = 1;
+        s.exec.lines = vec![
+            "say trying".into(),
+            "fail the model refused the request".into(),
+        ];
+    });
+    let fin = fx.run(brief("fix-login"), Delivery::Push).await;
+
+    assert_outcome(&fin, Phase::Failed, 1);
+    assert_eq!(
+        fin.reason(),
+        format!(
+            "the agent did not finish: the model refused the request (the agent ({AGENT_PROGRAM}) exited with code 1)"
+        )
+    );
+    assert!(fx.forge.pushes().is_empty());
+    fx.assert_clean(&fin, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_harness_that_exits_non_zero_fails_the_dispatch() {
     let fx = Fixture::builder().build();
     fx.runtime.script(|s| s.exec.code = 2);
@@ -2668,5 +2691,9 @@ impl OutputParser for FakeParser {
         self.failed.clone().or_else(|| {
             (!finished).then(|| self.sanitizer.sanitize("the agent never said it was done"))
         })
+    }
+
+    fn reported_failure(&self) -> Option<SanitizedText> {
+        self.failed.clone()
     }
 }

@@ -26,7 +26,6 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use tokio::io::{
     AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
 };
-use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 
 /// Decides whether a presented credential may use a repository: `(repo ("owner/name"), user, password)`.
@@ -115,6 +114,8 @@ struct Shared {
     redirect: Mutex<Option<Redirect>>,
     /// The `Host` header of every request, in order.
     hosts: Mutex<Vec<String>>,
+    /// Set for HTTPS: each connection is a TLS session with this server certificate first.
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 /// A smart-HTTP git server on `127.0.0.1:<ephemeral>` serving the bare repositories under a root
@@ -130,6 +131,24 @@ impl GitHttpServer {
     /// Binds a loopback port and starts serving `root`. Connections made before this returns are
     /// queued by the kernel, so a test can push right away.
     pub(crate) fn start(root: &Path, authorizer: Authorizer) -> GitHttpServer {
+        GitHttpServer::serve(root, authorizer, None)
+    }
+
+    /// As [`GitHttpServer::start`], over HTTPS: every connection opens a TLS session with the
+    /// certificate `tls` holds.
+    pub(crate) fn start_tls(
+        root: &Path,
+        authorizer: Authorizer,
+        tls: tokio_rustls::TlsAcceptor,
+    ) -> GitHttpServer {
+        GitHttpServer::serve(root, authorizer, Some(tls))
+    }
+
+    fn serve(
+        root: &Path,
+        authorizer: Authorizer,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> GitHttpServer {
         let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         listener.set_nonblocking(true).unwrap();
         let address = listener.local_addr().unwrap();
@@ -140,6 +159,7 @@ impl GitHttpServer {
             requests: AtomicUsize::new(0),
             redirect: Mutex::new(None),
             hosts: Mutex::new(Vec::new()),
+            tls,
         });
         let (shutdown, stop) = oneshot::channel();
         let serving = shared.clone();
@@ -223,9 +243,20 @@ async fn accept_until_stopped(
         tokio::select! {
             _ = &mut stop => return,
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    tokio::spawn(serve_connection(stream, peer, shared.clone()));
-                }
+                Ok((stream, peer)) => match shared.tls.clone() {
+                    None => {
+                        tokio::spawn(serve_connection(stream, peer, shared.clone()));
+                    }
+                    Some(tls) => {
+                        let shared = shared.clone();
+                        tokio::spawn(async move {
+                            match tls.accept(stream).await {
+                                Ok(stream) => serve_connection(stream, peer, shared).await,
+                                Err(err) => eprintln!("git-http: TLS refused by {peer}: {err}"),
+                            }
+                        });
+                    }
+                },
                 Err(err) => eprintln!("git-http: accept failed: {err}"),
             },
         }
@@ -336,8 +367,11 @@ impl Response {
     }
 }
 
-async fn serve_connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
-    let (read, mut write) = stream.into_split();
+async fn serve_connection<S>(stream: S, peer: SocketAddr, shared: Arc<Shared>)
+where
+    S: tokio::io::AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (read, mut write) = tokio::io::split(stream);
     let mut reader = BufReader::new(read);
     loop {
         let keep_alive = match read_head(&mut reader).await {

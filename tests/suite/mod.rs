@@ -12,6 +12,8 @@ mod completions;
 mod costly_settings;
 mod demo_scenarios;
 mod egress;
+mod egress_git;
+mod egress_isolation;
 mod engine_matrix;
 mod forge_local;
 mod gateway;

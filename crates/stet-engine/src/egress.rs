@@ -22,6 +22,20 @@ pub struct EgressSettings {
     pub bounds: EgressBounds,
     /// Bytes uploaded past which the result is held at review, the hosts named.
     pub review_upload_bytes: u64,
+    /// The certificate authorities the sandbox's clients trust (`network.sandbox_ca_bundle`).
+    pub sandbox_ca: Option<SandboxCa>,
+}
+
+/// A PEM file of certificate authorities, read and checked, that stet copies into the sandbox and
+/// names to its TLS clients, for hosts behind a private CA.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxCa {
+    /// The file it was read from.
+    pub path: std::path::PathBuf,
+    /// Its content, as read.
+    pub pem: Vec<u8>,
+    /// How many certificates it holds.
+    pub certificates: usize,
 }
 
 /// What a person allowed, read from their configuration.

@@ -191,40 +191,42 @@ where
 /// anchor: a file that cannot be read, is larger than 4 MiB, or holds no certificate is an error
 /// naming it.
 pub(crate) fn read_ca_bundle(path: &Path) -> Result<Vec<CertificateDer<'static>>, HttpsError> {
-    let problem = |problem: String| HttpsError::CaBundle {
-        path: path.to_owned(),
-        problem,
-    };
-    let file =
-        std::fs::File::open(path).map_err(|err| problem(format!("cannot be read: {err}")))?;
+    read_ca_file(path)
+        .map(|(_, certificates)| certificates)
+        .map_err(|problem| HttpsError::CaBundle {
+            path: path.to_owned(),
+            problem,
+        })
+}
+
+/// The PEM file of certificate authorities at `path` as read, and its certificates, each one
+/// checked as a trust anchor; otherwise what is wrong with it (unreadable, larger than 4 MiB, no
+/// certificate, one that cannot be an anchor).
+pub(crate) fn read_ca_file(path: &Path) -> Result<(Vec<u8>, Vec<CertificateDer<'static>>), String> {
+    let file = std::fs::File::open(path).map_err(|err| format!("cannot be read: {err}"))?;
     let mut pem = Vec::new();
     file.take(MAX_BUNDLE_BYTES + 1)
         .read_to_end(&mut pem)
-        .map_err(|err| problem(format!("cannot be read: {err}")))?;
+        .map_err(|err| format!("cannot be read: {err}"))?;
     if pem.len() as u64 > MAX_BUNDLE_BYTES {
-        return Err(problem(format!(
+        return Err(format!(
             "is larger than {} MiB",
             MAX_BUNDLE_BYTES / (1024 * 1024)
-        )));
+        ));
     }
     let certificates = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|err| problem(format!("is not a PEM file of certificates: {err}")))?;
+        .map_err(|err| format!("is not a PEM file of certificates: {err}"))?;
     if certificates.is_empty() {
-        return Err(problem(
-            "holds no certificate (-----BEGIN CERTIFICATE----- blocks)".to_owned(),
-        ));
+        return Err("holds no certificate (-----BEGIN CERTIFICATE----- blocks)".to_owned());
     }
     let mut check = RootCertStore::empty();
     for (index, certificate) in certificates.iter().enumerate() {
-        check.add(certificate.clone()).map_err(|err| {
-            problem(format!(
-                "certificate {} cannot be a trust anchor: {err}",
-                index + 1
-            ))
-        })?;
+        check
+            .add(certificate.clone())
+            .map_err(|err| format!("certificate {} cannot be a trust anchor: {err}", index + 1))?;
     }
-    Ok(certificates)
+    Ok((pem, certificates))
 }
 
 /// Makes `roots` (the machine's CA bundle, none for `None`) trusted by every HTTPS client made from

@@ -23,9 +23,6 @@ use tokio::task::JoinSet;
 /// backlog.
 pub const MAX_CONNECTIONS: usize = 64;
 
-/// The buffer of each direction of a piped connection.
-const COPY_BUFFER: usize = 64 * 1024;
-
 /// How long the relay waits before accepting again after the system refused it a connection (for
 /// example when out of file descriptors), so that such a failure does not spin.
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
@@ -177,24 +174,18 @@ async fn serve(
 }
 
 /// Pipes one accepted connection to a fresh connection to `socket` until both directions end.
-async fn pipe(mut stream: TcpStream, socket: &Path) {
+async fn pipe(stream: TcpStream, socket: &Path) {
     // Requests are small writes answered quickly: do not hold them back.
     let _ = stream.set_nodelay(true);
-    let mut upstream = match UnixStream::connect(socket).await {
+    let upstream = match UnixStream::connect(socket).await {
         Ok(upstream) => upstream,
         Err(error) => {
             tracing::warn!(socket = %socket.display(), %error, "the model relay cannot reach the gateway");
             return;
         }
     };
-    if let Err(error) = tokio::io::copy_bidirectional_with_sizes(
-        &mut stream,
-        &mut upstream,
-        COPY_BUFFER,
-        COPY_BUFFER,
-    )
-    .await
-    {
+    // Through a pipe each way: the bytes are never copied into this process.
+    if let Err(error) = stet_pump::both_ways(&stream, &upstream).await {
         tracing::debug!(%error, "a model relay connection broke");
     }
 }

@@ -1,12 +1,15 @@
 //! `[network]`'s egress settings read across the layers (issue 30): which hosts the agent may reach
 //! through the host's egress proxy. What adds a host (`allow`, `presets`, `allow_http`, the
 //! test-only `loopback_for_tests`) is a machine setting; a repository's own file may only remove
-//! hosts (`deny`), lower the bounds, or turn egress off (`egress = false`). Nothing configured:
-//! no proxy, exactly the network-less sandbox of before.
+//! hosts (`deny`), lower the bounds, or turn egress off (`egress = false`). The certificate
+//! authorities the sandbox's clients trust (`sandbox_ca_bundle`) come only from the user's own file,
+//! read and checked here. Nothing configured: no proxy, exactly the network-less sandbox of before.
+
+use std::path::{Path, PathBuf};
 
 use crate::egress::hosts::AllowRule;
 use crate::egress::proxy::EgressBounds;
-use crate::egress::{EgressPolicy, EgressSettings, presets};
+use crate::egress::{EgressPolicy, EgressSettings, SandboxCa, presets};
 
 use super::layers::{Layers, Reason};
 use super::{ConfigError, Origin, Sourced};
@@ -27,6 +30,7 @@ pub(super) struct EgressReads {
     max_upload_bytes: Option<Sourced<u64>>,
     review_upload_bytes: Option<Sourced<u64>>,
     loopback_for_tests: Option<Sourced<bool>>,
+    sandbox_ca_bundle: Option<Sourced<PathBuf>>,
 }
 
 /// Reads the settings by their classes (refusals gather in `layers`).
@@ -53,15 +57,19 @@ pub(super) fn read(layers: &mut Layers) -> EgressReads {
         loopback_for_tests: layers.machine("network.loopback_for_tests", Reason::Network, |s| {
             &s.network.loopback_for_tests
         }),
+        sandbox_ca_bundle: layers.machine("network.sandbox_ca_bundle", Reason::HostPath, |s| {
+            &s.network.sandbox_ca_bundle
+        }),
     }
 }
 
 /// The dispatch's egress: `None` when no host is allowed or egress is turned off. `bridge`: where
 /// `dispatch.allow_network` was turned on, which gives the container a network of its own and so
-/// cannot go with the proxy.
+/// cannot go with the proxy. `repository`: the repository's own file, when it is read (trusted).
 pub(super) fn resolve(
     reads: EgressReads,
     bridge: Option<&Origin>,
+    repository: Option<&Path>,
 ) -> Result<Option<EgressSettings>, ConfigError> {
     let mut rules = Vec::new();
     if let Some(allow) = &reads.allow {
@@ -110,6 +118,10 @@ pub(super) fn resolve(
             "gives the container a network of its own, which the egress proxy's allowlist ([network] allow or presets) would not bound; use one or the other".to_owned(),
         ));
     }
+    let sandbox_ca = match reads.sandbox_ca_bundle {
+        Some(bundle) => Some(sandbox_ca(bundle, repository)?),
+        None => None,
+    };
     let max_upload_bytes = reads
         .max_upload_bytes
         .map_or(DEFAULT_MAX_UPLOAD_BYTES, |bytes| bytes.value);
@@ -129,7 +141,34 @@ pub(super) fn resolve(
             ..EgressBounds::default()
         },
         review_upload_bytes,
+        sandbox_ca,
     }))
+}
+
+/// The sandbox's certificate authorities, read from the file `bundle` names and checked: a PEM file
+/// of certificates, each a trust anchor. Never from a repository's file, trusted or not: it names a
+/// file on the user's machine whose content goes into the sandbox.
+fn sandbox_ca(
+    bundle: Sourced<PathBuf>,
+    repository: Option<&Path>,
+) -> Result<SandboxCa, ConfigError> {
+    const FIELD: &str = "network.sandbox_ca_bundle";
+    let origin = bundle.origin.clone();
+    if repository.is_some_and(|path| origin.file() == path) {
+        return Err(invalid(
+            &origin,
+            FIELD,
+            "is read only from your own configuration ($XDG_CONFIG_HOME/stet/config.toml), never from a repository's, trusted or not: it names a file on your machine that stet copies into the sandbox".to_owned(),
+        ));
+    }
+    let path = bundle.into_path();
+    let (pem, certificates) = crate::https::read_ca_file(&path)
+        .map_err(|problem| invalid(&origin, FIELD, format!("{}: {problem}", path.display())))?;
+    Ok(SandboxCa {
+        path,
+        pem,
+        certificates: certificates.len(),
+    })
 }
 
 fn invalid(origin: &Origin, field: &'static str, problem: String) -> ConfigError {

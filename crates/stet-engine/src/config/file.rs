@@ -195,6 +195,7 @@ pub(super) struct InboxSection {
 #[serde(deny_unknown_fields, default)]
 pub(super) struct NetworkSection {
     pub ca_bundle: Setting<PathBuf>,
+    pub sandbox_ca_bundle: Setting<PathBuf>,
     pub allow: Setting<Vec<String>>,
     pub presets: Setting<Vec<String>>,
     pub allow_http: Setting<bool>,

@@ -647,7 +647,9 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
     let network = NetworkConfig {
         ca_bundle: match ca_bundle {
             Some(Sourced { origin, .. })
-                if repository_path.is_some_and(|path| origin.file() == path) =>
+                if repository_path
+                    .as_ref()
+                    .is_some_and(|path| origin.file() == *path) =>
             {
                 return Err(invalid(
                     origin,
@@ -657,7 +659,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
             }
             other => other.map(Sourced::into_path),
         },
-        egress: super::egress::resolve(egress, bridge.as_ref())?,
+        egress: super::egress::resolve(egress, bridge.as_ref(), repository_path.as_deref())?,
     };
     Ok(Config {
         forge,
@@ -776,7 +778,7 @@ fn invalid(origin: Origin, field: &'static str, problem: String) -> ConfigError 
 impl Sourced<PathBuf> {
     /// The path, `~/` expanded to the home directory and a relative path taken relative to the
     /// directory of the file that names it.
-    fn into_path(self) -> PathBuf {
+    pub(super) fn into_path(self) -> PathBuf {
         let directory = match &self.origin {
             Origin::File { path, .. } => path.parent().unwrap_or(Path::new(".")).to_owned(),
             Origin::Default | Origin::Environment(_) => PathBuf::from("."),

@@ -1584,3 +1584,59 @@ fn the_model_api_defaults_per_harness_and_is_named_in_model_api() {
     let err = Config::from_files(&[user("[model]\napi = \"gemini\"\n")]).unwrap_err();
     assert!(err.to_string().contains("gemini"), "{err}");
 }
+
+/// `network.sandbox_ca_bundle` is read and checked with the configuration: its certificates go with
+/// the egress settings, and a file that is missing, holds no certificate or holds something else
+/// is an error naming the file, the setting and the problem.
+#[test]
+fn the_sandbox_ca_bundle_is_read_checked_and_named_in_every_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = crate::https::rig::Pki::new(dir.path(), "sandbox");
+    let allowed = |path: &Path| {
+        format!(
+            "[network]\nallow = [\"git.example.org\"]\nsandbox_ca_bundle = {:?}\n",
+            path.display().to_string()
+        )
+    };
+    let config = Config::from_files(&[user(&allowed(&pki.ca_pem))]).unwrap();
+    let ca = config.network.egress.unwrap().sandbox_ca.unwrap();
+    assert_eq!(ca.path, pki.ca_pem);
+    assert_eq!(ca.pem, std::fs::read(&pki.ca_pem).unwrap());
+    assert_eq!(ca.certificates, 1);
+
+    let key = dir.path().join("sandbox-ca.key");
+    let missing = dir.path().join("nowhere.pem");
+    let text = dir.path().join("notes.pem");
+    std::fs::write(&text, "not a certificate\n").unwrap();
+    for (path, problem) in [
+        (&missing, "cannot be read"),
+        (&key, "holds no certificate"),
+        (&text, "holds no certificate"),
+    ] {
+        let error = Config::from_files(&[user(&allowed(path))])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with(
+                "/home/u/.config/stet/config.toml:3: field `network.sandbox_ca_bundle`: "
+            ) && error.contains(&format!("{}: {problem}", path.display())),
+            "{error}"
+        );
+    }
+}
+
+#[test]
+fn a_repository_file_cannot_name_the_sandboxs_ca_bundle_even_when_trusted() {
+    let text = "\n[network]\nsandbox_ca_bundle = \"/etc/ssl/private/host.pem\"\n";
+    let base = "[network]\nallow = [\"git.example.org\"]\n";
+    let refused = refusals(&[user(base), repository(text)]);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].field, "network.sandbox_ca_bundle");
+    let error = Config::from_files(&[user(base), trusted(text)])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with("/src/app/stet.toml:3: field `network.sandbox_ca_bundle`: is read only from your own configuration"),
+        "{error}"
+    );
+}

@@ -31,6 +31,23 @@ const PROXY_VARIABLES: [&str; 6] = [
 /// channel and the agent's own test servers listen.
 const NO_PROXY: &str = "127.0.0.1,localhost,::1";
 
+/// The file, in the dispatch's socket directory, holding the certificate authorities the sandbox's
+/// clients trust (`network.sandbox_ca_bundle`), when the user gave some.
+pub const SANDBOX_CA_FILE: &str = "ca.pem";
+
+/// The variables naming the file of certificate authorities for the sandbox's TLS clients: OpenSSL
+/// and what is built on it (Python's `ssl`, pip's system store), curl, git, cargo, pip's own and
+/// requests' bundles, and Node (which adds it to its own).
+const CA_VARIABLES: [&str; 7] = [
+    "SSL_CERT_FILE",
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "CARGO_HTTP_CAINFO",
+    "PIP_CERT",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+];
+
 /// The channels one dispatch opens, over the socket directory mounted at [`GATEWAY_MOUNT`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DispatchChannels {
@@ -93,6 +110,19 @@ impl DispatchChannels {
         env.push(("NO_PROXY".to_owned(), NO_PROXY.to_owned()));
         env.push(("no_proxy".to_owned(), NO_PROXY.to_owned()));
         env
+    }
+
+    /// The variables that name [`SANDBOX_CA_FILE`] (as the sandbox sees it) to every TLS client of
+    /// the agent, when the egress channel is open; nothing otherwise.
+    pub fn sandbox_ca_env(&self) -> Vec<(String, String)> {
+        if self.table.get(channel::EGRESS).is_none() {
+            return Vec::new();
+        }
+        let file = format!("{GATEWAY_MOUNT}/{SANDBOX_CA_FILE}");
+        CA_VARIABLES
+            .iter()
+            .map(|name| ((*name).to_owned(), file.clone()))
+            .collect()
     }
 
     /// Where the host serves the channel `name` in the dispatch's socket directory `dir`, when the
@@ -165,6 +195,16 @@ mod tests {
         let egress_only = DispatchChannels::for_dispatch(false, true);
         assert_eq!(egress_only.model_url(), None);
         assert_eq!(egress_only.sandbox_env().len(), 8);
+        let ca: std::collections::BTreeMap<String, String> =
+            egress_only.sandbox_ca_env().into_iter().collect();
+        assert_eq!(ca.len(), 7);
+        assert_eq!(ca["GIT_SSL_CAINFO"], "/run/stet/ca.pem");
+        assert_eq!(ca["SSL_CERT_FILE"], ca["GIT_SSL_CAINFO"]);
+        assert!(
+            DispatchChannels::for_dispatch(true, false)
+                .sandbox_ca_env()
+                .is_empty()
+        );
     }
 
     #[test]

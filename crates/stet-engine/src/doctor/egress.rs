@@ -131,6 +131,7 @@ mod tests {
             },
             bounds: EgressBounds::default(),
             review_upload_bytes: 1,
+            sandbox_ca: None,
         }
     }
 

@@ -1,7 +1,10 @@
-//! Which addresses the egress proxy may connect to: public unicast only. Loopback, private,
-//! link-local, shared (CGNAT), multicast, documentation, reserved and the cloud metadata addresses
-//! are refused whatever name led there, and an IPv6 address that carries an IPv4 one (mapped,
-//! NAT64, 6to4) is judged by the IPv4 address it carries.
+//! Which addresses the egress proxy may connect to: none that reaches this machine or its
+//! neighbours. Loopback, private, link-local, shared (CGNAT), multicast, reserved and the cloud
+//! metadata addresses are refused whatever name led there, and an IPv6 address that carries an IPv4
+//! one (mapped, NAT64, 6to4) is judged by the IPv4 address it carries. The documentation and
+//! benchmarking ranges are not refused: no host or neighbour answers on them, and fake-IP resolvers
+//! (these machines', and the proxies of many corporate and home networks) hand them out for every
+//! public name, so refusing them would refuse every registry there.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -42,10 +45,6 @@ fn refused_v4(address: Ipv4Addr) -> Option<&'static str> {
         "a shared address (CGNAT, 100.64.0.0/10)"
     } else if a == 192 && b == 0 && c == 0 {
         "an IETF protocol address (192.0.0.0/24)"
-    } else if address.is_documentation() {
-        "a documentation address"
-    } else if a == 198 && (18..20).contains(&b) {
-        "a benchmarking address (198.18.0.0/15)"
     } else if address.is_multicast() {
         "a multicast address"
     } else if a >= 240 {
@@ -71,8 +70,6 @@ fn refused_v6(address: Ipv6Addr) -> Option<&'static str> {
         "a link-local or site-local address"
     } else if first & 0xff00 == 0xff00 {
         "a multicast address"
-    } else if first == 0x2001 && address.segments()[1] == 0x0db8 {
-        "a documentation address"
     } else if first == 0x2001 && address.segments()[1] == 0 {
         "a Teredo address"
     } else if first & 0xe000 != 0x2000 {
@@ -124,8 +121,6 @@ mod tests {
             "100.64.0.1",
             "100.127.255.254",
             "192.0.0.170",
-            "192.0.2.1",
-            "198.18.0.1",
             "224.0.0.1",
             "240.0.0.1",
             "255.255.255.255",
@@ -136,7 +131,6 @@ mod tests {
             "fe80::1",
             "fec0::1",
             "ff02::1",
-            "2001:db8::1",
             "2001:0::1",
             "::ffff:127.0.0.1",
             "::ffff:169.254.169.254",
@@ -151,9 +145,18 @@ mod tests {
         }
     }
 
+    /// Fake-IP resolvers answer public names with these ranges (this machine gives pypi.org
+    /// 203.0.113.80); nothing on the host or its network answers on them.
     #[test]
-    fn public_unicast_is_allowed() {
+    fn public_unicast_and_the_ranges_fake_ip_resolvers_hand_out_are_allowed() {
         for address in [
+            "192.0.2.1",
+            "198.51.100.7",
+            "203.0.113.80",
+            "198.18.0.1",
+            "198.19.255.254",
+            "2001:db8::1",
+            "::ffff:203.0.113.80",
             "1.1.1.1",
             "151.101.0.223",
             "172.32.0.1",

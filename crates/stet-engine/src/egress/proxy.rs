@@ -28,7 +28,7 @@ const MAX_RECORDS: usize = 4096;
 /// How many records may wait to be published live; past it a record is only counted and kept.
 const LIVE_RECORDS: usize = 256;
 
-/// The buffer each direction of a relayed connection reads into.
+/// The buffer a plain request's body is read into (a tunnel's bytes go through a pipe instead).
 const RELAY_BUFFER: usize = 64 << 10;
 
 /// What one dispatch's proxy allows in all.
@@ -582,9 +582,10 @@ async fn refuse(
 }
 
 /// Relays both ways until both sides are done or a bound ends it, counting the bytes each way in
-/// `moved`; returns how it ended. For a plain request (`body`), only what is left of its body goes up: once it has
-/// ended, nothing more the agent sends is read, so a request pipelined behind it never reaches the
-/// host.
+/// `moved`; returns how it ended. The bytes pass through a pipe each way (`splice`, no copy in
+/// stet), each chunk counted against its bound before it goes on. For a plain request (`body`),
+/// only what is left of its body goes up, read into a buffer to find its end: once it has ended,
+/// nothing more the agent sends is read, so a request pipelined behind it never reaches the host.
 async fn relay(
     client: &mut UnixStream,
     upstream: TcpStream,
@@ -593,8 +594,8 @@ async fn relay(
     shared: &Shared,
     moved: &Moved,
 ) -> String {
-    let (mut client_read, mut client_write) = client.split();
-    let (mut upstream_read, mut upstream_write) = upstream.into_split();
+    let client: &UnixStream = client;
+    let (upstream_read, mut upstream_write) = upstream.into_split();
     let idle = shared.bounds.idle;
     if !first.is_empty() {
         if !take(&shared.upload_left, first.len()) {
@@ -606,24 +607,26 @@ async fn relay(
             return "ended: the host went away".into();
         }
     }
-    let mut up_buffer = vec![0u8; RELAY_BUFFER];
-    let mut down_buffer = vec![0u8; RELAY_BUFFER];
+    let (mut up_pipe, mut down_pipe) = match (stet_pump::Pipe::new(), stet_pump::Pipe::new()) {
+        (Ok(up), Ok(down)) => (up, down),
+        (Err(error), _) | (_, Err(error)) => {
+            return format!("ended: stet could not make a pipe to relay it: {error}");
+        }
+    };
+    let mut up_buffer = vec![0u8; if body.is_some() { RELAY_BUFFER } else { 0 }];
     let (mut client_done, mut upstream_done) = (body.as_ref().is_some_and(Body::done), false);
     loop {
         if client_done && upstream_done {
             break "closed".to_owned();
         }
         tokio::select! {
-            read = client_read.read(&mut up_buffer), if !client_done => match read {
+            read = read_some(client, &mut up_buffer), if !client_done && body.is_some() => match read {
                 Ok(0) | Err(_) => {
                     client_done = true;
                     let _ = upstream_write.shutdown().await;
                 }
                 Ok(read) => {
-                    let read = match &mut body {
-                        Some(body) => body.take(&up_buffer[..read]),
-                        None => read,
-                    };
+                    let read = body.as_mut().map_or(read, |body| body.take(&up_buffer[..read]));
                     client_done = body.as_ref().is_some_and(Body::done);
                     if !take(&shared.upload_left, read) {
                         break "ended: the dispatch's upload bound was reached".to_owned();
@@ -634,23 +637,64 @@ async fn relay(
                     }
                 }
             },
-            read = upstream_read.read(&mut down_buffer), if !upstream_done => match read {
+            taken = up_pipe.fill(client, usize::MAX), if !client_done && body.is_none() => match taken {
+                Ok(0) | Err(_) => {
+                    client_done = true;
+                    let _ = upstream_write.shutdown().await;
+                }
+                Ok(taken) => {
+                    if !take(&shared.upload_left, taken) {
+                        break "ended: the dispatch's upload bound was reached".to_owned();
+                    }
+                    moved.up.fetch_add(taken as u64, Ordering::Relaxed);
+                    if drain(&mut up_pipe, upstream_write.as_ref(), idle).await.is_err() {
+                        break "ended: the host stopped reading".to_owned();
+                    }
+                }
+            },
+            taken = down_pipe.fill(upstream_read.as_ref(), usize::MAX), if !upstream_done => match taken {
                 Ok(0) | Err(_) => {
                     upstream_done = true;
-                    let _ = client_write.shutdown().await;
+                    let _ = stet_pump::shut_write(client);
                 }
-                Ok(read) => {
-                    if !take(&shared.download_left, read) {
+                Ok(taken) => {
+                    if !take(&shared.download_left, taken) {
                         break "ended: the dispatch's download bound was reached".to_owned();
                     }
-                    moved.down.fetch_add(read as u64, Ordering::Relaxed);
-                    if write(&mut client_write, &down_buffer[..read], idle).await.is_err() {
+                    moved.down.fetch_add(taken as u64, Ordering::Relaxed);
+                    if drain(&mut down_pipe, client, idle).await.is_err() {
                         break "ended: the agent stopped reading".to_owned();
                     }
                 }
             },
             () = tokio::time::sleep(idle) => break format!("ended: nothing moved for {}s", idle.as_secs()),
             () = shared.ending.cancelled() => break "ended: the dispatch ended".to_owned(),
+        }
+    }
+}
+
+/// Passes on all `pipe` holds, failing when the other side takes nothing for `idle`.
+async fn drain<S: stet_pump::Socket>(
+    pipe: &mut stet_pump::Pipe,
+    to: &S,
+    idle: Duration,
+) -> std::io::Result<()> {
+    while pipe.held() > 0 {
+        match tokio::time::timeout(idle, pipe.pass(to)).await {
+            Ok(passed) => passed?,
+            Err(_) => return Err(std::io::Error::from(std::io::ErrorKind::TimedOut)),
+        };
+    }
+    Ok(())
+}
+
+/// Reads what the agent has sent, once some has come.
+async fn read_some(client: &UnixStream, buffer: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        client.readable().await?;
+        match client.try_read(buffer) {
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+            read => return read,
         }
     }
 }

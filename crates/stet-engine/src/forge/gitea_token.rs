@@ -20,7 +20,9 @@ use percent_encoding::utf8_percent_encode;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::rest::{Auth, Reply, Rest, RetryPolicy, SEGMENT, instance_tag, is_name_part};
+use super::rest::{
+    Auth, Reply, Rest, RetryPolicy, SEGMENT, instance_tag, is_name_part, minted_id, parse_minted_id,
+};
 use super::token::TokenSource;
 use crate::check::{Check, Status};
 use crate::credential::{
@@ -102,23 +104,14 @@ struct Grant {
 
 /// `gitea-token-<instance>-<token id>-<user>`.
 fn grant_id(instance: &str, grant: &Grant) -> CredentialId {
-    CredentialId::new(format!(
-        "{ID_PREFIX}{instance}-{}-{}",
-        grant.token_id, grant.user
-    ))
+    CredentialId::new(minted_id(ID_PREFIX, instance, grant.token_id, &grant.user))
 }
 
 /// The grant an id of this provider at `instance` names; `None` for any other id.
 fn parse_grant(id: &CredentialId, instance: &str) -> Option<Grant> {
-    let rest = id.as_str().strip_prefix(ID_PREFIX)?;
-    let (tag, rest) = rest.split_once('-')?;
-    let (token_id, user) = rest.split_once('-')?;
-    if tag != instance || token_id.is_empty() || !token_id.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    is_name_part(user).then_some(())?;
-    Some(Grant {
-        token_id: token_id.parse().ok()?,
+    let (token_id, user) = parse_minted_id(id.as_str(), ID_PREFIX, instance)?;
+    is_name_part(user).then(|| Grant {
+        token_id,
         user: user.to_owned(),
     })
 }

@@ -23,7 +23,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::gitlab::{DEVELOPER, project_segment};
-use super::rest::{Auth, Reply, Rest, RetryPolicy, instance_tag};
+use super::rest::{Auth, Reply, Rest, RetryPolicy, instance_tag, minted_id, parse_minted_id};
 use crate::check::{Check, Status};
 use crate::credential::{
     CredentialError, CredentialId, CredentialProvider, Minted, Result, Revocation, SecretValue,
@@ -66,21 +66,17 @@ struct Grant {
 /// `gitlab-project-token-<instance>-<token id>-<project segment>`: only unreserved URL characters and
 /// `%2F`.
 fn grant_id(instance: &str, grant: &Grant) -> CredentialId {
-    CredentialId::new(format!(
-        "{ID_PREFIX}{instance}-{}-{}",
-        grant.token_id, grant.project
+    CredentialId::new(minted_id(
+        ID_PREFIX,
+        instance,
+        grant.token_id,
+        &grant.project,
     ))
 }
 
 /// The grant an id of this provider at `instance` names; `None` for any other id.
 fn parse_grant(id: &CredentialId, instance: &str) -> Option<Grant> {
-    let rest = id.as_str().strip_prefix(ID_PREFIX)?;
-    let (tag, rest) = rest.split_once('-')?;
-    let (token_id, project) = rest.split_once('-')?;
-    if tag != instance || token_id.is_empty() || !token_id.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let token_id = token_id.parse().ok()?;
+    let (token_id, project) = parse_minted_id(id.as_str(), ID_PREFIX, instance)?;
     // The project must be exactly what minting wrote: a checked path, encoded.
     let path = project.replace("%2F", "/");
     (project_segment(&path).ok()? == project).then(|| Grant {

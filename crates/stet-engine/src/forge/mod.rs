@@ -295,63 +295,45 @@ pub(crate) fn from_settings(
     sanitizer: &SanitizerHandle,
 ) -> Result<ForgeSetup> {
     // The primary token is read once: the providers that need it get the value the forge holds.
-    let mut repositories = Vec::new();
-    let (forge, primary): (Arc<dyn Forge>, Option<(SecretValue, &ForgeSettings)>) =
-        match forge_config {
-            ForgeConfig::Local { remote } => (
-                Arc::new(local::LocalForge::new(
-                    remote.clone().unwrap_or_else(|| repository.to_owned()),
-                    state_dir,
-                )),
-                None,
-            ),
-            ForgeConfig::GitHub(settings) => {
-                let token = primary_token("github", &settings.token)?;
-                let remotes = checkout_remotes::CheckoutRemotes::of_checkout(
-                    repository,
-                    &github::GitHubForge::git_host(&settings.git_url)?,
-                );
-                repositories = remotes.repositories().to_vec();
-                let forge = github::GitHubForge::with_token(
-                    settings.clone(),
-                    token.clone(),
-                    sanitizer.clone(),
-                    remotes,
-                )?;
-                (Arc::new(forge), Some((token, settings)))
+    let Made {
+        forge,
+        primary,
+        repositories,
+    } = match forge_config {
+        ForgeConfig::Local { remote } => Made {
+            forge: Arc::new(local::LocalForge::new(
+                remote.clone().unwrap_or_else(|| repository.to_owned()),
+                state_dir,
+            )),
+            primary: None,
+            repositories: Vec::new(),
+        },
+        ForgeConfig::GitHub(settings) => {
+            github_dialect(github::Dialect::GitHub, settings, repository, sanitizer)?
+        }
+        ForgeConfig::Gitea(settings) => {
+            github_dialect(github::Dialect::Gitea, settings, repository, sanitizer)?
+        }
+        ForgeConfig::GitLab(settings) => {
+            let token = primary_token("gitlab", &settings.token)?;
+            let remotes = checkout_remotes::CheckoutRemotes::of_checkout_namespaced(
+                repository,
+                &gitlab::GitLabForge::git_host(&settings.git_url)?,
+            );
+            let repositories = remotes.repositories().to_vec();
+            let forge = gitlab::GitLabForge::with_token(
+                settings.clone(),
+                token.clone(),
+                sanitizer.clone(),
+                remotes,
+            )?;
+            Made {
+                forge: Arc::new(forge),
+                primary: Some((token, settings)),
+                repositories,
             }
-            ForgeConfig::Gitea(settings) => {
-                let token = primary_token("gitea", &settings.token)?;
-                let remotes = checkout_remotes::CheckoutRemotes::of_checkout(
-                    repository,
-                    &github::GitHubForge::git_host(&settings.git_url)?,
-                );
-                repositories = remotes.repositories().to_vec();
-                let forge = github::GitHubForge::with_dialect(
-                    github::Dialect::Gitea,
-                    settings.clone(),
-                    token.clone(),
-                    sanitizer.clone(),
-                    remotes,
-                )?;
-                (Arc::new(forge), Some((token, settings)))
-            }
-            ForgeConfig::GitLab(settings) => {
-                let token = primary_token("gitlab", &settings.token)?;
-                let remotes = checkout_remotes::CheckoutRemotes::of_checkout_namespaced(
-                    repository,
-                    &gitlab::GitLabForge::git_host(&settings.git_url)?,
-                );
-                repositories = remotes.repositories().to_vec();
-                let forge = gitlab::GitLabForge::with_token(
-                    settings.clone(),
-                    token.clone(),
-                    sanitizer.clone(),
-                    remotes,
-                )?;
-                (Arc::new(forge), Some((token, settings)))
-            }
-        };
+        }
+    };
     let refused = |error: crate::credential::CredentialError| ForgeError::Settings {
         forge: forge.name(),
         detail: error.to_string(),
@@ -391,6 +373,43 @@ pub(crate) fn from_settings(
         credentials,
         repositories,
     })
+}
+
+/// A forge of the GitHub REST dialect (GitHub or Gitea) for `settings`, with the primary token it
+/// holds and the repositories of the checkout's remotes there.
+fn github_dialect<'a>(
+    dialect: github::Dialect,
+    settings: &'a ForgeSettings,
+    repository: &Path,
+    sanitizer: &SanitizerHandle,
+) -> Result<Made<'a>> {
+    let token = primary_token(dialect.name(), &settings.token)?;
+    let remotes = checkout_remotes::CheckoutRemotes::of_checkout(
+        repository,
+        &github::GitHubForge::git_host(&settings.git_url)?,
+    );
+    let repositories = remotes.repositories().to_vec();
+    let forge = github::GitHubForge::with_dialect(
+        dialect,
+        settings.clone(),
+        token.clone(),
+        sanitizer.clone(),
+        remotes,
+    )?;
+    Ok(Made {
+        forge: Arc::new(forge),
+        primary: Some((token, settings)),
+        repositories,
+    })
+}
+
+/// A configured forge as [`from_settings`] makes it, before its credential provider.
+struct Made<'a> {
+    forge: Arc<dyn Forge>,
+    /// The primary token the forge holds and its settings; `None` for the local forge.
+    primary: Option<(SecretValue, &'a ForgeSettings)>,
+    /// The repositories on the forge a brief of this checkout may target.
+    repositories: Vec<String>,
 }
 
 /// Reads the primary token from its configured source; the error names the source, never a value.

@@ -25,7 +25,9 @@ use super::{ForgeError, Result};
 use crate::error_chain::error_chain;
 use crate::https::{HttpsClient, https_client};
 pub(crate) use auth::Auth;
-pub(crate) use names::{SEGMENT, git_host, instance_tag, is_name_part, ref_path, web_url};
+pub(crate) use names::{
+    SEGMENT, git_host, instance_tag, is_name_part, minted_id, parse_minted_id, ref_path, web_url,
+};
 use stet_sanitize::sanitize::SanitizerHandle;
 
 /// How long connecting to the API may take.

@@ -9,6 +9,7 @@
 mod rules;
 mod walk;
 
+pub(crate) use rules::client_tool;
 pub(crate) use rules::fields as forwarded_fields;
 
 #[cfg(test)]

@@ -17,6 +17,10 @@
 //! "danger-full-access"`, `approval_policy = "never"`): there is nothing weaker for it to fall back
 //! to, and every command it runs shows as a `command_execution` item (docs/security.md).
 //!
+//! Codex does not make itself non-dumpable (DESIGN §5 row 21); the Codex dispatch image's `codex`
+//! is execute-only for the sandbox user, so the kernel starts it non-dumpable and no command it
+//! runs can read its memory or ptrace it (docs/security.md item 49).
+//!
 //! `codex exec --json` (0.163, `tests/fixtures/codex`) prints one JSON object per line, tagged by
 //! `type`: `thread.started`, `turn.started`, `turn.completed {usage}`, `turn.failed {error}`,
 //! `error {message}`, and `item.started|updated|completed {item}` whose item is an

@@ -24,7 +24,9 @@
 //! What is left to each harness: its program must not hand its own stdout or stderr to the commands
 //! it runs (capture theirs), and should be non-dumpable itself (`prctl(PR_SET_DUMPABLE, 0)` before
 //! it starts any), or those commands, running as the same user, can write into its output through
-//! `/proc/<pid>/fd`. `stet agent run` and the OpenHands launch line do both.
+//! `/proc/<pid>/fd`. `stet agent run` and the OpenHands launch line do both; a compiled CLI that
+//! does not (Codex) is made non-dumpable by its image, which installs it execute-only for the
+//! sandbox user (the kernel starts a program its user cannot read non-dumpable).
 
 pub mod claude;
 pub mod codex;
@@ -174,6 +176,13 @@ pub trait OutputParser: Send {
     /// (`finished`); `None` when it did not fail. A run without a finish normally failed; a
     /// harness may also fail a run that finished (the agent's conversation stopped on an error).
     fn failure(&self, finished: bool) -> Option<SanitizedText>;
+    /// Why the run failed when the agent's output said so itself (an error the harness reported,
+    /// such as Codex's `turn.failed`), as opposed to a finish that merely never came; `None` by
+    /// default. When the harness's process exits non-zero, this is the dispatch's reason, not the
+    /// exit code alone.
+    fn reported_failure(&self) -> Option<SanitizedText> {
+        None
+    }
 }
 
 /// The agent's voice: an [`OutputParser`] read under the rule that only the harness speaks as the
@@ -231,6 +240,12 @@ impl<'p> AgentVoice<'p> {
                 summary: self.first_finish.clone().flatten(),
             },
         }
+    }
+
+    /// Why the run failed in the harness's own words, when its output said so
+    /// ([`OutputParser::reported_failure`]).
+    pub fn reported_failure(&self) -> Option<SanitizedText> {
+        self.parser.reported_failure()
     }
 
     /// Passes the first finish on and turns every later one into a warning quoting it. A `finish`

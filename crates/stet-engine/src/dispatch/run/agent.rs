@@ -139,7 +139,8 @@ impl<'d> AgentRun<'d> {
             .harness
             .parser(self.steering.sanitizer());
         let mut voice = AgentVoice::new(parser.as_mut(), self.steering.sanitizer());
-        let channel_env = self.channels.sandbox_env();
+        let mut channel_env = self.channels.sandbox_env();
+        channel_env.extend(self.egress.ca_env.iter().cloned());
         for process in &plan.processes {
             let mut spoken = speaking(process);
             for (name, value) in &channel_env {
@@ -156,11 +157,16 @@ impl<'d> AgentRun<'d> {
             if exit.code != 0 {
                 let program = process.argv.first().map_or("", String::as_str);
                 let harness = self.steering.parts.harness.name();
-                return Err(self.steering.fail(
-                    not_started(program, exit.code, harness).unwrap_or_else(|| {
-                        format!("the agent ({program}) exited with code {}", exit.code)
-                    }),
-                ));
+                let exited = format!("the agent ({program}) exited with code {}", exit.code);
+                // What the harness said went wrong says more than its exit code.
+                let reason = not_started(program, exit.code, harness)
+                    .or_else(|| {
+                        voice.reported_failure().map(|reason| {
+                            format!("the agent did not finish: {} ({exited})", reason.as_str())
+                        })
+                    })
+                    .unwrap_or(exited);
+                return Err(self.steering.fail(reason));
             }
         }
         // The harness may walk the outputs directory: off the async workers.
@@ -194,6 +200,7 @@ impl<'d> AgentRun<'d> {
                     return Err(ceiling);
                 }
             }
+            // No whole-run record: what the harness reported as it ran is reconciled instead.
             Ok(None) => {
                 if let Some(warning) = self.steering.meter.reconcile_reported() {
                     let message = self.steering.sanitize(&warning);

@@ -1,5 +1,6 @@
 //! The egress proxy of one dispatch ([`EgressLink`]): started on the sandbox's egress socket beside
-//! the model gateway when a person allowed hosts, stopped once the agent's work is over (or at
+//! the model gateway when a person allowed hosts (with the certificate authorities they gave the
+//! sandbox written beside it), stopped once the agent's work is over (or at
 //! teardown). Each connection becomes an `egress` event as it ends; what the proxy saw in all becomes
 //! the `egress_summary` event, the pull request's provenance and, past the upload threshold, a hold
 //! at review.
@@ -23,6 +24,8 @@ pub(super) struct EgressLink {
     proxy: Option<EgressProxy>,
     /// Each connection's record as it ends, while the proxy runs.
     pub(super) records: Option<mpsc::Receiver<EgressRecord>>,
+    /// The variables naming the sandbox's certificate authorities, when the user gave some.
+    pub(super) ca_env: Vec<(String, String)>,
 }
 
 impl EgressLink {
@@ -60,6 +63,21 @@ impl EgressLink {
         .map_err(|error| steering.fail(format!("starting the egress proxy: {error}")))?;
         crate::dispatch::sandbox::hand_over(&socket, steering.parts.settings.user)
             .map_err(|error| steering.fail(format!("handing the egress proxy over: {error}")))?;
+        if let Some(ca) = &settings.sandbox_ca {
+            let file = directory.join(crate::dispatch::channels::SANDBOX_CA_FILE);
+            write_public(&file, &ca.pem)
+                .and_then(|()| {
+                    crate::dispatch::sandbox::hand_over(&file, steering.parts.settings.user)
+                        .map_err(|error| std::io::Error::other(error.to_string()))
+                })
+                .map_err(|error| {
+                    steering.fail(format!(
+                        "giving the sandbox the certificate authorities of {} (network.sandbox_ca_bundle): {error}",
+                        ca.path.display()
+                    ))
+                })?;
+            self.ca_env = channels.sandbox_ca_env();
+        }
         self.proxy = Some(proxy);
         self.records = Some(records);
         Ok(())
@@ -82,6 +100,20 @@ impl EgressLink {
         steering.publisher.emit(event).await;
         steering.gathered.egress = Some(report);
     }
+}
+
+/// Writes `bytes` to the new file `path`, readable by all (certificates are public; the sandbox's
+/// user must read it), refusing one that is already there.
+fn write_public(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }
 
 /// The next record of the proxy, or never when none runs (a `select!` arm that stays quiet).

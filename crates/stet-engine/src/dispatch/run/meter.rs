@@ -23,8 +23,17 @@ pub(super) struct Meter {
     ceiling_usd: Option<f64>,
     /// The gateway meters this dispatch.
     pub(super) gateway: bool,
-    /// What the agent reported of its own usage while the gateway metered: `(tokens, cost)`.
-    agent_reported: (u64, f64),
+    /// What the agent reported of its own usage while the gateway metered, added up; `None` until
+    /// it reported any.
+    agent_reported: Option<Reported>,
+}
+
+/// The agent's own usage reports, added up.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct Reported {
+    tokens: u64,
+    /// `None` while no report named a cost (Codex never does).
+    cost_usd: Option<f64>,
 }
 
 impl Meter {
@@ -52,10 +61,11 @@ impl Meter {
         if !self.gateway {
             return Some(self.add(report));
         }
+        let reported = self.agent_reported.get_or_insert_default();
         let tokens = report.input_tokens.saturating_add(report.output_tokens);
-        self.agent_reported.0 = self.agent_reported.0.saturating_add(tokens);
-        if let Some(cost) = report.cost_usd.filter(|c| c.is_finite() && *c > 0.0) {
-            self.agent_reported.1 += cost;
+        reported.tokens = reported.tokens.saturating_add(tokens);
+        if let Some(cost) = report.cost_usd.filter(|c| c.is_finite() && *c >= 0.0) {
+            reported.cost_usd = Some(reported.cost_usd.unwrap_or(0.0) + cost);
         }
         None
     }
@@ -63,33 +73,37 @@ impl Meter {
     /// The harness's whole-run record compared with the gateway's figures: a warning when they
     /// differ. Never replaces them.
     pub(super) fn reconcile(&self, usage: &Usage) -> Option<String> {
-        self.compared(
+        self.differs(
+            "usage record",
             usage.input_tokens.saturating_add(usage.output_tokens),
-            usage.total_cost_usd,
+            Some(usage.total_cost_usd),
         )
     }
 
-    /// The agent's `tokens` and `cost` against the gateway's: a warning when they differ.
-    fn compared(&self, tokens: u64, cost: f64) -> Option<String> {
+    /// What the agent reported of its own usage as it ran, added up, compared with the gateway's
+    /// figures, for a harness that leaves no whole-run record (Codex reports its thread's running
+    /// total in each `turn.completed`, which the parser hands on as what each turn added): a
+    /// warning when they differ, the cost compared only when the agent named one. `None` when they
+    /// agree, or the agent reported nothing. Never replaces the gateway's figures.
+    pub(super) fn reconcile_reported(&self) -> Option<String> {
+        let reported = self.agent_reported?;
+        self.differs("reported usage", reported.tokens, reported.cost_usd)
+    }
+
+    /// The warning when the agent's `tokens` (and `cost`, when it named one) differ from the
+    /// gateway's.
+    fn differs(&self, what: &str, tokens: u64, cost: Option<f64>) -> Option<String> {
         let metered = self.input_tokens.saturating_add(self.output_tokens);
-        let cost_differs = (cost - self.cost_usd).abs() > 0.0001_f64.max(self.cost_usd * 0.01);
+        let cost_differs = cost.is_some_and(|cost| {
+            (cost - self.cost_usd).abs() > 0.0001_f64.max(self.cost_usd * 0.01)
+        });
+        let cost = cost.map_or_else(|| "no cost".to_owned(), |cost| format!("${cost:.4}"));
         (tokens != metered || cost_differs).then(|| {
             format!(
-                "the agent's own usage record ({tokens} tokens, ${cost:.4}) differs from what the model gateway metered ({metered} tokens, ${:.4}); stet counts the gateway's",
+                "the agent's own {what} ({tokens} tokens, {cost}) differs from what the model gateway metered ({metered} tokens, ${:.4}); stet counts the gateway's",
                 self.cost_usd
             )
         })
-    }
-
-    /// What the agent reported of itself along the way (Claude Code's result: its tokens and its
-    /// own cost estimate) compared with the gateway's figures, as [`Meter::reconcile`] compares a
-    /// final record; `None` when it reported nothing or they agree.
-    pub(super) fn reconcile_reported(&self) -> Option<String> {
-        let (tokens, cost) = self.agent_reported;
-        if !self.gateway || (tokens == 0 && cost == 0.0) {
-            return None;
-        }
-        self.compared(tokens, cost)
     }
 
     fn add(&mut self, report: UsageReport) -> Usage {
@@ -233,10 +247,12 @@ mod tests {
         );
         assert!(meter.reconcile(&final_usage(220, 0.7)).is_none());
         assert_eq!(meter.cost_usd, 0.7);
-        // What the agent reported along the way ($5.00 over 110 tokens) reconciles the same way.
+        // Nothing final came: what the agent reported as it ran is compared instead (220 tokens
+        // metered, 110 reported above).
         let warning = meter.reconcile_reported().unwrap();
         assert!(
-            warning.contains("(110 tokens, $5.0000)") && warning.contains("(220 tokens, $0.7000)"),
+            warning.contains("reported usage (110 tokens, $5.0000)")
+                && warning.contains("(220 tokens, $0.7000)"),
             "{warning}"
         );
         // Without the gateway the agent's report is the only one, and counts.
@@ -252,5 +268,41 @@ mod tests {
             alone.reconcile_reported().is_none(),
             "nothing to reconcile with"
         );
+    }
+
+    /// Codex's running totals, handed on as what each turn added and with no cost, agree with the
+    /// gateway's tokens whatever they cost; a difference in tokens is a warning that leaves the
+    /// ledger's figures alone.
+    #[test]
+    fn codexs_running_totals_reconcile_on_tokens_alone() {
+        let s = sanitizer();
+        let mut meter = Meter::new(None, true);
+        assert_eq!(meter.reconcile_reported(), None, "nothing reported");
+        let report = |input: u64, output: u64| UsageReport {
+            model: s.sanitize("gpt-5-codex"),
+            input_tokens: input,
+            output_tokens: output,
+            cached_tokens: 0,
+            cost_usd: None,
+        };
+        let totals = |settled_usd| Totals {
+            settled_usd,
+            reserved_usd: 0.0,
+            peak_reserved_usd: 0.0,
+            open: 0,
+        };
+        meter.add_settled(report(1200, 40), totals(0.004));
+        meter.add_settled(report(1300, 41), totals(0.008));
+        // Codex's totals 1200+40, then 2500+81: the parser's deltas.
+        assert!(meter.add_reported(report(1200, 40)).is_none());
+        assert!(meter.add_reported(report(1300, 41)).is_none());
+        assert_eq!(meter.reconcile_reported(), None);
+        assert!(meter.add_reported(report(100, 0)).is_none());
+        let warning = meter.reconcile_reported().unwrap();
+        assert_eq!(
+            warning,
+            "the agent's own reported usage (2681 tokens, no cost) differs from what the model gateway metered (2581 tokens, $0.0080); stet counts the gateway's"
+        );
+        assert_eq!((meter.cost_usd, meter.input_tokens), (0.008, 2500));
     }
 }

@@ -468,3 +468,57 @@ async fn the_machines_proxy_carries_the_checked_address_and_no_proxy_is_honoured
 }
 
 mod redteam;
+
+/// A slow reader that keeps reading is never cut for idleness, however large the chunk the proxy
+/// took from the host at once: the idle bound runs from the last byte passed on, not from the
+/// chunk's start. The download arrives whole, counted once.
+#[tokio::test]
+async fn a_slow_reader_that_keeps_reading_is_not_cut_as_idle() {
+    const SIZE: usize = 3 << 20;
+    let listener = TcpListener::bind((LOOPBACK, 0)).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let body: Vec<u8> = (0..SIZE).map(|i| (i % 251) as u8).collect();
+        let _ = stream.write_all(&body).await;
+    });
+    let idle = Duration::from_millis(500);
+    let f = fixture(
+        policy(&[&format!("pkg.test:{port}")], true),
+        EgressBounds {
+            idle,
+            ..EgressBounds::default()
+        },
+        &[("pkg.test", LOOPBACK)],
+    );
+    let (answer, mut stream) = ask(
+        &f.socket,
+        &format!("CONNECT pkg.test:{port} HTTP/1.1\r\n\r\n"),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let started = Instant::now();
+    let mut received = Vec::with_capacity(SIZE);
+    let mut chunk = vec![0u8; 8 << 10];
+    loop {
+        let read = stream.read(&mut chunk).await.unwrap();
+        if read == 0 {
+            break;
+        }
+        received.extend_from_slice(&chunk[..read]);
+        // At most 0.8 MiB/s: seconds to read it all, never idle for long.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(started.elapsed() > 2 * idle, "the reader was not slow");
+    assert_eq!(received.len(), SIZE);
+    assert!(
+        received
+            .iter()
+            .enumerate()
+            .all(|(i, b)| *b == (i % 251) as u8)
+    );
+    let report = f.proxy.shutdown().await;
+    let record = &report.records[0];
+    assert_eq!(record.down, SIZE as u64, "{record:?}");
+    assert!(!record.outcome.contains("nothing moved"), "{record:?}");
+}

@@ -47,6 +47,29 @@ pub(crate) fn instance_tag(api_url: &str) -> String {
     digest.iter().take(4).map(|b| format!("{b:02x}")).collect()
 }
 
+/// The id of a token minted at an instance: `<prefix><instance tag>-<token id>-<subject>`, so that
+/// revoking it, even after a crash, acts only at the instance that minted it and on that token.
+pub(crate) fn minted_id(prefix: &str, instance: &str, token_id: u64, subject: &str) -> String {
+    format!("{prefix}{instance}-{token_id}-{subject}")
+}
+
+/// The token id and subject of a [`minted_id`] of `prefix` at `instance`; `None` for any other id
+/// (another prefix or instance, a token id that is not decimal digits). The subject is returned as
+/// written, for the provider to check.
+pub(crate) fn parse_minted_id<'a>(
+    id: &'a str,
+    prefix: &str,
+    instance: &str,
+) -> Option<(u64, &'a str)> {
+    let rest = id.strip_prefix(prefix)?;
+    let (tag, rest) = rest.split_once('-')?;
+    let (token_id, subject) = rest.split_once('-')?;
+    if tag != instance || token_id.is_empty() || !token_id.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((token_id.parse().ok()?, subject))
+}
+
 /// The host of a forge's `git_url` (checked like every forge URL), which a checkout's remotes are
 /// matched on.
 pub(crate) fn git_host(forge: &'static str, git_url: &str) -> Result<String> {

@@ -127,7 +127,7 @@ pub(super) fn provider_fields(api: WireApi) -> &'static [&'static str] {
 }
 
 /// Tool types the client executes itself. A tool with no `type` is a client tool on Messages only.
-pub(super) fn client_tool(api: WireApi, kind: Option<&str>) -> bool {
+pub(crate) fn client_tool(api: WireApi, kind: Option<&str>) -> bool {
     match (api, kind) {
         (WireApi::Messages, None | Some("custom")) => true,
         (WireApi::Messages, Some(kind)) => {

@@ -426,7 +426,7 @@ fn prepare(
     };
     // The walk feeds only the worst case and the refusals, which matter under a ceiling alone.
     let found = if bounded {
-        scan::scan(&raw)
+        scan::scan(&raw, wire.api())
     } else {
         Ok(scan::Found::default())
     };

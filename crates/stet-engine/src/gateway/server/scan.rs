@@ -2,10 +2,17 @@
 //! fields — image and file parts, stored-file references, tools the provider runs, audio output —
 //! without building the document: a hostile body of tiny values would cost the host tens of times its
 //! size as a `serde_json::Value`. Memory is bounded by the nesting depth (serde_json stops at 128).
+//!
+//! Only the request's content counts: a tool's definition (its name, description and parameter
+//! schema) and the output format's schema describe data and hold no part the provider reads, so a
+//! property named `audio_url` or `file_id` in a schema (Codex's sub-agent tools have one) is no
+//! audio part and no stored file. What a tool's `type` says still counts, nested tools included.
 
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+
+use crate::gateway::policy::{WireApi, client_tool};
 
 /// What the walk found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -17,19 +24,21 @@ pub(super) struct Found {
     pub(super) unbounded_media: Option<String>,
     /// Some object names a stored file (`file_id` not null).
     pub(super) stored_file: bool,
-    /// The `type` of a top-level tool the provider runs itself (anything but `function` or `custom`).
+    /// The `type` of a top-level tool (or of one a client tool nests, as a Responses `namespace`
+    /// does) the provider runs itself: anything the wire API's policy does not call a client tool.
     pub(super) hosted_tool: Option<String>,
     /// Top-level `modalities` asks for audio.
     pub(super) audio_output: bool,
 }
 
-/// Walks `raw` (a JSON document) and says what it holds.
-pub(super) fn scan(raw: &[u8]) -> Result<Found, serde_json::Error> {
+/// Walks `raw` (a JSON document, a request of `api`) and says what it holds.
+pub(super) fn scan(raw: &[u8], api: WireApi) -> Result<Found, serde_json::Error> {
     let mut found = Found::default();
     let mut deserializer = serde_json::Deserializer::from_slice(raw);
     Walk {
         found: &mut found,
         place: Place::Root,
+        api,
     }
     .deserialize(&mut deserializer)?;
     deserializer.end()?;
@@ -67,12 +76,16 @@ enum Place {
     Tool,
     /// The top-level `modalities` array.
     Modalities,
+    /// A description of data, not content: inside a tool's definition (apart from its `type` and
+    /// the tools it nests) or an output format. Nothing here counts.
+    Schema,
     Elsewhere,
 }
 
 struct Walk<'a> {
     found: &'a mut Found,
     place: Place,
+    api: WireApi,
 }
 
 impl<'de> DeserializeSeed<'de> for Walk<'_> {
@@ -121,12 +134,14 @@ impl<'de> Visitor<'de> for Walk<'_> {
         let place = match self.place {
             Place::Tools => Place::Tool,
             Place::Modalities => Place::Modalities,
+            Place::Schema => Place::Schema,
             _ => Place::Elsewhere,
         };
         while seq
             .next_element_seed(Walk {
                 found: &mut *self.found,
                 place,
+                api: self.api,
             })?
             .is_some()
         {}
@@ -134,11 +149,19 @@ impl<'de> Visitor<'de> for Walk<'_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let api = self.api;
         while let Some(key) = map.next_key_seed(KeySeed)? {
+            let key = match (self.place, key) {
+                (Place::Schema, _) => Key::Other(None),
+                (Place::Tool, kept @ (Key::Type | Key::Other(Some(TopKey::Tools)))) => kept,
+                (Place::Tool, _) => Key::Other(Some(TopKey::Schema)),
+                (_, key) => key,
+            };
             match key {
                 Key::Type => {
                     let kind = map.next_value_seed(TypeSeed {
                         found: &mut *self.found,
+                        api,
                     })?;
                     if let Some(kind) = kind {
                         if is_unbounded_media(&kind) && self.found.unbounded_media.is_none() {
@@ -148,7 +171,7 @@ impl<'de> Visitor<'de> for Walk<'_> {
                             self.found.attachments = self.found.attachments.saturating_add(1);
                         }
                         if self.place == Place::Tool
-                            && !matches!(kind.as_str(), "function" | "custom")
+                            && !client_tool(api, Some(&kind))
                             && self.found.hosted_tool.is_none()
                         {
                             self.found.hosted_tool = Some(kind);
@@ -158,6 +181,7 @@ impl<'de> Visitor<'de> for Walk<'_> {
                 Key::FileId => {
                     if map.next_value_seed(NotNull {
                         found: &mut *self.found,
+                        api,
                     })? {
                         self.found.stored_file = true;
                     }
@@ -169,17 +193,21 @@ impl<'de> Visitor<'de> for Walk<'_> {
                     map.next_value_seed(Walk {
                         found: &mut *self.found,
                         place: Place::Elsewhere,
+                        api,
                     })?;
                 }
                 Key::Other(top) => {
                     let place = match (self.place, top) {
-                        (Place::Root, Some(TopKey::Tools)) => Place::Tools,
+                        (Place::Root | Place::Tool, Some(TopKey::Tools)) => Place::Tools,
                         (Place::Root, Some(TopKey::Modalities)) => Place::Modalities,
+                        (Place::Root | Place::Tool, Some(TopKey::Schema)) => Place::Schema,
+                        (Place::Schema, _) => Place::Schema,
                         _ => Place::Elsewhere,
                     };
                     map.next_value_seed(Walk {
                         found: &mut *self.found,
                         place,
+                        api,
                     })?;
                 }
             }
@@ -197,11 +225,14 @@ enum Key {
     Other(Option<TopKey>),
 }
 
-/// Keys that matter at the top level only.
+/// Keys that matter at the top level (and `tools` in a tool too).
 #[derive(Clone, Copy)]
 enum TopKey {
     Tools,
     Modalities,
+    /// An output format (`text`, `response_format`), or any key of a tool's definition but `type`
+    /// and `tools`.
+    Schema,
 }
 
 struct KeySeed;
@@ -227,6 +258,7 @@ impl Visitor<'_> for KeySeed {
             "file_id" => Key::FileId,
             "tools" => Key::Other(Some(TopKey::Tools)),
             "modalities" => Key::Other(Some(TopKey::Modalities)),
+            "text" | "response_format" => Key::Other(Some(TopKey::Schema)),
             "file_url" => Key::Media("file_url"),
             "file_data" => Key::Media("file_data"),
             "audio_url" => Key::Media("audio_url"),
@@ -241,6 +273,7 @@ impl Visitor<'_> for KeySeed {
 /// otherwise walked for what it holds.
 struct TypeSeed<'a> {
     found: &'a mut Found,
+    api: WireApi,
 }
 
 /// The longest `type` text kept.
@@ -292,6 +325,7 @@ impl<'de> Visitor<'de> for TypeSeed<'_> {
         Walk {
             found: self.found,
             place: Place::Elsewhere,
+            api: self.api,
         }
         .visit_seq(seq)?;
         Ok(None)
@@ -301,6 +335,7 @@ impl<'de> Visitor<'de> for TypeSeed<'_> {
         Walk {
             found: self.found,
             place: Place::Elsewhere,
+            api: self.api,
         }
         .visit_map(map)?;
         Ok(None)
@@ -310,6 +345,7 @@ impl<'de> Visitor<'de> for TypeSeed<'_> {
 /// A `file_id` value: whether it is anything but null (walked for what it holds either way).
 struct NotNull<'a> {
     found: &'a mut Found,
+    api: WireApi,
 }
 
 impl<'de> DeserializeSeed<'de> for NotNull<'_> {
@@ -355,6 +391,7 @@ impl<'de> Visitor<'de> for NotNull<'_> {
         Walk {
             found: self.found,
             place: Place::Elsewhere,
+            api: self.api,
         }
         .visit_seq(seq)?;
         Ok(true)
@@ -364,6 +401,7 @@ impl<'de> Visitor<'de> for NotNull<'_> {
         Walk {
             found: self.found,
             place: Place::Elsewhere,
+            api: self.api,
         }
         .visit_map(map)?;
         Ok(true)
@@ -376,7 +414,104 @@ mod tests {
     use super::*;
 
     fn found(body: serde_json::Value) -> Found {
-        scan(body.to_string().as_bytes()).unwrap()
+        scan(body.to_string().as_bytes(), WireApi::ChatCompletions).unwrap()
+    }
+
+    fn responses(body: &serde_json::Value) -> Found {
+        scan(body.to_string().as_bytes(), WireApi::Responses).unwrap()
+    }
+
+    /// The first request of the real Codex 0.163 with its sub-agent tools on (its default), as
+    /// `tests/fixtures/codex/capture.sh` records it: the `multi_agent_v1` namespace's `spawn_agent`
+    /// and `send_input` take input items whose schema names `audio_url`, `image_url` and more.
+    #[test]
+    fn codexs_own_request_with_its_sub_agent_tools_holds_no_part_and_no_hosted_tool() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/codex/multi-agent.request-1.json"
+        );
+        let raw = std::fs::read(path).unwrap();
+        assert!(
+            String::from_utf8_lossy(&raw).contains("\"audio_url\""),
+            "the capture's schema names audio_url"
+        );
+        assert_eq!(scan(&raw, WireApi::Responses).unwrap(), Found::default());
+    }
+
+    /// Codex's own requests with an MCP server (its tools in a `namespace`) and with the hosted web
+    /// search on, as `tests/fixtures/codex/capture.sh` records them: the first holds nothing the
+    /// provider runs, the second the web search, which the gateway refuses unless priced.
+    #[test]
+    fn codexs_mcp_tools_are_its_own_and_its_web_search_is_the_providers() {
+        let request = |name: &str| {
+            let path = format!(
+                "{}/../../tests/fixtures/codex/{name}.request-1.json",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            scan(&std::fs::read(path).unwrap(), WireApi::Responses).unwrap()
+        };
+        assert_eq!(request("mcp"), Found::default());
+        assert_eq!(
+            request("web-search").hosted_tool.as_deref(),
+            Some("web_search")
+        );
+    }
+
+    #[test]
+    fn a_schema_names_no_part_but_a_real_part_still_counts() {
+        let schema = serde_json::json!({"type": "object", "properties": {
+            "audio_url": {"type": "string"}, "file_id": {"type": "string"},
+            "video_url": {"type": "string"}, "input_audio": {"type": "object"},
+            "kind": {"type": "image_url"}}});
+        let tools = serde_json::json!({"tools": [
+            {"type": "function", "name": "f", "parameters": schema},
+            {"type": "namespace", "name": "ns", "description": "d", "tools": [
+                {"type": "function", "name": "g", "parameters": schema}]}],
+            "text": {"format": {"type": "json_schema", "name": "out", "schema": schema}}});
+        assert_eq!(responses(&tools), Found::default());
+        let chat = serde_json::json!({"tools": [{"type": "function",
+            "function": {"name": "f", "parameters": schema}}],
+            "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}});
+        assert_eq!(found(chat), Found::default());
+        // The same tools beside a real audio part, or a stored file, in the input.
+        let mut with_audio = tools.clone();
+        with_audio["input"] = serde_json::json!([{"role": "user", "content": [
+            {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}}]}]);
+        assert_eq!(
+            responses(&with_audio).unbounded_media.as_deref(),
+            Some("input_audio")
+        );
+        let mut keyed = tools.clone();
+        keyed["input"] = serde_json::json!([{"content": [{"audio_url": "https://x/a.wav"}]}]);
+        assert_eq!(
+            responses(&keyed).unbounded_media.as_deref(),
+            Some("audio_url")
+        );
+        let mut stored = tools;
+        stored["input"] =
+            serde_json::json!([{"content": [{"type": "input_file", "file_id": "f"}]}]);
+        assert!(responses(&stored).stored_file);
+    }
+
+    #[test]
+    fn a_hosted_tool_counts_even_nested_in_a_namespace_and_client_tools_are_the_apis_own() {
+        let nested = serde_json::json!({"tools": [{"type": "namespace", "name": "ns",
+            "tools": [{"type": "function", "name": "f"}, {"type": "web_search"}]}]});
+        assert_eq!(
+            responses(&nested).hosted_tool.as_deref(),
+            Some("web_search")
+        );
+        // `namespace` and `local_shell` are client tools of the Responses API only.
+        let local = serde_json::json!({"tools": [{"type": "local_shell"}, {"type": "namespace", "tools": []}]});
+        assert_eq!(responses(&local).hosted_tool, None);
+        assert_eq!(found(local).hosted_tool.as_deref(), Some("local_shell"));
+        // A tool's `type` is read where it stands, whatever else the tool holds.
+        let hosted = serde_json::json!({"tools": [{"name": "x", "type": "file_search",
+            "vector_store_ids": ["vs_1"]}]});
+        assert_eq!(
+            responses(&hosted).hosted_tool.as_deref(),
+            Some("file_search")
+        );
     }
 
     #[test]
@@ -389,9 +524,9 @@ mod tests {
         assert_eq!(found(body).attachments, 3);
         // Escapes spell the same type; a duplicated key counts twice.
         let raw = br#"{"messages":[{"content":[{"type":"text","type":"image\u005furl"}]}]}"#;
-        assert_eq!(scan(raw).unwrap().attachments, 1);
+        assert_eq!(scan(raw, WireApi::ChatCompletions).unwrap().attachments, 1);
         let raw = br#"{"m":[{"type":"image_url","type":"input_image"}]}"#;
-        assert_eq!(scan(raw).unwrap().attachments, 2);
+        assert_eq!(scan(raw, WireApi::ChatCompletions).unwrap().attachments, 2);
     }
 
     #[test]
@@ -419,7 +554,7 @@ mod tests {
                 "audio_url",
             ),
         ] {
-            let found = scan(raw.as_bytes()).unwrap();
+            let found = scan(raw.as_bytes(), WireApi::Responses).unwrap();
             assert_eq!(found.unbounded_media.as_deref(), Some(named), "{raw}");
         }
         assert_eq!(
@@ -455,11 +590,11 @@ mod tests {
 
     #[test]
     fn a_body_that_is_not_json_is_an_error() {
-        assert!(scan(b"{\"a\": ").is_err());
-        assert!(scan(b"{} trailing").is_err());
+        assert!(scan(b"{\"a\": ", WireApi::Responses).is_err());
+        assert!(scan(b"{} trailing", WireApi::Responses).is_err());
         let deep = "[".repeat(200) + &"]".repeat(200);
         assert!(
-            scan(deep.as_bytes()).is_err(),
+            scan(deep.as_bytes(), WireApi::Responses).is_err(),
             "serde_json's depth limit holds"
         );
     }

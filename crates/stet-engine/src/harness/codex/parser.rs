@@ -37,6 +37,8 @@ pub struct CodexOutput {
     completed: bool,
     /// The error of the last `turn.failed`.
     failed: Option<String>,
+    /// The message of the last top-level `error` event (a thread's fatal error).
+    error: Option<String>,
 }
 
 /// Codex's usage totals as it reports them (`input` includes `cached`).
@@ -61,6 +63,7 @@ impl CodexOutput {
             total: Totals::default(),
             completed: false,
             failed: None,
+            error: None,
         }
     }
 
@@ -124,6 +127,7 @@ impl CodexOutput {
             }
             "error" => {
                 let message = or_placeholder(string(event, "message"), "(no detail)");
+                self.error = Some(message.clone());
                 vec![self.item(ItemKind::Error, &message)]
             }
             "item.started" | "item.updated" | "item.completed" => match event.get("item") {
@@ -301,7 +305,7 @@ impl CodexOutput {
                     let result = item
                         .get("result")
                         .filter(|result| !result.is_null())
-                        .map_or_else(|| "(no result)".to_owned(), Value::to_string);
+                        .map_or_else(|| "(no result)".to_owned(), mcp_result);
                     parsed.push(self.item(ItemKind::Output, &result));
                 }
             }
@@ -346,11 +350,10 @@ impl OutputParser for CodexOutput {
     }
 
     fn failure(&self, finished: bool) -> Option<SanitizedText> {
-        if let Some(error) = &self.failed {
-            return Some(self.text(
-                &format!("Codex's turn failed: {error}"),
-                MAX_RENDERING_BYTES,
-            ));
+        if (self.failed.is_some() || !(finished && self.completed))
+            && let Some(reported) = self.reported_failure()
+        {
+            return Some(reported);
         }
         if finished && self.completed {
             return None;
@@ -360,6 +363,19 @@ impl OutputParser for CodexOutput {
                 format!("Codex stopped before its turn completed; its last message: {message}")
             }
             None => "Codex stopped before its turn completed".to_owned(),
+        };
+        Some(self.text(&reason, MAX_RENDERING_BYTES))
+    }
+
+    /// The turn's failure, or else, when no turn completed, the thread's last `error` event (an
+    /// `error` item, such as the missing model metadata, is only a warning).
+    fn reported_failure(&self) -> Option<SanitizedText> {
+        let reason = match (&self.failed, &self.error) {
+            (Some(failed), _) => format!("Codex's turn failed: {failed}"),
+            (None, Some(error)) if !self.completed => {
+                format!("Codex stopped on an error: {error}")
+            }
+            (None, _) => return None,
         };
         Some(self.text(&reason, MAX_RENDERING_BYTES))
     }
@@ -405,6 +421,27 @@ fn file_change(item: &Map<String, Value>) -> String {
     match string(item, "status") {
         "failed" => format!("file change failed: {changes}"),
         _ => format!("file change: {changes}"),
+    }
+}
+
+/// An MCP tool's result as its text parts say it, one a line; as JSON when it has none (an image,
+/// structured content only).
+fn mcp_result(result: &Value) -> String {
+    let texts: Vec<&str> = result
+        .get("content")
+        .and_then(Value::as_array)
+        .map(|parts| {
+            parts
+                .iter()
+                .filter(|part| part.get("type").and_then(Value::as_str) == Some("text"))
+                .filter_map(|part| part.get("text").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    if texts.is_empty() {
+        result.to_string()
+    } else {
+        texts.join("\n")
     }
 }
 
