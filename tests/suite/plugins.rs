@@ -16,7 +16,8 @@ const STET: &str = env!("CARGO_BIN_EXE_stet");
 /// needs one reads) resolves to.
 fn configured(text: &str) -> Config {
     let text = format!(
-        "{text}\n[harness.openhands]\nmodel = \"openai/gpt-4.1\"\n[harness.codex]\nmodel = \"gpt-5.1-codex\"\n"
+        "{text}\n[harness.openhands]\nmodel = \"openai/gpt-4.1\"\n[harness.codex]\nmodel = \"gpt-5.1-codex\"\n\
+         [harness.claude]\nmodel = \"claude-sonnet-4-5\"\n"
     );
     Config::from_files(&[ConfigFile::new(
         "/plugins-test/stet.toml",

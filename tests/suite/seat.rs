@@ -292,6 +292,50 @@ async fn doctor_asks_the_model_endpoint_for_its_models_with_the_key_a_dispatch_s
     );
 }
 
+/// Claude Code's endpoint speaks Anthropic's API: doctor asks it for its models with the key as
+/// `x-api-key` and the API version, never as a bearer token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_asks_an_anthropic_endpoint_with_its_own_key_header_for_claude_code() {
+    use stet_scripted_model::{DEMO_MODEL, ScriptedModel};
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let home = Home::new();
+    let repo = bare_checkout(&home);
+    home.add_user_config(&format!(
+        "[harness]\nkind = \"claude\"\n[harness.claude]\nmodel = \"{DEMO_MODEL}\"\n[model]\nbase_url = \"{}\"\napi_key_env = \"STET_TEST_DOCTOR_MODEL_KEY\"\n",
+        model.base_url(),
+    ));
+    let key = format!(
+        "sk-ant-{}",
+        stet_engine::credential::random_token(32).unwrap()
+    );
+    let (_, report) = {
+        let (home, repo, key) = (&home, &repo, key.clone());
+        tokio::task::block_in_place(move || {
+            doctor(home, repo, &[("STET_TEST_DOCTOR_MODEL_KEY", key.as_str())])
+        })
+    };
+    assert!(
+        report.contains(&format!(
+            "[ok  ] model endpoint: GET {}/models with the key in STET_TEST_DOCTOR_MODEL_KEY: answered, and lists {DEMO_MODEL}",
+            model.base_url()
+        )),
+        "{report}"
+    );
+    assert!(
+        report.contains(&format!("[ok  ] harness: claude, model {DEMO_MODEL}")),
+        "{report}"
+    );
+    assert!(!report.contains(&key), "{report}");
+    let asked = model.requests();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0].path, "/v1/models");
+    assert_eq!(asked[0].header("x-api-key"), Some(key.as_str()));
+    assert_eq!(asked[0].header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(asked[0].header("authorization"), None);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn build_local_refuses_what_is_not_an_executable_for_the_engines_platform() {
     use sha2::Digest;

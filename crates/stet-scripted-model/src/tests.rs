@@ -954,3 +954,22 @@ fn names_past_the_last_conversation_kept_are_numbered_with_the_unnamed() {
     assert_eq!(asked.next(Some("run-7")), 2);
     assert_eq!(asked.named.len(), MAX_CONVERSATIONS);
 }
+
+#[tokio::test]
+async fn a_scripted_turn_carries_the_cost_header_and_a_waiting_test_sees_its_request() {
+    let model = ScriptedModel::serve("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    model.set_cost_header(Some(0.004));
+    model.set_turns(vec![Turn::text("done")]);
+    assert!(!model.wait_for_requests(1, std::time::Duration::ZERO));
+    let answer = send_with(&model, "/v1/responses", &[], &codex_turn(0, true)).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(
+        answer.headers[COST_HEADER],
+        HeaderValue::from_static("0.004")
+    );
+    assert!(model.wait_for_requests(1, std::time::Duration::ZERO));
+    assert_eq!(model.sent_usage().len(), 1);
+    model.shutdown().await;
+}

@@ -134,7 +134,7 @@ pub(super) struct Lists<T> {
 }
 
 /// Picks one setting out of a layer's settings.
-type Pick<T> = fn(&FileSettings) -> &Option<Spanned<T>>;
+pub(super) type Pick<T> = fn(&FileSettings) -> &Option<Spanned<T>>;
 
 impl Layers {
     pub(crate) fn new(layers: Vec<Layer>) -> Layers {

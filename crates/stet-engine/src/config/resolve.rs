@@ -7,12 +7,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::file::{ForgeKind, ProviderKind};
-use super::layers::{Layers, Lists, Reason};
+use super::layers::{Layers, Lists, Pick, Reason};
 use super::{
-    ClaudeHarnessConfig, CodexHarnessConfig, Config, ConfigError, CredentialConfig,
-    DispatchSettings, ForgeConfig, HarnessConfig, ModelConfig, NetworkConfig,
-    OpenHandsHarnessConfig, Origin, RepositoryFile, Result, RuntimeConfig, ScriptHarnessSettings,
-    Sourced, default_agent,
+    CodexHarnessConfig, Config, ConfigError, CredentialConfig, DispatchSettings, ForgeConfig,
+    HarnessConfig, ModelConfig, NetworkConfig, OpenHandsHarnessConfig, Origin, RepositoryFile,
+    Result, RuntimeConfig, ScriptHarnessSettings, Sourced, default_agent,
 };
 use crate::forge::gitea_token::GiteaTokenSettings;
 use crate::forge::github_app::GitHubAppSettings;
@@ -313,15 +312,13 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         &s.harness.script.scenario
     });
     let pace = layers.free("harness.script.pace", |s| &s.harness.script.pace);
-    let model = layers.machine("harness.openhands.model", Reason::Model, |s| {
-        &s.harness.openhands.model
-    });
-    let codex_model = layers.machine("harness.codex.model", Reason::Model, |s| {
-        &s.harness.codex.model
-    });
-    let claude_model = layers.machine("harness.claude.model", Reason::Model, |s| {
-        &s.harness.claude.model
-    });
+    let picks: [(_, Pick<String>); 3] = [
+        ("harness.openhands.model", |s| &s.harness.openhands.model),
+        ("harness.codex.model", |s| &s.harness.codex.model),
+        ("harness.claude.model", |s| &s.harness.claude.model),
+    ];
+    let [model, codex_model, claude_model] =
+        picks.map(|(field, pick)| layers.machine(field, Reason::Model, pick));
     let base_url = layers.machine("model.base_url", Reason::Url, |s| &s.model.base_url);
     let model_api = layers.machine("model.api", Reason::Model, |s| &s.model.api);
     let api_key_env = layers.machine("model.api_key_env", Reason::EnvironmentVariable, |s| {
@@ -584,7 +581,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         codex: CodexHarnessConfig {
             model: non_empty(codex_model, "harness.codex.model")?,
         },
-        claude: ClaudeHarnessConfig {
+        claude: super::ClaudeHarnessConfig {
             model: non_empty(claude_model, "harness.claude.model")?,
         },
     };

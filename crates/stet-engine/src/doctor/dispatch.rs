@@ -13,6 +13,7 @@ use http_body_util::{BodyExt, Empty, Limited};
 
 use crate::check::{Check, Status};
 use crate::config::{self, Config, HarnessKind};
+use crate::gateway::policy::WireApi;
 use crate::gateway::prices::PriceTable;
 use crate::runtime::{ImageRef, RuntimeSetup};
 
@@ -227,7 +228,11 @@ async fn endpoint_check(config: &Config, model: &str, field: &str, user_file: &s
     let url = format!("{}/models", base_url.trim_end_matches('/'));
     let answer = tokio::time::timeout(
         MODELS_TIMEOUT,
-        list_models(&url, key.as_ref().map(|key| key.expose_secret())),
+        list_models(
+            &url,
+            key.as_ref().map(|key| key.expose_secret()),
+            config.model.api_for(config.harness.kind) == Some(WireApi::Messages),
+        ),
     )
     .await
     .unwrap_or_else(|_| Err(format!("no answer within {}s", MODELS_TIMEOUT.as_secs())));
@@ -276,10 +281,24 @@ async fn endpoint_check(config: &Config, model: &str, field: &str, user_file: &s
 }
 
 /// `GET url` with `key` as the bearer: the status, and the model ids a 2xx answer lists.
-async fn list_models(url: &str, key: Option<&str>) -> Result<(u16, Vec<String>), String> {
+async fn list_models(
+    url: &str,
+    key: Option<&str>,
+    anthropic: bool,
+) -> Result<(u16, Vec<String>), String> {
     let mut request = hyper::Request::get(url);
-    if let Some(key) = key {
-        request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {key}"));
+    // Anthropic's API (the Messages endpoint Claude Code is given) takes its key as `x-api-key`,
+    // with the API version; an OpenAI-compatible one as a bearer token.
+    match key {
+        Some(key) if anthropic => {
+            request = request
+                .header("x-api-key", key)
+                .header("anthropic-version", "2023-06-01");
+        }
+        Some(key) => {
+            request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {key}"));
+        }
+        None => {}
     }
     let request = request
         .body(Empty::<Bytes>::new())
