@@ -41,7 +41,13 @@ impl Pki {
         )
         .unwrap();
         let at = |path: &PathBuf| path.to_str().unwrap().to_owned();
-        let new_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+        let new_key = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ];
         openssl(&[
             &["req", "-x509"][..],
             &new_key,
@@ -53,7 +59,14 @@ impl Pki {
         openssl(&[
             &["req"][..],
             &new_key,
-            &["-keyout", &at(&key), "-out", &at(&csr), "-subj", "/CN=localhost"],
+            &[
+                "-keyout",
+                &at(&key),
+                "-out",
+                &at(&csr),
+                "-subj",
+                "/CN=localhost",
+            ],
         ]);
         openssl(&[
             &["x509", "-req", "-days", "2", "-CAcreateserial"][..],
@@ -95,7 +108,14 @@ fn git(dir: &Path, args: &[&str]) {
     let output = Command::new("git")
         .arg("-C")
         .arg(dir)
-        .args(["-c", "safe.directory=*", "-c", "user.name=t", "-c", "user.email=t@t.invalid"])
+        .args([
+            "-c",
+            "safe.directory=*",
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t.invalid",
+        ])
         .args(args)
         .output()
         .unwrap();
@@ -156,7 +176,10 @@ fn the_sandboxs_git_clones_and_fetches_over_https_trusting_only_the_ca_it_was_gi
     let finished = run(project.headless(&[]));
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
     let output = output_of(&finished);
-    assert!(output.contains(&format!("cloned: {value}")), "{output}{finished:#?}");
+    assert!(
+        output.contains(&format!("cloned: {value}")),
+        "{output}{finished:#?}"
+    );
     let head = String::from_utf8(
         Command::new("git")
             .arg("-C")

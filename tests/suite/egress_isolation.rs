@@ -99,7 +99,10 @@ fn another_dispatchs_proxy_socket_is_out_of_reach_and_gone_once_its_killed_stet_
     );
     // Every socket the sandbox sees is in its own socket directory, and its proxy among them refused
     // the other's host; none opened a tunnel.
-    let seen: Vec<&str> = output.lines().filter(|line| line.starts_with("seen ")).collect();
+    let seen: Vec<&str> = output
+        .lines()
+        .filter(|line| line.starts_with("seen "))
+        .collect();
     assert!(
         seen.iter()
             .any(|line| line.starts_with("seen /run/stet/egress.sock answered: HTTP/1.1 403")),
@@ -126,7 +129,10 @@ fn another_dispatchs_proxy_socket_is_out_of_reach_and_gone_once_its_killed_stet_
     // sweep removes it with the dispatch's socket directory.
     let dispatch = at.dispatch;
     let status = watched.kill();
-    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
     let mut sweep = other.home.stet();
     sweep.arg("sweep");
     let swept = run_text(sweep);

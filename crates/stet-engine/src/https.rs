@@ -202,9 +202,7 @@ pub(crate) fn read_ca_bundle(path: &Path) -> Result<Vec<CertificateDer<'static>>
 /// The PEM file of certificate authorities at `path` as read, and its certificates, each one
 /// checked as a trust anchor; otherwise what is wrong with it (unreadable, larger than 4 MiB, no
 /// certificate, one that cannot be an anchor).
-pub(crate) fn read_ca_file(
-    path: &Path,
-) -> Result<(Vec<u8>, Vec<CertificateDer<'static>>), String> {
+pub(crate) fn read_ca_file(path: &Path) -> Result<(Vec<u8>, Vec<CertificateDer<'static>>), String> {
     let file = std::fs::File::open(path).map_err(|err| format!("cannot be read: {err}"))?;
     let mut pem = Vec::new();
     file.take(MAX_BUNDLE_BYTES + 1)
@@ -224,9 +222,9 @@ pub(crate) fn read_ca_file(
     }
     let mut check = RootCertStore::empty();
     for (index, certificate) in certificates.iter().enumerate() {
-        check.add(certificate.clone()).map_err(|err| {
-            format!("certificate {} cannot be a trust anchor: {err}", index + 1)
-        })?;
+        check
+            .add(certificate.clone())
+            .map_err(|err| format!("certificate {} cannot be a trust anchor: {err}", index + 1))?;
     }
     Ok((pem, certificates))
 }

@@ -63,8 +63,16 @@ async fn both_ways_moves_every_byte_and_passes_each_end_on() {
             got
         },
     );
-    assert!(got_forth == forth, "tcp → unix differs ({} bytes)", got_forth.len());
-    assert!(got_back == back, "unix → tcp differs ({} bytes)", got_back.len());
+    assert!(
+        got_forth == forth,
+        "tcp → unix differs ({} bytes)",
+        got_forth.len()
+    );
+    assert!(
+        got_back == back,
+        "unix → tcp differs ({} bytes)",
+        got_back.len()
+    );
     let (a_to_b, b_to_a) = relay.await.unwrap().unwrap();
     assert_eq!((a_to_b, b_to_a), (9 << 20, 5 << 20));
 }
@@ -82,7 +90,10 @@ async fn a_fill_takes_at_most_its_allowance_and_holds_it_until_drained() {
     let mut taken = 0;
     loop {
         let took = pipe.fill(&from, 1000 - taken).await.unwrap();
-        assert!(took > 0 && took <= 1000 - taken, "took {took} with {taken} of 1000 taken");
+        assert!(
+            took > 0 && took <= 1000 - taken,
+            "took {took} with {taken} of 1000 taken"
+        );
         assert_eq!(pipe.held(), took);
         taken += took;
         if taken == 1000 {
@@ -91,7 +102,10 @@ async fn a_fill_takes_at_most_its_allowance_and_holds_it_until_drained() {
         pipe.drain(&to).await.unwrap();
     }
     let refused = pipe.fill(&from, 10).await.unwrap_err();
-    assert!(refused.to_string().contains("before what it held"), "{refused}");
+    assert!(
+        refused.to_string().contains("before what it held"),
+        "{refused}"
+    );
     pipe.drain(&to).await.unwrap();
     assert_eq!(pipe.held(), 0);
     let mut first = vec![0u8; 1000];
@@ -127,7 +141,11 @@ async fn a_fill_cancelled_while_waiting_takes_nothing() {
     sink.read_exact(&mut got).await.unwrap();
     assert_eq!(&got, b"after");
     drop(source);
-    assert_eq!(pipe.fill(&from, 64).await.unwrap(), 0, "the end of the stream");
+    assert_eq!(
+        pipe.fill(&from, 64).await.unwrap(),
+        0,
+        "the end of the stream"
+    );
 }
 
 /// A drain to a peer that went away fails instead of spinning or hanging.

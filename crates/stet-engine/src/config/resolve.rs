@@ -641,7 +641,9 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
     let network = NetworkConfig {
         ca_bundle: match ca_bundle {
             Some(Sourced { origin, .. })
-                if repository_path.as_ref().is_some_and(|path| origin.file() == *path) =>
+                if repository_path
+                    .as_ref()
+                    .is_some_and(|path| origin.file() == *path) =>
             {
                 return Err(invalid(
                     origin,

@@ -1616,8 +1616,9 @@ fn the_sandbox_ca_bundle_is_read_checked_and_named_in_every_error() {
             .unwrap_err()
             .to_string();
         assert!(
-            error.starts_with("/home/u/.config/stet/config.toml:3: field `network.sandbox_ca_bundle`: ")
-                && error.contains(&format!("{}: {problem}", path.display())),
+            error.starts_with(
+                "/home/u/.config/stet/config.toml:3: field `network.sandbox_ca_bundle`: "
+            ) && error.contains(&format!("{}: {problem}", path.display())),
             "{error}"
         );
     }

@@ -491,8 +491,11 @@ async fn a_slow_reader_that_keeps_reading_is_not_cut_as_idle() {
         },
         &[("pkg.test", LOOPBACK)],
     );
-    let (answer, mut stream) =
-        ask(&f.socket, &format!("CONNECT pkg.test:{port} HTTP/1.1\r\n\r\n")).await;
+    let (answer, mut stream) = ask(
+        &f.socket,
+        &format!("CONNECT pkg.test:{port} HTTP/1.1\r\n\r\n"),
+    )
+    .await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     let started = Instant::now();
     let mut received = Vec::with_capacity(SIZE);
@@ -508,7 +511,12 @@ async fn a_slow_reader_that_keeps_reading_is_not_cut_as_idle() {
     }
     assert!(started.elapsed() > 2 * idle, "the reader was not slow");
     assert_eq!(received.len(), SIZE);
-    assert!(received.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
+    assert!(
+        received
+            .iter()
+            .enumerate()
+            .all(|(i, b)| *b == (i % 251) as u8)
+    );
     let report = f.proxy.shutdown().await;
     let record = &report.records[0];
     assert_eq!(record.down, SIZE as u64, "{record:?}");
