@@ -16,74 +16,19 @@ use super::{
 use crate::forge::gitea_token::GiteaTokenSettings;
 use crate::forge::github_app::GitHubAppSettings;
 use crate::forge::protected::ProtectedPaths;
-use crate::forge::rest::RetryPolicy;
-use crate::forge::settings::ForgeSettings;
 use crate::forge::token::TokenSource;
 use crate::git::import::{Identity, ImportLimits};
 use crate::git::workspace::BaseLimits;
+
+mod forge;
+
+use forge::{GITEA, GITHUB, GITLAB, RestForgeReads};
 
 pub(super) const DEFAULT_CREDENTIAL_TTL: Duration = Duration::from_secs(15 * 60);
 const DEFAULT_DISPATCH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 const DEFAULT_CONCURRENCY: usize = 2;
 const DEFAULT_PACE: f64 = 1.0;
 pub(super) const DEFAULT_MODEL_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// What each REST forge's settings are called and default to.
-struct ForgeDefaults {
-    api_url_field: &'static str,
-    git_url_field: &'static str,
-    token_env_field: &'static str,
-    token_command_field: &'static str,
-    /// `None`: the setting is required (a self-hosted forge has no well-known address).
-    api_url: Option<&'static str>,
-    /// What the API's path is below the web address, to find `git_url` from `api_url`.
-    api_path: &'static str,
-    /// The git address when `api_url` does not end in `api_path` (GitHub's own `api.github.com`);
-    /// `None`: `git_url` is then required.
-    git_url: Option<&'static str>,
-    token_env: &'static str,
-}
-
-const GITHUB: ForgeDefaults = ForgeDefaults {
-    api_url_field: "forge.github.api_url",
-    git_url_field: "forge.github.git_url",
-    token_env_field: "forge.github.token_env",
-    token_command_field: "forge.github.token_command",
-    api_url: Some("https://api.github.com"),
-    api_path: "/api/v3",
-    git_url: Some("https://github.com"),
-    token_env: "GITHUB_TOKEN",
-};
-
-const GITEA: ForgeDefaults = ForgeDefaults {
-    api_url_field: "forge.gitea.api_url",
-    git_url_field: "forge.gitea.git_url",
-    token_env_field: "forge.gitea.token_env",
-    token_command_field: "forge.gitea.token_command",
-    api_url: None,
-    api_path: "/api/v1",
-    git_url: None,
-    token_env: "GITEA_TOKEN",
-};
-
-const GITLAB: ForgeDefaults = ForgeDefaults {
-    api_url_field: "forge.gitlab.api_url",
-    git_url_field: "forge.gitlab.git_url",
-    token_env_field: "forge.gitlab.token_env",
-    token_command_field: "forge.gitlab.token_command",
-    api_url: Some("https://gitlab.com/api/v4"),
-    api_path: "/api/v4",
-    git_url: None,
-    token_env: "GITLAB_TOKEN",
-};
-
-/// One REST forge's section as the layers set it.
-struct RestForgeReads {
-    api_url: Option<Sourced<String>>,
-    git_url: Option<Sourced<String>>,
-    token_env: Option<Sourced<String>>,
-    token_command: Option<Sourced<Vec<String>>>,
-}
 
 /// Reads `[forge.<name>]` out of the layers: every field a machine setting.
 macro_rules! read_rest_forge {
@@ -111,70 +56,6 @@ macro_rules! read_rest_forge {
             ),
         }
     };
-}
-
-impl RestForgeReads {
-    /// The API's URL: as set, or the forge's well-known one; required where there is none (the
-    /// error is placed where the forge was chosen, `chosen`).
-    fn api_url(&self, forge: &ForgeDefaults, chosen: &Origin) -> Result<String> {
-        match (
-            checked_url(self.api_url.clone(), forge.api_url_field)?,
-            forge.api_url,
-        ) {
-            (Some(url), _) => Ok(url),
-            (None, Some(default)) => Ok(default.to_owned()),
-            (None, None) => Err(invalid(
-                chosen.clone(),
-                forge.api_url_field,
-                format!(
-                    "is required by this forge kind: its REST API, e.g. \"https://git.example.com{}\"",
-                    forge.api_path
-                ),
-            )),
-        }
-    }
-
-    /// Checks what is set, whichever forge is chosen: a bad value is an error even in a section not
-    /// in use.
-    fn check(&self, forge: &ForgeDefaults) -> Result<()> {
-        checked_url(self.api_url.clone(), forge.api_url_field)?;
-        checked_url(self.git_url.clone(), forge.git_url_field)?;
-        token_source(self.token_env.clone(), self.token_command.clone(), forge)?;
-        Ok(())
-    }
-
-    /// The forge's settings: `git_url` defaults to `api_url` without its API path (GitHub's own
-    /// `api.github.com` to `github.com`), the token to the forge's usual variable.
-    fn settings(&self, forge: &ForgeDefaults, chosen: &Origin) -> Result<ForgeSettings> {
-        let api_url = self.api_url(forge, chosen)?;
-        let git_url = match checked_url(self.git_url.clone(), forge.git_url_field)? {
-            Some(url) => url,
-            None => match api_url.trim_end_matches('/').strip_suffix(forge.api_path) {
-                Some(web) if !web.ends_with('/') && web.contains("://") => web.to_owned(),
-                _ if let Some(git_url) = forge.git_url => git_url.to_owned(),
-                _ => {
-                    return Err(invalid(
-                        self.api_url
-                            .as_ref()
-                            .map_or_else(|| chosen.clone(), |url| url.origin.clone()),
-                        forge.git_url_field,
-                        format!(
-                            "is required: {api_url:?} does not end in {:?}, so the address repositories are pushed to cannot be worked out from it",
-                            forge.api_path
-                        ),
-                    ));
-                }
-            },
-        };
-        let token = token_source(self.token_env.clone(), self.token_command.clone(), forge)?
-            .unwrap_or_else(|| TokenSource::Env(forge.token_env.to_owned()));
-        Ok(ForgeSettings {
-            api_url,
-            git_url,
-            token,
-            retry: RetryPolicy::default(),
-        })
-    }
 }
 
 /// Reads every setting out of `layers`, refuses what a repository file may not set, then checks and
@@ -683,31 +564,6 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
         inbox,
         network,
     })
-}
-
-/// The token reference of the highest layer that names one (a layer naming both was refused when it
-/// was parsed); a blank one is an error.
-fn token_source(
-    token_env: Option<Sourced<String>>,
-    token_command: Option<Sourced<Vec<String>>>,
-    forge: &ForgeDefaults,
-) -> Result<Option<TokenSource>> {
-    let env_wins = match (&token_env, &token_command) {
-        (Some(env), Some(command)) => env.rank > command.rank,
-        (Some(_), None) => true,
-        (None, _) => false,
-    };
-    if env_wins {
-        return match token_env {
-            Some(Sourced { value, origin, .. }) if value.trim().is_empty() => Err(invalid(
-                origin,
-                forge.token_env_field,
-                "is empty".to_owned(),
-            )),
-            other => Ok(other.map(|name| TokenSource::Env(name.value))),
-        };
-    }
-    Ok(command(token_command, forge.token_command_field)?.map(TokenSource::Command))
 }
 
 /// A command's argv, unless it names no program: then an error naming its origin and `field`.
