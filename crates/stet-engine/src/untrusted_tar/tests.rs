@@ -504,7 +504,10 @@ fn an_extension_name_overriding_a_safe_header_name_is_checked_as_its_own() {
     };
     for bytes in [
         stream(&[pax(&[(b"path", b"../outside/owned")]), file(b"safe", b"x")]),
-        stream(&[pax(&[(b"path", b"a/../../outside/owned")]), file(b"safe", b"x")]),
+        stream(&[
+            pax(&[(b"path", b"a/../../outside/owned")]),
+            file(b"safe", b"x"),
+        ]),
         stream(&[long(b'L', b"../outside/owned"), file(b"safe", b"x")]),
         // A GNU long name and a PAX path together: whichever is used, it is checked.
         stream(&[
@@ -572,7 +575,11 @@ fn a_name_given_again_as_another_kind_is_refused() {
         ],
         vec![header(b"l", b'2', 0, b"/etc"), header(b"l/", b'5', 0, b"")],
         vec![file(b"f", b"x"), header(b"f/", b'5', 0, b"")],
-        vec![file(b"f", b"x"), header(b"g", b'1', 0, b"f"), file(b"g", b"y")],
+        vec![
+            file(b"f", b"x"),
+            header(b"g", b'1', 0, b"f"),
+            file(b"g", b"y"),
+        ],
     ];
     for parts in cases {
         let error = refused(&stream(&parts), limits());

@@ -689,7 +689,10 @@ async fn tunnels_half_closing_at_once_share_one_upload_bound() {
     let report = f.proxy.shutdown().await;
     let received = upstream.received.lock().unwrap().len() as u64;
     assert!(received > 0, "{report:?}");
-    assert!(received <= bound, "the host received {received} bytes past {bound}");
+    assert!(
+        received <= bound,
+        "the host received {received} bytes past {bound}"
+    );
     assert!(
         report.uploaded >= received,
         "the host received {received} bytes, the review hold reads {}",
@@ -744,5 +747,8 @@ async fn a_host_that_never_reads_is_cut_at_the_idle_bound() {
     writer.abort();
     let record = &report.records[0];
     assert!(record.outcome.contains("stopped reading"), "{record:?}");
-    assert!(record.up <= EgressBounds::default().max_upload_bytes, "{record:?}");
+    assert!(
+        record.up <= EgressBounds::default().max_upload_bytes,
+        "{record:?}"
+    );
 }
