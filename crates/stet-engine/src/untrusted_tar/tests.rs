@@ -492,3 +492,177 @@ fn an_existing_destination_is_never_written_into() {
     assert!(place.destination.exists());
     assert!(!place.destination.join("f").exists());
 }
+
+/// Red team (redpump): a PAX or GNU long name is held to the same rules as the header's own, whatever
+/// safe name the header carries under it, and a GNU long link target too.
+#[test]
+fn an_extension_name_overriding_a_safe_header_name_is_checked_as_its_own() {
+    let long = |kind: u8, name: &[u8]| {
+        let mut out = header(b"././@LongLink", kind, name.len() as u64 + 1, b"");
+        out.extend(padded(&[name, b"\0"].concat()));
+        out
+    };
+    for bytes in [
+        stream(&[pax(&[(b"path", b"../outside/owned")]), file(b"safe", b"x")]),
+        stream(&[
+            pax(&[(b"path", b"a/../../outside/owned")]),
+            file(b"safe", b"x"),
+        ]),
+        stream(&[long(b'L', b"../outside/owned"), file(b"safe", b"x")]),
+        // A GNU long name and a PAX path together: whichever is used, it is checked.
+        stream(&[
+            long(b'L', b"fine"),
+            pax(&[(b"path", b"../outside/owned")]),
+            file(b"safe", b"x"),
+        ]),
+        stream(&[
+            pax(&[(b"path", b"fine")]),
+            long(b'L', b"../outside/owned"),
+            file(b"safe", b"x"),
+        ]),
+    ] {
+        assert!(matches!(
+            refused(&bytes, limits()),
+            TarError::ParentComponent { .. }
+        ));
+    }
+    let bytes = stream(&[pax(&[(b"path", b"/tmp/owned")]), file(b"safe", b"x")]);
+    assert!(matches!(
+        refused(&bytes, limits()),
+        TarError::Absolute { .. }
+    ));
+    // A hard link's target given by a GNU long link or a PAX linkpath, pointing outside.
+    for bytes in [
+        stream(&[
+            file(b"f", b"x"),
+            long(b'K', b"../outside/x"),
+            header(b"h", b'1', 0, b"f"),
+        ]),
+        stream(&[
+            file(b"f", b"x"),
+            pax(&[(b"linkpath", b"/etc/passwd")]),
+            header(b"h", b'1', 0, b"f"),
+        ]),
+    ] {
+        assert!(matches!(
+            refused(&bytes, limits()),
+            TarError::BadHardLink { .. }
+        ));
+    }
+    // A PAX size over a small header size is the size the limits see.
+    let bytes = stream(&[
+        pax(&[(b"size", b"99999999999")]),
+        header(b"big", b'0', 0, b""),
+    ]);
+    assert!(matches!(
+        refused(&bytes, limits()),
+        TarError::FileTooLarge { .. }
+    ));
+}
+
+/// Red team (redpump): one name given twice in any order of kinds (a directory then a file, a file
+/// then a link, a directory then a link, a link then a directory) is refused, and no link ever
+/// stands where the archive first put something else.
+#[test]
+fn a_name_given_again_as_another_kind_is_refused() {
+    let cases = [
+        vec![header(b"d/", b'5', 0, b""), file(b"d", b"x")],
+        vec![file(b"f", b"x"), header(b"f", b'2', 0, b"/etc/passwd")],
+        vec![
+            header(b"d/", b'5', 0, b""),
+            file(b"d/inner", b"x"),
+            header(b"d", b'2', 0, b"/etc"),
+        ],
+        vec![header(b"l", b'2', 0, b"/etc"), header(b"l/", b'5', 0, b"")],
+        vec![file(b"f", b"x"), header(b"f/", b'5', 0, b"")],
+        vec![
+            file(b"f", b"x"),
+            header(b"g", b'1', 0, b"f"),
+            file(b"g", b"y"),
+        ],
+    ];
+    for parts in cases {
+        let error = refused(&stream(&parts), limits());
+        assert!(matches!(error, TarError::Duplicate { .. }), "{error}");
+    }
+}
+
+/// Red team (redpump): a hard link to a symlink, or to a directory, is refused rather than followed
+/// or copied as something else.
+#[test]
+fn a_hard_link_to_a_link_or_a_directory_is_refused() {
+    for parts in [
+        vec![
+            header(b"d/", b'5', 0, b""),
+            header(b"l", b'2', 0, b"d"),
+            header(b"h", b'1', 0, b"l"),
+        ],
+        vec![header(b"d/", b'5', 0, b""), header(b"h", b'1', 0, b"d")],
+        vec![
+            header(b"d/", b'5', 0, b""),
+            file(b"d/f", b"x"),
+            header(b"l", b'2', 0, b"d"),
+            header(b"h", b'1', 0, b"l/f"),
+        ],
+    ] {
+        let error = refused(&stream(&parts), limits());
+        assert!(matches!(error, TarError::BadHardLink { .. }), "{error}");
+    }
+}
+
+/// Red team (redpump): setuid, setgid, sticky and world-writable bits in the archive reach no file
+/// or directory of the host's copy.
+#[test]
+fn mode_bits_past_the_owners_execute_bit_are_not_carried() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let place = place();
+    let mut file_header = header(b"suid", b'0', 1, b"");
+    file_header[100..108].copy_from_slice(b"0007777\0");
+    seal(&mut file_header);
+    file_header.extend(padded(b"x"));
+    let mut dir_header = header(b"d/", b'5', 0, b"");
+    dir_header[100..108].copy_from_slice(b"0007777\0");
+    seal(&mut dir_header);
+    extract(&place, &stream(&[file_header, dir_header]), limits()).unwrap();
+    for name in ["suid", "d"] {
+        let mode = std::fs::symlink_metadata(place.destination.join(name))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7022, 0, "{name}: {mode:o}");
+    }
+}
+
+/// Red team (redpump): a GNU sparse file, which claims a size its data does not hold, is refused
+/// before anything of it is read.
+#[test]
+fn a_sparse_entry_claiming_a_huge_size_is_refused() {
+    let bytes = stream(&[header(b"sparse", b'S', u64::MAX >> 2, b"")]);
+    assert!(matches!(
+        refused(&bytes, limits()),
+        TarError::UnknownType { kind: 'S', .. }
+    ));
+}
+
+/// Red team (redpump): `./`, `//` and a trailing `/` spell names inside the destination, never the
+/// destination's parent nor the destination replaced by a file.
+#[test]
+fn dot_and_slash_spellings_stay_inside() {
+    let place = place();
+    let bytes = stream(&[
+        header(b"./", b'5', 0, b""),
+        header(b".//d//", b'5', 0, b""),
+        file(b"./d/./f", b"1"),
+        file(b"d//g/", b"2"),
+    ]);
+    extract(&place, &bytes, limits()).unwrap();
+    assert_eq!(std::fs::read(place.destination.join("d/f")).unwrap(), b"1");
+    assert_eq!(std::fs::read(place.destination.join("d/g")).unwrap(), b"2");
+    for name in [&b"./"[..], b"//", b"."] {
+        let error = refused(&stream(&[file(name, b"x")]), limits());
+        assert!(
+            matches!(error, TarError::BadName { .. } | TarError::Absolute { .. }),
+            "{error}"
+        );
+    }
+}

@@ -650,3 +650,105 @@ async fn a_hostile_host_name_is_never_listed_as_reached_nor_recorded_raw() {
         assert!(!record.host.chars().any(char::is_control), "{record:?}");
     }
 }
+
+/// Red team (redpump): sixteen tunnels at once, each half-closing after an upload, share the one
+/// upload bound: the host receives no byte past it, and every byte it received is in the upload
+/// total the review hold reads.
+#[tokio::test]
+async fn tunnels_half_closing_at_once_share_one_upload_bound() {
+    let upstream = Upstream::start(None).await;
+    let port = upstream.port;
+    let bound = 10_000;
+    let f = fixture(
+        policy(&[&format!("pkg.test:{port}")], true),
+        EgressBounds {
+            max_upload_bytes: bound,
+            ..EgressBounds::default()
+        },
+        &[("pkg.test", LOOPBACK)],
+    );
+    let mut tunnels = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let socket = f.socket.clone();
+        tunnels.spawn(async move {
+            let (answer, mut stream) = ask(
+                &socket,
+                &format!("CONNECT pkg.test:{port} HTTP/1.1\r\n\r\n"),
+            )
+            .await;
+            if !answer.starts_with("HTTP/1.1 200") {
+                return;
+            }
+            let _ = stream.write_all(&[b'u'; 3000]).await;
+            let _ = stream.shutdown().await;
+            let mut rest = Vec::new();
+            let _ = stream.read_to_end(&mut rest).await;
+        });
+    }
+    while tunnels.join_next().await.is_some() {}
+    let report = f.proxy.shutdown().await;
+    let received = upstream.received.lock().unwrap().len() as u64;
+    assert!(received > 0, "{report:?}");
+    assert!(
+        received <= bound,
+        "the host received {received} bytes past {bound}"
+    );
+    assert!(
+        report.uploaded >= received,
+        "the host received {received} bytes, the review hold reads {}",
+        report.uploaded
+    );
+}
+
+/// Red team (redpump): a host that never reads leaves the agent's bytes in the proxy's pipe and the
+/// kernel's buffers; the connection is still cut at the idle bound, and what was taken from the
+/// agent is counted.
+#[tokio::test]
+async fn a_host_that_never_reads_is_cut_at_the_idle_bound() {
+    let listener = TcpListener::bind((LOOPBACK, 0)).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (held, mut holding) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            // Held open, never read.
+            let _ = held.send(stream).await;
+        }
+    });
+    let f = fixture(
+        policy(&[&format!("pkg.test:{port}")], true),
+        EgressBounds {
+            idle: Duration::from_millis(300),
+            ..EgressBounds::default()
+        },
+        &[("pkg.test", LOOPBACK)],
+    );
+    let (answer, stream) = ask(
+        &f.socket,
+        &format!("CONNECT pkg.test:{port} HTTP/1.1\r\n\r\n"),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let (mut reading, mut writing) = stream.into_split();
+    let writer = tokio::spawn(async move {
+        let chunk = vec![b'u'; 64 << 10];
+        let mut sent = 0u64;
+        while writing.write_all(&chunk).await.is_ok() {
+            sent += chunk.len() as u64;
+        }
+        sent
+    });
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), reading.read_to_end(&mut rest))
+        .await
+        .expect("the connection outlived its idle bound")
+        .ok();
+    let _host_side = holding.recv().await;
+    let report = f.proxy.shutdown().await;
+    writer.abort();
+    let record = &report.records[0];
+    assert!(record.outcome.contains("stopped reading"), "{record:?}");
+    assert!(
+        record.up <= EgressBounds::default().max_upload_bytes,
+        "{record:?}"
+    );
+}
