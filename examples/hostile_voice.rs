@@ -8,7 +8,8 @@
 //! how many it could open, then wait until its parent is gone (exited and reaped) and write a forged
 //! finish and a passing `cargo test` through what it opened. `await`: wait for that report and print
 //! it. `inherited` (a daemon holding the agent's own output): wait until its parent is gone, then write
-//! the same on its own stdout.
+//! the same on its own stdout. `hold` (a daemon holding the agent's own output): say in the workspace
+//! that it holds it, then never end (the container's removal ends it).
 
 use std::io::Write;
 use std::os::unix::process::parent_id;
@@ -102,6 +103,14 @@ fn main() {
             match std::fs::read_to_string(report) {
                 Ok(said) => print!("probe: {said}"),
                 Err(error) => print!("probe: the report is unreadable: {error}"),
+            }
+        }
+        Some("hold") => {
+            if std::fs::write(report, "holding the agent's output\n").is_err() {
+                std::process::exit(3);
+            }
+            loop {
+                std::thread::park();
             }
         }
         Some("inherited") => {

@@ -203,6 +203,37 @@ fn a_daemon_holding_the_agents_output_is_not_heard_after_the_agent_exits() {
     );
 }
 
+/// The agent hands its own stdout and stderr to a daemon that never ends, and finishes once the
+/// daemon holds them (the `await` step waits for its word): the dispatch ends when the agent
+/// process does, not when its output is closed. Waiting for the output's end would keep it running
+/// until the timeout (a failed run, exit 4); the warning proves the daemon still held the output when
+/// the agent exited, and nothing but the container's removal ended it.
+#[test]
+fn a_daemon_holding_the_agents_output_forever_does_not_keep_the_dispatch_running() {
+    let project = project_with_program(&[
+        &format!("daemon_with_output = [\"/workspace/{PROGRAM}\", \"hold\"]"),
+        &format!("run = [\"/workspace/{PROGRAM}\", \"await\"]"),
+    ]);
+    let finished = run(project.headless(&["--push", "--timeout", "2m"]));
+    assert_eq!(finished.outcome(), (Phase::Done, 0, None), "{finished:#?}");
+    let transcript = finished.transcript();
+    assert!(
+        transcript.contains(&(ItemKind::Output, "probe: holding the agent's output")),
+        "the daemon held the output before the agent finished: {transcript:#?}"
+    );
+    assert!(
+        finished.events.iter().any(|event| matches!(
+            &event.kind,
+            EventKind::Warning { message }
+                if message.as_str().contains("held the harness's stdout and stderr open")
+        )),
+        "{finished:#?}"
+    );
+    let dispatch = finished.dispatch();
+    finished.torn_down_cleanly();
+    assert_nothing_left(&project.home, dispatch);
+}
+
 /// The branch the run pushed.
 fn branch(finished: &Finished) -> String {
     finished

@@ -71,8 +71,16 @@ impl CodexHarness {
 /// Codex's `config.toml` for a run against `model` at `base_url`: the one provider, stet's relay,
 /// speaking the Responses API with the key from [`KEY_VARIABLE`]; no retries of its own (the
 /// gateway answers for the upstream), no update check, analytics, feedback or history, no hosted
-/// web search, no sub-agents (one agent per dispatch, whose every step the transcript shows), commands run without Codex's own sandbox (the container is the sandbox) and never
+/// web search, no sub-agents (one agent per dispatch, whose every step the transcript shows), no
+/// plugins, commands run without Codex's own sandbox (the container is the sandbox) and never
 /// wait for an approval.
+///
+/// Plugins off (`features.plugins`, on by default in Codex 0.163): with them on, Codex starts a
+/// thread at launch that syncs OpenAI's curated plugin repository from GitHub (`git ls-remote`,
+/// then api.github.com, then the ChatGPT backend), and its exit waits for that thread. The sandbox
+/// reaches nothing but stet's relay, so every dispatch's agent lived on some 4.5 s after its last
+/// word (docs/benchmarks.md, "A live Codex dispatch"), and with egress allowed it would have reached
+/// for those hosts.
 pub(super) fn config_toml(model: &str, base_url: &str) -> String {
     let mut provider = toml::Table::new();
     provider.insert("name".into(), "stet gateway".into());
@@ -90,6 +98,7 @@ pub(super) fn config_toml(model: &str, base_url: &str) -> String {
     };
     let mut features = toml::Table::new();
     features.insert("multi_agent".into(), false.into());
+    features.insert("plugins".into(), false.into());
     let mut history = toml::Table::new();
     history.insert("persistence".into(), "none".into());
     let mut config = toml::Table::new();
