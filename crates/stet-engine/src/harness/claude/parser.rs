@@ -277,6 +277,17 @@ impl ClaudeOutput {
 
     /// The run's end: its usage (the totals, with the CLI's cost), then its finish or its failure.
     fn result(&mut self, event: &Map<String, Value>) -> Vec<Parsed> {
+        // Claude Code prints one `result`, its last line: another is not its own, counts nothing,
+        // and fails the run whatever the first said.
+        if self.result.is_some() {
+            let reason = format!(
+                "Claude Code's output held a second result, which is not its own: {}",
+                rendering("result", event)
+            );
+            let shown = self.note(&reason);
+            self.result = Some(Verdict::Failed(reason));
+            return vec![shown];
+        }
         let mut parsed = Vec::new();
         if let Some(Value::Object(usage)) = event.get("usage") {
             let tokens = Tokens::of(usage);
