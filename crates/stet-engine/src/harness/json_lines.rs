@@ -85,3 +85,35 @@ pub(crate) fn read_object(line: &[u8], passed_over: usize, max_values: usize) ->
         Ok(_) | Err(_) => Line::NotAnEvent(String::from_utf8_lossy(trimmed).into_owned()),
     }
 }
+
+/// What a parser makes of a line that holds no event to read.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Unread {
+    /// A line not read for its size: a note about the line, shown like a rendering.
+    Note(String),
+    /// A line that is not an event, shown as the agent printed it.
+    Printed(String),
+}
+
+/// The event `line` holds, `None` for a blank line, or else what the transcript says of the line
+/// instead; `agent` names the harness's CLI in those words ("Codex", "Claude Code").
+pub(crate) fn event_of(
+    line: Line,
+    agent: &str,
+    max_bytes: usize,
+    max_values: usize,
+) -> Result<Option<Map<String, Value>>, Unread> {
+    match line {
+        Line::Blank => Ok(None),
+        Line::Object(event) => Ok(Some(event)),
+        Line::TooLong(len) => Err(Unread::Note(format!(
+            "a {agent} event line of {len} bytes was not read (the limit is {max_bytes} bytes)"
+        ))),
+        Line::TooManyValues(values) => Err(Unread::Note(format!(
+            "a {agent} event line of {values} values was not read (the limit is {max_values})"
+        ))),
+        Line::NotAnEvent(shown) => Err(Unread::Printed(format!(
+            "{agent} printed a line that is not an event: {shown}"
+        ))),
+    }
+}

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::gateway::usage::UsageReport;
-use crate::harness::json_lines::{Gathered, Line, read_object};
+use crate::harness::json_lines::{Gathered, Unread, event_of, read_object};
 use crate::harness::{Finish, OutputParser, Parsed, text};
 use crate::runtime::{OutputLine, OutputStream};
 use stet_protocol::event::{ItemKind, TranscriptItem};
@@ -106,19 +106,12 @@ impl ClaudeOutput {
     }
 
     fn stdout_line(&mut self, line: &[u8], passed_over: usize) -> Vec<Parsed> {
-        match read_object(line, passed_over, MAX_EVENT_VALUES) {
-            Line::Blank => Vec::new(),
-            Line::TooLong(len) => vec![self.note(&format!(
-                "a Claude Code event line of {len} bytes was not read (the limit is {MAX_EVENT_BYTES} bytes)"
-            ))],
-            Line::TooManyValues(values) => vec![self.note(&format!(
-                "a Claude Code event line of {values} values was not read (the limit is {MAX_EVENT_VALUES})"
-            ))],
-            Line::NotAnEvent(shown) => vec![self.item(
-                ItemKind::Other,
-                &format!("Claude Code printed a line that is not an event: {shown}"),
-            )],
-            Line::Object(event) => match string(&event, "type") {
+        let read = read_object(line, passed_over, MAX_EVENT_VALUES);
+        match event_of(read, "Claude Code", MAX_EVENT_BYTES, MAX_EVENT_VALUES) {
+            Ok(None) => Vec::new(),
+            Err(Unread::Note(text)) => vec![self.note(&text)],
+            Err(Unread::Printed(text)) => vec![self.item(ItemKind::Other, &text)],
+            Ok(Some(event)) => match string(&event, "type") {
                 "system" => self.system(&event),
                 "assistant" => self.assistant(&event),
                 "user" => self.user(&event),
