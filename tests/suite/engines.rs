@@ -107,6 +107,11 @@ fn activated(listener: OwnedFd, script: &str, account: Option<&str>, log: &Path)
             command
         }
     };
+    // Its working directory is the test's own: conmon writes files there (an `oom` marker when a
+    // container is OOM-killed), which must not land in the checkout.
+    if let Some(dir) = log.parent() {
+        command.current_dir(dir);
+    }
     command
         .stdin(Stdio::from(listener))
         .stdout(Stdio::null())
