@@ -379,9 +379,15 @@ pub trait Harness: Send + Sync + fmt::Debug {
     /// A fresh parser for one run's output.
     fn parser(&self, sanitizer: Arc<TokenSanitizer>) -> Box<dyn OutputParser>;
     /// Usage the agent recorded in the outputs directory (host path), read once it ended; `None` when
-    /// it records none there.
-    fn final_usage(&self, outputs: &Path, sanitizer: &Arc<TokenSanitizer>)
-    -> Result<Option<Usage>>;
+    /// it records none there (the default: a harness whose usage the parser or the gateway reports).
+    fn final_usage(
+        &self,
+        outputs: &Path,
+        sanitizer: &Arc<TokenSanitizer>,
+    ) -> Result<Option<Usage>> {
+        let _ = (outputs, sanitizer);
+        Ok(None)
+    }
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use crate::harness::{
 use crate::image::BINARY_PATH;
 use crate::runtime::{OUTPUTS_MOUNT, OutputLine, OutputStream, SandboxProcess, WORKSPACE_MOUNT};
 use stet_protocol::agent_record::AgentRecord;
-use stet_protocol::event::{ItemKind, TranscriptItem, Usage};
+use stet_protocol::event::{ItemKind, TranscriptItem};
 use stet_protocol::sandbox::{MODEL_KEY_ENV, MODEL_URL_ENV};
 use stet_protocol::scenario::{MAX_PACE, MAX_SCENARIO_BYTES, ScenarioError, parse_scenario};
 use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
@@ -271,14 +271,6 @@ impl Harness for ScriptHarness {
 
     fn parser(&self, sanitizer: Arc<TokenSanitizer>) -> Box<dyn OutputParser> {
         Box::new(ScriptParser::new(sanitizer))
-    }
-
-    fn final_usage(
-        &self,
-        _outputs: &Path,
-        _sanitizer: &Arc<TokenSanitizer>,
-    ) -> crate::harness::Result<Option<Usage>> {
-        Ok(None)
     }
 }
 

@@ -2,13 +2,11 @@
 //! endpoint, a placeholder key, everything that would reach elsewhere off) and the launch plan.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use crate::credential::SecretValue;
 use crate::harness::{Harness, HarnessLaunch, HarnessPlan, OutputParser, StagedFile};
 use crate::runtime::{SandboxProcess, WORKSPACE_MOUNT};
-use stet_protocol::event::Usage;
 use stet_sanitize::sanitize::TokenSanitizer;
 
 use super::{ClaudeOutput, HARNESS};
@@ -154,13 +152,5 @@ impl Harness for ClaudeHarness {
             sanitizer,
             Some(self.settings.model.clone()),
         ))
-    }
-
-    fn final_usage(
-        &self,
-        _outputs: &Path,
-        _sanitizer: &Arc<TokenSanitizer>,
-    ) -> crate::harness::Result<Option<Usage>> {
-        Ok(None)
     }
 }

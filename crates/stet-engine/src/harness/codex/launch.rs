@@ -2,13 +2,11 @@
 //! model provider at stet's relay, everything that would reach elsewhere off) and the launch plan.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use crate::credential::SecretValue;
 use crate::harness::{Harness, HarnessLaunch, HarnessPlan, OutputParser, StagedFile};
 use crate::runtime::{SandboxProcess, WORKSPACE_MOUNT};
-use stet_protocol::event::Usage;
 use stet_sanitize::sanitize::TokenSanitizer;
 
 use super::{CodexOutput, HARNESS};
@@ -162,13 +160,5 @@ impl Harness for CodexHarness {
             sanitizer,
             Some(self.settings.model.clone()),
         ))
-    }
-
-    fn final_usage(
-        &self,
-        _outputs: &Path,
-        _sanitizer: &Arc<TokenSanitizer>,
-    ) -> crate::harness::Result<Option<Usage>> {
-        Ok(None)
     }
 }
