@@ -187,14 +187,7 @@ fn a_daemon_holding_the_agents_output_is_not_heard_after_the_agent_exits() {
         "daemon_with_output = [\"/workspace/{PROGRAM}\", \"inherited\"]"
     )]);
     let finished = pushed_with_only_the_agents_words(&project);
-    let warnings: Vec<&str> = finished
-        .events
-        .iter()
-        .filter_map(|event| match &event.kind {
-            EventKind::Warning { message } => Some(message.as_str()),
-            _ => None,
-        })
-        .collect();
+    let warnings = finished.warnings();
     assert!(
         warnings
             .iter()

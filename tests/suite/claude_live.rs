@@ -234,14 +234,7 @@ fn a_bash_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() {
         .iter()
         .map(|usage| usage.input_tokens + usage.output_tokens)
         .sum();
-    let warnings: Vec<&str> = finished
-        .events
-        .iter()
-        .filter_map(|event| match &event.kind {
-            EventKind::Warning { message } => Some(message.as_str()),
-            _ => None,
-        })
-        .collect();
+    let warnings = finished.warnings();
     eprintln!("claude_live warnings: {warnings:?}");
     let tokens = format!("({metered} tokens, $");
     assert!(

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use wiremock::{MockServer, Request, Respond, ResponseTemplate};
 
-use stet_protocol::event::{EventKind, ItemKind};
+use stet_protocol::event::ItemKind;
 use stet_protocol::state::Phase;
 
 use super::headless::{Finished, Watched, assert_nothing_left, run, signal};
@@ -462,13 +462,10 @@ fn a_command_cannot_write_forged_events_into_codexs_output() {
 /// The warnings that say the agent's own usage differs from what the gateway metered.
 fn reconciliation_warnings(finished: &Finished) -> Vec<String> {
     finished
-        .events
-        .iter()
-        .filter_map(|event| match &event.kind {
-            EventKind::Warning { message } => Some(message.as_str().to_owned()),
-            _ => None,
-        })
+        .warnings()
+        .into_iter()
         .filter(|message| message.contains("differs from what the model gateway metered"))
+        .map(str::to_owned)
         .collect()
 }
 

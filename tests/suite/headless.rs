@@ -355,6 +355,17 @@ impl Finished {
             .collect()
     }
 
+    /// The messages of every `warning` event, in order.
+    pub(super) fn warnings(&self) -> Vec<&str> {
+        self.events
+            .iter()
+            .filter_map(|event| match &event.kind {
+                EventKind::Warning { message } => Some(message.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The transcript's texts of the items of `kind`.
     pub(super) fn transcript_of(&self, kind: ItemKind) -> Vec<&str> {
         self.transcript()

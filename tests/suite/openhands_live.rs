@@ -296,14 +296,7 @@ fn a_terminal_edit_is_pushed_and_the_sandbox_kept_the_key_and_the_network_out() 
         before.iter().all(|text| !text.contains("\"levelname\"")),
         "{before:#?}"
     );
-    let warnings: Vec<&str> = finished
-        .events
-        .iter()
-        .filter_map(|event| match &event.kind {
-            EventKind::Warning { message } => Some(message.as_str()),
-            _ => None,
-        })
-        .collect();
+    let warnings = finished.warnings();
     assert_eq!(
         warnings,
         [
