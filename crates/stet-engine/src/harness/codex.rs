@@ -44,11 +44,8 @@ const HARNESS: &str = "codex";
 /// The longest text of one transcript item, in bytes, the "… (N bytes more)" note included.
 pub const MAX_ITEM_BYTES: usize = 64 * 1024;
 
-/// The longest event line that is read; a longer one becomes a note saying it was skipped.
-pub const MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
-
-/// The most JSON values (counted by their separators) an event line may hold to be parsed.
-pub const MAX_EVENT_VALUES: usize = 128 * 1024;
+/// The bounds of one event line, as for every JSON Lines harness.
+pub use super::json_lines::{MAX_EVENT_BYTES, MAX_EVENT_VALUES};
 
 /// The short rendering of an event or item type this module does not know, and of a failure.
 const MAX_RENDERING_BYTES: usize = 4 * 1024;

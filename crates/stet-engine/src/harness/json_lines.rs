@@ -6,6 +6,13 @@ use serde_json::{Map, Value};
 
 use crate::runtime::lines::FramedLine;
 
+/// The longest event line a JSON Lines harness's parser reads; a longer one becomes a note saying it
+/// was skipped.
+pub const MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
+
+/// The most JSON values (counted by their separators) an event line may hold to be parsed.
+pub const MAX_EVENT_VALUES: usize = 128 * 1024;
+
 /// A line while its pieces arrive, kept up to `limit` bytes.
 #[derive(Debug)]
 pub(crate) struct Gathered {
@@ -115,5 +122,34 @@ pub(crate) fn event_of(
         Line::NotAnEvent(shown) => Err(Unread::Printed(format!(
             "{agent} printed a line that is not an event: {shown}"
         ))),
+    }
+}
+
+/// A string field, or "" when it is missing or not a string.
+pub(crate) fn string<'a>(object: &'a Map<String, Value>, field: &str) -> &'a str {
+    object.get(field).and_then(Value::as_str).unwrap_or("")
+}
+
+/// `text`, or `placeholder` when `text` is nothing but white space.
+pub(crate) fn or_placeholder(text: &str, placeholder: &str) -> String {
+    if text.trim().is_empty() {
+        placeholder.to_owned()
+    } else {
+        text.to_owned()
+    }
+}
+
+/// `kind {fields as compact JSON}`, for an event or item a parser has no mapping for, without its
+/// `type` and the fields named in `identifiers` (which say nothing to a reader); the caller bounds it.
+pub(crate) fn rendering(kind: &str, object: &Map<String, Value>, identifiers: &[&str]) -> String {
+    let fields: Map<String, Value> = object
+        .iter()
+        .filter(|(key, _)| key.as_str() != "type" && !identifiers.contains(&key.as_str()))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    if fields.is_empty() {
+        kind.to_owned()
+    } else {
+        format!("{kind} {}", Value::Object(fields))
     }
 }

@@ -8,17 +8,23 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::gateway::usage::UsageReport;
-use crate::harness::json_lines::{Gathered, Unread, event_of, read_object};
+use crate::harness::json_lines::{
+    Gathered, MAX_EVENT_BYTES, MAX_EVENT_VALUES, Unread, event_of, or_placeholder, read_object,
+    rendering, string,
+};
 use crate::harness::{Finish, OutputParser, Parsed, text};
 use crate::runtime::{OutputLine, OutputStream};
 use stet_protocol::event::{ItemKind, TranscriptItem};
 use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
 
-use super::{MAX_EVENT_BYTES, MAX_EVENT_VALUES, MAX_ITEM_BYTES, MAX_RENDERING_BYTES};
+use super::{MAX_ITEM_BYTES, MAX_RENDERING_BYTES};
 
 /// The most distinct replies (message ids) remembered for usage and tool names; past it the oldest
 /// are forgotten, and at worst a cut run's usage counts a reply twice.
 const MAX_REMEMBERED: usize = 4096;
+
+/// The fields of a Claude Code event that identify it and say nothing to a reader of its rendering.
+const IDENTIFIERS: &[&str] = &["id", "uuid", "session_id"];
 
 /// One Claude Code run's output as the engine reads it.
 #[derive(Debug)]
@@ -116,8 +122,8 @@ impl ClaudeOutput {
                 "assistant" => self.assistant(&event),
                 "user" => self.user(&event),
                 "result" => self.result(&event),
-                "" => vec![self.note(&rendering("an event without a type", &event))],
-                other => vec![self.note(&rendering(other, &event))],
+                "" => vec![self.note(&rendering("an event without a type", &event, IDENTIFIERS))],
+                other => vec![self.note(&rendering(other, &event, IDENTIFIERS))],
             },
         }
     }
@@ -146,7 +152,7 @@ impl ClaudeOutput {
             other => vec![Parsed::RecordOnly(TranscriptItem {
                 item: ItemKind::Other,
                 text: self.text(
-                    &rendering(&format!("system {other}"), event),
+                    &rendering(&format!("system {other}"), event, IDENTIFIERS),
                     MAX_RENDERING_BYTES,
                 ),
             })],
@@ -157,7 +163,7 @@ impl ClaudeOutput {
     /// usage is remembered once per message id.
     fn assistant(&mut self, event: &Map<String, Value>) -> Vec<Parsed> {
         let Some(Value::Object(message)) = event.get("message") else {
-            return vec![self.note(&rendering("assistant", event))];
+            return vec![self.note(&rendering("assistant", event, IDENTIFIERS))];
         };
         // A reply Claude Code made up itself (`<synthetic>`: an API error's words) is no model's.
         let synthetic = event.get("error").is_some() || string(message, "model") == "<synthetic>";
@@ -223,6 +229,7 @@ impl ClaudeOutput {
                         or_placeholder(other, "(a block without a type)")
                     ),
                     block,
+                    IDENTIFIERS,
                 ))),
             }
         }
@@ -275,7 +282,7 @@ impl ClaudeOutput {
         if self.result.is_some() {
             let reason = format!(
                 "Claude Code's output held a second result, which is not its own: {}",
-                rendering("result", event)
+                rendering("result", event, IDENTIFIERS)
             );
             let shown = self.note(&reason);
             self.result = Some(Verdict::Failed(reason));
@@ -520,32 +527,5 @@ fn result_text(content: Option<&Value>) -> String {
             .join("\n"),
         Some(Value::Null) | None => String::new(),
         Some(other) => other.to_string(),
-    }
-}
-
-/// A string field, or "" when it is missing or not a string.
-fn string<'a>(object: &'a Map<String, Value>, field: &str) -> &'a str {
-    object.get(field).and_then(Value::as_str).unwrap_or("")
-}
-
-fn or_placeholder(text: &str, placeholder: &str) -> String {
-    if text.trim().is_empty() {
-        placeholder.to_owned()
-    } else {
-        text.to_owned()
-    }
-}
-
-/// `kind {fields as compact JSON}`, for what this module has no mapping for; the caller bounds it.
-fn rendering(kind: &str, object: &Map<String, Value>) -> String {
-    let fields: Map<String, Value> = object
-        .iter()
-        .filter(|(key, _)| !matches!(key.as_str(), "type" | "id" | "uuid" | "session_id"))
-        .map(|(key, value)| (key.clone(), value.clone()))
-        .collect();
-    if fields.is_empty() {
-        kind.to_owned()
-    } else {
-        format!("{kind} {}", Value::Object(fields))
     }
 }

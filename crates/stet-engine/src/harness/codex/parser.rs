@@ -7,17 +7,23 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::gateway::usage::UsageReport;
-use crate::harness::json_lines::{Gathered, Unread, event_of, read_object};
+use crate::harness::json_lines::{
+    Gathered, MAX_EVENT_BYTES, MAX_EVENT_VALUES, Unread, event_of, or_placeholder, read_object,
+    rendering, string,
+};
 use crate::harness::{Finish, OutputParser, Parsed, text};
 use crate::runtime::{OutputLine, OutputStream};
 use stet_protocol::event::{ItemKind, TranscriptItem};
 use stet_sanitize::sanitize::{SanitizedText, TokenSanitizer};
 
-use super::{MAX_EVENT_BYTES, MAX_EVENT_VALUES, MAX_ITEM_BYTES, MAX_RENDERING_BYTES};
+use super::{MAX_ITEM_BYTES, MAX_RENDERING_BYTES};
 
 /// The most item ids remembered as started (so a completed command is not shown twice); past it
 /// the set starts again, and at worst a command's line shows twice.
 const MAX_STARTED_ITEMS: usize = 4096;
+
+/// The fields of a Codex event that identify it and say nothing to a reader of its rendering.
+const IDENTIFIERS: &[&str] = &["id"];
 
 /// One Codex run's output as the engine reads it.
 #[derive(Debug)]
@@ -93,7 +99,7 @@ impl CodexOutput {
             Err(Unread::Printed(text)) => vec![self.item(ItemKind::Other, &text)],
             Ok(Some(event)) => match event.get("type").and_then(Value::as_str) {
                 Some(kind) => self.event(kind, &event),
-                None => vec![self.note(&rendering("an event without a type", &event))],
+                None => vec![self.note(&rendering("an event without a type", &event, IDENTIFIERS))],
             },
         }
     }
@@ -125,9 +131,9 @@ impl CodexOutput {
             }
             "item.started" | "item.updated" | "item.completed" => match event.get("item") {
                 Some(Value::Object(item)) => self.thread_item(kind, item),
-                _ => vec![self.note(&rendering(kind, event))],
+                _ => vec![self.note(&rendering(kind, event, IDENTIFIERS))],
             },
-            _ => vec![self.note(&rendering(kind, event))],
+            _ => vec![self.note(&rendering(kind, event, IDENTIFIERS))],
         }
     }
 
@@ -217,7 +223,7 @@ impl CodexOutput {
                 } else {
                     other
                 };
-                vec![self.note(&rendering(&format!("{kind} {other}"), item))]
+                vec![self.note(&rendering(&format!("{kind} {other}"), item, IDENTIFIERS))]
             }
         }
     }
@@ -374,19 +380,6 @@ impl OutputParser for CodexOutput {
     }
 }
 
-/// A string field, or "" when it is missing or not a string.
-fn string<'a>(object: &'a Map<String, Value>, field: &str) -> &'a str {
-    object.get(field).and_then(Value::as_str).unwrap_or("")
-}
-
-fn or_placeholder(text: &str, placeholder: &str) -> String {
-    if text.trim().is_empty() {
-        placeholder.to_owned()
-    } else {
-        text.to_owned()
-    }
-}
-
 /// `add notes/a.md, update src/lib.rs`: what a file change does, path by path.
 fn file_change(item: &Map<String, Value>) -> String {
     let changes: Vec<String> = item
@@ -455,18 +448,4 @@ fn todo_list(item: &Map<String, Value>) -> String {
         })
         .unwrap_or_default();
     format!("plan:\n{}", steps.join("\n"))
-}
-
-/// `kind {fields as compact JSON}`, for what this module has no mapping for; the caller bounds it.
-fn rendering(kind: &str, object: &Map<String, Value>) -> String {
-    let fields: Map<String, Value> = object
-        .iter()
-        .filter(|(key, _)| !matches!(key.as_str(), "type" | "id"))
-        .map(|(key, value)| (key.clone(), value.clone()))
-        .collect();
-    if fields.is_empty() {
-        kind.to_owned()
-    } else {
-        format!("{kind} {}", Value::Object(fields))
-    }
 }
