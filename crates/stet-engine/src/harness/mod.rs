@@ -28,6 +28,8 @@
 //! does not (Codex) is made non-dumpable by its image, which installs it execute-only for the
 //! sandbox user (the kernel starts a program its user cannot read non-dumpable).
 
+#[cfg(test)]
+mod captures;
 pub mod claude;
 pub mod codex;
 mod json_lines;

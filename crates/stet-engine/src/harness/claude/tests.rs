@@ -10,59 +10,25 @@ use serde_json::json;
 use super::launch::{KEY_VARIABLE, LAUNCH, TASK_FILE, anthropic_base_url};
 use super::*;
 use crate::gateway::usage::UsageReport;
-use crate::harness::{AgentVoice, Harness, HarnessLaunch, HarnessOutcome, ModelAccess, Parsed};
-use crate::runtime::lines::LineFramer;
-use crate::runtime::{OUTPUTS_MOUNT, OutputLine, OutputStream};
-use stet_protocol::event::{ItemKind, TranscriptItem};
+use crate::harness::captures::{self, items, usage};
+use crate::harness::{Harness, HarnessLaunch, HarnessOutcome, ModelAccess, Parsed};
+use crate::runtime::{OUTPUTS_MOUNT, OutputStream};
+use stet_protocol::event::ItemKind;
 use stet_sanitize::sanitize::TokenSanitizer;
 
 fn sanitizer() -> Arc<TokenSanitizer> {
-    Arc::new(TokenSanitizer::new().unwrap())
+    captures::sanitizer()
 }
 
 fn capture(name: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/claude")
-        .join(name);
-    std::fs::read(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+    captures::capture("claude", name)
 }
 
-/// Frames `bytes` as the runtime does and reads every line as `stream`, through the parser and the
-/// agent's voice, as a dispatch does: what it reads, and the outcome.
+/// Reads `bytes` as a dispatch reads `stream` of a run against the scripted model.
 fn voiced(bytes: &[u8], stream: OutputStream) -> (Vec<Parsed>, HarnessOutcome) {
     let sanitizer = sanitizer();
     let mut output = ClaudeOutput::new(Arc::clone(&sanitizer), Some("stet-scripted".into()));
-    let mut voice = AgentVoice::new(&mut output, sanitizer);
-    let mut framer = LineFramer::default();
-    let mut lines = framer.push(bytes);
-    lines.extend(framer.finish());
-    let mut read: Vec<Parsed> = lines
-        .into_iter()
-        .flat_map(|line| voice.parse(&OutputLine { stream, line }))
-        .collect();
-    read.extend(voice.ended());
-    (read, voice.outcome())
-}
-
-/// Each transcript item (a finish as its item) as `(kind, text)`; usage, warnings and what goes to
-/// the run record only left out.
-fn items(read: &[Parsed]) -> Vec<(ItemKind, String)> {
-    read.iter()
-        .filter_map(|parsed| match parsed {
-            Parsed::Item(TranscriptItem { item, text }) => Some((*item, text.as_str().to_owned())),
-            Parsed::Finish(finish) => Some((ItemKind::Finish, finish.shown.as_str().to_owned())),
-            _ => None,
-        })
-        .collect()
-}
-
-fn usage(read: &[Parsed]) -> Vec<&UsageReport> {
-    read.iter()
-        .filter_map(|parsed| match parsed {
-            Parsed::Usage(report) => Some(report),
-            _ => None,
-        })
-        .collect()
+    captures::voiced(&mut output, sanitizer, bytes, stream)
 }
 
 fn tokens(report: &UsageReport) -> (u64, u64, u64, Option<f64>) {
