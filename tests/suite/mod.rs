@@ -16,6 +16,7 @@ mod egress;
 mod egress_git;
 mod egress_isolation;
 mod engine_matrix;
+mod engine_ssh;
 mod engines;
 mod forge_local;
 mod gateway;

@@ -35,6 +35,7 @@ use crate::image::SandboxImage;
 mod checks;
 pub mod enforce;
 pub mod offline_image;
+mod ssh;
 
 /// Where the Docker client connects when nothing else says.
 pub use super::endpoint::DEFAULT_DOCKER_HOST;
@@ -127,6 +128,7 @@ impl DockerRuntime {
                 CLIENT_TIMEOUT_SECS,
                 bollard::API_DEFAULT_VERSION,
             ),
+            None if let Some(target) = endpoint.ssh() => ssh::client(target, CLIENT_TIMEOUT_SECS),
             None if endpoint.host.starts_with("unix://") => Docker::connect_with_unix(
                 &endpoint.host,
                 CLIENT_TIMEOUT_SECS,

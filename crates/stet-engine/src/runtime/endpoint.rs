@@ -39,7 +39,7 @@ pub const PODMAN_ROOTFUL_HOST: &str = "unix:///run/podman/podman.sock";
 )]
 pub enum EndpointError {
     #[error(
-        "{host:?} is not an engine address stet can use: {problem} (use unix:///path/to.sock, tcp://host:port or https://host:port)"
+        "{host:?} is not an engine address stet can use: {problem} (use unix:///path/to.sock, tcp://host:port, https://host:port or ssh://[user@]host[:port])"
     )]
     Host { host: String, problem: &'static str },
     #[error(
@@ -100,7 +100,100 @@ pub struct Endpoint {
     pub chosen_by: String,
 }
 
+/// An engine reached over SSH (`ssh://[user@]host[:port]`), as the docker CLI reaches one: the
+/// user's own `ssh` runs `docker system dial-stdio` on the host, and the API goes over its
+/// stdin and stdout. The user's SSH configuration, agent and known hosts apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshTarget {
+    /// The login name, when the address gives one (else SSH's configuration decides).
+    pub user: Option<String>,
+    /// The host name or address, as SSH takes it (its configuration may alias it).
+    pub host: String,
+    /// The port, when the address gives one.
+    pub port: Option<u16>,
+}
+
+impl SshTarget {
+    /// Reads `ssh://[user@]host[:port]`; no path, and nothing SSH could read as an option.
+    pub fn parse(address: &str) -> std::result::Result<SshTarget, &'static str> {
+        let rest = address
+            .strip_prefix("ssh://")
+            .ok_or("an SSH address starts with ssh://")?;
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        if rest.contains('/') {
+            return Err("an SSH address has no path (the engine's socket is the host's default)");
+        }
+        let (user, authority) = match rest.rsplit_once('@') {
+            Some((user, authority)) => (Some(user), authority),
+            None => (None, rest),
+        };
+        let port_of = |port: &str| {
+            port.parse::<u16>()
+                .ok()
+                .filter(|port| *port != 0)
+                .ok_or("an SSH port is a number from 1 to 65535")
+        };
+        let (host, port) = if let Some(bracketed) = authority.strip_prefix('[') {
+            let (host, after) = bracketed
+                .split_once(']')
+                .ok_or("an SSH address's [ has no ]")?;
+            match after.strip_prefix(':') {
+                Some(port) => (host, Some(port_of(port)?)),
+                None if after.is_empty() => (host, None),
+                None => return Err("an SSH address has nothing but a port after ]"),
+            }
+        } else {
+            match authority.split_once(':') {
+                Some((host, port)) if !port.contains(':') => (host, Some(port_of(port)?)),
+                _ => (authority, None),
+            }
+        };
+        let plain = |text: &str| {
+            !text.is_empty()
+                && !text.starts_with('-')
+                && text
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':'))
+        };
+        if !plain(host) {
+            return Err(
+                "an SSH host is a name or address of letters, digits, '.', '-', '_' and ':', not starting with '-'",
+            );
+        }
+        if let Some(user) = user
+            && (!plain(user) || user.contains(':'))
+        {
+            return Err("an SSH user is letters, digits, '.', '-' and '_', not starting with '-'");
+        }
+        Ok(SshTarget {
+            user: user.map(str::to_owned),
+            host: host.to_owned(),
+            port,
+        })
+    }
+
+    /// The arguments for `ssh` that run `docker system dial-stdio` on the host: no terminal, no
+    /// prompt (a password asked for would write over the terminal stet draws), the destination
+    /// after `--`.
+    pub fn dial_stdio_args(&self) -> Vec<String> {
+        let mut args = vec!["-T".to_owned(), "-o".to_owned(), "BatchMode=yes".to_owned()];
+        if let Some(user) = &self.user {
+            args.extend(["-l".to_owned(), user.clone()]);
+        }
+        if let Some(port) = self.port {
+            args.extend(["-p".to_owned(), port.to_string()]);
+        }
+        args.extend(["--", &self.host, "docker", "system", "dial-stdio"].map(str::to_owned));
+        args
+    }
+}
+
 impl Endpoint {
+    /// The SSH destination, for an `ssh://` address.
+    pub fn ssh(&self) -> Option<SshTarget> {
+        SshTarget::parse(&self.host).ok()
+    }
+
     /// Whether the engine is reached over the network rather than a local socket.
     pub fn is_remote(&self) -> bool {
         !self.host.starts_with("unix://")
@@ -156,12 +249,10 @@ pub fn check_host(host: &str) -> Result<()> {
         .or_else(|| host.strip_prefix("http://"));
     let Some(rest) = rest else {
         if host.starts_with("ssh://") {
-            return Err(problem(
-                "ssh:// is not supported yet; forward the engine's socket (ssh -L) and use unix:// or tcp://",
-            ));
+            return SshTarget::parse(host).map(drop).map_err(problem);
         }
         return Err(problem(
-            "the scheme must be unix://, tcp://, http:// or https://",
+            "the scheme must be unix://, tcp://, http://, https:// or ssh://",
         ));
     };
     let authority = rest.trim_end_matches('/');
@@ -329,6 +420,9 @@ mod tests {
             "tcp://build.example:2376/",
             "https://[::1]:2376",
             "http://localhost:2375",
+            "ssh://build",
+            "ssh://me@build.example:2222",
+            "ssh://[::1]:22",
         ] {
             check_host(good).unwrap_or_else(|e| panic!("{good}: {e}"));
         }
@@ -338,7 +432,11 @@ mod tests {
             ("tcp://127.0.0.1:0", "port"),
             ("tcp://u@h:22", "port"),
             ("tcp://h:2376/v1", "path"),
-            ("ssh://me@build", "not supported yet"),
+            ("ssh://me@build/var/run/docker.sock", "no path"),
+            ("ssh://-oProxyCommand=x", "not starting with '-'"),
+            ("ssh://-l@build", "SSH user"),
+            ("ssh://build:0", "port"),
+            ("ssh://bu ild", "SSH host"),
             ("/var/run/docker.sock", "scheme"),
             ("", "scheme"),
         ] {
@@ -348,6 +446,39 @@ mod tests {
                 "{bad}: {error}"
             );
         }
+    }
+
+    #[test]
+    fn an_ssh_address_becomes_ssh_arguments_with_the_destination_after_the_options() {
+        let target = SshTarget::parse("ssh://me@build.example:2222").unwrap();
+        assert_eq!(
+            target.dial_stdio_args(),
+            [
+                "-T",
+                "-o",
+                "BatchMode=yes",
+                "-l",
+                "me",
+                "-p",
+                "2222",
+                "--",
+                "build.example",
+                "docker",
+                "system",
+                "dial-stdio"
+            ]
+        );
+        let bare = SshTarget::parse("ssh://[::1]").unwrap();
+        assert_eq!(
+            (bare.host.as_str(), bare.user, bare.port),
+            ("::1", None, None)
+        );
+        let v6 = SshTarget::parse("ssh://[::1]:22").unwrap();
+        assert_eq!((v6.host.as_str(), v6.port), ("::1", Some(22)));
+        let endpoint =
+            resolve(Engine::Docker, Some("ssh://build"), &with(&[]), None, 1000).unwrap();
+        assert!(endpoint.is_remote() && endpoint.tls.is_none());
+        assert_eq!(endpoint.ssh().unwrap().host, "build");
     }
 
     #[test]
