@@ -35,6 +35,10 @@ pub const MAX_NAME_BYTES: usize = 32;
 /// The option of `stet sandbox-idle` that names the socket directory (the transport).
 pub const SOCKET_DIR_OPTION: &str = "--socket-dir";
 
+/// The option of `stet sandbox-relay` that selects the stdin/stdout transport
+/// ([`crate::channel_stream`]'s frames).
+pub const STDIO_OPTION: &str = "--stdio";
+
 /// The option of `stet sandbox-idle` that names one channel, as `NAME=PORT`.
 pub const CHANNEL_OPTION: &str = "--channel";
 
@@ -286,7 +290,7 @@ impl ChannelTable {
             Transport::SocketDir(dir) => {
                 vec![SOCKET_DIR_OPTION.to_owned(), dir.display().to_string()]
             }
-            Transport::Stdio => vec![crate::channel_stream::STDIO_OPTION.to_owned()],
+            Transport::Stdio => vec![STDIO_OPTION.to_owned()],
         };
         for channel in &self.channels {
             args.push(CHANNEL_OPTION.to_owned());

@@ -29,9 +29,6 @@ pub const WINDOW: u32 = 256 * 1024;
 /// has not acknowledged yet included), as the socket relay allows.
 pub const MAX_CONNECTIONS: usize = 64;
 
-/// The option of `stet sandbox-relay` that selects this transport.
-pub const STDIO_OPTION: &str = "--stdio";
-
 /// What a frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {

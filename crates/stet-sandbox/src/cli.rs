@@ -108,7 +108,8 @@ enum Command {
     #[command(
         long_about = "Relay the sandbox's channels over this process's stdin/stdout (copy mode: the host \
             starts it as an exec and attaches to it; no host path is shared).\n\n\
-            Each channel's port on the container's loopback is listened on; every connection accepted \
+            It makes itself non-dumpable first, so no other process of the sandbox's user can open its \
+            standard output through /proc or trace it. Each channel's port on the container's loopback is listened on; every connection accepted \
             there rides standard output and input as frames, to the host's end of that channel. \
             Standard output carries frames only; diagnostics go to standard error. It ends when the \
             host closes standard input (exit 0) or sends what the protocol does not allow (exit 1).",
@@ -212,6 +213,9 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::SandboxRelay { stdio, channels } => {
             debug_assert!(stdio, "clap requires --stdio");
             let table = ChannelTable::parse_stdio(&channels).map_err(CliError::RelayChannel)?;
+            // Its stdout is the host's stream: no other process of the sandbox's user may open it
+            // through /proc, write frames into it, or trace it.
+            speaker::keep_voice_private()?;
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
