@@ -391,3 +391,40 @@ async fn a_hostile_stream_ends_the_channels_and_not_the_sandbox_and_the_relay_se
     let torn = sandbox.teardown().await;
     assert_eq!(torn.first_failure(), None, "{torn:?}");
 }
+
+/// An agent that kills its own relay cuts itself off the allowed hosts, not the dispatch: the run
+/// goes on to its end and the run record says why the channels ended.
+#[test]
+fn an_agent_that_ends_its_channel_stream_loses_egress_and_the_dispatch_goes_on() {
+    use super::headless::{Project, scenario};
+    docker_ready();
+    let index = super::egress::Loopback::http("reached");
+    // Its own command line must not name the relay, or it would kill itself.
+    let kill_relay = "r=relay; for p in /proc/[0-9]*; do case \\\"$(tr \\\"\\\\000\\\" \\\" \\\" < $p/cmdline 2>/dev/null)\\\" in *sandbox-$r\\\\ --stdio*) kill ${p#/proc/} && echo killed the relay;; esac; done";
+    let project = Project::new(&scenario(&[
+        &format!("run = [\"/bin/sh\", \"-c\", \"{kill_relay}\"]"),
+        &format!(
+            "fetch = {{ url = \"http://localhost:{}/after\" }}",
+            index.port()
+        ),
+        "finish = \"Tried after cutting the relay.\"",
+    ]));
+    project.allow_egress(&[format!("localhost:{}", index.port())], "");
+    project.home.add_user_config(&format!(
+        "\n[dispatch]\nimage = \"{}\"\n\n[runtime]\nmounts = \"copy\"\n",
+        super::live::live_image("openhands")
+    ));
+    let finished = run(project.headless(&[]));
+    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+    let output = super::egress::output_of(&finished);
+    assert!(output.contains("killed the relay"), "{output}{finished:#?}");
+    assert_eq!(index.connections(), 0, "{output}");
+    let warnings = finished.warnings();
+    assert!(
+        warnings.iter().any(|warning| warning.contains("channels")
+            && warning.contains("are cut")
+            && warning.contains("closed the channel stream")),
+        "{warnings:#?}"
+    );
+    finished.torn_down_cleanly();
+}
