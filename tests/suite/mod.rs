@@ -59,3 +59,4 @@ mod seat;
 mod support;
 mod sweep;
 mod tui;
+mod warm_pool;
