@@ -400,6 +400,16 @@ fn sigterm_stops_the_dispatch_and_removes_the_pool() {
         "the dispatch made its own container: {ours:?}"
     );
     assert!(!warm.is_empty() && warm == ours, "{ours:?} {warm:?}");
+    // `stet doctor` lists them, the pool's marked.
+    let mut doctor = project.home.stet();
+    doctor.current_dir(&project.repo).arg("doctor");
+    let report = run_text(doctor).stdout;
+    for name in &ours {
+        assert!(
+            report.contains(&format!("{name} (running, warm pool)")),
+            "{name}:\n{report}"
+        );
+    }
     assert!(signal(watched.pid(), "TERM").success());
     let finished = watched.finish();
     assert_eq!(finished.code(), Some(3), "{finished:#?}");
