@@ -461,3 +461,57 @@ fn the_sweep_reclaims_the_pool_of_a_sigkilled_stet() {
         Vec::<std::path::PathBuf>::new()
     );
 }
+
+#[tokio::test]
+async fn a_pool_that_cannot_start_a_container_never_holds_a_dispatch_back_and_says_so_once() {
+    let f = fixture().await;
+    // The pool's engine is not there (a socket nobody listens on); the dispatch's is.
+    let socket = f.state.path().join("gone.sock");
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let host = format!("unix://{}", socket.display());
+    let gone = stet_engine::runtime::docker::endpoint_from_environment(
+        stet_engine::runtime::endpoint::Engine::Docker,
+        Some(&host),
+    )
+    .unwrap();
+    let unreachable = Arc::new(DockerRuntime::unconnected_to(&gone).unwrap());
+    let pool = WarmPool::start(unreachable, f.journal.clone(), 1, f.shape());
+    let mut status = pool.watch();
+    status
+        .wait_for(|status| status.failed > 0 && status.starting == 0)
+        .await
+        .unwrap();
+    for turn in 0..2 {
+        let request = f.request();
+        let dispatch = request.dispatch;
+        let never = tokio_util::sync::CancellationToken::new();
+        let sandbox = DispatchSandbox::provision_until(
+            f.runtime.clone(),
+            &f.journal,
+            f.state.path(),
+            request,
+            &never,
+            None,
+            Some(&pool),
+        )
+        .await
+        .unwrap_or_else(|failure| panic!("{}", failure.error));
+        assert_eq!(
+            sandbox.container(),
+            dispatch.to_string(),
+            "a fresh container"
+        );
+        let notice = pool.take_notice();
+        match turn {
+            0 => assert!(
+                notice.as_deref().is_some_and(|text| text
+                    .starts_with("the warm pool could not start a sandbox on docker at unix://")
+                    && text.contains("gone.sock")),
+                "{notice:?}"
+            ),
+            _ => assert_eq!(notice, None, "said once"),
+        }
+        assert_eq!(sandbox.teardown().await.first_failure(), None);
+    }
+    pool.drain().await;
+}

@@ -122,6 +122,8 @@ pub struct PoolStatus {
     pub starting: usize,
     /// Containers claimed since the pool started.
     pub claimed: u64,
+    /// Starts that failed since the pool started.
+    pub failed: u64,
 }
 
 #[derive(Debug)]
@@ -132,8 +134,12 @@ struct Inner {
     idle: VecDeque<Warm>,
     starting: usize,
     claimed: u64,
+    failed: u64,
     /// Removals under way (an image change, a claim whose journaling failed).
     discards: Vec<JoinHandle<()>>,
+    /// Containers whose start failed and whose removal failed too (an engine that went away):
+    /// removed again before another is started, so their records do not pile up.
+    leftovers: Vec<Warm>,
     /// Why a dispatch went without a pooled container, not said yet.
     notice: Option<Notice>,
     /// What was already said (each kind once).
@@ -179,7 +185,9 @@ impl WarmPool {
                 idle: VecDeque::new(),
                 starting: 0,
                 claimed: 0,
+                failed: 0,
                 discards: Vec::new(),
+                leftovers: Vec::new(),
                 notice: None,
                 said: Vec::new(),
             }),
@@ -279,7 +287,7 @@ impl WarmPool {
                     inner.generation += 1;
                     let old: Vec<Warm> = inner.idle.drain(..).collect();
                     for warm in old {
-                        let task = tokio::spawn(discard(Arc::clone(&self.runtime), warm));
+                        let task = tokio::spawn(discard_quietly(Arc::clone(&self.runtime), warm));
                         inner.discards.push(task);
                     }
                     break None;
@@ -306,7 +314,7 @@ impl WarmPool {
             engine: self.runtime.location(),
         };
         if let Err(error) = entry.intend(resource) {
-            let task = tokio::spawn(discard(Arc::clone(&self.runtime), warm));
+            let task = tokio::spawn(discard_quietly(Arc::clone(&self.runtime), warm));
             lock(&self.inner).discards.push(task);
             return Err(error);
         }
@@ -332,12 +340,13 @@ impl WarmPool {
         }
         let (idle, discards) = {
             let mut inner = lock(&self.inner);
-            let idle: Vec<Warm> = inner.idle.drain(..).collect();
+            let mut idle: Vec<Warm> = inner.idle.drain(..).collect();
+            idle.append(&mut inner.leftovers);
             (idle, std::mem::take(&mut inner.discards))
         };
         self.publish();
         for warm in idle {
-            discard(Arc::clone(&self.runtime), warm).await;
+            discard_quietly(Arc::clone(&self.runtime), warm).await;
         }
         for task in discards {
             let _ = task.await;
@@ -351,6 +360,7 @@ impl WarmPool {
                 idle: inner.idle.len(),
                 starting: inner.starting,
                 claimed: inner.claimed,
+                failed: inner.failed,
             }
         };
         self.status.send_replace(status);
@@ -360,6 +370,12 @@ impl WarmPool {
     /// counting the one being started.
     async fn fill(self: Arc<Self>) {
         loop {
+            if !self.remove_leftovers().await {
+                tokio::select! {
+                    () = tokio::time::sleep(RETRY_AFTER) => continue,
+                    () = self.stop.cancelled() => return,
+                }
+            }
             let job = {
                 let mut inner = lock(&self.inner);
                 (inner.idle.len() + inner.starting < self.size).then(|| {
@@ -390,20 +406,27 @@ impl WarmPool {
                         (None, None)
                     }
                     Some(Ok(warm)) => (Some(warm), None),
-                    Some(Err(error)) => (None, Some(error)),
+                    Some(Err((error, leftover))) => {
+                        inner.leftovers.extend(leftover);
+                        inner.failed += 1;
+                        (None, Some(error))
+                    }
                     None => (None, None),
                 }
             };
             if let Some(warm) = unwanted {
-                discard(Arc::clone(&self.runtime), warm).await;
+                discard_quietly(Arc::clone(&self.runtime), warm).await;
             }
             let failed = failure.is_some();
             if let Some(error) = failure {
                 tracing::warn!(%error, "the warm pool could not start a sandbox");
-                self.note(
-                    "start",
-                    format!("the warm pool could not start a sandbox: {error}"),
-                );
+                let engine = self
+                    .runtime
+                    .location()
+                    .map(|at| format!(" on {at}"))
+                    .unwrap_or_default();
+                let text = format!("the warm pool could not start a sandbox{engine}: {error}");
+                self.note("start", text);
             }
             self.publish();
             if self.stop.is_cancelled() {
@@ -419,11 +442,26 @@ impl WarmPool {
         }
     }
 
-    /// Journals and starts one container of `shape`; on failure nothing of it is left.
-    async fn start_one(&self, shape: &WarmShape) -> Result<Warm, PoolError> {
+    /// Removes the leftovers of failed starts; whether none is left.
+    async fn remove_leftovers(&self) -> bool {
+        let leftovers = std::mem::take(&mut lock(&self.inner).leftovers);
+        for warm in leftovers {
+            if let Some(warm) = discard(Arc::clone(&self.runtime), warm).await {
+                lock(&self.inner).leftovers.push(warm);
+            }
+        }
+        lock(&self.inner).leftovers.is_empty()
+    }
+
+    /// Journals and starts one container of `shape`. On failure, what may exist of it when the
+    /// engine could not remove it either.
+    async fn start_one(&self, shape: &WarmShape) -> Result<Warm, (PoolError, Option<Warm>)> {
         let id = DispatchId::new();
         let spec = shape.spec(id);
-        let mut entry = self.journal.begin(id)?;
+        let mut entry = self
+            .journal
+            .begin(id)
+            .map_err(|error| (error.into(), None))?;
         let resource = Resource::Container {
             name: spec.container_name(),
             engine: self.runtime.location(),
@@ -431,27 +469,17 @@ impl WarmPool {
         if let Err(error) = entry.intend(resource.clone()) {
             // Nothing was created: the record is left for the sweep if it cannot be closed.
             let _ = entry.close();
-            return Err(error.into());
+            return Err((error.into(), None));
         }
+        let warm = Warm {
+            name: spec.container_name(),
+            resource,
+            entry,
+        };
         match self.runtime.create_sandbox(&spec).await {
-            Ok(name) => Ok(Warm {
-                name,
-                resource,
-                entry,
-            }),
-            Err(error) => {
-                // The engine's failure may come after the container exists (a start refused).
-                if self
-                    .runtime
-                    .remove(&spec.container_name(), true)
-                    .await
-                    .is_ok()
-                    && entry.released(&resource).is_ok()
-                {
-                    let _ = entry.close();
-                }
-                Err(error.into())
-            }
+            Ok(_) => Ok(warm),
+            // The engine's failure may come after the container exists (a start refused).
+            Err(error) => Err((error.into(), discard(Arc::clone(&self.runtime), warm).await)),
         }
     }
 }
@@ -468,19 +496,27 @@ pub(crate) async fn claim_from(
     }
 }
 
-/// Removes an idle container and closes its record (left for the sweep when that fails).
-async fn discard(runtime: Arc<dyn ContainerRuntime>, mut warm: Warm) {
+/// Removes a pooled container and closes its record; gives it back when the engine could not
+/// remove it.
+async fn discard(runtime: Arc<dyn ContainerRuntime>, mut warm: Warm) -> Option<Warm> {
     match runtime.remove(&warm.name, true).await {
         Ok(_) => {
             let released = warm.entry.released(&warm.resource);
             if let Err(error) = released.and_then(|()| warm.entry.close()) {
                 tracing::warn!(container = %warm.name, %error, "a warm sandbox's record could not be closed");
             }
+            None
         }
         Err(error) => {
-            tracing::warn!(container = %warm.name, %error, "a warm sandbox could not be removed; the sweep will");
+            tracing::warn!(container = %warm.name, %error, "a warm sandbox could not be removed");
+            Some(warm)
         }
     }
+}
+
+/// [`discard`], what could not be removed left to the sweep (its record stays on disk).
+async fn discard_quietly(runtime: Arc<dyn ContainerRuntime>, warm: Warm) {
+    discard(runtime, warm).await;
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
