@@ -293,8 +293,15 @@ async fn a_pooled_sandbox_is_hardened_exactly_as_a_fresh_one() {
     assert_eq!(pooled_host.cap_drop, Some(vec!["ALL".to_owned()]));
 
     // By effect, from inside: the same user, capabilities, read-only root, mounts, limits.
-    let pooled_report = probe(&pooled, &[], &[]).await;
-    let fresh_report = probe(&fresh, &[], &[]).await;
+    // The order the engine mounts the two volumes in is its own.
+    let sorted = |mut report: serde_json::Value| {
+        if let Some(mounts) = report["mounts"].as_array_mut() {
+            mounts.sort_by_key(|mount| mount.to_string());
+        }
+        report
+    };
+    let pooled_report = sorted(probe(&pooled, &[], &[]).await);
+    let fresh_report = sorted(probe(&fresh, &[], &[]).await);
     assert_eq!(pooled_report, fresh_report);
     assert_eq!(pooled_report["caps_all_dropped"], true, "{pooled_report}");
     assert_eq!(pooled_report["root_writable"], false);

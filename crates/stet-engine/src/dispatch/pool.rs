@@ -260,15 +260,17 @@ impl WarmPool {
     /// before the pool's own record lets it go; `None` when the pool has none of that shape ready
     /// or starting (the dispatch then creates a fresh one). One being started is waited for: it
     /// is ready sooner than a fresh one would be. A dispatch asking for another image retargets
-    /// the pool: the containers of the old image are removed and new ones started.
+    /// the pool: the containers of the old image are removed and new ones started. `None` too
+    /// once `stop` is cancelled.
     pub async fn claim(
         &self,
         spec: &SandboxSpec,
         entry: &mut JournalEntry,
+        stop: &CancellationToken,
     ) -> Result<Option<String>, JournalError> {
         let mut changes = self.status.subscribe();
         let warm = loop {
-            if self.stop.is_cancelled() {
+            if self.stop.is_cancelled() || stop.is_cancelled() {
                 return Ok(None);
             }
             {
@@ -300,8 +302,11 @@ impl WarmPool {
                 }
             }
             // One is being started: its publication wakes this.
-            if changes.changed().await.is_err() {
-                return Ok(None);
+            tokio::select! {
+                changed = changes.changed() => if changed.is_err() {
+                    return Ok(None);
+                },
+                () = stop.cancelled() => return Ok(None),
             }
         };
         self.publish();
@@ -489,9 +494,10 @@ pub(crate) async fn claim_from(
     pool: Option<&WarmPool>,
     spec: &SandboxSpec,
     entry: &mut JournalEntry,
+    stop: &CancellationToken,
 ) -> Result<Option<String>, JournalError> {
     match pool {
-        Some(pool) => pool.claim(spec, entry).await,
+        Some(pool) => pool.claim(spec, entry, stop).await,
         None => Ok(None),
     }
 }

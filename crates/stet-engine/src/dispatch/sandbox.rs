@@ -713,7 +713,7 @@ async fn provision_steps(
     };
     // A warm pool's idle container of the same shape, moved into this dispatch's record; else a
     // fresh one.
-    if let Some(name) = crate::dispatch::pool::claim_from(warm, &spec, entry).await? {
+    if let Some(name) = crate::dispatch::pool::claim_from(warm, &spec, entry, stop).await? {
         sandbox.container = name;
     } else {
         tokio::select! {
