@@ -522,3 +522,30 @@ async fn a_pool_that_cannot_start_a_container_never_holds_a_dispatch_back_and_sa
     }
     pool.drain().await;
 }
+
+#[test]
+fn the_demo_runs_end_to_end_from_the_pool_its_model_over_the_channel_stream() {
+    docker_ready();
+    let home = super::headless::Home::new();
+    home.add_user_config("[runtime]\nmounts = \"copy\"\nwarm = 1\n");
+    let finished = run(home.demo());
+    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+    assert_eq!(finished.outcome().0, Phase::Done);
+    let dispatch = finished.dispatch();
+    let torn = finished.torn_down_cleanly();
+    let container = torn
+        .iter()
+        .find_map(|resource| resource.strip_prefix("container "))
+        .unwrap_or_else(|| panic!("no container torn down: {torn:?}"));
+    assert_ne!(
+        container,
+        dispatch.to_string(),
+        "a fresh container: {torn:?}"
+    );
+    assert!(finished.warnings().is_empty(), "{:?}", finished.warnings());
+    // The agent asked the demo's model through the gateway: usage was metered.
+    assert!(!finished.usages().is_empty(), "{finished:#?}");
+    let (ours, _) = installation_containers(&home.state());
+    assert_eq!(ours, BTreeSet::new(), "left after exit");
+    super::headless::assert_nothing_left(&home, dispatch);
+}

@@ -1,6 +1,7 @@
 //! The warm pool (`[runtime] warm = N`, issue #33): N hardened, idle, network-none sandboxes kept
 //! started on one engine for one image, so that a copy-mode dispatch claims a running container
-//! instead of waiting for the engine to create and start one.
+//! instead of waiting for the engine to create and start one. Its channels (model gateway, egress
+//! proxy) reach it afterwards, over an exec stream ([`crate::dispatch::channel_stream`]).
 //!
 //! A pooled container is made exactly as a fresh copy-mode sandbox with no channel (the same
 //! [`SandboxSpec`], the same `create_sandbox`, hence the same hardening and the same refusal of an
@@ -88,10 +89,12 @@ impl WarmShape {
     fn unfit(&self, spec: &SandboxSpec) -> Option<&'static str> {
         if spec.mounts != MountMode::Copy {
             Some("it uses bind mounts")
-        } else if spec.gateway.is_some() || spec.keepalive != self.keepalive {
+        } else if spec.gateway.is_some() {
             Some(
-                "its relay's channels (model gateway, egress proxy) are set when its container is created, through a mounted socket directory, which a running container cannot be given",
+                "its relay's socket directory is mounted, which a running container cannot be given",
             )
+        } else if spec.keepalive != self.keepalive {
+            Some("its container's main process differs")
         } else if spec.network != NetworkPolicy::None {
             Some("it has network access")
         } else if spec.limits != self.limits
