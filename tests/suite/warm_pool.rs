@@ -549,3 +549,79 @@ fn the_demo_runs_end_to_end_from_the_pool_its_model_over_the_channel_stream() {
     assert_eq!(ours, BTreeSet::new(), "left after exit");
     super::headless::assert_nothing_left(&home, dispatch);
 }
+
+#[tokio::test]
+async fn an_image_change_drains_the_old_containers_and_the_pool_follows_the_new_image() {
+    let f = fixture().await;
+    let pool = f.pool(1);
+    pool.ready(1).await;
+    let old: BTreeSet<String> = pool.idle().into_iter().collect();
+    // A second image: a never-started container of the first, committed.
+    let docker = f.runtime.client();
+    let scratch = format!("stet-warm-test-{}", DispatchId::new());
+    let options = bollard::query_parameters::CreateContainerOptionsBuilder::default()
+        .name(&scratch)
+        .build();
+    let body = bollard::models::ContainerCreateBody {
+        image: Some(f.image.to_string()),
+        ..Default::default()
+    };
+    docker.create_container(Some(options), body).await.unwrap();
+    let commit = bollard::query_parameters::CommitContainerOptionsBuilder::default()
+        .container(&scratch)
+        .comment("stet warm pool test")
+        .build();
+    let committed = docker
+        .commit_container(commit, bollard::models::ContainerConfig::default())
+        .await
+        .unwrap();
+    let remove = bollard::query_parameters::RemoveContainerOptionsBuilder::default()
+        .force(true)
+        .build();
+    docker
+        .remove_container(&scratch, Some(remove))
+        .await
+        .unwrap();
+    let second = ImageRef::parse(&committed.id, false).unwrap();
+    assert_ne!(second, f.image);
+
+    let mut request = f.request();
+    request.image = second.clone();
+    let dispatch = request.dispatch;
+    let fresh = from_pool(&f, &pool, request).await;
+    assert_eq!(
+        fresh.container(),
+        dispatch.to_string(),
+        "none of its image was ready"
+    );
+    // The pool now keeps a container of the new image, not one of the old.
+    let mut status = pool.watch();
+    status
+        .wait_for(|status| status.idle == 1 && status.starting == 0)
+        .await
+        .unwrap();
+    let follows = pool.idle();
+    assert!(
+        follows.iter().all(|name| !old.contains(name)),
+        "{follows:?}"
+    );
+    let inspected = docker.inspect_container(&follows[0], None).await.unwrap();
+    assert_eq!(inspected.image.as_deref(), Some(second.as_str()));
+    let mut request = f.request();
+    request.image = second.clone();
+    let dispatch = request.dispatch;
+    let warm = from_pool(&f, &pool, request).await;
+    assert_ne!(warm.container(), dispatch.to_string());
+    assert_eq!(fresh.teardown().await.first_failure(), None);
+    assert_eq!(warm.teardown().await.first_failure(), None);
+    pool.drain().await;
+    assert_eq!(f.containers().await, BTreeSet::new());
+    assert_eq!(f.journal.records().unwrap().records.len(), 0);
+    let remove = bollard::query_parameters::RemoveImageOptionsBuilder::default()
+        .force(true)
+        .build();
+    docker
+        .remove_image(second.as_str(), Some(remove), None)
+        .await
+        .unwrap();
+}
