@@ -194,6 +194,17 @@ async fn the_pool_fills_to_its_size_refills_a_claim_and_never_hands_a_claimed_co
         .map(|record| record.dispatch)
         .collect();
     assert_eq!(holders, [dispatch]);
+    // A sweep meanwhile (another stet's launch) leaves every one of them: the claimed container,
+    // labelled with the pool's closed record, is held by name in the dispatch's live record.
+    let sweeper = stet_engine::dispatch::service::DispatchService::new(
+        f.runtime.clone(),
+        f.journal.clone(),
+        f.state.path(),
+        Vec::new(),
+    );
+    let swept = sweeper.sweep_orphans().await.unwrap();
+    assert!(swept.containers_removed.is_empty(), "{swept:?}");
+    assert!(f.containers().await.contains(&claimed));
     // The claimed sandbox works: the probe runs in it, in its own workspace copy.
     let report = probe(&sandbox, &[], &[]).await;
     assert_eq!(report["workspace_writable"], true, "{report}");
