@@ -49,6 +49,28 @@ async fn fixture() -> Fixture {
     }
 }
 
+impl Drop for Fixture {
+    /// A test that failed before its drain leaves no container running: this installation's go
+    /// (the journal, in a temporary directory, would never be swept).
+    fn drop(&mut self) {
+        let label = format!("label={STATE_LABEL}={}", state_label(self.state.path()));
+        let listed = std::process::Command::new("docker")
+            .args(["ps", "--all", "--quiet", "--filter", &label])
+            .output();
+        let Ok(listed) = listed else { return };
+        let names: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        if !names.is_empty() {
+            let _ = std::process::Command::new("docker")
+                .args(["rm", "--force", "--volumes"])
+                .args(&names)
+                .output();
+        }
+    }
+}
+
 impl Fixture {
     fn shape(&self) -> WarmShape {
         WarmShape {
