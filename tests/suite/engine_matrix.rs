@@ -2307,6 +2307,7 @@ impl ContainerRuntime for FakeRuntime {
                 dispatch: name.clone(),
                 state_label: None,
                 state: "running".into(),
+                warm: false,
             })
             .collect())
     }

@@ -60,3 +60,4 @@ mod seat;
 mod support;
 mod sweep;
 mod tui;
+mod warm_pool;

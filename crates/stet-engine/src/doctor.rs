@@ -81,6 +81,7 @@ pub async fn diagnose(
     binary: &Path,
 ) -> DoctorReport {
     let mut report = DoctorReport::default();
+    let engine = runtime.as_ref().ok().cloned();
     match runtime {
         Ok(runtime) => report.checks.extend(runtime.diagnose(binary).await),
         Err(why) => report.checks.push(Check::problem(
@@ -98,6 +99,11 @@ pub async fn diagnose(
                 .checks
                 .push(socket_check(&SocketPlace::for_installation(&state_dir)));
             report.checks.push(disk_check(&state_dir));
+            if let Some(engine) = engine {
+                report
+                    .checks
+                    .push(sandboxes_check(&*engine, &state_dir).await);
+            }
         }
         Err(error) => report.checks.push(Check::problem(
             "state",
@@ -234,6 +240,31 @@ fn socket_check(place: &SocketPlace) -> Check {
             error.problem(),
             &error.fix(),
         ),
+    }
+}
+
+/// This installation's sandbox containers on the engine, the warm pool's marked: what `stet sweep`
+/// would look at.
+async fn sandboxes_check(engine: &dyn RuntimeSetup, state_dir: &Path) -> Check {
+    let ours = crate::runtime::state_label(state_dir);
+    let listed = match engine.list_sandboxes().await {
+        Ok(listed) => listed,
+        Err(error) => {
+            let fix = "check the engine's logs";
+            return Check::problem("sandboxes", Status::Warn, error.to_string(), fix);
+        }
+    };
+    let names: Vec<String> = listed
+        .into_iter()
+        .filter(|container| container.state_label.as_deref() == Some(ours.as_str()))
+        .map(|container| match container.warm {
+            true => format!("{} ({}, warm pool)", container.name, container.state),
+            false => format!("{} ({})", container.name, container.state),
+        })
+        .collect();
+    match names.is_empty() {
+        true => Check::ok("sandboxes", "none".to_owned()),
+        false => Check::ok("sandboxes", names.join(", ")),
     }
 }
 

@@ -184,6 +184,31 @@ impl Engine {
             service.socket_place().prepare()?;
         }
         let sweep = service.sweep_orphans().await?;
+        let user = sandbox_user()?;
+        let keepalive = vec![
+            crate::image::BINARY_PATH.to_owned(),
+            "sandbox-idle".to_owned(),
+        ];
+        let service = match config.runtime.warm {
+            0 => service,
+            size => {
+                // Started after the sweep, which would otherwise see its first containers.
+                let shape = crate::dispatch::pool::WarmShape {
+                    image: image.clone(),
+                    limits,
+                    user,
+                    keepalive: keepalive.clone(),
+                    state_label: crate::runtime::state_label(&options.state_dir),
+                };
+                let pool = crate::dispatch::pool::WarmPool::start(
+                    service.runtime(),
+                    service.journal_handle(),
+                    size,
+                    shape,
+                );
+                service.with_pool(pool)
+            }
+        };
         let parts = DispatchContext {
             repository: options.repository,
             forge: setup.forge,
@@ -194,11 +219,8 @@ impl Engine {
                 image,
                 limits,
                 network: options.network,
-                user: sandbox_user()?,
-                keepalive: vec![
-                    crate::image::BINARY_PATH.to_owned(),
-                    "sandbox-idle".to_owned(),
-                ],
+                user,
+                keepalive,
                 mounts: match config.runtime.mounts {
                     crate::runtime::MountMode::Bind => crate::dispatch::copy_mode::Mounts::Bind,
                     crate::runtime::MountMode::Copy => {

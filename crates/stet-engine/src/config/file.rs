@@ -244,6 +244,7 @@ pub(super) struct RuntimeSection {
     pub engine: Setting<crate::runtime::endpoint::Engine>,
     pub host: Setting<String>,
     pub mounts: Setting<MountMode>,
+    pub warm: Setting<u64>,
 }
 
 /// `[harness.script]`

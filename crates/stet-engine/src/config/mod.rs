@@ -369,7 +369,13 @@ pub struct RuntimeConfig {
     pub host: Option<String>,
     /// How the workspace and outputs reach the sandbox (`runtime.mounts`; default bind mounts).
     pub mounts: MountMode,
+    /// How many idle, hardened sandboxes the warm pool keeps started (`runtime.warm`; default 0,
+    /// no pool): copy mode only ([`crate::dispatch::pool`]).
+    pub warm: usize,
 }
+
+/// The most idle sandboxes `runtime.warm` may keep started.
+pub const MAX_WARM: usize = 16;
 
 impl RuntimeConfig {
     /// What [`crate::runtime::connect`] takes.

@@ -188,6 +188,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
     let runtime_engine = layers.machine("runtime.engine", Reason::Runtime, |s| &s.runtime.engine);
     let runtime_host = layers.machine("runtime.host", Reason::Runtime, |s| &s.runtime.host);
     let mounts = layers.machine("runtime.mounts", Reason::Runtime, |s| &s.runtime.mounts);
+    let warm = layers.machine("runtime.warm", Reason::Runtime, |s| &s.runtime.warm);
     let harness_kind = layers.machine("harness.kind", Reason::Agent, |s| &s.harness.kind);
     let scenario = layers.machine("harness.script.scenario", Reason::Scenario, |s| {
         &s.harness.script.scenario
@@ -472,7 +473,11 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
             .map(|engine| engine.value)
             .unwrap_or_default(),
         host: super::url::checked_engine_host(runtime_host)?,
-        mounts: mounts.map(|mounts| mounts.value).unwrap_or_default(),
+        mounts: mounts
+            .as_ref()
+            .map(|mounts| mounts.value)
+            .unwrap_or_default(),
+        warm: checked_warm(warm, mounts.map(|mounts| mounts.value).unwrap_or_default())?,
     };
     let model = ModelConfig {
         base_url: checked_url(base_url, "model.base_url")?,
@@ -620,6 +625,34 @@ fn non_empty(value: Option<Sourced<String>>, field: &'static str) -> Result<Opti
         }
         other => Ok(other.map(|sourced| sourced.value)),
     }
+}
+
+/// `runtime.warm`: at most [`super::MAX_WARM`], and only in copy mode, since a pooled container
+/// is started before its dispatch exists and bind mounts cannot be added to a running container.
+fn checked_warm(warm: Option<Sourced<u64>>, mounts: crate::runtime::MountMode) -> Result<usize> {
+    let Some(Sourced { value, origin, .. }) = warm else {
+        return Ok(0);
+    };
+    let count = usize::try_from(value)
+        .ok()
+        .filter(|count| *count <= super::MAX_WARM)
+        .ok_or_else(|| {
+            invalid(
+                origin.clone(),
+                "runtime.warm",
+                format!("{value} is outside 0..={}", super::MAX_WARM),
+            )
+        })?;
+    if count > 0 && mounts != crate::runtime::MountMode::Copy {
+        return Err(invalid(
+            origin,
+            "runtime.warm",
+            format!(
+                "{value} needs runtime.mounts = \"copy\": a pooled sandbox is started before its dispatch, and bind mounts cannot be added to a running container"
+            ),
+        ));
+    }
+    Ok(count)
 }
 
 fn is_variable_name(name: &str) -> bool {

@@ -1682,3 +1682,34 @@ fn a_repository_file_cannot_name_the_sandboxs_ca_bundle_even_when_trusted() {
         "{error}"
     );
 }
+
+#[test]
+fn the_warm_pool_is_a_machine_setting_of_copy_mode_and_bounded() {
+    assert_eq!(Config::from_files(&[]).unwrap().runtime.warm, 0);
+    let config = Config::from_files(&[user("[runtime]\nmounts = \"copy\"\nwarm = 2\n")]).unwrap();
+    assert_eq!(config.runtime.warm, 2);
+    let bind = Config::from_files(&[user("[runtime]\n\nwarm = 1\n")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        bind.starts_with("/home/u/.config/stet/config.toml:3: field `runtime.warm`: 1 needs runtime.mounts = \"copy\""),
+        "{bind}"
+    );
+    let many = Config::from_files(&[user("[runtime]\nmounts = \"copy\"\nwarm = 17\n")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        many.starts_with(
+            "/home/u/.config/stet/config.toml:3: field `runtime.warm`: 17 is outside 0..=16"
+        ),
+        "{many}"
+    );
+    let refused = refusals(&[repository("[runtime]\nwarm = 4\n")]);
+    let fields: Vec<_> = refused.iter().map(|r| (r.field, r.line)).collect();
+    assert_eq!(fields, [("runtime.warm", 2)]);
+    assert!(
+        refused[0].why.contains("container engine"),
+        "{}",
+        refused[0].why
+    );
+}

@@ -303,6 +303,7 @@ impl Dispatcher {
                         while let Some(joined) = self.tasks.join_next().await {
                             self.finished(joined);
                         }
+                        self.service.drain_pool().await;
                         return;
                     }
                 },
@@ -311,6 +312,8 @@ impl Dispatcher {
                 }
             }
             if self.shutting_down && self.tasks.is_empty() && !waiting_for_shutdown.is_empty() {
+                // Nothing of the warm pool outlives stet: its idle containers go before it exits.
+                self.service.drain_pool().await;
                 for done in waiting_for_shutdown.drain(..) {
                     let _ = done.send(());
                 }

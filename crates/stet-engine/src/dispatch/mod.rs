@@ -9,6 +9,7 @@ pub mod error;
 pub mod gate;
 pub mod journal;
 pub mod order;
+pub mod pool;
 pub mod record;
 pub mod remove_tree;
 pub mod run;

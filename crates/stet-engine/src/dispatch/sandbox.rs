@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::credential::{CredentialProvider, RevokeOutcome, ScopedCredential};
 use crate::dispatch::copy_mode::{CopyError, Mounts, bring_back, copy_in};
 use crate::dispatch::journal::{Journal, JournalEntry, JournalError, Resource};
+use crate::dispatch::pool::WarmPool;
 use crate::dispatch::remove_tree::remove_tree;
 use crate::dispatch::socket_dir::{SocketDirError, SocketPlace};
 use crate::git::origin_guard::TransferBounds;
@@ -179,8 +180,10 @@ pub struct SandboxRequest {
 /// Provisioning failed: why, and the teardown of what it had created (`None` when it failed before
 /// creating anything).
 #[derive(Debug)]
-pub(crate) struct ProvisionFailure {
+pub struct ProvisionFailure {
+    /// Why it failed.
     pub error: SandboxError,
+    /// What the teardown that followed did.
     pub teardown: Option<TeardownReport>,
 }
 
@@ -260,7 +263,7 @@ impl DispatchSandbox {
         request: SandboxRequest,
     ) -> Result<DispatchSandbox> {
         let never = CancellationToken::new();
-        DispatchSandbox::provision_until(runtime, journal, state_dir, request, &never, None)
+        DispatchSandbox::provision_until(runtime, journal, state_dir, request, &never, None, None)
             .await
             .map_err(|failure| failure.error)
     }
@@ -268,14 +271,16 @@ impl DispatchSandbox {
     /// [`DispatchSandbox::provision`] that stops between steps (and during an image pull) once `stop`
     /// is cancelled: what exists by then is torn down and [`SandboxError::Stopped`] returned. A failure
     /// carries the report of the teardown that followed it, so the caller can show what was reclaimed.
-    /// An image pull reports its progress to `pull_progress`.
-    pub(crate) async fn provision_until(
+    /// An image pull reports its progress to `pull_progress`; the container comes from `warm`
+    /// when the pool has one of its shape ([`crate::dispatch::pool`]).
+    pub async fn provision_until(
         runtime: Arc<dyn ContainerRuntime>,
         journal: &Journal,
         state_dir: &Path,
         request: SandboxRequest,
         stop: &CancellationToken,
         pull_progress: Option<mpsc::Sender<PullProgress>>,
+        warm: Option<&WarmPool>,
     ) -> std::result::Result<DispatchSandbox, ProvisionFailure> {
         let paths = SandboxPaths::under(state_dir, request.gateway.as_ref(), request.dispatch);
         refuse_links_below(state_dir, &paths.root).map_err(ProvisionFailure::before_anything)?;
@@ -303,15 +308,8 @@ impl DispatchSandbox {
             user: request.user,
             outputs_copied: AtomicBool::new(false),
         };
-        let provisioned = provision_steps(
-            &mut entry,
-            &mut sandbox,
-            &request,
-            state_dir,
-            stop,
-            pull_progress,
-        )
-        .await;
+        let steps = (&request, state_dir, stop, pull_progress, warm);
+        let provisioned = provision_steps(&mut entry, &mut sandbox, steps).await;
         *sandbox.state.lock().await = Some(entry);
         match provisioned {
             Ok(()) => Ok(sandbox),
@@ -571,20 +569,23 @@ pub(crate) fn teardown_order(resource: &Resource) -> u8 {
     }
 }
 
+type Steps<'a> = (
+    &'a SandboxRequest,
+    &'a Path,
+    &'a CancellationToken,
+    Option<mpsc::Sender<PullProgress>>,
+    Option<&'a WarmPool>,
+);
+
 async fn provision_steps(
     entry: &mut JournalEntry,
     sandbox: &mut DispatchSandbox,
-    request: &SandboxRequest,
-    state_dir: &Path,
-    stop: &CancellationToken,
-    pull_progress: Option<mpsc::Sender<PullProgress>>,
+    (request, state_dir, stop, pull_progress, warm): Steps<'_>,
 ) -> Result<()> {
     let stopped = || {
-        if stop.is_cancelled() {
-            Err(SandboxError::Stopped)
-        } else {
-            Ok(())
-        }
+        (!stop.is_cancelled())
+            .then_some(())
+            .ok_or(SandboxError::Stopped)
     };
     if let Some(wanted) = &request.credential
         && wanted.into_sandbox
@@ -642,7 +643,7 @@ async fn provision_steps(
         let stop = stop.clone();
         let materialized = tokio::task::spawn_blocking(move || {
             if let Some(fetch) = &source.fetch
-                && !has_commit(&source.repository, &source.base)
+                && !crate::git::workspace::has_commit(&source.repository, &source.base)
             {
                 match fetch_commit_until(
                     &source.repository,
@@ -698,12 +699,6 @@ async fn provision_steps(
         }
     }
     stopped()?;
-    tokio::select! {
-        pulled = sandbox.runtime.ensure_image(&request.image, pull_progress) => pulled?,
-        () = stop.cancelled() => return Err(SandboxError::Stopped),
-    }
-    // A stop that landed as the pull completed: no container is created after it.
-    stopped()?;
     let spec = SandboxSpec {
         dispatch: request.dispatch,
         image: request.image.clone(),
@@ -716,12 +711,23 @@ async fn provision_steps(
         user: request.user,
         keepalive: request.keepalive.clone(),
         state_label: state_label(state_dir),
+        warm: None,
     };
-    entry.intend(Resource::Container {
-        name: spec.container_name(),
-        engine: sandbox.runtime.location(),
-    })?;
-    sandbox.runtime.create_sandbox(&spec).await?;
+    // A warm pool's idle container of the same shape, moved into this dispatch's record; else a
+    // fresh one.
+    if let Some(name) = crate::dispatch::pool::claim_from(warm, &spec, entry, stop).await? {
+        sandbox.container = name;
+    } else {
+        tokio::select! {
+            pulled = sandbox.runtime.ensure_image(&request.image, pull_progress) => pulled?,
+            () = stop.cancelled() => return Err(SandboxError::Stopped),
+        }
+        // A stop that landed as the pull completed: no container is created after it.
+        stopped()?;
+        let (name, engine) = (spec.container_name(), sandbox.runtime.location());
+        entry.intend(Resource::Container { name, engine })?;
+        sandbox.runtime.create_sandbox(&spec).await?;
+    }
     if matches!(request.mounts, Mounts::Copy(_)) {
         let (runtime, container) = (&sandbox.runtime, &sandbox.container);
         stopped()?;
@@ -729,18 +735,6 @@ async fn provision_steps(
         copy_in(runtime, container, workspace, WORKSPACE_MOUNT, user).await?;
     }
     Ok(())
-}
-
-/// Whether `repository` holds `commit` (an unreadable repository counts as not holding it; the
-/// materialization that follows names the real problem).
-fn has_commit(repository: &Path, commit: &CommitSha) -> bool {
-    git2::Repository::open(repository)
-        .ok()
-        .and_then(|repo| {
-            let oid = git2::Oid::from_str(commit.as_str()).ok()?;
-            repo.find_commit(oid).ok().map(|_| ())
-        })
-        .is_some()
 }
 
 /// Refuses when any existing component from `state_dir` down to `path` is a symbolic link, which
@@ -783,7 +777,6 @@ fn create_private_dir(path: &Path) -> Result<()> {
     })
 }
 
-/// Hands the directory to the sandbox user when it is not theirs already (stet runs as root).
 /// Makes `path` the sandbox user's (a no-op when it already is, e.g. stet not running as root).
 pub(crate) fn hand_over(path: &Path, user: SandboxUser) -> Result<()> {
     use std::os::unix::fs::MetadataExt;

@@ -202,6 +202,8 @@ pub struct DispatchService {
     state_label: String,
     /// Where the model gateways' sockets go (short paths, whatever the state directory's length).
     sockets: SocketPlace,
+    /// Idle sandboxes kept started (`[runtime] warm`); `None`: every sandbox is made fresh.
+    pool: Option<Arc<crate::dispatch::pool::WarmPool>>,
 }
 
 impl DispatchService {
@@ -223,6 +225,26 @@ impl DispatchService {
                 .collect(),
             state_label: state_label(state_dir),
             sockets: SocketPlace::for_installation(state_dir),
+            pool: None,
+        }
+    }
+
+    /// The same service with its sandboxes claimed from `pool` when it has one of their shape.
+    pub fn with_pool(mut self, pool: Arc<crate::dispatch::pool::WarmPool>) -> DispatchService {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// The warm pool, when `[runtime] warm` keeps one.
+    pub fn pool(&self) -> Option<&Arc<crate::dispatch::pool::WarmPool>> {
+        self.pool.as_ref()
+    }
+
+    /// Removes the warm pool's idle containers and stops its refill (at shutdown, once every
+    /// dispatch is torn down).
+    pub async fn drain_pool(&self) {
+        if let Some(pool) = &self.pool {
+            pool.drain().await;
         }
     }
 
@@ -244,6 +266,10 @@ impl DispatchService {
 
     pub(crate) fn journal(&self) -> &Journal {
         &self.journal
+    }
+
+    pub(crate) fn journal_handle(&self) -> Arc<Journal> {
+        Arc::clone(&self.journal)
     }
 
     pub(crate) fn state_dir(&self) -> &Path {
@@ -310,17 +336,31 @@ impl DispatchService {
                 Vec::new()
             }
         };
-        let live: BTreeSet<String> = self
+        let live_records: Vec<_> = self
             .journal
             .records()?
             .records
             .into_iter()
             .filter(|record| record.owner.is_alive())
+            .collect();
+        let live: BTreeSet<String> = live_records
+            .iter()
             .map(|record| record.dispatch.to_string())
+            .collect();
+        // A container claimed from the warm pool is labelled with the pool's id and listed, by
+        // name, in its dispatch's record.
+        let held: BTreeSet<&str> = live_records
+            .iter()
+            .flat_map(|record| &record.resources)
+            .filter_map(|resource| match resource {
+                Resource::Container { name, .. } => Some(name.as_str()),
+                _ => None,
+            })
             .collect();
         for container in containers {
             let ours = container.state_label.as_deref() == Some(self.state_label.as_str());
-            if !ours || live.contains(&container.dispatch) {
+            if !ours || live.contains(&container.dispatch) || held.contains(container.name.as_str())
+            {
                 continue;
             }
             match self.runtime.remove(&container.name, true).await {

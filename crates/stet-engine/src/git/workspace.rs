@@ -574,6 +574,18 @@ fn write_index(
     Ok(files)
 }
 
+/// Whether `repository` holds `commit` (an unreadable repository counts as not holding it; the
+/// materialization that follows names the real problem).
+pub(crate) fn has_commit(repository: &Path, commit: &CommitSha) -> bool {
+    git2::Repository::open(repository)
+        .ok()
+        .and_then(|repo| {
+            let oid = git2::Oid::from_str(commit.as_str()).ok()?;
+            repo.find_commit(oid).ok().map(|_| ())
+        })
+        .is_some()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,7 +27,7 @@ use super::{
     ContainerExit, ContainerRuntime, DISPATCH_LABEL, DispatchLimits, ExecExit, GATEWAY_MOUNT,
     ImageRef, MountMode, NetworkPolicy, OUTPUTS_MOUNT, OutputChunk, OutputStream, PullProgress,
     Removal, Result, RuntimeError, RuntimeKind, RuntimeSetup, SANDBOX_HOME, STATE_LABEL,
-    SandboxContainer, SandboxProcess, SandboxSpec, WORKSPACE_MOUNT,
+    SandboxContainer, SandboxProcess, SandboxSpec, WARM_LABEL, WORKSPACE_MOUNT,
 };
 use crate::check::Check;
 use crate::image::SandboxImage;
@@ -317,10 +317,16 @@ pub fn hardened_create_body(spec: &SandboxSpec) -> Result<ContainerCreateBody> {
         env: Some(vec![format!("HOME={SANDBOX_HOME}")]),
         working_dir: Some(WORKSPACE_MOUNT.to_owned()),
         hostname: Some("sandbox".to_owned()),
-        labels: Some(HashMap::from([
-            (DISPATCH_LABEL.to_owned(), spec.dispatch.to_string()),
-            (STATE_LABEL.to_owned(), spec.state_label.clone()),
-        ])),
+        labels: Some(
+            [
+                (DISPATCH_LABEL, Some(spec.dispatch.to_string())),
+                (STATE_LABEL, Some(spec.state_label.clone())),
+                (WARM_LABEL, spec.warm.clone()),
+            ]
+            .into_iter()
+            .filter_map(|(key, value)| Some((key.to_owned(), value?)))
+            .collect(),
+        ),
         attach_stdin: Some(false),
         open_stdin: Some(false),
         tty: Some(false),
@@ -745,6 +751,7 @@ impl ContainerRuntime for DockerRuntime {
                     dispatch,
                     state_label,
                     state,
+                    warm: labels.contains_key(WARM_LABEL),
                 })
             })
             .collect())

@@ -31,6 +31,10 @@ pub const DISPATCH_LABEL: &str = "dev.stet.dispatch";
 /// reclaims its own installation's containers: `dev.stet.state=<`[`state_label`]`>`.
 pub const STATE_LABEL: &str = "dev.stet.state";
 
+/// The label of a warm pool's idle sandbox (`[runtime] warm`, [`crate::dispatch::pool`]): the
+/// image it was started for. A claimed one keeps it (a running container's labels are fixed).
+pub const WARM_LABEL: &str = "dev.stet.warm";
+
 /// A short, stable name for a state directory: 16 hex digits of the SHA-256 of its canonical path.
 pub fn state_label(state_dir: &std::path::Path) -> String {
     use sha2::Digest as _;
@@ -339,6 +343,8 @@ pub struct SandboxSpec {
     pub keepalive: Vec<String>,
     /// The value of [`STATE_LABEL`]: which installation's journal owns this sandbox.
     pub state_label: String,
+    /// The value of [`WARM_LABEL`] when the sandbox is started idle for the warm pool.
+    pub warm: Option<String>,
 }
 
 impl SandboxSpec {
@@ -457,6 +463,8 @@ pub struct SandboxContainer {
     pub state_label: Option<String>,
     /// The engine's state word for it (`running`, `exited`, ...).
     pub state: String,
+    /// Whether it was started for the warm pool (it carries [`WARM_LABEL`]).
+    pub warm: bool,
 }
 
 /// What stet needs from a container engine.

@@ -92,6 +92,7 @@ impl<'d> Provisioning<'d> {
                 request,
                 &steering.stop,
                 Some(progress),
+                steering.service.pool().map(|pool| &**pool),
             );
             tokio::pin!(provisioning);
             loop {
@@ -109,7 +110,23 @@ impl<'d> Provisioning<'d> {
             steering.publisher.emit(event).await;
         }
         match provisioned {
-            Ok(sandbox) => Ok(sandbox),
+            Ok(sandbox) => {
+                let fresh = sandbox.container() == steering.run.id.to_string();
+                if let Some(why) = steering
+                    .service
+                    .pool()
+                    .filter(|_| fresh)
+                    .and_then(|pool| pool.take_notice())
+                {
+                    let message =
+                        steering.sanitize(&format!("{why}; this dispatch got a fresh one"));
+                    steering
+                        .publisher
+                        .emit(EventKind::Warning { message })
+                        .await;
+                }
+                Ok(sandbox)
+            }
             Err(failure) => {
                 if let Some(report) = &failure.teardown {
                     Ending::new(steering)

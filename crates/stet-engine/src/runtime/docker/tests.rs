@@ -26,6 +26,7 @@ fn spec(dir: &Path) -> SandboxSpec {
         },
         keepalive: vec!["/usr/local/bin/stet".into(), "sandbox-idle".into()],
         state_label: "0123456789abcdef".into(),
+        warm: None,
     }
 }
 
