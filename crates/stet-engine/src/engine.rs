@@ -155,6 +155,12 @@ impl Engine {
             }
         };
         let config = &options.config;
+        // Bind mounts for a local socket, copies for a remote engine; bind asked of a remote
+        // engine is refused here, before anything is provisioned.
+        let mounts = runtime
+            .endpoint()
+            .mounts(config.runtime.mounts)
+            .map_err(RuntimeError::from)?;
         let limits = DispatchLimits {
             // No one file may take more than the dispatch's whole disk bound.
             file_bytes: i64::try_from(crate::dispatch::disk_watch::bound_for(
@@ -199,7 +205,7 @@ impl Engine {
                     crate::image::BINARY_PATH.to_owned(),
                     "sandbox-idle".to_owned(),
                 ],
-                mounts: match config.runtime.mounts {
+                mounts: match mounts {
                     crate::runtime::MountMode::Bind => crate::dispatch::copy_mode::Mounts::Bind,
                     crate::runtime::MountMode::Copy => {
                         crate::dispatch::copy_mode::Mounts::copy(config.import)

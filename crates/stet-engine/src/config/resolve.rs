@@ -472,7 +472,7 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
             .map(|engine| engine.value)
             .unwrap_or_default(),
         host: super::url::checked_engine_host(runtime_host)?,
-        mounts: mounts.map(|mounts| mounts.value).unwrap_or_default(),
+        mounts: mounts.map(|mounts| mounts.value),
     };
     let model = ModelConfig {
         base_url: checked_url(base_url, "model.base_url")?,
