@@ -16,12 +16,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use stet_engine::credential::LocalCredentialProvider;
+use stet_engine::dispatch::copy_mode::Mounts;
 use stet_engine::dispatch::journal::Journal;
 use stet_engine::dispatch::sandbox::DispatchSandbox;
+use stet_engine::git::import::ImportLimits;
 use stet_engine::runtime::docker::DockerRuntime;
 use stet_engine::runtime::endpoint::{self, Endpoint, Engine};
 use stet_engine::runtime::{
-    ContainerRuntime, DispatchLimits, ImageRef, NetworkPolicy, RuntimeError, RuntimeSetup,
+    ContainerRuntime, DispatchLimits, ImageRef, MountMode, NetworkPolicy, RuntimeError,
+    RuntimeSetup,
 };
 
 use super::accounts::running_as_root;
@@ -33,9 +36,9 @@ const ROOTLESS_ACCOUNT: &str = "stetpodman";
 
 /// An engine process this test started; stopped (SIGTERM, then waited for) when dropped, so it can
 /// stop what it started itself (containerd, conmon).
-struct Service {
+pub(super) struct Service {
     child: Child,
-    endpoint: Endpoint,
+    pub(super) endpoint: Endpoint,
     log: PathBuf,
     /// Rootless Podman's runtime directory: its pause process outlives the service unless stopped.
     runtime_dir: Option<PathBuf>,
@@ -44,7 +47,7 @@ struct Service {
 
 impl Service {
     /// Connects to the engine; a failure quotes what the engine logged.
-    async fn connect(&self) -> Arc<DockerRuntime> {
+    pub(super) async fn connect(&self) -> Arc<DockerRuntime> {
         match DockerRuntime::connect_to(&self.endpoint).await {
             Ok(runtime) => Arc::new(runtime),
             Err(error) => panic!(
@@ -120,7 +123,7 @@ fn activated(listener: OwnedFd, script: &str, account: Option<&str>, log: &Path)
         .unwrap_or_else(|e| panic!("starting {script}: {e}"))
 }
 
-fn need(program: &str) {
+pub(super) fn need(program: &str) {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {program}")])
         .output()
@@ -132,7 +135,7 @@ fn need(program: &str) {
 }
 
 /// Podman's API service on a fresh socket: rootful as root, else rootless as `account`.
-fn podman(account: Option<&str>) -> Service {
+pub(super) fn podman(account: Option<&str>) -> Service {
     need("podman");
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("podman.sock");
@@ -270,12 +273,43 @@ fn certificates(dir: &Path) {
     }
 }
 
-/// A second Docker engine with its own data and exec roots and network namespace, on loopback TCP
-/// with mutual TLS; the endpoint is what `DOCKER_HOST`, `DOCKER_TLS_VERIFY` and `DOCKER_CERT_PATH` make of it.
-fn remote_docker() -> Service {
+/// What the second engine must not see of this machine: the first engine's state (its data, its
+/// exec root and socket under `/run`, containerd's and Podman's stores), the temporary directory
+/// (where every test's state directory, dispatch directories and gateway sockets are), the home
+/// directory and the checkout. Each is covered by an empty tmpfs in the engine's own mount
+/// namespace, so a host path that leaks into a container's spec names nothing there.
+fn hidden_from_the_remote_engine() -> Vec<PathBuf> {
+    let mut hidden: Vec<PathBuf> = [
+        "/tmp",
+        "/run",
+        "/var/lib/docker",
+        "/var/lib/containerd",
+        "/var/lib/containers",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
+    hidden.push(std::env::temp_dir());
+    hidden.extend(std::env::var_os("HOME").map(PathBuf::from));
+    hidden.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    hidden.sort();
+    hidden.dedup();
+    hidden.retain(|path| path.is_dir());
+    hidden
+}
+
+/// A second Docker engine, as a remote one would be: its own data and exec roots (under
+/// `/var/tmp`, since `/tmp` is hidden from it), its own network namespace, and its own mount
+/// namespace in which [`hidden_from_the_remote_engine`] are empty; on loopback TCP with mutual TLS.
+/// The endpoint is what `DOCKER_HOST`, `DOCKER_TLS_VERIFY` and `DOCKER_CERT_PATH` make of it.
+pub(super) fn remote_docker() -> Service {
     need("dockerd");
     need("openssl");
-    let dir = tempfile::tempdir().unwrap();
+    need("unshare");
+    let dir = tempfile::Builder::new()
+        .prefix("stet-remote-engine-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
     let root = dir.path();
     let certs = root.join("certs");
     std::fs::create_dir(&certs).unwrap();
@@ -287,9 +321,22 @@ fn remote_docker() -> Service {
     let cert = |name: &str| certs.join(name).display().to_string();
     // Its own network namespace: a dockerd with `--bridge=none` deletes the `docker0` interface it
     // finds, which in the host's namespace is the first engine's bridge. The listening socket was
-    // made in the host's namespace and stays there.
+    // made in the host's namespace and stays there. Its own mount namespace (private propagation,
+    // unshare's default): the tmpfs over what it must not see are its alone.
+    let mut hide = String::new();
+    for hidden in hidden_from_the_remote_engine() {
+        let mode = if hidden == Path::new("/tmp") {
+            "1777"
+        } else {
+            "0755"
+        };
+        hide.push_str(&format!(
+            "mount -t tmpfs -o mode={mode},size=16m stet-hidden {} && ",
+            hidden.display()
+        ));
+    }
     let script = format!(
-        "unshare --net dockerd --config-file {} --data-root {} --exec-root {} --pidfile {} -H fd:// --bridge=none --iptables=false --ip-masq=false --storage-driver=vfs --tlsverify --tlscacert {} --tlscert {} --tlskey {}",
+        "unshare --net --mount sh -c '{hide}exec dockerd --config-file {} --data-root {} --exec-root {} --pidfile {} -H fd:// --bridge=none --iptables=false --ip-masq=false --storage-driver=vfs --tlsverify --tlscacert {} --tlscert {} --tlskey {}'",
         path("empty.json"),
         path("data"),
         path("exec"),
@@ -323,7 +370,7 @@ fn sandbox_binary() -> PathBuf {
 }
 
 /// Loads the offline image into the engine through its image-load API; returns it pinned by id.
-async fn loaded(runtime: &DockerRuntime) -> ImageRef {
+pub(super) async fn loaded(runtime: &DockerRuntime) -> ImageRef {
     let image = runtime
         .offline_image(&sandbox_binary())
         .await
@@ -338,8 +385,9 @@ async fn loaded(runtime: &DockerRuntime) -> ImageRef {
     ImageRef::parse(&image.id, false).unwrap()
 }
 
-/// Every hardening row of a sandbox on `runtime`, by effect from inside and by the engine's inspect.
-async fn hardened_by_effect(runtime: Arc<DockerRuntime>, image: &ImageRef) {
+/// Every hardening row of a sandbox on `runtime`, by effect from inside and by the engine's inspect,
+/// with the workspace and outputs reaching it as `mounts` says (copy mode: no host path in its spec).
+async fn hardened_by_effect(runtime: Arc<DockerRuntime>, image: &ImageRef, mounts: Mounts) {
     let state = tempfile::tempdir().unwrap();
     let journal = Journal::open(&state.path().join("journal")).unwrap();
     let provider = Arc::new(LocalCredentialProvider::default());
@@ -351,6 +399,7 @@ async fn hardened_by_effect(runtime: Arc<DockerRuntime>, image: &ImageRef) {
     };
     let mut sandbox_request = request(limits, NetworkPolicy::None, &provider).await;
     sandbox_request.image = image.clone();
+    sandbox_request.mounts = mounts;
     let sandbox =
         DispatchSandbox::provision(runtime.clone(), &journal, state.path(), sandbox_request)
             .await
@@ -374,6 +423,9 @@ async fn hardened_by_effect(runtime: Arc<DockerRuntime>, image: &ImageRef) {
         .await
         .unwrap();
     sandbox.teardown().await;
+    if mounts.mode() == MountMode::Copy {
+        assert_no_host_path(&inspected, &[state.path()]);
+    }
     let host = inspected.host_config.unwrap();
 
     assert_ne!(report["uid"], 0, "{report}");
@@ -391,6 +443,35 @@ async fn hardened_by_effect(runtime: Arc<DockerRuntime>, image: &ImageRef) {
     assert_eq!(host.memory, Some(limits.memory_bytes));
     assert_eq!(host.pids_limit, Some(limits.pids));
     assert_eq!(host.nano_cpus, Some(limits.nano_cpus));
+}
+
+/// A container's spec, as the engine's inspect gives it, names no host path: no bind mount (a bind
+/// whose source is a path), only volumes of the engine's own, and none of `paths` (stet's
+/// directories) anywhere in it.
+pub(super) fn assert_no_host_path(
+    inspected: &bollard::models::ContainerInspectResponse,
+    paths: &[&Path],
+) {
+    let host = inspected.host_config.clone().unwrap_or_default();
+    // Podman lists volumes among the binds too, by name: a source that is a path is a host's.
+    for bind in host.binds.iter().flatten() {
+        assert!(!bind.starts_with('/'), "a host path is bound: {bind}");
+    }
+    for mount in host.mounts.iter().flatten() {
+        assert_eq!(
+            mount.typ,
+            Some(bollard::models::MountType::VOLUME),
+            "{mount:?}"
+        );
+    }
+    for mount in inspected.mounts.iter().flatten() {
+        assert_eq!(mount.typ.as_deref(), Some("volume"), "{mount:?}");
+    }
+    let text = serde_json::to_string(inspected).unwrap();
+    for path in paths {
+        let path = path.display().to_string();
+        assert!(!text.contains(&path), "{path} is in the spec: {text}");
+    }
 }
 
 #[tokio::test]
@@ -427,7 +508,13 @@ async fn rootful_podman_runs_the_hardened_sandbox_and_every_row_holds_by_effect(
         .check_limits(&image, &DispatchLimits::default())
         .await
         .unwrap();
-    hardened_by_effect(runtime.clone(), &image).await;
+    hardened_by_effect(runtime.clone(), &image, Mounts::Bind).await;
+    hardened_by_effect(
+        runtime.clone(),
+        &image,
+        Mounts::copy(ImportLimits::default()),
+    )
+    .await;
     assert!(runtime.list_sandboxes().await.unwrap().is_empty());
 }
 
@@ -530,13 +617,69 @@ async fn a_remote_docker_engine_over_tls_takes_the_image_and_runs_the_hardened_s
         .check_limits(&image, &DispatchLimits::default())
         .await
         .unwrap();
-    hardened_by_effect(runtime.clone(), &image).await;
+    hardened_by_effect(
+        runtime.clone(),
+        &image,
+        Mounts::copy(ImportLimits::default()),
+    )
+    .await;
+    // What it cannot see: a host directory (this test's, with a file in it) named by a bind mount
+    // is refused, as any host path leaking into a spec would be.
+    let leak = tempfile::tempdir().unwrap();
+    std::fs::write(leak.path().join("host-only"), "this machine's\n").unwrap();
+    let refused = leaked_bind(&runtime, &image, leak.path()).await;
+    assert!(
+        refused.contains("bind source path does not exist")
+            && refused.contains(&leak.path().display().to_string()),
+        "{refused}"
+    );
     // Without the client certificate the engine does not answer.
     let plain = Endpoint {
         tls: None,
         ..service.endpoint.clone()
     };
     assert!(DockerRuntime::connect_to(&plain).await.is_err());
+}
+
+/// Creates (never starts) a container of `image` on `runtime` with a bind mount of `path`; the
+/// engine's refusal, as text (a container it made after all is removed, and the test fails).
+async fn leaked_bind(runtime: &DockerRuntime, image: &ImageRef, path: &Path) -> String {
+    use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
+    let name = format!(
+        "stet-leak-{}",
+        stet_engine::credential::random_token(8)
+            .unwrap()
+            .to_lowercase()
+    );
+    let body = ContainerCreateBody {
+        image: Some(image.as_str().to_owned()),
+        cmd: Some(vec!["/usr/local/bin/stet".into(), "sandbox-idle".into()]),
+        host_config: Some(HostConfig {
+            network_mode: Some("none".into()),
+            mounts: Some(vec![Mount {
+                typ: Some(MountType::BIND),
+                source: Some(path.display().to_string()),
+                target: Some("/leak".into()),
+                read_only: Some(true),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let options = bollard::query_parameters::CreateContainerOptionsBuilder::default()
+        .name(&name)
+        .build();
+    match runtime.client().create_container(Some(options), body).await {
+        Err(error) => error.to_string(),
+        Ok(_) => {
+            let _ = runtime.remove(&name, true).await;
+            panic!(
+                "the engine made a container bind-mounting {}",
+                path.display()
+            );
+        }
+    }
 }
 
 /// Set in the child process of the sweep test: its state directory, Podman's address, the image.
