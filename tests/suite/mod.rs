@@ -17,6 +17,7 @@ mod egress_git;
 mod egress_isolation;
 mod engine_matrix;
 mod engines;
+mod engines_end_to_end;
 mod forge_local;
 mod gateway;
 mod git_http;
