@@ -384,6 +384,8 @@ fn the_live_openhands_agent_runs_on_rootful_podman_and_its_edit_is_pushed() {
     }
     let image = live_image();
     let podman = Target::podman(None);
+    // Podman's store is the machine's: the gigabyte loaded here goes with the test, failed or not.
+    let _unload = Unload(image.clone());
     let copied = Command::new("sh")
         .arg("-c")
         .arg(format!(
@@ -443,4 +445,15 @@ fn the_live_openhands_agent_runs_on_rootful_podman_and_its_edit_is_pushed() {
     assert!(!finished.stdout.contains(&live.live.key));
     finished.torn_down_cleanly();
     podman.assert_nothing_left(&live.live.project.home, finished.dispatch(), "live");
+}
+
+/// Removes an image from rootful Podman's store when dropped.
+struct Unload(String);
+
+impl Drop for Unload {
+    fn drop(&mut self) {
+        let _ = Command::new("podman")
+            .args(["rmi", "--force", &self.0])
+            .output();
+    }
 }
