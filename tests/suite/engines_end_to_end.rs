@@ -179,6 +179,15 @@ impl Target {
         );
         finished.torn_down_cleanly();
         self.assert_nothing_left(&home, finished.dispatch(), "demo");
+        // The launch-time limits probe passed on this engine and is remembered, once.
+        let cache = home
+            .state()
+            .join(stet_engine::runtime::limits_cache::CACHE_FILE);
+        let passes: Vec<String> = serde_json::from_slice(
+            &std::fs::read(&cache).unwrap_or_else(|e| panic!("{}: {e}", cache.display())),
+        )
+        .unwrap();
+        assert_eq!(passes.len(), 1, "{passes:?}");
     }
 
     /// SIGINT while the agent works: exit 3, cancelled, torn down there.

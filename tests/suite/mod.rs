@@ -37,6 +37,7 @@ mod hostile_outside;
 mod hostile_repo;
 mod image;
 mod journal;
+mod limits_probe;
 mod live;
 mod local_base;
 mod openhands_live;
