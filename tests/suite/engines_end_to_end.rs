@@ -28,6 +28,9 @@ use super::headless::{
     toml_string,
 };
 
+/// What a test looks at in the agent's running container: the demo's home, the dispatch.
+type Inspect<'a> = dyn Fn(&Home, DispatchId) + 'a;
+
 /// An engine the test started, and how stet is pointed at it.
 struct Target {
     service: Service,
@@ -136,7 +139,7 @@ impl Target {
 
     /// The demo, headless, end to end: brief to pull request, the change pushed; `inspect`, when
     /// given, looks at the agent's container while it runs.
-    fn demo(&self, inspect: Option<&dyn Fn(&Home, DispatchId)>) {
+    fn demo(&self, inspect: Option<&Inspect<'_>>) {
         let home = Home::new();
         home.add_user_config(&self.config);
         let mut command = self.point(home.stet());
