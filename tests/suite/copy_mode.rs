@@ -204,21 +204,190 @@ fn the_demo_runs_end_to_end_in_copy_mode_and_pushes_the_change_bind_mode_pushes(
     });
     let inspected = std::process::Command::new("docker")
         .args(["inspect", "--format"])
-        .arg("{{json .HostConfig.Binds}} {{range .Mounts}}{{.Type}}:{{.Destination}} {{end}}")
+        .arg("{{json .HostConfig.Binds}} {{range .Mounts}}{{.Type}}:{{.Source}}:{{.Destination}} {{end}}")
         .arg(running.dispatch.to_string())
         .output()
         .unwrap();
     let inspected = String::from_utf8(inspected.stdout).unwrap();
+    // No bind mount at all, not even the channels' socket directory: two volumes and nothing else.
     assert!(inspected.starts_with("null "), "{inspected}");
-    for mount in ["volume:/workspace", "volume:/outputs"] {
-        assert!(inspected.contains(mount), "{inspected}");
+    let mounts: Vec<&str> = inspected.split_whitespace().skip(1).collect();
+    assert_eq!(mounts.len(), 2, "{inspected}");
+    for target in ["/workspace", "/outputs"] {
+        assert!(
+            mounts
+                .iter()
+                .any(|mount| mount.starts_with("volume:") && mount.ends_with(&format!(":{target}"))),
+            "{inspected}"
+        );
     }
-    assert!(!inspected.contains("bind:/workspace") && !inspected.contains("bind:/outputs"));
+    assert!(!inspected.contains("bind:"), "{inspected}");
+    assert!(!inspected.contains("/run/stet"), "{inspected}");
+    let host_mounts = std::process::Command::new("docker")
+        .args(["inspect", "--format", "{{json .HostConfig.Mounts}}"])
+        .arg(running.dispatch.to_string())
+        .output()
+        .unwrap();
+    let host_mounts = String::from_utf8(host_mounts.stdout).unwrap();
+    assert!(!host_mounts.contains("\"Source\""), "{host_mounts}");
+    assert!(!host_mounts.contains("\"bind\""), "{host_mounts}");
+    let state = copy.state().display().to_string();
+    assert!(!host_mounts.contains(&state), "{host_mounts}");
     let copied = watched.finish();
     assert_eq!(copied.code(), Some(0), "{copied:#?}");
     assert_eq!(copied.outcome().0, Phase::Done);
     let change = pushed_change(&copy, &copied);
     assert!(change.contains("src/main.rs"), "{change}");
     assert_eq!(change, pushed_change(&bind, &bound));
+    // The gateway metered the same requests over the stream as over the socket directory.
+    assert_eq!(usage_of(&copied), usage_of(&bound));
+    assert!(!usage_of(&copied).is_empty(), "{copied:#?}");
+    assert_eq!(copied.warnings(), bound.warnings());
     super::headless::assert_nothing_left(&copy, copied.dispatch());
+}
+
+/// The tokens of each `usage` event of a run, in order.
+fn usage_of(finished: &super::headless::Finished) -> Vec<(u64, u64)> {
+    finished
+        .events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::Usage(usage) => Some((usage.input_tokens, usage.output_tokens)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A copy-mode sandbox with no channel of its own (the test attaches them), and its runtime.
+async fn bare_copy_sandbox(state: &std::path::Path) -> (Arc<DockerRuntime>, DispatchSandbox) {
+    let image = support::sandbox_image().await;
+    let journal = Journal::open(&state.join("journal")).unwrap();
+    let runtime = Arc::new(DockerRuntime::connect().await.unwrap_or_else(|error| {
+        panic!("this test needs the Docker engine: {error}");
+    }));
+    let request = SandboxRequest {
+        dispatch: DispatchId::new(),
+        image: ImageRef::parse(&image.id, false).unwrap(),
+        limits: DispatchLimits::default(),
+        network: NetworkPolicy::None,
+        user: SandboxUser::for_invoker(DEFAULT_SANDBOX_UID).unwrap(),
+        keepalive: vec![STET.into(), "sandbox-idle".into()],
+        gateway: None,
+        workspace_source: None,
+        mounts: Mounts::copy(ImportLimits::default()),
+        credential: None,
+    };
+    let sandbox = DispatchSandbox::provision(runtime.clone(), &journal, state, request)
+        .await
+        .unwrap();
+    (runtime, sandbox)
+}
+
+/// The host end of the model channel in a private directory: a unix socket that counts the
+/// connections it accepts.
+struct HostEnd {
+    dir: tempfile::TempDir,
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
+    arrived: Arc<tokio::sync::Notify>,
+}
+
+impl HostEnd {
+    fn start() -> HostEnd {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = tokio::net::UnixListener::bind(dir.path().join("model.sock")).unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let arrived = Arc::new(tokio::sync::Notify::new());
+        let (counting, telling) = (Arc::clone(&accepted), Arc::clone(&arrived));
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                counting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                telling.notify_one();
+                drop(socket);
+            }
+        });
+        HostEnd {
+            dir,
+            accepted,
+            arrived,
+        }
+    }
+
+    /// Waits (at most a minute) for the first connection.
+    async fn first_connection(&self) {
+        if self.accepted() == 0 {
+            tokio::time::timeout(std::time::Duration::from_secs(60), self.arrived.notified())
+                .await
+                .expect("no connection reached the host end");
+        }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// What a process exec'd in the sandbox in place of the relay writes on its stdout is read as the
+/// untrusted stream it is: garbage ends the channel stream with the violation named, dials no host
+/// end, and leaves the sandbox running; the real relay attached next serves the channel's port.
+#[tokio::test]
+async fn a_hostile_stream_ends_the_channels_and_not_the_sandbox_and_the_relay_serves_over_the_stream()
+ {
+    use stet_engine::dispatch::channel_stream::{ChannelStream, Ended, attach_channels};
+    use stet_engine::dispatch::channels::DispatchChannels;
+    use stet_engine::runtime::ContainerRuntime as _;
+
+    let state = tempfile::tempdir().unwrap();
+    let (runtime, sandbox) = bare_copy_sandbox(state.path()).await;
+    let end = HostEnd::start();
+    let hostile = SandboxProcess {
+        argv: [STET, "probe", "--emit-line-mb", "1"]
+            .map(str::to_owned)
+            .to_vec(),
+        env: BTreeMap::new(),
+        workdir: WORKSPACE_MOUNT.into(),
+    };
+    let attached = runtime
+        .exec_attached(sandbox.container(), &hostile)
+        .await
+        .unwrap();
+    let mut stream = ChannelStream::over(
+        attached,
+        vec!["model".to_owned()],
+        vec![end.dir.path().join("model.sock")],
+    );
+    let ended = stream.ended().await;
+    assert!(matches!(ended.ended, Ended::Violation(_)), "{ended:?}");
+    assert!(ended.to_string().contains("broke the protocol"), "{ended}");
+    assert_eq!(stream.stop().await, ended, "stopping later changes nothing");
+    assert_eq!(end.accepted(), 0, "the garbage made the host dial");
+
+    // The sandbox goes on.
+    let (code, _) = exec(&sandbox, &[STET, "probe"]).await;
+    assert_eq!(code, 0);
+
+    // The real relay, attached as an exec: its port answers inside the sandbox, and the probe's
+    // connection rides the stream to the host end.
+    let dyn_runtime: Arc<dyn stet_engine::runtime::ContainerRuntime> = runtime.clone();
+    let channels = DispatchChannels::for_dispatch(true, false);
+    let stream = attach_channels(&dyn_runtime, sandbox.container(), &channels, end.dir.path())
+        .await
+        .unwrap();
+    let mut reached = false;
+    for _ in 0..50 {
+        let (code, report) = exec(&sandbox, &[STET, "probe", "--connect", "127.0.0.1:4141"]).await;
+        assert_eq!(code, 0, "{report}");
+        let report: serde_json::Value = serde_json::from_str(report.trim()).unwrap();
+        if report["connect"][0]["ok"] == true {
+            reached = true;
+            break;
+        }
+    }
+    assert!(reached, "the relay's port never answered");
+    // The host end is dialled once the connection's open frame has come through.
+    end.first_connection().await;
+    let stopped = stream.stop().await;
+    assert_eq!(stopped.ended, Ended::Stopped, "{stopped}");
+
+    let torn = sandbox.teardown().await;
+    assert_eq!(torn.first_failure(), None, "{torn:?}");
 }

@@ -216,6 +216,20 @@ pub(super) fn output_of(finished: &super::headless::Finished) -> String {
 
 #[test]
 fn the_agent_reaches_an_allowed_host_through_the_proxy_and_nothing_else() {
+    reaches_an_allowed_host_and_nothing_else(None);
+}
+
+/// In copy mode the egress channel rides the relay's exec stream, not a mounted socket: the same
+/// connections, the same events.
+#[test]
+fn in_copy_mode_the_agent_reaches_an_allowed_host_through_the_stream_and_nothing_else() {
+    reaches_an_allowed_host_and_nothing_else(Some("[runtime]\nmounts = \"copy\"\n"));
+}
+
+/// A dispatch whose agent fetches from an allowed host, a forbidden one and an IP literal, tunnels
+/// to an allowed sink and probes the network directly, with `config` added to the user's
+/// configuration.
+fn reaches_an_allowed_host_and_nothing_else(config: Option<&str>) {
     docker_ready();
     let body = format!("package-{}", uuid::Uuid::new_v4().simple());
     let index = Loopback::http(&body);
@@ -250,6 +264,9 @@ fn the_agent_reaches_an_allowed_host_through_the_proxy_and_nothing_else() {
         ],
         "",
     );
+    if let Some(config) = config {
+        project.home.add_user_config(config);
+    }
     let finished = run(project.headless(&["--push"]));
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
     assert_eq!(finished.outcome().0, Phase::Done);

@@ -1,10 +1,13 @@
 //! The channels the in-sandbox relay serves, part of the engine ↔ sandbox contract: a small table
 //! whose rows each map a TCP port on the container's loopback to a host endpoint, all over one
-//! transport. Today the one transport is the socket directory the engine bind-mounts into the
-//! sandbox (a channel's host endpoint is the unix socket named after it there) and the one channel
-//! is `model`, the gateway's, and `egress`, the egress proxy's when a person allowed hosts. The engine builds the table and writes it on the keepalive's command
-//! line ([`ChannelTable::args`]); the relay reads it back ([`ChannelTable::parse`]) and serves
-//! exactly its rows, so a next channel is a row, not a change to either side's flow.
+//! transport. The channels are `model`, the gateway's, and `egress`, the egress proxy's when a
+//! person allowed hosts. There are two transports: the socket directory the engine bind-mounts into
+//! the sandbox (bind mode: a channel's host endpoint is the unix socket named after it there), and
+//! the relay's own stdin/stdout, an exec stream of the engine's (copy mode: every connection rides
+//! it as frames, [`crate::channel_stream`]). The engine builds the table and writes it on the
+//! relay's command line ([`ChannelTable::args`]); the relay reads it back ([`ChannelTable::parse`],
+//! [`ChannelTable::parse_stdio`]) and serves exactly its rows, so a next channel is a row, not a
+//! change to either side's flow.
 //!
 //! A channel's name is a fixed identifier (it names a socket file, so nothing else is accepted); the
 //! relay refuses a table in which two rows share a name or a port, or whose socket directory is not
@@ -31,6 +34,10 @@ pub const MAX_NAME_BYTES: usize = 32;
 
 /// The option of `stet sandbox-idle` that names the socket directory (the transport).
 pub const SOCKET_DIR_OPTION: &str = "--socket-dir";
+
+/// The option of `stet sandbox-relay` that selects the stdin/stdout transport
+/// ([`crate::channel_stream`]'s frames).
+pub const STDIO_OPTION: &str = "--stdio";
 
 /// The option of `stet sandbox-idle` that names one channel, as `NAME=PORT`.
 pub const CHANNEL_OPTION: &str = "--channel";
@@ -180,6 +187,9 @@ pub fn is_channel_name(name: &str) -> bool {
 pub enum Transport {
     /// A directory of unix sockets bind-mounted into the sandbox, one per channel.
     SocketDir(PathBuf),
+    /// The relay's own stdin and stdout, the engine's exec stream to the host
+    /// ([`crate::channel_stream`]).
+    Stdio,
 }
 
 /// The channels a relay serves, over one transport.
@@ -208,6 +218,16 @@ impl ChannelTable {
                 path: socket_dir.to_owned(),
             });
         }
+        ChannelTable::parse_rows(Transport::SocketDir(socket_dir.to_owned()), rows)
+    }
+
+    /// Reads the table of a relay over its stdin/stdout back from the `NAME=PORT` rows, refused as
+    /// [`ChannelTable::parse`] refuses them.
+    pub fn parse_stdio(rows: &[String]) -> Result<ChannelTable> {
+        ChannelTable::parse_rows(Transport::Stdio, rows)
+    }
+
+    fn parse_rows(transport: Transport, rows: &[String]) -> Result<ChannelTable> {
         let channels = rows
             .iter()
             .map(|row| Channel::parse(row))
@@ -228,10 +248,7 @@ impl ChannelTable {
                 }
             }
         }
-        Ok(ChannelTable::new(
-            Transport::SocketDir(socket_dir.to_owned()),
-            channels,
-        ))
+        Ok(ChannelTable::new(transport, channels))
     }
 
     /// The rows, in the order they were given.
@@ -249,16 +266,32 @@ impl ChannelTable {
         &self.transport
     }
 
-    /// The host endpoint of `channel` as the relay reaches it: its socket in the socket directory.
-    pub fn endpoint(&self, channel: &Channel) -> PathBuf {
-        let Transport::SocketDir(dir) = &self.transport;
-        dir.join(channel.socket_name())
+    /// The host endpoint of `channel` as the relay reaches it over a socket directory: its socket
+    /// there; `None` over stdio, where the host alone knows it.
+    pub fn endpoint(&self, channel: &Channel) -> Option<PathBuf> {
+        match &self.transport {
+            Transport::SocketDir(dir) => Some(dir.join(channel.socket_name())),
+            Transport::Stdio => None,
+        }
     }
 
-    /// The table as `stet sandbox-idle`'s options: `--socket-dir DIR --channel NAME=PORT …`.
+    /// The channels' names, in order (what the channel stream carries).
+    pub fn names(&self) -> Vec<String> {
+        self.channels
+            .iter()
+            .map(|channel| channel.name.clone())
+            .collect()
+    }
+
+    /// The table as the relay's options: `--socket-dir DIR --channel NAME=PORT …` for `stet
+    /// sandbox-idle`, `--stdio --channel NAME=PORT …` for `stet sandbox-relay`.
     pub fn args(&self) -> Vec<String> {
-        let Transport::SocketDir(dir) = &self.transport;
-        let mut args = vec![SOCKET_DIR_OPTION.to_owned(), dir.display().to_string()];
+        let mut args = match &self.transport {
+            Transport::SocketDir(dir) => {
+                vec![SOCKET_DIR_OPTION.to_owned(), dir.display().to_string()]
+            }
+            Transport::Stdio => vec![STDIO_OPTION.to_owned()],
+        };
         for channel in &self.channels {
             args.push(CHANNEL_OPTION.to_owned());
             args.push(channel.row());

@@ -14,6 +14,8 @@
 //!   the model by;
 //! * [`channel`]: the relay's table of channels, each a port on the sandbox's loopback led to a
 //!   socket of the host's;
+//! * [`channel_stream`]: the frames that carry those channels over the engine's exec stream
+//!   instead (copy mode), and the rules the host reads them by;
 //! * [`scenario`]: the scenario format the scripted agent acts out and the `script` harness checks;
 //! * [`host_file`]: how a problem in a file of the user's is named: by place and kind, never by its
 //!   text.
@@ -21,6 +23,7 @@
 pub mod agent_record;
 pub mod brief;
 pub mod channel;
+pub mod channel_stream;
 pub mod event;
 pub mod host_file;
 pub mod inbox;

@@ -3,7 +3,10 @@
 //! copy of its own to the kernel's. A direction hands its caller each chunk's length between the two
 //! moves, before the chunk goes on, so the host's egress proxy can count it against its bounds; the
 //! in-sandbox relay passes it straight on ([`both_ways`]). Shared by those two, which must not
-//! depend on each other.
+//! depend on each other. [`mux`] is the other thing they share: the connections of the channel
+//! stream that carries the relay's channels over the engine's exec stream (copy mode).
+
+pub mod mux;
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};

@@ -1,7 +1,7 @@
 //! The command line of the `stet-sandbox` executable, the one program in the sandbox image (where it
 //! is `/usr/local/bin/stet`, so a scenario's `stet agent check` and the container's `stet
-//! sandbox-idle` read as they always did): `agent`, `speak`, `sandbox-idle` and `probe`, and nothing
-//! that belongs on the host.
+//! sandbox-idle` read as they always did): `agent`, `speak`, `sandbox-idle`, `sandbox-relay` and
+//! `probe`, and nothing that belongs on the host.
 
 use std::ffi::OsString;
 use std::io::Write as _;
@@ -36,6 +36,8 @@ pub enum CliError {
     Relay(#[from] RelayError),
     #[error("sandbox-idle: {0}")]
     Channel(#[from] ChannelError),
+    #[error("sandbox-relay: {0}")]
+    RelayChannel(#[source] ChannelError),
     #[error("sandbox-idle: installing the {signal} handler: {source}")]
     Signal {
         signal: &'static str,
@@ -98,6 +100,27 @@ enum Command {
         /// Also relay this channel: its port on the container's loopback (127.0.0.1:PORT) to the
         /// socket NAME.sock in the socket directory (the model gateway's is model=4141). Repeatable.
         #[arg(long = "channel", value_name = "NAME=PORT", requires = "socket_dir")]
+        channels: Vec<String>,
+    },
+
+    /// Relay the sandbox's channels over this process's stdin/stdout (copy mode: the host starts it
+    /// as an exec and attaches to it; no host path is shared).
+    #[command(
+        long_about = "Relay the sandbox's channels over this process's stdin/stdout (copy mode: the host \
+            starts it as an exec and attaches to it; no host path is shared).\n\n\
+            It makes itself non-dumpable first, so no other process of the sandbox's user can open its \
+            standard output through /proc or trace it. Each channel's port on the container's loopback is listened on; every connection accepted \
+            there rides standard output and input as frames, to the host's end of that channel. \
+            Standard output carries frames only; diagnostics go to standard error. It ends when the \
+            host closes standard input (exit 0) or sends what the protocol does not allow (exit 1).",
+        after_help = "Example:\n  stet sandbox-relay --stdio --channel model=4141 --channel egress=4142"
+    )]
+    SandboxRelay {
+        /// Carry the channels over stdin/stdout (the one transport of this command).
+        #[arg(long, required = true)]
+        stdio: bool,
+        /// Relay this channel: its port on the container's loopback (127.0.0.1:PORT). Repeatable.
+        #[arg(long = "channel", value_name = "NAME=PORT", required = true)]
         channels: Vec<String>,
     },
 
@@ -187,6 +210,18 @@ pub fn run(cli: Cli) -> Result<ExitCode, CliError> {
                 .map_err(CliError::Runtime)?
                 .block_on(sandbox_idle(table))
         }
+        Command::SandboxRelay { stdio, channels } => {
+            debug_assert!(stdio, "clap requires --stdio");
+            let table = ChannelTable::parse_stdio(&channels).map_err(CliError::RelayChannel)?;
+            // Its stdout is the host's stream: no other process of the sandbox's user may open it
+            // through /proc, write frames into it, or trace it.
+            speaker::keep_voice_private()?;
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(CliError::Runtime)?
+                .block_on(sandbox_relay(table))
+        }
         Command::Probe {
             request,
             hold,
@@ -269,6 +304,30 @@ async fn sandbox_idle(table: Option<ChannelTable>) -> Result<ExitCode, CliError>
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(error) => {
             let _ = writeln!(std::io::stderr(), "stet sandbox-idle: {error}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// `stet sandbox-relay --stdio`: the channels of `table` over stdin/stdout until the host closes
+/// stdin (exit 0); a port that cannot be listened on, or a stream the host broke, is one line on
+/// stderr and exit 1.
+async fn sandbox_relay(table: ChannelTable) -> Result<ExitCode, CliError> {
+    let relayed = relay::relay_stdio(
+        &table,
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+        std::future::pending(),
+    )
+    .await;
+    match relayed {
+        Ok(stet_pump::mux::Ended::Closed | stet_pump::mux::Ended::Stopped) => Ok(ExitCode::SUCCESS),
+        Ok(ended) => {
+            let _ = writeln!(std::io::stderr(), "stet sandbox-relay: {ended}");
+            Ok(ExitCode::FAILURE)
+        }
+        Err(error) => {
+            let _ = writeln!(std::io::stderr(), "stet sandbox-relay: {error}");
             Ok(ExitCode::FAILURE)
         }
     }
@@ -433,5 +492,45 @@ mod tests {
             let refused = Cli::try_parse_from(["stet", host_only]);
             assert!(refused.is_err(), "{host_only} parsed: {refused:?}");
         }
+    }
+
+    #[test]
+    fn sandbox_relay_needs_stdio_and_a_channel_and_refuses_a_row_outside_the_format() {
+        let cli = Cli::try_parse_from([
+            "stet",
+            "sandbox-relay",
+            "--stdio",
+            "--channel",
+            "model=4141",
+            "--channel",
+            "egress=4142",
+        ])
+        .unwrap();
+        let Command::SandboxRelay { stdio, channels } = cli.command else {
+            panic!("not sandbox-relay: {cli:?}");
+        };
+        assert!(stdio);
+        assert_eq!(channels, ["model=4141", "egress=4142"]);
+        for argv in [
+            &["stet", "sandbox-relay", "--channel", "model=4141"][..],
+            &["stet", "sandbox-relay", "--stdio"],
+        ] {
+            assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");
+        }
+        let error = run(Cli::try_parse_from([
+            "stet",
+            "sandbox-relay",
+            "--stdio",
+            "--channel",
+            "model=4141",
+            "--channel",
+            "model=4142",
+        ])
+        .unwrap())
+        .unwrap_err();
+        assert!(
+            error.to_string().starts_with("sandbox-relay: channel"),
+            "{error}"
+        );
     }
 }

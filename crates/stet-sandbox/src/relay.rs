@@ -7,7 +7,10 @@
 //! ceiling are all the gateway's, on the host.
 //!
 //! `stet sandbox-idle --socket-dir <dir> --channel <name>=<port>…` runs it as part of the
-//! container's main process.
+//! container's main process (bind mode). In copy mode no host path is shared: `stet sandbox-relay
+//! --stdio --channel <name>=<port>…`, an exec the host starts and attaches to, carries every
+//! connection over its own stdin/stdout instead ([`relay_stdio`], the frames of
+//! [`stet_protocol::channel_stream`]); its diagnostics go to stderr, never among the frames.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -47,6 +50,12 @@ pub enum RelayError {
         path.display()
     )]
     SocketPathTooLong { path: PathBuf, length: usize },
+    #[error(
+        "channel {name:?}: a table over stdio has no socket; run it with `stet sandbox-relay --stdio`"
+    )]
+    NoSocket { name: String },
+    #[error("channel {name:?}: a table over a socket directory is not for `--stdio`")]
+    NotStdio { name: String },
 }
 
 /// Result alias of the relay.
@@ -81,11 +90,46 @@ pub async fn relay_channels(
     Ok(())
 }
 
+/// Serves every channel of `table` (a table over stdio) over `input` and `output`, the relay's
+/// stdin and stdout: each connection accepted on a channel's port is opened on the stream and
+/// piped as frames, within the credit the host gives, until the host closes the stream, breaks
+/// the protocol, or `stop` resolves. Every port is bound before the stream is read.
+pub async fn relay_stdio<R, W>(
+    table: &ChannelTable,
+    input: R,
+    output: W,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<stet_pump::mux::Ended>
+where
+    R: tokio::io::AsyncRead + Unpin + Send,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let mut listeners = Vec::with_capacity(table.channels().len());
+    for channel in table.channels() {
+        if table.endpoint(channel).is_some() {
+            return Err(RelayError::NotStdio {
+                name: channel.name().to_owned(),
+            });
+        }
+        let address = channel.address();
+        let listener = TcpListener::bind(address)
+            .await
+            .map_err(|source| RelayError::Bind { address, source })?;
+        listeners.push(listener);
+    }
+    let role = stet_pump::mux::Role::Relay { listeners };
+    Ok(stet_pump::mux::run(input, output, table.names(), role, stop).await)
+}
+
 /// Each channel of `table`'s listener and host socket, every port bound (or none, on an error).
 async fn bind_channels(table: &ChannelTable) -> Result<Vec<(TcpListener, PathBuf)>> {
     let mut bound = Vec::with_capacity(table.channels().len());
     for channel in table.channels() {
-        let socket = table.endpoint(channel);
+        let socket = table
+            .endpoint(channel)
+            .ok_or_else(|| RelayError::NoSocket {
+                name: channel.name().to_owned(),
+            })?;
         bound.push((listen_for(channel.address(), &socket).await?, socket));
     }
     Ok(bound)

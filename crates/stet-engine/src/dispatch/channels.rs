@@ -1,9 +1,12 @@
 //! The channels a dispatch's relay serves, chosen in one place: the rows of the engine ↔ sandbox
 //! channel table ([`stet_protocol::channel`]), each a port on the sandbox's loopback led to a unix
-//! socket in the dispatch's socket directory, which the sandbox sees at [`GATEWAY_MOUNT`]. Today the
-//! one row is the model gateway's, opened when a gateway serves the dispatch; a next channel (the
-//! egress proxy, a remote engine's stream transport) is a row here and its server on the host, not
-//! a change to the dispatch flow.
+//! socket in the dispatch's socket directory. In bind mode the sandbox sees that directory at
+//! [`GATEWAY_MOUNT`] and the container's main process relays to it ([`DispatchChannels::keepalive`]);
+//! in copy mode nothing is mounted and the relay is an exec whose stdin/stdout carry the channels
+//! ([`DispatchChannels::relay_command`], [`crate::dispatch::channel_stream`]). The rows are the
+//! model gateway's, when a gateway serves the dispatch, and the egress proxy's, when hosts are
+//! allowed; a next channel is a row here and its server on the host, not a change to the dispatch
+//! flow.
 
 use std::path::{Path, PathBuf};
 
@@ -87,6 +90,20 @@ impl DispatchChannels {
         command
     }
 
+    /// The command of the relay over its stdin/stdout, for copy mode (`PROGRAM sandbox-relay --stdio
+    /// --channel model=4141 …`), `program` being the stet executable in the sandbox.
+    pub fn relay_command(&self, program: &str) -> Vec<String> {
+        let stdio = ChannelTable::new(Transport::Stdio, self.table.channels().to_vec());
+        let mut command = vec![program.to_owned(), "sandbox-relay".to_owned()];
+        command.extend(stdio.args());
+        command
+    }
+
+    /// The channels' names, in the table's order.
+    pub fn names(&self) -> Vec<String> {
+        self.table.names()
+    }
+
     /// The OpenAI-style base URL an agent in the sandbox asks the model at, when the model's
     /// channel is open: `http://127.0.0.1:4141/v1`.
     pub fn model_url(&self) -> Option<String> {
@@ -112,16 +129,22 @@ impl DispatchChannels {
         env
     }
 
-    /// The variables that name [`SANDBOX_CA_FILE`] (as the sandbox sees it) to every TLS client of
-    /// the agent, when the egress channel is open; nothing otherwise.
+    /// The variables that name [`SANDBOX_CA_FILE`] (as the sandbox sees it, in the socket
+    /// directory at [`GATEWAY_MOUNT`]) to every TLS client of the agent, when the egress channel is
+    /// open; nothing otherwise.
     pub fn sandbox_ca_env(&self) -> Vec<(String, String)> {
+        self.sandbox_ca_env_at(&format!("{GATEWAY_MOUNT}/{SANDBOX_CA_FILE}"))
+    }
+
+    /// [`DispatchChannels::sandbox_ca_env`] naming the file at `file` in the sandbox instead (copy
+    /// mode, where no socket directory is mounted).
+    pub fn sandbox_ca_env_at(&self, file: &str) -> Vec<(String, String)> {
         if self.table.get(channel::EGRESS).is_none() {
             return Vec::new();
         }
-        let file = format!("{GATEWAY_MOUNT}/{SANDBOX_CA_FILE}");
         CA_VARIABLES
             .iter()
-            .map(|name| ((*name).to_owned(), file.clone()))
+            .map(|name| ((*name).to_owned(), file.to_owned()))
             .collect()
     }
 
@@ -221,6 +244,34 @@ mod tests {
         assert_eq!(
             channels.host_socket(Path::new("/tmp/d"), "second"),
             Some(PathBuf::from("/tmp/d/second.sock"))
+        );
+    }
+
+    #[test]
+    fn in_copy_mode_the_relay_is_a_command_over_stdio_with_the_same_rows() {
+        let both = DispatchChannels::for_dispatch(true, true);
+        assert_eq!(
+            both.relay_command("/usr/local/bin/stet"),
+            [
+                "/usr/local/bin/stet",
+                "sandbox-relay",
+                "--stdio",
+                "--channel",
+                "model=4141",
+                "--channel",
+                "egress=4142"
+            ]
+        );
+        assert_eq!(both.names(), ["model", "egress"]);
+        let ca: std::collections::BTreeMap<String, String> = both
+            .sandbox_ca_env_at("/outputs/stet-ca.pem")
+            .into_iter()
+            .collect();
+        assert_eq!(ca["SSL_CERT_FILE"], "/outputs/stet-ca.pem");
+        assert!(
+            DispatchChannels::for_dispatch(true, false)
+                .sandbox_ca_env_at("/x")
+                .is_empty()
         );
     }
 

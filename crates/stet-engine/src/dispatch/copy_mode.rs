@@ -42,6 +42,22 @@ impl Mounts {
         })
     }
 
+    /// The socket directory `dir` as the container mounts it: in bind mode, as it is; in copy mode
+    /// not at all (the channels ride the relay's exec stream, [`crate::dispatch::channel_stream`]).
+    pub fn socket_mount(self, dir: &Option<PathBuf>) -> Option<PathBuf> {
+        match self {
+            Mounts::Bind => dir.clone(),
+            Mounts::Copy(_) => None,
+        }
+    }
+
+    /// Whether the sandbox user is handed the socket directory and its sockets: in bind mode, where
+    /// the relay in the sandbox connects to them; in copy mode they stay stet's own, private to the
+    /// host (only stet's demultiplexer connects).
+    pub fn shares_sockets(self) -> bool {
+        self == Mounts::Bind
+    }
+
     /// The runtime's side of it.
     pub fn mode(self) -> MountMode {
         match self {

@@ -1,5 +1,6 @@
 //! The dispatch engine: one run of one brief, and the security seams every run passes through.
 
+pub mod channel_stream;
 pub mod channels;
 pub mod copy_mode;
 pub mod disk_watch;

@@ -693,7 +693,9 @@ async fn provision_steps(
             }
             return Err(error.into());
         }
-        hand_over(&dir, request.user)?;
+        if request.mounts.shares_sockets() {
+            hand_over(&dir, request.user)?;
+        }
     }
     stopped()?;
     tokio::select! {
@@ -708,7 +710,7 @@ async fn provision_steps(
         workspace: sandbox.paths.workspace.clone(),
         outputs: sandbox.paths.outputs.clone(),
         mounts: request.mounts.mode(),
-        gateway: sandbox.paths.gateway.clone(),
+        gateway: request.mounts.socket_mount(&sandbox.paths.gateway),
         limits: request.limits,
         network: request.network,
         user: request.user,
@@ -721,16 +723,10 @@ async fn provision_steps(
     })?;
     sandbox.runtime.create_sandbox(&spec).await?;
     if matches!(request.mounts, Mounts::Copy(_)) {
-        let (runtime, workspace) = (&sandbox.runtime, &sandbox.paths.workspace);
+        let (runtime, container) = (&sandbox.runtime, &sandbox.container);
         stopped()?;
-        copy_in(
-            runtime,
-            &sandbox.container,
-            workspace,
-            WORKSPACE_MOUNT,
-            request.user,
-        )
-        .await?;
+        let (workspace, user) = (&sandbox.paths.workspace, request.user);
+        copy_in(runtime, container, workspace, WORKSPACE_MOUNT, user).await?;
     }
     Ok(())
 }

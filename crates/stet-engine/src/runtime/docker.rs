@@ -32,6 +32,7 @@ use super::{
 use crate::check::Check;
 use crate::image::SandboxImage;
 
+mod attached;
 mod checks;
 pub mod enforce;
 pub mod offline_image;
@@ -638,6 +639,14 @@ impl ContainerRuntime for DockerRuntime {
         // SIGKILL: the engine reports an `oom` event for the container when the OOM killer did it.
         let oom_killed = code == 137 && self.oom_since(container, started_at).await?;
         Ok(ExecExit { code, oom_killed })
+    }
+
+    async fn exec_attached(
+        &self,
+        container: &str,
+        process: &SandboxProcess,
+    ) -> Result<super::AttachedProcess> {
+        attached::exec_attached(&self.docker, container, process).await
     }
 
     async fn kill(&self, container: &str) -> Result<()> {

@@ -388,6 +388,25 @@ pub struct OutputLine {
     pub line: FramedLine,
 }
 
+/// A process running in a sandbox with its standard streams attached as bytes, not lines: what
+/// the host writes to `input` is its stdin, `output` its stdout, `errors` its stderr (the
+/// engine's stream demultiplexed; no TTY). The relay's channel stream rides it (copy mode). The
+/// holder must keep reading `errors`, or `output` stalls behind it; dropping `input` closes stdin.
+pub struct AttachedProcess {
+    /// The process's standard input.
+    pub input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+    /// The process's standard output.
+    pub output: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+    /// The process's standard error.
+    pub errors: std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>,
+}
+
+impl fmt::Debug for AttachedProcess {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("AttachedProcess { .. }")
+    }
+}
+
 /// How an exec'd process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExecExit {
@@ -460,6 +479,22 @@ pub trait ContainerRuntime: Send + Sync + fmt::Debug {
         process: &SandboxProcess,
         output: mpsc::Sender<OutputChunk>,
     ) -> Result<ExecExit>;
+    /// Starts `process` in `container` with its stdin, stdout and stderr attached as byte streams
+    /// ([`AttachedProcess`]); it runs until its stdin closes or it ends on its own, and ends with
+    /// the container at the latest.
+    async fn exec_attached(
+        &self,
+        container: &str,
+        _process: &SandboxProcess,
+    ) -> Result<AttachedProcess> {
+        Err(RuntimeError::Engine {
+            container: container.to_owned(),
+            operation: "exec attached",
+            detail:
+                "this runtime cannot attach to a process's stdin and stdout; use mounts = \"bind\""
+                    .to_owned(),
+        })
+    }
     /// Sends SIGKILL to the container's processes.
     async fn kill(&self, container: &str) -> Result<()>;
     /// Removes the container (with `force`, even while running).

@@ -41,11 +41,11 @@ fn a_table_goes_to_the_command_line_and_back() {
     let second = parsed.get("egress_2").unwrap();
     assert_eq!(second.port(), 3128);
     assert_eq!(
-        parsed.endpoint(second),
+        parsed.endpoint(second).unwrap(),
         Path::new("/run/stet/egress_2.sock")
     );
     assert_eq!(
-        parsed.endpoint(parsed.get("model").unwrap()),
+        parsed.endpoint(parsed.get("model").unwrap()).unwrap(),
         Path::new("/run/stet/model.sock")
     );
     assert!(parsed.get("egress").is_none());
@@ -149,4 +149,28 @@ fn a_table_refuses_a_name_or_a_port_twice_and_a_relative_directory() {
     );
     let empty = ChannelTable::parse(dir, &[]).unwrap();
     assert!(empty.channels().is_empty());
+}
+
+#[test]
+fn a_stdio_table_goes_to_the_command_line_and_back_with_no_endpoint() {
+    let table = ChannelTable::new(Transport::Stdio, vec![Channel::model(), Channel::egress()]);
+    let args = table.args();
+    assert_eq!(
+        args,
+        [
+            "--stdio",
+            "--channel",
+            "model=4141",
+            "--channel",
+            "egress=4142"
+        ]
+    );
+    let parsed = ChannelTable::parse_stdio(&[args[2].clone(), args[4].clone()]).unwrap();
+    assert_eq!(parsed, table);
+    assert_eq!(parsed.endpoint(&Channel::model()), None);
+    assert_eq!(parsed.names(), ["model", "egress"]);
+    assert!(matches!(
+        ChannelTable::parse_stdio(&rows(&["model=4141", "model=1"])),
+        Err(ChannelError::DuplicateName { .. })
+    ));
 }

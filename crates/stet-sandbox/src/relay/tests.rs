@@ -304,3 +304,64 @@ async fn an_empty_table_serves_nothing_until_stopped() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn over_stdio_a_connection_rides_the_stream_to_the_hosts_end_and_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("model.sock");
+    let _server = echo_server(&socket);
+    let port = free_port();
+    let table = ChannelTable::parse_stdio(&[format!("model={port}")]).unwrap();
+    let (relay_io, host_io) = tokio::io::duplex(64 * 1024);
+    let (stop_host, host_stopped) = oneshot::channel::<()>();
+    let host = tokio::spawn(async move {
+        let (read, write) = tokio::io::split(host_io);
+        stet_pump::mux::run(
+            read,
+            write,
+            vec!["model".to_owned()],
+            stet_pump::mux::Role::Host { ends: vec![socket] },
+            async {
+                let _ = host_stopped.await;
+            },
+        )
+        .await
+    });
+    let (relay_read, relay_write) = tokio::io::split(relay_io);
+    let relay = tokio::spawn(async move {
+        relay_stdio(&table, relay_read, relay_write, std::future::pending()).await
+    });
+    // The relay binds before it serves: retried until its port answers.
+    let mut client = loop {
+        if let Ok(client) = TcpStream::connect(("127.0.0.1", port)).await {
+            break client;
+        }
+        tokio::task::yield_now().await;
+    };
+    client.write_all(b"over the stream").await.unwrap();
+    client.shutdown().await.unwrap();
+    let mut back = Vec::new();
+    client.read_to_end(&mut back).await.unwrap();
+    assert!(back.starts_with(b"over the stream"), "{back:?}");
+    stop_host.send(()).unwrap();
+    assert_eq!(host.await.unwrap(), stet_pump::mux::Ended::Stopped);
+    // The host closed the stream: the relay ends.
+    assert_eq!(relay.await.unwrap().unwrap(), stet_pump::mux::Ended::Closed);
+}
+
+#[tokio::test]
+async fn a_socket_table_is_not_served_over_stdio_nor_a_stdio_table_over_sockets() {
+    let socket_table =
+        ChannelTable::parse(Path::new("/run/stet"), &["model=4141".to_owned()]).unwrap();
+    let (a, _b) = tokio::io::duplex(16);
+    let (read, write) = tokio::io::split(a);
+    assert!(matches!(
+        relay_stdio(&socket_table, read, write, std::future::pending()).await,
+        Err(RelayError::NotStdio { .. })
+    ));
+    let stdio = ChannelTable::parse_stdio(&["model=4141".to_owned()]).unwrap();
+    assert!(matches!(
+        relay_channels(&stdio, std::future::pending()).await,
+        Err(RelayError::NoSocket { .. })
+    ));
+}

@@ -2,7 +2,7 @@
 //! `stet speak`, the one process that speaks as the agent) with their output read through the
 //! agent's voice and published live, raced by cancel, the timeout, the disk bound and the cost
 //! ceiling, while the model gateway ([`ModelLink`]) and the egress proxy ([`EgressLink`]) serve the
-//! agent.
+//! agent, over the channel stream ([`StreamLink`]) in copy mode.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -27,6 +27,7 @@ use stet_sanitize::sanitize::{KnownValue, SanitizedText};
 use super::egress::{self, EgressLink, next_record};
 use super::model::{ModelLink, gateway_kind, next_event};
 use super::steering::Steering;
+use super::stream::{StreamLink, next_end};
 
 /// How many output lines may wait between the container and the parser (back-pressure beyond).
 const OUTPUT_BUFFER: usize = 256;
@@ -49,6 +50,8 @@ pub(super) struct AgentRun<'d> {
     /// The channels the sandbox's relay serves.
     channels: &'d DispatchChannels,
     sandbox: &'d DispatchSandbox,
+    /// The channel stream, in copy mode.
+    stream: StreamLink,
 }
 
 impl<'d> AgentRun<'d> {
@@ -64,6 +67,7 @@ impl<'d> AgentRun<'d> {
             egress: links.egress,
             channels,
             sandbox,
+            stream: StreamLink::default(),
         }
     }
 
@@ -78,11 +82,15 @@ impl<'d> AgentRun<'d> {
             .await?;
         self.egress
             .start(self.steering, self.channels, self.sandbox)?;
+        self.stream
+            .attach(self.steering, self.channels, self.sandbox)
+            .await?;
         self.steering
             .publisher
             .advance(Input::Provisioned, None)
             .await;
         let ran = self.run_agent(plan).await;
+        self.stream.stop(self.steering).await;
         self.model.stop(self.steering).await;
         self.egress.stop(self.steering).await;
         let summary = ran?;
@@ -243,6 +251,8 @@ impl<'d> AgentRun<'d> {
         let mut exit = None;
         let mut gateway = self.model.events.take();
         let mut records = self.egress.records.take();
+        let mut stream = self.stream.stream.take();
+        let mut stream_open = stream.is_some();
         let ran = loop {
             let stopped = tokio::select! {
                 biased;
@@ -253,6 +263,13 @@ impl<'d> AgentRun<'d> {
                     Ok(false) => self.steering.stop_reason(),
                     Err(stopped) => stopped,
                 },
+                end = next_end(&mut stream), if stream_open => {
+                    stream_open = false;
+                    if self.stream.report(self.steering, &end, &stop).await {
+                        continue;
+                    }
+                    self.steering.stop_reason()
+                }
                 Some(record) = next_record(&mut records) => {
                     let event = egress::record_event(&self.steering.sanitizer(), record);
                     if self.steering.publisher.emit_until(event, &stop).await {
@@ -283,6 +300,7 @@ impl<'d> AgentRun<'d> {
         };
         self.model.events = gateway;
         self.egress.records = records;
+        self.stream.stream = stream;
         ran?;
         let result = match exit {
             Some(result) => result,

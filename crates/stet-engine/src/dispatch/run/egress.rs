@@ -1,7 +1,7 @@
 //! The egress proxy of one dispatch ([`EgressLink`]): started on the sandbox's egress socket beside
 //! the model gateway when a person allowed hosts (with the certificate authorities they gave the
-//! sandbox written beside it), stopped once the agent's work is over (or at
-//! teardown). Each connection becomes an `egress` event as it ends; what the proxy saw in all becomes
+//! sandbox written beside it, or in copy mode among the outputs copied in), stopped once the
+//! agent's work is over (or at teardown). Each connection becomes an `egress` event as it ends; what the proxy saw in all becomes
 //! the `egress_summary` event, the pull request's provenance and, past the upload threshold, a hold
 //! at review.
 
@@ -9,14 +9,19 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use crate::dispatch::channels::DispatchChannels;
+use crate::dispatch::channels::{DispatchChannels, SANDBOX_CA_FILE};
+use crate::dispatch::copy_mode::Mounts;
 use crate::dispatch::error::DispatchError;
 use crate::dispatch::sandbox::DispatchSandbox;
 use crate::egress::proxy::{EgressProxy, EgressRecord, EgressReport, HostNetwork, SystemResolver};
+use crate::runtime::OUTPUTS_MOUNT;
 use stet_protocol::event::{EventKind, MAX_LISTED};
 use stet_sanitize::sanitize::TokenSanitizer;
 
 use super::steering::Steering;
+
+/// The file of the sandbox's certificate authorities in the outputs directory, in copy mode.
+const COPIED_CA_FILE: &str = "stet-sandbox-ca.pem";
 
 /// The egress proxy of one dispatch, from the agent's start until its work is over.
 #[derive(Default)]
@@ -61,10 +66,21 @@ impl EgressLink {
             Arc::new(host),
         )
         .map_err(|error| steering.fail(format!("starting the egress proxy: {error}")))?;
-        crate::dispatch::sandbox::hand_over(&socket, steering.parts.settings.user)
-            .map_err(|error| steering.fail(format!("handing the egress proxy over: {error}")))?;
+        let dispatch = &steering.parts.settings;
+        if dispatch.mounts.shares_sockets() {
+            crate::dispatch::sandbox::hand_over(&socket, dispatch.user).map_err(|error| {
+                steering.fail(format!("handing the egress proxy over: {error}"))
+            })?;
+        }
         if let Some(ca) = &settings.sandbox_ca {
-            let file = directory.join(crate::dispatch::channels::SANDBOX_CA_FILE);
+            // In copy mode the socket directory is not mounted: the file goes in with the outputs.
+            let (file, ca_env) = match steering.parts.settings.mounts {
+                Mounts::Bind => (directory.join(SANDBOX_CA_FILE), channels.sandbox_ca_env()),
+                Mounts::Copy(_) => (
+                    sandbox.paths().outputs.join(COPIED_CA_FILE),
+                    channels.sandbox_ca_env_at(&format!("{OUTPUTS_MOUNT}/{COPIED_CA_FILE}")),
+                ),
+            };
             write_public(&file, &ca.pem)
                 .and_then(|()| {
                     crate::dispatch::sandbox::hand_over(&file, steering.parts.settings.user)
@@ -76,7 +92,7 @@ impl EgressLink {
                         ca.path.display()
                     ))
                 })?;
-            self.ca_env = channels.sandbox_ca_env();
+            self.ca_env = ca_env;
         }
         self.proxy = Some(proxy);
         self.records = Some(records);

@@ -21,6 +21,7 @@ mod preflight;
 mod provision;
 mod publisher;
 mod steering;
+mod stream;
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -69,8 +69,12 @@ impl ModelLink {
         let (gateway, events) = Gateway::start(&socket, config, steering.sanitizer())
             .await
             .map_err(|error| steering.fail(format!("starting the model gateway: {error}")))?;
-        crate::dispatch::sandbox::hand_over(&socket, steering.parts.settings.user)
-            .map_err(|error| steering.fail(format!("handing the model gateway over: {error}")))?;
+        let dispatch = &steering.parts.settings;
+        if dispatch.mounts.shares_sockets() {
+            crate::dispatch::sandbox::hand_over(&socket, dispatch.user).map_err(|error| {
+                steering.fail(format!("handing the model gateway over: {error}"))
+            })?;
+        }
         self.gateway = Some(gateway);
         self.events = Some(events);
         Ok(())

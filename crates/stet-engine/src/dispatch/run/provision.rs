@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::dispatch::channels::DispatchChannels;
+use crate::dispatch::copy_mode::Mounts;
 use crate::dispatch::error::DispatchError;
 use crate::dispatch::sandbox::{
     BaseFetch, CredentialRequest, DispatchSandbox, SandboxError, SandboxRequest, WorkspaceSource,
@@ -53,7 +54,11 @@ impl<'d> Provisioning<'d> {
             limits: settings.limits,
             network: settings.network,
             user: settings.user,
-            keepalive: self.channels.keepalive(&settings.keepalive),
+            // In copy mode the relay is an exec attached later, not the main process.
+            keepalive: match settings.mounts {
+                Mounts::Bind => self.channels.keepalive(&settings.keepalive),
+                Mounts::Copy(_) => settings.keepalive.clone(),
+            },
             gateway: (!self.channels.is_empty()).then(|| steering.service.socket_place().clone()),
             workspace_source: Some(WorkspaceSource {
                 repository: steering.parts.repository.clone(),
