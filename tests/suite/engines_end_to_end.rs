@@ -320,7 +320,9 @@ fn rootful_podman_in_copy_mode_runs_the_demo_cancels_times_out_and_is_swept() {
                     .inspect_container(&dispatch.to_string(), None),
             )
             .unwrap();
-        // The workspace and outputs are the engine's volumes, not stet's directories.
+        // No host path at all (the channels ride the exec stream); the workspace and outputs are
+        // the engine's volumes.
+        assert_no_host_path(&inspected, &[home.path()]);
         let mounts = inspected.mounts.clone().unwrap_or_default();
         for target in ["/workspace", "/outputs"] {
             let mount = mounts
@@ -381,7 +383,8 @@ fn the_remote_engine_in_copy_mode_runs_the_demo_with_no_host_path_cancels_times_
     remote.cancel();
     remote.timeout();
     remote.sigkill_then_sweep();
-    // Last: the demo's agent reaches its model through the gateway's channel.
+    // The demo's agent reaches its model through the gateway's channel, over the exec stream: a
+    // bind mount of the socket directory would name a path this engine cannot see.
     remote.demo(Some(&inspect));
 }
 
