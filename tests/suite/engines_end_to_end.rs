@@ -388,12 +388,12 @@ fn the_remote_engine_in_copy_mode_runs_the_demo_with_no_host_path_cancels_times_
     remote.demo(Some(&inspect));
 }
 
-/// The real agent on rootful Podman: the OpenHands dispatch image (built on the local engine, then
-/// loaded into Podman through its image-load API by the docker CLI), its terminal edit pushed, the
-/// model key kept on the host, nothing left on Podman.
+/// The real agent on rootful Podman, in bind and in copy mode: the OpenHands dispatch image (built
+/// on the local engine, then loaded into Podman through its image-load API by the docker CLI), its
+/// terminal edit pushed, the model key kept on the host, nothing left on Podman.
 #[test]
-fn the_live_openhands_agent_runs_on_rootful_podman_and_its_edit_is_pushed() {
-    use super::openhands_live::{Live, finish, live_image, terminal};
+fn the_live_openhands_agent_runs_on_rootful_podman_in_both_modes_and_its_edit_is_pushed() {
+    use super::openhands_live::live_image;
     if !running_as_root() {
         return refused_without_root();
     }
@@ -420,6 +420,17 @@ fn the_live_openhands_agent_runs_on_rootful_podman_and_its_edit_is_pushed() {
         .block_on(podman.runtime.client().inspect_image(&image))
         .unwrap_or_else(|error| panic!("{image} is not in Podman by its id: {error}"));
     assert_eq!(present.id.as_deref(), Some(image.as_str()));
+    // Bind mode (the local socket's default), then copy mode on the same engine and image.
+    for mounts in [None, Some("copy")] {
+        live_dispatch_on(&podman, mounts);
+    }
+}
+
+/// One live OpenHands dispatch on `podman`'s engine with `mounts` when given: the edit pushed, the
+/// agent not root, the key kept on the host, nothing left.
+fn live_dispatch_on(podman: &Target, mounts: Option<&str>) {
+    use super::openhands_live::{Live, finish, terminal};
+    let case = format!("live, mounts {mounts:?}");
     let live = Live::new(|_| {
         vec![
             terminal("printf 'one\\ntwo\\nthree\\nfour\\n' > src/notes.txt; id -u > uid.txt"),
@@ -427,6 +438,12 @@ fn the_live_openhands_agent_runs_on_rootful_podman_and_its_edit_is_pushed() {
         ]
     });
     live.live.project.home.add_user_config(&podman.config);
+    if let Some(mounts) = mounts {
+        live.live
+            .project
+            .home
+            .add_user_config(&format!("mounts = \"{mounts}\"\n"));
+    }
     let mut watched = Watched::start(podman.point(live.headless(&["--push"])));
     let running = watched.until("the agent runs", |event| {
         matches!(
@@ -440,26 +457,27 @@ fn the_live_openhands_agent_runs_on_rootful_podman_and_its_edit_is_pushed() {
     assert_eq!(
         podman.containers_of(running.dispatch),
         [running.dispatch.to_string()],
-        "the agent runs on Podman"
+        "{case}: the agent runs on Podman"
     );
     let finished = watched.finish();
-    assert_eq!(finished.code(), Some(0), "{finished:#?}");
-    assert_eq!(finished.outcome(), (Phase::Done, 0, None));
+    assert_eq!(finished.code(), Some(0), "{case}: {finished:#?}");
+    assert_eq!(finished.outcome(), (Phase::Done, 0, None), "{case}");
     let remote = &live.live.project.remote;
     assert_eq!(
         finished.pushed_file(remote, "src/notes.txt"),
-        "one\ntwo\nthree\nfour\n"
+        "one\ntwo\nthree\nfour\n",
+        "{case}"
     );
     let uid: u32 = finished
         .pushed_file(remote, "uid.txt")
         .trim()
         .parse()
         .unwrap();
-    assert_ne!(uid, 0, "the agent ran as root");
+    assert_ne!(uid, 0, "{case}: the agent ran as root");
     live.assert_keyed_by_the_host();
-    assert!(!finished.stdout.contains(&live.live.key));
+    assert!(!finished.stdout.contains(&live.live.key), "{case}");
     finished.torn_down_cleanly();
-    podman.assert_nothing_left(&live.live.project.home, finished.dispatch(), "live");
+    podman.assert_nothing_left(&live.live.project.home, finished.dispatch(), &case);
 }
 
 /// Removes an image from rootful Podman's store when dropped.
