@@ -98,8 +98,8 @@ impl LimitsCache {
         self.passes().contains(&key.digest())
     }
 
-    /// Remembers that `key` passed, keeping the [`KEPT`] most recent passes; written to a
-    /// temporary file first and renamed, so a reader never sees half of it.
+    /// Remembers that `key` passed, keeping the [`KEPT`] most recent passes; written (mode 0600)
+    /// to a temporary file first and renamed, so a reader never sees half of it.
     pub fn remember(&self, key: &ProbeKey) -> Result<(), LimitsCacheError> {
         let digest = key.digest();
         let mut passes = self.passes();
@@ -108,8 +108,9 @@ impl LimitsCache {
         let skip = passes.len().saturating_sub(KEPT);
         let passes: Vec<&String> = passes.iter().skip(skip).collect();
         let write = |path: &Path| -> std::io::Result<()> {
-            let temporary = path.with_extension("json.tmp");
-            std::fs::write(&temporary, serde_json::to_vec(&passes)?)?;
+            // This process's own: two stets starting at once never write one file together.
+            let temporary = path.with_extension(format!("json.{}.tmp", std::process::id()));
+            crate::private_files::write(&temporary, &serde_json::to_vec(&passes)?)?;
             std::fs::rename(&temporary, path)
         };
         write(&self.path).map_err(|source| LimitsCacheError::Write {
@@ -221,5 +222,11 @@ mod tests {
         let kept: Vec<String> =
             serde_json::from_slice(&std::fs::read(state.path().join(CACHE_FILE)).unwrap()).unwrap();
         assert_eq!(kept.len(), KEPT);
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(state.path().join(CACHE_FILE))
+                .unwrap()
+                .permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600);
     }
 }
