@@ -258,16 +258,16 @@ fn usage_of(finished: &super::headless::Finished) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// A copy-mode sandbox with no channel of its own (the test attaches them), and its runtime.
-async fn bare_copy_sandbox(state: &std::path::Path) -> (Arc<DockerRuntime>, DispatchSandbox) {
-    let image = support::sandbox_image().await;
+/// A copy-mode sandbox of `image` on `runtime`, with no channel of its own (the test attaches them).
+pub(super) async fn bare_copy_sandbox(
+    state: &std::path::Path,
+    runtime: &Arc<DockerRuntime>,
+    image: &ImageRef,
+) -> DispatchSandbox {
     let journal = Journal::open(&state.join("journal")).unwrap();
-    let runtime = Arc::new(DockerRuntime::connect().await.unwrap_or_else(|error| {
-        panic!("this test needs the Docker engine: {error}");
-    }));
     let request = SandboxRequest {
         dispatch: DispatchId::new(),
-        image: ImageRef::parse(&image.id, false).unwrap(),
+        image: image.clone(),
         limits: DispatchLimits::default(),
         network: NetworkPolicy::None,
         user: SandboxUser::for_invoker(DEFAULT_SANDBOX_UID).unwrap(),
@@ -277,10 +277,119 @@ async fn bare_copy_sandbox(state: &std::path::Path) -> (Arc<DockerRuntime>, Disp
         mounts: Mounts::copy(ImportLimits::default()),
         credential: None,
     };
-    let sandbox = DispatchSandbox::provision(runtime.clone(), &journal, state, request)
+    DispatchSandbox::provision(runtime.clone(), &journal, state, request)
+        .await
+        .unwrap()
+}
+
+/// The local engine and the sandbox image in it.
+async fn local_engine() -> (Arc<DockerRuntime>, ImageRef) {
+    let image = support::sandbox_image().await;
+    let runtime = Arc::new(DockerRuntime::connect().await.unwrap_or_else(|error| {
+        panic!("this test needs the Docker engine: {error}");
+    }));
+    (runtime, ImageRef::parse(&image.id, false).unwrap())
+}
+
+/// Over the exec stream of `runtime` (Docker, or Podman's compatible API), the egress channel carries
+/// a tunnel the scripted agent opens both ways, each way past a connection's credit window: the
+/// agent sends `BYTES` to a host end that reads them all and then answers as many.
+pub(super) async fn a_tunnel_rides_the_exec_stream_both_ways(
+    runtime: Arc<DockerRuntime>,
+    image: ImageRef,
+) {
+    use stet_engine::dispatch::channel_stream::attach_channels;
+    use stet_engine::dispatch::channels::DispatchChannels;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    const BYTES: u64 = 3_000_000;
+
+    let state = tempfile::tempdir().unwrap();
+    let sandbox = bare_copy_sandbox(state.path(), &runtime, &image).await;
+    let ends = tempfile::tempdir().unwrap();
+    let listener = tokio::net::UnixListener::bind(ends.path().join("egress.sock")).unwrap();
+    let proxy = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            socket.read_exact(&mut byte).await.unwrap();
+            head.push(byte[0]);
+        }
+        socket
+            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            .await
+            .unwrap();
+        let mut sink = Vec::new();
+        let got = socket.read_to_end(&mut sink).await.unwrap();
+        socket.write_all(&vec![b'z'; got]).await.unwrap();
+        socket.shutdown().await.unwrap();
+        (String::from_utf8_lossy(&head).into_owned(), got)
+    });
+    let channels = DispatchChannels::for_dispatch(false, true);
+    let dyn_runtime: Arc<dyn stet_engine::runtime::ContainerRuntime> = runtime.clone();
+    let stream = attach_channels(&dyn_runtime, sandbox.container(), &channels, ends.path())
         .await
         .unwrap();
-    (runtime, sandbox)
+    let outputs = &sandbox.paths().outputs;
+    std::fs::write(
+        outputs.join("scenario.toml"),
+        super::headless::scenario(&[
+            &format!("tunnel = {{ target = \"example.test:443\", upload = {BYTES} }}"),
+            "finish = \"Tunnelled.\"",
+        ]),
+    )
+    .unwrap();
+    std::fs::write(outputs.join("task.md"), "tunnel\n").unwrap();
+    let mut env = BTreeMap::new();
+    for (name, value) in channels.sandbox_env() {
+        env.insert(name, stet_engine::credential::SecretValue::new(value));
+    }
+    let process = SandboxProcess {
+        argv: [
+            STET,
+            "agent",
+            "run",
+            "--scenario",
+            "/outputs/scenario.toml",
+            "--instructions",
+            "/outputs/task.md",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        env,
+        workdir: WORKSPACE_MOUNT.into(),
+    };
+    let (sender, mut receiver) = mpsc::channel::<OutputChunk>(64);
+    let collector = tokio::spawn(async move {
+        let mut out = Vec::new();
+        while let Some(chunk) = receiver.recv().await {
+            out.extend_from_slice(&chunk.bytes);
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    });
+    let exit = sandbox.run(&process, sender).await.unwrap();
+    let said = collector.await.unwrap();
+    assert_eq!(exit.code, 0, "{said}");
+    assert!(
+        said.contains(&format!("(sent {BYTES}, received {BYTES})")),
+        "{said}"
+    );
+    let (head, got) = proxy.await.unwrap();
+    assert!(
+        head.starts_with("CONNECT example.test:443 HTTP/1.1"),
+        "{head}"
+    );
+    assert_eq!(got as u64, BYTES);
+    let stopped = stream.stop().await;
+    assert!(stopped.stopped(), "{stopped}");
+    let torn = sandbox.teardown().await;
+    assert_eq!(torn.first_failure(), None, "{torn:?}");
+}
+
+#[tokio::test]
+async fn on_the_local_engine_a_tunnel_rides_the_exec_stream_both_ways() {
+    let (runtime, image) = local_engine().await;
+    a_tunnel_rides_the_exec_stream_both_ways(runtime, image).await;
 }
 
 /// The host end of the model channel in a private directory: a unix socket that counts the
@@ -337,7 +446,8 @@ async fn a_hostile_stream_ends_the_channels_and_not_the_sandbox_and_the_relay_se
     use stet_engine::runtime::ContainerRuntime as _;
 
     let state = tempfile::tempdir().unwrap();
-    let (runtime, sandbox) = bare_copy_sandbox(state.path()).await;
+    let (runtime, image) = local_engine().await;
+    let sandbox = bare_copy_sandbox(state.path(), &runtime, &image).await;
     let end = HostEnd::start();
     let hostile = SandboxProcess {
         argv: [STET, "probe", "--emit-line-mb", "1"]
@@ -372,17 +482,11 @@ async fn a_hostile_stream_ends_the_channels_and_not_the_sandbox_and_the_relay_se
     let stream = attach_channels(&dyn_runtime, sandbox.container(), &channels, end.dir.path())
         .await
         .unwrap();
-    let mut reached = false;
-    for _ in 0..50 {
-        let (code, report) = exec(&sandbox, &[STET, "probe", "--connect", "127.0.0.1:4141"]).await;
-        assert_eq!(code, 0, "{report}");
-        let report: serde_json::Value = serde_json::from_str(report.trim()).unwrap();
-        if report["connect"][0]["ok"] == true {
-            reached = true;
-            break;
-        }
-    }
-    assert!(reached, "the relay's port never answered");
+    // It listens once attached: the probe's connection is accepted at once.
+    let (code, report) = exec(&sandbox, &[STET, "probe", "--connect", "127.0.0.1:4141"]).await;
+    assert_eq!(code, 0, "{report}");
+    let report: serde_json::Value = serde_json::from_str(report.trim()).unwrap();
+    assert_eq!(report["connect"][0]["ok"], true, "{report}");
     // The host end is dialled once the connection's open frame has come through.
     end.first_connection().await;
     let stopped = stream.stop().await;
@@ -390,4 +494,41 @@ async fn a_hostile_stream_ends_the_channels_and_not_the_sandbox_and_the_relay_se
 
     let torn = sandbox.teardown().await;
     assert_eq!(torn.first_failure(), None, "{torn:?}");
+}
+
+/// An agent that kills its own relay cuts itself off the allowed hosts, not the dispatch: the run
+/// goes on to its end and the run record says why the channels ended.
+#[test]
+fn an_agent_that_ends_its_channel_stream_loses_egress_and_the_dispatch_goes_on() {
+    use super::headless::{Project, scenario};
+    docker_ready();
+    let index = super::egress::Loopback::http("reached");
+    // Its own command line must not name the relay, or it would kill itself.
+    let kill_relay = "r=relay; for p in /proc/[0-9]*; do case \\\"$(tr \\\"\\\\000\\\" \\\" \\\" < $p/cmdline 2>/dev/null)\\\" in *sandbox-$r\\\\ --stdio*) kill ${p#/proc/} && echo killed the relay;; esac; done";
+    let project = Project::new(&scenario(&[
+        &format!("run = [\"/bin/sh\", \"-c\", \"{kill_relay}\"]"),
+        &format!(
+            "fetch = {{ url = \"http://localhost:{}/after\" }}",
+            index.port()
+        ),
+        "finish = \"Tried after cutting the relay.\"",
+    ]));
+    project.allow_egress(&[format!("localhost:{}", index.port())], "");
+    project.home.add_user_config(&format!(
+        "\n[dispatch]\nimage = \"{}\"\n\n[runtime]\nmounts = \"copy\"\n",
+        super::live::live_image("openhands")
+    ));
+    let finished = run(project.headless(&[]));
+    assert_eq!(finished.code(), Some(0), "{finished:#?}");
+    let output = super::egress::output_of(&finished);
+    assert!(output.contains("killed the relay"), "{output}{finished:#?}");
+    assert_eq!(index.connections(), 0, "{output}");
+    let warnings = finished.warnings();
+    assert!(
+        warnings.iter().any(|warning| warning.contains("channels")
+            && warning.contains("are cut")
+            && warning.contains("closed the channel stream")),
+        "{warnings:#?}"
+    );
+    finished.torn_down_cleanly();
 }

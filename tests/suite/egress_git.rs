@@ -128,6 +128,19 @@ fn git(dir: &Path, args: &[&str]) {
 
 #[test]
 fn the_sandboxs_git_clones_and_fetches_over_https_trusting_only_the_ca_it_was_given() {
+    git_trusts_only_the_ca_it_was_given(None);
+}
+
+/// In copy mode no socket directory is mounted: the certificate authorities go in with the outputs
+/// and the egress channel rides the relay's exec stream.
+#[test]
+fn in_copy_mode_the_sandboxs_git_trusts_the_ca_it_was_given_over_the_stream() {
+    git_trusts_only_the_ca_it_was_given(Some("\n[runtime]\nmounts = \"copy\"\n"));
+}
+
+/// The sandbox's git clones, fetches, and is refused without the CA variables, with `config` added
+/// to the user's configuration.
+fn git_trusts_only_the_ca_it_was_given(config: Option<&str>) {
     docker_ready();
     let dir = tempfile::tempdir().unwrap();
     let pki = Pki::new(dir.path());
@@ -173,6 +186,9 @@ fn the_sandboxs_git_clones_and_fetches_over_https_trusting_only_the_ca_it_was_gi
         "\n[dispatch]\nimage = \"{}\"\n",
         super::live::live_image("openhands")
     ));
+    if let Some(config) = config {
+        project.home.add_user_config(config);
+    }
     let finished = run(project.headless(&[]));
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
     let output = output_of(&finished);

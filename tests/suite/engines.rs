@@ -781,3 +781,21 @@ async fn a_crashed_dispatchs_container_is_reclaimed_on_the_engine_the_journal_na
     );
     assert!(journal.orphans().unwrap().records.is_empty(), "{report:?}");
 }
+
+/// On rootful Podman (its Docker-compatible API) and on the remote engine over TLS, the relay's
+/// channels ride the engine's exec stream in copy mode: a tunnel of 3 MB each way.
+#[tokio::test]
+async fn the_channel_stream_carries_a_tunnel_on_rootful_podman_and_on_the_remote_engine() {
+    if !running_as_root() {
+        // An ordinary account starts neither engine; the local engine's case is in copy_mode.
+        return;
+    }
+    let service = podman(None);
+    let runtime = service.connect().await;
+    let image = loaded(&runtime).await;
+    super::copy_mode::a_tunnel_rides_the_exec_stream_both_ways(runtime, image).await;
+    let service = remote_docker();
+    let runtime = service.connect().await;
+    let image = loaded(&runtime).await;
+    super::copy_mode::a_tunnel_rides_the_exec_stream_both_ways(runtime, image).await;
+}

@@ -29,6 +29,11 @@ pub const WINDOW: u32 = 256 * 1024;
 /// has not acknowledged yet included), as the socket relay allows.
 pub const MAX_CONNECTIONS: usize = 64;
 
+/// The line the relay writes on its stderr once every channel's port is bound, before it reads the
+/// stream: the host starts nothing of the agent's before it (a connection attempted earlier would be
+/// refused).
+pub const READY_LINE: &str = "stet sandbox-relay: listening";
+
 /// What a frame is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {

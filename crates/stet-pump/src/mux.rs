@@ -23,6 +23,10 @@ use tokio::task::JoinSet;
 /// How many bytes the stream is read by at once.
 const READ_CHUNK: usize = 64 * 1024;
 
+/// How long the relay waits before accepting again after the system refused it a connection (out
+/// of file descriptors, say), so that such a failure does not spin.
+const ACCEPT_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// What one side does with connections.
 #[derive(Debug)]
 pub enum Role {
@@ -441,8 +445,9 @@ async fn accept(channel: usize, listener: TcpListener, accepted: mpsc::Sender<Ac
                 }
             }
             Err(_) => {
-                // Out of descriptors, say: yield rather than spin, and try again.
-                tokio::task::yield_now().await;
+                // Out of descriptors, say: wait a moment rather than spin, and try again.
+                drop(permit);
+                tokio::time::sleep(ACCEPT_RETRY).await;
             }
         }
     }

@@ -12,6 +12,7 @@
 //! connection over its own stdin/stdout instead ([`relay_stdio`], the frames of
 //! [`stet_protocol::channel_stream`]); its diagnostics go to stderr, never among the frames.
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -93,7 +94,8 @@ pub async fn relay_channels(
 /// Serves every channel of `table` (a table over stdio) over `input` and `output`, the relay's
 /// stdin and stdout: each connection accepted on a channel's port is opened on the stream and
 /// piped as frames, within the credit the host gives, until the host closes the stream, breaks
-/// the protocol, or `stop` resolves. Every port is bound before the stream is read.
+/// the protocol, or `stop` resolves. Every port is bound before the stream is read, and then
+/// [`stet_protocol::channel_stream::READY_LINE`] written on stderr.
 pub async fn relay_stdio<R, W>(
     table: &ChannelTable,
     input: R,
@@ -117,6 +119,12 @@ where
             .map_err(|source| RelayError::Bind { address, source })?;
         listeners.push(listener);
     }
+    // Diagnostics go to stderr only: stdout is the host's stream.
+    let _ = writeln!(
+        std::io::stderr(),
+        "{}",
+        stet_protocol::channel_stream::READY_LINE
+    );
     let role = stet_pump::mux::Role::Relay { listeners };
     Ok(stet_pump::mux::run(input, output, table.names(), role, stop).await)
 }

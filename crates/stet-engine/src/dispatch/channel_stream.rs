@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use stet_protocol::channel_stream::READY_LINE;
 use stet_pump::mux::{self, Role};
 
 /// How a channel stream ended (the relay's side and the host's share it).
@@ -30,6 +31,10 @@ use crate::runtime::{
 
 /// How many of the relay's last bytes of stderr are kept to say why its stream ended.
 pub const MAX_RELAY_SAID: usize = 2048;
+
+/// How long the relay may take to bind its ports once started (it takes milliseconds; nothing of
+/// the agent's runs yet).
+const READY_WAIT: Duration = Duration::from_secs(60);
 
 /// How long, once the stream ended, the relay's last words on stderr are waited for: an honest
 /// relay exits at once when its stdin closes; one that does not is not waited for longer.
@@ -48,6 +53,10 @@ pub enum ChannelStreamError {
     NoHostEnd { channel: String, dir: PathBuf },
     #[error("starting the relay in the sandbox: {0}")]
     Runtime(#[from] RuntimeError),
+    #[error("the relay in the sandbox ended before it listened: {0}")]
+    Ended(StreamEnd),
+    #[error("the relay in the sandbox did not listen within {} s", READY_WAIT.as_secs())]
+    NotReady,
 }
 
 /// How the channel stream ended, and what the relay said on stderr meanwhile (untrusted text:
@@ -70,7 +79,8 @@ impl StreamEnd {
 impl fmt::Display for StreamEnd {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(formatter, "{}", self.ended)?;
-        let said = self.relay_said.trim();
+        let said = self.relay_said.replace(READY_LINE, "");
+        let said = said.trim();
         if !said.is_empty() {
             write!(formatter, " (the relay said: {said})")?;
         }
@@ -83,6 +93,8 @@ impl fmt::Display for StreamEnd {
 pub struct ChannelStream {
     stop: Option<oneshot::Sender<()>>,
     ended: watch::Receiver<Option<StreamEnd>>,
+    /// Whether the relay said it listens ([`READY_LINE`] on its stderr).
+    ready: watch::Receiver<bool>,
 }
 
 /// Starts the relay in `container` for `channels` and attaches to it: every connection it opens is
@@ -115,8 +127,25 @@ pub async fn attach_channels(
         workdir: WORKSPACE_MOUNT.to_owned(),
     };
     let attached = runtime.exec_attached(container, &process).await?;
+    let mut stream = ChannelStream::over(attached, names.clone(), ends);
+    // The agent's first connection must find the ports bound.
+    let mut ready = stream.ready.clone();
+    let listening = async move {
+        tokio::time::timeout(READY_WAIT, ready.wait_for(|ready| *ready))
+            .await
+            .map(|said| said.is_ok())
+    };
+    let heard = tokio::select! {
+        heard = listening => heard,
+        end = stream.ended() => return Err(ChannelStreamError::Ended(end)),
+    };
+    match heard {
+        Ok(true) => {}
+        Ok(false) => return Err(ChannelStreamError::Ended(stream.ended().await)),
+        Err(_) => return Err(ChannelStreamError::NotReady),
+    }
     tracing::info!(container, channels = ?names, "channel stream attached");
-    Ok(ChannelStream::over(attached, names, ends))
+    Ok(stream)
 }
 
 impl ChannelStream {
@@ -126,6 +155,7 @@ impl ChannelStream {
     pub fn over(process: AttachedProcess, names: Vec<String>, ends: Vec<PathBuf>) -> ChannelStream {
         let (stop, stopped) = oneshot::channel::<()>();
         let (report, ended) = watch::channel(None);
+        let (listening, ready) = watch::channel(false);
         tokio::spawn(async move {
             let AttachedProcess {
                 input,
@@ -133,7 +163,7 @@ impl ChannelStream {
                 errors,
             } = process;
             let said = Arc::new(Mutex::new(Vec::new()));
-            let mut listening = tokio::spawn(keep_tail(errors, Arc::clone(&said)));
+            let mut listening = tokio::spawn(keep_tail(errors, Arc::clone(&said), listening));
             let stopped = async {
                 // A send or the handle's drop: either way, stop.
                 let _ = stopped.await;
@@ -159,6 +189,7 @@ impl ChannelStream {
         ChannelStream {
             stop: Some(stop),
             ended,
+            ready,
         }
     }
 
@@ -188,8 +219,13 @@ fn broken() -> StreamEnd {
     }
 }
 
-/// Reads `errors` to its end, keeping its last [`MAX_RELAY_SAID`] bytes in `said`.
-async fn keep_tail(mut errors: impl AsyncRead + Unpin, said: Arc<Mutex<Vec<u8>>>) {
+/// Reads `errors` to its end, keeping its last [`MAX_RELAY_SAID`] bytes in `said`, and tells
+/// `ready` once the relay said [`READY_LINE`].
+async fn keep_tail(
+    mut errors: impl AsyncRead + Unpin,
+    said: Arc<Mutex<Vec<u8>>>,
+    ready: watch::Sender<bool>,
+) {
     let mut chunk = vec![0u8; 4096];
     while let Ok(read) = errors.read(&mut chunk).await {
         if read == 0 {
@@ -197,6 +233,13 @@ async fn keep_tail(mut errors: impl AsyncRead + Unpin, said: Arc<Mutex<Vec<u8>>>
         }
         let mut said = said.lock().unwrap_or_else(|poison| poison.into_inner());
         said.extend_from_slice(&chunk[..read]);
+        if !*ready.borrow()
+            && said
+                .windows(READY_LINE.len())
+                .any(|at| at == READY_LINE.as_bytes())
+        {
+            ready.send_replace(true);
+        }
         let excess = said.len().saturating_sub(MAX_RELAY_SAID);
         said.drain(..excess);
     }
@@ -292,6 +335,28 @@ mod tests {
         assert!(rest.is_empty());
     }
 
+    #[tokio::test]
+    async fn the_relays_ready_line_is_heard_and_not_repeated_in_its_last_words() {
+        let (process, _stdin, _stdout, mut stderr) = fake_process();
+        let stream = ChannelStream::over(process, vec!["model".to_owned()], vec!["/x".into()]);
+        let mut ready = stream.ready.clone();
+        assert!(!*ready.borrow());
+        stderr
+            .write_all(format!("{READY_LINE}\n").as_bytes())
+            .await
+            .unwrap();
+        ready.wait_for(|ready| *ready).await.unwrap();
+        stderr.write_all(b"a last word\n").await.unwrap();
+        drop(stderr);
+        let mut end = stream.stop().await;
+        assert!(end.stopped());
+        end.ended = Ended::Closed;
+        assert_eq!(
+            end.to_string(),
+            "the other end closed the channel stream (the relay said: a last word)"
+        );
+    }
+
     #[test]
     fn the_relays_tail_keeps_its_last_bytes() {
         let said = Arc::new(Mutex::new(Vec::new()));
@@ -301,7 +366,11 @@ mod tests {
         tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap()
-            .block_on(keep_tail(&text[..], Arc::clone(&said)));
+            .block_on(keep_tail(
+                &text[..],
+                Arc::clone(&said),
+                watch::channel(false).0,
+            ));
         let kept = said.lock().unwrap().clone();
         assert_eq!(kept.len(), MAX_RELAY_SAID);
         assert!(kept.ends_with(b"the end"));
