@@ -16,6 +16,7 @@ mod egress;
 mod egress_git;
 mod egress_isolation;
 mod engine_matrix;
+mod engine_services;
 mod engines;
 mod engines_end_to_end;
 mod forge_local;
