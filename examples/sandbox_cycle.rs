@@ -4,6 +4,11 @@
 //! long a teardown takes while a process is still running in the sandbox (cancel → all gone);
 //! `sandbox_cycle provision <image-id> bind|copy <mb> <n>` measures, n times, provisioning with a
 //! workspace of `mb` MiB (from a base commit) in either mode, and `docker run --rm` of the image.
+//!
+//! The engine is the one `DOCKER_HOST`, `DOCKER_TLS_VERIFY` and `DOCKER_CERT_PATH` name (the docker
+//! CLI's rules, which the `docker run` it times follows too); `SANDBOX_CYCLE_ENGINE=podman` says it
+//! is Podman's service (stet then adds what Podman needs, and so does the `docker run`). An image
+//! of `offline:<path to stet-sandbox>` is the offline image, loaded into that engine first.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,8 +21,10 @@ use stet_engine::dispatch::sandbox::{
 };
 use stet_engine::git::import::ImportLimits;
 use stet_engine::runtime::docker::DockerRuntime;
+use stet_engine::runtime::endpoint::Engine;
 use stet_engine::runtime::{
-    DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, SandboxProcess, SandboxUser,
+    DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, RuntimeSetup, SandboxProcess,
+    SandboxUser,
 };
 use stet_protocol::event::DispatchId;
 use stet_sanitize::branch::CommitSha;
@@ -84,13 +91,36 @@ fn process(argv: &[&str]) -> SandboxProcess {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let engine = match std::env::var("SANDBOX_CYCLE_ENGINE").as_deref() {
+        Ok("podman") => Engine::Podman,
+        Ok("docker") | Err(_) => Engine::Docker,
+        Ok(other) => anyhow::bail!("SANDBOX_CYCLE_ENGINE={other:?}: use docker or podman"),
+    };
+    let endpoint = stet_engine::runtime::docker::endpoint_from_environment(engine, None)?;
+    let runtime = Arc::new(DockerRuntime::connect_to(&endpoint).await?);
     let (mode, image) = match args.as_slice() {
-        [mode, image, ..] => (mode.as_str(), ImageRef::parse(image, false)?),
+        [mode, image, ..] => match image.strip_prefix("offline:") {
+            Some(binary) => {
+                let built = runtime.offline_image(std::path::Path::new(binary)).await?;
+                (mode.as_str(), ImageRef::parse(&built.id, false)?)
+            }
+            None => (mode.as_str(), ImageRef::parse(image, false)?),
+        },
         _ => anyhow::bail!("usage: sandbox_cycle once|cancel <image-id> [n]"),
+    };
+    // What `docker run` needs on Podman besides the image (runc fails with its default ulimits).
+    let podman_ulimits: &[&str] = if engine == Engine::Podman {
+        &[
+            "--ulimit",
+            "nofile=4096:4096",
+            "--ulimit",
+            "nproc=16384:16384",
+        ]
+    } else {
+        &[]
     };
     let state = tempfile::tempdir()?;
     let journal = Journal::open(&state.path().join("journal"))?;
-    let runtime = Arc::new(DockerRuntime::connect().await?);
     match mode {
         "once" => {
             let sandbox =
@@ -179,7 +209,9 @@ async fn main() -> anyhow::Result<()> {
                 anyhow::ensure!(report.first_failure().is_none(), "teardown: {report:?}");
                 let started = Instant::now();
                 let status = std::process::Command::new("docker")
-                    .args(["run", "--rm", "--network", "none", image.as_str()])
+                    .args(["run", "--rm", "--network", "none"])
+                    .args(podman_ulimits)
+                    .arg(image.as_str())
                     .args(["/usr/local/bin/stet", "--version"])
                     .stdout(std::process::Stdio::null())
                     .status()?;
@@ -191,7 +223,9 @@ async fn main() -> anyhow::Result<()> {
                 timings[timings.len() / 2].as_secs_f64() * 1000.0
             };
             println!(
-                "{} mode, {megabytes} MiB workspace, {rounds} runs: provisioning median {:.1} ms; docker run --rm median {:.1} ms",
+                "{} at {}, {} mode, {megabytes} MiB workspace, {rounds} runs: provisioning median {:.1} ms; docker run --rm median {:.1} ms",
+                engine.display_name(),
+                endpoint.host,
                 args[2],
                 median(&mut provisioned),
                 median(&mut raw)

@@ -234,6 +234,45 @@ fn doctor_checks_the_engine_limits_and_disk() {
     );
     assert!(report.contains("disk: "), "{report}");
     assert!(report.contains("sandbox image"), "{report}");
+    assert!(
+        report.contains("[ok  ] mounts: bind (Docker at unix://")
+            && report.contains("a local socket: bind mounts"),
+        "{report}"
+    );
+
+    // A remote engine gets copies; bind mounts asked of it fail the check, naming the setting.
+    let remote = stet(state.path())
+        .arg("doctor")
+        .env("DOCKER_HOST", "tcp://127.0.0.1:9")
+        .output()
+        .unwrap();
+    let report = String::from_utf8(remote.stdout).unwrap();
+    assert!(
+        report.contains("[ok  ] mounts: copy (Docker at tcp://127.0.0.1:9, not a local socket"),
+        "{report}"
+    );
+    std::fs::write(
+        config.path().join("stet/config.toml"),
+        "[harness]\nkind = \"script\"\n\n[runtime]\nmounts = \"bind\"\n",
+    )
+    .unwrap();
+    let refused = stet(state.path())
+        .arg("doctor")
+        .env("DOCKER_HOST", "tcp://127.0.0.1:9")
+        .output()
+        .unwrap();
+    let report = String::from_utf8(refused.stdout).unwrap();
+    assert_eq!(refused.status.code(), Some(1), "{report}");
+    assert!(
+        report.contains("[FAIL] mounts: [runtime] mounts = \"bind\" cannot work with Docker at tcp://127.0.0.1:9 (chosen by DOCKER_HOST)")
+            && report.contains("set [runtime] mounts = \"copy\""),
+        "{report}"
+    );
+    std::fs::write(
+        config.path().join("stet/config.toml"),
+        "[harness]\nkind = \"script\"\n",
+    )
+    .unwrap();
 
     let unreachable = stet(state.path())
         .arg("doctor")

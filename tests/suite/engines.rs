@@ -3,327 +3,38 @@
 //! this cgroup v1 host (refused before anything runs, with its reason and fix), and a second
 //! `dockerd` on loopback TCP with TLS (certificates made at test time by openssl) as a remote engine.
 //!
-//! Each engine is started on a socket the test made and is already listening on (socket activation:
-//! `LISTEN_FDS`, the socket as fd 3), so a request waits in the backlog until the engine answers: no
-//! polling for readiness. Rootful Podman and a second `dockerd` need root; as an ordinary account
+//! The engines are started by `engine_services` (socket activation, no polling for readiness).
+//! Rootful Podman and a second `dockerd` need root; as an ordinary account
 //! (CI's non-root lane) those tests prove what that account gets instead, and the rootless refusal
 //! runs as that account itself.
 
-use std::os::fd::OwnedFd;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use stet_engine::credential::LocalCredentialProvider;
+use stet_engine::dispatch::copy_mode::Mounts;
 use stet_engine::dispatch::journal::Journal;
 use stet_engine::dispatch::sandbox::DispatchSandbox;
+use stet_engine::git::import::ImportLimits;
 use stet_engine::runtime::docker::DockerRuntime;
 use stet_engine::runtime::endpoint::{self, Endpoint, Engine};
 use stet_engine::runtime::{
-    ContainerRuntime, DispatchLimits, ImageRef, NetworkPolicy, RuntimeError, RuntimeSetup,
+    ContainerRuntime, DispatchLimits, ImageRef, MountMode, NetworkPolicy, RuntimeError,
+    RuntimeSetup,
 };
 
 use super::accounts::running_as_root;
+use super::engine_services::ROOTLESS_ACCOUNT;
+pub(super) use super::engine_services::{Service, podman, remote_docker};
 use super::runtime::{probe, request};
-
-/// The account the rootless service runs as when the suite runs as root (`scripts/test` makes it,
-/// with subordinate ids); as an ordinary user, the suite's own account.
-const ROOTLESS_ACCOUNT: &str = "stetpodman";
-
-/// An engine process this test started; stopped (SIGTERM, then waited for) when dropped, so it can
-/// stop what it started itself (containerd, conmon).
-struct Service {
-    child: Child,
-    endpoint: Endpoint,
-    log: PathBuf,
-    /// Rootless Podman's runtime directory: its pause process outlives the service unless stopped.
-    runtime_dir: Option<PathBuf>,
-    _dir: tempfile::TempDir,
-}
-
-impl Service {
-    /// Connects to the engine; a failure quotes what the engine logged.
-    async fn connect(&self) -> Arc<DockerRuntime> {
-        match DockerRuntime::connect_to(&self.endpoint).await {
-            Ok(runtime) => Arc::new(runtime),
-            Err(error) => panic!(
-                "{error}; the engine logged: {}",
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            ),
-        }
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let stop = |pid: i32| {
-            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-            }
-        };
-        stop(self.child.id() as i32);
-        let _ = self.child.wait();
-        // What rootless Podman left running (its pause process) is found by the runtime
-        // directory this test gave it, a path no other process has.
-        if let Some(dir) = &self.runtime_dir {
-            let mark = format!("XDG_RUNTIME_DIR={}", dir.display()).into_bytes();
-            for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-                let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
-                    continue;
-                };
-                let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
-                if environ.split(|byte| *byte == 0).any(|var| var == mark) {
-                    stop(pid);
-                }
-            }
-        }
-    }
-}
-
-/// Runs `script` under `sh` with `listener` as fd 3 and `LISTEN_PID`/`LISTEN_FDS` naming it, as
-/// `account` (root only) or as this account.
-fn activated(listener: OwnedFd, script: &str, account: Option<&str>, log: &Path) -> Child {
-    let script = format!("LISTEN_PID=$$ LISTEN_FDS=1 exec {script} 3<&0 </dev/null");
-    let mut command = match account {
-        Some(account) => {
-            // setpriv execs (runuser would fork and leave the engine running past its own end).
-            let home = format!("HOME=/home/{account}");
-            let mut command = Command::new("setpriv");
-            command.args([
-                "--reuid",
-                account,
-                "--regid",
-                account,
-                "--init-groups",
-                "--",
-            ]);
-            command.args(["env", &home, "sh", "-c", &script]);
-            command
-        }
-        None => {
-            let mut command = Command::new("sh");
-            command.args(["-c", &script]);
-            command
-        }
-    };
-    // Its working directory is the test's own: conmon writes files there (an `oom` marker when a
-    // container is OOM-killed), which must not land in the checkout.
-    if let Some(dir) = log.parent() {
-        command.current_dir(dir);
-    }
-    command
-        .stdin(Stdio::from(listener))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {script}: {e}"))
-}
-
-fn need(program: &str) {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {program}")])
-        .output()
-        .is_ok_and(|out| out.status.success());
-    assert!(
-        found,
-        "{program} is not installed: these tests need it (scripts/test installs it as root)"
-    );
-}
-
-/// Podman's API service on a fresh socket: rootful as root, else rootless as `account`.
-fn podman(account: Option<&str>) -> Service {
-    need("podman");
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("podman.sock");
-    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    let mut script = String::new();
-    let mut rootless_dir = None;
-    if let Some(account) = account {
-        // Its own runtime directory, as a login would give it.
-        let runtime_dir = dir.path().join("run");
-        std::fs::create_dir(&runtime_dir).unwrap();
-        std::fs::set_permissions(&runtime_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-        let status = Command::new("chown")
-            .arg(format!("{account}:"))
-            .arg(&runtime_dir)
-            .arg(dir.path())
-            .status()
-            .unwrap();
-        assert!(status.success(), "chown to {account}");
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        script = format!("env XDG_RUNTIME_DIR={} ", runtime_dir.display());
-        rootless_dir = Some(runtime_dir);
-    } else if !running_as_root() {
-        script = format!("env XDG_RUNTIME_DIR={} ", dir.path().display());
-        rootless_dir = Some(dir.path().to_owned());
-    }
-    // Exec sessions' conmon would otherwise linger 5 minutes after the service stops; at 0 an
-    // exec session can be gone before its exit code is read.
-    let conf = dir.path().join("containers.conf");
-    std::fs::write(&conf, "[engine]\nexit_command_delay = 10\n").unwrap();
-    std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o644)).unwrap();
-    if script.is_empty() {
-        script.push_str("env ");
-    }
-    script.push_str(&format!(
-        "CONTAINERS_CONF={} podman --runtime runc system service --time=0",
-        conf.display()
-    ));
-    let log = dir.path().join("podman.log");
-    let child = activated(listener.into(), &script, account, &log);
-    Service {
-        child,
-        log,
-        runtime_dir: rootless_dir,
-        endpoint: endpoint::resolve(
-            Engine::Podman,
-            Some(&format!("unix://{}", socket.display())),
-            &|_| None,
-            None,
-            rustix::process::geteuid().as_raw(),
-        )
-        .unwrap(),
-        _dir: dir,
-    }
-}
-
-/// Runs openssl with `args` in `dir`.
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A certificate authority, a server certificate for 127.0.0.1 and a client certificate, made now.
-fn certificates(dir: &Path) {
-    let key = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-    ];
-    let mut ca = vec!["req", "-x509"];
-    ca.extend(key);
-    ca.extend([
-        "-keyout",
-        "ca-key.pem",
-        "-out",
-        "ca.pem",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=stet-test-ca",
-    ]);
-    openssl(dir, &ca);
-    for (name, subject, usage) in [
-        (
-            "server",
-            "/CN=127.0.0.1",
-            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-        ),
-        (
-            "client",
-            "/CN=stet-test-client",
-            "extendedKeyUsage=clientAuth\n",
-        ),
-    ] {
-        let (key_file, cert_file) = match name {
-            "server" => ("server-key.pem", "server-cert.pem"),
-            _ => ("key.pem", "cert.pem"),
-        };
-        let csr = format!("{name}.csr");
-        let ext = format!("{name}.ext");
-        std::fs::write(dir.join(&ext), usage).unwrap();
-        let mut request = vec!["req"];
-        request.extend(key);
-        request.extend(["-keyout", key_file, "-out", &csr, "-subj", subject]);
-        openssl(dir, &request);
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca-key.pem",
-                "-CAcreateserial",
-                "-out",
-                cert_file,
-                "-days",
-                "1",
-                "-extfile",
-                &ext,
-            ],
-        );
-    }
-}
-
-/// A second Docker engine with its own data and exec roots and network namespace, on loopback TCP
-/// with mutual TLS; the endpoint is what `DOCKER_HOST`, `DOCKER_TLS_VERIFY` and `DOCKER_CERT_PATH` make of it.
-fn remote_docker() -> Service {
-    need("dockerd");
-    need("openssl");
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
-    let certs = root.join("certs");
-    std::fs::create_dir(&certs).unwrap();
-    certificates(&certs);
-    std::fs::write(root.join("empty.json"), "{}").unwrap();
-    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let path = |name: &str| root.join(name).display().to_string();
-    let cert = |name: &str| certs.join(name).display().to_string();
-    // Its own network namespace: a dockerd with `--bridge=none` deletes the `docker0` interface it
-    // finds, which in the host's namespace is the first engine's bridge. The listening socket was
-    // made in the host's namespace and stays there.
-    let script = format!(
-        "unshare --net dockerd --config-file {} --data-root {} --exec-root {} --pidfile {} -H fd:// --bridge=none --iptables=false --ip-masq=false --storage-driver=vfs --tlsverify --tlscacert {} --tlscert {} --tlskey {}",
-        path("empty.json"),
-        path("data"),
-        path("exec"),
-        path("dockerd.pid"),
-        cert("ca.pem"),
-        cert("server-cert.pem"),
-        cert("server-key.pem"),
-    );
-    let log = root.join("dockerd.log");
-    let child = activated(listener.into(), &script, None, &log);
-    let host = format!("tcp://127.0.0.1:{port}");
-    let certs_text = certs.display().to_string();
-    let env = |name: &str| match name {
-        "DOCKER_HOST" => Some(host.clone()),
-        "DOCKER_TLS_VERIFY" => Some("1".to_owned()),
-        "DOCKER_CERT_PATH" => Some(certs_text.clone()),
-        _ => None,
-    };
-    let endpoint = endpoint::resolve(Engine::Docker, None, &env, None, 0).unwrap();
-    Service {
-        child,
-        endpoint,
-        log,
-        runtime_dir: None,
-        _dir: dir,
-    }
-}
 
 fn sandbox_binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_stet-sandbox"))
 }
 
 /// Loads the offline image into the engine through its image-load API; returns it pinned by id.
-async fn loaded(runtime: &DockerRuntime) -> ImageRef {
+pub(super) async fn loaded(runtime: &DockerRuntime) -> ImageRef {
     let image = runtime
         .offline_image(&sandbox_binary())
         .await
@@ -338,8 +49,9 @@ async fn loaded(runtime: &DockerRuntime) -> ImageRef {
     ImageRef::parse(&image.id, false).unwrap()
 }
 
-/// Every hardening row of a sandbox on `runtime`, by effect from inside and by the engine's inspect.
-async fn hardened_by_effect(runtime: Arc<DockerRuntime>, image: &ImageRef) {
+/// Every hardening row of a sandbox on `runtime`, by effect from inside and by the engine's inspect,
+/// with the workspace and outputs reaching it as `mounts` says (copy mode: no host path in its spec).
+async fn hardened_by_effect(runtime: Arc<DockerRuntime>, image: &ImageRef, mounts: Mounts) {
     let state = tempfile::tempdir().unwrap();
     let journal = Journal::open(&state.path().join("journal")).unwrap();
     let provider = Arc::new(LocalCredentialProvider::default());
@@ -351,6 +63,7 @@ async fn hardened_by_effect(runtime: Arc<DockerRuntime>, image: &ImageRef) {
     };
     let mut sandbox_request = request(limits, NetworkPolicy::None, &provider).await;
     sandbox_request.image = image.clone();
+    sandbox_request.mounts = mounts;
     let sandbox =
         DispatchSandbox::provision(runtime.clone(), &journal, state.path(), sandbox_request)
             .await
@@ -374,6 +87,9 @@ async fn hardened_by_effect(runtime: Arc<DockerRuntime>, image: &ImageRef) {
         .await
         .unwrap();
     sandbox.teardown().await;
+    if mounts.mode() == MountMode::Copy {
+        assert_no_host_path(&inspected, &[state.path()]);
+    }
     let host = inspected.host_config.unwrap();
 
     assert_ne!(report["uid"], 0, "{report}");
@@ -391,6 +107,35 @@ async fn hardened_by_effect(runtime: Arc<DockerRuntime>, image: &ImageRef) {
     assert_eq!(host.memory, Some(limits.memory_bytes));
     assert_eq!(host.pids_limit, Some(limits.pids));
     assert_eq!(host.nano_cpus, Some(limits.nano_cpus));
+}
+
+/// A container's spec, as the engine's inspect gives it, names no host path: no bind mount (a bind
+/// whose source is a path), only volumes of the engine's own, and none of `paths` (stet's
+/// directories) anywhere in it.
+pub(super) fn assert_no_host_path(
+    inspected: &bollard::models::ContainerInspectResponse,
+    paths: &[&Path],
+) {
+    let host = inspected.host_config.clone().unwrap_or_default();
+    // Podman lists volumes among the binds too, by name: a source that is a path is a host's.
+    for bind in host.binds.iter().flatten() {
+        assert!(!bind.starts_with('/'), "a host path is bound: {bind}");
+    }
+    for mount in host.mounts.iter().flatten() {
+        assert_eq!(
+            mount.typ,
+            Some(bollard::models::MountType::VOLUME),
+            "{mount:?}"
+        );
+    }
+    for mount in inspected.mounts.iter().flatten() {
+        assert_eq!(mount.typ.as_deref(), Some("volume"), "{mount:?}");
+    }
+    let text = serde_json::to_string(inspected).unwrap();
+    for path in paths {
+        let path = path.display().to_string();
+        assert!(!text.contains(&path), "{path} is in the spec: {text}");
+    }
 }
 
 #[tokio::test]
@@ -427,7 +172,13 @@ async fn rootful_podman_runs_the_hardened_sandbox_and_every_row_holds_by_effect(
         .check_limits(&image, &DispatchLimits::default())
         .await
         .unwrap();
-    hardened_by_effect(runtime.clone(), &image).await;
+    hardened_by_effect(runtime.clone(), &image, Mounts::Bind).await;
+    hardened_by_effect(
+        runtime.clone(),
+        &image,
+        Mounts::copy(ImportLimits::default()),
+    )
+    .await;
     assert!(runtime.list_sandboxes().await.unwrap().is_empty());
 }
 
@@ -530,13 +281,69 @@ async fn a_remote_docker_engine_over_tls_takes_the_image_and_runs_the_hardened_s
         .check_limits(&image, &DispatchLimits::default())
         .await
         .unwrap();
-    hardened_by_effect(runtime.clone(), &image).await;
+    hardened_by_effect(
+        runtime.clone(),
+        &image,
+        Mounts::copy(ImportLimits::default()),
+    )
+    .await;
+    // What it cannot see: a host directory (this test's, with a file in it) named by a bind mount
+    // is refused, as any host path leaking into a spec would be.
+    let leak = tempfile::tempdir().unwrap();
+    std::fs::write(leak.path().join("host-only"), "this machine's\n").unwrap();
+    let refused = leaked_bind(&runtime, &image, leak.path()).await;
+    assert!(
+        refused.contains("bind source path does not exist")
+            && refused.contains(&leak.path().display().to_string()),
+        "{refused}"
+    );
     // Without the client certificate the engine does not answer.
     let plain = Endpoint {
         tls: None,
         ..service.endpoint.clone()
     };
     assert!(DockerRuntime::connect_to(&plain).await.is_err());
+}
+
+/// Creates (never starts) a container of `image` on `runtime` with a bind mount of `path`; the
+/// engine's refusal, as text (a container it made after all is removed, and the test fails).
+async fn leaked_bind(runtime: &DockerRuntime, image: &ImageRef, path: &Path) -> String {
+    use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
+    let name = format!(
+        "stet-leak-{}",
+        stet_engine::credential::random_token(8)
+            .unwrap()
+            .to_lowercase()
+    );
+    let body = ContainerCreateBody {
+        image: Some(image.as_str().to_owned()),
+        cmd: Some(vec!["/usr/local/bin/stet".into(), "sandbox-idle".into()]),
+        host_config: Some(HostConfig {
+            network_mode: Some("none".into()),
+            mounts: Some(vec![Mount {
+                typ: Some(MountType::BIND),
+                source: Some(path.display().to_string()),
+                target: Some("/leak".into()),
+                read_only: Some(true),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let options = bollard::query_parameters::CreateContainerOptionsBuilder::default()
+        .name(&name)
+        .build();
+    match runtime.client().create_container(Some(options), body).await {
+        Err(error) => error.to_string(),
+        Ok(_) => {
+            let _ = runtime.remove(&name, true).await;
+            panic!(
+                "the engine made a container bind-mounting {}",
+                path.display()
+            );
+        }
+    }
 }
 
 /// Set in the child process of the sweep test: its state directory, Podman's address, the image.

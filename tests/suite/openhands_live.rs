@@ -42,7 +42,7 @@ const COST_PER_ANSWER_USD: f64 = 0.004;
 const HELD_FOR: Duration = Duration::from_secs(3600);
 
 /// The dispatch image with this build's stet-sandbox inside, made once per test process.
-fn live_image() -> String {
+pub(super) fn live_image() -> String {
     super::live::live_image("openhands")
 }
 
@@ -57,7 +57,7 @@ const OPENHANDS: LiveHarness = LiveHarness {
 /// What the scripted model answers on one turn. The turn is the number of tool results in the
 /// conversation so far, so a retried request gets the same answer.
 #[derive(Debug, Clone)]
-enum Turn {
+pub(super) enum Turn {
     /// A call of `tool` with these arguments (`security_risk` is added: OpenHands requires it).
     Tool(&'static str, Value),
     /// A plain text answer with no tool call.
@@ -67,14 +67,14 @@ enum Turn {
 }
 
 /// A `terminal` call running `command` in `/workspace`.
-fn terminal(command: &str) -> Turn {
+pub(super) fn terminal(command: &str) -> Turn {
     Turn::Tool(
         "terminal",
         json!({ "command": command, "summary": "run a command" }),
     )
 }
 
-fn finish(message: &'static str) -> Turn {
+pub(super) fn finish(message: &'static str) -> Turn {
     Turn::Tool("finish", json!({ "message": message }))
 }
 
@@ -141,8 +141,8 @@ fn tool_results(body: &Value) -> usize {
 
 /// A live project: the notes repository, its bare remote, the user's configuration selecting the
 /// OpenHands harness, the local forge and the scripted model behind the gateway, and that model.
-struct Live {
-    live: LiveProject,
+pub(super) struct Live {
+    pub(super) live: LiveProject,
     server: MockServer,
     arrived: Receiver<usize>,
     /// Serves the model while the test runs stet.
@@ -151,7 +151,7 @@ struct Live {
 
 impl Live {
     /// `turns` are given the model's port (the agent's probe tries to reach it).
-    fn new(turns: impl FnOnce(u16) -> Vec<Turn>) -> Live {
+    pub(super) fn new(turns: impl FnOnce(u16) -> Vec<Turn>) -> Live {
         let Mocked {
             server,
             arrived,
@@ -170,7 +170,7 @@ impl Live {
     }
 
     /// `stet --headless --brief tidy-notes <extra>` with the model key in stet's environment.
-    fn headless(&self, extra: &[&str]) -> Command {
+    pub(super) fn headless(&self, extra: &[&str]) -> Command {
         self.live.headless(extra)
     }
 
@@ -185,7 +185,7 @@ impl Live {
     }
 
     /// Asserts every request the upstream received carried the host's key, never the placeholder.
-    fn assert_keyed_by_the_host(&self) {
+    pub(super) fn assert_keyed_by_the_host(&self) {
         let received = self
             .runtime
             .block_on(self.server.received_requests())

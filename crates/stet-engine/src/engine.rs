@@ -20,7 +20,8 @@ use crate::dispatch::service::{
 use crate::gateway::prices::PriceTable;
 use crate::harness::Harness;
 use crate::runtime::{
-    DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, RuntimeError, SandboxUser,
+    DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, RuntimeError, RuntimeSetup,
+    SandboxUser,
 };
 use stet_protocol::event::Event;
 use stet_sanitize::sanitize::{KnownValue, SanitizerHandle};
@@ -50,6 +51,10 @@ pub enum EngineError {
         "stet runs sandboxes as uid {uid} when it runs as root, but {by} has that uid on this host: a host process with it could reach a running sandbox's files; remove that account (or stop that process), or run stet as an ordinary user"
     )]
     SandboxUidInUse { uid: u32, by: String },
+    #[error(
+        "runtime.warm = {warm} needs copy mode, and the engine at {host} is a local socket, which gets bind mounts unless runtime.mounts = \"copy\" (a pooled sandbox is started before its dispatch, and bind mounts cannot be added to a running container): set runtime.mounts = \"copy\", or runtime.warm = 0"
+    )]
+    WarmNeedsCopy { warm: usize, host: String },
     #[error("journal: {0}")]
     Journal(#[from] crate::dispatch::journal::JournalError),
     #[error(transparent)]
@@ -84,6 +89,35 @@ fn sandbox_user() -> Result<SandboxUser> {
         return Err(EngineError::SandboxUidInUse { uid: user.uid, by });
     }
     Ok(user)
+}
+
+/// The launch-time limits probe ([`RuntimeSetup::check_limits`]), journaled like a sandbox: its
+/// container is recorded before it exists, so a crash while it does leaves a record by which the
+/// next sweep removes it on its engine. The record closes once the container is known gone (it is
+/// asked to go again, which finds it already gone unless the probe's own removal failed).
+pub async fn journaled_probe(
+    runtime: &dyn RuntimeSetup,
+    journal: &Journal,
+    image: &ImageRef,
+    limits: &DispatchLimits,
+) -> Result<()> {
+    let record = stet_protocol::event::DispatchId::new();
+    let name = format!(
+        "stet-limits-probe-{}",
+        record.to_string().trim_start_matches("stet-dispatch-")
+    );
+    let container = crate::dispatch::journal::Resource::Container {
+        name: name.clone(),
+        engine: runtime.location(),
+    };
+    let mut entry = journal.begin(record)?;
+    entry.intend(container.clone())?;
+    let checked = runtime.check_limits_as(&name, image, limits).await;
+    if runtime.remove(&name, true).await.is_ok() {
+        entry.released(&container)?;
+        entry.close()?;
+    }
+    Ok(checked?)
 }
 
 /// Which image sandboxes run.
@@ -155,6 +189,18 @@ impl Engine {
             }
         };
         let config = &options.config;
+        // Bind mounts for a local socket, copies for a remote engine; bind asked of a remote
+        // engine is refused here, before anything is provisioned.
+        let mounts = runtime
+            .endpoint()
+            .mounts(config.runtime.mounts)
+            .map_err(RuntimeError::from)?;
+        if config.runtime.warm > 0 && mounts == crate::runtime::MountMode::Bind {
+            return Err(EngineError::WarmNeedsCopy {
+                warm: config.runtime.warm,
+                host: runtime.endpoint().host.clone(),
+            });
+        }
         let limits = DispatchLimits {
             // No one file may take more than the dispatch's whole disk bound.
             file_bytes: i64::try_from(crate::dispatch::disk_watch::bound_for(
@@ -165,10 +211,21 @@ impl Engine {
         };
         // Fail closed before any dispatch: an engine that would drop a cap is refused here (an
         // image not pulled yet is checked the same way when its first sandbox is created).
-        if runtime.image_present(&image).await.unwrap_or(false) {
-            runtime.check_limits(&image, &limits).await?;
-        }
+        // A pass is remembered per engine, image and limits (`runtime::limits_cache`): the probe
+        // container costs a few hundred milliseconds, and every sandbox's create is read back anyway.
         let journal = Arc::new(Journal::open(&options.state_dir.join("journal"))?);
+        if runtime.image_present(&image).await.unwrap_or(false) {
+            let cache = crate::runtime::limits_cache::LimitsCache::in_state_dir(&options.state_dir);
+            let key =
+                crate::runtime::limits_cache::key(runtime.fingerprint().await, &image, &limits);
+            let (_, checked) = crate::runtime::limits_cache::probe_unless_remembered(
+                &cache,
+                key,
+                journaled_probe(runtime.as_ref(), &journal, &image, &limits),
+            )
+            .await;
+            checked?;
+        }
         let setup = crate::forge::from_settings(
             &options.config.forge,
             &options.config.credentials,
@@ -221,7 +278,7 @@ impl Engine {
                 network: options.network,
                 user,
                 keepalive,
-                mounts: match config.runtime.mounts {
+                mounts: match mounts {
                     crate::runtime::MountMode::Bind => crate::dispatch::copy_mode::Mounts::Bind,
                     crate::runtime::MountMode::Copy => {
                         crate::dispatch::copy_mode::Mounts::copy(config.import)

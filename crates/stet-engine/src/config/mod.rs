@@ -367,8 +367,10 @@ pub struct RuntimeConfig {
     /// Where it listens (`runtime.host`, as the docker CLI takes it); `None`: the environment's
     /// `DOCKER_HOST`, docker context, or the engine's usual socket.
     pub host: Option<String>,
-    /// How the workspace and outputs reach the sandbox (`runtime.mounts`; default bind mounts).
-    pub mounts: MountMode,
+    /// How the workspace and outputs reach the sandbox (`runtime.mounts`); `None`: as the engine's
+    /// address says ([`crate::runtime::endpoint::Endpoint::mounts`]: bind for a local socket, copy
+    /// otherwise).
+    pub mounts: Option<MountMode>,
     /// How many idle, hardened sandboxes the warm pool keeps started (`runtime.warm`; default 0,
     /// no pool): copy mode only ([`crate::dispatch::pool`]).
     pub warm: usize,

@@ -473,11 +473,8 @@ pub(super) fn resolve(layers: &mut Layers, repository_file: RepositoryFile) -> R
             .map(|engine| engine.value)
             .unwrap_or_default(),
         host: super::url::checked_engine_host(runtime_host)?,
-        mounts: mounts
-            .as_ref()
-            .map(|mounts| mounts.value)
-            .unwrap_or_default(),
-        warm: checked_warm(warm, mounts.map(|mounts| mounts.value).unwrap_or_default())?,
+        warm: checked_warm(warm, mounts.as_ref().map(|mounts| mounts.value))?,
+        mounts: mounts.map(|mounts| mounts.value),
     };
     let model = ModelConfig {
         base_url: checked_url(base_url, "model.base_url")?,
@@ -629,7 +626,10 @@ fn non_empty(value: Option<Sourced<String>>, field: &'static str) -> Result<Opti
 
 /// `runtime.warm`: at most [`super::MAX_WARM`], and only in copy mode, since a pooled container
 /// is started before its dispatch exists and bind mounts cannot be added to a running container.
-fn checked_warm(warm: Option<Sourced<u64>>, mounts: crate::runtime::MountMode) -> Result<usize> {
+fn checked_warm(
+    warm: Option<Sourced<u64>>,
+    mounts: Option<crate::runtime::MountMode>,
+) -> Result<usize> {
     let Some(Sourced { value, origin, .. }) = warm else {
         return Ok(0);
     };
@@ -643,7 +643,7 @@ fn checked_warm(warm: Option<Sourced<u64>>, mounts: crate::runtime::MountMode) -
                 format!("{value} is outside 0..={}", super::MAX_WARM),
             )
         })?;
-    if count > 0 && mounts != crate::runtime::MountMode::Copy {
+    if count > 0 && mounts == Some(crate::runtime::MountMode::Bind) {
         return Err(invalid(
             origin,
             "runtime.warm",

@@ -1338,13 +1338,15 @@ fn the_engine_and_its_host_are_the_users_to_choose_and_are_checked_where_they_ar
         config.runtime.choice().host,
         Some("unix:///run/podman/podman.sock")
     );
-    let error = Config::from_files(&[user("[runtime]\n\nhost = \"ssh://me@build\"\n")])
+    let ssh = Config::from_files(&[user("[runtime]\nhost = \"ssh://me@build:2222\"\n")]).unwrap();
+    assert_eq!(ssh.runtime.choice().host, Some("ssh://me@build:2222"));
+    let error = Config::from_files(&[user("[runtime]\n\nhost = \"ssh://-oProxyCommand=x\"\n")])
         .unwrap_err()
         .to_string();
     assert!(
         error.starts_with("/home/u/.config/stet/config.toml:3: field `runtime.host`")
-            && error.contains("\"ssh://me@build\"")
-            && error.contains("not supported yet"),
+            && error.contains("\"ssh://-oProxyCommand=x\"")
+            && error.contains("not starting with '-'"),
         "{error}"
     );
     let error = Config::from_files(&[user("[runtime]\nengine = \"lxc\"\n")])
@@ -1688,7 +1690,12 @@ fn the_warm_pool_is_a_machine_setting_of_copy_mode_and_bounded() {
     assert_eq!(Config::from_files(&[]).unwrap().runtime.warm, 0);
     let config = Config::from_files(&[user("[runtime]\nmounts = \"copy\"\nwarm = 2\n")]).unwrap();
     assert_eq!(config.runtime.warm, 2);
-    let bind = Config::from_files(&[user("[runtime]\n\nwarm = 1\n")])
+    // Unset mounts follow the engine (copy for one that is not a local socket), so only the
+    // engine's launch can refuse that case (`EngineError::WarmNeedsCopy`); bind said outright is
+    // refused where it is written.
+    let unset = Config::from_files(&[user("[runtime]\nwarm = 1\n")]).unwrap();
+    assert_eq!((unset.runtime.warm, unset.runtime.mounts), (1, None));
+    let bind = Config::from_files(&[user("[runtime]\nmounts = \"bind\"\nwarm = 1\n")])
         .unwrap_err()
         .to_string();
     assert!(

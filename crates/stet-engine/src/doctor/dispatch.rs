@@ -113,6 +113,9 @@ pub async fn dispatch_checks(
             None => kind.to_owned(),
         },
     ));
+    if let Ok(runtime) = runtime {
+        checks.push(mounts_check(config, runtime.as_ref(), &user_file));
+    }
     checks.push(image_check(config, harness.runs_in_offline_image(), runtime, &user_file).await);
     checks.extend(super::egress::egress_checks(config, &user_file).await);
     let Some(model) = model else {
@@ -121,6 +124,36 @@ pub async fn dispatch_checks(
     checks.push(endpoint_check(config, &model, field, &user_file).await);
     checks.push(prices_check(config, &model, &user_file));
     checks
+}
+
+/// How the workspace reaches a sandbox on the configured engine (`[runtime] mounts`, else as the
+/// engine's address says), and the refusal of bind mounts asked of a remote engine.
+fn mounts_check(config: &Config, runtime: &dyn RuntimeSetup, user_file: &str) -> Check {
+    let endpoint = runtime.endpoint();
+    match endpoint.mounts(config.runtime.mounts) {
+        Ok(mode) => Check::ok(
+            "mounts",
+            format!(
+                "{} ({} at {}{})",
+                mode.as_str(),
+                endpoint.engine.display_name(),
+                endpoint.host,
+                if config.runtime.mounts.is_some() {
+                    ", as [runtime] mounts says"
+                } else if endpoint.is_remote() {
+                    ", not a local socket: copies through the archive API"
+                } else {
+                    ", a local socket: bind mounts"
+                },
+            ),
+        ),
+        Err(error) => Check::problem(
+            "mounts",
+            Status::Fail,
+            error.to_string(),
+            &format!("set [runtime] mounts = \"copy\" (or remove it) in {user_file}"),
+        ),
+    }
 }
 
 /// The dispatch image: configured, pinned, and present in the engine (or pullable by digest).

@@ -193,6 +193,36 @@ impl RuntimeSetup for DockerRuntime {
         DockerRuntime::check_limits(self, image, limits).await
     }
 
+    async fn check_limits_as(
+        &self,
+        name: &str,
+        image: &ImageRef,
+        limits: &DispatchLimits,
+    ) -> Result<()> {
+        DockerRuntime::check_limits_as(self, name, image, limits).await
+    }
+
+    async fn fingerprint(&self) -> Option<String> {
+        let info = self.docker.info().await.ok()?;
+        let id = info.id.filter(|id| !id.is_empty())?;
+        let shown = |value: Option<String>| value.unwrap_or_else(|| "?".to_owned());
+        Some(format!(
+            "{} at {}; id {id}; version {}; driver {}; cgroup driver {}; cgroup v{}; kernel {}; memory {:?} swap {:?} pids {:?} cfs quota {:?}; security {}",
+            self.endpoint.engine.as_str(),
+            self.endpoint.host,
+            shown(info.server_version),
+            shown(info.driver),
+            shown(info.cgroup_driver.map(|driver| driver.to_string())),
+            shown(info.cgroup_version.map(|version| version.to_string())),
+            shown(info.kernel_version),
+            info.memory_limit,
+            info.swap_limit,
+            info.pids_limit,
+            info.cpu_cfs_quota,
+            info.security_options.unwrap_or_default().join(","),
+        ))
+    }
+
     fn endpoint(&self) -> &Endpoint {
         &self.endpoint
     }

@@ -5,6 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::MountMode;
+
 crate::kinds::kinds! {
     /// Which engine serves the Docker Engine API stet speaks.
     pub enum Engine {
@@ -60,6 +62,15 @@ pub enum EndpointError {
         "rootless Podman's socket is under $XDG_RUNTIME_DIR, which is not set: set it (or [runtime] host)"
     )]
     NoRuntimeDir,
+    #[error(
+        "[runtime] mounts = \"bind\" cannot work with {} at {host} (chosen by {chosen_by}): a bind mount names a path on the engine's own machine, and a remote engine does not see stet's directories; set mounts = \"copy\", or remove the setting (copy is the default for an engine that is not a local socket)",
+        .engine.display_name()
+    )]
+    BindOnRemote {
+        engine: Engine,
+        host: String,
+        chosen_by: String,
+    },
 }
 
 /// Result alias of this module.
@@ -197,6 +208,23 @@ impl Endpoint {
     /// Whether the engine is reached over the network rather than a local socket.
     pub fn is_remote(&self) -> bool {
         !self.host.starts_with("unix://")
+    }
+
+    /// How the workspace and the outputs reach a sandbox on this engine: `configured` (`[runtime]
+    /// mounts`) when set, else bind mounts for a local socket and copies for anything else (a TCP
+    /// engine, a docker context's remote one), whose machine does not see stet's directories.
+    /// Bind mounts asked of a remote engine are refused: they would name paths it cannot see.
+    pub fn mounts(&self, configured: Option<MountMode>) -> Result<MountMode> {
+        match (configured, self.is_remote()) {
+            (Some(MountMode::Bind), true) => Err(EndpointError::BindOnRemote {
+                engine: self.engine,
+                host: self.host.clone(),
+                chosen_by: self.chosen_by.clone(),
+            }),
+            (Some(mode), _) => Ok(mode),
+            (None, false) => Ok(MountMode::Bind),
+            (None, true) => Ok(MountMode::Copy),
+        }
     }
 
     /// The unix socket's path, for a local endpoint.
@@ -588,7 +616,51 @@ mod tests {
         let endpoint = resolve(Engine::Docker, None, &env, Some(home.path()), 7).unwrap();
         assert_eq!(endpoint.host, "tcp://127.0.0.9:2375");
         assert_eq!(endpoint.chosen_by, "docker context \"remote\"");
+        // A remote context's engine gets copies, and refuses bind mounts naming the context.
+        assert_eq!(endpoint.mounts(None).unwrap(), MountMode::Copy);
+        let refused = endpoint.mounts(Some(MountMode::Bind)).unwrap_err();
+        assert!(
+            refused.to_string().contains("docker context \"remote\""),
+            "{refused}"
+        );
         let podman = resolve(Engine::Podman, None, &env, Some(home.path()), 7).unwrap();
         assert_eq!(podman.host, "unix:///run/user/7/podman/podman.sock");
+    }
+
+    #[test]
+    fn mounts_default_to_bind_on_a_local_socket_and_copy_elsewhere_and_bind_is_refused_remotely() {
+        let local = resolve(Engine::Docker, None, &with(&[]), None, 0).unwrap();
+        assert_eq!(local.mounts(None).unwrap(), MountMode::Bind);
+        assert_eq!(
+            local.mounts(Some(MountMode::Copy)).unwrap(),
+            MountMode::Copy
+        );
+        assert_eq!(
+            local.mounts(Some(MountMode::Bind)).unwrap(),
+            MountMode::Bind
+        );
+        let podman = resolve(Engine::Podman, None, &with(&[]), None, 0).unwrap();
+        assert_eq!(podman.mounts(None).unwrap(), MountMode::Bind);
+        for host in ["tcp://127.0.0.1:2375", "http://localhost:2375"] {
+            let env = with(&[("DOCKER_HOST", host)]);
+            let remote = resolve(Engine::Docker, None, &env, None, 0).unwrap();
+            assert_eq!(remote.mounts(None).unwrap(), MountMode::Copy, "{host}");
+            assert_eq!(
+                remote.mounts(Some(MountMode::Copy)).unwrap(),
+                MountMode::Copy
+            );
+            let error = remote
+                .mounts(Some(MountMode::Bind))
+                .unwrap_err()
+                .to_string();
+            for says in [
+                "[runtime] mounts = \"bind\"",
+                host,
+                "chosen by DOCKER_HOST",
+                "mounts = \"copy\"",
+            ] {
+                assert!(error.contains(says), "{says:?} missing from: {error}");
+            }
+        }
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod docker;
 pub mod endpoint;
+pub mod limits_cache;
 pub mod lines;
 
 use std::collections::BTreeMap;
@@ -572,6 +573,20 @@ pub trait RuntimeSetup: ContainerRuntime {
     /// `limits`, found by effect with a container of `image` (present) that is created, read back
     /// and removed, never started.
     async fn check_limits(&self, image: &ImageRef, limits: &DispatchLimits) -> Result<()>;
+    /// [`RuntimeSetup::check_limits`] with its probe container named `name`, so that the caller
+    /// can journal it before it exists.
+    async fn check_limits_as(
+        &self,
+        name: &str,
+        image: &ImageRef,
+        limits: &DispatchLimits,
+    ) -> Result<()>;
+    /// Everything the outcome of [`RuntimeSetup::check_limits`] depends on in the engine, as one
+    /// text ([`limits_cache`]); `None` when the engine does not say who it is (then it is probed
+    /// at every launch).
+    async fn fingerprint(&self) -> Option<String> {
+        None
+    }
     /// Which engine this is and where it listens.
     fn endpoint(&self) -> &endpoint::Endpoint;
 }

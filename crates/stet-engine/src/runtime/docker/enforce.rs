@@ -137,6 +137,18 @@ impl DockerRuntime {
             detail: error.to_string(),
         })?;
         let name = format!("stet-limits-probe-{}", suffix.to_ascii_lowercase());
+        self.check_limits_as(&name, image, limits).await
+    }
+
+    /// [`DockerRuntime::check_limits`] with a probe container named `name`, which the caller may
+    /// have journaled first.
+    pub async fn check_limits_as(
+        &self,
+        name: &str,
+        image: &ImageRef,
+        limits: &DispatchLimits,
+    ) -> Result<()> {
+        let name = name.to_owned();
         let mut body = ContainerCreateBody {
             image: Some(image.as_str().to_owned()),
             entrypoint: Some(vec!["/nonexistent".to_owned()]),
