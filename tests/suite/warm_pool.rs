@@ -583,6 +583,24 @@ fn the_demo_runs_end_to_end_from_the_pool_its_model_over_the_channel_stream() {
     super::headless::assert_nothing_left(&home, dispatch);
 }
 
+#[test]
+fn a_pool_on_a_local_socket_without_copy_mode_is_refused_at_launch_before_any_container() {
+    docker_ready();
+    let home = super::headless::Home::new();
+    // Mounts unset: the local socket gets bind mounts, which a pooled sandbox cannot have.
+    home.add_user_config("[runtime]\nwarm = 1\n");
+    let finished = run(home.demo());
+    assert_ne!(finished.code(), Some(0), "{finished:#?}");
+    let said = format!("{}{}", finished.stdout, finished.stderr);
+    assert!(
+        said.contains("runtime.warm = 1 needs copy mode")
+            && said.contains("set runtime.mounts = \"copy\""),
+        "{said}"
+    );
+    let (ours, _) = installation_containers(&home.state());
+    assert_eq!(ours, BTreeSet::new(), "nothing was started");
+}
+
 #[tokio::test]
 async fn an_image_change_drains_the_old_containers_and_the_pool_follows_the_new_image() {
     let f = fixture().await;
