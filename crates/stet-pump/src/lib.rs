@@ -58,13 +58,21 @@ impl Socket for UnixStream {
     }
 }
 
+/// How many bytes a direction moves before it keeps its pipe between chunks. Until then each
+/// emptied pipe is closed, so a direction that only carried a request head, a proxy's answer or a
+/// TLS handshake holds no descriptors while its tunnel is idle; a bulk transfer pays for making its
+/// pipe only on its first few chunks.
+pub const KEEP_AFTER: u64 = 64 << 10;
+
 /// One direction's pipe and how many bytes it holds, taken from one socket and not yet passed on.
-/// The pipe itself is made on the direction's first bytes, so a tunnel that carries nothing holds
-/// no descriptor for it.
+/// The pipe itself is made on the direction's first bytes and, until it has moved [`KEEP_AFTER`]
+/// bytes, closed again each time it is emptied, so a tunnel that carries nothing, or only a
+/// handshake, holds no descriptor for it.
 #[derive(Debug, Default)]
 pub struct Pipe {
     ends: Option<Ends>,
     held: usize,
+    moved: u64,
 }
 
 /// A made pipe's two ends and its size.
@@ -110,7 +118,7 @@ impl Pipe {
         Pipe::default()
     }
 
-    /// Whether the pipe has been made (its two descriptors are open).
+    /// Whether the pipe is made (its two descriptors are open).
     pub fn is_made(&self) -> bool {
         self.ends.is_some()
     }
@@ -213,6 +221,10 @@ impl Pipe {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(passed) => {
                     self.held -= passed;
+                    self.moved = self.moved.saturating_add(passed as u64);
+                    if self.held == 0 && self.moved < KEEP_AFTER {
+                        self.ends = None;
+                    }
                     return Ok(passed);
                 }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}

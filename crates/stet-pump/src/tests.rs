@@ -236,3 +236,50 @@ async fn an_end_with_no_bytes_before_it_is_passed_on_while_the_other_way_goes_on
     assert!(got == back, "unix → tcp differs ({} bytes)", got.len());
     assert_eq!(relay.await.unwrap().unwrap(), (0, 2 << 20));
 }
+
+/// A direction that has moved only a little (a request head, an answer, a handshake) closes its
+/// pipe each time it is emptied; once it has moved [`KEEP_AFTER`] bytes it keeps it.
+#[tokio::test]
+async fn a_pipe_is_closed_when_emptied_until_the_direction_moves_in_bulk() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut source, from) = tcp_pair().await;
+    let (to, mut sink) = unix_pair(dir.path()).await;
+    let mut pipe = Pipe::new();
+    const HEAD: &[u8] = b"CONNECT a.test:443 HTTP/1.1\r\n\r\n";
+    source.write_all(HEAD).await.unwrap();
+    let mut head = Vec::new();
+    while head.len() < HEAD.len() {
+        let took = pipe.fill(&from, usize::MAX).await.unwrap();
+        assert!(pipe.is_made(), "a fill that took {took} bytes had no pipe");
+        pipe.drain(&to).await.unwrap();
+        assert!(
+            !pipe.is_made(),
+            "an emptied pipe of a small direction was kept"
+        );
+        let mut got = vec![0u8; took];
+        sink.read_exact(&mut got).await.unwrap();
+        head.extend_from_slice(&got);
+    }
+    assert_eq!(head, HEAD);
+
+    let bulk = pattern(KEEP_AFTER as usize * 2, 9);
+    let writing = bulk.clone();
+    let writer = tokio::spawn(async move { source.write_all(&writing).await.unwrap() });
+    let reader = tokio::spawn(async move {
+        let mut got = vec![0u8; KEEP_AFTER as usize * 2];
+        sink.read_exact(&mut got).await.unwrap();
+        got
+    });
+    let mut moved = HEAD.len();
+    while moved < HEAD.len() + bulk.len() {
+        moved += pipe.fill(&from, usize::MAX).await.unwrap();
+        pipe.drain(&to).await.unwrap();
+        assert_eq!(
+            pipe.is_made(),
+            moved as u64 >= KEEP_AFTER,
+            "after {moved} bytes"
+        );
+    }
+    writer.await.unwrap();
+    assert!(reader.await.unwrap() == bulk, "the bulk bytes differ");
+}
