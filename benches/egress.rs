@@ -50,8 +50,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::sync::{oneshot, watch};
 
+#[path = "support/cpu.rs"]
+mod cpu;
 #[path = "support/side.rs"]
 mod side;
+use cpu::Cpu;
 use side::Side;
 
 /// The host name the bench's resolver answers (with 127.0.0.1).
@@ -463,66 +466,6 @@ struct Downloads {
     name: &'static str,
     seconds: Vec<f64>,
     cpu: Cpu,
-}
-
-/// Nanoseconds on a CPU, per side of the path (the threads are named after their side).
-#[derive(Default, Clone, Copy)]
-struct Cpu {
-    client: u64,
-    relay: u64,
-    proxy: u64,
-    server: u64,
-}
-
-impl Cpu {
-    /// What each side of this process has run so far (`/proc/self/task/*/schedstat`).
-    fn now() -> Cpu {
-        let mut cpu = Cpu::default();
-        let tasks = std::fs::read_dir("/proc/self/task").unwrap_or_else(|e| panic!("{e}"));
-        for task in tasks.flatten() {
-            let path = task.path();
-            // A thread may end between the listing and the read.
-            let (Ok(comm), Ok(stat)) = (
-                std::fs::read_to_string(path.join("comm")),
-                std::fs::read_to_string(path.join("schedstat")),
-            ) else {
-                continue;
-            };
-            let nanos: u64 = stat
-                .split_whitespace()
-                .next()
-                .and_then(|value| value.parse().ok())
-                .unwrap_or_else(|| panic!("{}: {stat:?}", path.display()));
-            let side = match comm.trim() {
-                name if name.starts_with("bench-servers") => &mut cpu.server,
-                name if name.starts_with("bench-proxies") => &mut cpu.proxy,
-                name if name.starts_with("bench-relay") => &mut cpu.relay,
-                _ => &mut cpu.client,
-            };
-            *side += nanos;
-        }
-        cpu
-    }
-
-    fn since(self, before: Cpu) -> Cpu {
-        Cpu {
-            client: self.client.saturating_sub(before.client),
-            relay: self.relay.saturating_sub(before.relay),
-            proxy: self.proxy.saturating_sub(before.proxy),
-            server: self.server.saturating_sub(before.server),
-        }
-    }
-
-    fn add(&mut self, other: Cpu) {
-        self.client += other.client;
-        self.relay += other.relay;
-        self.proxy += other.proxy;
-        self.server += other.server;
-    }
-
-    fn total(self) -> u64 {
-        self.client + self.relay + self.proxy + self.server
-    }
 }
 
 /// One warm-up download per path, then `turns` turns of one download each.
