@@ -16,12 +16,16 @@
 //! * Throughput: a server that sends `STET_BENCH_MIB` MiB (default 200) on each connection and
 //!   closes; the client reads it all in 64 KiB reads. One download per path per turn, the paths
 //!   taking turns (the first path rotating), `STET_BENCH_TURNS` turns (default 7) after one warm-up
-//!   download each.
+//!   download each. Each path's CPU time per MiB is read per side (each side's threads, from
+//!   `/proc/self/task/*/schedstat`): on a loaded 2-core machine the throughput ratio is decided by
+//!   what each path costs the CPU. The same again from a server that sends at
+//!   `STET_BENCH_PACED_RATE` MiB/s (default 100, 0 to skip; `STET_BENCH_PACED_MIB` MiB, default
+//!   50), as a registry across the internet would.
 //! * Latency: connect, `CONNECT` (not on the direct path) and the first byte of a server that writes
 //!   one byte on accepting; `STET_BENCH_CONNECTIONS` connections per path (default 3000), in rounds
 //!   of 100 after 100 of warm-up, each closed before the next.
-//! * Host cost: `STET_BENCH_TUNNELS` (default 100) idle connections held at once, direct and as
-//!   tunnels through a proxy, with the process's resident memory (`VmRSS`) and open descriptors
+//! * Host cost: `STET_BENCH_TUNNELS` (default 100) idle connections held at once, direct, as
+//!   tunnels through a proxy and (at most the relay's bound, 64) through relay + proxy, with the process's resident memory (`VmRSS`) and open descriptors
 //!   before and while held; then `STET_BENCH_IDLE` (default 2000) idle `CONNECT`s opened at one proxy
 //!   at its default bounds while a second proxy serves downloads, timed against the same downloads
 //!   before the idle load and after it is gone.
@@ -37,7 +41,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use stet_engine::egress::EgressPolicy;
 use stet_engine::egress::hosts::AllowRule;
@@ -46,8 +50,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::sync::{oneshot, watch};
 
+#[path = "support/cpu.rs"]
+mod cpu;
 #[path = "support/side.rs"]
 mod side;
+use cpu::Cpu;
 use side::Side;
 
 /// The host name the bench's resolver answers (with 127.0.0.1).
@@ -70,6 +77,8 @@ fn main() {
         connections: setting("STET_BENCH_CONNECTIONS", 3000).max(1),
         tunnels: setting("STET_BENCH_TUNNELS", 100).max(1),
         idle: setting("STET_BENCH_IDLE", 2000),
+        paced_rate: setting("STET_BENCH_PACED_RATE", 100),
+        paced_bytes: setting("STET_BENCH_PACED_MIB", 50).max(1) << 20,
     };
     let client = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -91,6 +100,9 @@ struct Settings {
     connections: usize,
     tunnels: usize,
     idle: usize,
+    /// MiB/s the paced server sends at (0: no paced measurement).
+    paced_rate: usize,
+    paced_bytes: usize,
 }
 
 fn setting(name: &str, default: usize) -> usize {
@@ -105,10 +117,13 @@ fn setting(name: &str, default: usize) -> usize {
 async fn bench(servers: &Side, proxies: &Side, relay_side: &Side, settings: &Settings) {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let bytes = settings.bytes;
-    let download = servers.run(serve_download(bytes)).await;
+    let download = servers.run(serve_download(bytes, 0)).await;
+    let paced = servers
+        .run(serve_download(settings.paced_bytes, settings.paced_rate))
+        .await;
     let byte = servers.run(serve_byte()).await;
     let (idle, held) = servers.run(serve_idle()).await;
-    let ports = [download.port(), byte.port(), idle.port()];
+    let ports = [download.port(), byte.port(), idle.port(), paced.port()];
     let raised = EgressBounds {
         max_download_bytes: u64::MAX,
         ..EgressBounds::default()
@@ -131,18 +146,40 @@ async fn bench(servers: &Side, proxies: &Side, relay_side: &Side, settings: &Set
     );
 
     let results = throughput(&paths, download, bytes, settings.turns).await;
-    print_throughput(bytes, &results);
+    print_throughput("", bytes, &results);
+    if settings.paced_rate > 0 {
+        let results = throughput(&paths, paced, settings.paced_bytes, settings.turns).await;
+        print_throughput(
+            &format!(" from a server sending at {} MiB/s", settings.paced_rate),
+            settings.paced_bytes,
+            &results,
+        );
+    }
 
     let results = latency(&paths, byte, settings.connections).await;
     print_latency(&results);
 
-    tunnel_cost(proxies, dir.path(), &ports, idle, &held, settings.tunnels).await;
+    tunnel_cost(
+        proxies,
+        relay_side,
+        dir.path(),
+        &ports,
+        (idle, byte),
+        &held,
+        settings.tunnels,
+    )
+    .await;
     idle_load(proxies, dir.path(), &ports, &held, settings).await;
 
     let _ = stop_relay.send(());
     let report = main_proxy.shutdown(proxies).await;
     // Each timed and warm-up connection of the two proxied paths, and the relay's start-up probe.
-    let tunnels = 2 * (settings.turns + 1 + WARM_UP + settings.connections) + 1;
+    let paced_downloads = if settings.paced_rate > 0 {
+        settings.turns + 1
+    } else {
+        0
+    };
+    let tunnels = 2 * (settings.turns + 1 + paced_downloads + WARM_UP + settings.connections) + 1;
     println!(
         "\nmain proxy: {} allowed, {} refused, {} MiB down",
         report.allowed,
@@ -151,7 +188,12 @@ async fn bench(servers: &Side, proxies: &Side, relay_side: &Side, settings: &Set
     );
     assert_eq!(report.refused, 0, "{:?}", report.last_refused);
     assert_eq!(report.allowed, tunnels as u64);
-    let expected = 2 * ((settings.turns + 1) * bytes + WARM_UP + settings.connections) + 1;
+    let expected = 2
+        * ((settings.turns + 1) * bytes
+            + paced_downloads * settings.paced_bytes
+            + WARM_UP
+            + settings.connections)
+        + 1;
     assert_eq!(report.downloaded, expected as u64);
 }
 
@@ -227,8 +269,10 @@ async fn tunnel<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, port: u16) ->
     }
 }
 
-/// Serves `bytes` bytes on each connection, then closes it.
-async fn serve_download(bytes: usize) -> SocketAddr {
+/// Serves `bytes` bytes on each connection, then closes it: as fast as the client takes them, or
+/// at `rate` MiB/s when it is not 0 (a chunk at a time, each sent once its time has come), as a
+/// registry across the internet would.
+async fn serve_download(bytes: usize, rate: usize) -> SocketAddr {
     let listener = TcpListener::bind(loopback())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
@@ -239,13 +283,18 @@ async fn serve_download(bytes: usize) -> SocketAddr {
             let chunk = Arc::clone(&chunk);
             tokio::spawn(async move {
                 let _ = stream.set_nodelay(true);
-                let mut left = bytes;
-                while left > 0 {
-                    let size = left.min(chunk.len());
+                let start = tokio::time::Instant::now();
+                let mut sent = 0;
+                while sent < bytes {
+                    if rate > 0 {
+                        let due = sent as f64 / (rate << 20) as f64;
+                        tokio::time::sleep_until(start + Duration::from_secs_f64(due)).await;
+                    }
+                    let size = (bytes - sent).min(chunk.len());
                     if stream.write_all(&chunk[..size]).await.is_err() {
                         return;
                     }
-                    left -= size;
+                    sent += size;
                 }
                 let _ = stream.shutdown().await;
             });
@@ -412,10 +461,11 @@ async fn read_download(via: &Via, server: SocketAddr) -> usize {
     }
 }
 
-/// Seconds per download of one path.
+/// Seconds per download of one path, and the CPU time each side spent on them.
 struct Downloads {
     name: &'static str,
     seconds: Vec<f64>,
+    cpu: Cpu,
 }
 
 /// One warm-up download per path, then `turns` turns of one download each.
@@ -433,14 +483,16 @@ async fn throughput(
         .map(|(name, _)| Downloads {
             name,
             seconds: Vec::with_capacity(turns),
+            cpu: Cpu::default(),
         })
         .collect();
     for turn in 0..turns {
         for index in (0..paths.len()).map(|i| (i + turn) % paths.len()) {
             let (name, via) = &paths[index];
-            let start = Instant::now();
+            let (start, before) = (Instant::now(), Cpu::now());
             let read = read_download(via, server).await;
             results[index].seconds.push(start.elapsed().as_secs_f64());
+            results[index].cpu.add(Cpu::now().since(before));
             assert_eq!(read, bytes, "{name}: a download came back short");
         }
     }
@@ -458,10 +510,10 @@ fn median(values: &[f64]) -> f64 {
     sorted[sorted.len() / 2]
 }
 
-fn print_throughput(bytes: usize, results: &[Downloads]) {
+fn print_throughput(what: &str, bytes: usize, results: &[Downloads]) {
     let mib = bytes as f64 / f64::from(1 << 20);
     println!(
-        "\nthroughput: a {} MiB download, {} turns per path",
+        "\nthroughput: a {} MiB download{what}, {} turns per path",
         bytes >> 20,
         results[0].seconds.len()
     );
@@ -480,6 +532,29 @@ fn print_throughput(bytes: usize, results: &[Downloads]) {
             rates[0],
             rates[rates.len() - 1],
             100.0 * rate / direct,
+        );
+    }
+    println!(
+        "  CPU time per MiB, all turns (ms; each side's threads, from /proc/self/task/*/schedstat)"
+    );
+    println!(
+        "  {:<22} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10}",
+        "path", "client", "relay", "proxy", "server", "total", "vs direct"
+    );
+    let all = mib * results[0].seconds.len() as f64;
+    let per_mib = |nanos: u64| nanos as f64 / 1e6 / all;
+    let direct = per_mib(results[0].cpu.total());
+    for result in results {
+        let cpu = result.cpu;
+        println!(
+            "  {:<22} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>9.2}×",
+            result.name,
+            per_mib(cpu.client),
+            per_mib(cpu.relay),
+            per_mib(cpu.proxy),
+            per_mib(cpu.server),
+            per_mib(cpu.total()),
+            per_mib(cpu.total()) / direct,
         );
     }
 }
@@ -642,9 +717,10 @@ fn cost_header() {
 /// a proxy of their own; the process's memory and descriptors before and while held.
 async fn tunnel_cost(
     proxies: &Side,
+    relay_side: &Side,
     dir: &Path,
     ports: &[u16],
-    idle: SocketAddr,
+    (idle, probe): (SocketAddr, SocketAddr),
     held: &watch::Receiver<usize>,
     count: usize,
 ) {
@@ -685,6 +761,28 @@ async fn tunnel_cost(
     );
     assert_eq!(report.refused, 0);
     assert_eq!(report.allowed, count as u64);
+
+    // The same through the in-sandbox relay in front of a proxy: the relay's two descriptors per
+    // connection (and, in this process, the client's) come on top.
+    let proxy = start_proxy(proxies, dir.join("relayed.sock"), ports, bounds).await;
+    let (relay, stop_relay) = start_relay(relay_side, proxy.socket.clone(), probe).await;
+    let via = Via::Relay(relay);
+    // The relay pipes at most its own bound at once; more would wait in its backlog.
+    let relayed = count.min(stet_sandbox::relay::MAX_CONNECTIONS);
+    let before = host();
+    let mut streams = Vec::with_capacity(relayed);
+    for _ in 0..relayed {
+        streams.push(open(&via, idle).await.0);
+    }
+    held_reaches(held, relayed).await;
+    print_cost("relay + proxy tunnels", relayed, before, host());
+    drop(streams);
+    let _ = stop_relay.send(());
+    let report = proxy.shutdown(proxies).await;
+    held_reaches(held, 0).await;
+    assert_eq!(report.refused, 0);
+    // The relay's start-up probe is one more.
+    assert_eq!(report.allowed, relayed as u64 + 1);
 }
 
 /// `settings.idle` idle `CONNECT`s at one proxy at its default bounds while a second proxy serves

@@ -11,6 +11,7 @@ pub mod mux;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 
+use rustix::net::RecvFlags;
 use rustix::pipe::{PipeFlags, SpliceFlags};
 use tokio::io::Interest;
 use tokio::net::{TcpStream, UnixStream};
@@ -60,29 +61,69 @@ impl Socket for UnixStream {
     }
 }
 
+/// How many bytes a direction moves before it keeps its pipe between chunks. Until then each
+/// emptied pipe is closed, so a direction that only carried a request head, a proxy's answer or a
+/// TLS handshake holds no descriptors while its tunnel is idle; a bulk transfer pays for making its
+/// pipe only on its first few chunks.
+pub const KEEP_AFTER: u64 = 64 << 10;
+
 /// One direction's pipe and how many bytes it holds, taken from one socket and not yet passed on.
-#[derive(Debug)]
+/// The pipe itself is made on the direction's first bytes and, until it has moved [`KEEP_AFTER`]
+/// bytes, closed again each time it is emptied, so a tunnel that carries nothing, or only a
+/// handshake, holds no descriptor for it.
+#[derive(Debug, Default)]
 pub struct Pipe {
+    ends: Option<Ends>,
+    held: usize,
+    moved: u64,
+}
+
+/// A made pipe's two ends and its size.
+#[derive(Debug)]
+struct Ends {
     read: OwnedFd,
     write: OwnedFd,
     capacity: usize,
-    held: usize,
 }
 
-impl Pipe {
+/// Why a pipe could not be made (for example, the process is out of descriptors): the error a fill
+/// returns then wraps this one, so a caller can tell it from the socket's own errors.
+#[derive(Debug, thiserror::Error)]
+#[error("no pipe could be made to relay through: {0}")]
+pub struct NoPipe(#[source] io::Error);
+
+impl NoPipe {
+    /// Whether `error` is a fill's failure to make its pipe rather than the socket's.
+    pub fn is(error: &io::Error) -> bool {
+        error.get_ref().is_some_and(|inner| inner.is::<NoPipe>())
+    }
+}
+
+impl Ends {
     /// A new, empty pipe (two descriptors, closed on exec), [`PIPE_SIZE`] when the account may.
-    pub fn new() -> io::Result<Pipe> {
+    fn new() -> io::Result<Ends> {
         let (read, write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
         let capacity = match rustix::pipe::fcntl_setpipe_size(&write, PIPE_SIZE) {
             Ok(size) => size,
             Err(_) => rustix::pipe::fcntl_getpipe_size(&write)?,
         };
-        Ok(Pipe {
+        Ok(Ends {
             read,
             write,
             capacity,
-            held: 0,
         })
+    }
+}
+
+impl Pipe {
+    /// A direction with no pipe yet: the first fill that finds bytes to take makes it.
+    pub fn new() -> Pipe {
+        Pipe::default()
+    }
+
+    /// Whether the pipe is made (its two descriptors are open).
+    pub fn is_made(&self) -> bool {
+        self.ends.is_some()
     }
 
     /// Bytes taken and not yet passed on.
@@ -91,26 +132,51 @@ impl Pipe {
     }
 
     /// Takes what `from` has, at most `max` bytes, into the pipe once it has passed on all it held;
-    /// returns how many (0: `from` ended, or `max` is 0). Safe to cancel: nothing is taken unless the
-    /// call returns.
+    /// returns how many (0: `from` ended, or `max` is 0). The pipe is made when `from` is first
+    /// ready; a failure to make it is an error that [`NoPipe::is`] recognises. Safe to cancel:
+    /// nothing is taken unless the call returns.
     pub async fn fill<S: Socket>(&mut self, from: &S, max: usize) -> io::Result<usize> {
         if self.held > 0 {
             return Err(io::Error::other(
                 "a pipe was filled before what it held was passed on",
             ));
         }
-        let length = max.min(self.capacity);
-        if length == 0 {
+        if max == 0 {
             return Ok(0);
         }
         loop {
             from.wait(Interest::READABLE).await?;
+            let ends = match &mut self.ends {
+                Some(ends) => ends,
+                None => {
+                    // Readiness can be spurious: look before making the pipe, so that only a
+                    // direction with a byte or its end to take holds one.
+                    let mut byte = [0u8; 1];
+                    let peeked = from.attempt(Interest::READABLE, || {
+                        Ok(rustix::net::recv(
+                            from,
+                            &mut byte,
+                            RecvFlags::PEEK | RecvFlags::DONTWAIT,
+                        )?)
+                    });
+                    match peeked {
+                        Ok((0, _)) => return Ok(0),
+                        Ok(_) => {}
+                        Err(error) if error.kind() == io::ErrorKind::WouldBlock => continue,
+                        Err(error) => return Err(error),
+                    }
+                    let made =
+                        Ends::new().map_err(|error| io::Error::new(error.kind(), NoPipe(error)))?;
+                    self.ends.insert(made)
+                }
+            };
+            let length = max.min(ends.capacity);
             let moved = from.attempt(Interest::READABLE, || {
                 // The pipe is empty, so a `WouldBlock` can only be the socket's.
                 Ok(rustix::pipe::splice(
                     from,
                     None,
-                    &self.write,
+                    &ends.write,
                     None,
                     length,
                     SpliceFlags::NONBLOCK | SpliceFlags::MOVE,
@@ -140,10 +206,13 @@ impl Pipe {
     /// (0 only when it held none). Safe to cancel.
     pub async fn pass<S: Socket>(&mut self, to: &S) -> io::Result<usize> {
         while self.held > 0 {
+            let Some(ends) = &self.ends else {
+                return Err(io::Error::other("a pipe holds bytes but was never made"));
+            };
             to.wait(Interest::WRITABLE).await?;
             let moved = to.attempt(Interest::WRITABLE, || {
                 Ok(rustix::pipe::splice(
-                    &self.read,
+                    &ends.read,
                     None,
                     to,
                     None,
@@ -155,6 +224,10 @@ impl Pipe {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(passed) => {
                     self.held -= passed;
+                    self.moved = self.moved.saturating_add(passed as u64);
+                    if self.held == 0 && self.moved < KEEP_AFTER {
+                        self.ends = None;
+                    }
                     return Ok(passed);
                 }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => {}
@@ -173,9 +246,9 @@ pub fn shut_write<S: AsFd>(socket: &S) -> io::Result<()> {
 
 /// Relays `a` and `b` both ways until each side has ended its writing, passing each end on as a
 /// half-close; returns the bytes moved a → b and b → a. The first error of either direction ends
-/// both.
+/// both. Each direction makes its pipe on its first bytes.
 pub async fn both_ways<A: Socket, B: Socket>(a: &A, b: &B) -> io::Result<(u64, u64)> {
-    let (mut forth, mut back) = (Pipe::new()?, Pipe::new()?);
+    let (mut forth, mut back) = (Pipe::new(), Pipe::new());
     tokio::try_join!(one_way(&mut forth, a, b), one_way(&mut back, b, a))
 }
 

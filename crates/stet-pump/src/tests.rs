@@ -85,7 +85,7 @@ async fn a_fill_takes_at_most_its_allowance_and_holds_it_until_drained() {
     let (mut source, from) = tcp_pair().await;
     let (to, mut sink) = unix_pair(dir.path()).await;
     source.write_all(&pattern(10_000, 1)).await.unwrap();
-    let mut pipe = Pipe::new().unwrap();
+    let mut pipe = Pipe::new();
 
     let mut taken = 0;
     loop {
@@ -130,7 +130,7 @@ async fn a_fill_cancelled_while_waiting_takes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (mut source, from) = tcp_pair().await;
     let (to, mut sink) = unix_pair(dir.path()).await;
-    let mut pipe = Pipe::new().unwrap();
+    let mut pipe = Pipe::new();
     let waited = tokio::time::timeout(Duration::from_millis(50), pipe.fill(&from, 64)).await;
     assert!(waited.is_err(), "a fill returned with nothing sent");
     assert_eq!(pipe.held(), 0);
@@ -156,8 +156,130 @@ async fn a_drain_to_a_closed_peer_fails() {
     let (to, sink) = unix_pair(dir.path()).await;
     drop(sink);
     source.write_all(b"lost").await.unwrap();
-    let mut pipe = Pipe::new().unwrap();
+    let mut pipe = Pipe::new();
     assert_eq!(pipe.fill(&from, 64).await.unwrap(), 4);
     let error = pipe.drain(&to).await.unwrap_err();
     assert_eq!(error.kind(), io::ErrorKind::BrokenPipe, "{error}");
+}
+
+/// A direction makes its pipe only once its socket has bytes (or its end) to take: a fill given up
+/// while waiting leaves none made, the first fill that takes makes it, and a large pipe still takes
+/// no more than the fill allows, to the byte.
+#[tokio::test]
+async fn a_pipe_is_made_on_the_first_bytes_and_still_takes_exactly_its_allowance() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut source, from) = tcp_pair().await;
+    let (to, mut sink) = unix_pair(dir.path()).await;
+    let reader = tokio::spawn(async move {
+        let mut got = Vec::new();
+        sink.read_to_end(&mut got).await.unwrap();
+        got
+    });
+    let mut pipe = Pipe::new();
+    assert!(!pipe.is_made(), "a new direction holds a pipe");
+    let waited = tokio::time::timeout(Duration::from_millis(50), pipe.fill(&from, 64)).await;
+    assert!(waited.is_err(), "a fill returned with nothing sent");
+    assert!(!pipe.is_made(), "an idle direction made its pipe");
+
+    let sent = pattern(3 << 20, 7);
+    let writing = sent.clone();
+    let writer = tokio::spawn(async move {
+        source.write_all(&writing).await.unwrap();
+        source.shutdown().await.unwrap();
+        source
+    });
+    // One byte short of a mebibyte, then the rest: each fill stops at its allowance exactly.
+    let mut allowance = (1 << 20) - 1;
+    let mut passed = 0;
+    while allowance > 0 {
+        let took = pipe.fill(&from, allowance).await.unwrap();
+        assert!(pipe.is_made());
+        assert!(took > 0 && took <= allowance, "took {took} of {allowance}");
+        allowance -= took;
+        passed += took;
+        pipe.drain(&to).await.unwrap();
+    }
+    assert_eq!(passed, (1 << 20) - 1);
+    let mut rest = 0;
+    loop {
+        let took = pipe.fill(&from, usize::MAX).await.unwrap();
+        if took == 0 {
+            break;
+        }
+        rest += took;
+        pipe.drain(&to).await.unwrap();
+    }
+    assert_eq!(passed + rest, sent.len());
+    drop(writer.await.unwrap());
+    drop(to);
+    assert!(reader.await.unwrap() == sent, "the bytes differ");
+}
+
+/// A direction that never carries a byte (and so never makes its pipe) still passes its side's
+/// end on, while the other direction carries everything after it.
+#[tokio::test]
+async fn an_end_with_no_bytes_before_it_is_passed_on_while_the_other_way_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut tcp_outer, tcp_inner) = tcp_pair().await;
+    let (unix_inner, mut unix_outer) = unix_pair(dir.path()).await;
+    let relay = tokio::spawn(async move { both_ways(&tcp_inner, &unix_inner).await });
+    tcp_outer.shutdown().await.unwrap();
+    let mut nothing = Vec::new();
+    unix_outer.read_to_end(&mut nothing).await.unwrap();
+    assert!(nothing.is_empty(), "bytes came from a side that sent none");
+
+    let back = pattern(2 << 20, 3);
+    unix_outer.write_all(&back).await.unwrap();
+    unix_outer.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    tcp_outer.read_to_end(&mut got).await.unwrap();
+    assert!(got == back, "unix → tcp differs ({} bytes)", got.len());
+    assert_eq!(relay.await.unwrap().unwrap(), (0, 2 << 20));
+}
+
+/// A direction that has moved only a little (a request head, an answer, a handshake) closes its
+/// pipe each time it is emptied; once it has moved [`KEEP_AFTER`] bytes it keeps it.
+#[tokio::test]
+async fn a_pipe_is_closed_when_emptied_until_the_direction_moves_in_bulk() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut source, from) = tcp_pair().await;
+    let (to, mut sink) = unix_pair(dir.path()).await;
+    let mut pipe = Pipe::new();
+    const HEAD: &[u8] = b"CONNECT a.test:443 HTTP/1.1\r\n\r\n";
+    source.write_all(HEAD).await.unwrap();
+    let mut head = Vec::new();
+    while head.len() < HEAD.len() {
+        let took = pipe.fill(&from, usize::MAX).await.unwrap();
+        assert!(pipe.is_made(), "a fill that took {took} bytes had no pipe");
+        pipe.drain(&to).await.unwrap();
+        assert!(
+            !pipe.is_made(),
+            "an emptied pipe of a small direction was kept"
+        );
+        let mut got = vec![0u8; took];
+        sink.read_exact(&mut got).await.unwrap();
+        head.extend_from_slice(&got);
+    }
+    assert_eq!(head, HEAD);
+
+    let bulk = pattern(KEEP_AFTER as usize * 2, 9);
+    let writing = bulk.clone();
+    let writer = tokio::spawn(async move { source.write_all(&writing).await.unwrap() });
+    let reader = tokio::spawn(async move {
+        let mut got = vec![0u8; KEEP_AFTER as usize * 2];
+        sink.read_exact(&mut got).await.unwrap();
+        got
+    });
+    let mut moved = HEAD.len();
+    while moved < HEAD.len() + bulk.len() {
+        moved += pipe.fill(&from, usize::MAX).await.unwrap();
+        pipe.drain(&to).await.unwrap();
+        assert_eq!(
+            pipe.is_made(),
+            moved as u64 >= KEEP_AFTER,
+            "after {moved} bytes"
+        );
+    }
+    writer.await.unwrap();
+    assert!(reader.await.unwrap() == bulk, "the bulk bytes differ");
 }

@@ -607,12 +607,8 @@ async fn relay(
             return "ended: the host went away".into();
         }
     }
-    let (mut up_pipe, mut down_pipe) = match (stet_pump::Pipe::new(), stet_pump::Pipe::new()) {
-        (Ok(up), Ok(down)) => (up, down),
-        (Err(error), _) | (_, Err(error)) => {
-            return format!("ended: stet could not make a pipe to relay it: {error}");
-        }
-    };
+    // Each direction makes its pipe on its first bytes: an idle tunnel holds none.
+    let (mut up_pipe, mut down_pipe) = (stet_pump::Pipe::new(), stet_pump::Pipe::new());
     let mut up_buffer = vec![0u8; if body.is_some() { RELAY_BUFFER } else { 0 }];
     let (mut client_done, mut upstream_done) = (body.as_ref().is_some_and(Body::done), false);
     loop {
@@ -637,7 +633,8 @@ async fn relay(
                     }
                 }
             },
-            taken = up_pipe.fill(client, usize::MAX), if !client_done && body.is_none() => match taken {
+            taken = up_pipe.fill(client, allowance(&shared.upload_left)), if !client_done && body.is_none() => match taken {
+                Err(error) if stet_pump::NoPipe::is(&error) => break format!("ended: {error}"),
                 Ok(0) | Err(_) => {
                     client_done = true;
                     let _ = upstream_write.shutdown().await;
@@ -652,7 +649,8 @@ async fn relay(
                     }
                 }
             },
-            taken = down_pipe.fill(upstream_read.as_ref(), usize::MAX), if !upstream_done => match taken {
+            taken = down_pipe.fill(upstream_read.as_ref(), allowance(&shared.download_left)), if !upstream_done => match taken {
+                Err(error) if stet_pump::NoPipe::is(&error) => break format!("ended: {error}"),
                 Ok(0) | Err(_) => {
                     upstream_done = true;
                     let _ = stet_pump::shut_write(client);
@@ -697,6 +695,15 @@ async fn read_some(client: &UnixStream, buffer: &mut [u8]) -> std::io::Result<us
             read => return read,
         }
     }
+}
+
+/// How many bytes a fill may take against `budget`: what is left of it, so that a bound is reached
+/// at the byte, and at least one, so that a spent budget shows as a chunk it cannot pay for rather
+/// than as the end of the stream.
+fn allowance(budget: &AtomicU64) -> usize {
+    usize::try_from(budget.load(Ordering::Relaxed))
+        .unwrap_or(usize::MAX)
+        .max(1)
 }
 
 /// Takes `bytes` from a budget, or nothing when it holds fewer.

@@ -522,3 +522,86 @@ async fn a_slow_reader_that_keeps_reading_is_not_cut_as_idle() {
     assert_eq!(record.down, SIZE as u64, "{record:?}");
     assert!(!record.outcome.contains("nothing moved"), "{record:?}");
 }
+
+/// A loopback server that takes one connection, writes `send` bytes on it and reads it to its end;
+/// reports how many bytes it read.
+async fn counting_upstream(send: usize) -> (u16, oneshot::Receiver<usize>) {
+    let listener = TcpListener::bind((LOOPBACK, 0)).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (report, count) = oneshot::channel();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let (mut read, mut write) = stream.split();
+        let sending = async {
+            let _ = write.write_all(&vec![b'd'; send]).await;
+        };
+        let mut got = Vec::new();
+        let reading = async {
+            let _ = read.read_to_end(&mut got).await;
+        };
+        tokio::join!(sending, reading);
+        let _ = report.send(got.len());
+    });
+    (port, count)
+}
+
+/// With a pipe far larger than the bounds, an upload is still cut at the byte: the host receives
+/// exactly the bound and the record counts exactly that.
+#[tokio::test]
+async fn an_upload_bound_is_reached_at_the_byte_through_a_large_pipe() {
+    const BOUND: u64 = 4097;
+    let (port, received) = counting_upstream(0).await;
+    let bounds = EgressBounds {
+        max_upload_bytes: BOUND,
+        ..EgressBounds::default()
+    };
+    let f = fixture(
+        policy(&[&format!("pkg.test:{port}")], true),
+        bounds,
+        &[("pkg.test", LOOPBACK)],
+    );
+    let (answer, mut stream) = ask(
+        &f.socket,
+        &format!("CONNECT pkg.test:{port} HTTP/1.1\r\n\r\n"),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    stream.write_all(&vec![b'u'; 64 << 10]).await.unwrap();
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest).await;
+    assert_eq!(received.await.unwrap() as u64, BOUND);
+    let report = f.proxy.shutdown().await;
+    let record = &report.records[0];
+    assert_eq!(record.up, BOUND, "{record:?}");
+    assert!(record.outcome.contains("upload bound"), "{record:?}");
+}
+
+/// The same for a download: the agent reads exactly the bound, then the end of the tunnel.
+#[tokio::test]
+async fn a_download_bound_is_reached_at_the_byte_through_a_large_pipe() {
+    const BOUND: u64 = 10_001;
+    let (port, _received) = counting_upstream(1 << 20).await;
+    let bounds = EgressBounds {
+        max_download_bytes: BOUND,
+        ..EgressBounds::default()
+    };
+    let f = fixture(
+        policy(&[&format!("pkg.test:{port}")], true),
+        bounds,
+        &[("pkg.test", LOOPBACK)],
+    );
+    let (answer, mut stream) = ask(
+        &f.socket,
+        &format!("CONNECT pkg.test:{port} HTTP/1.1\r\n\r\n"),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let mut got = Vec::new();
+    let _ = stream.read_to_end(&mut got).await;
+    assert_eq!(got.len() as u64, BOUND);
+    assert!(got.iter().all(|byte| *byte == b'd'));
+    let report = f.proxy.shutdown().await;
+    let record = &report.records[0];
+    assert_eq!(record.down, BOUND, "{record:?}");
+    assert!(record.outcome.contains("download bound"), "{record:?}");
+}
