@@ -606,3 +606,6 @@ impl Ledger {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod redteam;
