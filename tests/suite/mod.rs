@@ -55,6 +55,7 @@ mod redteam_local_fetch2;
 mod redteam_model;
 mod redteam_origins;
 mod redteam_repo;
+mod redteam_stream;
 mod redteam_voice;
 mod registry;
 mod runtime;

@@ -611,3 +611,6 @@ impl Ledger {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod redteam;

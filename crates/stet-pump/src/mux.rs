@@ -11,9 +11,10 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use stet_protocol::channel_stream::{
-    Decoder, Frame, Inbound, Ledger, MAX_CONNECTIONS, MAX_PAYLOAD, Side, Violation,
+    Decoder, Frame, HEADER_BYTES, Inbound, Ledger, MAX_CONNECTIONS, MAX_PAYLOAD, Side, Violation,
 };
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
@@ -25,7 +26,16 @@ const READ_CHUNK: usize = 64 * 1024;
 
 /// How long the relay waits before accepting again after the system refused it a connection (out
 /// of file descriptors, say), so that such a failure does not spin.
-const ACCEPT_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
+
+/// How many bytes of frames may wait to be written to the stream. Past it a connection's task
+/// waits for room, so a peer that reads nothing (a stopped relay, or a process in its place)
+/// holds back the connections, and the host's memory does not grow with what it cannot send.
+const QUEUE_BYTES: usize = 1024 * 1024;
+
+/// How long, once the stream ended, its last frames may take to be written; a peer that reads
+/// none of them does not hold the end longer (its stdin is then closed with what was not sent).
+const WRITER_GRACE: Duration = Duration::from_secs(5);
 
 /// What one side does with connections.
 #[derive(Debug)]
@@ -85,21 +95,44 @@ struct Connection {
     task: tokio::task::AbortHandle,
 }
 
+/// A frame waiting to be written, and the room of the queue it holds (in bytes; 0 for the few
+/// frames the relay's own loop sends, which it never waits for).
+struct Queued {
+    frame: Frame,
+    held: u32,
+}
+
 /// The sending half every task shares: the ledger and the queue of frames to write, kept in the
-/// same order.
+/// same order, and the room left in the queue ([`QUEUE_BYTES`]).
 struct Out {
     ledger: Mutex<Ledger>,
-    frames: mpsc::UnboundedSender<Frame>,
+    frames: mpsc::UnboundedSender<Queued>,
+    room: Arc<Semaphore>,
 }
 
 impl Out {
-    /// Sends `frame` if the ledger lets it go; `false` otherwise (its connection is gone).
-    fn send(&self, frame: Frame) -> bool {
+    /// Sends `frame` if the ledger lets it go, once the queue has room for it; `false` otherwise
+    /// (its connection is gone, or the stream is).
+    async fn send(&self, frame: Frame) -> bool {
+        let held = u32::try_from(HEADER_BYTES + payload_bytes(&frame)).unwrap_or(u32::MAX);
+        let Ok(room) = self.room.acquire_many(held).await else {
+            return false;
+        };
         let mut ledger = self
             .ledger
             .lock()
             .unwrap_or_else(|poison| poison.into_inner());
-        ledger.send(&frame) && self.frames.send(frame).is_ok()
+        let sent = ledger.send(&frame) && self.frames.send(Queued { frame, held }).is_ok();
+        if sent {
+            // Given back by the writer once the frame is written.
+            room.forget();
+        }
+        sent
+    }
+
+    /// Queues `frame` at once, holding no room (the relay's loop: opens and acknowledgements).
+    fn send_now(&self, frame: Frame) -> bool {
+        self.frames.send(Queued { frame, held: 0 }).is_ok()
     }
 
     /// The credit left on `connection`.
@@ -119,13 +152,11 @@ impl Out {
             .unwrap_or_else(|poison| poison.into_inner());
         let connection = ledger.opened(channel)?;
         let name = ledger.channels()[channel].clone();
-        self.frames
-            .send(Frame::Open {
-                connection,
-                channel: name,
-            })
-            .ok()?;
-        Some(connection)
+        self.send_now(Frame::Open {
+            connection,
+            channel: name,
+        })
+        .then_some(connection)
     }
 
     fn receive(&self, frame: &Frame) -> Result<Inbound, Violation> {
@@ -156,11 +187,13 @@ where
         Role::Relay { .. } => Side::Relay,
     };
     let (frames, queued) = mpsc::unbounded_channel();
+    let room = Arc::new(Semaphore::new(QUEUE_BYTES));
     let out = Arc::new(Out {
         ledger: Mutex::new(Ledger::new(side, channels)),
         frames,
+        room: Arc::clone(&room),
     });
-    let mut writing = tokio::spawn(write_frames(writer, queued));
+    let mut writing = tokio::spawn(write_frames(writer, queued, room));
     let mut tasks = JoinSet::new();
     let (accepted_tx, mut accepted) = mpsc::channel::<Accepted>(1);
     let ends = match role {
@@ -193,12 +226,20 @@ where
     state.connections.clear();
     drop(state);
     drop(out);
-    // Queued frames go out, then the writer shuts down: the other end sees the stream's end.
+    // Queued frames go out, then the writer shuts down: the other end sees the stream's end. A
+    // peer that reads none of them is not waited for: the writer is dropped, which closes it.
     let written = match writer_done {
         Some(written) => written,
-        None => match writing.await {
-            Ok(written) => written,
-            Err(error) => Err(error.to_string()),
+        None => match tokio::time::timeout(WRITER_GRACE, &mut writing).await {
+            Ok(Ok(written)) => written,
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(_) => {
+                writing.abort();
+                Err(format!(
+                    "the other end read none of the stream's last frames within {} s",
+                    WRITER_GRACE.as_secs()
+                ))
+            }
         },
     };
     match (ended, written) {
@@ -272,6 +313,13 @@ impl Loop {
                             Err(violation) => return Ended::Violation(violation),
                         }
                     }
+                    // One chunk may have opened and reset thousands of connections: their
+                    // finished tasks are reaped now, not one per turn of the loop.
+                    while let Some(joined) = self.connection_tasks.try_join_next() {
+                        if let Ok(connection) = joined {
+                            self.connections.remove(&connection);
+                        }
+                    }
                 }
             }
         }
@@ -312,7 +360,7 @@ impl Loop {
                 }
                 if self.ends.is_empty() {
                     // The relay acknowledges the host's reset, so the host stops ignoring.
-                    let _ = self.out.frames.send(Frame::Reset { connection });
+                    self.out.send_now(Frame::Reset { connection });
                 }
             }
             Inbound::Ignored => {}
@@ -347,7 +395,7 @@ impl Loop {
                 Err(_) => Err(()),
             };
             if served.is_err() {
-                out.send(Frame::Reset { connection });
+                out.send(Frame::Reset { connection }).await;
             }
             drop(permit);
             connection
@@ -389,13 +437,16 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Send>(
                 .await
                 .map_err(drop)?;
             if read == 0 {
-                out.send(Frame::Close { connection });
+                out.send(Frame::Close { connection }).await;
                 return Ok::<(), ()>(());
             }
-            if !out.send(Frame::Data {
-                connection,
-                bytes: buffer[..read].to_vec(),
-            }) {
+            if !out
+                .send(Frame::Data {
+                    connection,
+                    bytes: buffer[..read].to_vec(),
+                })
+                .await
+            {
                 return Ok(());
             }
         }
@@ -406,7 +457,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Send>(
                 Incoming::Data(bytes) => {
                     write.write_all(&bytes).await.map_err(drop)?;
                     let bytes = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
-                    out.send(Frame::Credit { connection, bytes });
+                    out.send(Frame::Credit { connection, bytes }).await;
                 }
                 Incoming::Close => {
                     write.shutdown().await.map_err(drop)?;
@@ -453,29 +504,46 @@ async fn accept(channel: usize, listener: TcpListener, accepted: mpsc::Sender<Ac
     }
 }
 
-/// Writes the queued frames to `writer` as they come, several at once when they are there, and
-/// shuts it down once the queue closes.
+/// The bytes of `frame`'s payload.
+fn payload_bytes(frame: &Frame) -> usize {
+    match frame {
+        Frame::Open { channel, .. } => channel.len(),
+        Frame::Data { bytes, .. } => bytes.len(),
+        Frame::Credit { .. } => 4,
+        Frame::Close { .. } | Frame::Reset { .. } => 0,
+    }
+}
+
+/// Writes the queued frames to `writer` as they come, several at once when they are there, giving
+/// their room back to `room` once written, and shuts it down once the queue closes.
 async fn write_frames<W: AsyncWrite + Unpin>(
     mut writer: W,
-    mut queued: mpsc::UnboundedReceiver<Frame>,
+    mut queued: mpsc::UnboundedReceiver<Queued>,
+    room: Arc<Semaphore>,
 ) -> Result<(), String> {
     let mut buffer = Vec::with_capacity(2 * (MAX_PAYLOAD + 16));
-    while let Some(frame) = queued.recv().await {
+    while let Some(first) = queued.recv().await {
         buffer.clear();
-        frame.encode(&mut buffer);
+        first.frame.encode(&mut buffer);
+        let mut held = first.held as usize;
         while buffer.len() < MAX_PAYLOAD
-            && let Ok(frame) = queued.try_recv()
+            && let Ok(next) = queued.try_recv()
         {
-            frame.encode(&mut buffer);
+            next.frame.encode(&mut buffer);
+            held += next.held as usize;
         }
         writer
             .write_all(&buffer)
             .await
             .map_err(|error| error.to_string())?;
         writer.flush().await.map_err(|error| error.to_string())?;
+        room.add_permits(held);
     }
     writer.shutdown().await.map_err(|error| error.to_string())
 }
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod redteam;
