@@ -16,7 +16,11 @@
 //! after.
 //!
 //! `cargo bench --bench warm` (about a minute on 2 cores once built); `STET_BENCH_TURNS` sets the
-//! number of turns (default 15).
+//! number of turns (default 15). The engine is the one `DOCKER_HOST`, `DOCKER_TLS_VERIFY` and
+//! `DOCKER_CERT_PATH` name (the docker CLI's rules, which the timed `docker run` follows too);
+//! `STET_BENCH_ENGINE=podman` says it is Podman's service (stet then adds what Podman needs, and
+//! so does the `docker run`). `benches/support/engines-provision.py --warm` runs it on rootful
+//! Podman and on a remote engine it starts.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -30,7 +34,8 @@ use stet_engine::dispatch::journal::Journal;
 use stet_engine::dispatch::pool::{WarmPool, WarmShape};
 use stet_engine::dispatch::sandbox::{DispatchSandbox, SandboxRequest};
 use stet_engine::git::import::ImportLimits;
-use stet_engine::runtime::docker::DockerRuntime;
+use stet_engine::runtime::docker::{DockerRuntime, endpoint_from_environment};
+use stet_engine::runtime::endpoint::Engine;
 use stet_engine::runtime::{
     ContainerRuntime, DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, RuntimeSetup,
     SandboxProcess, SandboxUser, state_label,
@@ -128,20 +133,24 @@ impl Bench {
 }
 
 /// `docker run --rm` of the image, to the container's removal.
-fn docker_run(image: &str) -> Duration {
+fn docker_run(engine: Engine, image: &str) -> Duration {
+    // What `docker run` needs on Podman besides the image (runc fails with its default ulimits).
+    let podman_ulimits: &[&str] = if engine == Engine::Podman {
+        &[
+            "--ulimit",
+            "nofile=4096:4096",
+            "--ulimit",
+            "nproc=16384:16384",
+        ]
+    } else {
+        &[]
+    };
     let started = Instant::now();
     let status = or_die(
         std::process::Command::new("docker")
-            .args([
-                "run",
-                "--rm",
-                "--network",
-                "none",
-                "--entrypoint",
-                STET,
-                image,
-                "--version",
-            ])
+            .args(["run", "--rm", "--network", "none", "--entrypoint", STET])
+            .args(podman_ulimits)
+            .args([image, "--version"])
             .stdout(std::process::Stdio::null())
             .status(),
         "docker run",
@@ -227,7 +236,14 @@ fn main() {
         "runtime",
     );
     engine.block_on(async {
-        let runtime = Arc::new(or_die(DockerRuntime::connect().await, "Docker"));
+        let kind = match std::env::var("STET_BENCH_ENGINE").as_deref() {
+            Ok("podman") => Engine::Podman,
+            Ok("docker") | Err(_) => Engine::Docker,
+            Ok(other) => panic!("STET_BENCH_ENGINE={other:?}: use docker or podman"),
+        };
+        let endpoint = or_die(endpoint_from_environment(kind, None), "the engine's address");
+        println!("engine: {} at {}", kind.as_str(), endpoint.host);
+        let runtime = Arc::new(or_die(DockerRuntime::connect_to(&endpoint).await, "the engine"));
         let binary = Path::new(env!("CARGO_BIN_EXE_stet-sandbox"));
         let image = or_die(runtime.offline_image(binary).await, "the offline image");
         let state = or_die(tempfile::tempdir(), "state directory");
@@ -253,7 +269,7 @@ fn main() {
         let pool = WarmPool::start(runtime.clone(), journal.clone(), 1, shape.clone());
         // One of each, untimed: the engine's and the page cache's first-time costs.
         pool.ready(1).await;
-        docker_run(&image.id);
+        docker_run(kind, &image.id);
         bench.sandbox(None).await;
         bench.sandbox(Some(&pool)).await;
 
@@ -263,7 +279,7 @@ fn main() {
             // Each way goes first in turn.
             for way in (0..3).map(|step| (turn + step) % 3) {
                 match way {
-                    0 => docker.push(docker_run(&image.id)),
+                    0 => docker.push(docker_run(kind, &image.id)),
                     1 => {
                         let (ready, ran) = bench.sandbox(None).await;
                         fresh.push(ready);

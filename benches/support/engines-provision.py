@@ -7,7 +7,10 @@ it). Bind mode where the engine can see the host's paths, copy mode everywhere.
 
 Usage (as root, from the checkout, after `cargo build --example sandbox_cycle --bin stet-sandbox`):
     benches/support/engines-provision.py [rounds] [sizes in MiB, comma-separated]
-Defaults: 5 rounds, 1,50,500. Prints one line per measurement and the load average around it.
+    benches/support/engines-provision.py --warm [turns]
+Defaults: 5 rounds, 1,50,500. With --warm it runs the warm pool's bench (benches/warm.rs, `cargo
+bench --profile dev --bench warm`: docker run --rm, a fresh copy-mode sandbox and one claimed from
+the pool, in turns, then the idle pool's memory) on each engine instead, default 15 turns. Prints one line per measurement and the load average around it.
 Podman and the second dockerd are started here and stopped at the end; everything else lives in
 temporary directories.
 """
@@ -20,8 +23,10 @@ import subprocess
 import sys
 import tempfile
 
-ROUNDS = sys.argv[1] if len(sys.argv) > 1 else "5"
-SIZES = (sys.argv[2] if len(sys.argv) > 2 else "1,50,500").split(",")
+WARM = len(sys.argv) > 1 and sys.argv[1] == "--warm"
+ARGS = sys.argv[2:] if WARM else sys.argv[1:]
+ROUNDS = ARGS[0] if ARGS else ("15" if WARM else "5")
+SIZES = (ARGS[1] if len(ARGS) > 1 else "1,50,500").split(",")
 TARGET = os.environ.get("CARGO_TARGET_DIR", "target")
 CYCLE = os.path.abspath(f"{TARGET}/debug/examples/sandbox_cycle")
 SANDBOX = os.path.abspath(f"{TARGET}/debug/stet-sandbox")
@@ -112,6 +117,15 @@ def load():
 
 
 def measure(name, env, modes):
+    if WARM:
+        engine = {"STET_BENCH_ENGINE": env.get("SANDBOX_CYCLE_ENGINE", "docker"),
+                  "STET_BENCH_TURNS": ROUNDS}
+        before = load()
+        out = subprocess.run(["cargo", "bench", "--locked", "--profile", "dev", "--bench", "warm"],
+                             env=dict(os.environ, **env, **engine), capture_output=True, text=True)
+        print(f"== {name} [load {before} -> {load()}]\n{out.stdout.strip() or out.stderr.strip()}",
+              flush=True)
+        return
     for mb in SIZES:
         for mode in modes:
             before = load()
