@@ -1,7 +1,7 @@
 //! Issue 33's engine matrix, end to end: the `stet` binary as a user runs it, pointed by its own
 //! configuration at an engine the test started — rootful Podman in bind mode (its default, a local
 //! socket) and in copy mode, and a remote Docker engine (TLS, its own network and mount namespaces,
-//! copy mode by default) — runs the demo from brief to pull request, is cancelled, times out, and is
+//! copy mode by default), and the local Docker engine in copy mode — runs the demo from brief to pull request, is cancelled, times out, and is
 //! SIGKILLed and reclaimed by `stet sweep` on that engine. On the remote engine its inspect shows no
 //! host path while the agent runs, and `mounts = "bind"` is refused before anything is made.
 //!
@@ -33,7 +33,10 @@ type Inspect<'a> = dyn Fn(&Home, DispatchId) + 'a;
 
 /// An engine the test started, and how stet is pointed at it.
 struct Target {
-    service: Service,
+    /// The engine's service when the test started one (`None`: the local Docker engine).
+    _service: Option<Service>,
+    /// The engine's address, for messages.
+    host: String,
     runtime: Arc<DockerRuntime>,
     /// The `[runtime]` table of the user's configuration.
     config: String,
@@ -73,6 +76,28 @@ impl Target {
         Target::started(service, config, env)
     }
 
+    /// The local Docker engine (the one the suite's other tests use), in copy mode.
+    fn local_copy() -> Target {
+        let tokio = tokio::runtime::Runtime::new().unwrap();
+        let runtime = tokio.block_on(async {
+            let runtime = Arc::new(
+                DockerRuntime::connect()
+                    .await
+                    .expect("the local Docker engine"),
+            );
+            loaded(&runtime).await;
+            runtime
+        });
+        Target {
+            _service: None,
+            host: runtime.endpoint().host.clone(),
+            runtime,
+            config: "\n[runtime]\nmounts = \"copy\"\n".to_owned(),
+            env: Vec::new(),
+            tokio,
+        }
+    }
+
     fn started(service: Service, config: String, env: Vec<(&'static str, String)>) -> Target {
         let tokio = tokio::runtime::Runtime::new().unwrap();
         let runtime = tokio.block_on(async {
@@ -82,7 +107,8 @@ impl Target {
             runtime
         });
         Target {
-            service,
+            host: service.endpoint.host.clone(),
+            _service: Some(service),
             runtime,
             config,
             env,
@@ -132,7 +158,7 @@ impl Target {
             self.containers_of(dispatch),
             Vec::<String>::new(),
             "{case}: containers of {dispatch} on {}",
-            self.service.endpoint.host
+            self.host
         );
         assert_nothing_left(home, dispatch);
     }
@@ -160,7 +186,7 @@ impl Target {
             self.containers_of(running.dispatch),
             [running.dispatch.to_string()],
             "demo: the agent's container is on {}",
-            self.service.endpoint.host
+            self.host
         );
         if let Some(inspect) = inspect {
             inspect(&home, running.dispatch);
@@ -242,7 +268,7 @@ impl Target {
             self.containers_of(dispatch),
             [dispatch.to_string()],
             "sigkill: the killed stet left its container on {}",
-            self.service.endpoint.host
+            self.host
         );
         let mut sweep = self.point(home.stet());
         sweep.arg("sweep");
@@ -344,6 +370,27 @@ fn rootful_podman_in_copy_mode_runs_the_demo_cancels_times_out_and_is_swept() {
 }
 
 #[test]
+fn the_local_engine_in_copy_mode_runs_the_demo_with_no_host_path_cancels_times_out_and_is_swept() {
+    let local = Target::local_copy();
+    let inspect = |home: &Home, dispatch: DispatchId| {
+        let inspected = local
+            .tokio
+            .block_on(
+                local
+                    .runtime
+                    .client()
+                    .inspect_container(&dispatch.to_string(), None),
+            )
+            .unwrap();
+        assert_no_host_path(&inspected, &[home.path()]);
+    };
+    local.demo(Some(&inspect));
+    local.cancel();
+    local.timeout();
+    local.sigkill_then_sweep();
+}
+
+#[test]
 fn the_remote_engine_in_copy_mode_runs_the_demo_with_no_host_path_cancels_times_out_and_is_swept() {
     if !running_as_root() {
         return refused_without_root();
@@ -356,7 +403,7 @@ fn the_remote_engine_in_copy_mode_runs_the_demo_with_no_host_path_cancels_times_
     assert_ne!(refused.code(), Some(0), "{refused:#?}");
     assert!(
         refused.stderr.contains("[runtime] mounts = \"bind\"")
-            && refused.stderr.contains(&remote.service.endpoint.host),
+            && refused.stderr.contains(&remote.host),
         "{}",
         refused.stderr
     );
@@ -405,7 +452,7 @@ fn the_live_openhands_agent_runs_on_rootful_podman_in_both_modes_and_its_edit_is
         .arg("-c")
         .arg(format!(
             "docker save {image} | docker -H {} load",
-            podman.service.endpoint.host
+            podman.host
         ))
         .env_remove("DOCKER_HOST")
         .output()
