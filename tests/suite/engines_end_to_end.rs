@@ -473,7 +473,15 @@ fn the_live_openhands_agent_runs_on_rootful_podman_in_both_modes_and_its_edit_is
     }
 }
 
-/// One live OpenHands dispatch on `podman`'s engine with `mounts` when given: the edit pushed, the
+/// The real agent on the local Docker engine in copy mode: its workspace in through the archive
+/// API, its model over the exec stream, its terminal edit pushed, nothing left.
+#[test]
+fn the_live_openhands_agent_runs_on_the_local_engine_in_copy_mode_and_its_edit_is_pushed() {
+    let _image = super::openhands_live::live_image();
+    live_dispatch_on(&Target::local_copy(), None);
+}
+
+/// One live OpenHands dispatch on `podman`'s engine (rootful Podman, or the local engine) with `mounts` when given: the edit pushed, the
 /// agent not root, the key kept on the host, nothing left.
 fn live_dispatch_on(podman: &Target, mounts: Option<&str>) {
     use super::openhands_live::{Live, finish, terminal};
@@ -504,7 +512,8 @@ fn live_dispatch_on(podman: &Target, mounts: Option<&str>) {
     assert_eq!(
         podman.containers_of(running.dispatch),
         [running.dispatch.to_string()],
-        "{case}: the agent runs on Podman"
+        "{case}: the agent runs on {}",
+        podman.host
     );
     let finished = watched.finish();
     assert_eq!(finished.code(), Some(0), "{case}: {finished:#?}");
