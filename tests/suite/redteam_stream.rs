@@ -314,12 +314,12 @@ fn an_agent_that_stops_its_relay_cannot_hold_the_dispatch_open() {
         output.contains("stopped the relay"),
         "{output}{finished:#?}"
     );
-    let warnings = finished.warnings();
-    assert!(
-        warnings
-            .iter()
-            .any(|warning| warning.contains("are cut") && warning.contains("read none")),
-        "{warnings:#?}"
-    );
+    // Whether the host's writer is still stuck when the dispatch stops depends on how much of the
+    // frames in flight the engine's stdin path (dockerd, the shim, the exec's pipe) took before the
+    // relay stopped: on a loaded machine it can take all of them, and the stop then ends the stream
+    // cleanly (CI saw it so, with no warning). That the host's stop never waits on a reader that
+    // reads nothing is held for certain by
+    // `stet_pump::mux::redteam::a_relay_that_stops_reading_cannot_hold_the_hosts_stop`; here, the
+    // dispatch ends and is torn down whichever way it went.
     finished.torn_down_cleanly();
 }
