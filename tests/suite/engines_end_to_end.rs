@@ -481,7 +481,44 @@ fn the_live_openhands_agent_runs_on_the_local_engine_in_copy_mode_and_its_edit_i
     live_dispatch_on(&Target::local_copy(), None);
 }
 
-/// One live OpenHands dispatch on `podman`'s engine (rootful Podman, or the local engine) with `mounts` when given: the edit pushed, the
+/// The real agent on the remote engine (TLS, its own network and mount namespaces), in copy mode,
+/// its default there: the OpenHands dispatch image loaded into it through its image-load API, the
+/// workspace in through the archive API, the model over the exec stream, the edit pushed. The
+/// engine's store (vfs, about 2.1 GB for the image's two layers) goes with the engine.
+#[test]
+fn the_live_openhands_agent_runs_on_the_remote_engine_in_copy_mode_and_its_edit_is_pushed() {
+    use super::openhands_live::live_image;
+    if !running_as_root() {
+        return refused_without_root();
+    }
+    let image = live_image();
+    let remote = Target::remote();
+    // Saved from the local engine, loaded into the remote one with its TLS material.
+    let tls: Vec<String> = remote
+        .env
+        .iter()
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect();
+    let loaded = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "docker save {image} | env {} docker -H {} load",
+            tls.join(" "),
+            remote.host
+        ))
+        .env_remove("DOCKER_HOST")
+        .output()
+        .unwrap();
+    assert!(
+        loaded.status.success(),
+        "loading {image} into the remote engine: {}",
+        String::from_utf8_lossy(&loaded.stderr)
+    );
+    live_dispatch_on(&remote, None);
+}
+
+/// One live OpenHands dispatch on `podman`'s engine (rootful Podman, the local or the remote
+/// engine) with `mounts` when given: the edit pushed, the
 /// agent not root, the key kept on the host, nothing left.
 fn live_dispatch_on(podman: &Target, mounts: Option<&str>) {
     use super::openhands_live::{Live, finish, terminal};
