@@ -518,8 +518,8 @@ fn the_live_openhands_agent_runs_on_the_remote_engine_in_copy_mode_and_its_edit_
 }
 
 /// One live OpenHands dispatch on `podman`'s engine (rootful Podman, the local or the remote
-/// engine) with `mounts` when given: the edit pushed, the
-/// agent not root, the key kept on the host, nothing left.
+/// engine) with `mounts` when given: the edit pushed, the agent not root, the key kept on the
+/// host, nothing left.
 fn live_dispatch_on(podman: &Target, mounts: Option<&str>) {
     use super::openhands_live::{Live, finish, terminal};
     let case = format!("live, mounts {mounts:?}");
