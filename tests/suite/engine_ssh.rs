@@ -8,6 +8,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use stet_protocol::state::Phase;
 
@@ -16,6 +17,9 @@ use super::headless::{Home, assert_nothing_left, docker_ready, run};
 
 /// The name the test's SSH configuration gives the far side.
 const REMOTE: &str = "stet-remote";
+
+/// A host that never answers: its connection is a `ProxyCommand` that says nothing.
+const SILENT: &str = "stet-silent";
 
 /// A private SSH world: the server's and the client's keys, the server's configuration, a client
 /// configuration naming [`REMOTE`], and an `ssh` first in `PATH` that reads it and counts its runs.
@@ -65,7 +69,7 @@ impl SshWorld {
         std::fs::write(
             path.join("ssh_config"),
             format!(
-                "Host {REMOTE}\n  IdentityFile {p}/id\n  IdentitiesOnly yes\n  UserKnownHostsFile {p}/known_hosts\n  StrictHostKeyChecking yes\n  ProxyCommand /usr/sbin/sshd -i -f {p}/sshd_config -E {p}/sshd.log\n"
+                "Host {REMOTE}\n  IdentityFile {p}/id\n  IdentitiesOnly yes\n  UserKnownHostsFile {p}/known_hosts\n  StrictHostKeyChecking yes\n  ProxyCommand /usr/sbin/sshd -i -f {p}/sshd_config -E {p}/sshd.log\nHost {SILENT}\n  ProxyCommand sleep 600\n"
             ),
         )
         .unwrap();
@@ -74,7 +78,9 @@ impl SshWorld {
         let shim = bin.join("ssh");
         std::fs::write(
             &shim,
-            format!("#!/bin/sh\necho \"$*\" >> {p}/ssh-runs\nexec /usr/bin/ssh -F {p}/ssh_config \"$@\"\n"),
+            format!(
+                "#!/bin/sh\necho \"$*\" >> {p}/ssh-runs\necho $$ >> {p}/ssh-pids\nexec /usr/bin/ssh -F {p}/ssh_config \"$@\"\n"
+            ),
         )
         .unwrap();
         std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -136,7 +142,7 @@ fn the_demo_runs_end_to_end_on_an_engine_reached_over_ssh() {
     assert!(
         !runs.is_empty()
             && runs.iter().all(|run| run.ends_with(&format!(
-                "-T -o BatchMode=yes -- {REMOTE} docker system dial-stdio"
+                "-T -o BatchMode=yes -o ConnectTimeout=15 -- {REMOTE} docker system dial-stdio"
             ))),
         "every connection to the engine goes through ssh: {runs:?}"
     );
@@ -166,4 +172,69 @@ fn an_engine_host_whose_ssh_key_is_unknown_is_refused_by_name_without_a_prompt()
     );
     assert!(!world.runs().is_empty(), "ssh was tried");
     assert_eq!(processes_naming(world.path()), Vec::<String>::new());
+}
+
+/// Found by attack: stet SIGKILLed while its `ssh` was still connecting left that `ssh` running
+/// for good (it had no timeout, and nothing told it stet was gone). It now gives up after
+/// `ConnectTimeout`; once connected, it ends with its stdin.
+#[test]
+fn an_ssh_still_connecting_does_not_outlive_a_sigkilled_stet() {
+    use stet_engine::runtime::endpoint::SSH_CONNECT_TIMEOUT_SECS;
+    let world = SshWorld::new(true);
+    let home = Home::new();
+    home.add_user_config(&format!("[runtime]\nhost = \"ssh://{SILENT}\"\n"));
+    let mut demo = home.demo();
+    demo.env("PATH", world.path_variable())
+        .env_remove("DOCKER_HOST")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // The shim writes its process id into a fifo here: read as it comes, with a bound.
+    let fifo = world.path().join("ssh-pids");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success(), "mkfifo");
+    let reader = rustix::fs::open(
+        &fifo,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NONBLOCK,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap();
+    let mut stet = demo.spawn().unwrap();
+    assert!(
+        readable_within(&reader, Duration::from_secs(30)),
+        "stet started no ssh"
+    );
+    let mut pid = String::new();
+    std::io::Read::read_to_string(&mut std::fs::File::from(reader), &mut pid).unwrap_or_default();
+    let ssh: i32 = pid.trim().parse().unwrap_or_else(|_| panic!("{pid:?}"));
+    stet.kill().unwrap();
+    stet.wait().unwrap();
+    // Its end, heard through a pidfd (it is not this process's child).
+    let ssh_pidfd = rustix::process::pidfd_open(
+        rustix::process::Pid::from_raw(ssh).unwrap(),
+        rustix::process::PidfdFlags::empty(),
+    );
+    match ssh_pidfd {
+        Ok(pidfd) => {
+            let bound = Duration::from_secs(u64::from(SSH_CONNECT_TIMEOUT_SECS) + 10);
+            assert!(
+                readable_within(&pidfd, bound),
+                "ssh {ssh} still runs {bound:?} after stet was killed: {:?}",
+                processes_naming(world.path())
+            );
+        }
+        // Already gone.
+        Err(rustix::io::Errno::SRCH) => {}
+        Err(error) => panic!("pidfd_open({ssh}): {error}"),
+    }
+    assert_eq!(processes_naming(world.path()), Vec::<String>::new());
+}
+
+/// Whether `fd` becomes readable (a fifo's data, a pidfd's process end) within `bound`.
+fn readable_within(fd: &impl std::os::fd::AsFd, bound: Duration) -> bool {
+    let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+    let timeout = rustix::event::Timespec {
+        tv_sec: i64::try_from(bound.as_secs()).unwrap(),
+        tv_nsec: 0,
+    };
+    rustix::event::poll(&mut fds, Some(&timeout)).unwrap() == 1
 }

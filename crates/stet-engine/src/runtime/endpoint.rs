@@ -111,6 +111,9 @@ pub struct Endpoint {
     pub chosen_by: String,
 }
 
+/// How long `ssh` may take to reach an engine's host and hear its banner, in seconds.
+pub const SSH_CONNECT_TIMEOUT_SECS: u32 = 15;
+
 /// An engine reached over SSH (`ssh://[user@]host[:port]`), as the docker CLI reaches one: the
 /// user's own `ssh` runs `docker system dial-stdio` on the host, and the API goes over its
 /// stdin and stdout. The user's SSH configuration, agent and known hosts apply.
@@ -184,10 +187,19 @@ impl SshTarget {
     }
 
     /// The arguments for `ssh` that run `docker system dial-stdio` on the host: no terminal, no
-    /// prompt (a password asked for would write over the terminal stet draws), the destination
-    /// after `--`.
+    /// prompt (a password asked for would write over the terminal stet draws), a bounded wait for
+    /// the host (an `ssh` still connecting when stet is killed would otherwise outlive it; once
+    /// connected it ends with its stdin), the destination after `--`.
     pub fn dial_stdio_args(&self) -> Vec<String> {
-        let mut args = vec!["-T".to_owned(), "-o".to_owned(), "BatchMode=yes".to_owned()];
+        let mut args = [
+            "-T",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            &format!("ConnectTimeout={SSH_CONNECT_TIMEOUT_SECS}"),
+        ]
+        .map(str::to_owned)
+        .to_vec();
         if let Some(user) = &self.user {
             args.extend(["-l".to_owned(), user.clone()]);
         }
@@ -485,6 +497,8 @@ mod tests {
                 "-T",
                 "-o",
                 "BatchMode=yes",
+                "-o",
+                "ConnectTimeout=15",
                 "-l",
                 "me",
                 "-p",
