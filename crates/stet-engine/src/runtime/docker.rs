@@ -159,6 +159,26 @@ impl DockerRuntime {
     }
 }
 
+/// The engine's spec of an exec of `process`, its stdout and stderr attached, and its stdin when
+/// `stdin` (the channel stream's relay); never a terminal. The environment's secrets go only here.
+pub(super) fn exec_config(process: &SandboxProcess, stdin: bool) -> ExecConfig {
+    let env = process
+        .env
+        .iter()
+        .map(|(key, value)| format!("{key}={}", value.expose_secret()))
+        .collect();
+    ExecConfig {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        attach_stdin: Some(stdin),
+        tty: Some(false),
+        cmd: Some(process.argv.clone()),
+        env: Some(env),
+        working_dir: Some(process.workdir.clone()),
+        ..Default::default()
+    }
+}
+
 /// The endpoint for `engine` at `configured` (else as the environment says), for this account.
 pub fn endpoint_from_environment(engine: Engine, configured: Option<&str>) -> Result<Endpoint> {
     let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
@@ -584,21 +604,7 @@ impl ContainerRuntime for DockerRuntime {
         output: mpsc::Sender<OutputChunk>,
     ) -> Result<ExecExit> {
         let started_at = unix_seconds();
-        let env = process
-            .env
-            .iter()
-            .map(|(key, value)| format!("{key}={}", value.expose_secret()))
-            .collect();
-        let config = ExecConfig {
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            attach_stdin: Some(false),
-            tty: Some(false),
-            cmd: Some(process.argv.clone()),
-            env: Some(env),
-            working_dir: Some(process.workdir.clone()),
-            ..Default::default()
-        };
+        let config = exec_config(process, false);
         let created = self
             .docker
             .create_exec(container, config)

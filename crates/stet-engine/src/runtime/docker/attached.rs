@@ -7,7 +7,6 @@
 use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::exec::{StartExecOptions, StartExecResults};
-use bollard::models::ExecConfig;
 use futures_util::StreamExt as _;
 use tokio::io::AsyncWriteExt as _;
 
@@ -23,21 +22,7 @@ pub(super) async fn exec_attached(
     container: &str,
     process: &SandboxProcess,
 ) -> Result<AttachedProcess> {
-    let env = process
-        .env
-        .iter()
-        .map(|(key, value)| format!("{key}={}", value.expose_secret()))
-        .collect();
-    let config = ExecConfig {
-        attach_stdin: Some(true),
-        attach_stdout: Some(true),
-        attach_stderr: Some(true),
-        tty: Some(false),
-        cmd: Some(process.argv.clone()),
-        env: Some(env),
-        working_dir: Some(process.workdir.clone()),
-        ..Default::default()
-    };
+    let config = super::exec_config(process, true);
     let created = docker
         .create_exec(container, config)
         .await
