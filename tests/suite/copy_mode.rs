@@ -193,15 +193,7 @@ fn the_demo_runs_end_to_end_in_copy_mode_and_pushes_the_change_bind_mode_pushes(
         .args(["demo", "--headless", "--pace", "1", "--dir"])
         .arg(copy.demo_dir());
     let mut watched = Watched::start(command);
-    let running = watched.until("the agent runs", |event| {
-        matches!(
-            event.kind,
-            EventKind::Phase {
-                to: Phase::Running,
-                ..
-            }
-        )
-    });
+    let running = watched.until_running();
     let inspected = std::process::Command::new("docker")
         .args(["inspect", "--format"])
         .arg("{{json .HostConfig.Binds}} {{range .Mounts}}{{.Type}}:{{.Source}}:{{.Destination}} {{end}}")

@@ -108,6 +108,17 @@ impl SshWorld {
     fn path(&self) -> &Path {
         self.dir.path()
     }
+
+    /// `stet demo --headless` for a fresh home whose engine is `ssh://host`, with this world's
+    /// `ssh` first in `PATH`.
+    fn demo_at(&self, host: &str) -> (Home, Command) {
+        let home = Home::new();
+        home.add_user_config(&format!("[runtime]\nhost = \"ssh://{host}\"\n"));
+        let mut demo = home.demo();
+        demo.env("PATH", self.path_variable())
+            .env_remove("DOCKER_HOST");
+        (home, demo)
+    }
 }
 
 /// The processes whose command line names `dir` (the world's `ssh` and `sshd`), as `pid command`.
@@ -130,11 +141,7 @@ fn processes_naming(dir: &Path) -> Vec<String> {
 fn the_demo_runs_end_to_end_on_an_engine_reached_over_ssh() {
     docker_ready();
     let world = SshWorld::new(true);
-    let home = Home::new();
-    home.add_user_config(&format!("[runtime]\nhost = \"ssh://{REMOTE}\"\n"));
-    let mut demo = home.demo();
-    demo.env("PATH", world.path_variable())
-        .env_remove("DOCKER_HOST");
+    let (home, demo) = world.demo_at(REMOTE);
     let finished = run(demo);
     assert_eq!(finished.code(), Some(0), "{finished:#?}");
     assert_eq!(finished.outcome().0, Phase::Done, "{finished:#?}");
@@ -158,11 +165,7 @@ fn the_demo_runs_end_to_end_on_an_engine_reached_over_ssh() {
 fn an_engine_host_whose_ssh_key_is_unknown_is_refused_by_name_without_a_prompt() {
     docker_ready();
     let world = SshWorld::new(false);
-    let home = Home::new();
-    home.add_user_config(&format!("[runtime]\nhost = \"ssh://{REMOTE}\"\n"));
-    let mut demo = home.demo();
-    demo.env("PATH", world.path_variable())
-        .env_remove("DOCKER_HOST");
+    let (_home, demo) = world.demo_at(REMOTE);
     let finished = run(demo);
     assert_ne!(finished.code(), Some(0), "{finished:#?}");
     let said = format!("{}{}", finished.stdout, finished.stderr);
@@ -181,12 +184,8 @@ fn an_engine_host_whose_ssh_key_is_unknown_is_refused_by_name_without_a_prompt()
 fn an_ssh_still_connecting_does_not_outlive_a_sigkilled_stet() {
     use stet_engine::runtime::endpoint::SSH_CONNECT_TIMEOUT_SECS;
     let world = SshWorld::new(true);
-    let home = Home::new();
-    home.add_user_config(&format!("[runtime]\nhost = \"ssh://{SILENT}\"\n"));
-    let mut demo = home.demo();
-    demo.env("PATH", world.path_variable())
-        .env_remove("DOCKER_HOST")
-        .stdout(std::process::Stdio::null())
+    let (_home, mut demo) = world.demo_at(SILENT);
+    demo.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     // The shim writes its process id into a fifo here: read as it comes, with a bound.
     let fifo = world.path().join("ssh-pids");

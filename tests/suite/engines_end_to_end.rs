@@ -173,15 +173,7 @@ impl Target {
             .args(["demo", "--headless", "--pace", "1", "--dir"])
             .arg(home.demo_dir());
         let mut watched = Watched::start(command);
-        let running = watched.until("the agent runs", |event| {
-            matches!(
-                event.kind,
-                EventKind::Phase {
-                    to: Phase::Running,
-                    ..
-                }
-            )
-        });
+        let running = watched.until_running();
         assert_eq!(
             self.containers_of(running.dispatch),
             [running.dispatch.to_string()],
@@ -537,15 +529,7 @@ fn live_dispatch_on(podman: &Target, mounts: Option<&str>) {
             .add_user_config(&format!("mounts = \"{mounts}\"\n"));
     }
     let mut watched = Watched::start(podman.point(live.headless(&["--push"])));
-    let running = watched.until("the agent runs", |event| {
-        matches!(
-            event.kind,
-            EventKind::Phase {
-                to: Phase::Running,
-                ..
-            }
-        )
-    });
+    let running = watched.until_running();
     assert_eq!(
         podman.containers_of(running.dispatch),
         [running.dispatch.to_string()],

@@ -502,6 +502,19 @@ impl Watched {
         );
     }
 
+    /// The event of the dispatch entering `running` (the agent at work in its container).
+    pub(super) fn until_running(&mut self) -> Event {
+        self.until("the agent runs", |event| {
+            matches!(
+                event.kind,
+                EventKind::Phase {
+                    to: Phase::Running,
+                    ..
+                }
+            )
+        })
+    }
+
     /// Reads the rest of the events and waits for the process.
     pub(super) fn finish(mut self) -> Finished {
         while self.next_event().is_some() {}

@@ -18,7 +18,7 @@ use stet_engine::runtime::{
     DEFAULT_SANDBOX_UID, DispatchLimits, ImageRef, NetworkPolicy, STATE_LABEL, SandboxUser,
     WARM_LABEL, state_label,
 };
-use stet_protocol::event::{DispatchId, EventKind};
+use stet_protocol::event::DispatchId;
 use stet_protocol::state::Phase;
 
 use super::headless::{
@@ -425,15 +425,7 @@ fn sigterm_stops_the_dispatch_and_removes_the_pool() {
     docker_ready();
     let project = warm_project(&forever(), 1);
     let mut watched = Watched::start(project.headless(&["--timeout", "2m"]));
-    let running = watched.until("the agent runs", |event| {
-        matches!(
-            event.kind,
-            EventKind::Phase {
-                to: Phase::Running,
-                ..
-            }
-        )
-    });
+    let running = watched.until_running();
     let (ours, warm) = installation_containers(&project.home.state());
     assert!(
         !ours.contains(&running.dispatch.to_string()),
@@ -463,15 +455,7 @@ fn the_sweep_reclaims_the_pool_of_a_sigkilled_stet() {
     docker_ready();
     let project = warm_project(&forever(), 2);
     let mut watched = Watched::start(project.headless(&["--timeout", "2m"]));
-    watched.until("the agent runs", |event| {
-        matches!(
-            event.kind,
-            EventKind::Phase {
-                to: Phase::Running,
-                ..
-            }
-        )
-    });
+    watched.until_running();
     let (before, _) = installation_containers(&project.home.state());
     assert!(!before.is_empty());
     let status = watched.kill();
